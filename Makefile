@@ -1,0 +1,36 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Each installs what is missing.
+PY ?= python3
+export PYTHONPATH := $(CURDIR)/python:$(PYTHONPATH)
+# ccache (when present) keeps rebuilds of unchanged rooms cheap
+CC ?= gcc
+export CC := $(shell command -v ccache >/dev/null 2>&1 && echo "ccache gcc" || echo gcc)
+
+.PHONY: deps build test demo bench fuzz asan clean
+deps: .stamp-deps
+.stamp-deps:
+	@if ! command -v llvm-config-19 >/dev/null 2>&1 || [ ! -f /usr/include/xxhash.h ]; then \
+	  echo "installing llvm-19-dev libxxhash-dev"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq llvm-19-dev libxxhash-dev ccache) >/dev/null; fi
+	$(PY) -m pip install -q numpy pytest hypothesis scikit-learn matplotlib setuptools wheel
+	touch $@
+
+build: deps
+	$(PY) setup.py -q build_ext --inplace -j 2
+	@[ -f .stamp-editable ] || ($(PY) -m pip install -q --no-build-isolation --no-deps -e . && touch .stamp-editable)
+
+test: build
+	$(PY) -m pytest -q tests
+
+demo: build
+	$(PY) examples/quickstart.py
+	@if [ -f examples/digits.py ]; then $(PY) examples/digits.py; fi
+
+bench: build
+	$(PY) -m bench
+
+N ?= 2000
+fuzz: build
+	TENSORPLAY_FUZZ_N=$(N) $(PY) -m pytest -q tests/fuzz
+
+clean:
+	rm -rf build python/tensorplay/*.so .stamp-*

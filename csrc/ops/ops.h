@@ -1,0 +1,89 @@
+/* Public header of the ops room: THE op table (ops.def), the eager
+ * dispatcher, and the installer giving Tensor its methods and number slots.
+ *
+ * ops.def is an X-macro list, one row per op:
+ *   STAX_OP(ID, name, KIND, arity, "schema", "overloads",
+ *           "inplace_twin"|NULL, "formula"|NULL, "decomposition"|NULL, flags)
+ * schema: PyTorch-style argument list, e.g.
+ *   "(Tensor self, Tensor other, *, Scalar alpha=1)"; stax_op_bind() uses it
+ *   to turn any (args, kwargs) of a call into the canonical argument tuple.
+ * Every macro defaults to empty where it is included; #undef at its end.
+ *
+ * Formula / decomposition language: S-expressions.
+ *   atoms: a b c d (tensor operands by position), numbers (1.5, 0, -2,
+ *          inf, nan), $name (a scalar argument of the op, e.g. $alpha,
+ *          $negative_slope, $min, $max).
+ *   formula: (prim arg ...) over the loop-IR scalar primitives
+ *     add sub mul div neg abs sign exp exp2 expm1 log log2 log10 log1p sqrt
+ *     rsqrt sin cos tan tanh sinh cosh asin acos atan atan2 erf erfc floor
+ *     ceil round trunc pow fmod remainder floordiv max min maxnan minnan
+ *     eq ne lt le gt ge and or xor not where isnan isinf isfinite
+ *     bitand bitor bitxor bitnot
+ *     (maxnan/minnan propagate NaN as PyTorch's maximum/relu/clamp do;
+ *      arithmetic is done in the op's computation dtype).
+ *   decomposition: (op arg ...) over op-table names (mul, sub, exp, where,
+ *     gt, expm1, ...), used by the graph room's DecomposePass; constants
+ *     appear where the math puts them (normalization moves them right).
+ */
+#ifndef STAX_OPS_H
+#define STAX_OPS_H
+
+#include "tensor/tensor.h"
+
+typedef enum {
+    STAX_OPK_POINTWISE = 0,
+    STAX_OPK_REDUCTION,
+    STAX_OPK_VIEW,
+    STAX_OPK_COMPOSITE,   /* has a decomposition or a fused lowering */
+    STAX_OPK_RANDOM,
+    STAX_OPK_EXTERN,      /* library call: matmul, ... */
+    STAX_OPK_OTHER        /* creation, indexing, cat, ... */
+} stax_op_kind_t;
+
+/* flags */
+#define STAX_OPF_COMMUTATIVE   (1u << 0)
+#define STAX_OPF_IDENTITY_0    (1u << 1)  /* x op 0 == x (add, sub)   */
+#define STAX_OPF_IDENTITY_1    (1u << 2)  /* x op 1 == x (mul, div)   */
+#define STAX_OPF_INPLACE       (1u << 3)  /* the row is an in-place op */
+#define STAX_OPF_COMPARISON    (1u << 4)  /* result dtype bool */
+#define STAX_OPF_FLOAT_RESULT  (1u << 5)  /* ints promote to default float (exp, div, ...) */
+#define STAX_OPF_NONDETERMINISTIC (1u << 6) /* random: never CSE'd */
+#define STAX_OPF_OPERATOR      (1u << 7)  /* has a Python operator (operator.add ...) */
+#define STAX_OPF_METHOD        (1u << 8)  /* Tensor method */
+#define STAX_OPF_FUNCTION      (1u << 9)  /* tensorplay.<name> / tensorplay.functional.<name> */
+
+typedef enum {
+#define STAX_OP(ID, name, KIND, arity, schema, ovl, inpl, formula, decomp, flags) STAX_OP_##ID,
+#include "ops/ops.def"
+    STAX_OP_COUNT
+} stax_op_id_t;
+
+typedef struct {
+    stax_op_id_t id;
+    const char *name;          /* PyTorch name */
+    stax_op_kind_t kind;
+    int arity;                 /* tensor operands */
+    const char *schema;        /* "(Tensor self, int[]? dim=None, ...)" */
+    const char *overloads;     /* comma list: "Tensor,Scalar" */
+    const char *inplace;       /* in-place twin or NULL */
+    const char *formula;       /* scalar formula or NULL */
+    const char *decomp;        /* decomposition or NULL */
+    unsigned flags;
+} stax_op_info;
+
+extern const stax_op_info stax_op_table[STAX_OP_COUNT];
+
+const stax_op_info *stax_op_by_name(const char *name);   /* NULL if none */
+/* Map a graph node's (opcode, target) to its op: "call_function" with
+ * operator.add / tensorplay.functional.relu / tp.ops.add.Tensor, or
+ * "call_method" with "sum". Borrowed; NULL (no exception) if unknown. */
+const stax_op_info *stax_op_for_target(const char *opcode, PyObject *target);
+
+/* Bind a call's (args, kwargs) to the op's schema: new reference to a
+ * tuple holding every schema argument in order, defaults filled in.
+ * -1/NULL + TypeError naming the op and the argument on mismatch. */
+PyObject *stax_op_bind(const stax_op_info *op, PyObject *args, PyObject *kwargs);
+
+int stax_ops_module_init(PyObject *m);
+
+#endif

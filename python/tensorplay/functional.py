@@ -1,0 +1,3 @@
+"""tensorplay.functional (also tensorplay.nn.functional): relu, gelu, softmax, layer_norm, ...
+
+Owned by the ops room (placeholder until it lands)."""

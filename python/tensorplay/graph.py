@@ -1,0 +1,3 @@
+"""tensorplay.graph: Graph, Node, GraphModule, gate().
+
+Owned by the trace/graph room (placeholder until it lands)."""

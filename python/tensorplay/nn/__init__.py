@@ -1,0 +1,3 @@
+"""tensorplay.nn: Module, Parameter, Linear, LayerNorm, ...
+
+Owned by the ops room (placeholder until it lands)."""
