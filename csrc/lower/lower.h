@@ -1,8 +1,258 @@
-/* Public header of the lower room: loop-level IR, lowering rules, fusion, scheduling, buffer plan, the compiled-program runtime and thread pool, and the back-end vtable. */
+/* Public header of the lower room: loop-level IR, lowering rules, fusion,
+ * scheduling, buffer plan, the compiled-program runtime and thread pool, and
+ * the back-end vtable.
+ *
+ * LOOP-LEVEL IR (what a back end renders)
+ * =======================================
+ * A kernel is a loop nest over an iteration space of `nouter + ninner`
+ * dimensions.  Loop variable k (0 <= k < nouter + ninner) is
+ *   x<k>           for k <  nouter   (outer, "pointwise" dims), and
+ *   r<k - nouter>  for k >= nouter   (inner, "reduction" dims).
+ * The outermost dimension (k == 0) is the parallel one: the kernel ABI's
+ * (start, end) bound it, every other loop runs 0 .. dims[k].
+ *
+ *   for x0 in [start, end):  for x1 ...  for x<nouter-1> ...:
+ *       stage 0; stage 1; ...          (in order)
+ *
+ * A stage is one of
+ *   STAX_STAGE_REDUCE  loop over all inner dims and fold values into
+ *                      accumulators (stax_lacc), e.g. acc0 = sum(...);
+ *   STAX_STAGE_INNER   loop over all inner dims and store values (they may
+ *                      read the accumulators of earlier stages: softmax's
+ *                      exp(x - acc0) / acc1);
+ *   STAX_STAGE_OUTER   no inner loop: store values (typically out[x0] =
+ *                      acc0).  With ninner == 0 a pointwise kernel is just
+ *                      one OUTER stage.
+ * Accumulators are reset at the start of each REDUCE stage that fills them
+ * (i.e. once per outer point).
+ *
+ * Index expressions (stax_ix) are int64 trees over loop variables, kernel
+ * size arguments (STAX_IX_SYM k = sizes[k] of the ABI) and constants, with
+ * + * floordiv mod (operands of div/mod are non-negative).  A view is just an
+ * index map: strides (0 for broadcasting), a storage offset term, and
+ * reshape of non-contiguous data through div/mod; no input is ever copied to
+ * be contiguous.  Buffer pointers passed to a kernel already include the
+ * tensor's own storage offset, and indices are in ELEMENTS of the buffer's
+ * dtype.
+ *
+ * Value expressions (stax_lval) are typed scalar trees: load, constant,
+ * index-as-value, accumulator read, cast, and the scalar primitives of
+ * ops.h's formula language (STAX_PRIM list below).  Arithmetic of a PRIM
+ * node is done in the node's dtype; operands already have that dtype
+ * (lowering inserts CASTs); comparisons and isnan/isinf/isfinite produce
+ * STAX_BOOL (i1 semantics, stored as one byte 0/1).
+ *
+ * All IR of one program lives in one arena (stax_arena) and is freed with it.
+ *
+ * KERNEL ABI (CPU back ends)
+ *   void kernel(char **bufs, const int64_t *sizes, int64_t start,
+ *               int64_t end);
+ * bufs[i] is the base pointer of the kernel's buffer i (stax_kernel.bufs),
+ * sizes the program's size arguments, [start, end) the range of x0.
+ *
+ * BACK ENDS plug in through struct stax_backend, registered from their own
+ * init function with stax_lower_register_backend(); lower never includes a
+ * back end's header.
+ */
 #ifndef STAX_LOWER_H
 #define STAX_LOWER_H
 
 #include "graph/graph.h"
+
+/* ---------------------------------------------------------------- prims */
+/* X-macro: STAX_PRIM(ID, "name", arity).  Names match ops.h's formula
+ * language.  No include guard needed: the list is a macro. */
+#define STAX_PRIM_LIST(X) \
+    X(ADD, "add", 2) X(SUB, "sub", 2) X(MUL, "mul", 2) X(DIV, "div", 2) \
+    X(NEG, "neg", 1) X(ABS, "abs", 1) X(SIGN, "sign", 1) \
+    X(EXP, "exp", 1) X(EXP2, "exp2", 1) X(EXPM1, "expm1", 1) \
+    X(LOG, "log", 1) X(LOG2, "log2", 1) X(LOG10, "log10", 1) \
+    X(LOG1P, "log1p", 1) X(SQRT, "sqrt", 1) X(RSQRT, "rsqrt", 1) \
+    X(SIN, "sin", 1) X(COS, "cos", 1) X(TAN, "tan", 1) X(TANH, "tanh", 1) \
+    X(SINH, "sinh", 1) X(COSH, "cosh", 1) X(ASIN, "asin", 1) \
+    X(ACOS, "acos", 1) X(ATAN, "atan", 1) X(ATAN2, "atan2", 2) \
+    X(ERF, "erf", 1) X(ERFC, "erfc", 1) X(FLOOR, "floor", 1) \
+    X(CEIL, "ceil", 1) X(ROUND, "round", 1) X(TRUNC, "trunc", 1) \
+    X(POW, "pow", 2) X(FMOD, "fmod", 2) X(REMAINDER, "remainder", 2) \
+    X(FLOORDIV, "floordiv", 2) X(MAX, "max", 2) X(MIN, "min", 2) \
+    X(MAXNAN, "maxnan", 2) X(MINNAN, "minnan", 2) \
+    X(EQ, "eq", 2) X(NE, "ne", 2) X(LT, "lt", 2) X(LE, "le", 2) \
+    X(GT, "gt", 2) X(GE, "ge", 2) X(AND, "and", 2) X(OR, "or", 2) \
+    X(XOR, "xor", 2) X(NOT, "not", 1) X(WHERE, "where", 3) \
+    X(ISNAN, "isnan", 1) X(ISINF, "isinf", 1) X(ISFINITE, "isfinite", 1) \
+    X(BITAND, "bitand", 2) X(BITOR, "bitor", 2) X(BITXOR, "bitxor", 2) \
+    X(BITNOT, "bitnot", 1) X(SIGMOID, "sigmoid", 1)
+
+typedef enum {
+#define STAX_PRIM_ENUM_(ID, name, arity) STAX_PRIM_##ID,
+    STAX_PRIM_LIST(STAX_PRIM_ENUM_)
+#undef STAX_PRIM_ENUM_
+    STAX_PRIM_COUNT
+} stax_prim_t;
+
+const char *stax_prim_name(stax_prim_t p);
+int stax_prim_arity(stax_prim_t p);
+int stax_prim_from_name(const char *name);   /* -1 if unknown */
+
+/* ---------------------------------------------------------------- arena */
+typedef struct stax_arena stax_arena;
+stax_arena *stax_arena_new(void);
+void *stax_arena_alloc(stax_arena *a, size_t n);   /* zeroed; NULL+MemoryError */
+void stax_arena_free(stax_arena *a);
+
+/* ------------------------------------------------------ index expressions */
+typedef enum {
+    STAX_IX_CONST = 0,   /* v */
+    STAX_IX_VAR,         /* loop variable number v */
+    STAX_IX_SYM,         /* sizes[v], a kernel size argument */
+    STAX_IX_ADD,         /* a + b */
+    STAX_IX_MUL,         /* a * b */
+    STAX_IX_DIV,         /* a / b, floor division, a >= 0, b > 0 */
+    STAX_IX_MOD          /* a % b, a >= 0, b > 0 */
+} stax_ix_kind_t;
+
+typedef struct stax_ix {
+    stax_ix_kind_t kind;
+    int64_t v;
+    const struct stax_ix *a, *b;
+} stax_ix;
+
+/* ------------------------------------------------------ value expressions */
+typedef enum {
+    STAX_LV_LOAD = 0,    /* bufs[buf][index], dtype = the buffer's dtype */
+    STAX_LV_CONST,       /* f (floating dtypes) or i (integral / bool) */
+    STAX_LV_INDEX,       /* index (an stax_ix) converted to dtype */
+    STAX_LV_ACC,         /* current value of accumulator acc */
+    STAX_LV_CAST,        /* args[0] converted to dtype (bool: != 0) */
+    STAX_LV_PRIM         /* prim(args[0..arity-1]) */
+} stax_lval_kind_t;
+
+typedef struct stax_lval {
+    stax_lval_kind_t kind;
+    stax_dtype_t dtype;
+    stax_prim_t prim;
+    int nargs;
+    const struct stax_lval *args[3];
+    int buf;                    /* LOAD: kernel buffer number */
+    const stax_ix *index;       /* LOAD, INDEX */
+    double f;                   /* CONST */
+    int64_t i;                  /* CONST */
+    int acc;                    /* ACC */
+} stax_lval;
+
+/* ------------------------------------------------------------- kernels */
+typedef enum {
+    STAX_RED_SUM = 0,   /* init 0; float sums are blocked: vector partial
+                           sums over <= STAX_RED_BLOCK elements added into a
+                           double, so the float32 sum of 2^24 elements stays
+                           within 1e-6 relative of float64 */
+    STAX_RED_PROD,      /* init 1 */
+    STAX_RED_MAX,       /* NaN-propagating; init -inf / INT_MIN */
+    STAX_RED_MIN,       /* NaN-propagating; init +inf / INT_MAX */
+    STAX_RED_ARGMAX,    /* value + first index (NaN counts as maximal) */
+    STAX_RED_ARGMIN,
+    STAX_RED_ANY,       /* bool */
+    STAX_RED_ALL
+} stax_red_t;
+
+#define STAX_RED_BLOCK 4096
+
+typedef struct {
+    stax_red_t op;
+    stax_dtype_t dtype;          /* accumulator (= result) dtype; ARG*: int64 */
+    const stax_lval *value;      /* folded value (already in the value dtype) */
+    const stax_ix *index;        /* ARGMAX/ARGMIN: the index to record */
+} stax_lacc;
+
+typedef struct {
+    int buf;                     /* kernel buffer number */
+    const stax_ix *index;
+    const stax_lval *value;      /* dtype == the buffer's dtype */
+} stax_lstore;
+
+typedef enum {
+    STAX_STAGE_REDUCE = 0,       /* accs[acc0 .. acc0+n) over the inner dims */
+    STAX_STAGE_INNER,            /* stores[...] inside the inner loops */
+    STAX_STAGE_OUTER             /* stores[...] at the outer level */
+} stax_stage_kind_t;
+
+typedef struct {
+    stax_stage_kind_t kind;
+    int first, n;                /* REDUCE: accs[first..first+n);
+                                    INNER/OUTER: stores[first..first+n) */
+} stax_stage;
+
+typedef struct {
+    int id;                      /* program buffer id (stax_lower internal) */
+    stax_dtype_t dtype;
+    int is_output;               /* the kernel writes it */
+    int noalias;                 /* proven not to overlap any other buffer */
+} stax_kbuf;
+
+typedef struct stax_kernel {
+    char name[64];               /* "kernel0_fused_add_relu_mul_sum" */
+    int nouter, ninner;
+    const stax_ix *dims[2 * STAX_MAX_DIMS];   /* extent of each loop var */
+    int nstages;
+    stax_stage *stages;
+    int naccs;
+    stax_lacc *accs;
+    int nstores;
+    stax_lstore *stores;
+    int nbufs;
+    stax_kbuf *bufs;
+    int64_t bytes_read, bytes_written;   /* per call, at the example sizes */
+    int64_t work;                /* estimated elements touched (threading) */
+} stax_kernel;
+
+/* Human-readable loop IR (new str reference). */
+PyObject *stax_lower_kernel_str(const stax_kernel *k);
+/* Append the rendering of an index / value expression to a buffer. */
+typedef struct { char *p; size_t n, cap; int oom; } stax_strbuf;
+void stax_strbuf_printf(stax_strbuf *sb, const char *fmt, ...);
+void stax_lower_ix_render(stax_strbuf *sb, const stax_ix *ix);
+void stax_lower_lval_render(stax_strbuf *sb, const stax_lval *v);
+
+/* ------------------------------------------------------------ back ends */
+typedef void (*stax_kernel_fn)(char **bufs, const int64_t *sizes,
+                               int64_t start, int64_t end);
+
+typedef struct stax_backend {
+    const char *name;            /* "llvm", "nvrtc" */
+    /* Compile one kernel.  Returns an opaque handle (NULL + exception on
+     * failure, e.g. LLVM's message as RuntimeError).  *source (if not
+     * NULL) receives a new str: the generated source (LLVM IR after O3 /
+     * CUDA C). */
+    void *(*compile_kernel)(struct stax_backend *be, const stax_kernel *k,
+                            PyObject **source);
+    /* Run the kernel over [start, end) of dim 0.  0, or -1 + exception.
+     * CPU back ends: callable without the GIL, from any thread. */
+    int (*launch)(struct stax_backend *be, void *handle, char **bufs,
+                  const int64_t *sizes, int64_t start, int64_t end);
+    void (*free)(struct stax_backend *be, void *handle);
+    /* Optional (may be NULL = all): can this back end render prim p? */
+    int (*supports_op)(struct stax_backend *be, int prim);
+    /* Optional: direct entry point (CPU) so the runtime can skip launch. */
+    stax_kernel_fn (*kernel_fn)(struct stax_backend *be, void *handle);
+    void *state;
+} stax_backend;
+
+/* Back ends register from their init function; the struct must outlive the
+ * process.  0, or -1 + exception. */
+int stax_lower_register_backend(stax_backend *be);
+stax_backend *stax_lower_get_backend(const char *name);   /* NULL if none */
+
+/* ------------------------------------------------------------ threads */
+/* Run fn(ctx, start, end) over [0, n) split across the pool
+ * (TENSORPLAY_NUM_THREADS, default the core count); small n / work runs on
+ * the calling thread.  Safe without the GIL. */
+typedef void (*stax_parallel_fn)(void *ctx, int64_t start, int64_t end);
+void stax_lower_parallel_for(int64_t n, int64_t work, stax_parallel_fn fn,
+                             void *ctx);
+int stax_lower_num_threads(void);
+
+/* Python-level type of the compiled program, and the exception. */
+extern PyObject *stax_lower_NativeCompileError;
 
 int stax_lower_module_init(PyObject *m);
 
