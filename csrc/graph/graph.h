@@ -38,4 +38,10 @@ PyObject *stax_graph_node_list(PyObject *graph);
 
 int stax_graph_module_init(PyObject *m);
 
+/* ---- passes (owned by the passes room: passes*.c, oplevel.c,
+ * functionalize.c, decompose_table.c) ----------------------------------
+ * Registers tensorplay._C.run_frontend_passes and make_op_graph and checks
+ * the decomposition table for cycles; called by stax_graph_module_init. */
+int stax_graph_passes_init(PyObject *m);
+
 #endif

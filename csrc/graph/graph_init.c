@@ -3,5 +3,5 @@ int
 stax_graph_module_init(PyObject *m)
 {
     (void)m;
-    return 0;
+    return stax_graph_passes_init(m);
 }

@@ -1,0 +1,1040 @@
+/* The front-end passes of seed §4 and their fixed-point driver:
+ *   NormalizeOperators, ConstFold, DecomposePass, CSE, DCE,
+ *   PointwiseFusionHint
+ * one round = the six in this order; rounds repeat until a round changes
+ * nothing (at most max_rounds, 16 by default).
+ *
+ * Python: tensorplay._C.run_frontend_passes(gm, log=None, max_rounds=16,
+ *                                           lint=False) -> gm */
+#include "graph/passes_internal.h"
+
+#include <string.h>
+
+/* ---- small predicates ------------------------------------------------ */
+
+static int
+p_is_scalar(PyObject *o)
+{
+    return PyLong_Check(o) || PyFloat_Check(o);   /* bool is a PyLong */
+}
+
+static int
+p_scalar_equals(PyObject *o, double v)
+{
+    if (!p_is_scalar(o)) {
+        return 0;
+    }
+    double d = PyFloat_Check(o) ? PyFloat_AS_DOUBLE(o) : PyLong_AsDouble(o);
+    if (d == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return d == v;
+}
+
+static const char *
+p_name(PyObject *node)
+{
+    /* borrowed UTF-8 of node.name; the node keeps its name alive */
+    PyObject *n = PyObject_GetAttrString(node, "name");
+    const char *s = NULL;
+    if (n != NULL) {
+        s = PyUnicode_Check(n) ? PyUnicode_AsUTF8(n) : NULL;
+        Py_DECREF(n);
+    }
+    if (s == NULL) {
+        PyErr_Clear();
+        s = "?";
+    }
+    return s;
+}
+
+static PyObject *
+p_args(PyObject *node)
+{
+    PyObject *a = PyObject_GetAttrString(node, "args");
+    if (a != NULL && !PyTuple_Check(a)) {
+        PyObject *t = PySequence_Tuple(a);
+        Py_DECREF(a);
+        a = t;
+    }
+    return a;
+}
+
+static int
+p_kwargs_empty(PyObject *node)
+{
+    PyObject *k = PyObject_GetAttrString(node, "kwargs");
+    int r;
+    if (k == NULL) {
+        PyErr_Clear();
+        return 1;
+    }
+    r = (k == Py_None) || (PyDict_Check(k) && PyDict_GET_SIZE(k) == 0);
+    Py_DECREF(k);
+    return r;
+}
+
+/* users of node as a new list */
+static PyObject *
+p_users(PyObject *node)
+{
+    PyObject *u = PyObject_GetAttrString(node, "users");
+    PyObject *l = u ? PySequence_List(u) : NULL;
+    Py_XDECREF(u);
+    return l;
+}
+
+static int
+p_used_by_output(PyObject *node)
+{
+    PyObject *l = p_users(node);
+    int r = 0;
+    if (l == NULL) {
+        PyErr_Clear();
+        return 1;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(l) && !r; i++) {
+        r = stax_graph_p_opcode(PyList_GET_ITEM(l, i)) == P_OUTPUT;
+    }
+    PyErr_Clear();
+    Py_DECREF(l);
+    return r;
+}
+
+static int
+p_is_random(const p_opref *r)
+{
+    return r->info != NULL
+        && ((r->info->flags & STAX_OPF_NONDETERMINISTIC)
+            || r->info->kind == STAX_OPK_RANDOM);
+}
+
+/* A value computed by a pure, non-view op: it aliases no other value. */
+static int
+p_is_fresh(PyObject *node)
+{
+    p_opref r;
+    if (!stax_graph_p_is_node(node) || !stax_graph_p_node_opref(node, &r)) {
+        return 0;
+    }
+    return r.info != NULL && !r.inplace && !r.getitem
+        && r.info->kind != STAX_OPK_VIEW;
+}
+
+/* node has a user that mutates it or takes a view of it */
+static int
+p_has_mutating_or_view_user(PyObject *node)
+{
+    PyObject *l = p_users(node);
+    int r = 0;
+    if (l == NULL) {
+        PyErr_Clear();
+        return 1;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(l) && !r; i++) {
+        p_opref o;
+        if (stax_graph_p_node_opref(PyList_GET_ITEM(l, i), &o)) {
+            r = o.inplace || o.getitem
+                || (o.info && o.info->kind == STAX_OPK_VIEW);
+        }
+        else {
+            r = o.inplace;
+        }
+    }
+    Py_DECREF(l);
+    return r;
+}
+
+static int
+p_graph_has_inplace(PyObject *nodes)
+{
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(nodes); i++) {
+        p_opref o;
+        stax_graph_p_node_opref(PyList_GET_ITEM(nodes, i), &o);
+        if (o.inplace) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* a creation node filled with v: zeros/ones(_like) */
+static int
+p_is_const_tensor_node(PyObject *o, double v)
+{
+    if (!stax_graph_p_is_node(o)
+        || stax_graph_p_opcode(o) != P_CALL_FUNCTION) {
+        PyErr_Clear();
+        return 0;
+    }
+    PyObject *t = PyObject_GetAttrString(o, "target");
+    PyObject *nm = t ? PyObject_GetAttrString(t, "__name__") : NULL;
+    int r = 0;
+    if (nm != NULL && PyUnicode_Check(nm)) {
+        const char *s = PyUnicode_AsUTF8(nm);
+        if (s != NULL) {
+            r = v == 0.0 ? (!strcmp(s, "zeros") || !strcmp(s, "zeros_like"))
+                         : (!strcmp(s, "ones") || !strcmp(s, "ones_like"));
+        }
+    }
+    PyErr_Clear();
+    Py_XDECREF(t);
+    Py_XDECREF(nm);
+    return r;
+}
+
+/* ---- NormalizeOperators ---------------------------------------------- */
+
+static const char *p_inplace_operator[][2] = {
+    {"iadd", "add"}, {"isub", "sub"}, {"imul", "mul"}, {"itruediv", "truediv"},
+    {"ifloordiv", "floordiv"}, {"imod", "mod"}, {"ipow", "pow"},
+    {"iand", "and_"}, {"ior", "or_"}, {"ixor", "xor"}, {NULL, NULL},
+};
+
+/* out-of-place (opcode, target) of an in-place call; NULL if none */
+static PyObject *
+p_functional_target(PyObject *node, p_opcode_t op)
+{
+    PyObject *t = PyObject_GetAttrString(node, "target");
+    PyObject *r = NULL;
+    if (t == NULL) {
+        return NULL;
+    }
+    if (op == P_CALL_METHOD && PyUnicode_Check(t)) {
+        Py_ssize_t n = PyUnicode_GET_LENGTH(t);
+        if (n > 1 && PyUnicode_READ_CHAR(t, n - 1) == '_') {
+            r = PyUnicode_Substring(t, 0, n - 1);
+        }
+    }
+    else if (op == P_CALL_FUNCTION) {
+        PyObject *nm = PyObject_GetAttrString(t, "__name__");
+        const char *s = nm && PyUnicode_Check(nm) ? PyUnicode_AsUTF8(nm) : NULL;
+        for (int i = 0; s && p_inplace_operator[i][0]; i++) {
+            if (strcmp(s, p_inplace_operator[i][0]) == 0) {
+                PyObject *opm = PyImport_ImportModule("operator");
+                r = opm ? PyObject_GetAttrString(opm, p_inplace_operator[i][1])
+                        : NULL;
+                Py_XDECREF(opm);
+                break;
+            }
+        }
+        Py_XDECREF(nm);
+    }
+    Py_DECREF(t);
+    PyErr_Clear();
+    return r;
+}
+
+static int
+p_normalize(p_pass_ctx *c)
+{
+    PyObject *nodes = stax_graph_p_nodes(c->graph), *args = NULL;
+    int changed = 0, has_inplace;
+    if (nodes == NULL) {
+        return -1;
+    }
+    has_inplace = p_graph_has_inplace(nodes);
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(nodes); i++) {
+        PyObject *n = PyList_GET_ITEM(nodes, i);
+        p_opref r;
+        p_opcode_t op = stax_graph_p_opcode(n);
+        if (op == P_UNKNOWN) {
+            goto error;
+        }
+        if (!stax_graph_p_node_opref(n, &r) || r.info == NULL) {
+            continue;
+        }
+        Py_XSETREF(args, p_args(n));
+        if (args == NULL) {
+            goto error;
+        }
+        Py_ssize_t na = PyTuple_GET_SIZE(args);
+        unsigned fl = r.info->flags;
+        /* (1) scalar constants to the right of commutative ops */
+        if (!r.inplace && (fl & STAX_OPF_COMMUTATIVE) && op == P_CALL_FUNCTION
+            && na == 2 && p_kwargs_empty(n)
+            && p_is_scalar(PyTuple_GET_ITEM(args, 0))
+            && stax_graph_p_is_node(PyTuple_GET_ITEM(args, 1))) {
+            PyObject *sw = PyTuple_Pack(2, PyTuple_GET_ITEM(args, 1),
+                                        PyTuple_GET_ITEM(args, 0));
+            if (sw == NULL || stax_graph_p_set_args(n, sw, NULL) < 0) {
+                Py_XDECREF(sw);
+                goto error;
+            }
+            if (stax_graph_p_note(c, "moved the constant of %%%s right "
+                                  "(%S * x -> x * %S)", p_name(n),
+                                  PyTuple_GET_ITEM(sw, 1),
+                                  PyTuple_GET_ITEM(sw, 1)) < 0) {
+                Py_DECREF(sw);
+                goto error;
+            }
+            Py_DECREF(sw);
+            changed = 1;
+            Py_SETREF(args, p_args(n));
+            if (args == NULL) {
+                goto error;
+            }
+        }
+        /* (2) identities x + 0, x - 0, x * 1, x / 1 */
+        if (!r.inplace && (fl & (STAX_OPF_IDENTITY_0 | STAX_OPF_IDENTITY_1))
+            && na == 2 && p_kwargs_empty(n)
+            && stax_graph_p_is_node(PyTuple_GET_ITEM(args, 0))) {
+            double unit = (fl & STAX_OPF_IDENTITY_0) ? 0.0 : 1.0;
+            PyObject *x = PyTuple_GET_ITEM(args, 0);
+            PyObject *k = PyTuple_GET_ITEM(args, 1);
+            int ident = p_scalar_equals(k, unit)
+                        || p_is_const_tensor_node(k, unit);
+            /* dtype and shape unchanged, judged on the sample values */
+            ident = ident && stax_graph_p_same_meta(stax_graph_p_val(n),
+                                                    stax_graph_p_val(x));
+            /* no graph output may come to alias a graph input (or x) */
+            if (ident && p_used_by_output(n)
+                && (!p_is_fresh(x) || p_used_by_output(x))) {
+                ident = 0;
+            }
+            /* with mutation in the graph, x must stay unaliased */
+            if (ident && has_inplace
+                && (!p_is_fresh(x) || p_has_mutating_or_view_user(x))) {
+                ident = 0;
+            }
+            if (ident) {
+                const char *nn = p_name(n), *xn = p_name(x);
+                if (stax_graph_p_note(c, "eliminated %%%s = %s %s %S "
+                                      "(its uses now read %%%s)", nn, xn,
+                                      r.name, k, xn) < 0
+                    || stax_graph_p_replace_uses(n, x) < 0
+                    || stax_graph_p_erase(c->graph, n) < 0) {
+                    goto error;
+                }
+                changed = 1;
+                continue;
+            }
+        }
+        /* (3) in-place -> out-of-place when nobody else sees the value */
+        if (r.inplace && !r.setitem && na >= 1
+            && p_is_fresh(PyTuple_GET_ITEM(args, 0))
+            && stax_graph_p_users_count(PyTuple_GET_ITEM(args, 0)) == 1) {
+            PyObject *m = PyTuple_GET_ITEM(args, 0);
+            PyObject *ft = p_functional_target(n, op);
+            PyObject *kw = ft ? PyObject_GetAttrString(n, "kwargs") : NULL;
+            PyObject *val = NULL, *nn = NULL;
+            if (ft == NULL || kw == NULL) {
+                Py_XDECREF(ft);
+                PyErr_Clear();
+                continue;
+            }
+            val = stax_graph_p_run_on_vals(op, ft, args, kw);
+            if (val != NULL
+                && stax_graph_p_same_meta(val, stax_graph_p_val(m))) {
+                nn = stax_graph_p_insert(c->graph, n,
+                                         stax_graph_p_opcode_str(op), ft,
+                                         args, kw, 0);
+                if (nn != NULL) {
+                    PyObject *meta = PyObject_GetAttrString(nn, "meta");
+                    if (meta == NULL
+                        || PyMapping_SetItemString(meta, "val", val) < 0) {
+                        Py_CLEAR(nn);
+                    }
+                    Py_XDECREF(meta);
+                }
+                if (nn == NULL
+                    || stax_graph_p_note(c, "%%%s: in-place %s on a value "
+                                         "with no other users -> %%%s", p_name(n),
+                                         r.name, p_name(nn)) < 0
+                    || stax_graph_p_replace_uses(n, nn) < 0
+                    || stax_graph_p_erase(c->graph, n) < 0) {
+                    Py_XDECREF(ft);
+                    Py_XDECREF(kw);
+                    Py_XDECREF(val);
+                    Py_XDECREF(nn);
+                    goto error;
+                }
+                changed = 1;
+            }
+            Py_XDECREF(ft);
+            Py_XDECREF(kw);
+            Py_XDECREF(val);
+            Py_XDECREF(nn);
+        }
+    }
+    Py_XDECREF(args);
+    Py_DECREF(nodes);
+    return changed;
+error:
+    Py_XDECREF(args);
+    Py_DECREF(nodes);
+    return -1;
+}
+
+/* ---- ConstFold ------------------------------------------------------- */
+
+static const char *p_foldable[] = {
+    "add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "neg", "pos",
+    "abs", "lt", "le", "gt", "ge", "eq", "ne", "not_", "and_", "or_", "xor",
+    "invert", "getitem", NULL,
+};
+
+static int
+p_is_const_leaf(PyObject *o, int allow_seq)
+{
+    if (o == Py_None || PyLong_Check(o) || PyFloat_Check(o)
+        || PyUnicode_Check(o) || o == Py_Ellipsis) {
+        return 1;
+    }
+    if (PySlice_Check(o)) {
+        PySliceObject *s = (PySliceObject *)o;
+        return p_is_const_leaf(s->start, 0) && p_is_const_leaf(s->stop, 0)
+            && p_is_const_leaf(s->step, 0);
+    }
+    if (allow_seq && (PyTuple_Check(o) || PyList_Check(o))) {
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); i++) {
+            if (!p_is_const_leaf(PySequence_Fast_GET_ITEM(o, i), 0)) {
+                return 0;
+            }
+        }
+        return 1;
+    }
+    return 0;
+}
+
+static int
+p_constfold(p_pass_ctx *c)
+{
+    PyObject *nodes = stax_graph_p_nodes(c->graph);
+    int changed = 0;
+    if (nodes == NULL) {
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(nodes); i++) {
+        PyObject *n = PyList_GET_ITEM(nodes, i);
+        p_opref r;
+        if (stax_graph_p_opcode(n) != P_CALL_FUNCTION) {
+            PyErr_Clear();
+            continue;
+        }
+        if (!stax_graph_p_node_opref(n, &r) && !r.is_operator) {
+            continue;
+        }
+        if (!r.is_operator || !p_kwargs_empty(n)) {
+            continue;
+        }
+        PyObject *t = PyObject_GetAttrString(n, "target");
+        PyObject *nm = t ? PyObject_GetAttrString(t, "__name__") : NULL;
+        const char *s = nm && PyUnicode_Check(nm) ? PyUnicode_AsUTF8(nm) : NULL;
+        int ok = 0;
+        for (int k = 0; s && p_foldable[k]; k++) {
+            ok |= strcmp(s, p_foldable[k]) == 0;
+        }
+        int is_getitem = s && strcmp(s, "getitem") == 0;
+        Py_XDECREF(nm);
+        PyObject *args = ok ? p_args(n) : NULL;
+        if (args == NULL) {
+            PyErr_Clear();
+            Py_XDECREF(t);
+            continue;
+        }
+        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(args) && ok; k++) {
+            PyObject *a = PyTuple_GET_ITEM(args, k);
+            ok = is_getitem ? p_is_const_leaf(a, 1)
+                            : (p_is_scalar(a) && !PyUnicode_Check(a));
+        }
+        PyObject *v = ok ? PyObject_Call(t, args, NULL) : NULL;
+        if (v == NULL) {
+            PyErr_Clear();
+        }
+        else if (!p_is_const_leaf(v, 1)
+                 || (PyLong_Check(v) && _PyLong_NumBits(v) > 63)) {
+            Py_CLEAR(v);
+            PyErr_Clear();
+        }
+        if (v != NULL) {
+            if (stax_graph_p_note(c, "folded %%%s -> %R", p_name(n), v) < 0
+                || stax_graph_p_replace_uses(n, v) < 0
+                || stax_graph_p_erase(c->graph, n) < 0) {
+                Py_DECREF(v);
+                Py_DECREF(args);
+                Py_XDECREF(t);
+                Py_DECREF(nodes);
+                return -1;
+            }
+            changed = 1;
+            Py_DECREF(v);
+        }
+        Py_DECREF(args);
+        Py_XDECREF(t);
+    }
+    Py_DECREF(nodes);
+    return changed;
+}
+
+/* ---- CSE ------------------------------------------------------------- */
+
+static PyObject *
+p_key(PyObject *o)
+{
+    if (stax_graph_p_is_node(o)) {
+        return Py_BuildValue("(sN)", "n", PyLong_FromVoidPtr(o));
+    }
+    if (PyBool_Check(o)) {
+        return Py_BuildValue("(sO)", "b", o);
+    }
+    if (PyLong_Check(o)) {
+        return Py_BuildValue("(sO)", "i", o);
+    }
+    if (PyFloat_Check(o)) {
+        return Py_BuildValue("(sN)", "f", PyObject_Repr(o));
+    }
+    if (PyUnicode_Check(o)) {
+        return Py_BuildValue("(sO)", "s", o);
+    }
+    if (o == Py_None || o == Py_Ellipsis) {
+        return Py_BuildValue("(sO)", "c", o);
+    }
+    if (PyTuple_Check(o) || PyList_Check(o)) {
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
+        PyObject *t = PyTuple_New(n + 1);
+        if (t == NULL) {
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, 0, PyUnicode_FromString(PyTuple_Check(o) ? "t" : "l"));
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *k = p_key(PySequence_Fast_GET_ITEM(o, i));
+            if (k == NULL) {
+                Py_DECREF(t);
+                return NULL;
+            }
+            PyTuple_SET_ITEM(t, i + 1, k);
+        }
+        return t;
+    }
+    if (PyDict_Check(o)) {
+        PyObject *l = PyList_New(0), *k, *v;
+        Py_ssize_t pos = 0;
+        if (l == NULL) {
+            return NULL;
+        }
+        while (PyDict_Next(o, &pos, &k, &v)) {
+            PyObject *kv = p_key(v);
+            PyObject *it = kv ? PyTuple_Pack(2, k, kv) : NULL;
+            Py_XDECREF(kv);
+            if (it == NULL || PyList_Append(l, it) < 0) {
+                Py_XDECREF(it);
+                Py_DECREF(l);
+                return NULL;
+            }
+            Py_DECREF(it);
+        }
+        PyObject *r = PyList_AsTuple(l);
+        Py_DECREF(l);
+        return r ? Py_BuildValue("(sN)", "d", r) : NULL;
+    }
+    if (PySlice_Check(o)) {
+        PySliceObject *s = (PySliceObject *)o;
+        return Py_BuildValue("(sNNN)", "sl", p_key(s->start), p_key(s->stop),
+                             p_key(s->step));
+    }
+    return Py_BuildValue("(sN)", "o", PyLong_FromVoidPtr(o));
+}
+
+static int
+p_cse(p_pass_ctx *c)
+{
+    PyObject *nodes = stax_graph_p_nodes(c->graph), *table = NULL;
+    int changed = 0, has_inplace, merged = 0;
+    PyObject *names = PyList_New(0);
+    if (nodes == NULL || names == NULL) {
+        goto error;
+    }
+    has_inplace = p_graph_has_inplace(nodes);
+    table = PyDict_New();
+    if (table == NULL) {
+        goto error;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(nodes); i++) {
+        PyObject *n = PyList_GET_ITEM(nodes, i);
+        p_opref r;
+        p_opcode_t op = stax_graph_p_opcode(n);
+        if (op == P_UNKNOWN) {
+            goto error;
+        }
+        if (op != P_CALL_FUNCTION && op != P_CALL_METHOD) {
+            continue;
+        }
+        int known = stax_graph_p_node_opref(n, &r);
+        if (r.inplace) {
+            PyDict_Clear(table);     /* a mutation: values before differ */
+            continue;
+        }
+        if (!known && !r.is_operator) {
+            continue;
+        }
+        if (p_is_random(&r)) {
+            continue;
+        }
+        if (has_inplace && p_has_mutating_or_view_user(n)) {
+            continue;
+        }
+        PyObject *t = PyObject_GetAttrString(n, "target");
+        PyObject *a = t ? PyObject_GetAttrString(n, "args") : NULL;
+        PyObject *k = a ? PyObject_GetAttrString(n, "kwargs") : NULL;
+        PyObject *key = NULL;
+        if (k != NULL) {
+            PyObject *tk = PyUnicode_Check(t) ? Py_NewRef(t)
+                                              : PyLong_FromVoidPtr(t);
+            key = Py_BuildValue("(sNNN)", stax_graph_p_opcode_str(op), tk,
+                                p_key(a), p_key(k));
+        }
+        Py_XDECREF(t);
+        Py_XDECREF(a);
+        Py_XDECREF(k);
+        if (key == NULL) {
+            goto error;
+        }
+        PyObject *rep = PyDict_GetItemWithError(table, key);
+        if (rep == NULL && PyErr_Occurred()) {
+            Py_DECREF(key);
+            goto error;
+        }
+        if (rep == NULL) {
+            int e = PyDict_SetItem(table, key, n);
+            Py_DECREF(key);
+            if (e < 0) {
+                goto error;
+            }
+            continue;
+        }
+        Py_DECREF(key);
+        PyObject *s = PyUnicode_FromFormat("%%%s -> %%%s", p_name(n),
+                                           p_name(rep));
+        if (s == NULL || PyList_Append(names, s) < 0) {
+            Py_XDECREF(s);
+            goto error;
+        }
+        Py_DECREF(s);
+        if (stax_graph_p_replace_uses(n, rep) < 0
+            || stax_graph_p_erase(c->graph, n) < 0) {
+            goto error;
+        }
+        changed = 1;
+        merged++;
+    }
+    if (changed) {
+        PyObject *sep = PyUnicode_FromString(", ");
+        PyObject *j = sep ? PyUnicode_Join(sep, names) : NULL;
+        Py_XDECREF(sep);
+        if (j == NULL || stax_graph_p_note(c, "merged %d node%s (%U)", merged,
+                                           merged == 1 ? "" : "s", j) < 0) {
+            Py_XDECREF(j);
+            goto error;
+        }
+        Py_DECREF(j);
+    }
+    Py_DECREF(table);
+    Py_DECREF(nodes);
+    Py_DECREF(names);
+    return changed;
+error:
+    Py_XDECREF(table);
+    Py_XDECREF(nodes);
+    Py_XDECREF(names);
+    return -1;
+}
+
+/* ---- DCE ------------------------------------------------------------- */
+
+static int
+p_dce(p_pass_ctx *c)
+{
+    PyObject *nodes = stax_graph_p_nodes(c->graph);
+    PyObject *names = PyList_New(0);
+    int changed = 0;
+    if (nodes == NULL || names == NULL) {
+        goto error;
+    }
+    for (Py_ssize_t i = PyList_GET_SIZE(nodes) - 1; i >= 0; i--) {
+        PyObject *n = PyList_GET_ITEM(nodes, i);
+        p_opref r;
+        p_opcode_t op = stax_graph_p_opcode(n);
+        if (op == P_UNKNOWN) {
+            goto error;
+        }
+        if (op == P_PLACEHOLDER || op == P_OUTPUT || op == P_CALL_MODULE) {
+            continue;
+        }
+        stax_graph_p_node_opref(n, &r);
+        if (r.inplace || p_is_random(&r)) {
+            continue;    /* side effects: a mutation, the RNG stream */
+        }
+        int nu = stax_graph_p_users_count(n);
+        if (nu < 0) {
+            goto error;
+        }
+        if (nu > 0) {
+            continue;
+        }
+        PyObject *s = PyUnicode_FromFormat("%%%s", p_name(n));
+        if (s == NULL || PyList_Append(names, s) < 0) {
+            Py_XDECREF(s);
+            goto error;
+        }
+        Py_DECREF(s);
+        if (stax_graph_p_erase(c->graph, n) < 0) {
+            goto error;
+        }
+        changed = 1;
+    }
+    if (changed) {
+        PyObject *sep = PyUnicode_FromString(", ");
+        PyList_Reverse(names);
+        PyObject *j = sep ? PyUnicode_Join(sep, names) : NULL;
+        Py_XDECREF(sep);
+        if (j == NULL
+            || stax_graph_p_note(c, "removed %zd dead node%s (%U)",
+                                 PyList_GET_SIZE(names),
+                                 PyList_GET_SIZE(names) == 1 ? "" : "s",
+                                 j) < 0) {
+            Py_XDECREF(j);
+            goto error;
+        }
+        Py_DECREF(j);
+    }
+    Py_DECREF(nodes);
+    Py_DECREF(names);
+    return changed;
+error:
+    Py_XDECREF(nodes);
+    Py_XDECREF(names);
+    return -1;
+}
+
+/* ---- PointwiseFusionHint --------------------------------------------- */
+
+static Py_ssize_t
+p_find(Py_ssize_t *parent, Py_ssize_t x)
+{
+    while (parent[x] != x) {
+        parent[x] = parent[parent[x]];   /* path halving */
+        x = parent[x];
+    }
+    return x;
+}
+
+static void
+p_union(Py_ssize_t *parent, int *rank, Py_ssize_t a, Py_ssize_t b)
+{
+    a = p_find(parent, a);
+    b = p_find(parent, b);
+    if (a == b) {
+        return;
+    }
+    if (rank[a] < rank[b]) {
+        Py_ssize_t t = a;
+        a = b;
+        b = t;
+    }
+    parent[b] = a;
+    if (rank[a] == rank[b]) {
+        rank[a]++;
+    }
+}
+
+static int
+p_set_meta(PyObject *node, const char *key, PyObject *v, int *changed)
+{
+    PyObject *meta = PyObject_GetAttrString(node, "meta");
+    int rc = -1;
+    if (meta == NULL) {
+        return -1;
+    }
+    PyObject *k = PyUnicode_FromString(key);
+    if (k == NULL) {
+        goto done;
+    }
+    PyObject *old = PyDict_Check(meta) ? PyDict_GetItemWithError(meta, k) : NULL;
+    if (PyErr_Occurred()) {
+        Py_DECREF(k);
+        goto done;
+    }
+    if (v == NULL) {
+        if (old != NULL) {
+            *changed = 1;
+            rc = PyDict_DelItem(meta, k);
+        }
+        else {
+            rc = 0;
+        }
+    }
+    else {
+        int same = old != NULL ? PyObject_RichCompareBool(old, v, Py_EQ) : 0;
+        if (same < 0) {
+            PyErr_Clear();
+            same = 0;
+        }
+        if (!same) {
+            *changed = 1;
+            rc = PyObject_SetItem(meta, k, v);
+        }
+        else {
+            rc = 0;
+        }
+    }
+    Py_DECREF(k);
+done:
+    Py_DECREF(meta);
+    return rc;
+}
+
+static int
+p_hint(p_pass_ctx *c)
+{
+    PyObject *nodes = stax_graph_p_nodes(c->graph), *index = NULL;
+    Py_ssize_t n = 0, *parent = NULL, *region = NULL;
+    int *rank = NULL, *pw = NULL, changed = 0, nreg = 0, npw = 0;
+    PyObject *kind = PyUnicode_FromString("pointwise");
+    if (nodes == NULL || kind == NULL) {
+        goto error;
+    }
+    n = PyList_GET_SIZE(nodes);
+    parent = PyMem_Calloc(n + 1, sizeof(Py_ssize_t));
+    region = PyMem_Calloc(n + 1, sizeof(Py_ssize_t));
+    rank = PyMem_Calloc(n + 1, sizeof(int));
+    pw = PyMem_Calloc(n + 1, sizeof(int));
+    index = PyDict_New();
+    if (!parent || !region || !rank || !pw || !index) {
+        PyErr_NoMemory();
+        goto error;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *nd = PyList_GET_ITEM(nodes, i);
+        p_opref r;
+        parent[i] = i;
+        region[i] = -1;
+        if (stax_graph_p_node_opref(nd, &r) && r.info && !r.inplace
+            && !r.getitem && r.info->kind == STAX_OPK_POINTWISE) {
+            pw[i] = 1;
+            npw++;
+        }
+        PyObject *ix = PyLong_FromSsize_t(i);
+        if (ix == NULL || PyDict_SetItem(index, nd, ix) < 0) {
+            Py_XDECREF(ix);
+            goto error;
+        }
+        Py_DECREF(ix);
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!pw[i]) {
+            continue;
+        }
+        PyObject *ins = PyObject_GetAttrString(PyList_GET_ITEM(nodes, i),
+                                               "all_input_nodes");
+        PyObject *l = ins ? PySequence_List(ins) : NULL;
+        Py_XDECREF(ins);
+        if (l == NULL) {
+            goto error;
+        }
+        for (Py_ssize_t k = 0; k < PyList_GET_SIZE(l); k++) {
+            PyObject *ix = PyDict_GetItemWithError(index, PyList_GET_ITEM(l, k));
+            if (ix != NULL) {
+                Py_ssize_t j = PyLong_AsSsize_t(ix);
+                if (pw[j]) {
+                    p_union(parent, rank, i, j);
+                }
+            }
+        }
+        Py_DECREF(l);
+        if (PyErr_Occurred()) {
+            goto error;
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *nd = PyList_GET_ITEM(nodes, i);
+        if (!pw[i]) {
+            if (p_set_meta(nd, "region", NULL, &changed) < 0
+                || p_set_meta(nd, "region_kind", NULL, &changed) < 0) {
+                goto error;
+            }
+            continue;
+        }
+        Py_ssize_t root = p_find(parent, i);
+        if (region[root] < 0) {
+            region[root] = nreg++;
+        }
+        PyObject *rid = PyLong_FromSsize_t(region[root]);
+        int e = rid ? p_set_meta(nd, "region", rid, &changed) : -1;
+        Py_XDECREF(rid);
+        if (e < 0 || p_set_meta(nd, "region_kind", kind, &changed) < 0) {
+            goto error;
+        }
+    }
+    if (changed && stax_graph_p_note(c, "marked %d pointwise region%s "
+                                     "(%d node%s)", nreg, nreg == 1 ? "" : "s",
+                                     npw, npw == 1 ? "" : "s") < 0) {
+        goto error;
+    }
+    PyMem_Free(parent);
+    PyMem_Free(region);
+    PyMem_Free(rank);
+    PyMem_Free(pw);
+    Py_DECREF(index);
+    Py_DECREF(nodes);
+    Py_DECREF(kind);
+    return changed;
+error:
+    PyMem_Free(parent);
+    PyMem_Free(region);
+    PyMem_Free(rank);
+    PyMem_Free(pw);
+    Py_XDECREF(index);
+    Py_XDECREF(nodes);
+    Py_XDECREF(kind);
+    return -1;
+}
+
+/* ---- the driver ------------------------------------------------------ */
+
+typedef int (*p_pass_fn)(p_pass_ctx *);
+
+static const struct {
+    const char *name;
+    p_pass_fn fn;
+} p_pipeline[] = {
+    {"NormalizeOperators", p_normalize},
+    {"ConstFold", p_constfold},
+    {"DecomposePass", stax_graph_p_decompose_pass},
+    {"CSE", p_cse},
+    {"DCE", p_dce},
+    {"PointwiseFusionHint", p_hint},
+};
+#define P_NPASSES ((int)(sizeof(p_pipeline) / sizeof(p_pipeline[0])))
+
+static int
+p_log(PyObject *log, PyObject *line)
+{
+    if (log == NULL || log == Py_None) {
+        return 0;
+    }
+    PyObject *r = PyObject_CallOneArg(log, line);
+    if (r == NULL) {
+        return -1;
+    }
+    Py_DECREF(r);
+    return 0;
+}
+
+static PyObject *
+p_run_frontend_passes(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"gm", "log", "max_rounds", "lint", NULL};
+    PyObject *gm = NULL, *log = Py_None, *graph = NULL;
+    int max_rounds = 16, lint = 0;
+    p_pass_ctx c = {0};
+    (void)self;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|Oip:run_frontend_passes",
+                                     kwlist, &gm, &log, &max_rounds, &lint)) {
+        return NULL;
+    }
+    graph = PyObject_GetAttrString(gm, "graph");
+    if (graph == NULL) {
+        PyErr_Clear();
+        graph = Py_NewRef(gm);   /* a bare Graph is accepted too */
+    }
+    if (stax_graph_p_learn_node_type(graph) < 0) {
+        goto error;
+    }
+    c.gm = gm;
+    c.graph = graph;
+    for (int round = 1; round <= max_rounds; round++) {
+        int any = 0;
+        c.round = round;
+        for (int p = 0; p < P_NPASSES; p++) {
+            c.msg = PyList_New(0);
+            if (c.msg == NULL) {
+                goto error;
+            }
+            int r = p_pipeline[p].fn(&c);
+            if (r < 0) {
+                goto error;
+            }
+            if (lint) {
+                PyObject *lr = PyObject_CallMethod(graph, "lint", NULL);
+                if (lr == NULL) {
+                    PyObject *t, *v, *tb;
+                    PyErr_Fetch(&t, &v, &tb);
+                    PyErr_Format(PyExc_RuntimeError, "graph lint failed after "
+                                 "%s (round %d): %S", p_pipeline[p].name,
+                                 round, v ? v : Py_None);
+                    Py_XDECREF(t);
+                    Py_XDECREF(v);
+                    Py_XDECREF(tb);
+                    goto error;
+                }
+                Py_DECREF(lr);
+            }
+            if (r > 0) {
+                any = 1;
+                PyObject *sep = PyUnicode_FromString("; ");
+                PyObject *j = sep ? PyUnicode_Join(sep, c.msg) : NULL;
+                PyObject *line = j ? PyUnicode_FromFormat("[round %d] %s: %U",
+                                                          round,
+                                                          p_pipeline[p].name,
+                                                          j) : NULL;
+                Py_XDECREF(sep);
+                Py_XDECREF(j);
+                if (line == NULL || p_log(log, line) < 0) {
+                    Py_XDECREF(line);
+                    goto error;
+                }
+                Py_DECREF(line);
+            }
+            Py_CLEAR(c.msg);
+        }
+        if (!any || round == max_rounds) {
+            PyObject *line = PyUnicode_FromFormat(
+                any ? "[round %d] stopped at the round limit"
+                    : "[round %d] no change", round);
+            if (line == NULL || p_log(log, line) < 0) {
+                Py_XDECREF(line);
+                goto error;
+            }
+            Py_DECREF(line);
+            break;
+        }
+    }
+    if (graph != gm && PyObject_HasAttrString(gm, "recompile")) {
+        PyObject *r = PyObject_CallMethod(gm, "recompile", NULL);
+        if (r == NULL) {
+            goto error;
+        }
+        Py_DECREF(r);
+    }
+    Py_DECREF(graph);
+    return Py_NewRef(gm);
+error:
+    Py_XDECREF(c.msg);
+    Py_XDECREF(graph);
+    return NULL;
+}
+
+static PyMethodDef p_methods[] = {
+    {"run_frontend_passes", (PyCFunction)(void (*)(void))p_run_frontend_passes,
+     METH_VARARGS | METH_KEYWORDS,
+     "run_frontend_passes(gm, log=None, max_rounds=16, lint=False) -> gm\n"
+     "NormalizeOperators, ConstFold, DecomposePass, CSE, DCE and\n"
+     "PointwiseFusionHint, in rounds, to a fixed point (in place)."},
+    {"make_op_graph", (PyCFunction)(void (*)(void))stax_graph_p_make_op_graph,
+     METH_VARARGS | METH_KEYWORDS,
+     "make_op_graph(gm, basis=None) -> GraphModule\n"
+     "The op-level graph: every node a tp.ops.<name>.<overload> call,\n"
+     "functionalized and decomposed against the basis."},
+    {NULL, NULL, 0, NULL},
+};
+
+int
+stax_graph_passes_init(PyObject *m)
+{
+    if (stax_graph_p_decomp_check_cycles() < 0) {
+        return -1;
+    }
+    return PyModule_AddFunctions(m, p_methods);
+}

@@ -1,0 +1,238 @@
+/* DecomposePass (seed §4.4, Table 4.2 in docs/transformations.md): a call
+ * of a composite op whose row carries a decomposition is expanded, in the
+ * Python-level graph, into primitive nodes written the way a user would
+ * write them (operator.mul, Tensor.exp, tensorplay.functional.where);
+ * each new node gets meta['val'] by running it on its inputs' values.
+ *
+ * Kept whole (numerics, or already a fused kernel): see p_keep_whole. */
+#include "graph/passes_internal.h"
+
+#include <string.h>
+
+static const char *p_keep_whole[] = {
+    "log1p", "expm1", "tanh", "sinh", "cosh", "erf", "erfc", "softplus",
+    "gelu", "softmax", "log_softmax", "layer_norm", "batch_norm",
+    "group_norm", "instance_norm", "native_layer_norm", "native_batch_norm",
+    "var_mean", "logsumexp", "sigmoid", NULL,
+};
+
+static int
+p_kept_whole(const char *name)
+{
+    for (int i = 0; p_keep_whole[i]; i++) {
+        if (strcmp(p_keep_whole[i], name) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* op-table name -> the `operator` function used for it */
+static const char *p_operator_of[][2] = {
+    {"add", "add"}, {"sub", "sub"}, {"mul", "mul"}, {"div", "truediv"},
+    {"floor_divide", "floordiv"}, {"remainder", "mod"}, {"pow", "pow"},
+    {"neg", "neg"}, {"gt", "gt"}, {"lt", "lt"}, {"ge", "ge"}, {"le", "le"},
+    {"eq", "eq"}, {"ne", "ne"}, {"matmul", "matmul"},
+    {"bitwise_and", "and_"}, {"bitwise_or", "or_"}, {"bitwise_xor", "xor"},
+    {"bitwise_not", "invert"}, {"abs", "abs"}, {NULL, NULL},
+};
+
+typedef struct {
+    PyObject *graph;
+    PyObject *before;
+    PyObject *created;    /* list of new nodes, in order */
+} p_emit_ctx;
+
+static PyObject *
+p_module_attr(const char *mod, const char *name)
+{
+    PyObject *m = PyImport_ImportModule(mod);
+    PyObject *r = m ? PyObject_GetAttrString(m, name) : NULL;
+    Py_XDECREF(m);
+    if (r == NULL) {
+        PyErr_Clear();
+    }
+    return r;
+}
+
+static PyObject *
+p_emit_py(const char *opname, PyObject *args, void *vctx)
+{
+    p_emit_ctx *c = vctx;
+    const stax_op_info *op = stax_graph_p_op_by_name(opname);
+    PyObject *target = NULL, *node = NULL;
+    const char *opcode = "call_function";
+    Py_ssize_t na = PyTuple_GET_SIZE(args);
+    unsigned fl = op ? op->flags : (STAX_OPF_FUNCTION | STAX_OPF_METHOD);
+
+    if ((fl & STAX_OPF_OPERATOR) && (na == 2 || (na == 1 && (
+            !strcmp(opname, "neg") || !strcmp(opname, "abs")
+            || !strcmp(opname, "bitwise_not"))))) {
+        for (int i = 0; p_operator_of[i][0] && target == NULL; i++) {
+            if (strcmp(p_operator_of[i][0], opname) == 0) {
+                target = p_module_attr("operator", p_operator_of[i][1]);
+            }
+        }
+    }
+    if (target == NULL && (fl & STAX_OPF_METHOD) && na >= 1
+        && stax_graph_p_is_node(PyTuple_GET_ITEM(args, 0))) {
+        target = PyUnicode_FromString(opname);
+        opcode = "call_method";
+    }
+    if (target == NULL) {
+        target = p_module_attr("tensorplay.functional", opname);
+    }
+    if (target == NULL) {
+        target = p_module_attr("tensorplay", opname);
+    }
+    if (target == NULL) {
+        PyErr_Format(PyExc_LookupError, "decomposition: no callable for %s",
+                     opname);
+        return NULL;
+    }
+    node = stax_graph_p_insert(c->graph, c->before, opcode, target, args,
+                               NULL, 1);
+    Py_DECREF(target);
+    if (node != NULL && PyList_Append(c->created, node) < 0) {
+        Py_CLEAR(node);
+    }
+    return node;
+}
+
+static int
+p_rollback(PyObject *graph, PyObject *created)
+{
+    for (Py_ssize_t i = PyList_GET_SIZE(created) - 1; i >= 0; i--) {
+        if (stax_graph_p_erase(graph, PyList_GET_ITEM(created, i)) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int
+stax_graph_p_decompose_pass(p_pass_ctx *c)
+{
+    PyObject *nodes = stax_graph_p_nodes(c->graph);
+    PyObject *done = PyDict_New();    /* op name -> list of node names */
+    int changed = 0, total_new = 0;
+    if (nodes == NULL || done == NULL) {
+        goto error;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(nodes); i++) {
+        PyObject *n = PyList_GET_ITEM(nodes, i);
+        p_opref r;
+        if (!stax_graph_p_node_opref(n, &r) || r.info == NULL || r.inplace
+            || r.getitem || stax_graph_p_is_random(r.info)
+            || p_kept_whole(r.info->name)) {
+            continue;
+        }
+        const p_sexp *t = stax_graph_p_decomp(r.info);
+        if (t == NULL) {
+            continue;
+        }
+        p_opcode_t opc = stax_graph_p_opcode(n);
+        PyObject *args = PyObject_GetAttrString(n, "args");
+        PyObject *kw = args ? PyObject_GetAttrString(n, "kwargs") : NULL;
+        PyObject *bound = NULL, *res = NULL;
+        if (kw == NULL) {
+            Py_XDECREF(args);
+            goto error;
+        }
+        (void)opc;
+        PyObject *targs = PySequence_Tuple(args);
+        bound = targs ? stax_graph_p_bind(r.info, targs,
+                                          kw == Py_None ? NULL : kw) : NULL;
+        Py_XDECREF(targs);
+        Py_DECREF(args);
+        Py_DECREF(kw);
+        if (bound == NULL || !stax_graph_p_decomp_applicable(r.info, t, bound)) {
+            PyErr_Clear();
+            Py_XDECREF(bound);
+            continue;
+        }
+        p_emit_ctx ec = {c->graph, n, PyList_New(0)};
+        if (ec.created == NULL) {
+            Py_DECREF(bound);
+            goto error;
+        }
+        res = stax_graph_p_eval_decomp(t, r.info, bound, p_emit_py, &ec);
+        Py_DECREF(bound);
+        /* the expansion must keep dtype and shape (judged on vals) */
+        PyObject *vn = stax_graph_p_val(n);
+        if (res != NULL && vn != NULL) {
+            PyObject *vr = stax_graph_p_is_node(res) ? stax_graph_p_val(res)
+                                                     : NULL;
+            if (vr == NULL || !stax_graph_p_same_meta(vn, vr)) {
+                Py_CLEAR(res);
+            }
+        }
+        if (res == NULL) {
+            PyErr_Clear();
+            if (p_rollback(c->graph, ec.created) < 0) {
+                Py_DECREF(ec.created);
+                goto error;
+            }
+            Py_DECREF(ec.created);
+            continue;
+        }
+        PyObject *nm = PyObject_GetAttrString(n, "name");
+        PyObject *lst = NULL;
+        if (nm == NULL) {
+            Py_DECREF(res);
+            Py_DECREF(ec.created);
+            goto error;
+        }
+        lst = PyDict_GetItemString(done, r.info->name);
+        if (lst == NULL) {
+            lst = PyList_New(0);
+            if (lst == NULL || PyDict_SetItemString(done, r.info->name, lst) < 0) {
+                Py_XDECREF(lst);
+                Py_DECREF(nm);
+                Py_DECREF(res);
+                Py_DECREF(ec.created);
+                goto error;
+            }
+            Py_DECREF(lst);
+        }
+        total_new += (int)PyList_GET_SIZE(ec.created);
+        if (PyList_Append(lst, nm) < 0
+            || stax_graph_p_replace_uses(n, res) < 0
+            || stax_graph_p_erase(c->graph, n) < 0) {
+            Py_DECREF(nm);
+            Py_DECREF(res);
+            Py_DECREF(ec.created);
+            goto error;
+        }
+        Py_DECREF(nm);
+        Py_DECREF(res);
+        Py_DECREF(ec.created);
+        changed = 1;
+    }
+    if (changed) {
+        PyObject *k, *v;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(done, &pos, &k, &v)) {
+            PyObject *sep = PyUnicode_FromString(", %");
+            PyObject *j = sep ? PyUnicode_Join(sep, v) : NULL;
+            Py_XDECREF(sep);
+            if (j == NULL
+                || stax_graph_p_note(c, "expanded %zd %U (%%%U)",
+                                     PyList_GET_SIZE(v), k, j) < 0) {
+                Py_XDECREF(j);
+                goto error;
+            }
+            Py_DECREF(j);
+        }
+        if (stax_graph_p_note(c, "%d primitive nodes", total_new) < 0) {
+            goto error;
+        }
+    }
+    Py_DECREF(nodes);
+    Py_DECREF(done);
+    return changed;
+error:
+    Py_XDECREF(nodes);
+    Py_XDECREF(done);
+    return -1;
+}

@@ -1,0 +1,124 @@
+/* Private header of the graph room's transformation files (passes*.c,
+ * decompose_table.c, oplevel.c, functionalize.c). Not part of the room's
+ * public surface: only graph.h is.
+ *
+ * Every helper works through the torch.fx-like Python API of the graph
+ * core (node.op, node.args, graph.create_node, ...), so the passes depend
+ * only on contract 4 and not on the layout of the StaxNode struct. */
+#ifndef STAX_GRAPH_PASSES_INTERNAL_H
+#define STAX_GRAPH_PASSES_INTERNAL_H
+
+#include "graph/graph.h"
+
+/* ---- node opcodes ---------------------------------------------------- */
+typedef enum {
+    P_PLACEHOLDER = 0,
+    P_GET_ATTR,
+    P_CALL_FUNCTION,
+    P_CALL_METHOD,
+    P_CALL_MODULE,
+    P_OUTPUT,
+    P_UNKNOWN
+} p_opcode_t;
+
+/* The Node type, learned from the graph being transformed. */
+extern PyTypeObject *stax_graph_p_node_type;
+int stax_graph_p_learn_node_type(PyObject *graph);
+int stax_graph_p_is_node(PyObject *o);
+
+p_opcode_t stax_graph_p_opcode(PyObject *node);          /* P_UNKNOWN + err */
+const char *stax_graph_p_opcode_str(p_opcode_t op);
+PyObject *stax_graph_p_nodes(PyObject *graph);          /* new list */
+PyObject *stax_graph_p_attr(PyObject *o, const char *name); /* new ref */
+int stax_graph_p_users_count(PyObject *node);          /* -1 on error */
+PyObject *stax_graph_p_val(PyObject *node);   /* borrowed meta['val'] or NULL */
+
+/* ---- the op table, read through ops.def ------------------------------ */
+const stax_op_info *stax_graph_p_op_by_name(const char *name);
+/* The op a node calls. *inplace set when the node calls the in-place twin
+ * (add_, operator.iadd). *getitem set for operator.getitem. Returns NULL
+ * (no exception) when the target is unknown. */
+typedef struct {
+    const stax_op_info *info;   /* functional row (or the in-place row) */
+    int inplace;                /* node mutates its first argument */
+    int is_operator;            /* target is a function of `operator` */
+    int getitem;                /* operator.getitem */
+    int setitem;                /* operator.setitem */
+    char name[64];              /* name as written (add_, truediv...) */
+} p_opref;
+int stax_graph_p_node_opref(PyObject *node, p_opref *out); /* 1 known, 0 not */
+
+/* Schema binding: new tuple of every schema argument (defaults filled). */
+PyObject *stax_graph_p_bind(const stax_op_info *op, PyObject *args,
+                            PyObject *kwargs);
+/* number of schema params; names/types/defaults (borrowed, may be NULL) */
+int stax_graph_p_schema_len(const stax_op_info *op);
+const char *stax_graph_p_schema_name(const stax_op_info *op, int i);
+const char *stax_graph_p_schema_type(const stax_op_info *op, int i);
+PyObject *stax_graph_p_schema_default(const stax_op_info *op, int i);
+int stax_graph_p_schema_kwonly(const stax_op_info *op, int i);
+
+/* ---- values ---------------------------------------------------------- */
+/* Run a call (opcode, target, args, kwargs) on the sample values of the
+ * argument nodes. New reference, or NULL with NO exception set when a val
+ * is missing or the call fails. */
+PyObject *stax_graph_p_run_on_vals(p_opcode_t op, PyObject *target,
+                                   PyObject *args, PyObject *kwargs);
+/* Recursively replace Nodes (in tuples/lists/dicts/slices) by fn(node). */
+typedef PyObject *(*p_map_fn)(PyObject *node, void *ctx);  /* new ref */
+PyObject *stax_graph_p_map(PyObject *obj, p_map_fn fn, void *ctx);
+int stax_graph_p_same_meta(PyObject *a, PyObject *b); /* dtype&shape eq */
+
+/* ---- edits ----------------------------------------------------------- */
+/* Create a node before `before` (NULL = at the current insert point). */
+PyObject *stax_graph_p_insert(PyObject *graph, PyObject *before,
+                              const char *opcode, PyObject *target,
+                              PyObject *args, PyObject *kwargs,
+                              int compute_val);
+int stax_graph_p_set_args(PyObject *node, PyObject *args, PyObject *kwargs);
+/* Replace every use of node by value (a Node or a constant). */
+int stax_graph_p_replace_uses(PyObject *node, PyObject *value);
+int stax_graph_p_erase(PyObject *graph, PyObject *node);
+
+/* ---- decomposition (decompose_table.c) ------------------------------- */
+typedef struct p_sexp p_sexp;
+struct p_sexp {
+    int is_list;
+    char *atom;            /* atom text when !is_list */
+    int n;                 /* list length */
+    p_sexp **items;
+};
+/* parsed decomposition of an op, or NULL if none (no exception) */
+const p_sexp *stax_graph_p_decomp(const stax_op_info *op);
+int stax_graph_p_decomp_check_cycles(void);   /* -1 + RuntimeError */
+/* does the op draw random numbers */
+int stax_graph_p_is_random(const stax_op_info *op);
+/* the rule may replace this call: every non-tensor argument the rule
+ * does not name has its default value */
+int stax_graph_p_decomp_applicable(const stax_op_info *op, const p_sexp *t,
+                                   PyObject *bound);
+/* Evaluate a rule: emit(opname, args, ctx) creates one node (new ref). */
+typedef PyObject *(*p_emit_fn)(const char *opname, PyObject *args,
+                               void *ctx);
+PyObject *stax_graph_p_eval_decomp(const p_sexp *t, const stax_op_info *op,
+                                   PyObject *bound, p_emit_fn emit,
+                                   void *ctx);
+
+/* ---- the passes ------------------------------------------------------ */
+typedef struct {
+    PyObject *gm;
+    PyObject *graph;
+    PyObject *msg;       /* list of str: what changed (for the log) */
+    int round;
+} p_pass_ctx;
+
+int stax_graph_p_decompose_pass(p_pass_ctx *c);   /* 1 changed, 0, -1 */
+
+/* message helpers */
+int stax_graph_p_note(p_pass_ctx *c, const char *fmt, ...);
+
+/* ---- op level (oplevel.c, functionalize.c) --------------------------- */
+PyObject *stax_graph_p_make_op_graph(PyObject *self, PyObject *args,
+                                     PyObject *kwargs);
+
+#endif

@@ -1,0 +1,802 @@
+/* Helpers shared by the graph transformations: node access through the
+ * FX-like Python API, the op table seen through ops.def, schema binding,
+ * running calls on sample values, and graph edits. */
+#include "graph/passes_internal.h"
+
+#include <stdarg.h>
+#include <string.h>
+
+PyTypeObject *stax_graph_p_node_type = NULL;
+
+/* Our own view of THE op table: the same rows, read at compile time. */
+static const stax_op_info p_ops[] = {
+#define STAX_OP(ID, nm, KIND, arity, schema, ovl, inpl, formula, decomp, flags) \
+    {STAX_OP_##ID, #nm, KIND, arity, schema, ovl, inpl, formula, decomp, flags},
+#include "ops/ops.def"
+};
+#define P_NOPS ((int)(sizeof(p_ops) / sizeof(p_ops[0])))
+
+int
+stax_graph_p_learn_node_type(PyObject *graph)
+{
+    PyObject *nodes = stax_graph_p_nodes(graph);
+    if (nodes == NULL) {
+        return -1;
+    }
+    if (PyList_GET_SIZE(nodes) > 0) {
+        stax_graph_p_node_type = Py_TYPE(PyList_GET_ITEM(nodes, 0));
+    }
+    else if (stax_graph_p_node_type == NULL) {
+        /* an empty graph: take tensorplay._C.Node */
+        PyObject *mod = PyImport_ImportModule("tensorplay._C");
+        PyObject *t = mod ? PyObject_GetAttrString(mod, "Node") : NULL;
+        Py_XDECREF(mod);
+        if (t == NULL) {
+            PyErr_Clear();
+        }
+        else if (PyType_Check(t)) {
+            stax_graph_p_node_type = (PyTypeObject *)t;  /* kept alive */
+        }
+        else {
+            Py_DECREF(t);
+        }
+    }
+    Py_DECREF(nodes);
+    return 0;
+}
+
+int
+stax_graph_p_is_node(PyObject *o)
+{
+    return stax_graph_p_node_type != NULL
+        && PyObject_TypeCheck(o, stax_graph_p_node_type);
+}
+
+static const char *p_opcode_names[] = {
+    "placeholder", "get_attr", "call_function", "call_method",
+    "call_module", "output",
+};
+
+const char *
+stax_graph_p_opcode_str(p_opcode_t op)
+{
+    return op < P_UNKNOWN ? p_opcode_names[op] : "?";
+}
+
+PyObject *
+stax_graph_p_attr(PyObject *o, const char *name)
+{
+    return PyObject_GetAttrString(o, name);
+}
+
+p_opcode_t
+stax_graph_p_opcode(PyObject *node)
+{
+    PyObject *s = PyObject_GetAttrString(node, "op");
+    p_opcode_t r = P_UNKNOWN;
+    if (s == NULL) {
+        return P_UNKNOWN;
+    }
+    const char *c = PyUnicode_Check(s) ? PyUnicode_AsUTF8(s) : NULL;
+    if (c != NULL) {
+        for (int i = 0; i < P_UNKNOWN; i++) {
+            if (strcmp(c, p_opcode_names[i]) == 0) {
+                r = (p_opcode_t)i;
+                break;
+            }
+        }
+    }
+    Py_DECREF(s);
+    if (r == P_UNKNOWN && !PyErr_Occurred()) {
+        PyErr_SetString(PyExc_ValueError, "node with an unknown opcode");
+    }
+    return r;
+}
+
+PyObject *
+stax_graph_p_nodes(PyObject *graph)
+{
+    PyObject *it = PyObject_GetAttrString(graph, "nodes");
+    if (it == NULL) {
+        return NULL;
+    }
+    PyObject *l = PySequence_List(it);
+    Py_DECREF(it);
+    return l;
+}
+
+int
+stax_graph_p_users_count(PyObject *node)
+{
+    PyObject *u = PyObject_GetAttrString(node, "users");
+    if (u == NULL) {
+        return -1;
+    }
+    Py_ssize_t n = PyObject_Length(u);
+    Py_DECREF(u);
+    return (int)n;
+}
+
+PyObject *
+stax_graph_p_val(PyObject *node)
+{
+    PyObject *meta = PyObject_GetAttrString(node, "meta");
+    PyObject *v = NULL;
+    if (meta == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    if (PyDict_Check(meta)) {
+        v = PyDict_GetItemString(meta, "val");   /* borrowed */
+    }
+    Py_DECREF(meta);   /* the node keeps meta (and so v) alive */
+    return v;
+}
+
+/* ---- op table -------------------------------------------------------- */
+
+const stax_op_info *
+stax_graph_p_op_by_name(const char *name)
+{
+    for (int i = 0; i < P_NOPS; i++) {
+        if (strcmp(p_ops[i].name, name) == 0) {
+            return &p_ops[i];
+        }
+    }
+    return NULL;
+}
+
+/* operator.<fn> -> op-table name */
+static const char *p_operator_alias[][2] = {
+    {"truediv", "div"}, {"floordiv", "floor_divide"}, {"mod", "remainder"},
+    {"iadd", "add_"}, {"isub", "sub_"}, {"imul", "mul_"},
+    {"itruediv", "div_"}, {"ipow", "pow_"}, {"ifloordiv", "floor_divide_"},
+    {"imod", "remainder_"}, {"and_", "bitwise_and"}, {"or_", "bitwise_or"},
+    {"xor", "bitwise_xor"}, {"invert", "bitwise_not"},
+    {"inv", "bitwise_not"}, {"iand", "bitwise_and_"},
+    {"ior", "bitwise_or_"}, {"ixor", "bitwise_xor_"},
+    {"pos", "positive"}, {"imatmul", "matmul_"},
+    {NULL, NULL},
+};
+
+static int
+p_is_operator_fn(PyObject *target)
+{
+    PyObject *mod = PyObject_GetAttrString(target, "__module__");
+    int r = 0;
+    if (mod == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (PyUnicode_Check(mod)) {
+        const char *m = PyUnicode_AsUTF8(mod);
+        r = m && (strcmp(m, "_operator") == 0 || strcmp(m, "operator") == 0);
+    }
+    Py_DECREF(mod);
+    return r;
+}
+
+/* name of an op overload object (tp.ops.add.Tensor): "add" */
+static int
+p_overload_name(PyObject *target, char *buf, size_t n)
+{
+    PyObject *nm = PyObject_GetAttrString(target, "_stax_op");
+    if (nm == NULL) {
+        PyErr_Clear();
+        nm = PyObject_GetAttrString(target, "__name__");
+    }
+    if (nm == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int ok = 0;
+    if (PyUnicode_Check(nm)) {
+        const char *s = PyUnicode_AsUTF8(nm);
+        if (s != NULL) {
+            snprintf(buf, n, "%s", s);
+            char *dot = strchr(buf, '.');
+            if (dot) {
+                *dot = '\0';
+            }
+            ok = 1;
+        }
+    }
+    PyErr_Clear();
+    Py_DECREF(nm);
+    return ok;
+}
+
+int
+stax_graph_p_node_opref(PyObject *node, p_opref *out)
+{
+    memset(out, 0, sizeof(*out));
+    p_opcode_t op = stax_graph_p_opcode(node);
+    if (op == P_UNKNOWN) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (op != P_CALL_FUNCTION && op != P_CALL_METHOD) {
+        return 0;
+    }
+    PyObject *target = PyObject_GetAttrString(node, "target");
+    if (target == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (op == P_CALL_METHOD) {
+        const char *s = PyUnicode_Check(target) ? PyUnicode_AsUTF8(target) : NULL;
+        if (s == NULL) {
+            PyErr_Clear();
+            Py_DECREF(target);
+            return 0;
+        }
+        snprintf(out->name, sizeof(out->name), "%s", s);
+    }
+    else if (p_is_operator_fn(target)) {
+        out->is_operator = 1;
+        if (!p_overload_name(target, out->name, sizeof(out->name))) {
+            Py_DECREF(target);
+            return 0;
+        }
+        for (int i = 0; p_operator_alias[i][0]; i++) {
+            if (strcmp(out->name, p_operator_alias[i][0]) == 0) {
+                snprintf(out->name, sizeof(out->name), "%s",
+                         p_operator_alias[i][1]);
+                break;
+            }
+        }
+        if (strcmp(out->name, "getitem") == 0) {
+            out->getitem = 1;
+        }
+        else if (strcmp(out->name, "setitem") == 0) {
+            out->setitem = 1;
+            out->inplace = 1;
+        }
+    }
+    else if (!p_overload_name(target, out->name, sizeof(out->name))) {
+        Py_DECREF(target);
+        return 0;
+    }
+    Py_DECREF(target);
+    if (out->getitem || out->setitem) {
+        out->info = stax_graph_p_op_by_name(out->name);
+        return 1;
+    }
+    const stax_op_info *info = stax_graph_p_op_by_name(out->name);
+    if (info != NULL) {
+        out->info = info;
+        if (info->flags & STAX_OPF_INPLACE) {
+            out->inplace = 1;
+        }
+        return 1;
+    }
+    /* an in-place twin without a row of its own: add_ -> add */
+    for (int i = 0; i < P_NOPS; i++) {
+        if (p_ops[i].inplace && strcmp(p_ops[i].inplace, out->name) == 0) {
+            out->info = &p_ops[i];
+            out->inplace = 1;
+            return 1;
+        }
+    }
+    size_t L = strlen(out->name);
+    if (L > 1 && out->name[L - 1] == '_' && out->name[L - 2] != '_') {
+        out->inplace = 1;   /* unknown in-place op: still a side effect */
+    }
+    return 0;
+}
+
+/* ---- schema ---------------------------------------------------------- */
+
+typedef struct {
+    char type[48];
+    char name[48];
+    PyObject *deflt;   /* NULL: required */
+    int kwonly;
+} p_param;
+
+typedef struct {
+    int parsed;
+    int n;
+    p_param params[24];
+} p_schema;
+
+static p_schema p_schemas[STAX_OP_COUNT > 0 ? STAX_OP_COUNT : 1];
+
+static PyObject *
+p_parse_default(const char *s)
+{
+    PyObject *ast = NULL, *r = NULL;
+    if (strcmp(s, "None") == 0) {
+        Py_RETURN_NONE;
+    }
+    if (strcmp(s, "inf") == 0) {
+        return PyFloat_FromDouble(Py_HUGE_VAL);
+    }
+    if (strcmp(s, "Mean") == 0) {
+        return PyUnicode_FromString("mean");
+    }
+    ast = PyImport_ImportModule("ast");
+    if (ast != NULL) {
+        r = PyObject_CallMethod(ast, "literal_eval", "s", s);
+        Py_DECREF(ast);
+    }
+    if (r == NULL) {
+        PyErr_Clear();
+        r = PyUnicode_FromString(s);
+    }
+    return r;
+}
+
+static p_schema *
+p_get_schema(const stax_op_info *op)
+{
+    int idx = (int)(op - p_ops);
+    if (idx < 0 || idx >= P_NOPS) {
+        /* a row of the ops room's table: find ours by name */
+        const stax_op_info *o = stax_graph_p_op_by_name(op->name);
+        if (o == NULL) {
+            return NULL;
+        }
+        idx = (int)(o - p_ops);
+        op = o;
+    }
+    p_schema *s = &p_schemas[idx];
+    if (s->parsed) {
+        return s;
+    }
+    s->parsed = 1;
+    const char *p = op->schema ? op->schema : "";
+    while (*p && *p != '(') {
+        p++;
+    }
+    if (*p == '(') {
+        p++;
+    }
+    int kwonly = 0;
+    while (*p && *p != ')' && s->n < 24) {
+        /* one parameter up to ',' or ')' at depth 0 */
+        char buf[160];
+        int depth = 0, k = 0;
+        while (*p == ' ') {
+            p++;
+        }
+        while (*p && !(depth == 0 && (*p == ',' || *p == ')'))) {
+            if (*p == '[' || *p == '(') {
+                depth++;
+            }
+            else if (*p == ']' || *p == ')') {
+                depth--;
+            }
+            if (k < (int)sizeof(buf) - 1) {
+                buf[k++] = *p;
+            }
+            p++;
+        }
+        buf[k] = '\0';
+        if (*p == ',') {
+            p++;
+        }
+        while (k > 0 && buf[k - 1] == ' ') {
+            buf[--k] = '\0';
+        }
+        if (strcmp(buf, "*") == 0) {
+            kwonly = 1;
+            continue;
+        }
+        if (k == 0) {
+            continue;
+        }
+        p_param *pp = &s->params[s->n];
+        char *eq = strchr(buf, '=');
+        if (eq != NULL) {
+            *eq = '\0';
+            pp->deflt = p_parse_default(eq + 1);
+            if (pp->deflt == NULL) {
+                PyErr_Clear();
+                pp->deflt = Py_NewRef(Py_None);
+            }
+        }
+        char *sp = strrchr(buf, ' ');
+        if (sp != NULL) {
+            *sp = '\0';
+            snprintf(pp->type, sizeof(pp->type), "%s", buf);
+            snprintf(pp->name, sizeof(pp->name), "%s", sp + 1);
+        }
+        else {
+            snprintf(pp->type, sizeof(pp->type), "Tensor");
+            snprintf(pp->name, sizeof(pp->name), "%s", buf);
+        }
+        pp->kwonly = kwonly;
+        s->n++;
+    }
+    return s;
+}
+
+int
+stax_graph_p_schema_len(const stax_op_info *op)
+{
+    p_schema *s = p_get_schema(op);
+    return s ? s->n : 0;
+}
+
+const char *
+stax_graph_p_schema_name(const stax_op_info *op, int i)
+{
+    return p_get_schema(op)->params[i].name;
+}
+
+const char *
+stax_graph_p_schema_type(const stax_op_info *op, int i)
+{
+    return p_get_schema(op)->params[i].type;
+}
+
+PyObject *
+stax_graph_p_schema_default(const stax_op_info *op, int i)
+{
+    return p_get_schema(op)->params[i].deflt;
+}
+
+int
+stax_graph_p_schema_kwonly(const stax_op_info *op, int i)
+{
+    return p_get_schema(op)->params[i].kwonly;
+}
+
+PyObject *
+stax_graph_p_bind(const stax_op_info *op, PyObject *args, PyObject *kwargs)
+{
+    p_schema *s = p_get_schema(op);
+    PyObject *out = NULL;
+    Py_ssize_t na = PyTuple_GET_SIZE(args), used_kw = 0;
+    if (s == NULL) {
+        PyErr_Format(PyExc_TypeError, "%s: no schema", op->name);
+        return NULL;
+    }
+    out = PyTuple_New(s->n);
+    if (out == NULL) {
+        return NULL;
+    }
+    int npos = 0;
+    for (int i = 0; i < s->n; i++) {
+        npos += !s->params[i].kwonly;
+    }
+    if (na > npos) {
+        PyErr_Format(PyExc_TypeError, "%s() takes %d positional arguments "
+                     "but %zd were given", op->name, npos, na);
+        goto error;
+    }
+    for (int i = 0; i < s->n; i++) {
+        PyObject *v = NULL;
+        if (i < na && !s->params[i].kwonly) {
+            v = PyTuple_GET_ITEM(args, i);
+        }
+        else if (kwargs != NULL && PyDict_Check(kwargs)) {
+            v = PyDict_GetItemString(kwargs, s->params[i].name);
+            used_kw += v != NULL;
+        }
+        if (v == NULL) {
+            v = s->params[i].deflt;
+        }
+        if (v == NULL) {
+            PyErr_Format(PyExc_TypeError, "%s() missing argument '%s'",
+                         op->name, s->params[i].name);
+            goto error;
+        }
+        PyTuple_SET_ITEM(out, i, Py_NewRef(v));
+    }
+    if (kwargs != NULL && PyDict_Check(kwargs)
+        && PyDict_GET_SIZE(kwargs) != used_kw) {
+        PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword "
+                     "argument", op->name);
+        goto error;
+    }
+    return out;
+error:
+    Py_XDECREF(out);
+    return NULL;
+}
+
+/* ---- values ---------------------------------------------------------- */
+
+PyObject *
+stax_graph_p_map(PyObject *obj, p_map_fn fn, void *ctx)
+{
+    if (stax_graph_p_is_node(obj)) {
+        return fn(obj, ctx);
+    }
+    if (PyTuple_Check(obj) || PyList_Check(obj)) {
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(obj);
+        PyObject *l = PyList_New(n);
+        if (l == NULL) {
+            return NULL;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *v = stax_graph_p_map(PySequence_Fast_GET_ITEM(obj, i),
+                                           fn, ctx);
+            if (v == NULL) {
+                Py_DECREF(l);
+                return NULL;
+            }
+            PyList_SET_ITEM(l, i, v);
+        }
+        if (PyTuple_Check(obj)) {
+            PyObject *t = PyList_AsTuple(l);
+            Py_DECREF(l);
+            return t;
+        }
+        return l;
+    }
+    if (PyDict_Check(obj)) {
+        PyObject *d = PyDict_New(), *k, *v;
+        Py_ssize_t pos = 0;
+        if (d == NULL) {
+            return NULL;
+        }
+        while (PyDict_Next(obj, &pos, &k, &v)) {
+            PyObject *m = stax_graph_p_map(v, fn, ctx);
+            if (m == NULL || PyDict_SetItem(d, k, m) < 0) {
+                Py_XDECREF(m);
+                Py_DECREF(d);
+                return NULL;
+            }
+            Py_DECREF(m);
+        }
+        return d;
+    }
+    if (PySlice_Check(obj)) {
+        PySliceObject *s = (PySliceObject *)obj;
+        PyObject *a = stax_graph_p_map(s->start, fn, ctx);
+        PyObject *b = a ? stax_graph_p_map(s->stop, fn, ctx) : NULL;
+        PyObject *c = b ? stax_graph_p_map(s->step, fn, ctx) : NULL;
+        PyObject *r = c ? PySlice_New(a, b, c) : NULL;
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        Py_XDECREF(c);
+        return r;
+    }
+    return Py_NewRef(obj);
+}
+
+static PyObject *
+p_val_of(PyObject *node, void *ctx)
+{
+    (void)ctx;
+    PyObject *v = stax_graph_p_val(node);
+    if (v == NULL) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_LookupError, "no val");
+        }
+        return NULL;
+    }
+    return Py_NewRef(v);
+}
+
+PyObject *
+stax_graph_p_run_on_vals(p_opcode_t op, PyObject *target, PyObject *args,
+                         PyObject *kwargs)
+{
+    PyObject *a = NULL, *k = NULL, *r = NULL, *fn = NULL, *rest = NULL;
+    a = stax_graph_p_map(args, p_val_of, NULL);
+    if (a == NULL) {
+        goto done;
+    }
+    if (kwargs != NULL && kwargs != Py_None) {
+        k = stax_graph_p_map(kwargs, p_val_of, NULL);
+        if (k == NULL) {
+            goto done;
+        }
+    }
+    if (op == P_CALL_FUNCTION) {
+        r = PyObject_Call(target, a, k);
+    }
+    else if (op == P_CALL_METHOD && PyTuple_GET_SIZE(a) > 0) {
+        fn = PyObject_GetAttr(PyTuple_GET_ITEM(a, 0), target);
+        rest = fn ? PyTuple_GetSlice(a, 1, PyTuple_GET_SIZE(a)) : NULL;
+        r = rest ? PyObject_Call(fn, rest, k) : NULL;
+    }
+done:
+    if (r == NULL) {
+        PyErr_Clear();
+    }
+    Py_XDECREF(a);
+    Py_XDECREF(k);
+    Py_XDECREF(fn);
+    Py_XDECREF(rest);
+    return r;
+}
+
+static int
+p_attr_eq(PyObject *a, PyObject *b, const char *name)
+{
+    PyObject *x = PyObject_GetAttrString(a, name);
+    PyObject *y = x ? PyObject_GetAttrString(b, name) : NULL;
+    int r = 0;
+    if (x && y) {
+        if (strcmp(name, "shape") == 0) {
+            PyObject *tx = PySequence_Tuple(x), *ty = PySequence_Tuple(y);
+            r = (tx && ty) ? PyObject_RichCompareBool(tx, ty, Py_EQ) : -1;
+            Py_XDECREF(tx);
+            Py_XDECREF(ty);
+        }
+        else {
+            r = PyObject_RichCompareBool(x, y, Py_EQ);
+        }
+    }
+    Py_XDECREF(x);
+    Py_XDECREF(y);
+    if (r < 0 || PyErr_Occurred()) {
+        PyErr_Clear();
+        r = 0;
+    }
+    return r;
+}
+
+int
+stax_graph_p_same_meta(PyObject *a, PyObject *b)
+{
+    if (a == NULL || b == NULL) {
+        return 0;
+    }
+    return p_attr_eq(a, b, "dtype") && p_attr_eq(a, b, "shape");
+}
+
+/* ---- edits ----------------------------------------------------------- */
+
+PyObject *
+stax_graph_p_insert(PyObject *graph, PyObject *before, const char *opcode,
+                    PyObject *target, PyObject *args, PyObject *kwargs,
+                    int compute_val)
+{
+    PyObject *cm = NULL, *ent = NULL, *node = NULL, *ex = NULL, *kw = NULL;
+    if (before != NULL) {
+        cm = PyObject_CallMethod(graph, "inserting_before", "O", before);
+        if (cm == NULL) {
+            return NULL;
+        }
+        ent = PyObject_CallMethod(cm, "__enter__", NULL);
+        if (ent == NULL) {
+            goto done;
+        }
+    }
+    kw = kwargs ? Py_NewRef(kwargs) : PyDict_New();
+    if (kw == NULL) {
+        goto done;
+    }
+    node = PyObject_CallMethod(graph, "create_node", "sOOO", opcode, target,
+                               args, kw);
+    if (cm != NULL) {
+        PyObject *t, *v, *tb;
+        PyErr_Fetch(&t, &v, &tb);
+        ex = PyObject_CallMethod(cm, "__exit__", "OOO", Py_None, Py_None,
+                                 Py_None);
+        if (ex == NULL) {
+            Py_CLEAR(node);
+            Py_XDECREF(t);
+            Py_XDECREF(v);
+            Py_XDECREF(tb);
+        }
+        else {
+            PyErr_Restore(t, v, tb);
+        }
+    }
+    if (node != NULL && compute_val) {
+        p_opcode_t op = strcmp(opcode, "call_method") == 0 ? P_CALL_METHOD
+                                                           : P_CALL_FUNCTION;
+        PyObject *val = stax_graph_p_run_on_vals(op, target, args, kw);
+        if (val != NULL) {
+            PyObject *meta = PyObject_GetAttrString(node, "meta");
+            if (meta != NULL) {
+                if (PyMapping_SetItemString(meta, "val", val) < 0) {
+                    PyErr_Clear();
+                }
+                Py_DECREF(meta);
+            }
+            else {
+                PyErr_Clear();
+            }
+            Py_DECREF(val);
+        }
+    }
+done:
+    Py_XDECREF(cm);
+    Py_XDECREF(ent);
+    Py_XDECREF(ex);
+    Py_XDECREF(kw);
+    return node;
+}
+
+int
+stax_graph_p_set_args(PyObject *node, PyObject *args, PyObject *kwargs)
+{
+    if (args != NULL && PyObject_SetAttrString(node, "args", args) < 0) {
+        return -1;
+    }
+    if (kwargs != NULL && PyObject_SetAttrString(node, "kwargs", kwargs) < 0) {
+        return -1;
+    }
+    return 0;
+}
+
+typedef struct {
+    PyObject *old;
+    PyObject *value;
+} p_repl;
+
+static PyObject *
+p_repl_fn(PyObject *node, void *ctx)
+{
+    p_repl *r = ctx;
+    return Py_NewRef(node == r->old ? r->value : node);
+}
+
+int
+stax_graph_p_replace_uses(PyObject *node, PyObject *value)
+{
+    PyObject *users = NULL, *ul = NULL;
+    int rc = -1;
+    if (stax_graph_p_is_node(value)) {
+        PyObject *r = PyObject_CallMethod(node, "replace_all_uses_with", "O",
+                                          value);
+        if (r == NULL) {
+            return -1;
+        }
+        Py_DECREF(r);
+        return 0;
+    }
+    users = PyObject_GetAttrString(node, "users");
+    if (users == NULL) {
+        return -1;
+    }
+    ul = PySequence_List(users);
+    if (ul == NULL) {
+        goto done;
+    }
+    p_repl ctx = {node, value};
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(ul); i++) {
+        PyObject *u = PyList_GET_ITEM(ul, i);
+        PyObject *a = PyObject_GetAttrString(u, "args");
+        PyObject *k = a ? PyObject_GetAttrString(u, "kwargs") : NULL;
+        PyObject *na = k ? stax_graph_p_map(a, p_repl_fn, &ctx) : NULL;
+        PyObject *nk = na ? stax_graph_p_map(k, p_repl_fn, &ctx) : NULL;
+        int ok = nk != NULL && stax_graph_p_set_args(u, na, nk) == 0;
+        Py_XDECREF(a);
+        Py_XDECREF(k);
+        Py_XDECREF(na);
+        Py_XDECREF(nk);
+        if (!ok) {
+            goto done;
+        }
+    }
+    rc = 0;
+done:
+    Py_XDECREF(users);
+    Py_XDECREF(ul);
+    return rc;
+}
+
+int
+stax_graph_p_erase(PyObject *graph, PyObject *node)
+{
+    PyObject *r = PyObject_CallMethod(graph, "erase_node", "O", node);
+    if (r == NULL) {
+        return -1;
+    }
+    Py_DECREF(r);
+    return 0;
+}
+
+int
+stax_graph_p_note(p_pass_ctx *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    PyObject *s = PyUnicode_FromFormatV(fmt, ap);
+    va_end(ap);
+    if (s == NULL) {
+        return -1;
+    }
+    int r = PyList_Append(c->msg, s);
+    Py_DECREF(s);
+    return r;
+}
