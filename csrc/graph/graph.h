@@ -1,9 +1,16 @@
 /* Public header of the graph room: Graph, Node, GraphModule (FX-style),
  * the front-end passes, the op-level graph, decomposition and
- * functionalization. */
+ * functionalization.
+ *
+ * Core (trace room): a Graph owns a Python list of its nodes in
+ * (topological) order; every Node keeps `users` up to date when its args or
+ * kwargs change; names are unique in a graph (rule: the base name if it is
+ * free and shadows no Python builtin/keyword, else the first free
+ * base_0, base_1, ...; erasing a node frees its name). */
 #ifndef STAX_GRAPH_H
 #define STAX_GRAPH_H
 
+#include <stdint.h>
 #include "ops/ops.h"
 
 typedef enum {
@@ -26,17 +33,83 @@ typedef struct StaxNode {
     PyObject *kwargs;    /* dict */
     PyObject *users;     /* dict Node -> None, kept up to date */
     PyObject *meta;      /* dict: 'val' (sample value), 'stack', 'region' */
-    struct StaxGraph *graph;   /* borrowed; NULL once erased */
+    struct StaxGraph *graph;   /* borrowed; NULL once erased or graph gone */
 } StaxNode;
+
+typedef struct StaxGraph {
+    PyObject_HEAD
+    PyObject *nodes;        /* list of StaxNode in order (strong) */
+    PyObject *names;        /* set of names in use */
+    PyObject *insert_node;  /* anchor of the insertion point or NULL */
+    int insert_mode;        /* 0: append at end, 1: before anchor, 2: after */
+    uint64_t version;       /* bumped by every change (GraphModule recompile) */
+    PyObject *weakreflist;
+} StaxGraph;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *graph;       /* StaxGraph (strong) */
+    PyObject *dict;        /* attributes: get_attr targets, user data */
+    PyObject *code;        /* cached source or NULL */
+    PyObject *forward;     /* cached function forward(self, ...) or NULL */
+    PyObject *globals;     /* globals of the generated code */
+    uint64_t code_version;
+    PyObject *weakreflist;
+} StaxGraphModule;
 
 extern PyTypeObject *StaxNode_Type;
 extern PyTypeObject *StaxGraph_Type;
 extern PyTypeObject *StaxGraphModule_Type;
 
+#define StaxNode_Check(o) PyObject_TypeCheck((o), StaxNode_Type)
+#define StaxGraph_Check(o) PyObject_TypeCheck((o), StaxGraph_Type)
+#define StaxGraphModule_Check(o) PyObject_TypeCheck((o), StaxGraphModule_Type)
+
+/* "placeholder", "call_function", ... (static C string) */
+const char *stax_node_op_name(stax_node_op_t op);
+/* -1 + ValueError for an unknown opcode string */
+int stax_node_op_from_name(const char *s, stax_node_op_t *out);
+
 /* New reference: list of the graph's nodes in (topological) order. */
 PyObject *stax_graph_node_list(PyObject *graph);
 
+/* New (empty) graph; new reference. */
+PyObject *stax_graph_new(void);
+
+/* Create a node at the graph's insertion point. target: borrowed; args: a
+ * tuple or NULL; kwargs: a dict or NULL; name: base name hint or NULL
+ * (derived from the target). New reference (the graph holds another). */
+StaxNode *stax_graph_create_node(StaxGraph *g, stax_node_op_t op,
+                                 PyObject *target, PyObject *args,
+                                 PyObject *kwargs, PyObject *name);
+/* Remove a node without users; -1 + RuntimeError if it still has users. */
+int stax_graph_erase_node(StaxGraph *g, StaxNode *n);
+/* Set args/kwargs (either may be NULL = unchanged), users kept up to date. */
+int stax_node_set_args(StaxNode *n, PyObject *args, PyObject *kwargs);
+/* Redirect every use of n to repl (a Node or a constant). */
+int stax_node_replace_all_uses_with(StaxNode *n, PyObject *repl);
+/* New reference: obj with every Node replaced by fn(node, ctx) (new ref). */
+PyObject *stax_graph_map_arg(PyObject *obj,
+                             PyObject *(*fn)(PyObject *node, void *ctx),
+                             void *ctx);
+/* Append to `out` (a dict used as ordered set) every Node inside obj. */
+int stax_graph_collect_nodes(PyObject *obj, PyObject *out);
+/* 0 ok, -1 + RuntimeError describing the first inconsistency */
+int stax_graph_lint(StaxGraph *g);
+
+/* GraphModule over a graph (borrowed); new reference. */
+PyObject *stax_graph_module_new(PyObject *graph);
+
 int stax_graph_module_init(PyObject *m);
+
+/* internal to the graph core (graph_*.c) */
+int stax_graph_core_init(PyObject *m);   /* registers Node/Graph/GraphModule */
+int stax_graph_print_init(PyObject *m);
+int stax_graph_gm_init(PyObject *m);
+PyObject *stax_graph_format_node(StaxNode *n);
+PyObject *stax_graph_str(StaxGraph *g);
+/* New reference: Python source of forward; fills globals (a dict). */
+PyObject *stax_graph_codegen(StaxGraph *g, PyObject *globals);
 
 /* ---- passes (owned by the passes room: passes*.c, oplevel.c,
  * functionalize.c, decompose_table.c) ----------------------------------
