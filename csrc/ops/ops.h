@@ -24,6 +24,22 @@
  *   decomposition: (op arg ...) over op-table names (mul, sub, exp, where,
  *     gt, expm1, ...), used by the graph room's DecomposePass; constants
  *     appear where the math puts them (normalization moves them right).
+ *     A decomposition holds for the schema defaults of the arguments it
+ *     does not mention ($name): a pass must skip the rule when such an
+ *     argument differs from its default (e.g. mse_loss with reduction='sum').
+ *     An argument of an op in a decomposition is positional in the schema
+ *     order of that op: (clamp a 0 6) = clamp(a, min=0, max=6).
+ *   (case $arg v1 e1 v2 e2 ...): the expression chosen by a string/None
+ *     argument (gelu's approximate, div's rounding_mode), in formulas only.
+ *   Reductions: the formula is the combine function (a = accumulator,
+ *     b = element); mean/var/std/norm/logsumexp finish as their names say.
+ *   Atom-only formulas ("a") are copies/casts (clone, _to_copy, contiguous).
+ *
+ * In-place ops: every row with an in-place twin ("add_") also answers
+ * stax_op_by_name("add_") with an info whose flags hold STAX_OPF_INPLACE,
+ * whose id is the out-of-place row's id and whose .inplace names the
+ * out-of-place op ("add"). Rows that only exist in place (copy_) carry
+ * STAX_OPF_INPLACE themselves; the mutated argument is always argument 0.
  */
 #ifndef STAX_OPS_H
 #define STAX_OPS_H
@@ -51,6 +67,14 @@ typedef enum {
 #define STAX_OPF_OPERATOR      (1u << 7)  /* has a Python operator (operator.add ...) */
 #define STAX_OPF_METHOD        (1u << 8)  /* Tensor method */
 #define STAX_OPF_FUNCTION      (1u << 9)  /* tensorplay.<name> / tensorplay.functional.<name> */
+#define STAX_OPF_NNF           (1u << 10) /* listed in tensorplay.nn.functional's surface */
+#define STAX_OPF_MULTI_OUT     (1u << 11) /* returns a tuple (max.dim, var_mean, native_layer_norm, split) */
+#define STAX_OPF_INT_OK        (1u << 12) /* integral inputs keep their dtype (floor, abs, ...) */
+/* shorthands used in ops.def */
+#define STAX_OPF_MF  (STAX_OPF_METHOD | STAX_OPF_FUNCTION)
+#define STAX_OPF_FP  (STAX_OPF_METHOD | STAX_OPF_FUNCTION | STAX_OPF_FLOAT_RESULT)
+#define STAX_OPF_CMP (STAX_OPF_METHOD | STAX_OPF_FUNCTION | STAX_OPF_COMPARISON)
+#define STAX_OPF_ACT (STAX_OPF_FUNCTION | STAX_OPF_NNF | STAX_OPF_FLOAT_RESULT)
 
 typedef enum {
 #define STAX_OP(ID, name, KIND, arity, schema, ovl, inpl, formula, decomp, flags) STAX_OP_##ID,
@@ -73,7 +97,10 @@ typedef struct {
 
 extern const stax_op_info stax_op_table[STAX_OP_COUNT];
 
-const stax_op_info *stax_op_by_name(const char *name);   /* NULL if none */
+/* NULL if none; "add_" gives the in-place info of add (see above). */
+const stax_op_info *stax_op_by_name(const char *name);
+/* NULL if name is not one of op's overloads ("Tensor", "default", ...) */
+int stax_op_has_overload(const stax_op_info *op, const char *overload);
 /* Map a graph node's (opcode, target) to its op: "call_function" with
  * operator.add / tensorplay.functional.relu / tp.ops.add.Tensor, or
  * "call_method" with "sum". Borrowed; NULL (no exception) if unknown. */
@@ -83,6 +110,14 @@ const stax_op_info *stax_op_for_target(const char *opcode, PyObject *target);
  * tuple holding every schema argument in order, defaults filled in.
  * -1/NULL + TypeError naming the op and the argument on mismatch. */
 PyObject *stax_op_bind(const stax_op_info *op, PyObject *args, PyObject *kwargs);
+
+/* Run the op eagerly (what tensorplay.<name>(*args, **kwargs) does,
+ * __tensor_function__ included). New reference or NULL. */
+PyObject *stax_op_call(const stax_op_info *op, PyObject *args, PyObject *kwargs);
+
+/* The public function object of an op (tensorplay.functional.<name>), or
+ * the tp.ops.<name> packet; borrowed, NULL (no exception) if none. */
+PyObject *stax_op_function(const stax_op_info *op);
 
 int stax_ops_module_init(PyObject *m);
 
