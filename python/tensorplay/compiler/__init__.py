@@ -1,3 +1,16 @@
-"""tensorplay.compiler: config, set_logs, NativeCompileError, register_backend, list_backends.
+"""tensorplay.compiler: config, set_logs, register_backend, list_backends,
+NativeCompileError, and the inspection types of tp.compile (Version, Guard).
 
-Owned by the guards room (placeholder until it lands)."""
+See docs/specialization.md (keys, guards, dispatch levels, lifting) and
+docs/config.md (TENSORPLAY_LOGS, TENSORPLAY_NUM_THREADS, config fields)."""
+from tensorplay import _C
+from ._config import config
+from ._logs import set_logs
+from ._backends import register_backend, list_backends, lookup_backend
+from ._guards import Guard
+from ._driver import Version, RecompileLimitError
+
+NativeCompileError = _C.NativeCompileError
+
+__all__ = ["config", "set_logs", "register_backend", "list_backends", "lookup_backend",
+           "NativeCompileError", "RecompileLimitError", "Version", "Guard"]

@@ -1,0 +1,357 @@
+/* Signature sigma (seed section 2.2) and the level-2 fingerprint.
+ *
+ * sigma of a tensor is ('tensor', type, shape, dtype, device, requires_grad,
+ * strides): the shape at index 2, so dimension 0 of the first positional
+ * tensor sits at inputs[0][0][2][0]. None/bool/int/float/str map to
+ * (type, value); tuple/list to (type, (child, ...)); dict to
+ * (type, ((key, child), ...)); anything else to (type, id). */
+#include "guards/guards.h"
+
+#include <xxhash.h>
+
+static PyObject *str_tensor = NULL;   /* interned 'tensor' */
+static PyObject *str_cpu = NULL;      /* interned 'cpu' */
+
+static int
+is_tensor(PyObject *o)
+{
+    return StaxTensor_Type != NULL && StaxTensor_Check(o);
+}
+
+/* The dynamic-mode stride expressions: dimensions in increasing stride
+ * order; stride 1 -> 1; stride == inner stride * inner size -> the string
+ * "size<inner>*<inner expr>"; otherwise the number. */
+static PyObject *
+stride_signature(StaxTensor *t)
+{
+    int n = t->ndim, order[STAX_MAX_DIMS];
+    PyObject *exprs[STAX_MAX_DIMS] = {NULL};
+    PyObject *res = NULL;
+    for (int i = 0; i < n; i++) {
+        order[i] = i;
+    }
+    /* insertion sort, stable; ties keep the inner (later) dim first */
+    for (int i = 1; i < n; i++) {
+        int d = order[i], j = i - 1;
+        while (j >= 0 && (t->strides[order[j]] > t->strides[d]
+                          || (t->strides[order[j]] == t->strides[d]
+                              && order[j] < d))) {
+            order[j + 1] = order[j];
+            j--;
+        }
+        order[j + 1] = d;
+    }
+    for (int k = 0; k < n; k++) {
+        int d = order[k];
+        int64_t st = t->strides[d];
+        if (st == 1) {
+            exprs[d] = PyLong_FromLong(1);
+        }
+        else if (k > 0 && st == t->strides[order[k - 1]]
+                 * t->sizes[order[k - 1]]) {
+            int p = order[k - 1];
+            exprs[d] = PyUnicode_FromFormat("size%d*%S", p, exprs[p]);
+        }
+        else {
+            exprs[d] = PyLong_FromLongLong(st);
+        }
+        if (exprs[d] == NULL) {
+            goto done;
+        }
+    }
+    res = PyTuple_New(n);
+    if (res == NULL) {
+        goto done;
+    }
+    for (int i = 0; i < n; i++) {
+        PyTuple_SET_ITEM(res, i, exprs[i]);
+        exprs[i] = NULL;
+    }
+done:
+    for (int i = 0; i < n; i++) {
+        Py_XDECREF(exprs[i]);
+    }
+    return res;
+}
+
+static PyObject *
+int64_tuple(const int64_t *v, int n)
+{
+    PyObject *t = PyTuple_New(n);
+    if (t == NULL) {
+        return NULL;
+    }
+    for (int i = 0; i < n; i++) {
+        PyObject *x = PyLong_FromLongLong(v[i]);
+        if (x == NULL) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, i, x);
+    }
+    return t;
+}
+
+static PyObject *
+tensor_signature(StaxTensor *t, int dynamic)
+{
+    PyObject *shape = NULL, *strides = NULL, *dt = NULL;
+    if (dynamic) {
+        shape = PyLong_FromLong(t->ndim);
+        strides = stride_signature(t);
+    }
+    else {
+        shape = int64_tuple(t->sizes, t->ndim);
+        strides = int64_tuple(t->strides, t->ndim);
+    }
+    dt = PyUnicode_FromString(stax_dtype_name(t->dtype));
+    PyObject *res = NULL;
+    if (shape != NULL && strides != NULL && dt != NULL) {
+        res = PyTuple_Pack(7, str_tensor, (PyObject *)Py_TYPE(t), shape, dt,
+                           str_cpu, t->requires_grad ? Py_True : Py_False,
+                           strides);
+    }
+    Py_XDECREF(shape);
+    Py_XDECREF(strides);
+    Py_XDECREF(dt);
+    return res;
+}
+
+PyObject *
+stax_guard_signature(PyObject *o, int dynamic)
+{
+    PyObject *children = NULL, *res = NULL;
+    if (is_tensor(o)) {
+        return tensor_signature((StaxTensor *)o, dynamic);
+    }
+    if (o == Py_None || PyBool_Check(o) || PyLong_Check(o)
+        || PyFloat_Check(o) || PyUnicode_Check(o)) {
+        return PyTuple_Pack(2, (PyObject *)Py_TYPE(o), o);
+    }
+    if (PyTuple_Check(o) || PyList_Check(o)) {
+        PyObject *seq = PySequence_Fast(o, "");
+        if (seq == NULL) {
+            return NULL;
+        }
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+        children = PyTuple_New(n);
+        for (Py_ssize_t i = 0; children != NULL && i < n; i++) {
+            PyObject *c = stax_guard_signature(
+                PySequence_Fast_GET_ITEM(seq, i), dynamic);
+            if (c == NULL) {
+                Py_CLEAR(children);
+                break;
+            }
+            PyTuple_SET_ITEM(children, i, c);
+        }
+        Py_DECREF(seq);
+        goto pack;
+    }
+    if (PyDict_Check(o)) {
+        Py_ssize_t pos = 0, i = 0;
+        PyObject *k, *v;
+        children = PyTuple_New(PyDict_GET_SIZE(o));
+        while (children != NULL && PyDict_Next(o, &pos, &k, &v)) {
+            PyObject *c = stax_guard_signature(v, dynamic);
+            PyObject *kv = c ? PyTuple_Pack(2, k, c) : NULL;
+            Py_XDECREF(c);
+            if (kv == NULL) {
+                Py_CLEAR(children);
+                break;
+            }
+            PyTuple_SET_ITEM(children, i++, kv);
+        }
+        goto pack;
+    }
+    children = PyLong_FromVoidPtr(o);
+pack:
+    if (children == NULL) {
+        return NULL;
+    }
+    res = PyTuple_Pack(2, (PyObject *)Py_TYPE(o), children);
+    Py_DECREF(children);
+    return res;
+}
+
+/* ---- fingerprint (dispatch level 2) ---- */
+
+typedef struct {
+    uint64_t tag;
+    uint64_t a;
+    uint64_t b;
+} fp_word;
+
+static int
+fp_feed(XXH3_state_t *st, PyObject *o)
+{
+    fp_word w = {0, (uint64_t)(uintptr_t)Py_TYPE(o), 0};
+    if (is_tensor(o)) {
+        StaxTensor *t = (StaxTensor *)o;
+        w.tag = 1;
+        w.a = (uint64_t)(uintptr_t)o;
+        w.b = t->storage ? t->storage->version : 0;
+        XXH3_128bits_update(st, &w, sizeof w);
+        /* in-place metadata changes (requires_grad_) keep the identity */
+        uint64_t rg = (uint64_t)t->requires_grad;
+        XXH3_128bits_update(st, &rg, sizeof rg);
+        return 0;
+    }
+    if (o == Py_None || PyBool_Check(o)) {
+        w.tag = 2;
+        w.b = (uint64_t)(uintptr_t)o;
+        XXH3_128bits_update(st, &w, sizeof w);
+        return 0;
+    }
+    if (PyLong_Check(o)) {
+        int overflow = 0;
+        long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+        if (v == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+        if (!overflow) {
+            w.tag = 3;
+            w.b = (uint64_t)v;
+            XXH3_128bits_update(st, &w, sizeof w);
+            return 0;
+        }
+        PyObject *s = PyObject_Str(o);
+        if (s == NULL) {
+            return -1;
+        }
+        int r = fp_feed(st, s);
+        Py_DECREF(s);
+        return r;
+    }
+    if (PyFloat_Check(o)) {
+        double d = PyFloat_AS_DOUBLE(o);
+        w.tag = 4;
+        memcpy(&w.b, &d, sizeof d);
+        XXH3_128bits_update(st, &w, sizeof w);
+        return 0;
+    }
+    if (PyUnicode_Check(o)) {
+        Py_ssize_t n;
+        const char *s = PyUnicode_AsUTF8AndSize(o, &n);
+        if (s == NULL) {
+            return -1;
+        }
+        w.tag = 5;
+        w.b = (uint64_t)n;
+        XXH3_128bits_update(st, &w, sizeof w);
+        XXH3_128bits_update(st, s, (size_t)n);
+        return 0;
+    }
+    if (PyTuple_Check(o) || PyList_Check(o)) {
+        Py_ssize_t n = PySequence_Size(o);
+        w.tag = 6;
+        w.b = (uint64_t)n;
+        XXH3_128bits_update(st, &w, sizeof w);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *c = PySequence_GetItem(o, i);
+            int r = c ? fp_feed(st, c) : -1;
+            Py_XDECREF(c);
+            if (r < 0) {
+                return -1;
+            }
+        }
+        return 0;
+    }
+    if (PyDict_Check(o)) {
+        Py_ssize_t pos = 0;
+        PyObject *k, *v;
+        w.tag = 7;
+        w.b = (uint64_t)PyDict_GET_SIZE(o);
+        XXH3_128bits_update(st, &w, sizeof w);
+        while (PyDict_Next(o, &pos, &k, &v)) {
+            if (fp_feed(st, k) < 0 || fp_feed(st, v) < 0) {
+                return -1;
+            }
+        }
+        return 0;
+    }
+    w.tag = 8;
+    w.b = (uint64_t)(uintptr_t)o;
+    XXH3_128bits_update(st, &w, sizeof w);
+    return 0;
+}
+
+PyObject *
+stax_guard_fingerprint(PyObject *obj)
+{
+    XXH3_state_t *st = XXH3_createState();
+    if (st == NULL) {
+        return PyErr_NoMemory();
+    }
+    PyObject *res = NULL;
+    XXH3_128bits_reset(st);
+    if (fp_feed(st, obj) == 0) {
+        XXH128_hash_t h = XXH3_128bits_digest(st);
+        uint64_t words[2] = {h.low64, h.high64};
+        res = PyBytes_FromStringAndSize((const char *)words, sizeof words);
+    }
+    XXH3_freeState(st);
+    return res;
+}
+
+static PyObject *
+py_signature(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError,
+                        "_guard_signature(obj, dynamic=False)");
+        return NULL;
+    }
+    int dyn = nargs == 2 ? PyObject_IsTrue(args[1]) : 0;
+    if (dyn < 0) {
+        return NULL;
+    }
+    return stax_guard_signature(args[0], dyn);
+}
+
+static PyObject *
+py_fingerprint(PyObject *self, PyObject *obj)
+{
+    (void)self;
+    return stax_guard_fingerprint(obj);
+}
+
+static PyObject *
+py_grad_mode(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    return PyBool_FromLong(stax_grad_enabled());
+}
+
+static PyObject *
+py_default_dtype(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    return PyUnicode_FromString(stax_dtype_name(stax_default_dtype()));
+}
+
+static PyMethodDef signature_methods[] = {
+    {"_guard_default_dtype", py_default_dtype, METH_NOARGS,
+     "_guard_default_dtype(): the default dtype's name, as keyed"},
+    {"_guard_signature", (PyCFunction)(void (*)(void))py_signature,
+     METH_FASTCALL,
+     "_guard_signature(obj, dynamic=False): the signature sigma of obj"},
+    {"_guard_fingerprint", py_fingerprint, METH_O,
+     "_guard_fingerprint(obj): 16-byte XXH3-128 fingerprint (level 2)"},
+    {"_guard_grad_mode", py_grad_mode, METH_NOARGS,
+     "_guard_grad_mode(): grad mode as the dispatcher reads it (rho)"},
+    {NULL, NULL, 0, NULL},
+};
+
+int
+stax_guard_signature_init(PyObject *m)
+{
+    str_tensor = PyUnicode_InternFromString("tensor");
+    str_cpu = PyUnicode_InternFromString("cpu");
+    if (str_tensor == NULL || str_cpu == NULL) {
+        return -1;
+    }
+    return PyModule_AddFunctions(m, signature_methods);
+}

@@ -1,0 +1,413 @@
+"""The compile driver: dispatch levels 2 and 3, misses, compilation, versions.
+
+Level 1 is in C (tensorplay._C.CompiledFunction, csrc/guards/dispatch.c);
+everything it cannot decide comes here through ``_Driver._dispatch``."""
+import threading
+import warnings
+import weakref
+
+from tensorplay import _C
+from . import _logs
+from ._config import config
+from ._guards import GATE_TEXT, Guard, diff_sig, leaves_sig
+from ._lift import analyze
+
+__all__ = ["Version", "Driver", "RecompileLimitError"]
+
+_SCALARS = (type(None), bool, int, float, str)
+_compile_lock = threading.RLock()
+_total = {"compiles": 0}
+
+
+class RecompileLimitError(RuntimeError):
+    """A compiled function passed cache_size_limit or
+    accumulated_cache_size_limit under strict_native=True."""
+
+
+def _tensor_type():
+    return _C.Tensor
+
+
+def _grad_mode():
+    return _C._guard_grad_mode()
+
+
+def _default_dtype():
+    return _C._guard_default_dtype()
+
+
+def _flatten(v, path, flat, paths, T):
+    if isinstance(v, T):
+        flat.append(v)
+        paths.append(path)
+    elif isinstance(v, (tuple, list)):
+        for i, x in enumerate(v):
+            _flatten(x, f"{path}[1][{i}]", flat, paths, T)
+    elif isinstance(v, dict):
+        for k, x in v.items():
+            _flatten(x, f"{path}[1][{k!r}]", flat, paths, T)
+
+
+def _gate_value(kind, v):
+    T = _tensor_type()
+    if isinstance(v, T):
+        if kind == "bool":
+            return bool(v)
+        if kind in ("int", "index"):
+            return int(v)
+        if kind == "float":
+            return float(v)
+        if kind == "tolist":
+            return _tuplify(v.tolist())
+        return v.item()
+    return _tuplify(v)
+
+
+def _tuplify(v):
+    if isinstance(v, list):
+        return tuple(_tuplify(x) for x in v)
+    return v
+
+
+class _Call:
+    """The parts of one call's key that the slow path computes."""
+    __slots__ = ("args", "kwargs", "free", "sig_args", "sig_kwargs", "sig_free",
+                 "rho", "dtype", "flat", "paths", "gkey")
+
+
+class Version:
+    """One specialization version: its key, guards, graphs and artifact."""
+
+    def __init__(self, index, call, gm, artifact, replay, gate_kinds, gates0,
+                 shape_reads, eager_fallback, free_paths, dynamic):
+        self.index = index
+        self.graph_module = gm
+        self.artifact = artifact
+        self.replay = replay
+        self.gate_kinds = gate_kinds
+        self.gates = gates0
+        self.shape_reads = shape_reads     # [(flat index, dim, size, path)]
+        self.eager_fallback = eager_fallback
+        self.dynamic = dynamic
+        self.free_paths = free_paths
+        self.sig_args, self.sig_kwargs, self.sig_free = call.sig_args, call.sig_kwargs, call.sig_free
+        self.rho, self.dtype = call.rho, call.dtype
+        self.gkey = call.gkey
+        self.ntensors = len(call.flat)
+        gamma_s = tuple(s for _, _, s, _ in shape_reads)
+        self.key = ((call.sig_args, call.sig_kwargs, call.sig_free), gamma_s, gates0, call.rho)
+        self.guards = self._projection()
+
+    # -- inspection -------------------------------------------------------
+    @property
+    def op_graph(self):
+        og = getattr(self.artifact, "op_graph", None)
+        if og is None and self.graph_module is not None:
+            og = _C.make_op_graph(self.graph_module)
+            self._op_graph = og
+        return og
+
+    @property
+    def kernels(self):
+        return list(getattr(self.artifact, "kernels", None) or [])
+
+    @property
+    def fallbacks(self):
+        n = getattr(self.artifact, "fallbacks", 0)
+        n = n if isinstance(n, int) else 0
+        return n + (1 if self.eager_fallback else 0)
+
+    def __repr__(self):
+        return (f"<Version {self.index}: {len(self.guards)} guards, "
+                f"{len(self.kernels)} kernels{', eager fallback' if self.eager_fallback else ''}>")
+
+    def _projection(self):
+        out = []
+        out.append(Guard("inputs[0]", f"len(inputs[0]) == {len(self.sig_args)}",
+                         len(self.sig_args), len(self.sig_args)))
+        for i, s in enumerate(self.sig_args):
+            leaves_sig(s, f"inputs[0][{i}]", out)
+        ks = [k for k, _ in self.sig_kwargs]
+        out.append(Guard("inputs[1]", f"keys(inputs[1]) == {ks!r}", ks, ks))
+        for k, s in self.sig_kwargs:
+            leaves_sig(s, f"inputs[1][{k!r}]", out)
+        for p, s in zip(self.free_paths, self.sig_free):
+            leaves_sig(s, p, out)
+        out.append(Guard("grad_mode", f"grad_mode == {self.rho}", self.rho, self.rho))
+        out.append(Guard("default_dtype", f"default_dtype == {self.dtype}", self.dtype, self.dtype))
+        for _, d, s, p in self.shape_reads:
+            out.append(Guard(f"size({p}, {d})", f"size({p}, {d}) == {s}", s, s))
+        if self.gate_kinds:
+            out.append(Guard("gates", GATE_TEXT, self.gates, self.gates))
+        return out
+
+    # -- the key components that need the call's data ---------------------
+    def gate_outcomes(self, flat):
+        out = self.replay(*flat)
+        if not isinstance(out, (tuple, list)):
+            out = (out,)
+        return tuple(_gate_value(k, v) for k, v in zip(self.gate_kinds, out))
+
+    def matches_data(self, call):
+        """gamma_s (dynamic mode) and gamma_g, for a call whose sigma and
+        rho already equal this version's."""
+        for i, d, s, _ in self.shape_reads:
+            if call.flat[i].shape[d] != s:
+                return False
+        if self.gate_kinds:
+            try:
+                return self.gate_outcomes(call.flat) == self.gates
+            except Exception:  # noqa: BLE001 - a slice that cannot run differs
+                return False
+        return True
+
+    def failed_guards(self, call):
+        """The guards of this version that fail on `call`: exactly the
+        components where the two keys differ (Corollary 2.1). Every
+        component is evaluated, gamma_g by running this version's replay
+        slice on the call's tensors (a slice that cannot run counts as
+        differing)."""
+        out = []
+        if len(self.sig_args) != len(call.sig_args):
+            out.append(Guard("inputs[0]", f"len(inputs[0]) == {len(self.sig_args)}",
+                             len(self.sig_args), len(call.sig_args)))
+        else:
+            for i, (e, a) in enumerate(zip(self.sig_args, call.sig_args)):
+                diff_sig(e, a, f"inputs[0][{i}]", out)
+        ke, ka = [k for k, _ in self.sig_kwargs], [k for k, _ in call.sig_kwargs]
+        if ke != ka:
+            out.append(Guard("inputs[1]", f"keys(inputs[1]) == {ke!r}", ke, ka))
+        else:
+            for (k, e), (_, a) in zip(self.sig_kwargs, call.sig_kwargs):
+                diff_sig(e, a, f"inputs[1][{k!r}]", out)
+        for p, e, a in zip(self.free_paths, self.sig_free, call.sig_free):
+            diff_sig(e, a, p, out)
+        if self.rho != call.rho:
+            out.append(Guard("grad_mode", f"grad_mode == {self.rho}", self.rho, call.rho))
+        if self.dtype != call.dtype:
+            out.append(Guard("default_dtype", f"default_dtype == {self.dtype}", self.dtype, call.dtype))
+        for i, d, s, p in self.shape_reads:
+            try:
+                act = call.flat[i].shape[d]
+            except Exception:  # noqa: BLE001
+                act = None
+            if act != s:
+                out.append(Guard(f"size({p}, {d})", f"size({p}, {d}) == {s}", s, act))
+        if self.gate_kinds:
+            try:
+                act = self.gate_outcomes(call.flat) if len(call.flat) == self.ntensors else None
+            except Exception as e:  # noqa: BLE001
+                act = f"replay failed: {type(e).__name__}"
+            if act != self.gates:
+                out.append(Guard("gates", GATE_TEXT, self.gates, act))
+        return out
+
+
+class Driver:
+    """Python side of one compiled function."""
+
+    def __init__(self, fn, backend, dynamic, strict_native, options, name):
+        from ._backends import lookup_backend
+        self.fn = fn
+        self.backend_name = backend if isinstance(backend, str) else getattr(backend, "__name__", "custom")
+        self.backend = lookup_backend(backend)
+        self.dynamic = bool(dynamic)
+        self.strict_native = bool(strict_native)
+        self.options = dict(options or {})
+        self.name = name or getattr(fn, "__name__", None) or type(fn).__name__
+        self.versions = []
+        self._groups = {}
+        self._plan = None
+        self._cf = None
+        self._last = (None, None, None)   # (fingerprint, version, the call's objects)
+        self._limit_warned = False
+        self.compiles = 0
+        self.hits_level2 = 0
+        self.hits_level3 = 0
+        self.eager_calls = 0
+
+    def bind(self, cf):
+        self._cf = weakref.ref(cf)
+
+    def stats(self, calls=0, hits_level1=0):
+        return {
+            "calls": calls,
+            "compiles": self.compiles,
+            "versions": len(self.versions),
+            "hits_level1": hits_level1,
+            "hits_level2": self.hits_level2,
+            "hits_level3": self.hits_level3,
+            "fallbacks": sum(v.fallbacks for v in self.versions) + self.eager_calls,
+            "eager_calls": self.eager_calls,
+        }
+
+    # -- the slow path ------------------------------------------------------
+    def _plan_now(self):
+        if self._plan is None:
+            with _compile_lock:
+                if self._plan is None:
+                    self._plan = analyze(self.fn)
+        return self._plan
+
+    def _eager(self, args, kwargs):
+        self.eager_calls += 1
+        return self.fn(*args, **kwargs)
+
+    def _dispatch(self, *args, **kwargs):
+        plan = self._plan_now()
+        try:
+            free = _C._guard_read_sources(plan.read_tuples())
+        except Exception:  # noqa: BLE001 - a name gone: let Python raise
+            return self._eager(args, kwargs)
+        if kwargs:
+            kwargs = dict(sorted(kwargs.items()))
+        rho = _grad_mode()
+        dtype = _default_dtype()
+        fp = _C._guard_fingerprint((args, kwargs, free, rho, dtype))
+        T = _tensor_type()
+        last_fp, last_v, _ = self._last
+        if fp == last_fp and last_v is not None:
+            v = last_v
+            flat = [x for x in free if isinstance(x, T)]
+            _flatten(args, "", flat, [], T)
+            _flatten(kwargs, "", flat, [], T)
+            self.hits_level2 += 1
+            return self._run(v, flat, args, kwargs, plan, free)
+        call = self._make_call(args, kwargs, free, rho, dtype, plan, T)
+        v = self._lookup(call)
+        if v is not None:
+            self.hits_level3 += 1
+        else:
+            with _compile_lock:
+                v = self._lookup(call)
+                if v is None:
+                    v = self._compile(call, plan)
+            if v is None:
+                return self._eager(args, kwargs)
+        self._last = (fp, v, (args, kwargs, free))
+        return self._run(v, call.flat, args, kwargs, plan, free)
+
+    def _run(self, v, flat, args, kwargs, plan, free):
+        out = v.artifact(*flat)
+        cf = self._cf() if self._cf is not None else None
+        if cf is not None:
+            if (not v.gate_kinds and not kwargs
+                    and all(type(a) in _SCALARS or isinstance(a, _tensor_type()) for a in args)
+                    and all(not isinstance(x, (list, dict, tuple)) for x in free)):
+                cf._set_level1(v.artifact, tuple(args), plan.tuples(free), tuple(free))
+            else:
+                cf._clear_level1()
+        return out
+
+    def _make_call(self, args, kwargs, free, rho, dtype, plan, T):
+        c = _Call()
+        sig = _C._guard_signature
+        dyn = self.dynamic
+        c.args, c.kwargs, c.free = args, kwargs, free
+        c.sig_args = tuple(sig(a, dyn) for a in args)
+        c.sig_kwargs = tuple((k, sig(v, dyn)) for k, v in kwargs.items())
+        c.sig_free = tuple(sig(v, dyn) for v in free)
+        c.rho, c.dtype = rho, dtype
+        flat, paths = [], []
+        for p, x in zip(plan.paths, free):
+            if isinstance(x, T):
+                flat.append(x)
+                paths.append(p)
+        for i, a in enumerate(args):
+            _flatten(a, f"inputs[0][{i}]", flat, paths, T)
+        for k, a in kwargs.items():
+            _flatten(a, f"inputs[1][{k!r}]", flat, paths, T)
+        c.flat, c.paths = flat, paths
+        c.gkey = (c.sig_args, c.sig_kwargs, c.sig_free, rho, dtype)
+        return c
+
+    def _lookup(self, call):
+        for v in tuple(self._groups.get(call.gkey, ())):
+            if v.matches_data(call):
+                return v
+        return None
+
+    # -- a miss ---------------------------------------------------------------
+    def _compile(self, call, plan):
+        failed = []
+        for v in self.versions:
+            failed.extend(v.failed_guards(call))
+        if self.versions and _logs.enabled("recompiles"):
+            _logs.logger("recompiles").info(
+                f"recompiling '{self.name}': " + "; ".join(str(g) for g in failed))
+        if (len(self.versions) >= config.cache_size_limit
+                or _total["compiles"] >= config.accumulated_cache_size_limit):
+            which = ("cache_size_limit" if len(self.versions) >= config.cache_size_limit
+                     else "accumulated_cache_size_limit")
+            limit = getattr(config, which)
+            last = "; ".join(str(g) for g in self.versions[-1].failed_guards(call)) if self.versions else ""
+            msg = (f"tensorplay.compile: '{self.name}' hit config.{which} ({limit}); "
+                   f"last failed guards: {last or '(none)'}")
+            if self.strict_native:
+                raise RecompileLimitError(msg)
+            if not self._limit_warned:
+                self._limit_warned = True
+                warnings.warn(msg + "; running eagerly from now on for new keys", RuntimeWarning,
+                              stacklevel=4)
+            return None
+        v = self._build(call, plan)
+        self.versions.append(v)
+        self._groups.setdefault(call.gkey, []).append(v)
+        self.compiles += 1
+        _total["compiles"] += 1
+        return v
+
+    def _build(self, call, plan):
+        wrapper, free_names = plan.make_wrapper(call.free)
+        target = plan.target
+        names = list(free_names)
+        if target is not None:
+            co = target.__code__
+            params = list(co.co_varnames[:co.co_argcount])
+            if plan.self_obj is not None:
+                params = params[1:]
+            for i in range(len(call.args)):
+                names.append(params[i] if i < len(params) else f"arg{i}")
+        lifted = tuple(x for x in call.free if isinstance(x, _tensor_type()))
+        tr = _C.trace(wrapper, lifted + tuple(call.args), dict(call.kwargs), names)
+        gm = tr.graph_module
+        gates = list(getattr(tr, "gates", None) or [])
+        gate_kinds = tuple(g[1] for g in gates)
+        gates0 = tuple(_gate_value(g[1], g[2]) for g in gates)
+        replay = getattr(tr, "replay", None) if gates else None
+        shape_reads = []
+        if self.dynamic:
+            for ph, d in getattr(tr, "shape_reads", None) or ():
+                shape_reads.append((ph, d, call.flat[ph].shape[d], call.paths[ph]))
+        passes_log = None
+        if _logs.enabled("passes"):
+            lg = _logs.logger("passes")
+            passes_log = lambda line: lg.info(f"'{self.name}': {line}")  # noqa: E731
+        gm = _C.run_frontend_passes(gm, log=passes_log) or gm
+        if _logs.enabled("graph"):
+            _logs.logger("graph").info(f"graph of '{self.name}' (version {len(self.versions)}):\n{gm.graph}")
+        opts = dict(self.options)
+        opts["strict_native"] = self.strict_native
+        if self.dynamic:
+            opts.setdefault("dynamic", True)
+        eager_fallback = False
+        try:
+            artifact = self.backend(gm, list(call.flat), **opts)
+        except Exception as e:  # noqa: BLE001
+            if self.strict_native:
+                raise
+            artifact, eager_fallback = gm, True
+            if config.warn_on_fallback:
+                warnings.warn(f"tensorplay.compile: back end {self.backend_name!r} failed on "
+                              f"'{self.name}' ({type(e).__name__}: {e}); this version runs eagerly",
+                              RuntimeWarning, stacklevel=5)
+        v = Version(len(self.versions), call, gm, artifact, replay, gate_kinds, gates0,
+                    shape_reads, eager_fallback, plan.paths, self.dynamic)
+        if _logs.enabled("guards"):
+            _logs.logger("guards").info(f"guards of '{self.name}' version {v.index}: "
+                                        + "; ".join(str(g) for g in v.guards))
+        if _logs.enabled("kernels"):
+            for k in v.kernels:
+                _logs.logger("kernels").info(f"kernel {getattr(k, 'name', '?')} of '{self.name}':\n"
+                                             f"{getattr(k, 'source', '')}")
+        return v

@@ -1,0 +1,128 @@
+"""tp.compile entry point: decorator forms, modules, methods, back ends, failures, threads."""
+import threading
+import warnings
+
+import numpy as np
+import pytest
+
+import tensorplay as tp
+from tensorplay import _C
+
+if not (hasattr(_C, "Tensor") and hasattr(_C, "trace")):  # integration: until tensor+trace land
+    pytest.skip("needs the tensor and trace rooms", allow_module_level=True)
+
+BACKEND = "stax" if hasattr(_C, "stax_backend") else "eager"
+
+
+def test_decorator_forms():
+    @tp.compile(backend=BACKEND)
+    def f(x):
+        return x + 1
+
+    @tp.compile
+    def g(x):
+        return x * 2
+
+    assert f(tp.ones(2)).numpy()[0] == 2
+    assert f.__name__ == "f" and len(f.versions) == 1
+    if BACKEND == "eager":
+        g = tp.compile(g.__wrapped__, backend="eager")
+    assert g(tp.ones(2)).numpy()[0] == 2
+
+
+def test_eager_backend_and_registry():
+    seen = {}
+
+    @tp.compiler.register_backend("recording")
+    def recording(gm, example_inputs, **options):
+        seen["gm"], seen["n"], seen["opts"] = gm, len(example_inputs), options
+        return gm
+
+    assert "recording" in tp.compiler.list_backends()
+    assert {"eager", "stax"} <= set(tp.compiler.list_backends())
+    cf = tp.compile(lambda x, y: x + y, backend="recording")
+    assert cf(tp.ones(2), tp.ones(2)).numpy()[0] == 2
+    assert seen["n"] == 2 and "strict_native" in seen["opts"]
+    assert cf.versions[0].graph_module is seen["gm"]
+
+
+def test_trace_failure_leaves_no_entry():
+    state = {"boom": True}
+
+    def f(x):
+        if state["boom"]:
+            raise ValueError("boom")
+        return x + 1
+
+    cf = tp.compile(f, backend=BACKEND)
+    with pytest.raises(ValueError):
+        cf(tp.ones(2))
+    assert len(cf.versions) == 0
+    state["boom"] = False
+    assert cf(tp.ones(2)).numpy()[0] == 2
+
+
+def test_backend_failure_falls_back_or_raises():
+    def bad(gm, example_inputs, **options):
+        raise RuntimeError("no")
+
+    cf = tp.compile(lambda x: x + 1, backend=bad)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        assert cf(tp.ones(2)).numpy()[0] == 2
+    assert any("runs eagerly" in str(m.message) for m in w)
+    assert cf.stats()["fallbacks"] == 1 and cf.versions[0].eager_fallback
+    cs = tp.compile(lambda x: x + 1, backend=bad, strict_native=True)
+    with pytest.raises(RuntimeError):
+        cs(tp.ones(2))
+    assert len(cs.versions) == 0
+
+
+def test_bound_method_and_module():
+    class M(tp.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = tp.nn.Parameter(tp.ones(3))
+            self.scale = 2.0
+
+        def forward(self, x):
+            return x * self.w * self.scale
+
+    m = M()
+    cm = tp.compile(m, backend=BACKEND)
+    x = tp.ones(3)
+    with tp.no_grad():
+        assert cm(x).numpy()[0] == 2
+        m.w.mul_(3)
+        assert cm(x).numpy()[0] == 6
+        assert len(cm.versions) == 1
+        m.scale = 1.0
+        assert cm(x).numpy()[0] == 3
+        assert len(cm.versions) == 2
+        cb = tp.compile(m.forward, backend=BACKEND)
+        assert cb(x).numpy()[0] == 3
+
+
+def test_threads():
+    cf = tp.compile(lambda x, y: x * 2 + y, backend=BACKEND)
+    xs = [tp.randn(16) for _ in range(4)]
+    errors = []
+
+    def work(i):
+        try:
+            for _ in range(50):
+                x = xs[i]
+                np.testing.assert_allclose(cf(x, x).numpy(), x.numpy() * 3, rtol=1e-6)
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors and len(cf.versions) == 1
+
+
+def test_strict_native_error_class():
+    assert tp.compiler.NativeCompileError is _C.NativeCompileError

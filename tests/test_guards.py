@@ -1,0 +1,257 @@
+"""Guards room: signatures, keys, guards, recompile logs, lifting (seed section 2, 3.5)."""
+import logging
+import warnings
+
+import numpy as np
+import pytest
+
+import tensorplay as tp
+from tensorplay import _C
+
+if not (hasattr(_C, "Tensor") and hasattr(_C, "trace")):  # integration: until tensor+trace land
+    pytest.skip("needs the tensor and trace rooms", allow_module_level=True)
+
+BACKEND = "stax" if hasattr(_C, "stax_backend") else "eager"
+
+
+def comp(fn, **kw):
+    kw.setdefault("backend", BACKEND)
+    return tp.compile(fn, **kw)
+
+
+class Logs(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.lines = []
+
+    def emit(self, rec):
+        self.lines.append(rec.getMessage())
+
+
+@pytest.fixture
+def recompiles():
+    h = Logs()
+    lg = logging.getLogger("tensorplay.recompiles")
+    lg.addHandler(h)
+    tp.compiler.set_logs(recompiles=True)
+    yield h.lines
+    tp.compiler.set_logs(recompiles=False)
+    lg.removeHandler(h)
+
+
+def test_signature_layout():
+    x = tp.ones(4, 8)
+    s = _C._guard_signature(x)
+    assert s[0] == "tensor" and s[2] == (4, 8) and s[3] == "float32" and s[6] == (8, 1)
+    assert s[5] is False
+    assert _C._guard_signature(3) == (int, 3)
+    assert _C._guard_signature([x, 2.0])[1][1] == (float, 2.0)
+
+
+def test_stride_signature_dynamic():
+    sig = lambda t: _C._guard_signature(t, True)  # noqa: E731
+    a, b = tp.randn(4, 4), tp.randn(6, 6)
+    assert sig(a) == sig(b)
+    assert sig(a.t()) == sig(b.t()) != sig(a)
+    assert sig(a)[2] == 2 and sig(a)[6] == ("size1*1", 1)
+    assert sig(a.t())[6] == (1, "size0*1")
+    assert sig(tp.randn(8, 1).expand(8, 8))[6] == (1, 0)
+    assert sig(tp.randn(8, 16)[:, ::2])[6] == ("size1*2", 2)
+
+
+def test_fingerprint_tracks_identity_and_version():
+    x = tp.ones(3)
+    f1 = _C._guard_fingerprint((x, 3))
+    assert f1 == _C._guard_fingerprint((x, 3))
+    assert f1 != _C._guard_fingerprint((x, 4))
+    x.add_(1)
+    assert f1 != _C._guard_fingerprint((x, 3))
+
+
+def test_example_2_1_scalars_by_value():
+    x = tp.ones(3)
+    cf = comp(lambda x, k: x * k)
+    cf(x, 3)
+    cf(x, 4)
+    assert len(cf.versions) == 2
+    cf2 = comp(lambda x, k: x * k)
+    r1 = cf2(x, tp.tensor(3.0))
+    r2 = cf2(x, tp.tensor(4.0))
+    assert len(cf2.versions) == 1
+    assert r1.numpy()[0] == 3.0 and r2.numpy()[0] == 4.0
+
+
+SCALE = None
+
+
+def test_example_2_2_lifted_global(recompiles):
+    global SCALE
+    SCALE = tp.ones(128)
+
+    def f(x):
+        return x * SCALE
+
+    cf = comp(f)
+    x = tp.ones(128)
+    assert cf(x).numpy()[0] == 1.0
+    SCALE.mul_(2)
+    assert cf(x).numpy()[0] == 2.0
+    assert len(cf.versions) == 1 and not recompiles
+    assert cf.stats()["hits_level3"] >= 1
+    SCALE = tp.ones(1) * 3          # rebinding to another shape
+    assert cf(x).numpy()[0] == 3.0
+    assert len(cf.versions) == 2
+    assert recompiles[-1] == "recompiling 'f': globals['SCALE'][2][0] == 128"
+    SCALE = 5.0                     # rebinding to a non-tensor
+    assert cf(x).numpy()[0] == 5.0
+    assert len(cf.versions) == 3
+    assert "type(globals['SCALE']) is Tensor" in recompiles[-1]
+
+
+def test_closure_and_attribute_chain_guards(recompiles):
+    class Cfg:
+        flag = True
+    cfg = Cfg()
+    k = 2
+
+    def g(x):
+        return x * k + (1 if cfg.flag else 0)
+
+    cf = comp(g)
+    x = tp.ones(2)
+    assert cf(x).numpy()[0] == 3
+    k = 3
+    assert cf(x).numpy()[0] == 4
+    assert recompiles[-1] == "recompiling 'g': closure['k'][1] == 2"
+    cfg.flag = False
+    assert cf(x).numpy()[0] == 3
+    assert "closure['cfg'].flag[1] == True" in recompiles[-1]
+    assert len(cf.versions) == 3
+
+
+def test_closure_tensor_lifted():
+    w = tp.ones(4)
+
+    def h(x):
+        return x + w
+
+    cf = comp(h)
+    x = tp.ones(4)
+    assert cf(x).numpy()[0] == 2
+    w.add_(1)
+    assert cf(x).numpy()[0] == 3
+    assert len(cf.versions) == 1
+
+
+def test_example_3_2_gate_log(recompiles):
+    def f(x):
+        if x.sum() > 0:
+            return x * 2
+        return x - 1
+
+    cf = comp(f)
+    a = cf(tp.ones(4, 8)).numpy()
+    b = cf(-2 * tp.ones(4, 8)).numpy()
+    c = cf(tp.ones(6, 8)).numpy()
+    assert (a == 2).all() and (b == -3).all() and (c == 2).all()
+    assert len(cf.versions) == 3
+    assert recompiles == [
+        "recompiling 'f': control-flow gate outcomes match the traced branch",
+        "recompiling 'f': inputs[0][0][2][0] == 4; inputs[0][0][2][0] == 4; "
+        "control-flow gate outcomes match the traced branch",
+    ]
+    g = cf.versions[0].guards
+    assert any(str(x) == "inputs[0][0][2][0] == 4" for x in g)
+    # the gated function never takes level 1, but hits at level 2/3
+    cf(tp.ones(4, 8))
+    assert cf.stats()["hits_level1"] == 0
+
+
+def test_strides_four_layouts():
+    cf = comp(lambda x: x * 2 + 1)
+    base = tp.randn(8, 8)
+    lays = [base, base.t(), tp.randn(8, 1).expand(8, 8), tp.randn(8, 16)[:, ::2]]
+    for t in lays:
+        cf(t)
+    assert cf.stats()["compiles"] == 4
+    for t in lays:
+        np.testing.assert_allclose(cf(t).numpy(), t.numpy() * 2 + 1, rtol=1e-6)
+    assert cf.stats()["compiles"] == 4 and len(cf.versions) == 4
+
+
+def test_strides_dynamic_two_artifacts():
+    cf = comp(lambda x: x * 2 + 1, dynamic=True)
+    for n in (4, 6, 8):
+        a = tp.randn(n, n)
+        for t in (a, a.t()):
+            np.testing.assert_allclose(cf(t).numpy(), t.numpy() * 2 + 1, rtol=1e-6)
+    assert len(cf.versions) == 2
+
+
+def test_grad_mode_recompiles(recompiles):
+    cf = comp(lambda x: x + 1)
+    x = tp.ones(2)
+    cf(x)
+    with tp.no_grad():
+        cf(x)
+    assert len(cf.versions) == 2
+    assert recompiles[-1].endswith("grad_mode == True")
+
+
+def test_requires_grad_recompiles(recompiles):
+    cf = comp(lambda x: x * 3)
+    x = tp.ones(2)
+    cf(x)
+    x.requires_grad_(True)
+    cf(x)
+    assert len(cf.versions) == 2
+    assert "inputs[0][0][5] == False" in recompiles[-1]
+
+
+def test_limits_warn_then_eager():
+    old = tp.compiler.config.cache_size_limit
+    tp.compiler.config.cache_size_limit = 2
+    try:
+        cf = comp(lambda x, k: x * k)
+        x = tp.ones(2)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            for k in range(5):
+                assert cf(x, k).numpy()[0] == k
+        lim = [m for m in w if "cache_size_limit" in str(m.message)]
+        assert len(lim) == 1 and "'<lambda>'" in str(lim[0].message)
+        assert "inputs[0][1][1] == 1" in str(lim[0].message)
+        assert len(cf.versions) == 2 and cf.stats()["fallbacks"] >= 3
+        cs = comp(lambda x, k: x * k, strict_native=True)
+        cs(x, 1)
+        cs(x, 2)
+        with pytest.raises(tp.compiler.RecompileLimitError):
+            cs(x, 3)
+    finally:
+        tp.compiler.config.cache_size_limit = old
+
+
+def test_kwargs_keyed_by_name():
+    cf = comp(lambda x, a=1, b=2: x * a + b)
+    x = tp.ones(2)
+    assert cf(x, a=2, b=3).numpy()[0] == 5
+    assert cf(x, b=3, a=2).numpy()[0] == 5
+    assert len(cf.versions) == 1
+    assert cf(x, a=3, b=3).numpy()[0] == 6
+    assert len(cf.versions) == 2
+    assert cf(x, a=3, b=3).numpy()[0] == 6
+    assert cf.stats()["hits_level2"] >= 1
+
+
+def test_dispatch_levels_counted():
+    cf = comp(lambda x: x + 1)
+    x = tp.ones(1)
+    for _ in range(5):
+        cf(x)
+    s = cf.stats()
+    assert s["calls"] == 5 and s["compiles"] == 1 and s["hits_level1"] == 4
+    cf(tp.ones(1))
+    assert cf.stats()["hits_level3"] == 1
+    x.add_(1)                      # new version: level 1 misses, level 3 hits
+    assert cf(x).numpy()[0] == 3
+    assert cf.stats()["hits_level1"] == 4
