@@ -1,5 +1,220 @@
-/* Room init: registers this room's types and functions on tensorplay._C. */
+/* Room init and the LLVM back end's runtime: one ORC LLJIT per process, a
+ * cached host target machine for the O3 pipeline, one resource tracker per
+ * kernel so that freeing a compiled program frees its code.  LLVM errors
+ * become RuntimeError carrying LLVM's message. */
 #include "backend_llvm/backend_llvm.h"
+
+#ifdef STAX_HAVE_LLVM
+#include "backend_llvm/llvm_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    LLVMOrcResourceTrackerRef rt;
+    stax_kernel_fn fn;
+} llvm_handle;
+
+static LLVMOrcLLJITRef jit;
+static LLVMTargetMachineRef tm;
+static char *host_cpu, *host_features, *host_triple;
+static LLVMTargetDataRef host_layout;
+static unsigned long kernel_counter;
+
+static int
+check(LLVMErrorRef e, const char *what)
+{
+    if (e == NULL) {
+        return 0;
+    }
+    char *msg = LLVMGetErrorMessage(e);
+    PyErr_Format(PyExc_RuntimeError, "LLVM %s failed: %s", what, msg);
+    LLVMDisposeErrorMessage(msg);
+    return -1;
+}
+
+static int
+ensure_jit(void)
+{
+    if (jit != NULL) {
+        return 0;
+    }
+    LLVMInitializeNativeTarget();
+    LLVMInitializeNativeAsmPrinter();
+    LLVMInitializeNativeAsmParser();
+    host_cpu = LLVMGetHostCPUName();
+    host_features = LLVMGetHostCPUFeatures();
+    host_triple = LLVMGetDefaultTargetTriple();
+    LLVMTargetRef target;
+    char *err = NULL;
+    if (LLVMGetTargetFromTriple(host_triple, &target, &err)) {
+        PyErr_Format(PyExc_RuntimeError, "LLVM target lookup failed: %s", err);
+        LLVMDisposeMessage(err);
+        return -1;
+    }
+    tm = LLVMCreateTargetMachine(target, host_triple, host_cpu, host_features,
+                                 LLVMCodeGenLevelAggressive, LLVMRelocDefault,
+                                 LLVMCodeModelJITDefault);
+    host_layout = LLVMCreateTargetDataLayout(tm);
+    LLVMOrcJITTargetMachineBuilderRef jtmb = NULL;
+    if (check(LLVMOrcJITTargetMachineBuilderDetectHost(&jtmb), "host detection")) {
+        return -1;
+    }
+    LLVMOrcLLJITBuilderRef jb = LLVMOrcCreateLLJITBuilder();
+    LLVMOrcLLJITBuilderSetJITTargetMachineBuilder(jb, jtmb);
+    LLVMOrcLLJITRef j = NULL;
+    if (check(LLVMOrcCreateLLJIT(&j, jb), "LLJIT creation")) {
+        return -1;
+    }
+    LLVMOrcDefinitionGeneratorRef gen = NULL;
+    if (check(LLVMOrcCreateDynamicLibrarySearchGeneratorForProcess(
+                  &gen, LLVMOrcLLJITGetGlobalPrefix(j), NULL, NULL),
+              "process symbol generator")) {
+        LLVMOrcDisposeLLJIT(j);
+        return -1;
+    }
+    LLVMOrcJITDylibAddGenerator(LLVMOrcLLJITGetMainJITDylib(j), gen);
+    jit = j;
+    return 0;
+}
+
+static void *
+llvm_compile_kernel(stax_backend *be, const stax_kernel *k, PyObject **source)
+{
+    (void)be;
+    if (ensure_jit() < 0) {
+        return NULL;
+    }
+    llvm_handle *h = NULL;
+    char sym[128];
+    snprintf(sym, sizeof(sym), "%s_%lu", k->name, ++kernel_counter);
+    LLVMOrcThreadSafeContextRef tsc = LLVMOrcCreateNewThreadSafeContext();
+    LLVMContextRef cx = LLVMOrcThreadSafeContextGetContext(tsc);
+    LLVMModuleRef mod = LLVMModuleCreateWithNameInContext(sym, cx);
+    LLVMSetTarget(mod, host_triple);
+    LLVMSetModuleDataLayout(mod, host_layout);
+    const char *cerr = NULL;
+    char *msg = NULL;
+    if (stax_llvm_build_module(cx, mod, k, sym, host_cpu, host_features, &cerr) < 0) {
+        PyErr_Format(PyExc_RuntimeError, "LLVM code generation of %s: %s", k->name, cerr);
+        goto error;
+    }
+    if (LLVMVerifyModule(mod, LLVMReturnStatusAction, &msg)) {
+        PyErr_Format(PyExc_RuntimeError, "LLVM verifier rejected %s: %s", k->name, msg);
+        LLVMDisposeMessage(msg);
+        goto error;
+    }
+    LLVMDisposeMessage(msg);
+    LLVMPassBuilderOptionsRef po = LLVMCreatePassBuilderOptions();
+    LLVMPassBuilderOptionsSetLoopVectorization(po, 1);
+    LLVMPassBuilderOptionsSetSLPVectorization(po, 1);
+    LLVMPassBuilderOptionsSetLoopUnrolling(po, 1);
+    LLVMErrorRef e = LLVMRunPasses(mod, "default<O3>", tm, po);
+    LLVMDisposePassBuilderOptions(po);
+    if (check(e, "O3 pipeline")) {
+        goto error;
+    }
+    if (source != NULL) {
+        char *ir = LLVMPrintModuleToString(mod);
+        *source = PyUnicode_FromString(ir);
+        LLVMDisposeMessage(ir);
+        if (*source == NULL) {
+            goto error;
+        }
+    }
+    h = calloc(1, sizeof(*h));
+    if (h == NULL) {
+        PyErr_NoMemory();
+        goto error;
+    }
+    LLVMOrcJITDylibRef jd = LLVMOrcLLJITGetMainJITDylib(jit);
+    h->rt = LLVMOrcJITDylibCreateResourceTracker(jd);
+    LLVMOrcThreadSafeModuleRef tsm = LLVMOrcCreateNewThreadSafeModule(mod, tsc);
+    mod = NULL;   /* owned by tsm */
+    LLVMOrcDisposeThreadSafeContext(tsc);
+    tsc = NULL;
+    if (check(LLVMOrcLLJITAddLLVMIRModuleWithRT(jit, h->rt, tsm), "adding the module")) {
+        LLVMOrcDisposeThreadSafeModule(tsm);
+        goto error;
+    }
+    LLVMOrcExecutorAddress addr = 0;
+    if (check(LLVMOrcLLJITLookup(jit, &addr, sym), "symbol lookup")) {
+        goto error;
+    }
+    h->fn = (stax_kernel_fn)(uintptr_t)addr;
+    return h;
+error:
+    if (source != NULL) {
+        Py_CLEAR(*source);
+    }
+    if (mod != NULL) {
+        LLVMDisposeModule(mod);
+    }
+    if (tsc != NULL) {
+        LLVMOrcDisposeThreadSafeContext(tsc);
+    }
+    if (h != NULL) {
+        if (h->rt != NULL) {
+            LLVMErrorRef e2 = LLVMOrcResourceTrackerRemove(h->rt);
+            if (e2) {
+                LLVMConsumeError(e2);
+            }
+            LLVMOrcReleaseResourceTracker(h->rt);
+        }
+        free(h);
+    }
+    return NULL;
+}
+
+static int
+llvm_launch(stax_backend *be, void *handle, char **bufs, const int64_t *sizes,
+            int64_t start, int64_t end)
+{
+    (void)be;
+    ((llvm_handle *)handle)->fn(bufs, sizes, start, end);
+    return 0;
+}
+
+static stax_kernel_fn
+llvm_kernel_fn(stax_backend *be, void *handle)
+{
+    (void)be;
+    return ((llvm_handle *)handle)->fn;
+}
+
+static void
+llvm_free(stax_backend *be, void *handle)
+{
+    (void)be;
+    llvm_handle *h = handle;
+    if (h == NULL) {
+        return;
+    }
+    LLVMErrorRef e = LLVMOrcResourceTrackerRemove(h->rt);
+    if (e) {
+        LLVMConsumeError(e);
+    }
+    LLVMOrcReleaseResourceTracker(h->rt);
+    free(h);
+}
+
+static stax_backend llvm_backend = {
+    .name = "llvm",
+    .compile_kernel = llvm_compile_kernel,
+    .launch = llvm_launch,
+    .free = llvm_free,
+    .supports_op = NULL,
+    .kernel_fn = llvm_kernel_fn,
+};
+
+int
+stax_llvm_module_init(PyObject *m)
+{
+    (void)m;
+    return stax_lower_register_backend(&llvm_backend);
+}
+
+#else
 
 int
 stax_llvm_module_init(PyObject *m)
@@ -7,3 +222,5 @@ stax_llvm_module_init(PyObject *m)
     (void)m;
     return 0;
 }
+
+#endif

@@ -204,6 +204,11 @@ stax_lower_ix_render(stax_strbuf *sb, const stax_ix *ix)
         stax_strbuf_printf(sb, ix->kind == STAX_IX_DIV ? ") // " : ") %% ");
         stax_lower_ix_render(sb, ix->b);
         break;
+    case STAX_IX_VALUE:
+        stax_strbuf_printf(sb, "int(");
+        stax_lower_lval_render(sb, ix->val);
+        stax_strbuf_printf(sb, ")");
+        break;
     }
 }
 
@@ -214,6 +219,10 @@ stax_lower_lval_render(stax_strbuf *sb, const stax_lval *v)
     case STAX_LV_LOAD:
         stax_strbuf_printf(sb, "buf%d[", v->buf);
         stax_lower_ix_render(sb, v->index);
+        if (v->mask != NULL) {
+            stax_strbuf_printf(sb, " if ");
+            stax_lower_lval_render(sb, v->mask);
+        }
         stax_strbuf_printf(sb, "]");
         break;
     case STAX_LV_CONST:

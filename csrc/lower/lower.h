@@ -108,13 +108,19 @@ typedef enum {
     STAX_IX_ADD,         /* a + b */
     STAX_IX_MUL,         /* a * b */
     STAX_IX_DIV,         /* a / b, floor division, a >= 0, b > 0 */
-    STAX_IX_MOD          /* a % b, a >= 0, b > 0 */
+    STAX_IX_MOD,         /* a % b, a >= 0, b > 0 */
+    STAX_IX_VALUE        /* the (integer) value expression `val`, already
+                            clamped to the valid range by lowering
+                            (index_select / gather / embedding) */
 } stax_ix_kind_t;
+
+struct stax_lval;
 
 typedef struct stax_ix {
     stax_ix_kind_t kind;
     int64_t v;
     const struct stax_ix *a, *b;
+    const struct stax_lval *val;   /* STAX_IX_VALUE */
 } stax_ix;
 
 /* ------------------------------------------------------ value expressions */
@@ -135,6 +141,10 @@ typedef struct stax_lval {
     const struct stax_lval *args[3];
     int buf;                    /* LOAD: kernel buffer number */
     const stax_ix *index;       /* LOAD, INDEX */
+    const struct stax_lval *mask; /* LOAD: optional bool; where false the
+                                   load reads nothing and yields 0 (cat,
+                                   pad: both arms of a where are evaluated,
+                                   so out-of-range loads must be masked) */
     double f;                   /* CONST */
     int64_t i;                  /* CONST */
     int acc;                    /* ACC */

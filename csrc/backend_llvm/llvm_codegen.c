@@ -1,0 +1,919 @@
+/* Loop IR -> LLVM IR through LLVM-C.
+ *
+ * One function per kernel with the kernel ABI
+ *   void name(ptr bufs, ptr sizes, i64 start, i64 end)
+ * which loads the buffer pointers and size arguments and calls an internal
+ * body function whose buffer parameters are `noalias` (outputs are always
+ * fresh allocations, so no buffer written by a kernel overlaps another); the
+ * O3 inliner turns those into scoped alias metadata, which is what lets the
+ * loop vectorizer work without runtime checks.  Loop counters and
+ * accumulators live in entry-block allocas that SROA/mem2reg promote.
+ * Only reduction folds carry a fast-math flag (`reassoc`); float sums are
+ * blocked (STAX_RED_BLOCK elements in the value dtype, then added into a
+ * double). */
+#ifdef STAX_HAVE_LLVM
+#include "backend_llvm/llvm_internal.h"
+
+#include <math.h>
+#include <string.h>
+
+typedef struct {
+    LLVMContextRef cx;
+    LLVMModuleRef mod;
+    LLVMBuilderRef b;
+    LLVMValueRef fn;
+    LLVMBasicBlockRef entry;
+    LLVMTypeRef i1, i8, i16, i32, i64, f16, f32, f64, ptr;
+    const stax_kernel *k;
+    LLVMValueRef bufs[64];
+    LLVMValueRef syms[256];
+    int nsyms;
+    LLVMValueRef sizes_arg;
+    LLVMValueRef vars[2 * STAX_MAX_DIMS];
+    LLVMValueRef acc[64], acc2[64];     /* allocas: value; ARG*: index */
+    LLVMValueRef acc_blk[64];           /* blocked float sums: block acc */
+    const char *err;
+} cg_t;
+
+/* ------------------------------------------------------------- types */
+static LLVMTypeRef
+reg_type(cg_t *g, stax_dtype_t dt)
+{
+    switch (dt) {
+    case STAX_BOOL: return g->i1;
+    case STAX_UINT8: case STAX_INT8: return g->i8;
+    case STAX_INT16: return g->i16;
+    case STAX_INT32: return g->i32;
+    case STAX_INT64: return g->i64;
+    case STAX_FLOAT16: return g->f16;
+    case STAX_FLOAT32: return g->f32;
+    default: return g->f64;
+    }
+}
+
+static LLVMTypeRef
+mem_type(cg_t *g, stax_dtype_t dt)
+{
+    return dt == STAX_BOOL ? g->i8 : reg_type(g, dt);
+}
+
+static int
+is_fp(stax_dtype_t dt)
+{
+    return dt == STAX_FLOAT16 || dt == STAX_FLOAT32 || dt == STAX_FLOAT64;
+}
+
+static int
+is_unsigned(stax_dtype_t dt)
+{
+    return dt == STAX_UINT8 || dt == STAX_BOOL;
+}
+
+static int
+item_size(stax_dtype_t dt)
+{
+    static const int sz[] = {1, 1, 1, 2, 4, 8, 2, 4, 8};
+    return (unsigned)dt < STAX_NUM_DTYPES ? sz[dt] : 8;
+}
+
+static LLVMValueRef
+entry_alloca(cg_t *g, LLVMTypeRef t, const char *name)
+{
+    LLVMBuilderRef eb = LLVMCreateBuilderInContext(g->cx);
+    LLVMValueRef first = LLVMGetFirstInstruction(g->entry);
+    if (first) {
+        LLVMPositionBuilderBefore(eb, first);
+    }
+    else {
+        LLVMPositionBuilderAtEnd(eb, g->entry);
+    }
+    LLVMValueRef a = LLVMBuildAlloca(eb, t, name);
+    LLVMDisposeBuilder(eb);
+    return a;
+}
+
+/* ------------------------------------------------------------ intrinsics */
+static LLVMValueRef
+intrinsic(cg_t *g, const char *name, LLVMTypeRef t, LLVMValueRef *args,
+          int n)
+{
+    unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
+    LLVMTypeRef ts[1] = {t};
+    LLVMValueRef f = LLVMGetIntrinsicDeclaration(g->mod, id, ts, 1);
+    LLVMTypeRef ft = LLVMIntrinsicGetType(g->cx, id, ts, 1);
+    return LLVMBuildCall2(g->b, ft, f, args, (unsigned)n, "");
+}
+
+static LLVMValueRef
+libm(cg_t *g, const char *base, LLVMTypeRef t, LLVMValueRef *args, int n)
+{
+    char name[32];
+    int single = (t == g->f32);
+    snprintf(name, sizeof(name), "%s%s", base, single ? "f" : "");
+    LLVMTypeRef ps[2] = {t, t};
+    LLVMTypeRef ft = LLVMFunctionType(t, ps, (unsigned)n, 0);
+    LLVMValueRef f = LLVMGetNamedFunction(g->mod, name);
+    if (f == NULL) {
+        f = LLVMAddFunction(g->mod, name, ft);
+        unsigned nu = LLVMGetEnumAttributeKindForName("nounwind", 8);
+        LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex,
+                                LLVMCreateEnumAttribute(g->cx, nu, 0));
+        unsigned wr = LLVMGetEnumAttributeKindForName("willreturn", 10);
+        LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex,
+                                LLVMCreateEnumAttribute(g->cx, wr, 0));
+    }
+    return LLVMBuildCall2(g->b, ft, f, args, (unsigned)n, "");
+}
+
+static LLVMValueRef
+fconst(cg_t *g, LLVMTypeRef t, double v)
+{
+    return LLVMConstReal(t, v);
+}
+
+/* ------------------------------------------------------------- index */
+static LLVMValueRef gen_val(cg_t *g, const stax_lval *v);
+static LLVMValueRef gen_cast(cg_t *g, LLVMValueRef v, stax_dtype_t from,
+                             stax_dtype_t to);
+
+static LLVMValueRef
+gen_ix(cg_t *g, const stax_ix *ix)
+{
+    LLVMValueRef a, b, r;
+    switch (ix->kind) {
+    case STAX_IX_CONST:
+        return LLVMConstInt(g->i64, (unsigned long long)ix->v, 1);
+    case STAX_IX_VAR:
+        return g->vars[ix->v];
+    case STAX_IX_SYM:
+        if (ix->v < 0 || ix->v >= 256) {
+            g->err = "size argument out of range";
+            return LLVMConstInt(g->i64, 0, 0);
+        }
+        if (g->syms[ix->v] == NULL) {
+            LLVMBuilderRef eb = LLVMCreateBuilderInContext(g->cx);
+            LLVMPositionBuilderAtEnd(eb, g->entry);
+            LLVMValueRef term = LLVMGetBasicBlockTerminator(g->entry);
+            if (term) {
+                LLVMPositionBuilderBefore(eb, term);
+            }
+            LLVMValueRef idx = LLVMConstInt(g->i64, (unsigned long long)ix->v, 0);
+            LLVMValueRef p = LLVMBuildGEP2(eb, g->i64, g->sizes_arg, &idx, 1, "");
+            g->syms[ix->v] = LLVMBuildLoad2(eb, g->i64, p, "s");
+            LLVMDisposeBuilder(eb);
+        }
+        return g->syms[ix->v];
+    case STAX_IX_ADD:
+        a = gen_ix(g, ix->a);
+        b = gen_ix(g, ix->b);
+        r = LLVMBuildNSWAdd(g->b, a, b, "");
+        return r;
+    case STAX_IX_MUL:
+        a = gen_ix(g, ix->a);
+        b = gen_ix(g, ix->b);
+        return LLVMBuildNSWMul(g->b, a, b, "");
+    case STAX_IX_DIV:
+        a = gen_ix(g, ix->a);
+        b = gen_ix(g, ix->b);
+        return LLVMBuildUDiv(g->b, a, b, "");
+    case STAX_IX_MOD:
+        a = gen_ix(g, ix->a);
+        b = gen_ix(g, ix->b);
+        return LLVMBuildURem(g->b, a, b, "");
+    case STAX_IX_VALUE:
+        return gen_cast(g, gen_val(g, ix->val), ix->val->dtype, STAX_INT64);
+    }
+    return LLVMConstInt(g->i64, 0, 0);
+}
+
+/* ------------------------------------------------------------- values */
+static LLVMValueRef
+gen_cast(cg_t *g, LLVMValueRef v, stax_dtype_t from, stax_dtype_t to)
+{
+    if (from == to) {
+        return v;
+    }
+    LLVMTypeRef t = reg_type(g, to);
+    if (to == STAX_BOOL) {
+        if (is_fp(from)) {
+            return LLVMBuildFCmp(g->b, LLVMRealUNE, v,
+                                 fconst(g, reg_type(g, from), 0.0), "");
+        }
+        return LLVMBuildICmp(g->b, LLVMIntNE, v,
+                             LLVMConstInt(reg_type(g, from), 0, 0), "");
+    }
+    if (is_fp(from) && is_fp(to)) {
+        return LLVMBuildFPCast(g->b, v, t, "");
+    }
+    if (is_fp(from)) {
+        return is_unsigned(to) ? LLVMBuildFPToUI(g->b, v, t, "")
+                               : LLVMBuildFPToSI(g->b, v, t, "");
+    }
+    if (is_fp(to)) {
+        return is_unsigned(from) ? LLVMBuildUIToFP(g->b, v, t, "")
+                                 : LLVMBuildSIToFP(g->b, v, t, "");
+    }
+    return LLVMBuildIntCast2(g->b, v, t, !is_unsigned(from), "");
+}
+
+static LLVMValueRef
+load_buf(cg_t *g, int buf, const stax_ix *index, const stax_lval *mask)
+{
+    stax_dtype_t dt = g->k->bufs[buf].dtype;
+    LLVMTypeRef mt = mem_type(g, dt);
+    LLVMValueRef idx = gen_ix(g, index);
+    LLVMValueRef m = NULL;
+    if (mask != NULL) {
+        m = gen_val(g, mask);
+        idx = LLVMBuildSelect(g->b, m, idx, LLVMConstInt(g->i64, 0, 0), "");
+    }
+    LLVMValueRef p = LLVMBuildGEP2(g->b, mt, g->bufs[buf], &idx, 1, "");
+    LLVMValueRef l = LLVMBuildLoad2(g->b, mt, p, "");
+    LLVMSetAlignment(l, (unsigned)item_size(dt));
+    if (dt == STAX_BOOL) {
+        l = LLVMBuildICmp(g->b, LLVMIntNE, l, LLVMConstInt(g->i8, 0, 0), "");
+    }
+    if (m != NULL) {
+        l = LLVMBuildSelect(g->b, m, l, LLVMConstNull(reg_type(g, dt)), "");
+    }
+    return l;
+}
+
+static LLVMValueRef
+read_acc(cg_t *g, int a)
+{
+    const stax_lacc *ac = &g->k->accs[a];
+    if (ac->op == STAX_RED_ARGMAX || ac->op == STAX_RED_ARGMIN) {
+        return LLVMBuildLoad2(g->b, g->i64, g->acc2[a], "");
+    }
+    if (ac->op == STAX_RED_SUM && is_fp(ac->dtype)) {
+        LLVMValueRef d = LLVMBuildLoad2(g->b, g->f64, g->acc[a], "");
+        return LLVMBuildFPCast(g->b, d, reg_type(g, ac->dtype), "");
+    }
+    return LLVMBuildLoad2(g->b, reg_type(g, ac->dtype), g->acc[a], "");
+}
+
+static LLVMValueRef
+gen_prim(cg_t *g, const stax_lval *v)
+{
+    LLVMValueRef x[3] = {NULL, NULL, NULL};
+    stax_dtype_t adt = v->nargs ? v->args[0]->dtype : v->dtype;
+    for (int i = 0; i < v->nargs; i++) {
+        x[i] = gen_val(g, v->args[i]);
+    }
+    /* the arithmetic type: operand 0's (comparisons), or where's value */
+    if (v->prim == STAX_PRIM_WHERE) {
+        return LLVMBuildSelect(g->b, x[0], x[1], x[2], "");
+    }
+    int fp = is_fp(adt), un = is_unsigned(adt);
+    LLVMTypeRef t = reg_type(g, adt);
+    LLVMBuilderRef b = g->b;
+    switch (v->prim) {
+    case STAX_PRIM_ADD:
+        return fp ? LLVMBuildFAdd(b, x[0], x[1], "")
+                  : (adt == STAX_BOOL ? LLVMBuildOr(b, x[0], x[1], "")
+                                      : LLVMBuildAdd(b, x[0], x[1], ""));
+    case STAX_PRIM_SUB:
+        return fp ? LLVMBuildFSub(b, x[0], x[1], "") : LLVMBuildSub(b, x[0], x[1], "");
+    case STAX_PRIM_MUL:
+        return fp ? LLVMBuildFMul(b, x[0], x[1], "")
+                  : (adt == STAX_BOOL ? LLVMBuildAnd(b, x[0], x[1], "")
+                                      : LLVMBuildMul(b, x[0], x[1], ""));
+    case STAX_PRIM_DIV:
+        if (fp) {
+            return LLVMBuildFDiv(b, x[0], x[1], "");
+        }
+        else {
+            /* integer division truncating; /0 gives 0 instead of a trap */
+            LLVMValueRef z = LLVMConstInt(t, 0, 0);
+            LLVMValueRef isz = LLVMBuildICmp(b, LLVMIntEQ, x[1], z, "");
+            LLVMValueRef d = LLVMBuildSelect(b, isz, LLVMConstInt(t, 1, 0), x[1], "");
+            LLVMValueRef q = un ? LLVMBuildUDiv(b, x[0], d, "") : LLVMBuildSDiv(b, x[0], d, "");
+            return LLVMBuildSelect(b, isz, z, q, "");
+        }
+    case STAX_PRIM_FLOORDIV:
+        if (fp) {
+            LLVMValueRef q = LLVMBuildFDiv(b, x[0], x[1], "");
+            return intrinsic(g, "llvm.floor", t, &q, 1);
+        }
+        else {
+            LLVMValueRef z = LLVMConstInt(t, 0, 0);
+            LLVMValueRef isz = LLVMBuildICmp(b, LLVMIntEQ, x[1], z, "");
+            LLVMValueRef d = LLVMBuildSelect(b, isz, LLVMConstInt(t, 1, 0), x[1], "");
+            if (un) {
+                return LLVMBuildSelect(b, isz, z, LLVMBuildUDiv(b, x[0], d, ""), "");
+            }
+            LLVMValueRef q = LLVMBuildSDiv(b, x[0], d, "");
+            LLVMValueRef r = LLVMBuildSRem(b, x[0], d, "");
+            LLVMValueRef rnz = LLVMBuildICmp(b, LLVMIntNE, r, z, "");
+            LLVMValueRef sx = LLVMBuildICmp(b, LLVMIntSLT, r, z, "");
+            LLVMValueRef sy = LLVMBuildICmp(b, LLVMIntSLT, d, z, "");
+            LLVMValueRef adj = LLVMBuildAnd(b, rnz, LLVMBuildXor(b, sx, sy, ""), "");
+            q = LLVMBuildSub(b, q, LLVMBuildZExt(b, adj, t, ""), "");
+            return LLVMBuildSelect(b, isz, z, q, "");
+        }
+    case STAX_PRIM_FMOD:
+    case STAX_PRIM_REMAINDER: {
+        LLVMValueRef r;
+        if (fp) {
+            r = LLVMBuildFRem(b, x[0], x[1], "");
+            if (v->prim == STAX_PRIM_FMOD) {
+                return r;
+            }
+            LLVMValueRef z = fconst(g, t, 0.0);
+            LLVMValueRef rnz = LLVMBuildFCmp(b, LLVMRealONE, r, z, "");
+            LLVMValueRef sx = LLVMBuildFCmp(b, LLVMRealOLT, r, z, "");
+            LLVMValueRef sy = LLVMBuildFCmp(b, LLVMRealOLT, x[1], z, "");
+            LLVMValueRef adj = LLVMBuildAnd(b, rnz, LLVMBuildXor(b, sx, sy, ""), "");
+            return LLVMBuildSelect(b, adj, LLVMBuildFAdd(b, r, x[1], ""), r, "");
+        }
+        LLVMValueRef z = LLVMConstInt(t, 0, 0);
+        LLVMValueRef isz = LLVMBuildICmp(b, LLVMIntEQ, x[1], z, "");
+        LLVMValueRef d = LLVMBuildSelect(b, isz, LLVMConstInt(t, 1, 0), x[1], "");
+        r = un ? LLVMBuildURem(b, x[0], d, "") : LLVMBuildSRem(b, x[0], d, "");
+        if (v->prim == STAX_PRIM_REMAINDER && !un) {
+            LLVMValueRef rnz = LLVMBuildICmp(b, LLVMIntNE, r, z, "");
+            LLVMValueRef sx = LLVMBuildICmp(b, LLVMIntSLT, r, z, "");
+            LLVMValueRef sy = LLVMBuildICmp(b, LLVMIntSLT, d, z, "");
+            LLVMValueRef adj = LLVMBuildAnd(b, rnz, LLVMBuildXor(b, sx, sy, ""), "");
+            r = LLVMBuildSelect(b, adj, LLVMBuildAdd(b, r, d, ""), r, "");
+        }
+        return LLVMBuildSelect(b, isz, z, r, "");
+    }
+    case STAX_PRIM_NEG:
+        return fp ? LLVMBuildFNeg(b, x[0], "") : LLVMBuildNeg(b, x[0], "");
+    case STAX_PRIM_ABS:
+        if (fp) {
+            return intrinsic(g, "llvm.fabs", t, x, 1);
+        }
+        if (un) {
+            return x[0];
+        }
+        x[1] = LLVMConstInt(g->i1, 0, 0);
+        {
+            unsigned id = LLVMLookupIntrinsicID("llvm.abs", 8);
+            LLVMTypeRef ts[1] = {t};
+            LLVMValueRef f = LLVMGetIntrinsicDeclaration(g->mod, id, ts, 1);
+            LLVMTypeRef ft = LLVMIntrinsicGetType(g->cx, id, ts, 1);
+            return LLVMBuildCall2(b, ft, f, x, 2, "");
+        }
+    case STAX_PRIM_SIGN:
+        if (fp) {
+            LLVMValueRef z = fconst(g, t, 0.0);
+            LLVMValueRef pos = LLVMBuildUIToFP(b, LLVMBuildFCmp(b, LLVMRealOGT, x[0], z, ""), t, "");
+            LLVMValueRef neg = LLVMBuildUIToFP(b, LLVMBuildFCmp(b, LLVMRealOLT, x[0], z, ""), t, "");
+            LLVMValueRef s = LLVMBuildFSub(b, pos, neg, "");
+            LLVMValueRef nan = LLVMBuildFCmp(b, LLVMRealUNO, x[0], x[0], "");
+            return LLVMBuildSelect(b, nan, x[0], s, "");
+        }
+        else {
+            LLVMValueRef z = LLVMConstInt(t, 0, 0);
+            LLVMValueRef pos = LLVMBuildZExt(b, LLVMBuildICmp(b, un ? LLVMIntUGT : LLVMIntSGT, x[0], z, ""), t, "");
+            LLVMValueRef neg = LLVMBuildZExt(b, LLVMBuildICmp(b, LLVMIntSLT, x[0], z, ""), t, "");
+            return un ? pos : LLVMBuildSub(b, pos, neg, "");
+        }
+    case STAX_PRIM_EXP: return intrinsic(g, "llvm.exp", t, x, 1);
+    case STAX_PRIM_EXP2: return intrinsic(g, "llvm.exp2", t, x, 1);
+    case STAX_PRIM_LOG: return intrinsic(g, "llvm.log", t, x, 1);
+    case STAX_PRIM_LOG2: return intrinsic(g, "llvm.log2", t, x, 1);
+    case STAX_PRIM_LOG10: return intrinsic(g, "llvm.log10", t, x, 1);
+    case STAX_PRIM_SQRT: return intrinsic(g, "llvm.sqrt", t, x, 1);
+    case STAX_PRIM_RSQRT:
+        return LLVMBuildFDiv(b, fconst(g, t, 1.0), intrinsic(g, "llvm.sqrt", t, x, 1), "");
+    case STAX_PRIM_SIN: return intrinsic(g, "llvm.sin", t, x, 1);
+    case STAX_PRIM_COS: return intrinsic(g, "llvm.cos", t, x, 1);
+    case STAX_PRIM_FLOOR: return intrinsic(g, "llvm.floor", t, x, 1);
+    case STAX_PRIM_CEIL: return intrinsic(g, "llvm.ceil", t, x, 1);
+    case STAX_PRIM_ROUND: return intrinsic(g, "llvm.roundeven", t, x, 1);
+    case STAX_PRIM_TRUNC: return intrinsic(g, "llvm.trunc", t, x, 1);
+    case STAX_PRIM_POW: return intrinsic(g, "llvm.pow", t, x, 2);
+    case STAX_PRIM_EXPM1: return libm(g, "expm1", t, x, 1);
+    case STAX_PRIM_LOG1P: return libm(g, "log1p", t, x, 1);
+    case STAX_PRIM_TAN: return libm(g, "tan", t, x, 1);
+    case STAX_PRIM_TANH: return libm(g, "tanh", t, x, 1);
+    case STAX_PRIM_SINH: return libm(g, "sinh", t, x, 1);
+    case STAX_PRIM_COSH: return libm(g, "cosh", t, x, 1);
+    case STAX_PRIM_ASIN: return libm(g, "asin", t, x, 1);
+    case STAX_PRIM_ACOS: return libm(g, "acos", t, x, 1);
+    case STAX_PRIM_ATAN: return libm(g, "atan", t, x, 1);
+    case STAX_PRIM_ATAN2: return libm(g, "atan2", t, x, 2);
+    case STAX_PRIM_ERF: return libm(g, "erf", t, x, 1);
+    case STAX_PRIM_ERFC: return libm(g, "erfc", t, x, 1);
+    case STAX_PRIM_SIGMOID: {
+        LLVMValueRef n = LLVMBuildFNeg(b, x[0], "");
+        LLVMValueRef e = intrinsic(g, "llvm.exp", t, &n, 1);
+        return LLVMBuildFDiv(b, fconst(g, t, 1.0),
+                             LLVMBuildFAdd(b, fconst(g, t, 1.0), e, ""), "");
+    }
+    case STAX_PRIM_MAX:
+    case STAX_PRIM_MIN:
+    case STAX_PRIM_MAXNAN:
+    case STAX_PRIM_MINNAN: {
+        int mx = v->prim == STAX_PRIM_MAX || v->prim == STAX_PRIM_MAXNAN;
+        if (fp) {
+            int nan = v->prim == STAX_PRIM_MAXNAN || v->prim == STAX_PRIM_MINNAN;
+            return intrinsic(g, nan ? (mx ? "llvm.maximum" : "llvm.minimum")
+                                    : (mx ? "llvm.maxnum" : "llvm.minnum"),
+                             t, x, 2);
+        }
+        if (adt == STAX_BOOL) {
+            return mx ? LLVMBuildOr(b, x[0], x[1], "") : LLVMBuildAnd(b, x[0], x[1], "");
+        }
+        return intrinsic(g, un ? (mx ? "llvm.umax" : "llvm.umin")
+                               : (mx ? "llvm.smax" : "llvm.smin"), t, x, 2);
+    }
+    case STAX_PRIM_EQ: case STAX_PRIM_NE: case STAX_PRIM_LT:
+    case STAX_PRIM_LE: case STAX_PRIM_GT: case STAX_PRIM_GE: {
+        static const LLVMRealPredicate fpred[] = {
+            LLVMRealOEQ, LLVMRealUNE, LLVMRealOLT, LLVMRealOLE, LLVMRealOGT, LLVMRealOGE};
+        static const LLVMIntPredicate spred[] = {
+            LLVMIntEQ, LLVMIntNE, LLVMIntSLT, LLVMIntSLE, LLVMIntSGT, LLVMIntSGE};
+        static const LLVMIntPredicate upred[] = {
+            LLVMIntEQ, LLVMIntNE, LLVMIntULT, LLVMIntULE, LLVMIntUGT, LLVMIntUGE};
+        int i = (int)v->prim - (int)STAX_PRIM_EQ;
+        if (fp) {
+            return LLVMBuildFCmp(b, fpred[i], x[0], x[1], "");
+        }
+        return LLVMBuildICmp(b, un ? upred[i] : spred[i], x[0], x[1], "");
+    }
+    case STAX_PRIM_AND: case STAX_PRIM_BITAND:
+        return LLVMBuildAnd(b, x[0], x[1], "");
+    case STAX_PRIM_OR: case STAX_PRIM_BITOR:
+        return LLVMBuildOr(b, x[0], x[1], "");
+    case STAX_PRIM_XOR: case STAX_PRIM_BITXOR:
+        return LLVMBuildXor(b, x[0], x[1], "");
+    case STAX_PRIM_NOT: case STAX_PRIM_BITNOT:
+        return LLVMBuildNot(b, x[0], "");
+    case STAX_PRIM_ISNAN:
+        if (!fp) {
+            return LLVMConstInt(g->i1, 0, 0);
+        }
+        return LLVMBuildFCmp(b, LLVMRealUNO, x[0], x[0], "");
+    case STAX_PRIM_ISINF:
+    case STAX_PRIM_ISFINITE: {
+        if (!fp) {
+            return LLVMConstInt(g->i1, v->prim == STAX_PRIM_ISFINITE, 0);
+        }
+        LLVMValueRef a = intrinsic(g, "llvm.fabs", t, x, 1);
+        return LLVMBuildFCmp(b, v->prim == STAX_PRIM_ISINF ? LLVMRealOEQ : LLVMRealOLT,
+                             a, fconst(g, t, INFINITY), "");
+    }
+    default:
+        g->err = "primitive not supported by the LLVM back end";
+        return LLVMGetUndef(reg_type(g, v->dtype));
+    }
+}
+
+static LLVMValueRef
+gen_val(cg_t *g, const stax_lval *v)
+{
+    switch (v->kind) {
+    case STAX_LV_LOAD:
+        return load_buf(g, v->buf, v->index, v->mask);
+    case STAX_LV_CONST:
+        if (is_fp(v->dtype)) {
+            return fconst(g, reg_type(g, v->dtype), v->f);
+        }
+        return LLVMConstInt(reg_type(g, v->dtype), (unsigned long long)v->i, 1);
+    case STAX_LV_INDEX:
+        return gen_cast(g, gen_ix(g, v->index), STAX_INT64, v->dtype);
+    case STAX_LV_ACC:
+        return read_acc(g, v->acc);
+    case STAX_LV_CAST:
+        return gen_cast(g, gen_val(g, v->args[0]), v->args[0]->dtype, v->dtype);
+    case STAX_LV_PRIM:
+        return gen_prim(g, v);
+    }
+    return NULL;
+}
+
+/* --------------------------------------------------------------- loops */
+typedef struct {
+    LLVMValueRef iv;
+    LLVMBasicBlockRef header, exit;
+} loop_t;
+
+static void
+loop_begin(cg_t *g, loop_t *l, LLVMValueRef lo, LLVMValueRef hi, int var)
+{
+    l->iv = entry_alloca(g, g->i64, "iv");
+    LLVMBuildStore(g->b, lo, l->iv);
+    l->header = LLVMAppendBasicBlockInContext(g->cx, g->fn, "loop");
+    LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(g->cx, g->fn, "body");
+    l->exit = LLVMAppendBasicBlockInContext(g->cx, g->fn, "exit");
+    LLVMBuildBr(g->b, l->header);
+    LLVMPositionBuilderAtEnd(g->b, l->header);
+    LLVMValueRef i = LLVMBuildLoad2(g->b, g->i64, l->iv, "i");
+    LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, i, hi, ""), body, l->exit);
+    LLVMPositionBuilderAtEnd(g->b, body);
+    if (var >= 0) {
+        g->vars[var] = i;
+    }
+}
+
+static LLVMValueRef
+loop_var(cg_t *g, loop_t *l)
+{
+    (void)g;
+    /* the header's load of the counter */
+    return LLVMGetFirstInstruction(l->header);
+}
+
+static void
+loop_end(cg_t *g, loop_t *l, LLVMValueRef step)
+{
+    LLVMValueRef i = LLVMBuildLoad2(g->b, g->i64, l->iv, "");
+    LLVMValueRef n = LLVMBuildNSWAdd(g->b, i, step, "");
+    LLVMBuildStore(g->b, n, l->iv);
+    LLVMBuildBr(g->b, l->header);
+    LLVMPositionBuilderAtEnd(g->b, l->exit);
+}
+
+static int
+blocked_sum(const stax_lacc *a)
+{
+    return a->op == STAX_RED_SUM && is_fp(a->dtype);
+}
+
+static LLVMValueRef
+red_init(cg_t *g, const stax_lacc *a)
+{
+    stax_dtype_t dt = a->op == STAX_RED_ARGMAX || a->op == STAX_RED_ARGMIN
+                          ? a->value->dtype : a->dtype;
+    LLVMTypeRef t = reg_type(g, dt);
+    int fp = is_fp(dt);
+    switch (a->op) {
+    case STAX_RED_SUM:
+        return fp ? fconst(g, g->f64, 0.0) : LLVMConstInt(t, 0, 0);
+    case STAX_RED_PROD:
+        return fp ? fconst(g, t, 1.0) : LLVMConstInt(t, 1, 0);
+    case STAX_RED_MAX: case STAX_RED_ARGMAX:
+        if (fp) {
+            return fconst(g, t, -INFINITY);
+        }
+        if (dt == STAX_BOOL || is_unsigned(dt)) {
+            return LLVMConstInt(t, 0, 0);
+        }
+        return LLVMConstInt(t, 1ULL << (LLVMGetIntTypeWidth(t) - 1), 0);
+    case STAX_RED_MIN: case STAX_RED_ARGMIN:
+        if (fp) {
+            return fconst(g, t, INFINITY);
+        }
+        if (dt == STAX_BOOL || is_unsigned(dt)) {
+            return LLVMConstAllOnes(t);
+        }
+        return LLVMConstInt(t, (1ULL << (LLVMGetIntTypeWidth(t) - 1)) - 1, 0);
+    case STAX_RED_ANY:
+        return LLVMConstInt(g->i1, 0, 0);
+    case STAX_RED_ALL:
+        return LLVMConstInt(g->i1, 1, 0);
+    }
+    return NULL;
+}
+
+static void
+set_reassoc(LLVMValueRef v)
+{
+    if (LLVMIsAInstruction(v) && LLVMCanValueUseFastMathFlags(v)) {
+        LLVMSetFastMathFlags(v, LLVMFastMathAllowReassoc);
+    }
+}
+
+/* fold value into accumulator a (innermost loop body) */
+static void
+red_fold(cg_t *g, int ai)
+{
+    const stax_lacc *a = &g->k->accs[ai];
+    LLVMValueRef v = gen_val(g, a->value);
+    stax_dtype_t vdt = a->value->dtype;
+    int fp = is_fp(vdt);
+    LLVMTypeRef t = reg_type(g, vdt);
+    LLVMBuilderRef b = g->b;
+    if (blocked_sum(a)) {
+        LLVMValueRef cur = LLVMBuildLoad2(b, t, g->acc_blk[ai], "");
+        LLVMValueRef s = LLVMBuildFAdd(b, cur, v, "");
+        set_reassoc(s);
+        LLVMBuildStore(b, s, g->acc_blk[ai]);
+        return;
+    }
+    if (a->op == STAX_RED_ARGMAX || a->op == STAX_RED_ARGMIN) {
+        LLVMValueRef best = LLVMBuildLoad2(b, t, g->acc[ai], "");
+        LLVMValueRef take;
+        int mx = a->op == STAX_RED_ARGMAX;
+        if (fp) {
+            LLVMValueRef better = LLVMBuildFCmp(b, mx ? LLVMRealOGT : LLVMRealOLT, v, best, "");
+            LLVMValueRef vnan = LLVMBuildFCmp(b, LLVMRealUNO, v, v, "");
+            LLVMValueRef bnan = LLVMBuildFCmp(b, LLVMRealUNO, best, best, "");
+            take = LLVMBuildOr(b, better, LLVMBuildAnd(b, vnan, LLVMBuildNot(b, bnan, ""), ""), "");
+        }
+        else {
+            int un = is_unsigned(vdt);
+            take = LLVMBuildICmp(b, mx ? (un ? LLVMIntUGT : LLVMIntSGT)
+                                       : (un ? LLVMIntULT : LLVMIntSLT), v, best, "");
+        }
+        /* the first element always wins (covers all -inf / all +inf rows) */
+        LLVMValueRef idx = gen_ix(g, a->index);
+        LLVMValueRef first = LLVMBuildICmp(b, LLVMIntEQ, idx, LLVMConstInt(g->i64, 0, 0), "");
+        take = LLVMBuildOr(b, take, first, "");
+        LLVMBuildStore(b, LLVMBuildSelect(b, take, v, best, ""), g->acc[ai]);
+        LLVMValueRef bi = LLVMBuildLoad2(b, g->i64, g->acc2[ai], "");
+        LLVMBuildStore(b, LLVMBuildSelect(b, take, idx, bi, ""), g->acc2[ai]);
+        return;
+    }
+    LLVMValueRef cur = LLVMBuildLoad2(b, reg_type(g, a->dtype), g->acc[ai], "");
+    LLVMValueRef r = NULL;
+    switch (a->op) {
+    case STAX_RED_SUM:
+        r = LLVMBuildAdd(b, cur, v, "");
+        break;
+    case STAX_RED_PROD:
+        r = fp ? LLVMBuildFMul(b, cur, v, "") : LLVMBuildMul(b, cur, v, "");
+        set_reassoc(r);
+        break;
+    case STAX_RED_MAX: case STAX_RED_MIN: {
+        int mx = a->op == STAX_RED_MAX;
+        LLVMValueRef xs[2] = {cur, v};
+        if (fp) {
+            r = intrinsic(g, mx ? "llvm.maximum" : "llvm.minimum", t, xs, 2);
+        }
+        else if (vdt == STAX_BOOL) {
+            r = mx ? LLVMBuildOr(b, cur, v, "") : LLVMBuildAnd(b, cur, v, "");
+        }
+        else {
+            int un = is_unsigned(vdt);
+            r = intrinsic(g, un ? (mx ? "llvm.umax" : "llvm.umin")
+                                : (mx ? "llvm.smax" : "llvm.smin"), t, xs, 2);
+        }
+        break;
+    }
+    case STAX_RED_ANY:
+        r = LLVMBuildOr(b, cur, v, "");
+        break;
+    case STAX_RED_ALL:
+        r = LLVMBuildAnd(b, cur, v, "");
+        break;
+    default:
+        break;
+    }
+    LLVMBuildStore(b, r, g->acc[ai]);
+}
+
+static void
+emit_store(cg_t *g, const stax_lstore *w)
+{
+    stax_dtype_t dt = g->k->bufs[w->buf].dtype;
+    LLVMValueRef v = gen_val(g, w->value);
+    if (w->value->dtype != dt) {
+        v = gen_cast(g, v, w->value->dtype, dt);
+    }
+    if (dt == STAX_BOOL) {
+        v = LLVMBuildZExt(g->b, v, g->i8, "");
+    }
+    LLVMTypeRef mt = mem_type(g, dt);
+    LLVMValueRef idx = gen_ix(g, w->index);
+    LLVMValueRef p = LLVMBuildGEP2(g->b, mt, g->bufs[w->buf], &idx, 1, "");
+    LLVMValueRef s = LLVMBuildStore(g->b, v, p);
+    LLVMSetAlignment(s, (unsigned)item_size(dt));
+}
+
+/* inner loops over dims [nouter + d, nouter + ninner); the innermost one is
+ * blocked when the stage has blocked sums */
+static void
+emit_inner(cg_t *g, const stax_stage *st, int d, int has_blocked)
+{
+    const stax_kernel *k = g->k;
+    int var = k->nouter + d;
+    LLVMValueRef hi = gen_ix(g, k->dims[var]);
+    if (d == k->ninner - 1 && has_blocked) {
+        loop_t lb, li;
+        LLVMValueRef blk = LLVMConstInt(g->i64, STAX_RED_BLOCK, 0);
+        loop_begin(g, &lb, LLVMConstInt(g->i64, 0, 0), hi, -1);
+        LLVMValueRef rb = loop_var(g, &lb);
+        for (int i = st->first; i < st->first + st->n; i++) {
+            if (blocked_sum(&k->accs[i])) {
+                LLVMBuildStore(g->b, fconst(g, reg_type(g, k->accs[i].value->dtype), 0.0),
+                               g->acc_blk[i]);
+            }
+        }
+        LLVMValueRef e = LLVMBuildNSWAdd(g->b, rb, blk, "");
+        LLVMValueRef lt = LLVMBuildICmp(g->b, LLVMIntSLT, e, hi, "");
+        e = LLVMBuildSelect(g->b, lt, e, hi, "");
+        loop_begin(g, &li, rb, e, var);
+        for (int i = st->first; i < st->first + st->n; i++) {
+            red_fold(g, i);
+        }
+        loop_end(g, &li, LLVMConstInt(g->i64, 1, 0));
+        for (int i = st->first; i < st->first + st->n; i++) {
+            if (blocked_sum(&k->accs[i])) {
+                LLVMTypeRef vt = reg_type(g, k->accs[i].value->dtype);
+                LLVMValueRef bv = LLVMBuildLoad2(g->b, vt, g->acc_blk[i], "");
+                LLVMValueRef tot = LLVMBuildLoad2(g->b, g->f64, g->acc[i], "");
+                bv = LLVMBuildFPCast(g->b, bv, g->f64, "");
+                LLVMBuildStore(g->b, LLVMBuildFAdd(g->b, tot, bv, ""), g->acc[i]);
+            }
+        }
+        loop_end(g, &lb, blk);
+        return;
+    }
+    loop_t l;
+    loop_begin(g, &l, LLVMConstInt(g->i64, 0, 0), hi, var);
+    if (d + 1 < k->ninner) {
+        emit_inner(g, st, d + 1, has_blocked);
+    }
+    else if (st->kind == STAX_STAGE_REDUCE) {
+        for (int i = st->first; i < st->first + st->n; i++) {
+            red_fold(g, i);
+        }
+    }
+    else {
+        for (int i = st->first; i < st->first + st->n; i++) {
+            emit_store(g, &k->stores[i]);
+        }
+    }
+    loop_end(g, &l, LLVMConstInt(g->i64, 1, 0));
+}
+
+static void
+emit_stage(cg_t *g, const stax_stage *st)
+{
+    const stax_kernel *k = g->k;
+    if (st->kind == STAX_STAGE_REDUCE) {
+        int has_blocked = 0;
+        for (int i = st->first; i < st->first + st->n; i++) {
+            const stax_lacc *a = &k->accs[i];
+            LLVMBuildStore(g->b, red_init(g, a), g->acc[i]);
+            if (a->op == STAX_RED_ARGMAX || a->op == STAX_RED_ARGMIN) {
+                LLVMBuildStore(g->b, LLVMConstInt(g->i64, 0, 0), g->acc2[i]);
+            }
+            has_blocked |= blocked_sum(a);
+        }
+        if (k->ninner == 0) {
+            for (int i = st->first; i < st->first + st->n; i++) {
+                if (blocked_sum(&k->accs[i])) {
+                    LLVMBuildStore(g->b, fconst(g, reg_type(g, k->accs[i].value->dtype), 0.0),
+                                   g->acc_blk[i]);
+                }
+                red_fold(g, i);
+                if (blocked_sum(&k->accs[i])) {
+                    LLVMTypeRef vt = reg_type(g, k->accs[i].value->dtype);
+                    LLVMValueRef bv = LLVMBuildLoad2(g->b, vt, g->acc_blk[i], "");
+                    LLVMBuildStore(g->b, LLVMBuildFPCast(g->b, bv, g->f64, ""), g->acc[i]);
+                }
+            }
+            return;
+        }
+        emit_inner(g, st, 0, has_blocked);
+        return;
+    }
+    if (st->kind == STAX_STAGE_INNER && k->ninner > 0) {
+        emit_inner(g, st, 0, 0);
+        return;
+    }
+    for (int i = st->first; i < st->first + st->n; i++) {
+        emit_store(g, &k->stores[i]);
+    }
+}
+
+static void
+emit_outer(cg_t *g, int d, LLVMValueRef start, LLVMValueRef end)
+{
+    const stax_kernel *k = g->k;
+    if (d == k->nouter) {
+        for (int s = 0; s < k->nstages; s++) {
+            emit_stage(g, &k->stages[s]);
+        }
+        return;
+    }
+    loop_t l;
+    LLVMValueRef lo = d == 0 ? start : LLVMConstInt(g->i64, 0, 0);
+    LLVMValueRef hi = d == 0 ? end : gen_ix(g, k->dims[d]);
+    loop_begin(g, &l, lo, hi, d);
+    emit_outer(g, d + 1, start, end);
+    loop_end(g, &l, LLVMConstInt(g->i64, 1, 0));
+}
+
+static void
+add_fn_attr(cg_t *g, LLVMValueRef f, const char *name)
+{
+    unsigned id = LLVMGetEnumAttributeKindForName(name, strlen(name));
+    LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex,
+                            LLVMCreateEnumAttribute(g->cx, id, 0));
+}
+
+static void
+add_str_attr(cg_t *g, LLVMValueRef f, const char *k, const char *v)
+{
+    LLVMAddAttributeAtIndex(
+        f, LLVMAttributeFunctionIndex,
+        LLVMCreateStringAttribute(g->cx, k, (unsigned)strlen(k), v, (unsigned)strlen(v)));
+}
+
+/* Build the module for kernel k under symbol `sym`.  0, or -1 with *err. */
+int
+stax_llvm_build_module(LLVMContextRef cx, LLVMModuleRef mod,
+                       const stax_kernel *k, const char *sym,
+                       const char *cpu, const char *features,
+                       const char **err)
+{
+    cg_t g;
+    memset(&g, 0, sizeof(g));
+    g.cx = cx;
+    g.mod = mod;
+    g.k = k;
+    g.i1 = LLVMInt1TypeInContext(cx);
+    g.i8 = LLVMInt8TypeInContext(cx);
+    g.i16 = LLVMInt16TypeInContext(cx);
+    g.i32 = LLVMInt32TypeInContext(cx);
+    g.i64 = LLVMInt64TypeInContext(cx);
+    g.f16 = LLVMHalfTypeInContext(cx);
+    g.f32 = LLVMFloatTypeInContext(cx);
+    g.f64 = LLVMDoubleTypeInContext(cx);
+    g.ptr = LLVMPointerTypeInContext(cx, 0);
+    if (k->nbufs > 64 || k->naccs > 64) {
+        *err = "kernel has too many buffers or accumulators";
+        return -1;
+    }
+    /* body: (ptr noalias b0, ..., ptr sizes, i64 start, i64 end) */
+    int np = k->nbufs + 3;
+    LLVMTypeRef ps[64 + 3];
+    for (int i = 0; i < k->nbufs; i++) {
+        ps[i] = g.ptr;
+    }
+    ps[k->nbufs] = g.ptr;
+    ps[k->nbufs + 1] = g.i64;
+    ps[k->nbufs + 2] = g.i64;
+    LLVMTypeRef bt = LLVMFunctionType(LLVMVoidTypeInContext(cx), ps, (unsigned)np, 0);
+    char bname[160];
+    snprintf(bname, sizeof(bname), "%s_body", sym);
+    g.fn = LLVMAddFunction(mod, bname, bt);
+    LLVMSetLinkage(g.fn, LLVMInternalLinkage);
+    unsigned na = LLVMGetEnumAttributeKindForName("noalias", 7);
+    unsigned nc = LLVMGetEnumAttributeKindForName("nocapture", 9);
+    for (int i = 0; i <= k->nbufs; i++) {
+        LLVMAddAttributeAtIndex(g.fn, (unsigned)(i + 1), LLVMCreateEnumAttribute(cx, na, 0));
+        LLVMAddAttributeAtIndex(g.fn, (unsigned)(i + 1), LLVMCreateEnumAttribute(cx, nc, 0));
+    }
+    add_fn_attr(&g, g.fn, "nounwind");
+    add_str_attr(&g, g.fn, "target-cpu", cpu);
+    add_str_attr(&g, g.fn, "target-features", features);
+    if (strstr(features, "+avx512f")) {
+        add_str_attr(&g, g.fn, "prefer-vector-width", "512");
+    }
+    g.entry = LLVMAppendBasicBlockInContext(cx, g.fn, "entry");
+    LLVMBasicBlockRef start_bb = LLVMAppendBasicBlockInContext(cx, g.fn, "start");
+    g.b = LLVMCreateBuilderInContext(cx);
+    LLVMPositionBuilderAtEnd(g.b, g.entry);
+    LLVMBuildBr(g.b, start_bb);
+    LLVMPositionBuilderAtEnd(g.b, start_bb);
+    for (int i = 0; i < k->nbufs; i++) {
+        g.bufs[i] = LLVMGetParam(g.fn, (unsigned)i);
+    }
+    g.sizes_arg = LLVMGetParam(g.fn, (unsigned)k->nbufs);
+    for (int i = 0; i < k->naccs; i++) {
+        const stax_lacc *a = &k->accs[i];
+        stax_dtype_t vdt = a->value->dtype;
+        if (a->op == STAX_RED_ARGMAX || a->op == STAX_RED_ARGMIN) {
+            g.acc[i] = entry_alloca(&g, reg_type(&g, vdt), "best");
+            g.acc2[i] = entry_alloca(&g, g.i64, "bidx");
+        }
+        else if (blocked_sum(a)) {
+            g.acc[i] = entry_alloca(&g, g.f64, "acc");
+            g.acc_blk[i] = entry_alloca(&g, reg_type(&g, vdt), "blk");
+        }
+        else {
+            g.acc[i] = entry_alloca(&g, reg_type(&g, a->dtype), "acc");
+        }
+    }
+    LLVMValueRef start = LLVMGetParam(g.fn, (unsigned)k->nbufs + 1);
+    LLVMValueRef end = LLVMGetParam(g.fn, (unsigned)k->nbufs + 2);
+    emit_outer(&g, 0, start, end);
+    LLVMBuildRetVoid(g.b);
+
+    /* the ABI wrapper */
+    LLVMTypeRef ws[4] = {g.ptr, g.ptr, g.i64, g.i64};
+    LLVMTypeRef wt = LLVMFunctionType(LLVMVoidTypeInContext(cx), ws, 4, 0);
+    LLVMValueRef w = LLVMAddFunction(mod, sym, wt);
+    add_fn_attr(&g, w, "nounwind");
+    add_str_attr(&g, w, "target-cpu", cpu);
+    add_str_attr(&g, w, "target-features", features);
+    LLVMBasicBlockRef wb = LLVMAppendBasicBlockInContext(cx, w, "entry");
+    LLVMPositionBuilderAtEnd(g.b, wb);
+    LLVMValueRef args[64 + 3];
+    for (int i = 0; i < k->nbufs; i++) {
+        LLVMValueRef idx = LLVMConstInt(g.i64, (unsigned long long)i, 0);
+        LLVMValueRef p = LLVMBuildGEP2(g.b, g.ptr, LLVMGetParam(w, 0), &idx, 1, "");
+        args[i] = LLVMBuildLoad2(g.b, g.ptr, p, "");
+    }
+    args[k->nbufs] = LLVMGetParam(w, 1);
+    args[k->nbufs + 1] = LLVMGetParam(w, 2);
+    args[k->nbufs + 2] = LLVMGetParam(w, 3);
+    LLVMBuildCall2(g.b, bt, g.fn, args, (unsigned)np, "");
+    LLVMBuildRetVoid(g.b);
+    LLVMDisposeBuilder(g.b);
+    if (g.err) {
+        *err = g.err;
+        return -1;
+    }
+    return 0;
+}
+#endif
