@@ -44,6 +44,10 @@ typedef struct {
     int requires_grad;
     PyObject *dict;                /* instance dict (subclasses, Parameter) */
     PyObject *weakreflist;
+    /* added by the tensor room (after the contract's fields): */
+    int nonleaf;                   /* 1: result of an op that requires grad
+                                      (t.is_leaf is False) */
+    PyObject *grad;                /* t.grad (NULL = None) */
 } StaxTensor;
 
 extern PyTypeObject *StaxTensor_Type;   /* tensorplay.Tensor */
@@ -86,6 +90,105 @@ void stax_tensor_bump_version(StaxTensor *t);
 /* grad mode (rho of the specialization key) */
 int stax_grad_enabled(void);
 void stax_set_grad_enabled(int on);
+int stax_inference_mode_enabled(void);
+/* 1 when grad mode is on and some operand is a Tensor requiring grad */
+int stax_result_requires_grad(PyObject *const *operands, Py_ssize_t n);
+/* marks an op's result: requires_grad = rg, is_leaf = !rg */
+void stax_tensor_set_result_requires_grad(StaxTensor *out, int rg);
+
+/* ---- added by the tensor room -------------------------------------- */
+/* a Python scalar for a one-element tensor; RuntimeError otherwise */
+PyObject *stax_tensor_item_object(StaxTensor *t);
+/* tensorplay.Size(sizes) (new reference) */
+PyObject *stax_tensor_size_object(int ndim, const int64_t *sizes);
+/* wrap a (possibly negative) dim into [0, ndim); IndexError like torch
+ * ("Dimension out of range (expected to be in range of [-2, 1], but got
+ * 5)"). A 0-d tensor accepts dims -1 and 0. */
+int stax_tensor_wrap_dim(int64_t dim, int ndim, int *out);
+/* copy src (Tensor / ndarray / scalar / nested list) into t with
+ * broadcasting and casting; bumps t's version. -1 + exception. */
+int stax_tensor_copy_from(StaxTensor *t, PyObject *src);
+/* dtype conversion (copy=0 returns t itself, new ref, when dt matches) */
+StaxTensor *stax_tensor_to(StaxTensor *t, stax_dtype_t dt, int copy);
+
+/* Views: metadata only, the result shares t's storage and version counter.
+ * Dims may be negative. New reference, or NULL + the exception PyTorch
+ * raises (IndexError for dims out of range, RuntimeError for shapes).
+ * stax_tensor_install_view_methods() installs the Tensor methods view,
+ * reshape, view_as, reshape_as, permute, transpose/swapaxes/swapdims, t,
+ * expand, expand_as, unsqueeze, squeeze, flatten, unflatten, narrow,
+ * select, unbind, split, chunk, diagonal, as_strided, movedim; T and mT
+ * are properties. The ops room may replace any of these methods with its
+ * op-table dispatcher entries (install after stax_tensor_module_init). */
+StaxTensor *stax_tensor_as_strided(StaxTensor *t, int ndim,
+                                   const int64_t *sizes,
+                                   const int64_t *strides,
+                                   int64_t offset /* <0: keep t's */);
+StaxTensor *stax_tensor_view_shape(StaxTensor *t, int ndim,
+                                   const int64_t *shape);  /* one -1 ok */
+StaxTensor *stax_tensor_reshape(StaxTensor *t, int ndim,
+                                const int64_t *shape);  /* copies if needed */
+StaxTensor *stax_tensor_permute(StaxTensor *t, const int64_t *dims, int n);
+StaxTensor *stax_tensor_transpose(StaxTensor *t, int64_t d0, int64_t d1);
+StaxTensor *stax_tensor_t(StaxTensor *t);    /* <= 2-D */
+StaxTensor *stax_tensor_T(StaxTensor *t);    /* all dims reversed */
+StaxTensor *stax_tensor_mT(StaxTensor *t);   /* last two swapped */
+StaxTensor *stax_tensor_expand(StaxTensor *t, int ndim, const int64_t *sizes);
+StaxTensor *stax_tensor_unsqueeze(StaxTensor *t, int64_t dim);
+/* n < 0: squeeze every size-1 dim; else the listed dims (if size 1) */
+StaxTensor *stax_tensor_squeeze(StaxTensor *t, const int64_t *dims, int n);
+StaxTensor *stax_tensor_flatten(StaxTensor *t, int64_t start, int64_t end);
+StaxTensor *stax_tensor_unflatten(StaxTensor *t, int64_t dim, int n,
+                                  const int64_t *sizes);
+StaxTensor *stax_tensor_narrow(StaxTensor *t, int64_t dim, int64_t start,
+                               int64_t length);
+StaxTensor *stax_tensor_select(StaxTensor *t, int64_t dim, int64_t index);
+/* Python-style clamped slice along dim, step > 0 */
+StaxTensor *stax_tensor_slice(StaxTensor *t, int64_t dim, int64_t start,
+                              int64_t stop, int64_t step);
+StaxTensor *stax_tensor_diagonal(StaxTensor *t, int64_t offset, int64_t d1,
+                                 int64_t d2);
+PyObject *stax_tensor_unbind(StaxTensor *t, int64_t dim);          /* tuple */
+/* split_size: int or list of sizes */
+PyObject *stax_tensor_split(StaxTensor *t, PyObject *split_size, int64_t dim);
+PyObject *stax_tensor_chunk(StaxTensor *t, int64_t chunks, int64_t dim);
+int stax_tensor_install_view_methods(PyTypeObject *tp);
+
+/* Indexing (csrc/tensor/indexing.c): ints, slices (step > 0), None,
+ * Ellipsis give views; bool masks and integer tensors/lists copy (through
+ * NumPy). setitem writes into the storage and bumps the version. */
+PyObject *stax_tensor_getitem(StaxTensor *t, PyObject *key);
+int stax_tensor_setitem(StaxTensor *t, PyObject *key, PyObject *value);
+
+/* ---- randomness: Philox4x32-10 (see docs/rng.md) --------------------
+ * The stream is a pure function of (seed, offset, element index):
+ *   key     = (uint32)seed, (uint32)(seed >> 32)
+ *   element i of a draw uses ONE Philox block, at the 128-bit counter
+ *     c = offset / 4 + i  as (lo32(c), hi32(c), 0, 0)
+ *   (offset is the generator's offset in 32-bit words; always a multiple
+ *   of 4). Words w0..w3 = stax_philox4x32(key, ctr).
+ *   uniform float32 : (w0 >> 8) * 2^-24                  in [0, 1)
+ *   uniform float64 : ((w0 >> 5) * 2^26 + (w1 >> 6)) * 2^-53
+ *   uniform float16 : float32 uniform rounded to half
+ *   normal          : Box-Muller in float64 on u1 = float64 uniform from
+ *                     (w0, w1), u2 = float64 uniform from (w2, w3):
+ *                     sqrt(-2 log(1 - u1)) * cos(2 pi u2), rounded to dtype
+ *   randint(lo, hi) : lo + ((w0 | (uint64)w1 << 32) % (hi - lo))
+ *   bernoulli(p)    : (float64 uniform from (w0, w1)) < p
+ *   randperm(n)     : stable argsort of the keys (w0 | (uint64)w1 << 32)
+ * After a draw of n elements the generator offset advances by 4 * n. */
+void stax_philox4x32(const uint32_t key[2], const uint32_t ctr[4],
+                     uint32_t out[4]);
+/* the default generator's state; a draw of n elements reserves
+ * [offset, offset + 4n) and returns the old offset */
+typedef struct {
+    PyObject_HEAD
+    uint64_t seed;
+    uint64_t offset;    /* in 32-bit words, multiple of 4 */
+} StaxGenerator;
+extern PyTypeObject *StaxGenerator_Type;
+StaxGenerator *stax_default_generator(void);        /* borrowed */
+uint64_t stax_generator_reserve(StaxGenerator *g, int64_t n_elements);
 
 /* room init: registers Tensor, dtype objects, creation functions, RNG. */
 int stax_tensor_module_init(PyObject *m);

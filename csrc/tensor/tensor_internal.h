@@ -1,0 +1,56 @@
+/* Private to the tensor room: shared between its .c files. Other rooms use
+ * tensor.h only. */
+#ifndef STAX_TENSOR_INTERNAL_H
+#define STAX_TENSOR_INTERNAL_H
+
+#include "tensor/tensor.h"
+
+extern PyTypeObject StaxTensor_TypeObj;
+extern PyTypeObject StaxStorage_TypeObj;
+extern PyTypeObject StaxDType_TypeObj;
+extern PyTypeObject StaxSize_TypeObj;
+extern PyTypeObject StaxDevice_TypeObj;
+extern PyTypeObject StaxGenerator_TypeObj;
+
+typedef struct {
+    PyObject_HEAD
+    stax_dtype_t dt;
+} StaxDTypeObject;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *type;   /* str */
+    PyObject *index;  /* int or None */
+} StaxDeviceObject;
+
+/* dtype.c */
+int stax_tensor_dtype_init(PyObject *m);
+PyObject *stax_size_new(int ndim, const int64_t *sizes);
+PyObject *stax_cpu_device(void);     /* borrowed */
+/* normalize dim (negative allowed) into [0, ndim); IndexError like torch.
+ * ndim 0 is treated as 1 (torch's wrap rule). */
+int stax_wrap_dim(int64_t dim, int ndim, int *out);
+/* parse a size argument: ints as varargs, or one tuple/list/Size. */
+int stax_parse_sizes(PyObject *args, int64_t *sizes, int *ndim);
+int stax_parse_int_seq(PyObject *o, int64_t *vals, int *n, const char *what);
+
+/* tensor_type.c */
+int stax_tensor_type_init(PyObject *m);
+StaxTensor *stax_tensor_alloc(PyTypeObject *tp);
+PyObject *stax_tensor_copy_into(StaxTensor *dst, PyObject *src); /* -> None */
+StaxTensor *stax_tensor_to_dtype(StaxTensor *t, stax_dtype_t dt, int copy);
+PyObject *stax_tensor_item(StaxTensor *t);
+double stax_half_to_double(uint16_t h);
+uint16_t stax_double_to_half(double d);
+extern PyObject *stax_repr_hook;
+
+/* gradmode.c */
+int stax_tensor_gradmode_init(PyObject *m);
+
+/* philox.c */
+int stax_tensor_random_init(PyObject *m);
+
+/* views.c / indexing.c */
+int stax_tensor_views_init(PyObject *m);
+
+#endif
