@@ -3,6 +3,7 @@
 Level 1 is in C (tensorplay._C.CompiledFunction, csrc/guards/dispatch.c);
 everything it cannot decide comes here through ``_Driver._dispatch``."""
 import threading
+import types
 import warnings
 import weakref
 
@@ -10,6 +11,7 @@ from tensorplay import _C
 from . import _logs
 from ._config import config
 from ._guards import GATE_TEXT, Guard, diff_sig, leaves_sig
+from . import _lift
 from ._lift import analyze
 
 __all__ = ["Version", "Driver", "RecompileLimitError"]
@@ -218,6 +220,9 @@ class Driver:
         self.versions = []
         self._groups = {}
         self._plan = None
+        co = getattr(fn, "__code__", None)
+        self._self_plans = ({} if isinstance(fn, types.FunctionType) and co.co_argcount
+                            and co.co_varnames[0] == "self" else None)
         self._cf = None
         self._last = (None, None, None)   # (fingerprint, version, the call's objects)
         self._limit_warned = False
@@ -242,7 +247,14 @@ class Driver:
         }
 
     # -- the slow path ------------------------------------------------------
-    def _plan_now(self):
+    def _plan_now(self, args):
+        if self._self_plans is not None and args and _lift._is_module(args[0]):
+            ent = self._self_plans.get(id(args[0]))
+            if ent is None or ent[0]() is not args[0]:
+                with _compile_lock:
+                    ent = (weakref.ref(args[0]), analyze(self.fn, self_arg=args[0]))
+                    self._self_plans[id(args[0])] = ent
+            return ent[1]
         if self._plan is None:
             with _compile_lock:
                 if self._plan is None:
@@ -254,7 +266,7 @@ class Driver:
         return self.fn(*args, **kwargs)
 
     def _dispatch(self, *args, **kwargs):
-        plan = self._plan_now()
+        plan = self._plan_now(args)
         try:
             free = _C._guard_read_sources(plan.read_tuples())
         except Exception:  # noqa: BLE001 - a name gone: let Python raise
@@ -360,11 +372,11 @@ class Driver:
     def _build(self, call, plan):
         wrapper, free_names = plan.make_wrapper(call.free)
         target = plan.target
-        names = list(free_names)
+        names = list(free_names) if target is not None else None
         if target is not None:
             co = target.__code__
             params = list(co.co_varnames[:co.co_argcount])
-            if plan.self_obj is not None:
+            if plan.self_obj is not None and not plan.self_in_args:
                 params = params[1:]
             for i in range(len(call.args)):
                 names.append(params[i] if i < len(params) else f"arg{i}")

@@ -123,11 +123,13 @@ class Plan:
     target: the function whose bytecode is traced (a plain function);
     self_obj: the bound ``self`` (bound method or module) or None."""
 
-    def __init__(self, target, self_obj, sources):
+    def __init__(self, fn, target, self_obj, sources):
+        self.fn = fn
         self.target = target
         self.self_obj = self_obj
         self.sources = sources
         self.paths = tuple(s.path for s in sources)
+        self.self_in_args = False   # a method compiled on the class: self is args[0]
 
     def tuples(self, values):
         """The source tuples for _C (lifted = currently a tensor)."""
@@ -144,6 +146,8 @@ class Plan:
         instance attributes on objects (modules) for attribute chains."""
         lifted_idx = [i for i, v in enumerate(values) if _is_tensor(v)]
         target, self_obj = self.target, self.self_obj
+        if target is None:
+            return self.fn, []
         code = target.__code__
         freevars = code.co_freevars
         sources = self.sources
@@ -173,7 +177,7 @@ class Plan:
                 fn = types.FunctionType(code, new_globals if new_globals is not None else target.__globals__,
                                         target.__name__, target.__defaults__, tuple(cells) or None)
                 fn.__kwdefaults__ = target.__kwdefaults__
-                if self_obj is not None:
+                if self_obj is not None and not self.self_in_args:
                     return fn(self_obj, *rest, **kw)
                 return fn(*rest, **kw)
             finally:
@@ -250,10 +254,19 @@ def _module_sources(kind, root, attrs, path, mod, out, seen):
             out.append(Source(kind, root, attrs + q + (k,), p, _ident(p)))
 
 
-def analyze(fn):
-    """Build the Plan of a function, bound method or nn.Module."""
+def analyze(fn, self_arg=None):
+    """Build the Plan of a function, bound method or nn.Module.
+
+    self_arg: for a function compiled on a class (``@tp.compile`` on
+    ``forward``) called with a module as its first argument, that module:
+    it is treated as ``self`` of a bound method, but stays in the arguments."""
     self_obj = None
     target = fn
+    if self_arg is not None:
+        plan = analyze(types.MethodType(fn, self_arg))
+        plan.fn = fn
+        plan.self_in_args = True
+        return plan
     if _is_module(fn):
         self_obj = fn
         target = type(fn).forward
@@ -262,7 +275,7 @@ def analyze(fn):
         target = fn.__func__
     if not isinstance(target, types.FunctionType):
         # builtins, C functions, callables without bytecode: nothing to lift
-        return Plan(None, None, [])
+        return Plan(fn, None, None, [])
     code = target.__code__
     self_name = code.co_varnames[0] if self_obj is not None and code.co_argcount else None
     cells = dict(zip(code.co_freevars, target.__closure__ or ()))
@@ -318,4 +331,4 @@ def analyze(fn):
             continue
         seen.add(p)
         out.append(Source(kind, root, base_attrs + chain, p, _ident(p)))
-    return Plan(target, self_obj, out)
+    return Plan(fn, target, self_obj, out)
