@@ -341,27 +341,28 @@ class Driver:
 
     # -- a miss ---------------------------------------------------------------
     def _compile(self, call, plan):
-        failed = []
-        for v in self.versions:
-            failed.extend(v.failed_guards(call))
-        if self.versions and _logs.enabled("recompiles"):
-            _logs.logger("recompiles").info(
-                f"recompiling '{self.name}': " + "; ".join(str(g) for g in failed))
-        if (len(self.versions) >= config.cache_size_limit
-                or _total["compiles"] >= config.accumulated_cache_size_limit):
+        over = (len(self.versions) >= config.cache_size_limit
+                or _total["compiles"] >= config.accumulated_cache_size_limit)
+        if over:
+            if self._limit_warned and not self.strict_native:
+                return None
             which = ("cache_size_limit" if len(self.versions) >= config.cache_size_limit
                      else "accumulated_cache_size_limit")
-            limit = getattr(config, which)
             last = "; ".join(str(g) for g in self.versions[-1].failed_guards(call)) if self.versions else ""
-            msg = (f"tensorplay.compile: '{self.name}' hit config.{which} ({limit}); "
-                   f"last failed guards: {last or '(none)'}")
+            msg = (f"tensorplay.compile: '{self.name}' hit config.{which} "
+                   f"({getattr(config, which)}); last failed guards: {last or '(none)'}")
             if self.strict_native:
                 raise RecompileLimitError(msg)
-            if not self._limit_warned:
-                self._limit_warned = True
-                warnings.warn(msg + "; running eagerly from now on for new keys", RuntimeWarning,
-                              stacklevel=4)
+            self._limit_warned = True
+            warnings.warn(msg + "; calls that miss run eagerly from now on", RuntimeWarning,
+                          stacklevel=3)
             return None
+        if self.versions and _logs.enabled("recompiles"):
+            failed = []
+            for v in self.versions:
+                failed.extend(v.failed_guards(call))
+            _logs.logger("recompiles").info(
+                f"recompiling '{self.name}': " + "; ".join(str(g) for g in failed))
         v = self._build(call, plan)
         self.versions.append(v)
         self._groups.setdefault(call.gkey, []).append(v)
@@ -412,7 +413,7 @@ class Driver:
             if config.warn_on_fallback:
                 warnings.warn(f"tensorplay.compile: back end {self.backend_name!r} failed on "
                               f"'{self.name}' ({type(e).__name__}: {e}); this version runs eagerly",
-                              RuntimeWarning, stacklevel=5)
+                              RuntimeWarning, stacklevel=4)
         v = Version(len(self.versions), call, gm, artifact, replay, gate_kinds, gates0,
                     shape_reads, eager_fallback, plan.paths, self.dynamic)
         if _logs.enabled("guards"):
