@@ -1,10 +1,1239 @@
-/* The op-level graph (seed §4.8). */
+/* The op-level graph (seed §4.8): make_op_graph(gm, basis=None).
+ *
+ * Each call node of the Python-level graph lands on an op overload of the
+ * op table: a call_function node whose target is tp.ops.<name>.<overload>
+ * (node.meta['op_overload'] = "name.overload"), arguments bound to the
+ * op's schema (trailing defaults dropped). Placeholders are renamed
+ * primals_1, primals_2, ...; in-place ops and mutated views are
+ * functionalized on the way (functionalize.c); ops outside the back end's
+ * basis that draw no random numbers are replaced by their decomposition
+ * (decompose_table.c), recursively; an op outside the basis without a rule
+ * stays (the back end makes it a fallback kernel).
+ *
+ * Default basis: every op with a scalar formula, every reduction, view,
+ * extern, random and "other" op, and every composite op without a
+ * decomposition (native_layer_norm, ...). */
 #include "graph/passes_internal.h"
+
+#include <string.h>
+
+static PyObject *p_opgm_type = NULL;   /* OpGraphModule, made once */
+
+/* ---- targets --------------------------------------------------------- */
+
+static PyObject *
+p_op_target(const char *name, const char *ovl)
+{
+    PyObject *ops = PyImport_ImportModule("tensorplay.ops");
+    PyObject *pk = ops ? PyObject_GetAttrString(ops, name) : NULL;
+    PyObject *t = pk ? PyObject_GetAttrString(pk, ovl) : NULL;
+    Py_XDECREF(ops);
+    Py_XDECREF(pk);
+    if (t != NULL) {
+        return t;
+    }
+    PyErr_Clear();
+    /* tp.ops not there (yet): the public function runs the same op */
+    PyObject *m = PyImport_ImportModule("tensorplay.functional");
+    t = m ? PyObject_GetAttrString(m, name) : NULL;
+    Py_XDECREF(m);
+    if (t == NULL) {
+        PyErr_Clear();
+        m = PyImport_ImportModule("tensorplay");
+        t = m ? PyObject_GetAttrString(m, name) : NULL;
+        Py_XDECREF(m);
+    }
+    if (t == NULL) {
+        PyErr_Format(PyExc_LookupError, "make_op_graph: no tp.ops.%s.%s",
+                     name, ovl);
+    }
+    return t;
+}
+
+static int
+p_meta_set(PyObject *node, const char *key, PyObject *v)
+{
+    PyObject *meta = PyObject_GetAttrString(node, "meta");
+    int rc = meta ? PyMapping_SetItemString(meta, key, v) : -1;
+    Py_XDECREF(meta);
+    return rc;
+}
+
+static PyObject *
+p_create(p_op_ctx *c, const char *opcode, PyObject *target, PyObject *args,
+         PyObject *kwargs, const char *name)
+{
+    PyObject *kw = kwargs ? Py_NewRef(kwargs) : PyDict_New();
+    PyObject *node = kw ? PyObject_CallMethod(c->graph, "create_node",
+                                              "sOOOs", opcode, target, args,
+                                              kw, name) : NULL;
+    Py_XDECREF(kw);
+    if (node != NULL && c->cur_py != NULL) {
+        PyObject *m = PyObject_GetAttrString(c->cur_py, "meta");
+        PyObject *s = m && PyDict_Check(m) ? PyDict_GetItemString(m, "stack")
+                                           : NULL;
+        if (s != NULL && p_meta_set(node, "stack", s) < 0) {
+            Py_CLEAR(node);
+        }
+        Py_XDECREF(m);
+        PyErr_Clear();
+    }
+    return node;
+}
+
+PyObject *
+stax_graph_p_emit(p_op_ctx *c, const char *opname, const char *ovl,
+                  PyObject *args, PyObject *kwargs, int mutating)
+{
+    PyObject *target = NULL, *node = NULL, *tag = NULL;
+    if (strcmp(opname, "getitem") == 0) {
+        PyObject *opm = PyImport_ImportModule("operator");
+        target = opm ? PyObject_GetAttrString(opm, "getitem") : NULL;
+        Py_XDECREF(opm);
+    }
+    else {
+        target = p_op_target(opname, ovl);
+    }
+    if (target == NULL) {
+        return NULL;
+    }
+    node = p_create(c, "call_function", target, args, kwargs, opname);
+    if (node == NULL) {
+        goto done;
+    }
+    if (strcmp(opname, "getitem") != 0) {
+        tag = PyUnicode_FromFormat("%s.%s", opname, ovl);
+        if (tag == NULL || p_meta_set(node, "op_overload", tag) < 0) {
+            Py_CLEAR(node);
+            goto done;
+        }
+    }
+    if (mutating) {
+        PyObject *z = PyLong_FromLong(0);
+        if (z == NULL || p_meta_set(node, "mutates", z) < 0) {
+            Py_XDECREF(z);
+            Py_CLEAR(node);
+            goto done;
+        }
+        Py_DECREF(z);
+        /* its value is the new value of args[0] */
+        PyObject *v0 = PyTuple_GET_SIZE(args) > 0
+                       && stax_graph_p_is_node(PyTuple_GET_ITEM(args, 0))
+                       ? stax_graph_p_val(PyTuple_GET_ITEM(args, 0)) : NULL;
+        if (v0 != NULL && p_meta_set(node, "val", v0) < 0) {
+            Py_CLEAR(node);
+        }
+    }
+    else {
+        PyObject *val = stax_graph_p_run_on_vals(P_CALL_FUNCTION, target, args,
+                                                 kwargs);
+        if (val != NULL) {
+            if (p_meta_set(node, "val", val) < 0) {
+                Py_CLEAR(node);
+            }
+            Py_DECREF(val);
+        }
+    }
+done:
+    Py_XDECREF(target);
+    Py_XDECREF(tag);
+    return node;
+}
+
+/* ---- basis, overloads, argument lists -------------------------------- */
+
+static int
+p_in_basis(p_op_ctx *c, const stax_op_info *op)
+{
+    if (c->basis != NULL) {
+        PyObject *s = PyUnicode_FromString(op->name);
+        int r = s ? PySequence_Contains(c->basis, s) : -1;
+        Py_XDECREF(s);
+        if (r < 0) {
+            PyErr_Clear();
+            r = 0;
+        }
+        return r;
+    }
+    if (op->formula != NULL) {
+        return 1;
+    }
+    switch (op->kind) {
+    case STAX_OPK_COMPOSITE:
+        return op->decomp == NULL;
+    case STAX_OPK_POINTWISE:
+        return op->decomp == NULL;
+    default:
+        return 1;
+    }
+}
+
+static int
+p_has_ovl(const stax_op_info *op, const char *ovl)
+{
+    const char *p = op->overloads ? op->overloads : "";
+    size_t n = strlen(ovl);
+    while (*p) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && strncmp(p, ovl, n) == 0) {
+            return 1;
+        }
+        p += len + (e ? 1 : 0);
+    }
+    return 0;
+}
+
+static void
+p_first_ovl(const stax_op_info *op, char *buf, size_t n)
+{
+    const char *p = op->overloads ? op->overloads : "default";
+    const char *e = strchr(p, ',');
+    size_t len = e ? (size_t)(e - p) : strlen(p);
+    if (len >= n) {
+        len = n - 1;
+    }
+    memcpy(buf, p, len);
+    buf[len] = '\0';
+    if (len == 0) {
+        snprintf(buf, n, "default");
+    }
+}
+
+static int
+p_is_number(PyObject *o)
+{
+    return PyLong_Check(o) || PyFloat_Check(o);
+}
+
+static int
+p_is_tensor_type(const stax_op_info *op, int i)
+{
+    return strncmp(stax_graph_p_schema_type(op, i), "Tensor", 6) == 0;
+}
+
+static int
+p_at_default(const stax_op_info *op, int i, PyObject *v)
+{
+    PyObject *d = stax_graph_p_schema_default(op, i);
+    if (d == NULL) {
+        return 0;
+    }
+    if (stax_graph_p_is_node(v)) {
+        return 0;
+    }
+    int eq = PyObject_RichCompareBool(v, d, Py_EQ);
+    if (eq < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    return eq && Py_TYPE(v) == Py_TYPE(d);
+}
+
+static void
+p_choose_overload(const stax_op_info *op, PyObject *bound, char *buf,
+                  size_t n)
+{
+    int np = (int)PyTuple_GET_SIZE(bound), nscal = 0, ntens = 0, k = 0;
+    int scal_pos[8] = {0};
+    if (!strchr(op->overloads ? op->overloads : "", ',')) {
+        p_first_ovl(op, buf, n);
+        return;
+    }
+    for (int i = 0; i < np; i++) {
+        if (p_is_tensor_type(op, i)) {
+            int s = p_is_number(PyTuple_GET_ITEM(bound, i));
+            if (k < 8) {
+                scal_pos[k] = s;
+            }
+            k++;
+            nscal += s;
+            ntens++;
+        }
+    }
+    if (strcmp(op->name, "where") == 0 && ntens == 3) {
+        const char *o = scal_pos[1] && scal_pos[2] ? "Scalar"
+                        : scal_pos[1] ? "ScalarSelf"
+                        : scal_pos[2] ? "ScalarOther" : "self";
+        if (p_has_ovl(op, o)) {
+            snprintf(buf, n, "%s", o);
+            return;
+        }
+    }
+    if (nscal > 0 && p_has_ovl(op, "Scalar")) {
+        snprintf(buf, n, "Scalar");
+        return;
+    }
+    if (p_has_ovl(op, "Tensor") && ntens >= 2) {
+        snprintf(buf, n, "Tensor");
+        return;
+    }
+    /* default when every non-tensor argument is at its default */
+    int all_default = 1;
+    for (int i = 0; i < np; i++) {
+        if (!p_is_tensor_type(op, i)
+            && !p_at_default(op, i, PyTuple_GET_ITEM(bound, i))) {
+            all_default = 0;
+        }
+    }
+    if (all_default && p_has_ovl(op, "default")) {
+        snprintf(buf, n, "default");
+        return;
+    }
+    /* else the first overload that is neither default nor Scalar */
+    const char *p = op->overloads;
+    while (*p) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (!(len == 7 && !strncmp(p, "default", 7))
+            && !(len == 6 && !strncmp(p, "Scalar", 6))) {
+            if (len >= n) {
+                len = n - 1;
+            }
+            memcpy(buf, p, len);
+            buf[len] = '\0';
+            return;
+        }
+        p += len + (e ? 1 : 0);
+    }
+    p_first_ovl(op, buf, n);
+}
+
+/* int[] arguments print as lists: (8,) -> [8] */
+static PyObject *
+p_norm_arg(const stax_op_info *op, int i, PyObject *v)
+{
+    const char *t = stax_graph_p_schema_type(op, i);
+    if (PyTuple_Check(v) && strchr(t, '[') != NULL) {
+        return PySequence_List(v);
+    }
+    return Py_NewRef(v);
+}
+
+/* positional args and kwargs of the call, trailing defaults dropped */
+static int
+p_call_args(const stax_op_info *op, const char *ovl, PyObject *bound,
+            PyObject **pargs, PyObject **pkw)
+{
+    int np = (int)PyTuple_GET_SIZE(bound), last = -1;
+    int all_pos = strncmp(ovl, "Scalar", 6) == 0
+                  && (!strcmp(op->name, "add") || !strcmp(op->name, "sub"));
+    PyObject *l = PyList_New(0), *kw = PyDict_New();
+    if (l == NULL || kw == NULL) {
+        goto error;
+    }
+    for (int i = 0; i < np; i++) {
+        if ((!stax_graph_p_schema_kwonly(op, i) || all_pos)
+            && (all_pos || !p_at_default(op, i, PyTuple_GET_ITEM(bound, i)))) {
+            last = i;
+        }
+    }
+    for (int i = 0; i < np; i++) {
+        PyObject *v = p_norm_arg(op, i, PyTuple_GET_ITEM(bound, i));
+        int e;
+        if (v == NULL) {
+            goto error;
+        }
+        if (!stax_graph_p_schema_kwonly(op, i) || all_pos) {
+            e = i <= last ? PyList_Append(l, v) : 0;
+        }
+        else if (!p_at_default(op, i, v)) {
+            e = PyDict_SetItemString(kw, stax_graph_p_schema_name(op, i), v);
+        }
+        else {
+            e = 0;
+        }
+        Py_DECREF(v);
+        if (e < 0) {
+            goto error;
+        }
+    }
+    *pargs = PyList_AsTuple(l);
+    Py_DECREF(l);
+    if (*pargs == NULL) {
+        Py_DECREF(kw);
+        return -1;
+    }
+    *pkw = kw;
+    return 0;
+error:
+    Py_XDECREF(l);
+    Py_XDECREF(kw);
+    return -1;
+}
+
+/* ---- emitting one op (with decomposition against the basis) ---------- */
+
+static PyObject *p_emit_op(p_op_ctx *c, const stax_op_info *op,
+                           PyObject *bound);
+
+static PyObject *
+p_emit_decomp(const char *opname, PyObject *args, void *vctx)
+{
+    p_op_ctx *c = vctx;
+    if (strcmp(opname, "getitem") == 0) {
+        return stax_graph_p_emit(c, "getitem", "", args, NULL, 0);
+    }
+    const stax_op_info *op = stax_graph_p_op_by_name(opname);
+    if (op == NULL) {
+        PyErr_Format(PyExc_LookupError, "decomposition names an unknown op "
+                     "%s", opname);
+        return NULL;
+    }
+    PyObject *bound = stax_graph_p_bind(op, args, NULL);
+    if (bound == NULL) {
+        return NULL;
+    }
+    PyObject *r = p_emit_op(c, op, bound);
+    Py_DECREF(bound);
+    return r;
+}
+
+static PyObject *
+p_emit_op(p_op_ctx *c, const stax_op_info *op, PyObject *bound)
+{
+    char ovl[64];
+    PyObject *args = NULL, *kw = NULL, *r = NULL;
+    if (!p_in_basis(c, op) && !stax_graph_p_is_random(op) && c->depth < 64) {
+        const p_sexp *t = stax_graph_p_decomp(op);
+        if (t != NULL && stax_graph_p_decomp_applicable(op, t, bound)) {
+            c->depth++;
+            r = stax_graph_p_eval_decomp(t, op, bound, p_emit_decomp, c);
+            c->depth--;
+            return r;
+        }
+    }
+    p_choose_overload(op, bound, ovl, sizeof(ovl));
+    if (p_call_args(op, ovl, bound, &args, &kw) < 0) {
+        return NULL;
+    }
+    r = stax_graph_p_emit(c, op->name, ovl, args, kw, 0);
+    Py_DECREF(args);
+    Py_DECREF(kw);
+    return r;
+}
+
+/* ---- lowering one Python-level node ---------------------------------- */
+
+static PyObject *
+p_cur_fn(PyObject *node, void *ctx)
+{
+    return stax_graph_fz_current((p_op_ctx *)ctx, node);
+}
+
+static int
+p_is_tensor_val(PyObject *v)
+{
+    return v != NULL && !PyLong_Check(v) && !PyFloat_Check(v)
+        && !PyTuple_Check(v) && !PyList_Check(v)
+        && PyObject_HasAttrString(v, "dtype")
+        && PyObject_HasAttrString(v, "shape");
+}
+
+static Py_ssize_t
+p_ndim(PyObject *v)
+{
+    PyObject *s = v ? PyObject_GetAttrString(v, "shape") : NULL;
+    Py_ssize_t n = s ? PyObject_Length(s) : -1;
+    Py_XDECREF(s);
+    PyErr_Clear();
+    return n;
+}
+
+static Py_ssize_t
+p_dim_size(PyObject *v, Py_ssize_t d)
+{
+    PyObject *s = v ? PyObject_GetAttrString(v, "shape") : NULL;
+    PyObject *x = s ? PySequence_GetItem(s, d) : NULL;
+    Py_ssize_t n = x ? PyLong_AsSsize_t(x) : -1;
+    Py_XDECREF(s);
+    Py_XDECREF(x);
+    PyErr_Clear();
+    return n;
+}
+
+/* one view step: value = op(current(parent), *tail); registers key */
+static PyObject *
+p_view_step(p_op_ctx *c, PyObject *key, PyObject *parent, const char *op,
+            const char *ovl, PyObject *tail, PyObject *view_val)
+{
+    PyObject *pv = stax_graph_fz_current(c, parent);
+    if (pv == NULL) {
+        return NULL;
+    }
+    PyObject *head = PyTuple_Pack(1, pv);
+    PyObject *args = head ? PySequence_Concat(head, tail) : NULL;
+    PyObject *v = args ? stax_graph_p_emit(c, op, ovl, args, NULL, 0) : NULL;
+    Py_DECREF(pv);
+    Py_XDECREF(head);
+    Py_XDECREF(args);
+    if (v != NULL && stax_graph_fz_view(c, key, parent, op, ovl, tail, v,
+                                        view_val) < 0) {
+        Py_CLEAR(v);
+    }
+    return v;
+}
+
+/* x[idx] on a tensor: a chain of select / slice / unsqueeze views */
+static int
+p_lower_index(p_op_ctx *c, PyObject *n, PyObject *x, PyObject *idx)
+{
+    PyObject *xv = stax_graph_p_val(stax_graph_fz_resolve(c, x));
+    PyObject *items = PyTuple_Check(idx) ? Py_NewRef(idx)
+                                         : PyTuple_Pack(1, idx);
+    PyObject *parent = Py_NewRef(x), *last = NULL;
+    Py_ssize_t ndim = p_ndim(xv), nitems, dim = 0, nreal = 0;
+    int rc = -1;
+    if (items == NULL) {
+        goto done;
+    }
+    nitems = PyTuple_GET_SIZE(items);
+    for (Py_ssize_t i = 0; i < nitems; i++) {
+        PyObject *it = PyTuple_GET_ITEM(items, i);
+        if (stax_graph_p_is_node(it) || !(PyLong_Check(it) || PySlice_Check(it)
+                                          || it == Py_None
+                                          || it == Py_Ellipsis)) {
+            PyErr_SetString(PyExc_NotImplementedError, "tensor index");
+            goto done;
+        }
+        nreal += PyLong_Check(it) || PySlice_Check(it);
+    }
+    /* the current (view) value of x while the chain is taken */
+    PyObject *curval = xv;
+    for (Py_ssize_t i = 0; i < nitems; i++) {
+        PyObject *it = PyTuple_GET_ITEM(items, i), *tail = NULL;
+        const char *op = NULL, *ovl = NULL;
+        if (it == Py_Ellipsis) {
+            dim += ndim - nreal;
+            continue;
+        }
+        if (PyLong_Check(it)) {
+            tail = Py_BuildValue("(nO)", dim, it);
+            op = "select";
+            ovl = "int";
+        }
+        else if (it == Py_None) {
+            tail = Py_BuildValue("(n)", dim);
+            op = "unsqueeze";
+            ovl = "default";
+            dim++;
+        }
+        else {
+            Py_ssize_t size = p_dim_size(curval, dim), st, en, step, len;
+            if (size < 0 || PySlice_GetIndicesEx(it, size, &st, &en, &step,
+                                                 &len) < 0) {
+                PyErr_Clear();
+                PyErr_SetString(PyExc_NotImplementedError, "slice index");
+                goto done;
+            }
+            if (st == 0 && en == size && step == 1) {
+                dim++;
+                continue;     /* a full slice: no view op */
+            }
+            tail = Py_BuildValue("(nnnn)", dim, st, en, step);
+            op = "slice";
+            ovl = "Tensor";
+            dim++;
+        }
+        if (tail == NULL) {
+            goto done;
+        }
+        /* the last step is n itself; the ones before get their own key */
+        int is_last = 1;
+        for (Py_ssize_t j = i + 1; j < nitems; j++) {
+            PyObject *nx = PyTuple_GET_ITEM(items, j);
+            if (nx != Py_Ellipsis) {
+                if (!PySlice_Check(nx)) {
+                    is_last = 0;
+                    break;
+                }
+                Py_ssize_t sz = p_dim_size(curval, dim), a, b, s2, l2;
+                /* a later full slice does not count */
+                if (sz < 0 || PySlice_GetIndicesEx(nx, sz, &a, &b, &s2, &l2) < 0
+                    || !(a == 0 && b == sz && s2 == 1)) {
+                    PyErr_Clear();
+                    is_last = 0;
+                    break;
+                }
+            }
+        }
+        PyObject *key = is_last ? Py_NewRef(n)
+                                : Py_BuildValue("(On)", n, i);
+        Py_XSETREF(last, key ? p_view_step(c, key, parent, op, ovl, tail,
+                                           is_last ? stax_graph_p_val(n)
+                                                   : NULL) : NULL);
+        Py_DECREF(tail);
+        if (last == NULL) {
+            Py_XDECREF(key);
+            goto done;
+        }
+        curval = stax_graph_p_val(last);
+        Py_SETREF(parent, key);
+        if (is_last) {
+            break;
+        }
+    }
+    if (last == NULL || parent != n) {
+        /* no view op at all (x[...], x[:]) or trailing full slices */
+        if (stax_graph_fz_alias(c, n, parent) < 0) {
+            goto done;
+        }
+    }
+    rc = 0;
+done:
+    Py_XDECREF(items);
+    Py_XDECREF(parent);
+    Py_XDECREF(last);
+    return rc;
+}
+
+/* copy `src` into the shape of `like` (copy_, setitem) as a new value */
+static PyObject *
+p_fill_value(p_op_ctx *c, PyObject *like, PyObject *src)
+{
+    if (p_is_number(src)) {
+        PyObject *args = PyTuple_Pack(2, like, src);
+        PyObject *r = args ? stax_graph_p_emit(c, "full_like", "default", args,
+                                               NULL, 0) : NULL;
+        Py_XDECREF(args);
+        return r;
+    }
+    PyObject *lv = stax_graph_p_is_node(like) ? stax_graph_p_val(like) : NULL;
+    PyObject *sv = stax_graph_p_is_node(src) ? stax_graph_p_val(src) : NULL;
+    PyObject *r;
+    if (lv != NULL && sv != NULL && stax_graph_p_same_meta(lv, sv)) {
+        r = Py_NewRef(src);
+    }
+    else {
+        PyObject *shape = PyObject_GetAttrString(lv ? lv : Py_None, "shape");
+        PyObject *l = shape ? PySequence_List(shape) : NULL;
+        Py_XDECREF(shape);
+        if (l == NULL) {
+            return NULL;
+        }
+        PyObject *args = PyTuple_Pack(2, src, l);
+        Py_DECREF(l);
+        r = args ? stax_graph_p_emit(c, "expand", "default", args, NULL, 0)
+                 : NULL;
+        Py_XDECREF(args);
+        if (r != NULL && lv != NULL && sv != NULL) {
+            /* dtype: the destination's */
+            PyObject *dt = PyObject_GetAttrString(lv, "dtype");
+            PyObject *a2 = dt ? PyTuple_Pack(1, r) : NULL;
+            PyObject *kw = dt ? Py_BuildValue("{sO}", "dtype", dt) : NULL;
+            PyObject *dts = PyObject_GetAttrString(sv, "dtype");
+            int same = dt && dts ? PyObject_RichCompareBool(dt, dts, Py_EQ) : 1;
+            PyErr_Clear();
+            if (!same && a2 && kw) {
+                Py_SETREF(r, stax_graph_p_emit(c, "_to_copy", "default", a2,
+                                               kw, 0));
+            }
+            Py_XDECREF(dt);
+            Py_XDECREF(dts);
+            Py_XDECREF(a2);
+            Py_XDECREF(kw);
+        }
+    }
+    /* a placeholder as the new value of another input would be read after
+     * its own write-back: take a copy */
+    if (r != NULL && stax_graph_p_is_node(r)
+        && stax_graph_p_opcode(r) == P_PLACEHOLDER) {
+        PyObject *args = PyTuple_Pack(1, r);
+        Py_SETREF(r, args ? stax_graph_p_emit(c, "clone", "default", args,
+                                              NULL, 0) : NULL);
+        Py_XDECREF(args);
+    }
+    PyErr_Clear();
+    return r;
+}
+
+static int
+p_lower_inplace(p_op_ctx *c, PyObject *n, p_opref *r, PyObject *args,
+                PyObject *kwargs)
+{
+    PyObject *m = PyTuple_GET_ITEM(args, 0), *mapped = NULL, *mkw = NULL;
+    PyObject *bound = NULL, *v = NULL, *cur = NULL;
+    int rc = -1;
+    if (!stax_graph_p_is_node(m)) {
+        PyErr_SetString(PyExc_TypeError, "in-place op on a non-tensor");
+        return -1;
+    }
+    mapped = stax_graph_p_map(args, p_cur_fn, c);
+    mkw = mapped ? stax_graph_p_map(kwargs, p_cur_fn, c) : NULL;
+    if (mkw == NULL) {
+        goto done;
+    }
+    if (r->setitem) {
+        /* x[idx] = v: a mutation of the view x[idx] */
+        PyObject *key = Py_BuildValue("(Os)", n, "view");
+        if (key == NULL || PyTuple_GET_SIZE(args) != 3
+            || p_lower_index(c, key, m, PyTuple_GET_ITEM(args, 1)) < 0) {
+            Py_XDECREF(key);
+            goto done;
+        }
+        cur = stax_graph_fz_current(c, key);
+        v = cur ? p_fill_value(c, cur, PyTuple_GET_ITEM(mapped, 2)) : NULL;
+        if (v == NULL || stax_graph_fz_assign(c, key, v) < 0) {
+            Py_DECREF(key);
+            goto done;
+        }
+        Py_DECREF(key);
+        rc = stax_graph_fz_root(c, n, Py_None);
+        goto done;
+    }
+    if (r->info != NULL && strcmp(r->info->name, "copy_") == 0) {
+        v = PyTuple_GET_SIZE(mapped) >= 2
+            ? p_fill_value(c, PyTuple_GET_ITEM(mapped, 0),
+                           PyTuple_GET_ITEM(mapped, 1)) : NULL;
+    }
+    else if (r->info != NULL && !(r->info->flags & STAX_OPF_INPLACE)) {
+        /* the functional twin: add_ -> add */
+        bound = stax_graph_p_bind(r->info, mapped,
+                                  PyDict_Check(mkw) ? mkw : NULL);
+        v = bound ? p_emit_op(c, r->info, bound) : NULL;
+    }
+    else {
+        /* no functional overload: one node that records what it mutates */
+        char name[80];
+        snprintf(name, sizeof(name), "%s", r->name);
+        v = stax_graph_p_emit(c, name, "default", mapped,
+                              PyDict_Check(mkw) ? mkw : NULL, 1);
+    }
+    if (v == NULL || stax_graph_fz_assign(c, m, v) < 0
+        || stax_graph_fz_alias(c, n, m) < 0) {
+        goto done;
+    }
+    rc = 0;
+done:
+    Py_XDECREF(mapped);
+    Py_XDECREF(mkw);
+    Py_XDECREF(bound);
+    Py_XDECREF(v);
+    Py_XDECREF(cur);
+    return rc;
+}
+
+static int
+p_lower_call(p_op_ctx *c, PyObject *n, p_opcode_t opc)
+{
+    PyObject *args = NULL, *kwargs = NULL, *mapped = NULL, *mkw = NULL;
+    PyObject *bound = NULL, *v = NULL, *target = NULL;
+    p_opref r;
+    int rc = -1, known = stax_graph_p_node_opref(n, &r);
+    PyObject *a0 = PyObject_GetAttrString(n, "args");
+    args = a0 ? PySequence_Tuple(a0) : NULL;
+    Py_XDECREF(a0);
+    kwargs = args ? PyObject_GetAttrString(n, "kwargs") : NULL;
+    if (kwargs == NULL) {
+        goto done;
+    }
+    if (r.inplace && PyTuple_GET_SIZE(args) > 0) {
+        rc = p_lower_inplace(c, n, &r, args, kwargs);
+        goto done;
+    }
+    if (r.getitem && PyTuple_GET_SIZE(args) == 2) {
+        PyObject *x = PyTuple_GET_ITEM(args, 0);
+        PyObject *xv = stax_graph_p_is_node(x)
+                       ? stax_graph_p_val(stax_graph_fz_resolve(c, x)) : NULL;
+        if (p_is_tensor_val(xv)) {
+            rc = p_lower_index(c, n, x, PyTuple_GET_ITEM(args, 1));
+            if (rc == 0 || !PyErr_ExceptionMatches(PyExc_NotImplementedError)) {
+                goto done;
+            }
+            PyErr_Clear();
+            /* advanced indexing: index.Tensor would go here; keep getitem */
+        }
+        known = 0;
+    }
+    mapped = stax_graph_p_map(args, p_cur_fn, c);
+    mkw = mapped ? stax_graph_p_map(kwargs, p_cur_fn, c) : NULL;
+    if (mkw == NULL) {
+        goto done;
+    }
+    if (known && r.info != NULL) {
+        bound = stax_graph_p_bind(r.info, mapped, PyDict_Check(mkw) ? mkw : NULL);
+        if (bound == NULL) {
+            goto done;
+        }
+        /* scalar arithmetic among Python numbers stays as it is */
+        int any_tensor = 0;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mapped); i++) {
+            PyObject *a = PyTuple_GET_ITEM(mapped, i);
+            any_tensor |= stax_graph_p_is_node(a)
+                          && p_is_tensor_val(stax_graph_p_val(a));
+        }
+        if (r.info->kind == STAX_OPK_VIEW && PyTuple_GET_SIZE(mapped) > 0
+            && stax_graph_p_is_node(PyTuple_GET_ITEM(args, 0))) {
+            char ovl[64];
+            PyObject *cargs = NULL, *ckw = NULL;
+            p_choose_overload(r.info, bound, ovl, sizeof(ovl));
+            if (p_call_args(r.info, ovl, bound, &cargs, &ckw) < 0) {
+                goto done;
+            }
+            PyObject *tail = PyTuple_GetSlice(cargs, 1, PyTuple_GET_SIZE(cargs));
+            Py_DECREF(cargs);
+            Py_DECREF(ckw);
+            if (tail == NULL) {
+                goto done;
+            }
+            v = p_view_step(c, n, PyTuple_GET_ITEM(args, 0), r.info->name, ovl,
+                            tail, stax_graph_p_val(n));
+            Py_DECREF(tail);
+            rc = v ? 0 : -1;
+            goto done;
+        }
+        if (any_tensor || !r.is_operator) {
+            v = p_emit_op(c, r.info, bound);
+            if (v == NULL) {
+                goto done;
+            }
+            rc = stax_graph_fz_root(c, n, v);
+            goto done;
+        }
+    }
+    /* not an op of the table (or scalar arithmetic): copied as it is */
+    target = PyObject_GetAttrString(n, "target");
+    if (target == NULL) {
+        goto done;
+    }
+    {
+        PyObject *nm = PyObject_GetAttrString(n, "name");
+        const char *s = nm && PyUnicode_Check(nm) ? PyUnicode_AsUTF8(nm) : "v";
+        v = s ? p_create(c, stax_graph_p_opcode_str(opc), target, mapped, mkw,
+                         s) : NULL;
+        Py_XDECREF(nm);
+        if (v != NULL) {
+            PyObject *val = stax_graph_p_val(n);
+            if (val != NULL && p_meta_set(v, "val", val) < 0) {
+                goto done;
+            }
+        }
+    }
+    rc = v ? stax_graph_fz_root(c, n, v) : -1;
+done:
+    Py_XDECREF(args);
+    Py_XDECREF(kwargs);
+    Py_XDECREF(mapped);
+    Py_XDECREF(mkw);
+    Py_XDECREF(bound);
+    Py_XDECREF(v);
+    Py_XDECREF(target);
+    return rc;
+}
+
+/* ---- the printer ----------------------------------------------------- */
+
+static int
+p_fmt_arg(PyObject *o, PyObject *out)
+{
+    PyObject *s = NULL;
+    int rc = -1;
+    if (stax_graph_p_is_node(o)) {
+        s = PyObject_GetAttrString(o, "name");
+    }
+    else if (PyList_Check(o) || PyTuple_Check(o)) {
+        int lst = PyList_Check(o);
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
+        PyObject *sub = PyList_New(0);
+        if (sub == NULL) {
+            return -1;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (p_fmt_arg(PySequence_Fast_GET_ITEM(o, i), sub) < 0) {
+                Py_DECREF(sub);
+                return -1;
+            }
+        }
+        PyObject *sep = PyUnicode_FromString(", ");
+        PyObject *j = sep ? PyUnicode_Join(sep, sub) : NULL;
+        Py_XDECREF(sep);
+        Py_DECREF(sub);
+        if (j == NULL) {
+            return -1;
+        }
+        s = PyUnicode_FromFormat(lst ? "[%U]" : (n == 1 ? "(%U,)" : "(%U)"),
+                                 j);
+        Py_DECREF(j);
+    }
+    else {
+        s = PyObject_Repr(o);
+    }
+    if (s != NULL) {
+        rc = PyList_Append(out, s);
+        Py_DECREF(s);
+    }
+    return rc;
+}
+
+static int
+p_collect_leaves(PyObject *o, PyObject *out)
+{
+    if (PyList_Check(o) || PyTuple_Check(o)) {
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); i++) {
+            if (p_collect_leaves(PySequence_Fast_GET_ITEM(o, i), out) < 0) {
+                return -1;
+            }
+        }
+        return 0;
+    }
+    if (PyDict_Check(o)) {
+        PyObject *k, *v;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(o, &pos, &k, &v)) {
+            if (p_collect_leaves(v, out) < 0) {
+                return -1;
+            }
+        }
+        return 0;
+    }
+    return PyList_Append(out, o);
+}
+
+static PyObject *
+p_op_graph_str(PyObject *module, PyObject *gm)
+{
+    PyObject *graph = NULL, *nodes = NULL, *lines = NULL, *names = NULL;
+    PyObject *rhs = NULL, *res = NULL;
+    Py_ssize_t width = 0;
+    (void)module;
+    graph = PyObject_GetAttrString(gm, "graph");
+    if (graph == NULL || stax_graph_p_learn_node_type(graph) < 0) {
+        goto done;
+    }
+    nodes = stax_graph_p_nodes(graph);
+    names = PyList_New(0);
+    rhs = PyList_New(0);
+    lines = PyList_New(0);
+    if (nodes == NULL || names == NULL || rhs == NULL || lines == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(nodes); i++) {
+        PyObject *n = PyList_GET_ITEM(nodes, i), *s = NULL;
+        p_opcode_t op = stax_graph_p_opcode(n);
+        PyObject *a = PyObject_GetAttrString(n, "args");
+        PyObject *k = a ? PyObject_GetAttrString(n, "kwargs") : NULL;
+        PyObject *parts = k ? PyList_New(0) : NULL;
+        if (parts == NULL) {
+            Py_XDECREF(a);
+            Py_XDECREF(k);
+            goto done;
+        }
+        if (op == P_OUTPUT) {
+            PyObject *leaves = PyList_New(0);
+            int e = leaves && PyTuple_GET_SIZE(a) > 0
+                    ? p_collect_leaves(PyTuple_GET_ITEM(a, 0), leaves) : -1;
+            PyObject *t = e == 0 ? PyList_AsTuple(leaves) : NULL;
+            PyObject *txt = PyList_New(0);
+            if (t && txt && p_fmt_arg(t, txt) == 0) {
+                s = PyUnicode_FromFormat("return %U", PyList_GET_ITEM(txt, 0));
+            }
+            Py_XDECREF(leaves);
+            Py_XDECREF(t);
+            Py_XDECREF(txt);
+            if (s == NULL || PyList_Append(names, Py_None) < 0
+                || PyList_Append(rhs, s) < 0) {
+                Py_XDECREF(s);
+                Py_DECREF(a);
+                Py_DECREF(k);
+                Py_DECREF(parts);
+                goto done;
+            }
+            Py_DECREF(s);
+            Py_DECREF(a);
+            Py_DECREF(k);
+            Py_DECREF(parts);
+            continue;
+        }
+        if (op != P_CALL_FUNCTION && op != P_CALL_METHOD
+            && op != P_GET_ATTR) {
+            PyErr_Clear();
+            Py_DECREF(a);
+            Py_DECREF(k);
+            Py_DECREF(parts);
+            continue;
+        }
+        int err = 0;
+        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(a) && !err; j++) {
+            err = p_fmt_arg(PyTuple_GET_ITEM(a, j), parts) < 0;
+        }
+        if (PyDict_Check(k)) {
+            PyObject *kk, *vv;
+            Py_ssize_t pos = 0;
+            while (!err && PyDict_Next(k, &pos, &kk, &vv)) {
+                PyObject *tmp = PyList_New(0);
+                err = tmp == NULL || p_fmt_arg(vv, tmp) < 0;
+                PyObject *kv = err ? NULL : PyUnicode_FromFormat(
+                    "%U=%U", kk, PyList_GET_ITEM(tmp, 0));
+                err = err || kv == NULL || PyList_Append(parts, kv) < 0;
+                Py_XDECREF(kv);
+                Py_XDECREF(tmp);
+            }
+        }
+        PyObject *sep = err ? NULL : PyUnicode_FromString(", ");
+        PyObject *j = sep ? PyUnicode_Join(sep, parts) : NULL;
+        Py_XDECREF(sep);
+        Py_DECREF(parts);
+        Py_DECREF(a);
+        Py_DECREF(k);
+        if (j == NULL) {
+            goto done;
+        }
+        PyObject *meta = PyObject_GetAttrString(n, "meta");
+        PyObject *ovl = meta && PyDict_Check(meta)
+                        ? PyDict_GetItemString(meta, "op_overload") : NULL;
+        PyObject *target = PyObject_GetAttrString(n, "target");
+        if (op == P_GET_ATTR) {
+            s = PyUnicode_FromFormat("self.%S", target);
+        }
+        else if (ovl != NULL) {
+            s = PyUnicode_FromFormat("tp.%U(%U)", ovl, j);
+        }
+        else if (op == P_CALL_METHOD) {
+            s = PyUnicode_FromFormat("%S(%U)  # method", target, j);
+        }
+        else {
+            PyObject *tn = target ? PyObject_GetAttrString(target, "__name__")
+                                  : NULL;
+            PyErr_Clear();
+            s = PyUnicode_FromFormat("%S(%U)", tn ? tn : target, j);
+            Py_XDECREF(tn);
+        }
+        Py_XDECREF(meta);
+        Py_XDECREF(target);
+        Py_DECREF(j);
+        PyObject *nm = PyObject_GetAttrString(n, "name");
+        if (s == NULL || nm == NULL || PyList_Append(names, nm) < 0
+            || PyList_Append(rhs, s) < 0) {
+            Py_XDECREF(s);
+            Py_XDECREF(nm);
+            goto done;
+        }
+        if (PyUnicode_GET_LENGTH(nm) > width) {
+            width = PyUnicode_GET_LENGTH(nm);
+        }
+        Py_DECREF(s);
+        Py_DECREF(nm);
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(names); i++) {
+        PyObject *nm = PyList_GET_ITEM(names, i), *line;
+        if (nm == Py_None) {
+            line = Py_NewRef(PyList_GET_ITEM(rhs, i));
+        }
+        else {
+            PyObject *sp = PyUnicode_FromString(" ");
+            PyObject *pad = sp ? PySequence_Repeat(sp, width -
+                                                   PyUnicode_GET_LENGTH(nm))
+                               : NULL;
+            Py_XDECREF(sp);
+            line = pad ? PyUnicode_FromFormat("%U%U = %U", nm, pad,
+                                              PyList_GET_ITEM(rhs, i)) : NULL;
+            Py_XDECREF(pad);
+        }
+        if (line == NULL || PyList_Append(lines, line) < 0) {
+            Py_XDECREF(line);
+            goto done;
+        }
+        Py_DECREF(line);
+    }
+    {
+        PyObject *sep = PyUnicode_FromString("\n");
+        res = sep ? PyUnicode_Join(sep, lines) : NULL;
+        Py_XDECREF(sep);
+    }
+done:
+    Py_XDECREF(graph);
+    Py_XDECREF(nodes);
+    Py_XDECREF(lines);
+    Py_XDECREF(names);
+    Py_XDECREF(rhs);
+    return res;
+}
+
+static PyMethodDef p_str_def = {
+    "__str__", (PyCFunction)p_op_graph_str, METH_O,
+    "The op-level graph in the seed's style (Examples 4.3, 4.4)."};
+
+static PyObject *
+p_opgm(void)
+{
+    PyObject *mod = NULL, *base = NULL, *fn = NULL, *meth = NULL, *ns = NULL;
+    if (p_opgm_type != NULL) {
+        return p_opgm_type;
+    }
+    mod = PyImport_ImportModule("tensorplay._C");
+    base = mod ? PyObject_GetAttrString(mod, "GraphModule") : NULL;
+    fn = base ? PyCFunction_New(&p_str_def, NULL) : NULL;
+    meth = fn ? PyInstanceMethod_New(fn) : NULL;
+    ns = meth ? Py_BuildValue("{sOsOss}", "__str__", meth, "__repr__", meth,
+                              "__module__", "tensorplay._C") : NULL;
+    if (ns != NULL) {
+        p_opgm_type = PyObject_CallFunction((PyObject *)&PyType_Type, "s(O)O",
+                                            "OpGraphModule", base, ns);
+    }
+    Py_XDECREF(mod);
+    Py_XDECREF(base);
+    Py_XDECREF(fn);
+    Py_XDECREF(meth);
+    Py_XDECREF(ns);
+    return p_opgm_type;   /* borrowed (kept for the process) */
+}
+
+/* ---- make_op_graph --------------------------------------------------- */
 
 PyObject *
 stax_graph_p_make_op_graph(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    (void)self; (void)args; (void)kwargs;
-    PyErr_SetString(PyExc_NotImplementedError, "make_op_graph");
-    return NULL;
+    static char *kwlist[] = {"gm", "basis", NULL};
+    PyObject *gm = NULL, *basis = Py_None, *graph = NULL, *nodes = NULL;
+    PyObject *res = NULL, *mod = NULL, *gtype = NULL, *outv = NULL;
+    p_op_ctx c = {0};
+    int nph = 0;
+    (void)self;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O:make_op_graph", kwlist,
+                                     &gm, &basis)) {
+        return NULL;
+    }
+    graph = PyObject_GetAttrString(gm, "graph");
+    if (graph == NULL || stax_graph_p_learn_node_type(graph) < 0) {
+        goto done;
+    }
+    nodes = stax_graph_p_nodes(graph);
+    mod = PyImport_ImportModule("tensorplay._C");
+    gtype = mod ? PyObject_GetAttrString(mod, "Graph") : NULL;
+    c.graph = gtype ? PyObject_CallNoArgs(gtype) : NULL;
+    c.state = PyDict_New();
+    c.ver = PyDict_New();
+    c.alias = PyDict_New();
+    c.placeholders = PyList_New(0);
+    if (nodes == NULL || c.graph == NULL || !c.state || !c.ver || !c.alias
+        || !c.placeholders) {
+        goto done;
+    }
+    if (basis != Py_None) {
+        PyObject *names = PyList_New(0);
+        PyObject *it = names ? PyObject_GetIter(basis) : NULL, *x;
+        if (it == NULL) {
+            Py_XDECREF(names);
+            goto done;
+        }
+        while ((x = PyIter_Next(it)) != NULL) {
+            /* "add.Tensor" counts as "add" */
+            PyObject *parts = PyUnicode_Check(x)
+                              ? PyUnicode_Split(x, PyUnicode_FromString("."), 1)
+                              : NULL;
+            int e = parts ? PyList_Append(names, PyList_GET_ITEM(parts, 0)) : -1;
+            Py_XDECREF(parts);
+            Py_DECREF(x);
+            if (e < 0) {
+                Py_DECREF(it);
+                Py_DECREF(names);
+                goto done;
+            }
+        }
+        Py_DECREF(it);
+        if (PyErr_Occurred()) {
+            Py_DECREF(names);
+            goto done;
+        }
+        c.basis = PyFrozenSet_New(names);
+        Py_DECREF(names);
+        if (c.basis == NULL) {
+            goto done;
+        }
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(nodes); i++) {
+        PyObject *n = PyList_GET_ITEM(nodes, i);
+        p_opcode_t op = stax_graph_p_opcode(n);
+        c.cur_py = n;
+        if (op == P_UNKNOWN) {
+            goto done;
+        }
+        if (op == P_PLACEHOLDER) {
+            goto placeholder;
+        }
+        if (op == P_OUTPUT) {
+            PyObject *a = PyObject_GetAttrString(n, "args");
+            outv = a ? stax_graph_p_map(a, p_cur_fn, &c) : NULL;
+            Py_XDECREF(a);
+            if (outv == NULL) {
+                goto done;
+            }
+            continue;
+        }
+        if (op == P_GET_ATTR) {
+            PyObject *t = PyObject_GetAttrString(n, "target");
+            PyObject *e = t ? PyTuple_New(0) : NULL;
+            PyObject *nn = e ? p_create(&c, "get_attr", t, e, NULL,
+                                        PyUnicode_AsUTF8(t)) : NULL;
+            Py_XDECREF(t);
+            Py_XDECREF(e);
+            PyObject *val = nn ? stax_graph_p_val(n) : NULL;
+            if (nn == NULL || (val && p_meta_set(nn, "val", val) < 0)
+                || stax_graph_fz_root(&c, n, nn) < 0) {
+                Py_XDECREF(nn);
+                goto done;
+            }
+            Py_DECREF(nn);
+            continue;
+        }
+        if (p_lower_call(&c, n, op) < 0) {
+            goto done;
+        }
+        continue;
+placeholder:
+        {
+            char name[32];
+            snprintf(name, sizeof(name), "primals_%d", ++nph);
+            PyObject *ph = PyObject_CallMethod(c.graph, "placeholder", "s",
+                                               name);
+            if (ph == NULL) {
+                goto done;
+            }
+            PyObject *val = stax_graph_p_val(n);
+            PyObject *pair = PyTuple_Pack(2, n, ph);
+            if (pair == NULL || (val && p_meta_set(ph, "val", val) < 0)
+                || PyList_Append(c.placeholders, pair) < 0
+                || stax_graph_fz_root(&c, n, ph) < 0) {
+                Py_XDECREF(pair);
+                Py_DECREF(ph);
+                goto done;
+            }
+            Py_DECREF(pair);
+            Py_DECREF(ph);
+        }
+    }
+    c.cur_py = NULL;
+    if (stax_graph_fz_writeback(&c) < 0) {
+        goto done;
+    }
+    if (outv != NULL) {
+        PyObject *o = PyTuple_GET_SIZE(outv) > 0 ? PyTuple_GET_ITEM(outv, 0)
+                                                 : Py_None;
+        PyObject *r = PyObject_CallMethod(c.graph, "output", "O", o);
+        if (r == NULL) {
+            goto done;
+        }
+        Py_DECREF(r);
+    }
+    {
+        PyObject *tp = p_opgm();
+        res = tp ? PyObject_CallFunction(tp, "OO", gm, c.graph) : NULL;
+        if (res == NULL && tp != NULL) {
+            PyErr_Clear();
+            res = PyObject_CallFunction(tp, "O", c.graph);
+        }
+    }
+done:
+    Py_XDECREF(graph);
+    Py_XDECREF(nodes);
+    Py_XDECREF(mod);
+    Py_XDECREF(gtype);
+    Py_XDECREF(outv);
+    Py_XDECREF(c.graph);
+    Py_XDECREF(c.basis);
+    Py_XDECREF(c.state);
+    Py_XDECREF(c.ver);
+    Py_XDECREF(c.alias);
+    Py_XDECREF(c.placeholders);
+    return res;
 }

@@ -262,10 +262,9 @@ p_normalize(p_pass_ctx *c)
                 Py_XDECREF(sw);
                 goto error;
             }
-            if (stax_graph_p_note(c, "moved the constant of %%%s right "
-                                  "(%S * x -> x * %S)", p_name(n),
-                                  PyTuple_GET_ITEM(sw, 1),
-                                  PyTuple_GET_ITEM(sw, 1)) < 0) {
+            if (stax_graph_p_note(c, "moved the constant %S of %%%s to "
+                                  "the right", PyTuple_GET_ITEM(sw, 1),
+                                  p_name(n)) < 0) {
                 Py_DECREF(sw);
                 goto error;
             }
@@ -300,9 +299,14 @@ p_normalize(p_pass_ctx *c)
             }
             if (ident) {
                 const char *nn = p_name(n), *xn = p_name(x);
+                const char *sym = !strcmp(r.info->name, "add") ? "+"
+                                : !strcmp(r.info->name, "sub") ? "-"
+                                : !strcmp(r.info->name, "mul") ? "*"
+                                : !strcmp(r.info->name, "div") ? "/"
+                                : r.info->name;
                 if (stax_graph_p_note(c, "eliminated %%%s = %s %s %S "
                                       "(its uses now read %%%s)", nn, xn,
-                                      r.name, k, xn) < 0
+                                      sym, k, xn) < 0
                     || stax_graph_p_replace_uses(n, x) < 0
                     || stax_graph_p_erase(c->graph, n) < 0) {
                     goto error;

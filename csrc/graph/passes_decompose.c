@@ -74,8 +74,13 @@ p_emit_py(const char *opname, PyObject *args, void *vctx)
             }
         }
     }
+    /* a method when the op's first parameter is `self` (exp, clamp);
+     * a function otherwise (where(condition, ...)) */
     if (target == NULL && (fl & STAX_OPF_METHOD) && na >= 1
-        && stax_graph_p_is_node(PyTuple_GET_ITEM(args, 0))) {
+        && stax_graph_p_is_node(PyTuple_GET_ITEM(args, 0))
+        && (op == NULL || (stax_graph_p_schema_len(op) > 0
+                           && !strcmp(stax_graph_p_schema_name(op, 0),
+                                      "self")))) {
         target = PyUnicode_FromString(opname);
         opcode = "call_method";
     }

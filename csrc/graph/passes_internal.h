@@ -121,4 +121,30 @@ int stax_graph_p_note(p_pass_ctx *c, const char *fmt, ...);
 PyObject *stax_graph_p_make_op_graph(PyObject *self, PyObject *args,
                                      PyObject *kwargs);
 
+typedef struct {
+    PyObject *graph;        /* the new op graph */
+    PyObject *basis;        /* set of op names, or NULL: the default basis */
+    PyObject *state;        /* key -> list, see functionalize.c */
+    PyObject *ver;          /* root key -> int (mutations so far) */
+    PyObject *alias;        /* Python node -> Python node it aliases */
+    PyObject *placeholders; /* list of (key, op placeholder) in order */
+    PyObject *cur_py;       /* Python node being lowered (borrowed) */
+    int depth;              /* decomposition depth (Prop. 4.3 guard) */
+} p_op_ctx;
+
+/* oplevel.c: one node tp.ops.<opname>.<ovl>(*args, **kwargs). mutating:
+ * the node writes into args[0] (no val computed by running it). */
+PyObject *stax_graph_p_emit(p_op_ctx *c, const char *opname, const char *ovl,
+                            PyObject *args, PyObject *kwargs, int mutating);
+/* functionalize.c */
+int stax_graph_fz_root(p_op_ctx *c, PyObject *key, PyObject *value);
+int stax_graph_fz_view(p_op_ctx *c, PyObject *key, PyObject *parent,
+                       const char *opname, const char *ovl, PyObject *tail,
+                       PyObject *value, PyObject *view_val);
+PyObject *stax_graph_fz_current(p_op_ctx *c, PyObject *key);   /* new */
+int stax_graph_fz_assign(p_op_ctx *c, PyObject *key, PyObject *value);
+int stax_graph_fz_alias(p_op_ctx *c, PyObject *key, PyObject *target);
+PyObject *stax_graph_fz_resolve(p_op_ctx *c, PyObject *key);   /* borrowed */
+int stax_graph_fz_writeback(p_op_ctx *c);
+
 #endif
