@@ -1,0 +1,821 @@
+"""The program AST of the differential fuzzer, its typed random generator and
+the renderer to Python source.
+
+A program is straight-line SSA code over the public API (one op per
+statement, operands are variables or Python literals) plus two kinds of data
+gates: an ``if`` on an exact reduction and ``int()`` of a reduction.  The
+generator tracks, per variable, the shape under the primary signature, the
+dtype (PyTorch promotion rules), the storage it aliases (so in-place ops never
+read the memory they write, which PyTorch rejects) and whether it may have a
+zero stride (in-place writes to expanded memory are rejected too).
+
+Every random decision goes through a ``Drawer`` whose draws shrink towards 0,
+and 0 is always the simplest option, so Hypothesis shrinks a failing program
+to a small one.  ``RandomDrawer`` runs the same generator from a plain seed
+(the sweep in __main__.py).
+"""
+import math
+import random
+
+# ---------------------------------------------------------------- drawers
+
+
+class Drawer:
+    def int(self, lo, hi):
+        raise NotImplementedError
+
+    def bool(self, p=0.5):
+        """True with probability ~p; shrinks to False."""
+        return self.int(0, 99) >= 100 - int(round(p * 100))
+
+    def choice(self, seq):
+        return seq[self.int(0, len(seq) - 1)]
+
+    def weighted(self, pairs):
+        """pairs: [(item, weight)], the first item is the simplest."""
+        total = sum(w for _, w in pairs)
+        r = self.int(0, total - 1)
+        for item, w in pairs:
+            if r < w:
+                return item
+            r -= w
+        return pairs[-1][0]
+
+
+class RandomDrawer(Drawer):
+    def __init__(self, seed):
+        self.r = random.Random(seed)
+
+    def int(self, lo, hi):
+        return self.r.randint(lo, hi)
+
+
+class HypothesisDrawer(Drawer):
+    def __init__(self, data):
+        from hypothesis import strategies as st
+        self.data = data
+        self.st = st
+        self._cache = {}
+
+    def int(self, lo, hi):
+        if lo == hi:
+            return lo
+        key = (lo, hi)
+        s = self._cache.get(key)
+        if s is None:
+            s = self._cache[key] = self.st.integers(lo, hi)
+        return self.data.draw(s)
+
+
+# ---------------------------------------------------------------- types
+
+CAT = {"bool": "b", "int64": "i", "float32": "f", "float64": "f"}
+CAT_RANK = {"b": 0, "i": 1, "f": 2}
+DTYPES = ("float32", "float64", "int64", "bool")
+
+
+def _join(dts):
+    """Promote dtypes of one priority class."""
+    best = None
+    for dt in dts:
+        if best is None or CAT_RANK[CAT[dt]] > CAT_RANK[CAT[best]]:
+            best = dt
+        elif CAT[dt] == CAT[best] and dt == "float64":
+            best = dt
+    return best
+
+
+def promote(operands):
+    """PyTorch result_type. operands: list of ('dim'|'zero', dtype) or ('scalar', 'b'|'i'|'f')."""
+    dims = [dt for k, dt in operands if k == "dim"]
+    zeros = [dt for k, dt in operands if k == "zero"]
+    scal = [c for k, c in operands if k == "scalar"]
+    res = _join(dims)
+    z = _join(zeros)
+    if z is not None and (res is None or CAT_RANK[CAT[z]] > CAT_RANK[CAT[res]]):
+        res = z
+    if scal:
+        c = max(scal, key=lambda c: CAT_RANK[c])
+        if res is None or CAT_RANK[c] > CAT_RANK[CAT[res]]:
+            res = {"b": "bool", "i": "int64", "f": "float32"}[c]
+    return res
+
+
+def bcast(a, b):
+    out = []
+    for i in range(max(len(a), len(b))):
+        x = a[len(a) - 1 - i] if i < len(a) else 1
+        y = b[len(b) - 1 - i] if i < len(b) else 1
+        if x == y or y == 1:
+            out.append(x)
+        elif x == 1:
+            out.append(y)
+        else:
+            return None
+    return tuple(reversed(out))
+
+
+def numel(shape):
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+class Var:
+    __slots__ = ("name", "shape", "dt", "base", "zstride", "kind")
+
+    def __init__(self, name, shape, dt, base, zstride=False, kind="tensor"):
+        self.name, self.shape, self.dt, self.base = name, tuple(shape), dt, base
+        self.zstride, self.kind = zstride, kind
+
+    @property
+    def cat(self):
+        return CAT[self.dt] if self.kind == "tensor" else self.dt
+
+    def operand(self):
+        """Promotion class of this variable as an operand."""
+        if self.kind != "tensor":
+            return ("scalar", self.dt)
+        return ("dim" if self.shape else "zero", self.dt)
+
+
+# ---------------------------------------------------------------- literals
+
+FLOAT_LITS = [2.0, 0.5, -1.5, 3.0, 0.0, -0.0, 1e-30, 1e30, float("inf"), float("-inf"), float("nan"), 1e-3]
+INT_LITS = [2, 1, 0, -3, 7, 100]
+
+
+def lit(v):
+    if isinstance(v, bool):
+        return repr(v)
+    if isinstance(v, float):
+        if math.isnan(v):
+            return 'float("nan")'
+        if math.isinf(v):
+            return 'float("inf")' if v > 0 else 'float("-inf")'
+    return repr(v)
+
+
+class Scalar:
+    """A Python literal operand."""
+
+    def __init__(self, value):
+        self.value = value
+        self.cat = "b" if isinstance(value, bool) else "i" if isinstance(value, int) else "f"
+        self.kind = "literal"
+        self.shape = ()
+        self.name = lit(value)
+        self.base = None
+
+    def operand(self):
+        return ("scalar", self.cat)
+
+
+# ---------------------------------------------------------------- statements
+
+
+class Stmt:
+    mutates = None  # base id written in place
+
+    def lines(self, instrument):
+        raise NotImplementedError
+
+
+class Assign(Stmt):
+    def __init__(self, name, expr, red_src=None):
+        self.name, self.expr, self.red_src = name, expr, red_src
+
+    def lines(self, instrument):
+        if instrument and self.red_src:
+            return [f"{self.name} = _red({self.red_src}, {self.expr})"]
+        return [f"{self.name} = {self.expr}"]
+
+
+class Line(Stmt):
+    """An in-place statement (method call or item assignment)."""
+
+    def __init__(self, text, mutates):
+        self.text, self.mutates = text, mutates
+
+    def lines(self, instrument):
+        return [self.text]
+
+
+class If(Stmt):
+    def __init__(self, cond, then, other):
+        self.cond, self.then, self.other = cond, then, other
+
+    def lines(self, instrument):
+        c = f"_gate(bool({self.cond}))" if instrument else self.cond
+        out = [f"if {c}:"]
+        out += ["    " + ln for s in self.then for ln in s.lines(instrument)]
+        out.append("else:")
+        out += ["    " + ln for s in self.other for ln in s.lines(instrument)]
+        return out
+
+
+class IntGate(Stmt):
+    def __init__(self, name, expr):
+        self.name, self.expr = name, expr
+
+    def lines(self, instrument):
+        if instrument:
+            return [f"{self.name} = _gate(int({self.expr}))"]
+        return [f"{self.name} = int({self.expr})"]
+
+
+class Program:
+    def __init__(self, params, body, ret, modules, mutated_params):
+        self.params = params          # list of Var (tensor) or Var(kind='scalar')
+        self.body = body
+        self.ret = ret                # list of names
+        self.modules = modules        # list of (name, ctor source)
+        self.mutated_params = mutated_params
+
+    def fn_source(self, instrument=False, name="f"):
+        args = ", ".join(p.name for p in self.params)
+        out = [f"def {name}({args}):"]
+        for s in self.body:
+            out += ["    " + ln for ln in s.lines(instrument)]
+        r = ", ".join(self.ret)
+        out.append(f"    return {r}" + ("," if len(self.ret) == 1 and self.multi else ""))
+        return "\n".join(out) + "\n"
+
+    multi = False
+
+    def setup_source(self):
+        lines = []
+        if self.modules:
+            lines.append("tp.manual_seed(0)")
+            for name, ctor in self.modules:
+                lines.append(f"{name} = {ctor}")
+        return "\n".join(lines) + ("\n" if lines else "")
+
+    def uses(self, what):
+        return what in self.fn_source()
+
+    def __repr__(self):
+        return self.setup_source() + self.fn_source()
+
+
+# ---------------------------------------------------------------- generator
+
+
+def _slice_len(d, sl):
+    return len(range(d)[sl])
+
+
+class Gen:
+    def __init__(self, d: Drawer):
+        self.d = d
+        self.vars = []          # tensors
+        self.ints = []          # int scalars from gates and params
+        self.floats = []        # float scalar params
+        self.body = []
+        self.modules = []
+        self.n = 0
+        self.mutated = set()
+        self.base_counter = 0
+        self.derive = {}
+
+    # ---- helpers
+    def fresh(self):
+        self.n += 1
+        return f"v{self.n}"
+
+    def new_base(self):
+        self.base_counter += 1
+        return f"#{self.base_counter}"
+
+    def pick(self, pred=lambda v: True):
+        cands = [v for v in self.vars if pred(v)]
+        if not cands:
+            return None
+        # recent variables first (index 0 = most recent)
+        return cands[len(cands) - 1 - self.d.int(0, len(cands) - 1)]
+
+    def scalar(self, cat):
+        d = self.d
+        if cat == "f":
+            if self.floats and d.bool(0.2):
+                return d.choice(self.floats)
+            if self.ints and d.bool(0.15):
+                return d.choice(self.ints)
+            return Scalar(d.choice(FLOAT_LITS))
+        if cat == "i":
+            if self.ints and d.bool(0.3):
+                return d.choice(self.ints)
+            return Scalar(d.choice(INT_LITS))
+        return Scalar(d.bool())
+
+    def add(self, expr, shape, dt, base=None, zstride=False, red_src=None):
+        name = self.fresh()
+        self.body.append(Assign(name, expr, red_src))
+        v = Var(name, shape, dt, base or self.new_base(), zstride)
+        self.vars.append(v)
+        return v
+
+    # ---- params
+    def params(self):
+        d = self.d
+        rank = d.weighted([(2, 4), (1, 3), (0, 1), (3, 2)])
+        base = []
+        for _ in range(rank):
+            base.append(d.weighted([(3, 3), (4, 3), (1, 1), (2, 2), (5, 2), (0, 1)]))
+        ps = []
+        for i in range(d.int(1, 3)):
+            drop = d.int(0, rank) if d.bool(0.3) else 0
+            ones = [s != 0 and d.bool(0.15) for s in base[drop:]]
+            shape = [1 if o else s for o, s in zip(ones, base[drop:])]
+            self.derive[f"x{i}"] = (drop, ones)
+            dt = d.weighted([("float32", 8), ("int64", 2), ("float64", 1), ("bool", 1)])
+            v = Var(f"x{i}", shape, dt, f"x{i}")
+            ps.append(v)
+            self.vars.append(v)
+        if d.bool(0.25):
+            kind = d.choice(["f", "i"])
+            s = Var("s0", (), kind, None, kind="scalar")
+            ps.append(s)
+            (self.floats if kind == "f" else self.ints).append(s)
+        self.base_shape = tuple(base)
+        return ps
+
+    # ---- statement kinds; each returns True when it emitted something
+    def st_unary(self):
+        d = self.d
+        v = self.pick()
+        op = d.choice(["relu", "exp", "tanh", "sigmoid", "neg", "abs", "Frelu", "mrelu", "invert"])
+        if v.cat == "b" and op in ("relu", "neg", "abs", "Frelu", "mrelu"):
+            op = "invert"
+        if op == "invert" and v.cat == "f":
+            op = "neg"
+        if op in ("exp", "tanh", "sigmoid"):
+            dt = v.dt if v.cat == "f" else "float32"
+            form = d.choice([f"tp.{op}({v.name})", f"{v.name}.{op}()"])
+        elif op == "relu":
+            dt, form = v.dt, f"tp.relu({v.name})"
+        elif op == "Frelu":
+            dt, form = v.dt, f"tp.nn.functional.relu({v.name})"
+        elif op == "mrelu":
+            dt, form = v.dt, f"{v.name}.relu()"
+        elif op == "neg":
+            dt, form = v.dt, d.choice([f"-{v.name}", f"tp.neg({v.name})"])
+        elif op == "abs":
+            dt, form = v.dt, f"{v.name}.abs()"
+        else:
+            dt, form = v.dt, f"~{v.name}"
+        self.add(form, v.shape, dt)
+        return True
+
+    def operand_pair(self, allow_scalar=True):
+        d = self.d
+        a = self.pick()
+        if allow_scalar and d.bool(0.4):
+            cat = d.weighted([(a.cat if a.cat != "b" else "i", 3), ("f", 2), ("i", 1)])
+            b = self.scalar(cat)
+        else:
+            b = self.pick(lambda v: bcast(v.shape, a.shape) is not None)
+        if d.bool(0.3):
+            a, b = b, a
+        return a, b
+
+    def st_binary(self):
+        d = self.d
+        a, b = self.operand_pair()
+        op = d.choice(["+", "*", "-", "/", "maximum", "minimum", "add", "mul", "sub"])
+        if a.kind != "tensor" and b.kind != "tensor":
+            return False
+        if op in ("maximum", "minimum") and (a.kind != "tensor" or b.kind != "tensor"):
+            op = "+"
+        if op in ("-", "sub") and a.cat == "b" and b.cat == "b":
+            op = "+"
+        if op in ("-", "sub") and "b" in (a.cat, b.cat):
+            op = "*"  # PyTorch rejects subtraction with a bool tensor
+        shape = bcast(a.shape, b.shape)
+        dt = promote([a.operand(), b.operand()])
+        if op == "/":
+            dt = dt if CAT[dt] == "f" else "float32"
+        sym = {"+": "+", "*": "*", "-": "-", "/": "/"}
+        if op in sym:
+            form = f"({a.name} {op} {b.name})"
+        elif op in ("add", "mul", "sub"):
+            if a.kind != "tensor":
+                form = f"tp.{op}({b.name}, {a.name})"
+            elif d.bool(0.5):
+                form = f"{a.name}.{op}({b.name})"
+            else:
+                form = f"tp.{op}({a.name}, {b.name})"
+        else:
+            form = f"tp.{op}({a.name}, {b.name})"
+        self.add(form, shape, dt)
+        return True
+
+    def st_compare(self):
+        d = self.d
+        a, b = self.operand_pair()
+        if a.kind != "tensor" and b.kind != "tensor":
+            return False
+        op = d.choice([">", "<", "==", "!=", ">=", "<="])
+        if a.kind != "tensor":  # keep the tensor on the left for readability
+            a, b = b, a
+            op = {">": "<", "<": ">", ">=": "<=", "<=": ">="}.get(op, op)
+        self.add(f"({a.name} {op} {b.name})", bcast(a.shape, b.shape), "bool")
+        return True
+
+    def st_logic(self):
+        a = self.pick(lambda v: v.cat == "b")
+        if a is None:
+            return False
+        b = self.pick(lambda v: v.cat == "b" and bcast(v.shape, a.shape) is not None)
+        op = self.d.choice(["&", "|"])
+        self.add(f"({a.name} {op} {b.name})", bcast(a.shape, b.shape), "bool")
+        return True
+
+    def st_where(self):
+        d = self.d
+        c = self.pick(lambda v: v.cat == "b")
+        if c is None:
+            x = self.pick(lambda v: v.cat != "b")
+            if x is None:
+                return False
+            cond = f"({x.name} > {self.scalar(x.cat).name if x.cat == 'i' else '0.0'})"
+            cshape = x.shape
+        else:
+            cond, cshape = c.name, c.shape
+        a = self.pick(lambda v: bcast(v.shape, cshape) is not None)
+        if d.bool(0.5):
+            b = self.scalar(a.cat if a.cat != "b" else "f")
+        else:
+            b = self.pick(lambda v: bcast(bcast(v.shape, cshape) or (), a.shape) is not None
+                          and bcast(v.shape, cshape) is not None)
+            if b is None:
+                b = self.scalar("f")
+        shape = bcast(bcast(cshape, a.shape), b.shape)
+        if shape is None:
+            return False
+        dt = promote([a.operand(), b.operand()])
+        self.add(f"tp.where({cond}, {a.name}, {b.name})", shape, dt)
+        return True
+
+    def st_clamp(self):
+        d = self.d
+        v = self.pick(lambda v: v.cat != "b")
+        if v is None:
+            return False
+        lo = self.scalar(v.cat) if d.bool(0.8) else None
+        hi = self.scalar(v.cat) if (lo is None or d.bool(0.6)) else None
+        if lo is not None and hi is not None and d.bool(0.8):
+            if isinstance(lo, Scalar) and isinstance(hi, Scalar) and lo.value == lo.value and hi.value == hi.value:
+                if lo.value > hi.value:
+                    lo, hi = hi, lo
+        ops = [("scalar", lo.cat)] if lo is not None else []
+        ops += [("scalar", hi.cat)] if hi is not None else []
+        dt = promote([v.operand()] + ops)
+        kw = []
+        if lo is not None:
+            kw.append(f"min={lo.name}")
+        if hi is not None:
+            kw.append(f"max={hi.name}")
+        form = d.choice([f"tp.clamp({v.name}, {', '.join(kw)})", f"{v.name}.clamp({', '.join(kw)})"])
+        self.add(form, v.shape, dt)
+        return True
+
+    def reduce_dims(self, v, allow_none=True):
+        d = self.d
+        r = len(v.shape)
+        if allow_none and d.bool(0.25):
+            return None
+        if r == 0:
+            return d.choice([0, -1])
+        if d.bool(0.7) or r == 1:
+            k = d.int(0, r - 1)
+            return k - r if d.bool(0.3) else k
+        ks = sorted(set(d.int(0, r - 1) for _ in range(d.int(1, r))))
+        return tuple(ks)
+
+    def st_reduce(self):
+        d = self.d
+        op = d.choice(["sum", "amax", "mean", "amin", "var"])
+        if op in ("mean", "var"):
+            v = self.pick(lambda v: v.cat == "f")
+        elif op in ("amax", "amin"):
+            v = self.pick(lambda v: v.cat != "b")
+        else:
+            v = self.pick()
+        if v is None:
+            return False
+        dims = self.reduce_dims(v, allow_none=True)
+        r = len(v.shape)
+        if dims is None:
+            red = list(range(r))
+        elif isinstance(dims, int):
+            red = [dims % r] if r else []
+        else:
+            red = [k % r for k in dims]
+        if op in ("amax", "amin") and any(v.shape[k] == 0 for k in red):
+            return False
+        keep = dims is not None and d.bool(0.4)
+        if dims is None:
+            args, shape = "", ()
+        else:
+            args = f"{dims}" if not keep else f"{dims}, keepdim=True"
+            if d.bool(0.3):
+                args = f"dim={dims}" + (", keepdim=True" if keep else "")
+            shape = tuple((1 if keep else None) if k in red else s for k, s in enumerate(v.shape))
+            shape = tuple(s for s in shape if s is not None)
+        if op == "sum":
+            dt = v.dt if v.cat == "f" else "int64"
+        else:
+            dt = v.dt
+        form = f"{v.name}.{op}({args})" if d.bool(0.7) else f"tp.{op}({v.name}{', ' + args if args else ''})"
+        red_src = v.name if v.cat == "f" and op in ("sum", "mean", "var") else None
+        self.add(form, shape, dt, red_src=red_src)
+        return True
+
+    def st_view(self):
+        d = self.d
+        v = self.pick()
+        r = len(v.shape)
+        kind = d.choice(["slice", "transpose", "unsqueeze", "reshape", "expand", "permute", "t", "contiguous"])
+        if kind in ("transpose", "permute") and r < 2:
+            kind = "unsqueeze"
+        if kind == "t" and r > 2:
+            kind = "transpose"
+        if kind == "slice" and r == 0:
+            kind = "unsqueeze"
+        zs = v.zstride
+        if kind == "transpose":
+            a, b = d.int(-r, r - 1), d.int(-r, r - 1)
+            shape = list(v.shape)
+            shape[a], shape[b] = shape[b], shape[a]
+            form = d.choice([f"{v.name}.transpose({a}, {b})", f"tp.transpose({v.name}, {a}, {b})"])
+        elif kind == "t":
+            shape = list(reversed(v.shape))
+            form = f"{v.name}.t()"
+        elif kind == "permute":
+            perm = list(range(r))
+            for i in range(r - 1, 0, -1):
+                j = d.int(0, i)
+                perm[i], perm[j] = perm[j], perm[i]
+            shape = [v.shape[p] for p in perm]
+            form = f"{v.name}.permute({', '.join(map(str, perm))})"
+        elif kind == "unsqueeze":
+            k = d.int(-(r + 1), r)
+            shape = list(v.shape)
+            shape.insert(k % (r + 1), 1)
+            form = f"{v.name}.unsqueeze({k})"
+        elif kind == "contiguous":
+            shape = v.shape
+            form = f"{v.name}.contiguous()"
+        elif kind == "expand":
+            tgt, shape = [], []
+            if d.bool(0.3):
+                n = d.int(1, 3)
+                tgt.append(str(n))
+                shape.append(n)
+            for s in v.shape:
+                if s == 1 and d.bool(0.7):
+                    n = d.int(0, 3) if d.bool(0.1) else d.int(2, 3)
+                    tgt.append(str(n))
+                    shape.append(n)
+                else:
+                    tgt.append("-1")
+                    shape.append(s)
+            if not tgt:
+                tgt = ["2"]
+                shape = [2]
+            form = f"{v.name}.expand({', '.join(tgt)})"
+            zs = True
+        elif kind == "reshape":
+            n = numel(v.shape)
+            if n == 0:
+                shape = d.choice([[0], [2, 0], [0, 3]])
+                tgt = [str(s) for s in shape]
+            else:
+                shape = []
+                rest = n
+                for _ in range(d.int(0, 2)):
+                    divs = [k for k in range(1, rest + 1) if rest % k == 0]
+                    k = d.choice(divs)
+                    shape.append(k)
+                    rest //= k
+                shape.append(rest)
+                tgt = [str(s) for s in shape]
+                if d.bool(0.5):
+                    tgt[d.int(0, len(tgt) - 1)] = "-1"
+            form = d.choice([f"{v.name}.reshape({', '.join(tgt)})", f"{v.name}.view({', '.join(tgt)})"
+                             if not zs else f"{v.name}.reshape({', '.join(tgt)})"])
+            if ".view(" in form:
+                form = f"{v.name}.contiguous().view({', '.join(tgt)})"
+        else:  # slice
+            idx, shape = [], []
+            dims = list(v.shape)
+            if d.bool(0.2) and r >= 2:
+                idx.append("...")
+                keep = dims[:r - 1]
+                shape.extend(keep)
+                dims = dims[r - 1:]
+            for s in dims:
+                k = d.weighted([("full", 2), ("slice", 4), ("int", 2), ("none", 1)])
+                if k == "none":
+                    idx.append("None")
+                    shape.append(1)
+                    k = "full"
+                if k == "int" and s > 0:
+                    i = d.int(-s, s - 1)
+                    idx.append(str(i))
+                    continue
+                if k == "full" or (k == "int" and s == 0):
+                    idx.append(":")
+                    shape.append(s)
+                    continue
+                start = d.choice([None, 0, 1, -1, -2, 2, s + 1])
+                stop = d.choice([None, s, -1, 1, 2, 3, -s - 1])
+                step = d.choice([None, 2, 1, 3])
+                sl = slice(start, stop, step)
+                txt = ("" if start is None else str(start)) + ":" + ("" if stop is None else str(stop))
+                if step is not None:
+                    txt += ":" + str(step)
+                idx.append(txt)
+                shape.append(_slice_len(s, sl))
+            if not idx:
+                return False
+            form = f"{v.name}[{', '.join(idx)}]"
+        self.add(form, tuple(shape), v.dt, base=v.base, zstride=zs)
+        return True
+
+    def st_cast(self):
+        d = self.d
+        v = self.pick()
+        choices = {"b": ["int64", "float32", "float64"], "i": ["float32", "float64", "bool"],
+                   "f": ["float64", "float32", "bool"]}[v.cat]
+        dt = d.choice(choices)
+        form = d.weighted([(f"{v.name}.to(tp.{dt})", 3),
+                           ({"float32": f"{v.name}.float()", "float64": f"{v.name}.double()",
+                             "int64": f"{v.name}.long()", "bool": f"{v.name}.bool()"}[dt], 2)])
+        base = v.base if dt == v.dt else None
+        self.add(form, v.shape, dt, base=base, zstride=v.zstride and dt == v.dt)
+        return True
+
+    def st_module(self):
+        d = self.d
+        v = self.pick(lambda v: len(v.shape) >= 1 and v.shape[-1] >= 1)
+        if v is None:
+            return False
+        k = v.shape[-1]
+        name = f"m{len(self.modules)}"
+        x = v.name if v.dt == "float32" else f"{v.name}.float()"
+        if d.bool(0.5):
+            out = d.int(1, 4)
+            bias = d.bool(0.8)
+            self.modules.append((name, f"tp.nn.Linear({k}, {out}{'' if bias else ', bias=False'})"))
+            shape = v.shape[:-1] + (out,)
+        else:
+            self.modules.append((name, f"tp.nn.LayerNorm({k})"))
+            shape = v.shape
+        self.add(f"{name}({x})", shape, "float32")
+        return True
+
+    def inplace_target(self):
+        return self.pick(lambda v: not v.zstride and v.cat != "b")
+
+    def st_inplace(self):
+        d = self.d
+        t = self.inplace_target()
+        if t is None:
+            return False
+        kind = d.choice(["binary", "setitem", "unary", "clamp", "viewop", "copy"])
+        tgt = t.name
+        tshape = t.shape
+        if kind in ("setitem", "viewop") and len(t.shape) >= 1:
+            # an index that keeps a view (slices only)
+            idx, shape = [], []
+            for s in t.shape:
+                if d.bool(0.5):
+                    start, step = d.choice([0, 1, None]), d.choice([None, 2])
+                    txt = ("" if start is None else str(start)) + ":" + ("" if step is None else f":{step}")
+                    idx.append(txt)
+                    shape.append(_slice_len(s, slice(start, None, step)))
+                elif d.bool(0.3) and s > 0:
+                    i = d.int(-s, s - 1)
+                    idx.append(str(i))
+                else:
+                    idx.append(":")
+                    shape.append(s)
+            view = f"{t.name}[{', '.join(idx)}]"
+            tshape = tuple(shape)
+        else:
+            view = tgt
+            if kind == "setitem":
+                kind = "binary"
+        if kind == "setitem":
+            if d.bool(0.6):
+                val = self.scalar(t.cat)
+            else:
+                val = self.pick(lambda v: v.base != t.base and bcast(v.shape, tshape) == tshape
+                                and CAT_RANK[v.cat] <= CAT_RANK[t.cat])
+                if val is None:
+                    val = self.scalar(t.cat)
+            self.body.append(Line(f"{view} = {val.name}", t.base))
+        elif kind == "clamp":
+            lo = self.scalar(t.cat)
+            self.body.append(Line(f"{view}.clamp_(min={lo.name})", t.base))
+        elif kind == "unary":
+            op = d.choice(["relu_", "neg_"] + (["exp_", "tanh_", "sigmoid_"] if t.cat == "f" else []))
+            self.body.append(Line(f"{view}.{op}()", t.base))
+        elif kind == "copy":
+            src = self.pick(lambda v: v.base != t.base and bcast(v.shape, tshape) == tshape)
+            if src is None:
+                return False
+            self.body.append(Line(f"{view}.copy_({src.name})", t.base))
+        else:
+            op = d.choice(["add_", "mul_", "sub_"] + (["div_"] if t.cat == "f" else []))
+            if d.bool(0.5):
+                val = self.scalar(t.cat)
+            else:
+                val = self.pick(lambda v: v.base != t.base and bcast(v.shape, tshape) == tshape
+                                and CAT_RANK[v.cat] <= CAT_RANK[t.cat])
+                if val is None:
+                    val = self.scalar(t.cat)
+            if op == "sub_" and val.cat == "b":
+                op = "add_"
+            self.body.append(Line(f"{view}.{op}({val.name})", t.base))
+        self.mutated.add(t.base)
+        return True
+
+    def st_if(self):
+        d = self.d
+        a = self.pick(lambda v: v.cat != "b")
+        if a is None:
+            return False
+        form = d.choice(["count", "amax", "any"])
+        if form == "amax" and numel(a.shape) == 0:
+            form = "count"
+        c = self.scalar(a.cat).name if a.cat == "i" else lit(d.choice([0.0, 0.5, -1.0]))
+        if form == "count":
+            cond = f"({a.name} > {c}).sum() > {d.int(0, 3)}"
+        elif form == "amax":
+            cond = f"{a.name}.amax() > {c}"
+        else:
+            cond = f"({a.name} < {c}).any()"
+        b = self.pick(lambda v: v.cat != "b")
+        name = self.fresh()
+        c1, c2 = self.scalar(b.cat), self.scalar(b.cat)
+        then = [Assign(name, f"{b.name} + {c1.name}")]
+        other = [Assign(name, f"{b.name} * {c2.name}")]
+        dt = promote([b.operand(), c1.operand(), c2.operand()])
+        self.body.append(If(cond, then, other))
+        self.vars.append(Var(name, b.shape, dt, self.new_base()))
+        return True
+
+    def st_intgate(self):
+        d = self.d
+        a = self.pick(lambda v: v.cat != "b")
+        if a is None:
+            return False
+        if a.cat == "i" and numel(a.shape) > 0 and d.bool(0.5):
+            expr = f"{a.name}.amax()"
+        elif a.cat == "f" and numel(a.shape) > 0 and d.bool(0.15):
+            expr = f"{a.name}.amax()"  # NaN/inf raise in int(): eager and compiled must agree
+        else:
+            expr = f"({a.name} > {lit(0 if a.cat == 'i' else 0.0)}).sum()"
+        name = f"n{len(self.ints)}"
+        self.body.append(IntGate(name, expr))
+        self.ints.append(Var(name, (), "i", None, kind="scalar"))
+        return True
+
+    KINDS = [("unary", 10), ("binary", 14), ("reduce", 8), ("view", 9), ("inplace", 6), ("compare", 4),
+             ("where", 4), ("clamp", 3), ("cast", 3), ("if", 3), ("intgate", 2), ("module", 2), ("logic", 1)]
+
+    def program(self):
+        d = self.d
+        params = self.params()
+        nst = d.int(1, 7)
+        tries = 0
+        while len(self.body) < nst and tries < 4 * nst:
+            tries += 1
+            kind = d.weighted(self.KINDS)
+            getattr(self, "st_" + kind)()
+        if not [v for v in self.vars if v.base and not v.base.startswith("x")] and not self.mutated:
+            self.st_unary()
+        # returns: the last variable plus up to two others; maybe an int gate value
+        locals_ = [v for v in self.vars if not (v.name.startswith("x"))] or self.vars
+        ret = [locals_[-1].name]
+        for _ in range(d.int(0, 2)):
+            v = self.pick()
+            if v.name not in ret:
+                ret.append(v.name)
+        if self.ints and d.bool(0.2):
+            s = d.choice(self.ints)
+            if s.name not in ret:
+                ret.append(s.name)
+        mutated_params = sorted(p.name for p in params if p.kind == "tensor" and p.base in self.mutated)
+        prog = Program(params, self.body, ret, self.modules, mutated_params)
+        prog.base_shape = self.base_shape
+        prog.derive = self.derive
+        return prog
+
+
+def generate(d: Drawer):
+    return Gen(d).program()
