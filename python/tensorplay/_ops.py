@@ -1,3 +1,1407 @@
-"""Public op functions (tp.exp, tp.sum, tp.matmul, tp.cat, tp.where, ...), from the op table.
+"""Public op functions (tp.exp, tp.sum, tp.matmul, tp.cat, tp.where, ...).
 
-Owned by the ops room (placeholder until it lands)."""
+Every name is ONE object, created in C from the op table
+(csrc/ops/ops.def): ``tp.relu is tp.functional.relu``, its ``__module__``
+is ``"tensorplay.functional"``. The C object checks ``__tensor_function__``
+and runs the C pointwise path (NumPy ufuncs); what C does not cover runs the
+Python implementation registered here with ``_C._ops_set_impl``. The
+implementations compute with NumPy on no-copy array views of the tensors.
+"""
+import builtins as _b
+import collections
+import math
+
+import numpy as np
+
+from tensorplay import _C
+
+# NumPy's floating-point warnings (x / 0, log(0), ...) are not PyTorch's:
+# torch returns inf/nan silently. Set once for the calling context.
+np.seterr(all="ignore")
+
+_FUNCS = _C._op_functions()
+
+# ---------------------------------------------------------------- helpers
+
+_TITLE = {"bool": "Bool", "uint8": "Byte", "int8": "Char", "int16": "Short",
+          "int32": "Int", "int64": "Long", "float16": "Half",
+          "float32": "Float", "float64": "Double"}
+
+
+def _Tensor():
+    return _C.Tensor
+
+
+def _is_t(x):
+    return isinstance(x, _C.Tensor)
+
+
+def _arr(x):
+    """NumPy view of a tensor (no copy); scalars pass through."""
+    if isinstance(x, _C.Tensor):
+        return _C._ops_array(x)
+    return x
+
+
+def _np_dtype(dtype):
+    """tp.float32 / 'float32' / np.float32 -> np.dtype; None -> None."""
+    if dtype is None:
+        return None
+    nd = getattr(dtype, "numpy_dtype", None)
+    if nd is not None:
+        return np.dtype(nd)
+    if isinstance(dtype, str):
+        return np.dtype(dtype)
+    try:
+        return np.dtype(dtype)
+    except TypeError:
+        return np.dtype(str(dtype).split(".")[-1])
+
+
+def _default_np():
+    return _np_dtype(_C.get_default_dtype())
+
+
+def _title(npdt):
+    return _TITLE.get(np.dtype(npdt).name, str(npdt))
+
+
+def _grad_on():
+    return _C.is_grad_enabled()
+
+
+def _wrap(a, *inputs, dtype=None):
+    """Fresh tensor from a NumPy result; requires_grad propagates."""
+    a = np.asarray(a)
+    if dtype is not None and a.dtype != dtype:
+        a = a.astype(dtype)
+    t = _C._ops_wrap(a)
+    if inputs and a.dtype.kind == "f" and _grad_on():
+        for x in inputs:
+            if isinstance(x, _C.Tensor) and x.requires_grad:
+                t.requires_grad = True
+                break
+    return t
+
+
+def _result_np(*xs):
+    """PyTorch type promotion over tensors/scalars -> np.dtype."""
+    return _np_dtype(_C.result_type(*xs))
+
+
+def _wrap_dim(dim, ndim, name=None):
+    n = _b.max(ndim, 1)
+    if not isinstance(dim, int) or isinstance(dim, bool):
+        raise TypeError(f"dim must be an int, not {type(dim).__name__}")
+    if dim < -n or dim >= n:
+        raise IndexError(f"Dimension out of range (expected to be in range of "
+                         f"[{-n}, {n - 1}], but got {dim})")
+    return dim % n if ndim > 0 else 0
+
+
+def _dims(dim, ndim):
+    """None/[]/() -> all axes (tuple) ; int or sequence -> normalized tuple."""
+    if dim is None:
+        return tuple(range(ndim))
+    if isinstance(dim, (list, tuple)):
+        if len(dim) == 0:
+            return tuple(range(ndim))
+        out = tuple(_wrap_dim(d, ndim) for d in dim)
+        if len(set(out)) != len(out):
+            raise RuntimeError(f"dim {out[0]} appears multiple times in the "
+                               f"list of dims")
+        return out if ndim > 0 else ()
+    d = _wrap_dim(dim, ndim)
+    return (d,) if ndim > 0 else ()
+
+
+def _check_tensor(x, fname, argname="input", pos=1):
+    if not isinstance(x, _C.Tensor):
+        raise TypeError(f"{fname}(): argument '{argname}' (position {pos}) "
+                        f"must be Tensor, not {type(x).__name__}")
+
+
+def _float_arr(x):
+    """Array for a float op: ints/bool promote to the default float dtype."""
+    a = _arr(x)
+    if a.dtype.kind not in "f":
+        a = a.astype(_default_np())
+    return a
+
+
+def _inplace_into(self, res):
+    """Write res into self (in-place twin), bump the version."""
+    sa = _C._ops_array(self)
+    ra = _arr(res)
+    rk, sk = np.dtype(ra.dtype).kind, sa.dtype.kind
+    if (rk == "f" and sk != "f") or (rk in "iu" and sk == "b"):
+        raise RuntimeError(f"result type {_title(ra.dtype)} can't be cast to "
+                           f"the desired output type {_title(sa.dtype)}")
+    if tuple(np.shape(ra)) != sa.shape:
+        raise RuntimeError(f"output with shape {list(sa.shape)} doesn't match "
+                           f"the broadcast shape {list(np.shape(ra))}")
+    sa[...] = ra
+    _C._ops_bump_version(self)
+    return self
+
+
+_REG = {}
+
+
+def _impl(*names):
+    def deco(fn):
+        for n in names:
+            _C._ops_set_impl(n, fn)
+            _REG[n] = fn
+        return fn
+    return deco
+
+
+def _inplace_of(name, out_name):
+    f = _FUNCS.get(out_name)
+    if f is None:
+        def f(*a, **k):
+            return _C._op_call(out_name, a, k)
+
+    def impl(self, *args, **kwargs):
+        return _inplace_into(self, f(self, *args, **kwargs))
+    impl.__name__ = name
+    _C._ops_set_impl(name, impl)
+
+
+# ------------------------------------------------------------ pointwise
+
+def _binary_scalar_args(name, a, b):
+    for i, x in enumerate((a, b)):
+        if not isinstance(x, (_C.Tensor, int, float, bool)):
+            raise TypeError(f"{name}(): argument '{'other' if i else 'input'}'"
+                            f" (position {i + 1}) must be Tensor, not "
+                            f"{type(x).__name__}")
+
+
+@_impl("add")
+def _add(input, other, *, alpha=1):
+    if alpha != 1:
+        other = _FUNCS["mul"](other, alpha)
+    return _FUNCS["add"](input, other)
+
+
+@_impl("sub")
+def _sub(input, other, *, alpha=1):
+    if alpha != 1:
+        other = _FUNCS["mul"](other, alpha)
+    return _FUNCS["sub"](input, other)
+
+
+@_impl("rsub")
+def _rsub(input, other, *, alpha=1):
+    return _sub(other, input, alpha=alpha)
+
+
+@_impl("div")
+def _div(input, other, *, rounding_mode=None):
+    if rounding_mode is None:
+        return _FUNCS["div"](input, other)
+    _binary_scalar_args("div", input, other)
+    rt = _result_np(input, other)
+    a, b = _arr(input), _arr(other)
+    if rounding_mode == "floor":
+        return _FUNCS["floor_divide"](input, other)
+    if rounding_mode != "trunc":
+        raise RuntimeError(f"div expected rounding_mode to be one of None, "
+                           f"'trunc', or 'floor' but found '{rounding_mode}'")
+    if rt.kind == "f":
+        r = np.trunc(np.true_divide(np.asarray(a, rt), np.asarray(b, rt)))
+    else:
+        ai, bi = np.asarray(a).astype(rt), np.asarray(b).astype(rt)
+        if np.any(bi == 0):
+            raise RuntimeError("ZeroDivisionError")
+        q = np.floor_divide(ai, bi)
+        q = q + ((np.remainder(ai, bi) != 0) & ((ai < 0) != (bi < 0)))
+        r = q
+    return _wrap(np.asarray(r, rt), input, other)
+
+
+def _scalar_only(name):
+    def f(*args, **kwargs):
+        a = args[0] if args else kwargs.get("input", kwargs.get("self"))
+        _check_tensor(a, name)
+        raise TypeError(f"{name}() received an invalid combination of "
+                        f"arguments")
+    return f
+
+
+for _n in ("neg", "abs", "sign", "exp", "exp2", "expm1", "log", "log2",
+           "log10", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan", "tanh",
+           "sinh", "cosh", "asin", "acos", "atan", "sigmoid", "erf", "erfc",
+           "floor", "ceil", "round", "trunc", "reciprocal", "square",
+           "isnan", "isinf", "isfinite", "logical_not", "bitwise_not"):
+    _C._ops_set_impl(_n, _scalar_only(_n))
+
+
+for _n in ("mul", "true_divide", "floor_divide", "remainder", "fmod",
+           "pow", "atan2", "maximum", "minimum", "eq", "ne", "lt", "le",
+           "gt", "ge", "logical_and", "logical_or", "logical_xor",
+           "bitwise_and", "bitwise_or", "bitwise_xor"):
+    def _mk(n):
+        def f(input, other):
+            _binary_scalar_args(n, input, other)
+            raise TypeError(f"{n}(): at least one argument must be a Tensor")
+        return f
+    _C._ops_set_impl(_n, _mk(_n))
+
+
+@_impl("frac")
+def _frac(input):
+    _check_tensor(input, "frac")
+    a = _arr(input)
+    if a.dtype.kind != "f":
+        raise RuntimeError(f"\"frac_cpu\" not implemented for '{_title(a.dtype)}'")
+    return _wrap(a - np.trunc(a), input)
+
+
+@_impl("clone", "_to_copy")
+def _clone(input, *, memory_format=None, dtype=None, layout=None,
+           device=None, pin_memory=None, non_blocking=False):
+    _check_tensor(input, "clone")
+    a = _arr(input)
+    nd = _np_dtype(dtype) or a.dtype
+    return _wrap(np.array(a, dtype=nd, copy=True), input)
+
+
+@_impl("contiguous")
+def _contiguous(input, memory_format=None):
+    if input.is_contiguous():
+        return input
+    return _clone(input)
+
+
+@_impl("where")
+def _where(condition, input=None, other=None):
+    if input is None and other is None:
+        return tuple(_wrap(i.astype(np.int64)) for i in np.nonzero(_arr(condition)))
+    c = _arr(condition)
+    if not _is_t(condition) or c.dtype != np.bool_:
+        dt = _title(c.dtype) if _is_t(condition) else type(condition).__name__
+        raise RuntimeError(f"where expected condition to be a boolean tensor, "
+                           f"but got a tensor with dtype {dt}")
+    rt = _result_np(input, other)
+    _bshape(c, _arr(input), _arr(other))
+    r = np.where(c, np.asarray(_arr(input), rt), np.asarray(_arr(other), rt))
+    return _wrap(np.asarray(r, rt), input, other)
+
+
+def _bshape(*arrs):
+    shapes = [np.shape(a) for a in arrs]
+    out = []
+    n = _b.max(len(s) for s in shapes)
+    for i in range(n):
+        sz = 1
+        for j, s in enumerate(shapes):
+            k = i - (n - len(s))
+            d = s[k] if k >= 0 else 1
+            if d != 1:
+                if sz != 1 and sz != d:
+                    raise RuntimeError(
+                        f"The size of tensor a ({sz}) must match the size of "
+                        f"tensor b ({d}) at non-singleton dimension {i}")
+                sz = d
+        out.append(sz)
+    return tuple(out)
+
+
+@_impl("lerp")
+def _lerp(input, end, weight):
+    rt = _result_np(input, end)
+    if rt.kind != "f":
+        raise RuntimeError(f"\"lerp_kernel_scalar\" not implemented for "
+                           f"'{_title(rt)}'")
+    a, b = np.asarray(_arr(input), rt), np.asarray(_arr(end), rt)
+    w = np.asarray(_arr(weight), rt)
+    _bshape(a, b, w)
+    r = np.where(np.abs(w) < 0.5, a + w * (b - a), b - (b - a) * (1 - w))
+    return _wrap(np.asarray(r, rt), input, end, weight)
+
+
+@_impl("masked_fill")
+def _masked_fill(input, mask, value):
+    _check_tensor(input, "masked_fill")
+    m = _arr(mask)
+    if m.dtype != np.bool_:
+        raise RuntimeError(f"masked_fill_ only supports boolean masks, but got "
+                           f"mask with dtype {np.dtype(m.dtype).name}")
+    if _is_t(value):
+        if value.dim() != 0:
+            raise RuntimeError(f"masked_fill_ only supports a 0-dimensional "
+                               f"value tensor, but got tensor with "
+                               f"{value.dim()} dimension(s).")
+        value = value.item()
+    a = _arr(input)
+    shape = _bshape(a, m)
+    if shape != a.shape:
+        raise RuntimeError(f"output with shape {list(a.shape)} doesn't match "
+                           f"the broadcast shape {list(shape)}")
+    r = np.where(m, np.asarray(value).astype(a.dtype), a)
+    return _wrap(np.asarray(r, a.dtype), input)
+
+
+def _scalar_bound(v):
+    return _arr(v) if _is_t(v) else v
+
+
+@_impl("clamp", "clip")
+def _clamp(input, min=None, max=None):
+    _check_tensor(input, "clamp")
+    if min is None and max is None:
+        raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must "
+                           "not be None")
+    ops = [input] + [v for v in (min, max) if v is not None]
+    rt = _result_np(*ops)
+    r = np.asarray(_arr(input), rt)
+    if min is not None:
+        r = np.maximum(r, np.asarray(_scalar_bound(min), rt))
+    if max is not None:
+        r = np.minimum(r, np.asarray(_scalar_bound(max), rt))
+    return _wrap(np.asarray(r, rt), input)
+
+
+@_impl("clamp_min")
+def _clamp_min(input, min):
+    return _clamp(input, min=min)
+
+
+@_impl("clamp_max")
+def _clamp_max(input, max):
+    return _clamp(input, max=max)
+
+
+@_impl("nan_to_num")
+def _nan_to_num(input, nan=0.0, posinf=None, neginf=None):
+    _check_tensor(input, "nan_to_num")
+    a = _arr(input)
+    if a.dtype.kind != "f":
+        return _clone(input)
+    return _wrap(np.nan_to_num(a, nan=0.0 if nan is None else nan,
+                               posinf=posinf, neginf=neginf), input)
+
+
+# activations: computed in the input's float dtype (ints error like torch)
+
+def _act_arr(input, name):
+    _check_tensor(input, name)
+    a = _arr(input)
+    if a.dtype.kind != "f":
+        raise RuntimeError(f"\"{name}\" not implemented for '{_title(a.dtype)}'")
+    return a
+
+
+def _act_out(input, r, inplace):
+    a = _arr(input)
+    r = np.asarray(r, a.dtype)
+    if inplace:
+        a[...] = r
+        _C._ops_bump_version(input)
+        return input
+    return _wrap(r, input)
+
+
+@_impl("relu6")
+def _relu6(input, inplace=False):
+    _check_tensor(input, "relu6")
+    a = _arr(input)
+    return _act_out(input, np.minimum(np.maximum(a, 0), 6), inplace)
+
+
+@_impl("leaky_relu")
+def _leaky_relu(input, negative_slope=0.01, inplace=False):
+    a = _act_arr(input, "leaky_relu")
+    return _act_out(input, np.where(a > 0, a, a * np.asarray(negative_slope, a.dtype)), inplace)
+
+
+@_impl("elu")
+def _elu(input, alpha=1.0, inplace=False):
+    a = _act_arr(input, "elu")
+    return _act_out(input, np.where(a > 0, a, alpha * np.expm1(a)), inplace)
+
+
+@_impl("selu")
+def _selu(input, inplace=False):
+    a = _act_arr(input, "selu")
+    r = 1.0507009873554805 * np.where(a > 0, a, 1.6732632423543772 * np.expm1(a))
+    return _act_out(input, r, inplace)
+
+
+@_impl("celu")
+def _celu(input, alpha=1.0, inplace=False):
+    a = _act_arr(input, "celu")
+    return _act_out(input, np.where(a > 0, a, alpha * np.expm1(a / alpha)), inplace)
+
+
+def _erf_np(a):
+    return _arr(_FUNCS["erf"](_C._ops_wrap(np.asarray(a))))
+
+
+@_impl("gelu")
+def _gelu(input, *, approximate="none"):
+    a = _act_arr(input, "gelu")
+    if approximate == "none":
+        wide = a.astype(np.float64)
+        r = 0.5 * wide * (1.0 + _erf_np(wide * 0.7071067811865476))
+    elif approximate == "tanh":
+        r = 0.5 * a * (1 + np.tanh(0.7978845608028654 * (a + 0.044715 * a * a * a)))
+    else:
+        raise RuntimeError(f"approximate argument must be either none or tanh.")
+    return _wrap(np.asarray(r, a.dtype), input)
+
+
+@_impl("silu")
+def _silu(input, inplace=False):
+    a = _act_arr(input, "silu")
+    return _act_out(input, a / (1 + np.exp(-a)), inplace)
+
+
+def _softplus_np(a, beta=1, threshold=20):
+    return np.where(a * beta > threshold, a, np.log1p(np.exp(a * beta)) / beta)
+
+
+@_impl("mish")
+def _mish(input, inplace=False):
+    a = _act_arr(input, "mish")
+    return _act_out(input, a * np.tanh(_softplus_np(a)), inplace)
+
+
+@_impl("softplus")
+def _softplus(input, beta=1, threshold=20):
+    a = _act_arr(input, "softplus")
+    return _wrap(np.asarray(_softplus_np(a, beta, threshold), a.dtype), input)
+
+
+@_impl("hardtanh")
+def _hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
+    _check_tensor(input, "hardtanh")
+    a = _arr(input)
+    return _act_out(input, np.minimum(np.maximum(a, min_val), max_val), inplace)
+
+
+@_impl("hardsigmoid")
+def _hardsigmoid(input, inplace=False):
+    a = _act_arr(input, "hardsigmoid")
+    return _act_out(input, np.minimum(np.maximum(a + 3, 0), 6) / 6, inplace)
+
+
+@_impl("hardswish")
+def _hardswish(input, inplace=False):
+    a = _act_arr(input, "hardswish")
+    return _act_out(input, a * np.minimum(np.maximum(a + 3, 0), 6) / 6, inplace)
+
+
+# --------------------------------------------------------------- reductions
+
+class return_types:
+    """Named tuples returned by max(dim), min(dim), ..."""
+    max = collections.namedtuple("max", ["values", "indices"])
+    min = collections.namedtuple("min", ["values", "indices"])
+    var_mean = tuple
+    std_mean = tuple
+
+
+def _red_prep(input, name):
+    _check_tensor(input, name)
+    return _arr(input)
+
+
+def _acc_dtype(a, dtype, name):
+    """dtype of the accumulation; ints/bools sum to int64 as torch."""
+    if dtype is not None:
+        return _np_dtype(dtype)
+    if a.dtype.kind in "biu":
+        return np.dtype(np.int64)
+    return a.dtype
+
+
+@_impl("sum")
+def _sum(input, dim=None, keepdim=False, *, dtype=None):
+    a = _red_prep(input, "sum")
+    axes = _dims(dim, a.ndim)
+    out = _acc_dtype(a, dtype, "sum")
+    work = np.float32 if out == np.float16 else out
+    r = np.sum(a, axis=axes, keepdims=keepdim, dtype=work)
+    return _wrap(np.asarray(r, out), input)
+
+
+@_impl("mean")
+def _mean(input, dim=None, keepdim=False, *, dtype=None):
+    a = _red_prep(input, "mean")
+    out = _np_dtype(dtype) or a.dtype
+    if out.kind != "f":
+        raise RuntimeError(f"mean(): could not infer output dtype. Input dtype "
+                           f"must be either a floating point or complex dtype."
+                           f" Got: {_title(a.dtype)}")
+    axes = _dims(dim, a.ndim)
+    work = np.float32 if out == np.float16 else out
+    r = np.mean(a, axis=axes, keepdims=keepdim, dtype=work)
+    return _wrap(np.asarray(r, out), input)
+
+
+@_impl("prod")
+def _prod(input, dim=None, keepdim=False, *, dtype=None):
+    a = _red_prep(input, "prod")
+    axes = _dims(dim, a.ndim)
+    out = _acc_dtype(a, dtype, "prod")
+    r = np.prod(a, axis=axes, keepdims=keepdim, dtype=out)
+    return _wrap(np.asarray(r, out), input)
+
+
+def _check_nonempty(a, axes, name):
+    for ax in axes:
+        if a.shape[ax] == 0:
+            raise IndexError(f"{name}(): Expected reduction dim {ax} to have "
+                             f"non-zero size.")
+    if not axes and a.size == 0:
+        raise RuntimeError(f"{name}(): Expected reduction dim to be specified "
+                           f"for input.numel() == 0.")
+
+
+@_impl("amax")
+def _amax(input, dim=(), keepdim=False):
+    a = _red_prep(input, "amax")
+    axes = _dims(dim, a.ndim)
+    _check_nonempty(a, axes if a.ndim else (), "amax")
+    return _wrap(np.max(a, axis=axes, keepdims=keepdim), input)
+
+
+@_impl("amin")
+def _amin(input, dim=(), keepdim=False):
+    a = _red_prep(input, "amin")
+    axes = _dims(dim, a.ndim)
+    _check_nonempty(a, axes if a.ndim else (), "amin")
+    return _wrap(np.min(a, axis=axes, keepdims=keepdim), input)
+
+
+def _minmax(name, input, dim, keepdim, red, arg, pairwise):
+    if _is_t(dim):
+        return _FUNCS[pairwise](input, dim)
+    a = _red_prep(input, name)
+    if dim is None:
+        if a.size == 0:
+            raise RuntimeError(f"{name}(): Expected reduction dim to be "
+                               f"specified for input.numel() == 0. Specify the "
+                               f"reduction dim with the 'dim' argument.")
+        return _wrap(red(a), input)
+    d = _wrap_dim(dim, a.ndim)
+    if a.ndim == 0:
+        return getattr(return_types, name)(_wrap(a.copy(), input),
+                                           _wrap(np.zeros((), np.int64)))
+    if a.shape[d] == 0:
+        raise IndexError(f"{name}(): Expected reduction dim {d} to have "
+                         f"non-zero size.")
+    idx = _argfirst(a, d, arg)
+    vals = np.take_along_axis(a, np.expand_dims(idx, d), d)
+    if not keepdim:
+        vals = np.squeeze(vals, d)
+    else:
+        idx = np.expand_dims(idx, d)
+    return getattr(return_types, name)(_wrap(vals, input), _wrap(idx.astype(np.int64)))
+
+
+def _argfirst(a, d, arg):
+    if a.dtype == np.bool_:
+        a = a.astype(np.uint8)
+    return arg(a, axis=d)   # NumPy returns the first of ties, NaN wins
+
+
+@_impl("max")
+def _max(input, dim=None, keepdim=False):
+    return _minmax("max", input, dim, keepdim, np.max, np.argmax, "maximum")
+
+
+@_impl("min")
+def _min(input, dim=None, keepdim=False):
+    return _minmax("min", input, dim, keepdim, np.min, np.argmin, "minimum")
+
+
+def _argred(name, input, dim, keepdim, arg):
+    a = _red_prep(input, name)
+    if a.dtype == np.bool_:
+        a = a.astype(np.uint8)
+    if dim is None:
+        if a.size == 0:
+            raise RuntimeError(f"{name}(): Expected reduction dim to be "
+                               f"specified for input.numel() == 0.")
+        r = np.asarray(arg(a.reshape(-1)), np.int64)
+        if keepdim:
+            r = r.reshape((1,) * a.ndim)
+        return _wrap(r)
+    d = _wrap_dim(dim, a.ndim)
+    if a.ndim == 0:
+        return _wrap(np.zeros((), np.int64))
+    if a.shape[d] == 0:
+        raise IndexError(f"{name}(): Expected reduction dim {d} to have "
+                         f"non-zero size.")
+    r = arg(a, axis=d)
+    if keepdim:
+        r = np.expand_dims(r, d)
+    return _wrap(np.asarray(r, np.int64))
+
+
+@_impl("argmax")
+def _argmax(input, dim=None, keepdim=False):
+    return _argred("argmax", input, dim, keepdim, np.argmax)
+
+
+@_impl("argmin")
+def _argmin(input, dim=None, keepdim=False):
+    return _argred("argmin", input, dim, keepdim, np.argmin)
+
+
+def _correction(dim, unbiased, correction):
+    if isinstance(dim, bool):          # var(x, True): legacy unbiased
+        unbiased, dim = dim, None
+    if correction is not None:
+        return dim, float(correction)
+    if unbiased is not None:
+        return dim, 1.0 if unbiased else 0.0
+    return dim, 1.0
+
+
+def _var_np(name, input, dim, unbiased, keepdim, correction):
+    a = _red_prep(input, name)
+    if a.dtype.kind != "f":
+        raise RuntimeError(f"{name}(): input dtype should be either floating "
+                           f"point or complex. Got {_title(a.dtype)} instead.")
+    dim, c = _correction(dim, unbiased, correction)
+    axes = _dims(dim, a.ndim)
+    work = np.float32 if a.dtype == np.float16 else a.dtype
+    n = int(np.prod([a.shape[x] for x in axes])) if a.ndim else 1
+    mean = np.mean(a, axis=axes, keepdims=True, dtype=work)
+    ss = np.sum(np.square(a.astype(work) - mean), axis=axes, keepdims=keepdim)
+    with np.errstate(all="ignore"):
+        var = ss / np.asarray(_b.max(n - c, 0), work)
+    if not keepdim:
+        mean = np.squeeze(mean, axis=axes) if a.ndim else mean.reshape(())
+    return a.dtype, np.asarray(var, work), np.asarray(mean, work)
+
+
+@_impl("var")
+def _var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    dt, v, _ = _var_np("var", input, dim, unbiased, keepdim, correction)
+    return _wrap(v, input, dtype=dt)
+
+
+@_impl("std")
+def _std(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    dt, v, _ = _var_np("std", input, dim, unbiased, keepdim, correction)
+    return _wrap(np.sqrt(v), input, dtype=dt)
+
+
+@_impl("var_mean")
+def _var_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    dt, v, m = _var_np("var_mean", input, dim, unbiased, keepdim, correction)
+    return (_wrap(v, input, dtype=dt), _wrap(m, input, dtype=dt))
+
+
+@_impl("std_mean")
+def _std_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    dt, v, m = _var_np("std_mean", input, dim, unbiased, keepdim, correction)
+    return (_wrap(np.sqrt(v), input, dtype=dt), _wrap(m, input, dtype=dt))
+
+
+@_impl("logsumexp")
+def _logsumexp(input, dim, keepdim=False):
+    a = _red_prep(input, "logsumexp")
+    if a.dtype.kind != "f":
+        a = a.astype(_default_np())
+    axes = _dims(dim, a.ndim)
+    if a.size == 0:
+        r = np.log(np.sum(np.exp(a), axis=axes, keepdims=keepdim))
+        return _wrap(np.asarray(r, a.dtype), input)
+    m = np.max(a, axis=axes, keepdims=True)
+    m = np.where(np.isinf(m), 0, m)
+    r = np.log(np.sum(np.exp(a - m), axis=axes, keepdims=True)) + m
+    if not keepdim:
+        r = np.squeeze(r, axis=axes) if a.ndim else r.reshape(())
+    return _wrap(np.asarray(r, a.dtype), input)
+
+
+@_impl("norm")
+def _norm(input, p="fro", dim=None, keepdim=False, *, dtype=None):
+    a = _red_prep(input, "norm")
+    if a.dtype.kind != "f":
+        raise RuntimeError(f"linalg.vector_norm: Expected a floating point or "
+                           f"complex tensor as input. Got {_title(a.dtype)}")
+    if dtype is not None:
+        a = a.astype(_np_dtype(dtype))
+    axes = _dims(dim, a.ndim)
+    work = np.float32 if a.dtype == np.float16 else a.dtype
+    x = np.abs(a.astype(work))
+    if p is None or p == "fro" or p == 2:
+        r = np.sqrt(np.sum(x * x, axis=axes, keepdims=keepdim))
+    elif p == math.inf:
+        r = np.max(x, axis=axes, keepdims=keepdim, initial=0)
+    elif p == -math.inf:
+        r = np.min(x, axis=axes, keepdims=keepdim)
+    elif p == 0:
+        r = np.sum(x != 0, axis=axes, keepdims=keepdim).astype(work)
+    elif p == 1:
+        r = np.sum(x, axis=axes, keepdims=keepdim)
+    else:
+        r = np.sum(x ** p, axis=axes, keepdims=keepdim) ** (1.0 / p)
+    return _wrap(np.asarray(r, a.dtype), input)
+
+
+@_impl("all")
+def _all(input, dim=None, keepdim=False):
+    a = _red_prep(input, "all")
+    r = np.all(a, axis=_dims(dim, a.ndim), keepdims=keepdim)
+    return _wrap(np.asarray(r, np.uint8 if a.dtype == np.uint8 else np.bool_))
+
+
+@_impl("any")
+def _any(input, dim=None, keepdim=False):
+    a = _red_prep(input, "any")
+    r = np.any(a, axis=_dims(dim, a.ndim), keepdims=keepdim)
+    return _wrap(np.asarray(r, np.uint8 if a.dtype == np.uint8 else np.bool_))
+
+
+@_impl("cumsum")
+def _cumsum(input, dim, *, dtype=None):
+    a = _red_prep(input, "cumsum")
+    d = _wrap_dim(dim, a.ndim)
+    out = _acc_dtype(a, dtype, "cumsum")
+    if a.ndim == 0:
+        return _wrap(np.asarray(a, out), input)
+    return _wrap(np.cumsum(a, axis=d, dtype=out), input)
+
+
+# --------------------------------------------------------------- composites
+
+def _softmax_dim(dim, ndim):
+    if dim is None:
+        return 0 if ndim in (0, 1, 3) else 1
+    return dim
+
+
+def _softmax_np(a, d, log):
+    m = np.max(a, axis=d, keepdims=True) if a.size else 0
+    m = np.where(np.isfinite(m), m, 0) if a.size else 0
+    e = np.exp(a - m)
+    s = np.sum(e, axis=d, keepdims=True)
+    if log:
+        return a - m - np.log(s)
+    return e / s
+
+
+def _softmax_common(name, input, dim, dtype, log):
+    _check_tensor(input, name)
+    a = _arr(input)
+    if dtype is not None:
+        a = a.astype(_np_dtype(dtype))
+    if a.dtype.kind != "f":
+        raise RuntimeError(f"\"{name}_lastdim_kernel_impl\" not implemented "
+                           f"for '{_title(a.dtype)}'")
+    d = _wrap_dim(_softmax_dim(dim, a.ndim), a.ndim)
+    if a.ndim == 0:
+        return _wrap(np.asarray(0.0 if log else 1.0, a.dtype), input)
+    work = np.float32 if a.dtype == np.float16 else a.dtype
+    r = _softmax_np(a.astype(work), d, log)
+    return _wrap(np.asarray(r, a.dtype), input)
+
+
+@_impl("softmax")
+def _softmax(input, dim=None, _stacklevel=3, dtype=None):
+    return _softmax_common("softmax", input, dim, dtype, False)
+
+
+@_impl("log_softmax")
+def _log_softmax(input, dim=None, _stacklevel=3, dtype=None):
+    return _softmax_common("log_softmax", input, dim, dtype, True)
+
+
+def _ln_np(input, normalized_shape, weight, bias, eps):
+    _check_tensor(input, "layer_norm")
+    if isinstance(normalized_shape, int):
+        normalized_shape = (normalized_shape,)
+    ns = tuple(int(s) for s in normalized_shape)
+    a = _arr(input)
+    k = len(ns)
+    if k == 0 or a.ndim < k or tuple(a.shape[a.ndim - k:]) != ns:
+        raise RuntimeError(f"Given normalized_shape={list(ns)}, expected input "
+                           f"with shape [*, {', '.join(map(str, ns))}], but got "
+                           f"input of size{list(a.shape)}")
+    if a.dtype.kind != "f":
+        raise RuntimeError(f"\"LayerNormKernelImpl\" not implemented for "
+                           f"'{_title(a.dtype)}'")
+    axes = tuple(range(a.ndim - k, a.ndim))
+    work = np.float32 if a.dtype == np.float16 else a.dtype
+    x = a.astype(work)
+    mean = np.mean(x, axis=axes, keepdims=True)
+    var = np.mean(np.square(x - mean), axis=axes, keepdims=True)
+    rstd = 1.0 / np.sqrt(var + np.asarray(eps, work))
+    y = (x - mean) * rstd
+    for p, f in ((weight, np.multiply), (bias, np.add)):
+        if p is not None:
+            pa = _arr(p)
+            if tuple(pa.shape) != ns:
+                raise RuntimeError(f"Expected weight/bias to be of same shape as"
+                                   f" normalized_shape, but got shape "
+                                   f"{list(pa.shape)} and normalized_shape = "
+                                   f"{list(ns)}")
+            y = f(y, pa.astype(work))
+    return a.dtype, y, mean, rstd
+
+
+@_impl("layer_norm")
+def _layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-05):
+    dt, y, _, _ = _ln_np(input, normalized_shape, weight, bias, eps)
+    return _wrap(y, input, weight, bias, dtype=dt)
+
+
+@_impl("native_layer_norm")
+def _native_layer_norm(input, normalized_shape, weight, bias, eps):
+    dt, y, mean, rstd = _ln_np(input, normalized_shape, weight, bias, eps)
+    return (_wrap(y, input, weight, bias, dtype=dt), _wrap(mean, input),
+            _wrap(rstd, input))
+
+
+@_impl("batch_norm")
+def _batch_norm(input, running_mean, running_var, weight=None, bias=None,
+                training=False, momentum=0.1, eps=1e-05):
+    _check_tensor(input, "batch_norm")
+    a = _arr(input)
+    if a.ndim < 2:
+        raise ValueError(f"Expected 2D or 3D input (got {a.ndim}D input)")
+    c = a.shape[1]
+    axes = (0,) + tuple(range(2, a.ndim))
+    shape = [1] * a.ndim
+    shape[1] = c
+    work = np.float32 if a.dtype == np.float16 else a.dtype
+    x = a.astype(work)
+    n = a.size // _b.max(c, 1)
+    if training:
+        if n <= 1:
+            raise ValueError(f"Expected more than 1 value per channel when "
+                             f"training, got input size {list(a.shape)}")
+        mean = np.mean(x, axis=axes)
+        var = np.mean(np.square(x - mean.reshape(shape)), axis=axes)
+        if running_mean is not None:
+            rm = _arr(running_mean)
+            rm[...] = (1 - momentum) * rm + momentum * mean
+            _C._ops_bump_version(running_mean)
+        if running_var is not None:
+            rv = _arr(running_var)
+            rv[...] = (1 - momentum) * rv + momentum * var * (n / (n - 1))
+            _C._ops_bump_version(running_var)
+    else:
+        if running_mean is None or running_var is None:
+            raise RuntimeError("running_mean and running_var must be defined "
+                               "in evaluation mode")
+        mean = _arr(running_mean).astype(work)
+        var = _arr(running_var).astype(work)
+    y = (x - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + eps)
+    if weight is not None:
+        y = y * _arr(weight).astype(work).reshape(shape)
+    if bias is not None:
+        y = y + _arr(bias).astype(work).reshape(shape)
+    return _wrap(y, input, weight, bias, dtype=a.dtype)
+
+
+def _rand_like(x, dtype=None):
+    f = getattr(_C, "rand", None)
+    shape = tuple(x.shape)
+    import tensorplay
+    return tensorplay.rand(*shape, dtype=dtype or x.dtype) if f is None \
+        else tensorplay.rand(*shape, dtype=dtype or x.dtype)
+
+
+@_impl("dropout")
+def _dropout(input, p=0.5, training=True, inplace=False):
+    """keep = rand_like(x) >= p (tensor room's Philox stream); x * keep / (1 - p)."""
+    _check_tensor(input, "dropout")
+    if p < 0 or p > 1:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but "
+                         f"got {p}")
+    if not training or p == 0:
+        return input
+    a = _arr(input)
+    if p == 1:
+        r = np.zeros_like(a)
+    else:
+        u = _arr(_rand_like(input))
+        r = np.where(u >= p, a / np.asarray(1 - p, a.dtype), 0).astype(a.dtype)
+    return _act_out(input, r, inplace)
+
+
+@_impl("embedding")
+def _embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
+               scale_grad_by_freq=False, sparse=False):
+    idx = _arr(input)
+    w = _arr(weight)
+    if idx.dtype.kind not in "iu":
+        raise RuntimeError(f"Expected tensor for argument #1 'indices' to have "
+                           f"one of the following scalar types: Long, Int; but "
+                           f"got {_title(idx.dtype)} instead")
+    if idx.size and (idx.min() < 0 or idx.max() >= w.shape[0]):
+        raise IndexError("index out of range in self")
+    return _wrap(np.take(w, idx, axis=0), weight)
+
+
+def _reduce_loss(r, reduction, *inputs):
+    if reduction == "none":
+        return _wrap(r, *inputs)
+    if reduction == "mean":
+        return _wrap(np.mean(r), *inputs)
+    if reduction == "sum":
+        return _wrap(np.sum(r), *inputs)
+    raise ValueError(f"{reduction} is not a valid value for reduction")
+
+
+def _loss_pair(input, target, name):
+    _check_tensor(input, name)
+    _check_tensor(target, name, "target", 2)
+    rt = _result_np(input, target)
+    a, b = np.asarray(_arr(input), rt), np.asarray(_arr(target), rt)
+    _bshape(a, b)
+    return a, b, rt
+
+
+@_impl("mse_loss")
+def _mse_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    a, b, rt = _loss_pair(input, target, "mse_loss")
+    d = a - b
+    return _reduce_loss(np.asarray(d * d, rt), reduction, input, target)
+
+
+@_impl("l1_loss")
+def _l1_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    a, b, rt = _loss_pair(input, target, "l1_loss")
+    return _reduce_loss(np.abs(a - b), reduction, input, target)
+
+
+@_impl("smooth_l1_loss")
+def _smooth_l1_loss(input, target, size_average=None, reduce=None,
+                    reduction="mean", beta=1.0):
+    a, b, rt = _loss_pair(input, target, "smooth_l1_loss")
+    d = np.abs(a - b)
+    if beta == 0:
+        r = d
+    else:
+        r = np.where(d < beta, 0.5 * d * d / beta, d - 0.5 * beta)
+    return _reduce_loss(np.asarray(r, rt), reduction, input, target)
+
+
+def _nll_np(logp, tgt, weight, ignore_index, reduction):
+    # logp: (N, C, ...) or (C,); tgt: (N, ...) or ()
+    if logp.ndim == 1:
+        logp = logp[None]
+        tgt = np.asarray(tgt).reshape(1)
+        squeeze = True
+    else:
+        squeeze = False
+    c = logp.shape[1]
+    if tgt.dtype.kind not in "iu":
+        raise RuntimeError(f"expected scalar type Long but found "
+                           f"{_title(tgt.dtype)}")
+    if tgt.shape != (logp.shape[0],) + logp.shape[2:]:
+        raise RuntimeError(f"Expected target size {[logp.shape[0]] + list(logp.shape[2:])}"
+                           f", got {list(tgt.shape)}")
+    valid = tgt != ignore_index
+    t = np.where(valid, tgt, 0)
+    if t.size and (t.min() < 0 or t.max() >= c):
+        raise IndexError(f"Target {int(t.max() if t.max() >= c else t.min())}"
+                         f" is out of bounds.")
+    picked = np.take_along_axis(logp, np.expand_dims(t, 1), 1).squeeze(1)
+    w = np.ones(c, logp.dtype) if weight is None else _arr(weight).astype(logp.dtype)
+    wt = w[t] * valid
+    loss = -picked * wt
+    if reduction == "none":
+        return loss[0] if squeeze else loss
+    if reduction == "sum":
+        return np.sum(loss)
+    if reduction == "mean":
+        return np.sum(loss) / np.sum(wt)
+    raise ValueError(f"{reduction} is not a valid value for reduction")
+
+
+@_impl("nll_loss")
+def _nll_loss(input, target, weight=None, size_average=None, ignore_index=-100,
+              reduce=None, reduction="mean"):
+    _check_tensor(input, "nll_loss")
+    r = _nll_np(_arr(input), _arr(target), weight, ignore_index, reduction)
+    return _wrap(np.asarray(r, _arr(input).dtype), input)
+
+
+@_impl("cross_entropy")
+def _cross_entropy(input, target, weight=None, size_average=None,
+                   ignore_index=-100, reduce=None, reduction="mean",
+                   label_smoothing=0.0):
+    _check_tensor(input, "cross_entropy")
+    a = _arr(input)
+    if a.dtype.kind != "f":
+        raise RuntimeError(f"\"log_softmax_lastdim_kernel_impl\" not "
+                           f"implemented for '{_title(a.dtype)}'")
+    d = 0 if a.ndim == 1 else 1
+    work = np.float32 if a.dtype == np.float16 else a.dtype
+    logp = _softmax_np(a.astype(work), d, True)
+    t = _arr(target)
+    c = a.shape[d]
+    if t.dtype.kind == "f":       # class probabilities
+        tt = t.astype(work)
+        if label_smoothing:
+            tt = tt * (1 - label_smoothing) + label_smoothing / c
+        w = 1 if weight is None else _arr(weight).astype(work).reshape(
+            [c] + [1] * (a.ndim - d - 1))
+        loss = -np.sum(logp * tt * w, axis=d)
+        if reduction == "mean":
+            r = np.sum(loss) / (loss.size // 1 if a.ndim > 1 else 1) if a.ndim > 1 else loss
+            r = np.mean(loss) if a.ndim > 1 else loss
+        elif reduction == "sum":
+            r = np.sum(loss)
+        else:
+            r = loss
+        return _wrap(np.asarray(r, a.dtype), input)
+    r = _nll_np(logp, t, weight, ignore_index, reduction)
+    if label_smoothing:
+        lp = logp if logp.ndim > 1 else logp[None]
+        tt = t if logp.ndim > 1 else t.reshape(1)
+        valid = tt != ignore_index
+        w = np.ones(c, work) if weight is None else _arr(weight).astype(work)
+        smooth = -np.sum(lp * w.reshape([c] + [1] * (lp.ndim - 2)), axis=1) * valid
+        if reduction == "mean":
+            if weight is None:
+                s = np.sum(smooth) / _b.max(np.sum(valid), 1)
+            else:
+                s = np.sum(smooth) / np.sum(w[np.where(valid, tt, 0)] * valid)
+        elif reduction == "sum":
+            s = np.sum(smooth)
+        else:
+            s = smooth if logp.ndim > 1 else smooth[0]
+        r = (1 - label_smoothing) * r + label_smoothing * s / c
+    return _wrap(np.asarray(r, a.dtype), input)
+
+
+@_impl("binary_cross_entropy_with_logits")
+def _bce_logits(input, target, weight=None, size_average=None, reduce=None,
+                reduction="mean", pos_weight=None):
+    a, b, rt = _loss_pair(input, target, "binary_cross_entropy_with_logits")
+    if a.shape != b.shape:
+        raise ValueError(f"Target size ({list(b.shape)}) must be the same as "
+                         f"input size ({list(a.shape)})")
+    sp = np.log1p(np.exp(-np.abs(a))) + np.maximum(-a, 0)
+    if pos_weight is not None:
+        lw = 1 + (np.asarray(_arr(pos_weight), rt) - 1) * b
+        r = (1 - b) * a + lw * sp
+    else:
+        r = (1 - b) * a + sp
+    if weight is not None:
+        r = r * np.asarray(_arr(weight), rt)
+    return _reduce_loss(np.asarray(r, rt), reduction, input, target)
+
+
+@_impl("pad")
+def _pad(input, pad, mode="constant", value=None):
+    _check_tensor(input, "pad")
+    a = _arr(input)
+    pad = [int(p) for p in pad]
+    if len(pad) % 2 or len(pad) // 2 > a.ndim:
+        raise RuntimeError(f"Padding length must be divisible by 2 and at most"
+                           f" twice the number of dimensions of the input "
+                           f"(got {len(pad)} for {a.ndim} dimensions)")
+    widths = [(0, 0)] * a.ndim
+    crop = [slice(None)] * a.ndim
+    for i in range(len(pad) // 2):
+        d = a.ndim - 1 - i
+        lo, hi = pad[2 * i], pad[2 * i + 1]
+        widths[d] = (_b.max(lo, 0), _b.max(hi, 0))
+        crop[d] = slice(-lo if lo < 0 else None,
+                        hi if hi < 0 else None)
+    a = a[tuple(crop)]
+    np_mode = {"constant": "constant", "reflect": "reflect",
+               "replicate": "edge", "circular": "wrap"}.get(mode)
+    if np_mode is None:
+        raise NotImplementedError(f"Unrecognised padding mode {mode}")
+    if np_mode == "constant":
+        r = np.pad(a, widths, mode="constant",
+                   constant_values=0 if value is None else value)
+    else:
+        r = np.pad(a, widths, mode=np_mode)
+    return _wrap(np.asarray(r, a.dtype), input)
+
+
+# ------------------------------------------------------------------ extern
+
+def _mm_check(a, b, name):
+    if a.dtype != b.dtype:
+        raise RuntimeError(f"expected m1 and m2 to have the same dtype, but "
+                           f"got: {np.dtype(a.dtype).name} != "
+                           f"{np.dtype(b.dtype).name}")
+
+
+@_impl("matmul")
+def _matmul(input, other):
+    _check_tensor(input, "matmul")
+    _check_tensor(other, "matmul", "other", 2)
+    a, b = _arr(input), _arr(other)
+    if a.ndim == 0 or b.ndim == 0:
+        raise RuntimeError(f"both arguments to matmul need to be at least 1D, "
+                           f"but they are {a.ndim}D and {b.ndim}D")
+    _mm_check(a, b, "matmul")
+    ka = a.shape[-1]
+    kb = b.shape[-2] if b.ndim > 1 else b.shape[0]
+    if ka != kb:
+        if a.ndim == 1 and b.ndim == 1:
+            raise RuntimeError(f"inconsistent tensor size, expected tensor "
+                               f"[{a.shape[0]}] and src [{b.shape[0]}] to have"
+                               f" the same number of elements, but got "
+                               f"{a.shape[0]} and {b.shape[0]} elements "
+                               f"respectively")
+        sa = "x".join(map(str, (int(np.prod(a.shape[:-1])), ka))) if a.ndim > 1 else f"1x{ka}"
+        sb = f"{kb}x{b.shape[-1]}" if b.ndim > 1 else f"{kb}x1"
+        raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied "
+                           f"({sa} and {sb})")
+    return _wrap(np.matmul(a, b), input, other)
+
+
+@_impl("mm")
+def _mm(input, mat2):
+    _check_tensor(input, "mm")
+    _check_tensor(mat2, "mm", "mat2", 2)
+    a, b = _arr(input), _arr(mat2)
+    if a.ndim != 2:
+        raise RuntimeError("self must be a matrix")
+    if b.ndim != 2:
+        raise RuntimeError("mat2 must be a matrix")
+    return _matmul(input, mat2)
+
+
+@_impl("bmm")
+def _bmm(input, mat2):
+    _check_tensor(input, "bmm")
+    a, b = _arr(input), _arr(mat2)
+    if a.ndim != 3:
+        raise RuntimeError(f"batch1 must be a 3D tensor")
+    if b.ndim != 3:
+        raise RuntimeError(f"batch2 must be a 3D tensor")
+    if a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
+        raise RuntimeError(f"Expected size for first two dimensions of batch2 "
+                           f"tensor to be: [{a.shape[0]}, {a.shape[2]}] but "
+                           f"got: [{b.shape[0]}, {b.shape[1]}].")
+    _mm_check(a, b, "bmm")
+    return _wrap(np.matmul(a, b), input, mat2)
+
+
+@_impl("linear")
+def _linear(input, weight, bias=None):
+    _check_tensor(input, "linear")
+    _check_tensor(weight, "linear", "weight", 2)
+    a, w = _arr(input), _arr(weight)
+    _mm_check(a, w, "linear")
+    if a.shape[-1] != w.shape[-1]:
+        raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied "
+                           f"({int(np.prod(a.shape[:-1]))}x{a.shape[-1]} and "
+                           f"{w.shape[-1]}x{w.shape[0] if w.ndim > 1 else 1})")
+    r = np.matmul(a, w.T)
+    if bias is not None:
+        r = r + _arr(bias)
+    return _wrap(np.asarray(r, a.dtype), input, weight, bias)
+
+
+# ------------------------------------------------------------------- other
+
+def _tensor_list(tensors, name):
+    if _is_t(tensors) or not isinstance(tensors, (list, tuple)):
+        raise TypeError(f"{name}(): argument 'tensors' (position 1) must be "
+                        f"tuple of Tensors, not {type(tensors).__name__}")
+    for i, t in enumerate(tensors):
+        if not _is_t(t):
+            raise TypeError(f"expected Tensor as element {i} in argument 0, "
+                            f"but got {type(t).__name__}")
+    if len(tensors) == 0:
+        raise RuntimeError(f"{name}(): expected a non-empty list of Tensors")
+
+
+@_impl("cat")
+def _cat(tensors, dim=0):
+    _tensor_list(tensors, "cat")
+    arrs = [_arr(t) for t in tensors]
+    rt = _result_np(*tensors) if len(tensors) > 1 else arrs[0].dtype
+    live = [(i, a) for i, a in enumerate(arrs) if not (a.ndim == 1 and a.shape[0] == 0)]
+    if not live:
+        return _wrap(np.zeros((0,), rt), *tensors)
+    ref_i, ref = live[0]
+    if ref.ndim == 0:
+        raise RuntimeError(f"zero-dimensional tensor (at position {ref_i}) "
+                           f"cannot be concatenated")
+    d = _wrap_dim(dim, ref.ndim)
+    for i, a in live[1:]:
+        if a.ndim != ref.ndim:
+            raise RuntimeError(f"Tensors must have same number of dimensions: "
+                               f"got {ref.ndim} and {a.ndim}")
+        for k in range(ref.ndim):
+            if k != d and a.shape[k] != ref.shape[k]:
+                raise RuntimeError(f"Sizes of tensors must match except in "
+                                   f"dimension {d}. Expected size "
+                                   f"{ref.shape[k]} but got size {a.shape[k]} "
+                                   f"for tensor number {i} in the list.")
+    return _wrap(np.concatenate([a.astype(rt, copy=False) for _, a in live], axis=d), *tensors)
+
+
+@_impl("stack")
+def _stack(tensors, dim=0):
+    _tensor_list(tensors, "stack")
+    arrs = [_arr(t) for t in tensors]
+    for i, a in enumerate(arrs[1:], 1):
+        if a.shape != arrs[0].shape:
+            raise RuntimeError(f"stack expects each tensor to be equal size, "
+                               f"but got {list(arrs[0].shape)} at entry 0 and "
+                               f"{list(a.shape)} at entry {i}")
+    d = _wrap_dim(dim, arrs[0].ndim + 1)
+    rt = _result_np(*tensors) if len(tensors) > 1 else arrs[0].dtype
+    return _wrap(np.stack([a.astype(rt, copy=False) for a in arrs], axis=d), *tensors)
+
+
+def _index_arr(index, name):
+    i = _arr(index)
+    if not _is_t(index) or i.dtype.kind not in "iu":
+        raise RuntimeError(f"{name}(): Expected dtype int32/int64 for index")
+    return i.astype(np.int64)
+
+
+@_impl("index_select")
+def _index_select(input, dim, index):
+    _check_tensor(input, "index_select")
+    a = _arr(input)
+    i = _index_arr(index, "index_select")
+    if i.ndim > 1:
+        raise IndexError("index_select(): Index is supposed to be a vector")
+    d = _wrap_dim(dim, a.ndim)
+    if a.ndim == 0:
+        return _wrap(a.copy(), input)
+    n = a.shape[d]
+    if i.size and (i.min() < -n or i.max() >= n):
+        raise IndexError("index out of range in self")
+    return _wrap(np.take(a, i.reshape(-1), axis=d), input)
+
+
+@_impl("gather")
+def _gather(input, dim, index, *, sparse_grad=False):
+    _check_tensor(input, "gather")
+    a = _arr(input)
+    i = _index_arr(index, "gather")
+    d = _wrap_dim(dim, a.ndim)
+    if i.ndim != a.ndim and not (a.ndim == 0 or i.ndim == 0):
+        raise RuntimeError("Index tensor must have the same number of "
+                           "dimensions as input tensor")
+    if a.ndim == 0:
+        return _wrap(a.copy(), input)
+    for k in range(a.ndim):
+        if k != d and i.shape[k] > a.shape[k]:
+            raise RuntimeError(f"Size does not match at dimension {k} expected "
+                               f"index {list(i.shape)} to be smaller than self "
+                               f"{list(a.shape)} apart from dimension {d}")
+    n = a.shape[d]
+    if i.size and (i.min() < -n or i.max() >= n):
+        raise RuntimeError(f"index {int(i.max())} is out of bounds for "
+                           f"dimension {d} with size {n}")
+    sl = tuple(slice(0, i.shape[k]) if k != d else slice(None) for k in range(a.ndim))
+    return _wrap(np.take_along_axis(a[sl], i, axis=d), input)
+
+
+@_impl("copy_")
+def _copy_(self, src, non_blocking=False):
+    sa = _arr(self)
+    sa[...] = np.broadcast_to(_arr(src), sa.shape)
+    _C._ops_bump_version(self)
+    return self
+
+
+@_impl("select_scatter")
+def _select_scatter(input, src, dim, index):
+    a = np.array(_arr(input), copy=True)
+    d = _wrap_dim(dim, a.ndim)
+    idx = [slice(None)] * a.ndim
+    idx[d] = index
+    a[tuple(idx)] = _arr(src)
+    return _wrap(a, input, src)
+
+
+@_impl("slice_scatter")
+def _slice_scatter(input, src, dim=0, start=None, end=None, step=1):
+    a = np.array(_arr(input), copy=True)
+    d = _wrap_dim(dim, a.ndim)
+    idx = [slice(None)] * a.ndim
+    idx[d] = slice(start, end, step)
+    a[tuple(idx)] = _arr(src)
+    return _wrap(a, input, src)
+
+
+@_impl("as_strided_scatter")
+def _as_strided_scatter(input, src, size, stride, storage_offset=None):
+    a = np.array(_arr(input), copy=True, order="C")
+    flat = a.reshape(-1)
+    off = 0 if storage_offset is None else storage_offset - input.storage_offset()
+    it = flat.itemsize
+    view = np.lib.stride_tricks.as_strided(flat[off:], shape=tuple(size),
+                                           strides=tuple(s * it for s in stride))
+    view[...] = _arr(src)
+    return _wrap(a, input, src)
+
+
+def _like(name):
+    def impl(input, *args, dtype=None, **kw):
+        import tensorplay
+        f = getattr(tensorplay._tensor, name, None)
+        if f is not None and f is not _FUNCS.get(name):
+            return f(input, *args, dtype=dtype, **kw)
+        a = _arr(input)
+        nd = _np_dtype(dtype) or a.dtype
+        if name == "zeros_like":
+            return _wrap(np.zeros(a.shape, nd))
+        if name == "ones_like":
+            return _wrap(np.ones(a.shape, nd))
+        if name == "full_like":
+            return _wrap(np.full(a.shape, args[0] if args else kw["fill_value"], nd))
+        import tensorplay as tp
+        fn = tp.rand if name == "rand_like" else tp.randn
+        return fn(*a.shape, dtype=dtype or input.dtype)
+    return impl
+
+
+for _n in ("zeros_like", "ones_like", "full_like", "rand_like", "randn_like"):
+    _C._ops_set_impl(_n, _like(_n))
+
+
+@_impl("bernoulli")
+def _bernoulli(input, p=None, *, generator=None):
+    import tensorplay
+    f = getattr(tensorplay._tensor, "bernoulli", None)
+    if f is not None and f is not _FUNCS.get("bernoulli"):
+        return f(input, p, generator=generator) if p is not None else f(input, generator=generator)
+    out = _clone(input) if p is None else _FUNCS["zeros_like"](input)
+    if hasattr(out, "bernoulli_"):
+        return out.bernoulli_(input if p is None else p, generator=generator)
+    u = _arr(tensorplay.rand(*input.shape, generator=generator))
+    pa = _arr(input) if p is None else p
+    return _wrap((u < pa).astype(_arr(input).dtype))
+
+
+# in-place twins computed out of place then written back (C covers the
+# plain pointwise ones itself)
+for _row in _C._op_table():
+    if _row["inplace"] and _row["name"].endswith("_") and _row["inplace"] in _REG:
+        _inplace_of(_row["name"], _row["inplace"])
+
+
+# ------------------------------------------------------------------ exports
+
+def _public():
+    import tensorplay._tensor as _t
+    names = []
+    for name, f in _FUNCS.items():
+        names.append(name)
+    return names
+
+
+for _k, _v in _FUNCS.items():
+    globals()[_k] = _v
+
+__all__ = sorted(set(_public()) | {"return_types"})

@@ -1,3 +1,13 @@
-"""tensorplay.nn: Module, Parameter, Linear, LayerNorm, ...
+"""tensorplay.nn: Module, Parameter, Linear, LayerNorm, BatchNorm1d, ...
 
-Owned by the ops room (placeholder until it lands)."""
+``tensorplay.nn.functional`` is the module ``tensorplay.functional``."""
+import sys
+
+import tensorplay.functional as functional
+
+sys.modules[__name__ + ".functional"] = functional
+
+from tensorplay.nn.modules import *  # noqa: E402,F401,F403
+from tensorplay.nn.modules import __all__ as _mods  # noqa: E402
+
+__all__ = ["functional"] + list(_mods)

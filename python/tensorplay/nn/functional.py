@@ -1,3 +1,4 @@
-"""tensorplay.nn.functional: the same functions as tensorplay.functional.
-
-Owned by the ops room (placeholder until it lands)."""
+"""tensorplay.nn.functional: the same module as tensorplay.functional
+(tensorplay.nn puts it in sys.modules under this name too)."""
+from tensorplay.functional import *  # noqa: F401,F403
+from tensorplay.functional import __all__  # noqa: F401

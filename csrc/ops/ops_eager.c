@@ -1,0 +1,580 @@
+/* Eager pointwise kernels in C: PyTorch type promotion and broadcasting,
+ * computed by NumPy ufuncs (cached, vectorcall) on no-copy array views, or
+ * by small C loops over libm for what NumPy lacks (erf, erfc, sigmoid,
+ * rsqrt). Everything else runs the Python implementation of _ops.py. */
+#include <math.h>
+#include <string.h>
+
+#include "stax_numpy.h"
+#include "ops/ops.h"
+#include "ops/ops_internal.h"
+
+/* NumPy ufunc of each pointwise op (NULL: not a plain ufunc) */
+static const char *const ufunc_names[STAX_OP_COUNT] = {
+    [STAX_OP_ADD] = "add", [STAX_OP_SUB] = "subtract",
+    [STAX_OP_MUL] = "multiply", [STAX_OP_DIV] = "true_divide",
+    [STAX_OP_TRUE_DIVIDE] = "true_divide",
+    [STAX_OP_FLOOR_DIVIDE] = "floor_divide",
+    [STAX_OP_REMAINDER] = "remainder", [STAX_OP_FMOD] = "fmod",
+    [STAX_OP_POW] = "power", [STAX_OP_ATAN2] = "arctan2",
+    [STAX_OP_MAXIMUM] = "maximum", [STAX_OP_MINIMUM] = "minimum",
+    [STAX_OP_EQ] = "equal", [STAX_OP_NE] = "not_equal",
+    [STAX_OP_LT] = "less", [STAX_OP_LE] = "less_equal",
+    [STAX_OP_GT] = "greater", [STAX_OP_GE] = "greater_equal",
+    [STAX_OP_LOGICAL_AND] = "logical_and", [STAX_OP_LOGICAL_OR] = "logical_or",
+    [STAX_OP_LOGICAL_XOR] = "logical_xor",
+    [STAX_OP_LOGICAL_NOT] = "logical_not",
+    [STAX_OP_BITWISE_AND] = "bitwise_and", [STAX_OP_BITWISE_OR] = "bitwise_or",
+    [STAX_OP_BITWISE_XOR] = "bitwise_xor",
+    [STAX_OP_BITWISE_NOT] = "invert",
+    [STAX_OP_ISNAN] = "isnan", [STAX_OP_ISINF] = "isinf",
+    [STAX_OP_ISFINITE] = "isfinite",
+    [STAX_OP_NEG] = "negative", [STAX_OP_ABS] = "absolute",
+    [STAX_OP_SIGN] = "sign", [STAX_OP_EXP] = "exp", [STAX_OP_EXP2] = "exp2",
+    [STAX_OP_EXPM1] = "expm1", [STAX_OP_LOG] = "log", [STAX_OP_LOG2] = "log2",
+    [STAX_OP_LOG10] = "log10", [STAX_OP_LOG1P] = "log1p",
+    [STAX_OP_SQRT] = "sqrt", [STAX_OP_SIN] = "sin", [STAX_OP_COS] = "cos",
+    [STAX_OP_TAN] = "tan", [STAX_OP_TANH] = "tanh", [STAX_OP_SINH] = "sinh",
+    [STAX_OP_COSH] = "cosh", [STAX_OP_ASIN] = "arcsin",
+    [STAX_OP_ACOS] = "arccos", [STAX_OP_ATAN] = "arctan",
+    [STAX_OP_FLOOR] = "floor", [STAX_OP_CEIL] = "ceil", [STAX_OP_ROUND] = "rint",
+    [STAX_OP_TRUNC] = "trunc", [STAX_OP_RECIPROCAL] = "reciprocal",
+    [STAX_OP_SQUARE] = "square", [STAX_OP_RELU] = "maximum",
+};
+_Static_assert(sizeof(ufunc_names) / sizeof(ufunc_names[0]) == STAX_OP_COUNT,
+               "ufunc_names must cover the op table");
+
+static PyObject *ufuncs[STAX_OP_COUNT];   /* strong */
+static PyObject *zero_long;
+static PyObject *out_kwnames;   /* ("out",) */
+
+/* C loops for unary ops NumPy lacks */
+typedef enum { CL_NONE = 0, CL_ERF, CL_ERFC, CL_SIGMOID, CL_RSQRT } cloop_t;
+
+static cloop_t
+cloop_of(stax_op_id_t id)
+{
+    switch (id) {
+    case STAX_OP_ERF: return CL_ERF;
+    case STAX_OP_ERFC: return CL_ERFC;
+    case STAX_OP_SIGMOID: return CL_SIGMOID;
+    case STAX_OP_RSQRT: return CL_RSQRT;
+    default: return CL_NONE;
+    }
+}
+
+static void
+run_cloop_f(cloop_t k, const float *in, float *out, npy_intp n)
+{
+    npy_intp i;
+    switch (k) {
+    case CL_ERF: for (i = 0; i < n; i++) out[i] = erff(in[i]); break;
+    case CL_ERFC: for (i = 0; i < n; i++) out[i] = erfcf(in[i]); break;
+    case CL_SIGMOID:
+        for (i = 0; i < n; i++) out[i] = 1.0f / (1.0f + expf(-in[i]));
+        break;
+    case CL_RSQRT: for (i = 0; i < n; i++) out[i] = 1.0f / sqrtf(in[i]); break;
+    default: break;
+    }
+}
+
+static void
+run_cloop_d(cloop_t k, const double *in, double *out, npy_intp n)
+{
+    npy_intp i;
+    switch (k) {
+    case CL_ERF: for (i = 0; i < n; i++) out[i] = erf(in[i]); break;
+    case CL_ERFC: for (i = 0; i < n; i++) out[i] = erfc(in[i]); break;
+    case CL_SIGMOID:
+        for (i = 0; i < n; i++) out[i] = 1.0 / (1.0 + exp(-in[i]));
+        break;
+    case CL_RSQRT: for (i = 0; i < n; i++) out[i] = 1.0 / sqrt(in[i]); break;
+    default: break;
+    }
+}
+
+/* ---- helpers ----------------------------------------------------------- */
+
+static const char *
+torch_dtype_title(stax_dtype_t dt)
+{
+    switch (dt) {
+    case STAX_BOOL: return "Bool";
+    case STAX_UINT8: return "Byte";
+    case STAX_INT8: return "Char";
+    case STAX_INT16: return "Short";
+    case STAX_INT32: return "Int";
+    case STAX_INT64: return "Long";
+    case STAX_FLOAT16: return "Half";
+    case STAX_FLOAT32: return "Float";
+    case STAX_FLOAT64: return "Double";
+    default: return "?";
+    }
+}
+
+static int
+is_scalar(PyObject *o)
+{
+    return PyFloat_Check(o) || PyLong_Check(o);  /* bool is a long */
+}
+
+static void
+shape_str(char *buf, size_t cap, int nd, const int64_t *s)
+{
+    size_t k = 0;
+    k += (size_t)snprintf(buf + k, cap - k, "[");
+    for (int i = 0; i < nd && k < cap; i++) {
+        k += (size_t)snprintf(buf + k, cap - k, "%s%lld", i ? ", " : "",
+                              (long long)s[i]);
+    }
+    if (k < cap) {
+        snprintf(buf + k, cap - k, "]");
+    }
+}
+
+int
+stax_ops_broadcast(int na, const int64_t *sa, int nb, const int64_t *sb,
+                   int *nout, int64_t *out)
+{
+    int n = na > nb ? na : nb;
+    for (int i = 0; i < n; i++) {
+        int ia = i - (n - na), ib = i - (n - nb);
+        int64_t a = ia >= 0 ? sa[ia] : 1, b = ib >= 0 ? sb[ib] : 1;
+        if (a == b || b == 1) {
+            out[i] = a;
+        }
+        else if (a == 1) {
+            out[i] = b;
+        }
+        else {
+            PyErr_Format(PyExc_RuntimeError,
+                         "The size of tensor a (%lld) must match the size of "
+                         "tensor b (%lld) at non-singleton dimension %d",
+                         (long long)a, (long long)b, i);
+            return -1;
+        }
+    }
+    *nout = n;
+    return 0;
+}
+
+/* array for a tensor operand, cast to dt when needed; scalars pass through */
+static PyObject *
+operand_array(PyObject *o, stax_dtype_t dt, int cast)
+{
+    PyObject *arr;
+    if (!StaxTensor_Check(o)) {
+        return Py_NewRef(o);
+    }
+    arr = stax_tensor_as_array((StaxTensor *)o);
+    if (arr == NULL || !cast || ((StaxTensor *)o)->dtype == dt) {
+        return arr;
+    }
+    {
+        PyObject *c = PyArray_CastToType((PyArrayObject *)arr,
+                                         PyArray_DescrFromType(
+                                             stax_dtype_to_npy(dt)), 0);
+        Py_DECREF(arr);
+        return c;
+    }
+}
+
+static void
+propagate_grad(StaxTensor *res, PyObject *const *ops, int n)
+{
+    if (!stax_dtype_is_floating(res->dtype) || !stax_grad_enabled()) {
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        if (StaxTensor_Check(ops[i]) && ((StaxTensor *)ops[i])->requires_grad) {
+            res->requires_grad = 1;
+            return;
+        }
+    }
+}
+
+/* dtype check shared by in-place ops: result type must cast to self's */
+static int
+check_inplace_cast(stax_dtype_t res, stax_dtype_t self)
+{
+    int ok;
+    if (stax_dtype_is_floating(res)) {
+        ok = stax_dtype_is_floating(self);
+    }
+    else if (stax_dtype_is_integral(res)) {
+        ok = self != STAX_BOOL;
+    }
+    else {
+        ok = 1;
+    }
+    if (!ok) {
+        PyErr_Format(PyExc_RuntimeError,
+                     "result type %s can't be cast to the desired output "
+                     "type %s", torch_dtype_title(res),
+                     torch_dtype_title(self));
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- binary ------------------------------------------------------------ */
+
+PyObject *
+stax_ops_binary(const stax_op_info *op, PyObject *a, PyObject *b,
+                StaxTensor *inplace_out)
+{
+    PyObject *ops[2] = {a, b};
+    PyObject *xa = NULL, *xb = NULL, *oarr = NULL, *r = NULL;
+    StaxTensor *out = NULL;
+    stax_dtype_t rt, ct, ot;
+    int64_t shape[STAX_MAX_DIMS];
+    int nd, na, nb;
+    const int64_t *sa, *sb;
+    PyObject *uf = ufuncs[op->id];
+
+    if (uf == NULL) {
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    for (int i = 0; i < 2; i++) {
+        if (!StaxTensor_Check(ops[i]) && !is_scalar(ops[i])) {
+            if (i == 0 && !StaxTensor_Check(ops[1])) {
+                Py_RETURN_NOTIMPLEMENTED;
+            }
+            PyErr_Format(PyExc_TypeError,
+                         "%s(): argument '%s' (position %d) must be Tensor, "
+                         "not %.100s", op->name, i ? "other" : "input",
+                         i + 1, Py_TYPE(ops[i])->tp_name);
+            return NULL;
+        }
+    }
+    if (!StaxTensor_Check(a) && !StaxTensor_Check(b)) {
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    if (stax_result_type(ops, 2, &rt) < 0) {
+        return NULL;
+    }
+    ct = ot = rt;
+    if (op->flags & STAX_OPF_COMPARISON) {
+        ot = STAX_BOOL;
+    }
+    else if (op->flags & STAX_OPF_FLOAT_RESULT) {
+        if (!stax_dtype_is_floating(rt)) {
+            ct = ot = stax_default_dtype();
+        }
+    }
+    else if (op->flags & STAX_OPF_INT_OK && op->id != STAX_OP_RELU
+             && op->id != STAX_OP_SQUARE) {
+        /* bitwise */
+        if (stax_dtype_is_floating(rt)) {
+            PyErr_Format(PyExc_RuntimeError,
+                         "\"%s_cpu\" not implemented for '%s'", op->name,
+                         torch_dtype_title(rt));
+            return NULL;
+        }
+    }
+    else if (rt == STAX_BOOL && op->id == STAX_OP_SUB) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "Subtraction, the `-` operator, with two bool "
+                        "tensors is not supported. Use the `^` or "
+                        "`logical_xor()` operator instead.");
+        return NULL;
+    }
+    else if (rt == STAX_BOOL && (op->id == STAX_OP_FLOOR_DIVIDE
+                                 || op->id == STAX_OP_REMAINDER
+                                 || op->id == STAX_OP_FMOD
+                                 || op->id == STAX_OP_POW)) {
+        ct = ot = STAX_INT64;   /* NumPy lacks bool loops here */
+    }
+    na = StaxTensor_Check(a) ? ((StaxTensor *)a)->ndim : 0;
+    nb = StaxTensor_Check(b) ? ((StaxTensor *)b)->ndim : 0;
+    sa = StaxTensor_Check(a) ? ((StaxTensor *)a)->sizes : NULL;
+    sb = StaxTensor_Check(b) ? ((StaxTensor *)b)->sizes : NULL;
+    if (stax_ops_broadcast(na, sa, nb, sb, &nd, shape) < 0) {
+        return NULL;
+    }
+    if (inplace_out != NULL) {
+        int same = nd == inplace_out->ndim;
+        for (int i = 0; same && i < nd; i++) {
+            same = shape[i] == inplace_out->sizes[i];
+        }
+        if (!same) {
+            char s1[256], s2[256];
+            shape_str(s1, sizeof(s1), inplace_out->ndim, inplace_out->sizes);
+            shape_str(s2, sizeof(s2), nd, shape);
+            PyErr_Format(PyExc_RuntimeError,
+                         "output with shape %s doesn't match the broadcast "
+                         "shape %s", s1, s2);
+            return NULL;
+        }
+        if (!(op->flags & STAX_OPF_COMPARISON)
+            && check_inplace_cast(ot, inplace_out->dtype) < 0) {
+            return NULL;
+        }
+    }
+    xa = operand_array(a, ct, 1);
+    if (xa == NULL) {
+        goto done;
+    }
+    xb = operand_array(b, ct, 1);
+    if (xb == NULL) {
+        goto done;
+    }
+    if (inplace_out != NULL) {
+        out = (StaxTensor *)Py_NewRef(inplace_out);
+    }
+    else {
+        out = stax_tensor_empty(nd, shape, ot);
+        if (out == NULL) {
+            goto done;
+        }
+    }
+    oarr = stax_tensor_as_array(out);
+    if (oarr == NULL) {
+        goto done;
+    }
+    if (inplace_out != NULL && inplace_out->dtype != ot) {
+        /* compute in ot, then cast into self */
+        PyObject *args[2] = {xa, xb};
+        PyObject *tmp = PyObject_Vectorcall(uf, args, 2, NULL);
+        if (tmp == NULL || PyArray_CopyInto((PyArrayObject *)oarr,
+                                            (PyArrayObject *)tmp) < 0) {
+            Py_XDECREF(tmp);
+            goto done;
+        }
+        Py_DECREF(tmp);
+    }
+    else {
+        PyObject *args[3] = {xa, xb, oarr};
+        PyObject *tmp = PyObject_Vectorcall(uf, args, 2, out_kwnames);
+        if (tmp == NULL) {
+            goto done;
+        }
+        Py_DECREF(tmp);
+    }
+    if (inplace_out != NULL) {
+        stax_tensor_bump_version(inplace_out);
+    }
+    else {
+        propagate_grad(out, ops, 2);
+    }
+    r = (PyObject *)out;
+    out = NULL;
+done:
+    Py_XDECREF(xa);
+    Py_XDECREF(xb);
+    Py_XDECREF(oarr);
+    Py_XDECREF(out);
+    return r;
+}
+
+/* ---- unary ------------------------------------------------------------- */
+
+static PyObject *
+run_cloop(cloop_t k, PyObject *xa, PyObject *oarr, stax_dtype_t ot)
+{
+    /* compute in float32 (float16 too) or float64, contiguous */
+    int ctype = ot == STAX_FLOAT64 ? NPY_FLOAT64 : NPY_FLOAT32;
+    PyObject *in = NULL, *tmp = NULL;
+    in = PyArray_FromAny(xa, PyArray_DescrFromType(ctype), 0, 0,
+                         NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED
+                         | NPY_ARRAY_FORCECAST, NULL);
+    if (in == NULL) {
+        return NULL;
+    }
+    tmp = PyArray_NewLikeArray((PyArrayObject *)in, NPY_CORDER,
+                               PyArray_DescrFromType(ctype), 0);
+    if (tmp == NULL) {
+        Py_DECREF(in);
+        return NULL;
+    }
+    if (ctype == NPY_FLOAT32) {
+        run_cloop_f(k, PyArray_DATA((PyArrayObject *)in),
+                    PyArray_DATA((PyArrayObject *)tmp),
+                    PyArray_SIZE((PyArrayObject *)in));
+    }
+    else {
+        run_cloop_d(k, PyArray_DATA((PyArrayObject *)in),
+                    PyArray_DATA((PyArrayObject *)tmp),
+                    PyArray_SIZE((PyArrayObject *)in));
+    }
+    Py_DECREF(in);
+    if (PyArray_CopyInto((PyArrayObject *)oarr, (PyArrayObject *)tmp) < 0) {
+        Py_DECREF(tmp);
+        return NULL;
+    }
+    Py_DECREF(tmp);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+stax_ops_unary(const stax_op_info *op, PyObject *a, StaxTensor *inplace_out)
+{
+    StaxTensor *x, *out = NULL;
+    PyObject *xa = NULL, *oarr = NULL, *r = NULL, *tmp = NULL;
+    stax_dtype_t ct, ot;
+    cloop_t cl = cloop_of(op->id);
+    PyObject *uf = ufuncs[op->id];
+
+    if (!StaxTensor_Check(a)) {
+        if (is_scalar(a)) {
+            Py_RETURN_NOTIMPLEMENTED;
+        }
+        PyErr_Format(PyExc_TypeError,
+                     "%s(): argument 'input' (position 1) must be Tensor, "
+                     "not %.100s", op->name, Py_TYPE(a)->tp_name);
+        return NULL;
+    }
+    if (uf == NULL && cl == CL_NONE) {
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    x = (StaxTensor *)a;
+    ct = ot = x->dtype;
+    if (op->flags & STAX_OPF_COMPARISON) {
+        ot = STAX_BOOL;
+    }
+    else if ((op->flags & STAX_OPF_FLOAT_RESULT)
+             && !stax_dtype_is_floating(x->dtype)) {
+        ct = ot = stax_default_dtype();
+    }
+    else if (x->dtype == STAX_BOOL && op->id == STAX_OP_NEG) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "Negation, the `-` operator, on a bool tensor is not "
+                        "supported. If you are trying to invert a mask, use "
+                        "the `~` or `logical_not()` operator instead.");
+        return NULL;
+    }
+    else if (op->id == STAX_OP_BITWISE_NOT
+             && stax_dtype_is_floating(x->dtype)) {
+        PyErr_Format(PyExc_RuntimeError,
+                     "\"bitwise_not_cpu\" not implemented for '%s'",
+                     torch_dtype_title(x->dtype));
+        return NULL;
+    }
+    else if (!(op->flags & STAX_OPF_INT_OK) && !stax_dtype_is_floating(x->dtype)
+             && op->id != STAX_OP_CLONE) {
+        PyErr_Format(PyExc_RuntimeError, "\"%s_cpu\" not implemented for '%s'",
+                     op->name, torch_dtype_title(x->dtype));
+        return NULL;
+    }
+    if (inplace_out != NULL) {
+        if (check_inplace_cast(ot, inplace_out->dtype) < 0) {
+            return NULL;
+        }
+        out = (StaxTensor *)Py_NewRef(inplace_out);
+    }
+    else {
+        out = stax_tensor_empty(x->ndim, x->sizes, ot);
+        if (out == NULL) {
+            return NULL;
+        }
+    }
+    xa = operand_array(a, ct, 1);
+    if (xa == NULL) {
+        goto done;
+    }
+    oarr = stax_tensor_as_array(out);
+    if (oarr == NULL) {
+        goto done;
+    }
+    if (cl != CL_NONE) {
+        tmp = run_cloop(cl, xa, oarr, ot);
+    }
+    else if (!stax_dtype_is_floating(ct)
+             && (op->id == STAX_OP_FLOOR || op->id == STAX_OP_CEIL
+                 || op->id == STAX_OP_ROUND || op->id == STAX_OP_TRUNC)) {
+        tmp = PyArray_CopyInto((PyArrayObject *)oarr, (PyArrayObject *)xa) < 0
+                  ? NULL : Py_NewRef(Py_None);
+    }
+    else if (op->id == STAX_OP_RELU) {
+        PyObject *args[3] = {xa, zero_long, oarr};
+        if (ct == STAX_BOOL) {
+            tmp = PyArray_CopyInto((PyArrayObject *)oarr,
+                                   (PyArrayObject *)xa) < 0
+                      ? NULL : Py_NewRef(Py_None);
+        }
+        else {
+            tmp = PyObject_Vectorcall(uf, args, 2, out_kwnames);
+        }
+    }
+    else if (inplace_out != NULL && ot != ct) {
+        PyObject *args[1] = {xa};
+        PyObject *t2 = PyObject_Vectorcall(uf, args, 1, NULL);
+        if (t2 != NULL && PyArray_CopyInto((PyArrayObject *)oarr,
+                                           (PyArrayObject *)t2) < 0) {
+            Py_CLEAR(t2);
+        }
+        tmp = t2;
+    }
+    else {
+        PyObject *args[2] = {xa, oarr};
+        tmp = PyObject_Vectorcall(uf, args, 1, out_kwnames);
+    }
+    if (tmp == NULL) {
+        goto done;
+    }
+    Py_DECREF(tmp);
+    if (inplace_out != NULL) {
+        stax_tensor_bump_version(inplace_out);
+    }
+    else {
+        propagate_grad(out, &a, 1);
+    }
+    r = (PyObject *)out;
+    out = NULL;
+done:
+    Py_XDECREF(xa);
+    Py_XDECREF(oarr);
+    Py_XDECREF(out);
+    return r;
+}
+
+/* The C path: positional tensor/scalar operands, no extra arguments. */
+PyObject *
+stax_ops_eager_c(const stax_op_info *op, PyObject *const *args,
+                 Py_ssize_t nargs, PyObject *kwnames)
+{
+    int inplace = stax_ops_is_inplace_info(op);
+    StaxTensor *self = NULL;
+    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0) {
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    if (op->kind != STAX_OPK_POINTWISE || nargs != op->arity) {
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    if (inplace) {
+        if (!StaxTensor_Check(args[0])) {
+            Py_RETURN_NOTIMPLEMENTED;
+        }
+        self = (StaxTensor *)args[0];
+    }
+    if (op->arity == 1) {
+        return stax_ops_unary(op, args[0], self);
+    }
+    if (op->arity == 2) {
+        return stax_ops_binary(op, args[0], args[1], self);
+    }
+    Py_RETURN_NOTIMPLEMENTED;
+}
+
+int
+stax_ops_eager_init(PyObject *m)
+{
+    PyObject *np = PyImport_ImportModule("numpy");
+    (void)m;
+    if (np == NULL) {
+        return -1;
+    }
+    for (int i = 0; i < STAX_OP_COUNT; i++) {
+        if (ufunc_names[i] != NULL) {
+            ufuncs[i] = PyObject_GetAttrString(np, ufunc_names[i]);
+            if (ufuncs[i] == NULL) {
+                Py_DECREF(np);
+                return -1;
+            }
+        }
+    }
+    Py_DECREF(np);
+    zero_long = PyLong_FromLong(0);
+    out_kwnames = Py_BuildValue("(s)", "out");
+    return zero_long && out_kwnames ? 0 : -1;
+}

@@ -1,0 +1,661 @@
+"""nn.Module and the layers, PyTorch-style."""
+import collections
+import math
+
+import tensorplay as _tp
+from tensorplay import _C
+import tensorplay.functional as F
+
+__all__ = ["Parameter", "Module", "Linear", "LayerNorm", "BatchNorm1d",
+           "Dropout", "Embedding", "ReLU", "GELU", "SiLU", "Tanh", "Sigmoid",
+           "Softmax", "LogSoftmax", "Identity", "Sequential", "ModuleList",
+           "ModuleDict", "MSELoss", "CrossEntropyLoss"]
+
+
+def _tensor_cls():
+    return _C.Tensor
+
+
+class Parameter(_C.Tensor):
+    """A Tensor that a Module registers as a parameter (requires_grad=True)."""
+
+    def __new__(cls, data=None, requires_grad=True):
+        if data is None:
+            data = _tp.empty(0)
+        base = _C.Tensor
+        mk = getattr(base, "_make_subclass", None)
+        if mk is not None:
+            t = mk(cls, data, requires_grad)
+        else:
+            t = base.__new__(cls, data)
+            t.requires_grad = requires_grad
+        return t
+
+    def __init__(self, data=None, requires_grad=True):
+        pass
+
+    def __repr__(self):
+        return "Parameter containing:\n" + _C.Tensor.__repr__(self)
+
+    def __reduce_ex__(self, proto):
+        return (Parameter, (self.detach().clone(), self.requires_grad))
+
+
+class Module:
+    """Base class of every layer: registers parameters, buffers and
+    submodules through attribute assignment."""
+
+    def __init__(self, *args, **kwargs):
+        object.__setattr__(self, "training", True)
+        object.__setattr__(self, "_parameters", collections.OrderedDict())
+        object.__setattr__(self, "_buffers", collections.OrderedDict())
+        object.__setattr__(self, "_non_persistent", set())
+        object.__setattr__(self, "_modules", collections.OrderedDict())
+
+    # -- registration
+    def __setattr__(self, name, value):
+        if "_parameters" not in self.__dict__:
+            if isinstance(value, (Parameter, Module)):
+                raise AttributeError("cannot assign parameters/modules before "
+                                     "Module.__init__() call")
+            object.__setattr__(self, name, value)
+            return
+        params, bufs, mods = self._parameters, self._buffers, self._modules
+        for d in (params, bufs, mods):
+            if name in d and d is not (params if isinstance(value, Parameter) else
+                                       mods if isinstance(value, Module) else None):
+                pass
+        if isinstance(value, Parameter):
+            self.__dict__.pop(name, None)
+            bufs.pop(name, None)
+            mods.pop(name, None)
+            params[name] = value
+        elif isinstance(value, Module):
+            self.__dict__.pop(name, None)
+            params.pop(name, None)
+            bufs.pop(name, None)
+            mods[name] = value
+        elif name in params:
+            if value is not None:
+                raise TypeError(f"cannot assign '{type(value).__name__}' as "
+                                f"parameter '{name}' (tensorplay.nn.Parameter "
+                                f"or None expected)")
+            params[name] = None
+        elif name in bufs:
+            if value is not None and not isinstance(value, _C.Tensor):
+                raise TypeError(f"cannot assign '{type(value).__name__}' as "
+                                f"buffer '{name}' (Tensor or None expected)")
+            bufs[name] = value
+        elif name in mods:
+            if value is not None:
+                raise TypeError(f"cannot assign '{type(value).__name__}' as "
+                                f"child module '{name}'")
+            mods[name] = None
+        else:
+            object.__setattr__(self, name, value)
+
+    def __getattr__(self, name):
+        d = self.__dict__
+        for k in ("_parameters", "_buffers", "_modules"):
+            sub = d.get(k)
+            if sub is not None and name in sub:
+                return sub[name]
+        raise AttributeError(f"'{type(self).__name__}' object has no "
+                             f"attribute '{name}'")
+
+    def __delattr__(self, name):
+        for k in ("_parameters", "_buffers", "_modules"):
+            if name in self.__dict__.get(k, {}):
+                del self.__dict__[k][name]
+                self._non_persistent.discard(name)
+                return
+        object.__delattr__(self, name)
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | set(self._parameters)
+                      | set(self._buffers) | set(self._modules))
+
+    def register_parameter(self, name, param):
+        if "_parameters" not in self.__dict__:
+            raise AttributeError("cannot assign parameter before "
+                                 "Module.__init__() call")
+        if param is not None and not isinstance(param, Parameter):
+            raise TypeError(f"cannot assign '{type(param).__name__}' object to "
+                            f"parameter '{name}' (tensorplay.nn.Parameter or "
+                            f"None required)")
+        self.__dict__.pop(name, None)
+        self._parameters[name] = param
+
+    def register_buffer(self, name, tensor, persistent=True):
+        if "_buffers" not in self.__dict__:
+            raise AttributeError("cannot assign buffer before "
+                                 "Module.__init__() call")
+        if tensor is not None and not isinstance(tensor, _C.Tensor):
+            raise TypeError(f"cannot assign '{type(tensor).__name__}' object "
+                            f"to buffer '{name}' (Tensor or None required)")
+        self.__dict__.pop(name, None)
+        self._buffers[name] = tensor
+        if persistent:
+            self._non_persistent.discard(name)
+        else:
+            self._non_persistent.add(name)
+
+    def add_module(self, name, module):
+        if module is not None and not isinstance(module, Module):
+            raise TypeError(f"{type(module).__name__} is not a Module subclass")
+        self._modules[name] = module
+
+    register_module = add_module
+
+    # -- traversal
+    def named_modules(self, memo=None, prefix="", remove_duplicate=True):
+        if memo is None:
+            memo = set()
+        if self in memo and remove_duplicate:
+            return
+        memo.add(self)
+        yield prefix, self
+        for name, m in self._modules.items():
+            if m is None:
+                continue
+            p = prefix + ("." if prefix else "") + name
+            yield from m.named_modules(memo, p, remove_duplicate)
+
+    def modules(self):
+        for _, m in self.named_modules():
+            yield m
+
+    def named_children(self):
+        seen = set()
+        for name, m in self._modules.items():
+            if m is not None and m not in seen:
+                seen.add(m)
+                yield name, m
+
+    def children(self):
+        for _, m in self.named_children():
+            yield m
+
+    def _named_members(self, get, prefix, recurse, remove_duplicate=True):
+        seen = set()
+        mods = self.named_modules(prefix=prefix) if recurse else [(prefix, self)]
+        for mp, m in mods:
+            for k, v in get(m).items():
+                if v is None or (remove_duplicate and id(v) in seen):
+                    continue
+                seen.add(id(v))
+                yield mp + ("." if mp else "") + k, v
+
+    def named_parameters(self, prefix="", recurse=True, remove_duplicate=True):
+        yield from self._named_members(lambda m: m._parameters, prefix,
+                                       recurse, remove_duplicate)
+
+    def parameters(self, recurse=True):
+        for _, p in self.named_parameters(recurse=recurse):
+            yield p
+
+    def named_buffers(self, prefix="", recurse=True, remove_duplicate=True):
+        yield from self._named_members(lambda m: m._buffers, prefix, recurse,
+                                       remove_duplicate)
+
+    def buffers(self, recurse=True):
+        for _, b in self.named_buffers(recurse=recurse):
+            yield b
+
+    # -- state
+    def state_dict(self, destination=None, prefix="", keep_vars=False):
+        if destination is None:
+            destination = collections.OrderedDict()
+        for k, v in self._parameters.items():
+            if v is not None:
+                destination[prefix + k] = v if keep_vars else v.detach()
+        for k, v in self._buffers.items():
+            if v is not None and k not in self._non_persistent:
+                destination[prefix + k] = v if keep_vars else v.detach()
+        for k, m in self._modules.items():
+            if m is not None:
+                m.state_dict(destination, prefix + k + ".", keep_vars)
+        return destination
+
+    def load_state_dict(self, state_dict, strict=True, assign=False):
+        own = self.state_dict(keep_vars=True)
+        missing = [k for k in own if k not in state_dict]
+        unexpected = [k for k in state_dict if k not in own]
+        errors = []
+        for k, v in state_dict.items():
+            if k not in own:
+                continue
+            dst = own[k]
+            if tuple(dst.shape) != tuple(v.shape):
+                errors.append(f"size mismatch for {k}: copying a param with "
+                              f"shape {tuple(v.shape)} from checkpoint, the "
+                              f"shape in current model is {tuple(dst.shape)}.")
+                continue
+            dst.copy_(v)
+        if strict:
+            if missing:
+                errors.insert(0, "Missing key(s) in state_dict: "
+                              + ", ".join(f'"{k}"' for k in missing) + ".")
+            if unexpected:
+                errors.insert(0, "Unexpected key(s) in state_dict: "
+                              + ", ".join(f'"{k}"' for k in unexpected) + ".")
+        if errors:
+            raise RuntimeError(f"Error(s) in loading state_dict for "
+                               f"{type(self).__name__}:\n\t" + "\n\t".join(errors))
+        return collections.namedtuple("IncompatibleKeys",
+                                      ["missing_keys", "unexpected_keys"])(
+            missing, unexpected)
+
+    # -- modes and conversion
+    def train(self, mode=True):
+        if not isinstance(mode, bool):
+            raise ValueError("training mode is expected to be boolean")
+        for m in self.modules():
+            object.__setattr__(m, "training", mode)
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    def requires_grad_(self, requires_grad=True):
+        for p in self.parameters():
+            p.requires_grad_(requires_grad)
+        return self
+
+    def zero_grad(self, set_to_none=True):
+        for p in self.parameters():
+            p.grad = None
+
+    def _apply(self, fn):
+        for m in self.modules():
+            for k, p in m._parameters.items():
+                if p is not None:
+                    m._parameters[k] = Parameter(fn(p.detach()), p.requires_grad)
+            for k, b in m._buffers.items():
+                if b is not None:
+                    m._buffers[k] = fn(b)
+        return self
+
+    def to(self, *args, **kwargs):
+        dtype = kwargs.get("dtype")
+        for a in args:
+            if isinstance(a, _tp.dtype):
+                dtype = a
+        if dtype is None:
+            return self        # devices: CPU only
+        return self._apply(lambda t: t.to(dtype) if t.is_floating_point() else t)
+
+    def float(self):
+        return self.to(_tp.float32)
+
+    def double(self):
+        return self.to(_tp.float64)
+
+    def half(self):
+        return self.to(_tp.float16)
+
+    def cpu(self):
+        return self
+
+    def apply(self, fn):
+        for m in self.children():
+            m.apply(fn)
+        fn(self)
+        return self
+
+    # -- calling
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError(f'Module [{type(self).__name__}] is missing '
+                                  f'the required "forward" function')
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    def extra_repr(self):
+        return ""
+
+    def __repr__(self):
+        lines = []
+        for k, m in self._modules.items():
+            r = repr(m).replace("\n", "\n  ")
+            lines.append(f"({k}): {r}")
+        main = type(self).__name__ + "(" + self.extra_repr()
+        if lines:
+            main += "\n  " + "\n  ".join(lines) + "\n"
+        return main + ")"
+
+
+def _uniform(shape, bound):
+    t = _tp.empty(*shape)
+    if hasattr(t, "uniform_"):
+        t.uniform_(-bound, bound)
+    else:
+        t = _tp.rand(*shape) * (2 * bound) - bound
+    return t
+
+
+class Identity(Module):
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+
+    def forward(self, input):
+        return input
+
+
+class Linear(Module):
+    def __init__(self, in_features, out_features, bias=True, device=None,
+                 dtype=None):
+        super().__init__()
+        self.in_features = in_features
+        self.out_features = out_features
+        # kaiming_uniform_(a=sqrt(5)) on (out, in) gives bound 1/sqrt(in)
+        bound = 1.0 / math.sqrt(in_features) if in_features > 0 else 0.0
+        w = _uniform((out_features, in_features), bound)
+        self.weight = Parameter(w if dtype is None else w.to(dtype))
+        if bias:
+            b = _uniform((out_features,), bound)
+            self.bias = Parameter(b if dtype is None else b.to(dtype))
+        else:
+            self.register_parameter("bias", None)
+
+    def forward(self, input):
+        return F.linear(input, self.weight, self.bias)
+
+    def extra_repr(self):
+        return (f"in_features={self.in_features}, out_features="
+                f"{self.out_features}, bias={self.bias is not None}")
+
+
+class LayerNorm(Module):
+    def __init__(self, normalized_shape, eps=1e-05, elementwise_affine=True,
+                 bias=True, device=None, dtype=None):
+        super().__init__()
+        if isinstance(normalized_shape, int):
+            normalized_shape = (normalized_shape,)
+        self.normalized_shape = tuple(normalized_shape)
+        self.eps = eps
+        self.elementwise_affine = elementwise_affine
+        kw = {} if dtype is None else {"dtype": dtype}
+        if elementwise_affine:
+            self.weight = Parameter(_tp.ones(*self.normalized_shape, **kw))
+            if bias:
+                self.bias = Parameter(_tp.zeros(*self.normalized_shape, **kw))
+            else:
+                self.register_parameter("bias", None)
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+
+    def forward(self, input):
+        return F.layer_norm(input, self.normalized_shape, self.weight,
+                            self.bias, self.eps)
+
+    def extra_repr(self):
+        return (f"{self.normalized_shape}, eps={self.eps}, "
+                f"elementwise_affine={self.elementwise_affine}")
+
+
+class BatchNorm1d(Module):
+    def __init__(self, num_features, eps=1e-05, momentum=0.1, affine=True,
+                 track_running_stats=True, device=None, dtype=None):
+        super().__init__()
+        self.num_features = num_features
+        self.eps = eps
+        self.momentum = momentum
+        self.affine = affine
+        self.track_running_stats = track_running_stats
+        if affine:
+            self.weight = Parameter(_tp.ones(num_features))
+            self.bias = Parameter(_tp.zeros(num_features))
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+        if track_running_stats:
+            self.register_buffer("running_mean", _tp.zeros(num_features))
+            self.register_buffer("running_var", _tp.ones(num_features))
+            self.register_buffer("num_batches_tracked",
+                                 _tp.tensor(0, dtype=_tp.int64))
+        else:
+            self.register_buffer("running_mean", None)
+            self.register_buffer("running_var", None)
+            self.register_buffer("num_batches_tracked", None)
+
+    def forward(self, input):
+        if input.dim() not in (2, 3):
+            raise ValueError(f"expected 2D or 3D input (got {input.dim()}D "
+                             f"input)")
+        use_batch = self.training or self.running_mean is None
+        momentum = self.momentum
+        if self.training and self.track_running_stats \
+                and self.num_batches_tracked is not None:
+            self.num_batches_tracked.add_(1)
+            if momentum is None:
+                momentum = 1.0 / float(self.num_batches_tracked.item())
+        return F.batch_norm(input,
+                            self.running_mean if not self.training or self.track_running_stats else None,
+                            self.running_var if not self.training or self.track_running_stats else None,
+                            self.weight, self.bias, use_batch,
+                            momentum if momentum is not None else 0.0, self.eps)
+
+    def extra_repr(self):
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}"
+                f", affine={self.affine}, track_running_stats="
+                f"{self.track_running_stats}")
+
+
+class Dropout(Module):
+    def __init__(self, p=0.5, inplace=False):
+        super().__init__()
+        if p < 0 or p > 1:
+            raise ValueError(f"dropout probability has to be between 0 and 1, "
+                             f"but got {p}")
+        self.p = p
+        self.inplace = inplace
+
+    def forward(self, input):
+        return F.dropout(input, self.p, self.training, self.inplace)
+
+    def extra_repr(self):
+        return f"p={self.p}, inplace={self.inplace}"
+
+
+class Embedding(Module):
+    def __init__(self, num_embeddings, embedding_dim, padding_idx=None,
+                 max_norm=None, norm_type=2.0, scale_grad_by_freq=False,
+                 sparse=False, _weight=None, _freeze=False, device=None,
+                 dtype=None):
+        super().__init__()
+        self.num_embeddings = num_embeddings
+        self.embedding_dim = embedding_dim
+        if padding_idx is not None and padding_idx < 0:
+            padding_idx += num_embeddings
+        self.padding_idx = padding_idx
+        w = _weight if _weight is not None else _tp.randn(num_embeddings,
+                                                           embedding_dim)
+        if padding_idx is not None and _weight is None:
+            w[padding_idx] = 0.0
+        self.weight = Parameter(w, requires_grad=not _freeze)
+
+    def forward(self, input):
+        return F.embedding(input, self.weight, self.padding_idx)
+
+    def extra_repr(self):
+        return f"{self.num_embeddings}, {self.embedding_dim}"
+
+
+def _act(name, fn, args=()):
+    def __init__(self, *a, **kw):
+        Module.__init__(self)
+        for i, (k, d) in enumerate(args):
+            setattr(self, k, a[i] if i < len(a) else kw.get(k, d))
+
+    def forward(self, input):
+        return fn(input, **{k: getattr(self, k) for k, _ in args
+                            if k != "inplace" or fn in _INPLACE_OK})
+
+    def extra_repr(self):
+        return ", ".join(f"{k}={getattr(self, k)!r}" for k, _ in args)
+    return type(name, (Module,), {"__init__": __init__, "forward": forward,
+                                  "extra_repr": extra_repr,
+                                  "__module__": __name__})
+
+
+_INPLACE_OK = set()
+ReLU = _act("ReLU", lambda input, inplace=False: F.relu(input), [("inplace", False)])
+GELU = _act("GELU", F.gelu, [("approximate", "none")])
+SiLU = _act("SiLU", lambda input, inplace=False: F.silu(input), [("inplace", False)])
+Tanh = _act("Tanh", F.tanh)
+Sigmoid = _act("Sigmoid", F.sigmoid)
+
+
+class Softmax(Module):
+    def __init__(self, dim=None):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, input):
+        return F.softmax(input, self.dim)
+
+    def extra_repr(self):
+        return f"dim={self.dim}"
+
+
+class LogSoftmax(Softmax):
+    def forward(self, input):
+        return F.log_softmax(input, self.dim)
+
+
+class MSELoss(Module):
+    def __init__(self, size_average=None, reduce=None, reduction="mean"):
+        super().__init__()
+        self.reduction = reduction
+
+    def forward(self, input, target):
+        return F.mse_loss(input, target, reduction=self.reduction)
+
+
+class CrossEntropyLoss(Module):
+    def __init__(self, weight=None, size_average=None, ignore_index=-100,
+                 reduce=None, reduction="mean", label_smoothing=0.0):
+        super().__init__()
+        self.register_buffer("weight", weight)
+        self.ignore_index = ignore_index
+        self.reduction = reduction
+        self.label_smoothing = label_smoothing
+
+    def forward(self, input, target):
+        return F.cross_entropy(input, target, weight=self.weight,
+                               ignore_index=self.ignore_index,
+                               reduction=self.reduction,
+                               label_smoothing=self.label_smoothing)
+
+
+class Sequential(Module):
+    def __init__(self, *args):
+        super().__init__()
+        if len(args) == 1 and isinstance(args[0], collections.OrderedDict):
+            for k, m in args[0].items():
+                self.add_module(k, m)
+        else:
+            for i, m in enumerate(args):
+                self.add_module(str(i), m)
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def __getitem__(self, idx):
+        if isinstance(idx, slice):
+            return Sequential(collections.OrderedDict(
+                list(self._modules.items())[idx]))
+        mods = list(self._modules.values())
+        return mods[idx]
+
+    def append(self, module):
+        self.add_module(str(len(self)), module)
+        return self
+
+    def forward(self, input):
+        for m in self._modules.values():
+            input = m(input)
+        return input
+
+
+class ModuleList(Module):
+    def __init__(self, modules=None):
+        super().__init__()
+        if modules is not None:
+            self.extend(modules)
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def __getitem__(self, idx):
+        mods = list(self._modules.values())
+        if isinstance(idx, slice):
+            return ModuleList(mods[idx])
+        return mods[idx]
+
+    def __setitem__(self, idx, module):
+        key = list(self._modules.keys())[idx]
+        self.add_module(key, module)
+
+    def append(self, module):
+        self.add_module(str(len(self)), module)
+        return self
+
+    def extend(self, modules):
+        for m in modules:
+            self.append(m)
+        return self
+
+    def insert(self, index, module):
+        mods = list(self._modules.values())
+        mods.insert(index, module)
+        self._modules.clear()
+        for i, m in enumerate(mods):
+            self.add_module(str(i), m)
+
+
+class ModuleDict(Module):
+    def __init__(self, modules=None):
+        super().__init__()
+        if modules is not None:
+            self.update(modules)
+
+    def __getitem__(self, key):
+        return self._modules[key]
+
+    def __setitem__(self, key, module):
+        self.add_module(key, module)
+
+    def __delitem__(self, key):
+        del self._modules[key]
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules)
+
+    def __contains__(self, key):
+        return key in self._modules
+
+    def keys(self):
+        return self._modules.keys()
+
+    def values(self):
+        return self._modules.values()
+
+    def items(self):
+        return self._modules.items()
+
+    def update(self, modules):
+        items = modules.items() if hasattr(modules, "items") else modules
+        for k, m in items:
+            self.add_module(k, m)
