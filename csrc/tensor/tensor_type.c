@@ -363,24 +363,24 @@ stax_tensor_copy_into(StaxTensor *dst, PyObject *src)
         goto done;
     }
     if (StaxTensor_Check(src)) {
-        StaxTensor *s = (StaxTensor *)src;
-        /* torch's broadcast check */
-        for (int i = 0; i < s->ndim; i++) {
-            int di = dst->ndim - s->ndim + i;
-            int64_t a = di >= 0 ? dst->sizes[di] : 1, b = s->sizes[i];
-            if (b != 1 && (di < 0 || a != b)) {
-                PyObject *ls = shape_str(s), *ld = shape_str(dst);
-                if (ls && ld) {
-                    PyErr_Format(PyExc_RuntimeError,
-                                 "output with shape %R doesn't match the "
-                                 "broadcast shape %R", ld, ls);
-                }
-                Py_XDECREF(ls);
-                Py_XDECREF(ld);
-                goto done;
+        StaxTensor *s = (StaxTensor *)src, *e;
+        if (s->ndim > dst->ndim) {
+            PyObject *ls = shape_str(s), *ld = shape_str(dst);
+            if (ls && ld) {
+                PyErr_Format(PyExc_RuntimeError,
+                             "output with shape %R doesn't match the "
+                             "broadcast shape %R", ld, ls);
             }
+            Py_XDECREF(ls);
+            Py_XDECREF(ld);
+            goto done;
         }
-        sarr = stax_tensor_as_array(s);
+        e = stax_tensor_expand(s, dst->ndim, dst->sizes);
+        if (e == NULL) {
+            goto done;
+        }
+        sarr = stax_tensor_as_array(e);
+        Py_DECREF(e);
     }
     else {
         sarr = PyArray_FromAny(src, NULL, 0, 0, 0, NULL);
@@ -390,15 +390,27 @@ stax_tensor_copy_into(StaxTensor *dst, PyObject *src)
     }
     if (PyArray_CopyInto((PyArrayObject *)darr, (PyArrayObject *)sarr) < 0) {
         if (PyErr_ExceptionMatches(PyExc_ValueError)) {
-            PyObject *ld = shape_str(dst);
+            PyObject *ld = shape_str(dst), *ls = NULL;
             PyErr_Clear();
-            if (ld) {
-                PyErr_Format(PyExc_RuntimeError,
-                             "shape mismatch: value of shape %R cannot be "
-                             "broadcast to indexing result of shape %R",
-                             PyObject_GetAttrString(sarr, "shape"), ld);
-                Py_DECREF(ld);
+            ls = PyArray_NDIM((PyArrayObject *)sarr) >= 0 ? PyList_New(0) : NULL;
+            for (int i = 0; ls && i < PyArray_NDIM((PyArrayObject *)sarr); i++) {
+                PyObject *v = PyLong_FromSsize_t(
+                    PyArray_DIM((PyArrayObject *)sarr, i));
+                if (v == NULL || PyList_Append(ls, v) < 0) {
+                    Py_XDECREF(v);
+                    Py_CLEAR(ls);
+                    break;
+                }
+                Py_DECREF(v);
             }
+            if (ld && ls) {
+                PyErr_Format(PyExc_RuntimeError,
+                             "shape mismatch: value tensor of shape %R cannot "
+                             "be broadcast to indexing result of shape %R",
+                             ls, ld);
+            }
+            Py_XDECREF(ld);
+            Py_XDECREF(ls);
         }
         goto done;
     }
@@ -684,6 +696,24 @@ tensor_len(PyObject *self)
 
 static PySequenceMethods tensor_as_sequence = {
     .sq_length = tensor_len,
+};
+
+static PyObject *
+tensor_subscript(PyObject *self, PyObject *key)
+{
+    return stax_tensor_getitem((StaxTensor *)self, key);
+}
+
+static int
+tensor_ass_subscript(PyObject *self, PyObject *key, PyObject *value)
+{
+    return stax_tensor_setitem((StaxTensor *)self, key, value);
+}
+
+static PyMappingMethods tensor_as_mapping = {
+    .mp_length = tensor_len,
+    .mp_subscript = tensor_subscript,
+    .mp_ass_subscript = tensor_ass_subscript,
 };
 
 static PyObject *
@@ -1402,6 +1432,7 @@ PyTypeObject StaxTensor_TypeObj = {
     .tp_repr = tensor_repr,
     .tp_as_number = &tensor_as_number,
     .tp_as_sequence = &tensor_as_sequence,
+    .tp_as_mapping = &tensor_as_mapping,
     .tp_iter = tensor_iter,
     .tp_getset = tensor_getset,
     .tp_methods = tensor_methods,

@@ -1,0 +1,328 @@
+/* Tensor indexing. Basic keys (ints, slices with step > 0, None, Ellipsis)
+ * give views on the same storage; keys holding bool masks, integer tensors,
+ * lists or arrays (advanced indexing) go through NumPy and copy, as in
+ * PyTorch. Every write bumps the storage's version counter. */
+#include "tensor/tensor_internal.h"
+#include "stax_numpy.h"
+
+static int
+is_basic_item(PyObject *o)
+{
+    return (PyLong_Check(o) && !PyBool_Check(o)) || PySlice_Check(o)
+           || o == Py_None || o == Py_Ellipsis;
+}
+
+static int
+bad_index_type(PyObject *o)
+{
+    return PyFloat_Check(o) || PyUnicode_Check(o) || PyBytes_Check(o)
+           || PyComplex_Check(o);
+}
+
+/* -1 error, 0 advanced, 1 basic. */
+static int
+classify(PyObject *key)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(key);
+    int basic = 1, ell = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = PyTuple_GET_ITEM(key, i);
+        if (bad_index_type(o)) {
+            PyErr_Format(PyExc_IndexError,
+                         "only integers, slices (`:`), ellipsis (`...`), None "
+                         "and long or byte or bool tensors are valid indices "
+                         "(got %.100s)", Py_TYPE(o)->tp_name);
+            return -1;
+        }
+        if (o == Py_Ellipsis && ell++) {
+            PyErr_SetString(PyExc_IndexError,
+                            "an index can only have a single ellipsis "
+                            "('...')");
+            return -1;
+        }
+        if (!is_basic_item(o)) {
+            basic = 0;
+        }
+    }
+    return basic;
+}
+
+static StaxTensor *
+basic_index(StaxTensor *t, PyObject *key)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(key);
+    int consumed = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = PyTuple_GET_ITEM(key, i);
+        if (o != Py_None && o != Py_Ellipsis) {
+            consumed++;
+        }
+    }
+    if (consumed > t->ndim) {
+        PyErr_Format(PyExc_IndexError,
+                     "too many indices for tensor of dimension %d", t->ndim);
+        return NULL;
+    }
+    int64_t sz[STAX_MAX_DIMS], st[STAX_MAX_DIMS], off = t->offset;
+    int k = 0, d = 0;
+#define PUSH(S, T)                                                       \
+    do {                                                                 \
+        if (k >= STAX_MAX_DIMS) {                                        \
+            PyErr_SetString(PyExc_IndexError, "too many dimensions");    \
+            return NULL;                                                 \
+        }                                                                \
+        sz[k] = (S);                                                     \
+        st[k] = (T);                                                     \
+        k++;                                                             \
+    } while (0)
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = PyTuple_GET_ITEM(key, i);
+        if (o == Py_None) {
+            PUSH(1, d < t->ndim ? t->sizes[d] * t->strides[d] : 1);
+        }
+        else if (o == Py_Ellipsis) {
+            int take = t->ndim - consumed;
+            for (int j = 0; j < take; j++, d++) {
+                PUSH(t->sizes[d], t->strides[d]);
+            }
+        }
+        else if (PySlice_Check(o)) {
+            Py_ssize_t start, stop, step;
+            if (PySlice_Unpack(o, &start, &stop, &step) < 0) {
+                return NULL;
+            }
+            if (step <= 0) {
+                PyErr_SetString(PyExc_ValueError,
+                                "step must be greater than zero");
+                return NULL;
+            }
+            Py_ssize_t len = PySlice_AdjustIndices((Py_ssize_t)t->sizes[d],
+                                                   &start, &stop, step);
+            off += start * t->strides[d];
+            PUSH(len, t->strides[d] * step);
+            d++;
+        }
+        else {
+            int64_t idx = PyLong_AsLongLong(o);
+            if (idx == -1 && PyErr_Occurred()) {
+                return NULL;
+            }
+            int64_t size = t->sizes[d];
+            if (idx < -size || idx >= size) {
+                PyErr_Format(PyExc_IndexError,
+                             "index %lld is out of bounds for dimension %d "
+                             "with size %lld", (long long)idx, d,
+                             (long long)size);
+                return NULL;
+            }
+            if (idx < 0) {
+                idx += size;
+            }
+            off += idx * t->strides[d];
+            d++;
+        }
+    }
+    for (; d < t->ndim; d++) {
+        PUSH(t->sizes[d], t->strides[d]);
+    }
+#undef PUSH
+    return stax_tensor_view(t, k, sz, st, off);
+}
+
+/* a NumPy-ready key: tensors -> arrays, lists -> arrays */
+static PyObject *
+numpy_key(PyObject *key)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(key);
+    PyObject *r = PyTuple_New(n);
+    if (r == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = PyTuple_GET_ITEM(key, i), *c;
+        if (StaxTensor_Check(o)) {
+            StaxTensor *it = (StaxTensor *)o;
+            if (stax_dtype_is_floating(it->dtype)) {
+                Py_DECREF(r);
+                PyErr_SetString(PyExc_IndexError,
+                                "tensors used as indices must be long, int, "
+                                "byte or bool tensors");
+                return NULL;
+            }
+            c = stax_tensor_as_array(it);
+        }
+        else if (PyList_Check(o)) {
+            c = PyArray_FromAny(o, NULL, 0, 0, 0, NULL);
+            if (c != NULL && PyArray_SIZE((PyArrayObject *)c) == 0) {
+                Py_SETREF(c, (PyObject *)PyArray_Cast((PyArrayObject *)c,
+                                                     NPY_INT64));
+            }
+            if (c != NULL && PyArray_ISFLOAT((PyArrayObject *)c)) {
+                Py_DECREF(c);
+                Py_DECREF(r);
+                PyErr_SetString(PyExc_IndexError,
+                                "tensors used as indices must be long, int, "
+                                "byte or bool tensors");
+                return NULL;
+            }
+        }
+        else {
+            c = Py_NewRef(o);
+        }
+        if (c == NULL) {
+            Py_DECREF(r);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(r, i, c);
+    }
+    return r;
+}
+
+/* NumPy's messages say "axis"; PyTorch's say "dimension" */
+static void
+translate_numpy_error(PyObject *as_type)
+{
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    PyErr_NormalizeException(&et, &ev, &tb);
+    PyObject *msg = ev ? PyObject_Str(ev) : NULL;
+    PyObject *m2 = msg ? PyObject_CallMethod(msg, "replace", "ss", "axis",
+                                             "dimension") : NULL;
+    PyObject *m3 = m2 ? PyObject_CallMethod(m2, "replace", "ss", "array",
+                                            "tensor") : NULL;
+    if (m3 != NULL) {
+        PyObject *typ = as_type ? as_type : et;
+        if (PyErr_GivenExceptionMatches(et, PyExc_IndexError)) {
+            typ = PyExc_IndexError;
+        }
+        PyErr_SetObject(typ, m3);
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(tb);
+    }
+    else {
+        PyErr_Restore(et, ev, tb);
+    }
+    Py_XDECREF(msg);
+    Py_XDECREF(m2);
+    Py_XDECREF(m3);
+}
+
+static PyObject *
+as_key_tuple(PyObject *key)
+{
+    if (PyTuple_Check(key)) {
+        return Py_NewRef(key);
+    }
+    return PyTuple_Pack(1, key);
+}
+
+PyObject *
+stax_tensor_getitem(StaxTensor *t, PyObject *key)
+{
+    PyObject *k = as_key_tuple(key), *nk = NULL, *arr = NULL, *res = NULL;
+    PyObject *out = NULL;
+    if (k == NULL) {
+        return NULL;
+    }
+    int c = classify(k);
+    if (c < 0) {
+        goto done;
+    }
+    if (c == 1) {
+        out = (PyObject *)basic_index(t, k);
+        goto done;
+    }
+    nk = numpy_key(k);
+    arr = nk ? stax_tensor_as_array(t) : NULL;
+    if (arr == NULL) {
+        goto done;
+    }
+    res = PyObject_GetItem(arr, nk);
+    if (res == NULL) {
+        translate_numpy_error(NULL);
+        goto done;
+    }
+    {
+        PyObject *cp = PyArray_FromAny(res, NULL, 0, 0,
+                                       NPY_ARRAY_DEFAULT | NPY_ARRAY_ENSURECOPY,
+                                       NULL);
+        if (cp == NULL) {
+            goto done;
+        }
+        StaxTensor *r = stax_tensor_from_array(cp);
+        Py_DECREF(cp);
+        if (r != NULL && t->requires_grad && stax_grad_enabled()) {
+            stax_tensor_set_result_requires_grad(r, 1);
+        }
+        out = (PyObject *)r;
+    }
+done:
+    Py_XDECREF(k);
+    Py_XDECREF(nk);
+    Py_XDECREF(arr);
+    Py_XDECREF(res);
+    return out;
+}
+
+int
+stax_tensor_setitem(StaxTensor *t, PyObject *key, PyObject *value)
+{
+    PyObject *k = NULL, *nk = NULL, *arr = NULL, *val = NULL;
+    int rc = -1;
+    if (value == NULL) {
+        PyErr_SetString(PyExc_TypeError, "Tensor does not support item "
+                        "deletion");
+        return -1;
+    }
+    k = as_key_tuple(key);
+    if (k == NULL) {
+        return -1;
+    }
+    int c = classify(k);
+    if (c < 0) {
+        goto done;
+    }
+    if (c == 1) {
+        StaxTensor *v = basic_index(t, k);
+        if (v == NULL) {
+            goto done;
+        }
+        rc = stax_tensor_copy_from(v, value);   /* bumps the shared version */
+        Py_DECREF(v);
+        goto done;
+    }
+    nk = numpy_key(k);
+    arr = nk ? stax_tensor_as_array(t) : NULL;
+    if (arr == NULL) {
+        goto done;
+    }
+    if (StaxTensor_Check(value)) {
+        val = stax_tensor_as_array((StaxTensor *)value);
+    }
+    else if (PyNumber_Check(value) || PyList_Check(value)
+             || PyTuple_Check(value) || PyArray_Check(value)) {
+        val = Py_NewRef(value);
+    }
+    else {
+        PyErr_Format(PyExc_TypeError,
+                     "can't assign a %.100s to a Tensor",
+                     Py_TYPE(value)->tp_name);
+        goto done;
+    }
+    if (val == NULL) {
+        goto done;
+    }
+    if (PyObject_SetItem(arr, nk, val) < 0) {
+        translate_numpy_error(PyExc_RuntimeError);
+        goto done;
+    }
+    stax_tensor_bump_version(t);
+    rc = 0;
+done:
+    Py_XDECREF(k);
+    Py_XDECREF(nk);
+    Py_XDECREF(arr);
+    Py_XDECREF(val);
+    return rc;
+}
