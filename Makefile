@@ -32,5 +32,9 @@ N ?= 2000
 fuzz: build
 	TENSORPLAY_FUZZ_N=$(N) $(PY) -m pytest -q tests/fuzz
 
+# AddressSanitizer + UBSan build of the extension, test suite under it
+asan: deps
+	bash scripts/asan.sh
+
 clean:
 	rm -rf build python/tensorplay/*.so .stamp-*
