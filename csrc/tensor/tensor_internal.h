@@ -50,6 +50,9 @@ int stax_tensor_gradmode_init(PyObject *m);
 /* philox.c */
 int stax_tensor_random_init(PyObject *m);
 
+/* creation.c */
+int stax_tensor_creation_init(PyObject *m);
+
 /* views.c / indexing.c */
 int stax_tensor_views_init(PyObject *m);
 

@@ -938,6 +938,7 @@ static PyGetSetDef tensor_getset[] = {
     {"_storage", get_storage, NULL, NULL, NULL},
     {"T", get_T, NULL, NULL, NULL},
     {"mT", get_mT, NULL, NULL, NULL},
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
     {NULL},
 };
 
@@ -1372,8 +1373,15 @@ m_reduce_ex(PyObject *self, PyObject *proto)
         Py_DECREF(cp);
         return NULL;
     }
-    r = Py_BuildValue("(N(NOO))", fn, cp, (PyObject *)Py_TYPE(self),
-                      SELF->requires_grad ? Py_True : Py_False);
+    if (SELF->dict != NULL && PyDict_GET_SIZE(SELF->dict) > 0) {
+        r = Py_BuildValue("(N(NOO)O)", fn, cp, (PyObject *)Py_TYPE(self),
+                          SELF->requires_grad ? Py_True : Py_False,
+                          SELF->dict);
+    }
+    else {
+        r = Py_BuildValue("(N(NOO))", fn, cp, (PyObject *)Py_TYPE(self),
+                          SELF->requires_grad ? Py_True : Py_False);
+    }
     return r;
 }
 

@@ -306,17 +306,9 @@ def _make(fn, size, dtype, device, requires_grad, default=None):
     return _finish(_C.from_numpy(fn(_sizes(size), _NP[dt])), requires_grad)
 
 
-def zeros(*size, dtype=None, device=None, requires_grad=False, out=None, layout=None):
-    return _make(np.zeros, size, dtype, device, requires_grad)
-
-
-def ones(*size, dtype=None, device=None, requires_grad=False, out=None, layout=None):
-    return _make(np.ones, size, dtype, device, requires_grad)
-
-
-def empty(*size, dtype=None, device=None, requires_grad=False, out=None, layout=None,
-          pin_memory=False, memory_format=None):
-    return _make(np.empty, size, dtype, device, requires_grad)
+zeros = _C.zeros
+ones = _C.ones
+empty = _C.empty
 
 
 def _scalar_dtype(v):
@@ -852,8 +844,26 @@ _C._set_repr_hook(_tensor_repr)
 for _name, _fn in _tensor_dir_methods().items():
     _C._tensor_install(_name, _fn)
 _C._tensor_install("__format__", _format)
-_C._tensor_install("__deepcopy__", lambda self, memo: self.clone().requires_grad_(self.requires_grad)
-                   if self.is_leaf else self.clone())
+
+
+def _deepcopy(self, memo):
+    if id(self) in memo:
+        return memo[id(self)]
+    import copy
+    with no_grad():
+        new = self.clone()
+    if type(self) is not Tensor:
+        new = Tensor._make_subclass(type(self), new, self.requires_grad)
+    elif self.requires_grad:
+        new.requires_grad_(True)
+    memo[id(self)] = new
+    d = getattr(self, "__dict__", None)
+    if d:
+        new.__dict__.update(copy.deepcopy(d, memo))
+    return new
+
+
+_C._tensor_install("__deepcopy__", _deepcopy)
 del _name, _fn
 
 

@@ -1,0 +1,166 @@
+/* Fast creation functions in C: empty, zeros, ones (sizes as varargs or one
+ * sequence; keywords dtype, device, requires_grad, plus ignored layout,
+ * pin_memory, memory_format, out=None). tensorplay/_tensor.py re-exports
+ * them. */
+#include "tensor/tensor_internal.h"
+
+enum { MAKE_EMPTY, MAKE_ZEROS, MAKE_ONES };
+
+static int
+check_device(PyObject *dev)
+{
+    if (dev == NULL || dev == Py_None) {
+        return 0;
+    }
+    PyObject *s = PyObject_Str(dev);
+    if (s == NULL) {
+        return -1;
+    }
+    int ok = PyUnicode_CompareWithASCIIString(s, "cpu") == 0;
+    Py_DECREF(s);
+    if (!ok) {
+        PyErr_Format(PyExc_RuntimeError,
+                     "tensorplay tensors live on the cpu device; got "
+                     "device=%R", dev);
+        return -1;
+    }
+    return 0;
+}
+
+static void
+fill_ones(StaxTensor *t)
+{
+    int64_t n = stax_tensor_numel(t);
+    char *p = STAX_TENSOR_DATA(t);
+    switch (t->dtype) {
+    case STAX_BOOL:
+    case STAX_UINT8:
+    case STAX_INT8:
+        memset(p, 1, n);
+        break;
+    case STAX_INT16: for (int64_t i = 0; i < n; i++) ((int16_t *)p)[i] = 1; break;
+    case STAX_INT32: for (int64_t i = 0; i < n; i++) ((int32_t *)p)[i] = 1; break;
+    case STAX_INT64: for (int64_t i = 0; i < n; i++) ((int64_t *)p)[i] = 1; break;
+    case STAX_FLOAT16: for (int64_t i = 0; i < n; i++) ((uint16_t *)p)[i] = 0x3c00; break;
+    case STAX_FLOAT32: for (int64_t i = 0; i < n; i++) ((float *)p)[i] = 1.0f; break;
+    case STAX_FLOAT64: for (int64_t i = 0; i < n; i++) ((double *)p)[i] = 1.0; break;
+    default: break;
+    }
+}
+
+static PyObject *
+make(int kind, PyObject *args, PyObject *kw)
+{
+    int64_t sizes[STAX_MAX_DIMS];
+    int nd = 0;
+    stax_dtype_t dt = stax_default_dtype();
+    int rg = 0;
+    if (kw != NULL) {
+        PyObject *k, *v;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(kw, &pos, &k, &v)) {
+            const char *s = PyUnicode_AsUTF8(k);
+            if (s == NULL) {
+                return NULL;
+            }
+            if (strcmp(s, "dtype") == 0) {
+                if (v != Py_None && stax_dtype_from_object(v, &dt) < 0) {
+                    return NULL;
+                }
+            }
+            else if (strcmp(s, "device") == 0) {
+                if (check_device(v) < 0) {
+                    return NULL;
+                }
+            }
+            else if (strcmp(s, "requires_grad") == 0) {
+                rg = PyObject_IsTrue(v);
+                if (rg < 0) {
+                    return NULL;
+                }
+            }
+            else if (strcmp(s, "size") == 0) {
+                if (PyTuple_GET_SIZE(args) != 0) {
+                    PyErr_SetString(PyExc_TypeError,
+                                    "size given both positionally and as a "
+                                    "keyword");
+                    return NULL;
+                }
+                if (stax_parse_int_seq(v, sizes, &nd, "size") < 0) {
+                    return NULL;
+                }
+                nd = -nd - 1;   /* mark as parsed */
+            }
+            else if (strcmp(s, "layout") != 0 && strcmp(s, "pin_memory") != 0
+                     && strcmp(s, "memory_format") != 0
+                     && !(strcmp(s, "out") == 0 && v == Py_None)) {
+                PyErr_Format(PyExc_TypeError,
+                             "%s() got an unexpected keyword argument '%s'",
+                             kind == MAKE_EMPTY ? "empty"
+                             : kind == MAKE_ZEROS ? "zeros" : "ones", s);
+                return NULL;
+            }
+        }
+    }
+    if (nd < 0) {
+        nd = -nd - 1;
+    }
+    else if (stax_parse_sizes(args, sizes, &nd) < 0) {
+        return NULL;
+    }
+    if (rg && !stax_dtype_is_floating(dt)) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "Only Tensors of floating point and complex dtype can "
+                        "require gradients");
+        return NULL;
+    }
+    StaxTensor *t = stax_tensor_empty(nd, sizes, dt);
+    if (t == NULL) {
+        return NULL;
+    }
+    if (kind == MAKE_ZEROS) {
+        memset(STAX_TENSOR_DATA(t), 0, t->storage->nbytes);
+    }
+    else if (kind == MAKE_ONES) {
+        fill_ones(t);
+    }
+    else if (dt == STAX_BOOL) {
+        memset(STAX_TENSOR_DATA(t), 0, t->storage->nbytes);  /* valid bools */
+    }
+    t->requires_grad = rg;
+    return (PyObject *)t;
+}
+
+static PyObject *
+py_empty(PyObject *self, PyObject *args, PyObject *kw)
+{
+    return make(MAKE_EMPTY, args, kw);
+}
+
+static PyObject *
+py_zeros(PyObject *self, PyObject *args, PyObject *kw)
+{
+    return make(MAKE_ZEROS, args, kw);
+}
+
+static PyObject *
+py_ones(PyObject *self, PyObject *args, PyObject *kw)
+{
+    return make(MAKE_ONES, args, kw);
+}
+
+static PyMethodDef creation_methods[] = {
+    {"empty", (PyCFunction)(void (*)(void))py_empty, METH_VARARGS | METH_KEYWORDS,
+     "empty(*size, dtype=None, device=None, requires_grad=False)"},
+    {"zeros", (PyCFunction)(void (*)(void))py_zeros, METH_VARARGS | METH_KEYWORDS,
+     "zeros(*size, dtype=None, device=None, requires_grad=False)"},
+    {"ones", (PyCFunction)(void (*)(void))py_ones, METH_VARARGS | METH_KEYWORDS,
+     "ones(*size, dtype=None, device=None, requires_grad=False)"},
+    {NULL},
+};
+
+int
+stax_tensor_creation_init(PyObject *m)
+{
+    return PyModule_AddFunctions(m, creation_methods);
+}
