@@ -1,8 +1,30 @@
-/* Public header of the trace room: the Proxy type, the hybrid tracer, data gates, gate(), stand-ins, side-effect isolation. */
+/* Public header of the trace room: the Proxy type, the hybrid tracer, data
+ * gates, gate(), stand-ins, side-effect isolation.
+ *
+ * Python surface: tensorplay._C.trace(fn, args, kwargs=None, names=None)
+ * -> TraceResult (graph_module, gates, shape_reads, replay, mutated_inputs,
+ * constants); tensorplay._C.gate(v); tensorplay._C.Proxy;
+ * tensorplay._C.is_tracing(). */
 #ifndef STAX_TRACE_H
 #define STAX_TRACE_H
 
 #include "graph/graph.h"
+
+typedef struct StaxTracer StaxTracer;
+
+/* A proxy: a node of the graph being traced plus (in node->meta['val'])
+ * its value on the sample. */
+typedef struct {
+    PyObject_HEAD
+    StaxTracer *tracer;   /* strong */
+    StaxNode *node;       /* strong */
+} StaxProxy;
+
+extern PyTypeObject *StaxProxy_Type;
+#define StaxProxy_Check(o) PyObject_TypeCheck((o), StaxProxy_Type)
+
+/* 1 while some trace is running in this interpreter. */
+int stax_trace_active(void);
 
 int stax_trace_module_init(PyObject *m);
 

@@ -1,0 +1,1032 @@
+/* The Proxy type: stands for a tensor during tracing. Every operator,
+ * method and tensorplay function applied to it records a node (and runs
+ * on the sample); conversions to Python values are data gates. */
+#include "trace/trace_internal.h"
+#include <string.h>
+
+PyTypeObject *StaxProxy_Type = NULL;
+static PyTypeObject *ProxyMethod_Type = NULL;
+
+static PyObject *op_fn[32];   /* operator.<name> functions, see op_names */
+enum {
+    OP_ADD, OP_SUB, OP_MUL, OP_TRUEDIV, OP_FLOORDIV, OP_MOD, OP_POW,
+    OP_MATMUL, OP_AND, OP_OR, OP_XOR, OP_LSHIFT, OP_RSHIFT, OP_NEG, OP_POS,
+    OP_INVERT, OP_ABS, OP_LT, OP_LE, OP_EQ, OP_NE, OP_GT, OP_GE,
+    OP_GETITEM, OP_SETITEM, OP_CONTAINS, OP_N
+};
+static const char *op_names[] = {
+    "add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul",
+    "and_", "or_", "xor", "lshift", "rshift", "neg", "pos", "invert", "abs",
+    "lt", "le", "eq", "ne", "gt", "ge", "getitem", "setitem", "contains",
+};
+static PyObject *builtin_getattr = NULL;
+
+static int
+is_tensor(PyObject *o)
+{
+    return StaxTensor_Type != NULL && PyObject_TypeCheck(o, StaxTensor_Type);
+}
+
+PyObject *
+stax_trace_proxy_new(StaxTracer *tr, StaxNode *node)
+{
+    StaxProxy *p = PyObject_GC_New(StaxProxy, StaxProxy_Type);
+    if (p == NULL) {
+        return NULL;
+    }
+    p->tracer = (StaxTracer *)Py_NewRef(tr);
+    p->node = (StaxNode *)Py_NewRef(node);
+    PyObject_GC_Track(p);
+    return (PyObject *)p;
+}
+
+static int
+proxy_traverse(StaxProxy *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->tracer);
+    Py_VISIT(self->node);
+    return 0;
+}
+
+static int
+proxy_clear(StaxProxy *self)
+{
+    Py_CLEAR(self->tracer);
+    Py_CLEAR(self->node);
+    return 0;
+}
+
+static void
+proxy_dealloc(StaxProxy *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    proxy_clear(self);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static PyObject *
+proxy_repr(StaxProxy *self)
+{
+    return PyUnicode_FromFormat("Proxy(%U)", self->node->name);
+}
+
+static Py_hash_t
+proxy_hash(PyObject *self)
+{
+    Py_hash_t h = (Py_hash_t)((uintptr_t)self >> 4);
+    return h == -1 ? -2 : h;
+}
+
+/* ------------------------------------------------------------------ */
+/* deferred sample errors                                              */
+
+PyObject *
+stax_trace_raise_deferred(StaxNode *n)
+{
+    PyObject *origin = PyDict_GetItemString(n->meta, "sample_error_origin");
+    StaxNode *o = (origin && StaxNode_Check(origin)) ? (StaxNode *)origin : n;
+    PyObject *exc = PyDict_GetItemString(o->meta, "sample_error");
+    PyObject *stack = PyDict_GetItemString(o->meta, "stack");
+    PyObject *msg, *etype, *inst;
+    if (exc == NULL) {
+        PyErr_Format(PyExc_RuntimeError,
+                     "tracing: the value of node %%%U is unknown", n->name);
+        return NULL;
+    }
+    msg = PyUnicode_FromFormat(
+        "%S (tracing: the sample value of node %%%U is needed, but running "
+        "it on the sample failed with %s; at %S)",
+        exc, o->name, Py_TYPE(exc)->tp_name, stack ? stack : Py_None);
+    if (msg == NULL) {
+        return NULL;
+    }
+    etype = (PyObject *)Py_TYPE(exc);
+    inst = PyObject_CallOneArg(etype, msg);
+    if (inst == NULL || !PyExceptionInstance_Check(inst)) {
+        PyErr_Clear();
+        Py_XDECREF(inst);
+        etype = PyExc_RuntimeError;
+        inst = PyObject_CallOneArg(etype, msg);
+    }
+    Py_DECREF(msg);
+    if (inst == NULL) {
+        return NULL;
+    }
+    PyException_SetCause(inst, Py_NewRef(exc));
+    PyErr_SetObject((PyObject *)Py_TYPE(inst), inst);
+    Py_DECREF(inst);
+    return NULL;
+}
+
+PyObject *
+stax_trace_need_val(StaxProxy *p)
+{
+    PyObject *v = PyDict_GetItemString(p->node->meta, "val");
+    if (v != NULL) {
+        return v;
+    }
+    return stax_trace_raise_deferred(p->node);
+}
+
+/* ------------------------------------------------------------------ */
+/* number slots                                                        */
+
+static StaxTracer *
+tracer_of(PyObject *a, PyObject *b)
+{
+    if (StaxProxy_Check(a)) {
+        return ((StaxProxy *)a)->tracer;
+    }
+    if (b != NULL && StaxProxy_Check(b)) {
+        return ((StaxProxy *)b)->tracer;
+    }
+    return NULL;
+}
+
+static PyObject *
+record_fn(StaxTracer *tr, PyObject *fn, PyObject *args)
+{
+    if (tr == NULL || args == NULL) {
+        Py_XDECREF(args);
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    PyObject *r = stax_trace_record(tr, STAX_NODE_CALL_FUNCTION, fn, args,
+                                    NULL);
+    Py_DECREF(args);
+    return r;
+}
+
+static PyObject *
+binop(PyObject *a, PyObject *b, int op)
+{
+    return record_fn(tracer_of(a, b), op_fn[op], PyTuple_Pack(2, a, b));
+}
+
+static PyObject *
+unop(PyObject *a, int op)
+{
+    return record_fn(tracer_of(a, NULL), op_fn[op], PyTuple_Pack(1, a));
+}
+
+static PyObject *
+inplace(PyObject *a, PyObject *b, int op, const char *method)
+{
+    PyObject *args, *name, *r;
+    if (!StaxProxy_Check(a) || method == NULL) {
+        return binop(a, b, op);
+    }
+    args = PyTuple_Pack(2, a, b);
+    name = PyUnicode_InternFromString(method);
+    if (args == NULL || name == NULL) {
+        Py_XDECREF(args);
+        Py_XDECREF(name);
+        return NULL;
+    }
+    r = stax_trace_record(((StaxProxy *)a)->tracer, STAX_NODE_CALL_METHOD,
+                          name, args, NULL);
+    Py_DECREF(args);
+    Py_DECREF(name);
+    return r;
+}
+
+#define BIN(fname, OP) \
+    static PyObject *fname(PyObject *a, PyObject *b) { return binop(a, b, OP); }
+#define INPL(fname, OP, M) \
+    static PyObject *fname(PyObject *a, PyObject *b) \
+    { return inplace(a, b, OP, M); }
+#define UN(fname, OP) \
+    static PyObject *fname(PyObject *a) { return unop(a, OP); }
+
+BIN(p_add, OP_ADD)
+BIN(p_sub, OP_SUB)
+BIN(p_mul, OP_MUL)
+BIN(p_truediv, OP_TRUEDIV)
+BIN(p_floordiv, OP_FLOORDIV)
+BIN(p_mod, OP_MOD)
+BIN(p_matmul, OP_MATMUL)
+BIN(p_and, OP_AND)
+BIN(p_or, OP_OR)
+BIN(p_xor, OP_XOR)
+BIN(p_lshift, OP_LSHIFT)
+BIN(p_rshift, OP_RSHIFT)
+INPL(p_iadd, OP_ADD, "add_")
+INPL(p_isub, OP_SUB, "sub_")
+INPL(p_imul, OP_MUL, "mul_")
+INPL(p_itruediv, OP_TRUEDIV, "div_")
+INPL(p_ifloordiv, OP_FLOORDIV, "floor_divide_")
+INPL(p_imod, OP_MOD, "remainder_")
+INPL(p_iand, OP_AND, "bitwise_and_")
+INPL(p_ior, OP_OR, "bitwise_or_")
+INPL(p_ixor, OP_XOR, "bitwise_xor_")
+INPL(p_ilshift, OP_LSHIFT, "bitwise_left_shift_")
+INPL(p_irshift, OP_RSHIFT, "bitwise_right_shift_")
+INPL(p_imatmul, OP_MATMUL, NULL)
+UN(p_neg, OP_NEG)
+UN(p_pos, OP_POS)
+UN(p_invert, OP_INVERT)
+UN(p_abs, OP_ABS)
+
+static PyObject *
+p_pow(PyObject *a, PyObject *b, PyObject *m)
+{
+    if (m != Py_None) {
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    return binop(a, b, OP_POW);
+}
+
+static PyObject *
+p_ipow(PyObject *a, PyObject *b, PyObject *m)
+{
+    if (m != Py_None) {
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    return inplace(a, b, OP_POW, "pow_");
+}
+
+static PyObject *
+proxy_richcompare(PyObject *a, PyObject *b, int op)
+{
+    static const int map[] = {OP_LT, OP_LE, OP_EQ, OP_NE, OP_GT, OP_GE};
+    return binop(a, b, map[op]);
+}
+
+/* data gates ---------------------------------------------------------- */
+
+static int
+p_bool(PyObject *self)
+{
+    StaxProxy *p = (StaxProxy *)self;
+    PyObject *v = stax_trace_need_val(p);
+    int r;
+    if (v == NULL) {
+        return -1;
+    }
+    r = PyObject_IsTrue(v);
+    if (r < 0) {
+        return -1;
+    }
+    if (stax_trace_add_gate(p->tracer, p->node, "bool",
+                            r ? Py_True : Py_False) < 0) {
+        return -1;
+    }
+    return r;
+}
+
+static PyObject *
+value_gate(PyObject *self, const char *kind, PyObject *(*conv)(PyObject *))
+{
+    StaxProxy *p = (StaxProxy *)self;
+    PyObject *v = stax_trace_need_val(p), *r;
+    if (v == NULL) {
+        return NULL;
+    }
+    r = conv(v);
+    if (r == NULL) {
+        return NULL;
+    }
+    if (stax_trace_add_gate(p->tracer, p->node, kind, r) < 0) {
+        Py_DECREF(r);
+        return NULL;
+    }
+    return r;
+}
+
+static PyObject *
+p_int(PyObject *self)
+{
+    return value_gate(self, "int", PyNumber_Long);
+}
+
+static PyObject *
+p_float(PyObject *self)
+{
+    return value_gate(self, "float", PyNumber_Float);
+}
+
+static PyObject *
+p_index(PyObject *self)
+{
+    return value_gate(self, "index", PyNumber_Index);
+}
+
+static PyObject *
+call_item(PyObject *v)
+{
+    return PyObject_CallMethod(v, "item", NULL);
+}
+
+static PyObject *
+call_tolist(PyObject *v)
+{
+    return PyObject_CallMethod(v, "tolist", NULL);
+}
+
+static PyObject *
+call_numpy(PyObject *v)
+{
+    PyObject *a = PyObject_CallMethod(v, "numpy", NULL), *c;
+    if (a == NULL) {
+        return NULL;
+    }
+    c = PyObject_CallMethod(a, "copy", NULL);
+    Py_DECREF(a);
+    return c;
+}
+
+static PyObject *
+pm_item(PyObject *self, PyObject *unused)
+{
+    return value_gate(self, "item", call_item);
+}
+
+static PyObject *
+pm_tolist(PyObject *self, PyObject *unused)
+{
+    return value_gate(self, "tolist", call_tolist);
+}
+
+static PyObject *
+pm_numpy(PyObject *self, PyObject *args, PyObject *kw)
+{
+    return value_gate(self, "tolist", call_numpy);
+}
+
+/* sequence / mapping ---------------------------------------------------- */
+
+static PyObject *
+p_getitem(PyObject *self, PyObject *key)
+{
+    return binop(self, key, OP_GETITEM);
+}
+
+static int
+p_setitem(PyObject *self, PyObject *key, PyObject *value)
+{
+    PyObject *args, *r;
+    if (value == NULL) {
+        PyErr_SetString(PyExc_TypeError, "a traced tensor does not support "
+                        "item deletion");
+        return -1;
+    }
+    args = PyTuple_Pack(3, self, key, value);
+    if (args == NULL) {
+        return -1;
+    }
+    r = stax_trace_record(((StaxProxy *)self)->tracer,
+                          STAX_NODE_CALL_FUNCTION, op_fn[OP_SETITEM], args,
+                          NULL);
+    Py_DECREF(args);
+    if (r == NULL) {
+        return -1;
+    }
+    Py_DECREF(r);
+    return 0;
+}
+
+/* number of entries along dim 0 (a shape read); -1 + error */
+static Py_ssize_t
+first_dim(StaxProxy *p, const char *what)
+{
+    PyObject *v = stax_trace_need_val(p);
+    if (v == NULL) {
+        return -1;
+    }
+    if (is_tensor(v)) {
+        StaxTensor *t = (StaxTensor *)v;
+        if (t->ndim == 0) {
+            PyErr_Format(PyExc_TypeError, "%s a 0-d tensor", what);
+            return -1;
+        }
+        if (stax_trace_shape_read(p->tracer, p->node, 0) < 0) {
+            return -1;
+        }
+        return (Py_ssize_t)t->sizes[0];
+    }
+    return PyObject_Length(v);
+}
+
+static Py_ssize_t
+p_len(PyObject *self)
+{
+    return first_dim((StaxProxy *)self, "len() of");
+}
+
+static PyObject *
+p_iter(PyObject *self)
+{
+    Py_ssize_t n = first_dim((StaxProxy *)self, "iteration over");
+    PyObject *lst, *it;
+    if (n < 0) {
+        return NULL;
+    }
+    lst = PyList_New(n);
+    if (lst == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *k = PyLong_FromSsize_t(i);
+        PyObject *e = k ? p_getitem(self, k) : NULL;
+        Py_XDECREF(k);
+        if (e == NULL) {
+            Py_DECREF(lst);
+            return NULL;
+        }
+        PyList_SET_ITEM(lst, i, e);
+    }
+    it = PyObject_GetIter(lst);
+    Py_DECREF(lst);
+    return it;
+}
+
+static int
+p_contains(PyObject *self, PyObject *v)
+{
+    PyObject *r = binop(self, v, OP_CONTAINS);
+    int b;
+    if (r == NULL) {
+        return -1;
+    }
+    b = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    return b;
+}
+
+/* metadata (no nodes) --------------------------------------------------- */
+
+static PyObject *
+meta_attr(PyObject *self, const char *name)
+{
+    PyObject *v = stax_trace_need_val((StaxProxy *)self);
+    return v ? PyObject_GetAttrString(v, name) : NULL;
+}
+
+static PyObject *
+g_shape(PyObject *self, void *c)
+{
+    StaxProxy *p = (StaxProxy *)self;
+    if (stax_trace_need_val(p) == NULL
+        || stax_trace_shape_read(p->tracer, p->node, -1) < 0) {
+        return NULL;
+    }
+    return meta_attr(self, "shape");
+}
+
+static PyObject *
+g_dtype(PyObject *self, void *c)
+{
+    return meta_attr(self, "dtype");
+}
+
+static PyObject *
+g_device(PyObject *self, void *c)
+{
+    return meta_attr(self, "device");
+}
+
+static PyObject *
+g_ndim(PyObject *self, void *c)
+{
+    return meta_attr(self, "ndim");
+}
+
+static PyObject *
+g_requires_grad(PyObject *self, void *c)
+{
+    return meta_attr(self, "requires_grad");
+}
+
+static PyObject *
+g_is_leaf(PyObject *self, void *c)
+{
+    return meta_attr(self, "is_leaf");
+}
+
+static PyObject *
+g_grad(PyObject *self, void *c)
+{
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+record_method(PyObject *self, const char *name, PyObject *extra)
+{
+    PyObject *nm = PyUnicode_InternFromString(name), *args, *r;
+    if (nm == NULL) {
+        return NULL;
+    }
+    if (extra == NULL) {
+        args = PyTuple_Pack(1, self);
+    }
+    else {
+        PyObject *h = PyTuple_Pack(1, self);
+        args = h ? PySequence_Concat(h, extra) : NULL;
+        Py_XDECREF(h);
+    }
+    if (args == NULL) {
+        Py_DECREF(nm);
+        return NULL;
+    }
+    r = stax_trace_record(((StaxProxy *)self)->tracer, STAX_NODE_CALL_METHOD,
+                          nm, args, NULL);
+    Py_DECREF(nm);
+    Py_DECREF(args);
+    return r;
+}
+
+static PyObject *
+g_T(PyObject *self, void *c)
+{
+    PyObject *v = stax_trace_need_val((StaxProxy *)self), *dims, *r;
+    int nd;
+    if (v == NULL) {
+        return NULL;
+    }
+    if (!is_tensor(v)) {
+        return meta_attr(self, "T");
+    }
+    nd = ((StaxTensor *)v)->ndim;
+    if (nd <= 2) {
+        return record_method(self, "t", NULL);
+    }
+    dims = PyTuple_New(nd);
+    if (dims == NULL) {
+        return NULL;
+    }
+    for (int i = 0; i < nd; i++) {
+        PyTuple_SET_ITEM(dims, i, PyLong_FromLong(nd - 1 - i));
+    }
+    r = record_method(self, "permute", dims);
+    Py_DECREF(dims);
+    return r;
+}
+
+static PyObject *
+g_mT(PyObject *self, void *c)
+{
+    PyObject *a = Py_BuildValue("(ii)", -2, -1), *r;
+    if (a == NULL) {
+        return NULL;
+    }
+    r = record_method(self, "transpose", a);
+    Py_DECREF(a);
+    return r;
+}
+
+static PyObject *
+g_data(PyObject *self, void *c)
+{
+    return record_method(self, "detach", NULL);
+}
+
+static PyObject *
+g_node(PyObject *self, void *c)
+{
+    return Py_NewRef(((StaxProxy *)self)->node);
+}
+
+static PyObject *
+g_tracer(PyObject *self, void *c)
+{
+    return Py_NewRef(((StaxProxy *)self)->tracer);
+}
+
+static PyObject *
+pm_size(PyObject *self, PyObject *args)
+{
+    StaxProxy *p = (StaxProxy *)self;
+    PyObject *d = Py_None, *v;
+    if (!PyArg_ParseTuple(args, "|O:size", &d)) {
+        return NULL;
+    }
+    v = stax_trace_need_val(p);
+    if (v == NULL) {
+        return NULL;
+    }
+    if (d == Py_None) {
+        if (stax_trace_shape_read(p->tracer, p->node, -1) < 0) {
+            return NULL;
+        }
+        return PyObject_CallMethod(v, "size", NULL);
+    }
+    if (is_tensor(v)) {
+        long dim = PyLong_AsLong(d);
+        int nd = ((StaxTensor *)v)->ndim;
+        if (dim == -1 && PyErr_Occurred()) {
+            return NULL;
+        }
+        if (dim < 0) {
+            dim += nd;
+        }
+        if (dim < 0 || dim >= nd) {
+            PyErr_Format(PyExc_IndexError,
+                         "Dimension out of range (expected to be in range of "
+                         "[%d, %d], but got %S)", -nd, nd - 1, d);
+            return NULL;
+        }
+        if (stax_trace_shape_read(p->tracer, p->node, (int)dim) < 0) {
+            return NULL;
+        }
+    }
+    return PyObject_CallMethod(v, "size", "O", d);
+}
+
+static PyObject *
+pm_numel(PyObject *self, PyObject *unused)
+{
+    StaxProxy *p = (StaxProxy *)self;
+    if (stax_trace_need_val(p) == NULL
+        || stax_trace_shape_read(p->tracer, p->node, -1) < 0) {
+        return NULL;
+    }
+    return PyObject_CallMethod(stax_trace_need_val(p), "numel", NULL);
+}
+
+static PyObject *
+pm_dim(PyObject *self, PyObject *unused)
+{
+    return meta_attr(self, "ndim");
+}
+
+/* forwarded to the sample: metadata that sigma already holds */
+static PyObject *
+pm_forward_meta(PyObject *self, PyObject *args, const char *name)
+{
+    PyObject *v = stax_trace_need_val((StaxProxy *)self), *m, *r;
+    if (v == NULL) {
+        return NULL;
+    }
+    m = PyObject_GetAttrString(v, name);
+    if (m == NULL) {
+        return NULL;
+    }
+    r = PyObject_Call(m, args, NULL);
+    Py_DECREF(m);
+    return r;
+}
+
+#define FWD(fname, NAME) \
+    static PyObject *fname(PyObject *self, PyObject *args) \
+    { return pm_forward_meta(self, args, NAME); }
+FWD(pm_stride, "stride")
+FWD(pm_is_contiguous, "is_contiguous")
+FWD(pm_storage_offset, "storage_offset")
+FWD(pm_element_size, "element_size")
+FWD(pm_is_floating_point, "is_floating_point")
+
+/* __tensor_function__ ---------------------------------------------------- */
+
+static StaxTracer *
+find_tracer(PyObject *o)
+{
+    if (StaxProxy_Check(o)) {
+        return ((StaxProxy *)o)->tracer;
+    }
+    if (PyTuple_Check(o) || PyList_Check(o)) {
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); i++) {
+            StaxTracer *t = find_tracer(PySequence_Fast_GET_ITEM(o, i));
+            if (t) {
+                return t;
+            }
+        }
+    }
+    else if (PyDict_Check(o)) {
+        Py_ssize_t pos = 0;
+        PyObject *k, *v;
+        while (PyDict_Next(o, &pos, &k, &v)) {
+            StaxTracer *t = find_tracer(v);
+            if (t) {
+                return t;
+            }
+        }
+    }
+    return NULL;
+}
+
+static PyObject *
+pm_tensor_function(PyObject *cls, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"func", "types", "args", "kwargs", NULL};
+    PyObject *func, *types, *a = NULL, *kw = NULL, *objclass, *name;
+    StaxTracer *tr;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|OO:__tensor_function__",
+                                     kwlist, &func, &types, &a, &kw)) {
+        return NULL;
+    }
+    if (a == NULL || a == Py_None) {
+        a = PyTuple_New(0);
+    }
+    else {
+        a = PySequence_Tuple(a);
+    }
+    if (a == NULL) {
+        return NULL;
+    }
+    if (kw == Py_None) {
+        kw = NULL;
+    }
+    tr = find_tracer(a);
+    if (tr == NULL && kw != NULL) {
+        tr = find_tracer(kw);
+    }
+    if (tr == NULL) {
+        Py_DECREF(a);
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    /* a Tensor method (descriptor) becomes a call_method node */
+    objclass = PyObject_GetAttrString(func, "__objclass__");
+    if (objclass == NULL) {
+        PyErr_Clear();
+    }
+    else if (PyType_Check(objclass) && StaxTensor_Type != NULL
+             && PyType_IsSubtype((PyTypeObject *)objclass, StaxTensor_Type)
+             && PyTuple_GET_SIZE(a) >= 1) {
+        name = PyObject_GetAttrString(func, "__name__");
+        Py_DECREF(objclass);
+        if (name == NULL) {
+            Py_DECREF(a);
+            return NULL;
+        }
+        PyObject *r = stax_trace_record(tr, STAX_NODE_CALL_METHOD, name, a,
+                                        kw);
+        Py_DECREF(name);
+        Py_DECREF(a);
+        return r;
+    }
+    else {
+        Py_DECREF(objclass);
+    }
+    PyObject *r = stax_trace_record(tr, STAX_NODE_CALL_FUNCTION, func, a, kw);
+    Py_DECREF(a);
+    return r;
+}
+
+/* __getattr__: any other Tensor method records call_method -------------- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *proxy;
+    PyObject *name;
+} ProxyMethod;
+
+static int
+pmeth_traverse(ProxyMethod *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->proxy);
+    Py_VISIT(self->name);
+    return 0;
+}
+
+static int
+pmeth_clear(ProxyMethod *self)
+{
+    Py_CLEAR(self->proxy);
+    Py_CLEAR(self->name);
+    return 0;
+}
+
+static void
+pmeth_dealloc(ProxyMethod *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    pmeth_clear(self);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static PyObject *
+pmeth_call(ProxyMethod *self, PyObject *args, PyObject *kwds)
+{
+    PyObject *h = PyTuple_Pack(1, self->proxy), *full, *r;
+    if (h == NULL) {
+        return NULL;
+    }
+    full = PySequence_Concat(h, args);
+    Py_DECREF(h);
+    if (full == NULL) {
+        return NULL;
+    }
+    r = stax_trace_record(((StaxProxy *)self->proxy)->tracer,
+                          STAX_NODE_CALL_METHOD, self->name, full, kwds);
+    Py_DECREF(full);
+    return r;
+}
+
+static PyObject *
+pmeth_repr(ProxyMethod *self)
+{
+    return PyUnicode_FromFormat("<traced method %U of %R>", self->name,
+                                self->proxy);
+}
+
+static PyType_Slot pmeth_slots[] = {
+    {Py_tp_dealloc, pmeth_dealloc},
+    {Py_tp_traverse, pmeth_traverse},
+    {Py_tp_clear, pmeth_clear},
+    {Py_tp_call, pmeth_call},
+    {Py_tp_repr, pmeth_repr},
+    {0, NULL},
+};
+
+static PyType_Spec pmeth_spec = {
+    .name = "tensorplay._C.ProxyMethod",
+    .basicsize = sizeof(ProxyMethod),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .slots = pmeth_slots,
+};
+
+static PyObject *
+proxy_getattro(PyObject *self, PyObject *name)
+{
+    PyObject *r = PyObject_GenericGetAttr(self, name), *v, *attr;
+    const char *s;
+    if (r != NULL || !PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        return r;
+    }
+    s = PyUnicode_AsUTF8(name);
+    if (s == NULL) {
+        return NULL;
+    }
+    if (s[0] == '_' && s[1] == '_') {
+        return NULL;    /* keep the AttributeError for protocols */
+    }
+    PyErr_Clear();
+    v = PyDict_GetItemString(((StaxProxy *)self)->node->meta, "val");
+    if (StaxTensor_Type == NULL || (v != NULL && is_tensor(v))
+        || v == NULL) {
+        attr = StaxTensor_Type
+                   ? PyObject_GetAttr((PyObject *)StaxTensor_Type, name)
+                   : NULL;
+        if (StaxTensor_Type == NULL || attr != NULL) {
+            int call = attr == NULL || PyCallable_Check(attr);
+            int prop = attr != NULL && !call;
+            Py_XDECREF(attr);
+            if (call) {
+                ProxyMethod *m = PyObject_GC_New(ProxyMethod,
+                                                 ProxyMethod_Type);
+                if (m == NULL) {
+                    return NULL;
+                }
+                m->proxy = Py_NewRef(self);
+                m->name = Py_NewRef(name);
+                PyObject_GC_Track(m);
+                return (PyObject *)m;
+            }
+            if (prop) {
+                PyObject *args = PyTuple_Pack(2, self, name);
+                return record_fn(((StaxProxy *)self)->tracer,
+                                 builtin_getattr, args);
+            }
+        }
+        PyErr_Clear();
+        if (v == NULL) {
+            return stax_trace_need_val((StaxProxy *)self);
+        }
+    }
+    else if (PyObject_HasAttr(v, name)) {
+        PyObject *args = PyTuple_Pack(2, self, name);
+        return record_fn(((StaxProxy *)self)->tracer, builtin_getattr, args);
+    }
+    PyErr_Format(PyExc_AttributeError,
+                 "'Tensor' object (traced as %%%U) has no attribute '%U'",
+                 ((StaxProxy *)self)->node->name, name);
+    return NULL;
+}
+
+static PyMethodDef proxy_methods[] = {
+    {"__tensor_function__", (PyCFunction)(void (*)(void))pm_tensor_function,
+     METH_VARARGS | METH_KEYWORDS | METH_CLASS,
+     "Record a tensorplay function called with a proxy argument."},
+    {"size", (PyCFunction)pm_size, METH_VARARGS, "sample shape (a shape read)"},
+    {"numel", (PyCFunction)pm_numel, METH_NOARGS, NULL},
+    {"nelement", (PyCFunction)pm_numel, METH_NOARGS, NULL},
+    {"dim", (PyCFunction)pm_dim, METH_NOARGS, NULL},
+    {"ndimension", (PyCFunction)pm_dim, METH_NOARGS, NULL},
+    {"item", (PyCFunction)pm_item, METH_NOARGS, "value gate 'item'"},
+    {"tolist", (PyCFunction)pm_tolist, METH_NOARGS, "value gate 'tolist'"},
+    {"numpy", (PyCFunction)(void (*)(void))pm_numpy,
+     METH_VARARGS | METH_KEYWORDS, "value gate 'tolist' (a copy)"},
+    {"__array__", (PyCFunction)(void (*)(void))pm_numpy,
+     METH_VARARGS | METH_KEYWORDS, NULL},
+    {"stride", (PyCFunction)pm_stride, METH_VARARGS, NULL},
+    {"is_contiguous", (PyCFunction)pm_is_contiguous, METH_VARARGS, NULL},
+    {"storage_offset", (PyCFunction)pm_storage_offset, METH_VARARGS, NULL},
+    {"element_size", (PyCFunction)pm_element_size, METH_VARARGS, NULL},
+    {"is_floating_point", (PyCFunction)pm_is_floating_point, METH_VARARGS,
+     NULL},
+    {NULL},
+};
+
+static PyGetSetDef proxy_getset[] = {
+    {"shape", g_shape, NULL, "sample shape (a shape read)", NULL},
+    {"dtype", g_dtype, NULL, NULL, NULL},
+    {"device", g_device, NULL, NULL, NULL},
+    {"ndim", g_ndim, NULL, NULL, NULL},
+    {"requires_grad", g_requires_grad, NULL, NULL, NULL},
+    {"is_leaf", g_is_leaf, NULL, NULL, NULL},
+    {"grad", g_grad, NULL, NULL, NULL},
+    {"T", g_T, NULL, NULL, NULL},
+    {"mT", g_mT, NULL, NULL, NULL},
+    {"data", g_data, NULL, NULL, NULL},
+    {"node", g_node, NULL, "the graph node", NULL},
+    {"tracer", g_tracer, NULL, NULL, NULL},
+    {NULL},
+};
+
+static PyType_Slot proxy_slots[] = {
+    {Py_tp_dealloc, proxy_dealloc},
+    {Py_tp_traverse, proxy_traverse},
+    {Py_tp_clear, proxy_clear},
+    {Py_tp_repr, proxy_repr},
+    {Py_tp_hash, proxy_hash},
+    {Py_tp_richcompare, proxy_richcompare},
+    {Py_tp_getattro, proxy_getattro},
+    {Py_tp_iter, p_iter},
+    {Py_tp_methods, proxy_methods},
+    {Py_tp_getset, proxy_getset},
+    {Py_nb_add, p_add},
+    {Py_nb_subtract, p_sub},
+    {Py_nb_multiply, p_mul},
+    {Py_nb_true_divide, p_truediv},
+    {Py_nb_floor_divide, p_floordiv},
+    {Py_nb_remainder, p_mod},
+    {Py_nb_power, p_pow},
+    {Py_nb_matrix_multiply, p_matmul},
+    {Py_nb_and, p_and},
+    {Py_nb_or, p_or},
+    {Py_nb_xor, p_xor},
+    {Py_nb_lshift, p_lshift},
+    {Py_nb_rshift, p_rshift},
+    {Py_nb_inplace_add, p_iadd},
+    {Py_nb_inplace_subtract, p_isub},
+    {Py_nb_inplace_multiply, p_imul},
+    {Py_nb_inplace_true_divide, p_itruediv},
+    {Py_nb_inplace_floor_divide, p_ifloordiv},
+    {Py_nb_inplace_remainder, p_imod},
+    {Py_nb_inplace_power, p_ipow},
+    {Py_nb_inplace_matrix_multiply, p_imatmul},
+    {Py_nb_inplace_and, p_iand},
+    {Py_nb_inplace_or, p_ior},
+    {Py_nb_inplace_xor, p_ixor},
+    {Py_nb_inplace_lshift, p_ilshift},
+    {Py_nb_inplace_rshift, p_irshift},
+    {Py_nb_negative, p_neg},
+    {Py_nb_positive, p_pos},
+    {Py_nb_invert, p_invert},
+    {Py_nb_absolute, p_abs},
+    {Py_nb_bool, p_bool},
+    {Py_nb_int, p_int},
+    {Py_nb_float, p_float},
+    {Py_nb_index, p_index},
+    {Py_mp_subscript, p_getitem},
+    {Py_mp_ass_subscript, p_setitem},
+    {Py_mp_length, p_len},
+    {Py_sq_length, p_len},
+    {Py_sq_contains, p_contains},
+    {Py_tp_doc, "A traced tensor: records every operation into a graph."},
+    {0, NULL},
+};
+
+static PyType_Spec proxy_spec = {
+    .name = "tensorplay._C.Proxy",
+    .basicsize = sizeof(StaxProxy),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .slots = proxy_slots,
+};
+
+int
+stax_trace_proxy_init(PyObject *m)
+{
+    PyObject *opm = PyImport_ImportModule("operator"), *bi;
+    if (opm == NULL) {
+        return -1;
+    }
+    for (int i = 0; i < OP_N; i++) {
+        op_fn[i] = PyObject_GetAttrString(opm, op_names[i]);
+        if (op_fn[i] == NULL) {
+            Py_DECREF(opm);
+            return -1;
+        }
+    }
+    Py_DECREF(opm);
+    bi = PyImport_ImportModule("builtins");
+    if (bi == NULL) {
+        return -1;
+    }
+    builtin_getattr = PyObject_GetAttrString(bi, "getattr");
+    Py_DECREF(bi);
+    if (builtin_getattr == NULL) {
+        return -1;
+    }
+    StaxProxy_Type = (PyTypeObject *)PyType_FromSpec(&proxy_spec);
+    ProxyMethod_Type = (PyTypeObject *)PyType_FromSpec(&pmeth_spec);
+    if (StaxProxy_Type == NULL || ProxyMethod_Type == NULL) {
+        return -1;
+    }
+    return PyModule_AddObjectRef(m, "Proxy", (PyObject *)StaxProxy_Type);
+}

@@ -1,0 +1,45 @@
+/* Private to csrc/trace: the tracer state shared by proxy.c and tracer.c. */
+#ifndef STAX_TRACE_INTERNAL_H
+#define STAX_TRACE_INTERNAL_H
+
+#include "trace/trace.h"
+
+struct StaxTracer {
+    PyObject_HEAD
+    StaxGraph *graph;        /* strong */
+    PyObject *gates;         /* list of (node, kind, sample value) */
+    PyObject *shape_reads;   /* list of (placeholder index, dim) */
+    PyObject *shape_seen;    /* set of the same tuples */
+    PyObject *ph_index;      /* dict placeholder node -> index */
+    PyObject *const_nodes;   /* dict id(tensor) -> get_attr node */
+    PyObject *constants;     /* dict attr name -> tensor (by reference) */
+    int active;
+};
+
+extern PyTypeObject *StaxTracer_Type;
+
+/* Record a node (op, target, args, kwargs may hold proxies, real tensors,
+ * containers), run it on the sample under no_grad, return a new Proxy. */
+PyObject *stax_trace_record(StaxTracer *tr, stax_node_op_t op,
+                            PyObject *target, PyObject *args,
+                            PyObject *kwargs);
+/* New Proxy for an existing node. */
+PyObject *stax_trace_proxy_new(StaxTracer *tr, StaxNode *node);
+/* Borrowed sample value of a proxy, or NULL + the deferred error naming
+ * the node, its source line and the original exception. */
+PyObject *stax_trace_need_val(StaxProxy *p);
+/* Set the deferred error of node n (meta['sample_error']); returns NULL. */
+PyObject *stax_trace_raise_deferred(StaxNode *n);
+/* Record a data gate. */
+int stax_trace_add_gate(StaxTracer *tr, StaxNode *n, const char *kind,
+                        PyObject *value);
+/* Record a shape read of node n's dim (or all dims when dim < 0). */
+int stax_trace_shape_read(StaxTracer *tr, StaxNode *n, int dim);
+/* New reference: "file:line in func: code" of the first frame outside the
+ * tensorplay package, or None. */
+PyObject *stax_trace_user_stack(void);
+
+int stax_trace_proxy_init(PyObject *m);
+int stax_trace_tracer_init(PyObject *m);
+
+#endif

@@ -1,0 +1,1333 @@
+/* The hybrid tracer: placeholders and layout-preserving stand-ins, node
+ * recording with run-time sampling (seed 3.3), data gates and shape reads,
+ * side-effect isolation (3.7), the guard replay subgraph (Algorithm 3.1),
+ * tensorplay._C.trace / gate / is_tracing. */
+#include "trace/trace_internal.h"
+#include "structmember.h"
+#include <string.h>
+
+PyTypeObject *StaxTracer_Type = NULL;
+static PyTypeObject *TraceResult_Type = NULL;
+static StaxTracer *current = NULL;     /* innermost running trace */
+static PyObject *pkg_dir = NULL;       /* ".../tensorplay/" */
+static PyObject *linecache_getline = NULL;
+
+int
+stax_trace_active(void)
+{
+    return current != NULL;
+}
+
+static int
+is_tensor(PyObject *o)
+{
+    return StaxTensor_Type != NULL && PyObject_TypeCheck(o, StaxTensor_Type);
+}
+
+/* ------------------------------------------------------------------ */
+/* Tracer object                                                       */
+
+static int
+tracer_traverse(StaxTracer *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->graph);
+    Py_VISIT(self->gates);
+    Py_VISIT(self->shape_reads);
+    Py_VISIT(self->shape_seen);
+    Py_VISIT(self->ph_index);
+    Py_VISIT(self->const_nodes);
+    Py_VISIT(self->constants);
+    return 0;
+}
+
+static int
+tracer_clear(StaxTracer *self)
+{
+    Py_CLEAR(self->graph);
+    Py_CLEAR(self->gates);
+    Py_CLEAR(self->shape_reads);
+    Py_CLEAR(self->shape_seen);
+    Py_CLEAR(self->ph_index);
+    Py_CLEAR(self->const_nodes);
+    Py_CLEAR(self->constants);
+    return 0;
+}
+
+static void
+tracer_dealloc(StaxTracer *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    tracer_clear(self);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static PyObject *
+tracer_get_graph(StaxTracer *self, void *c)
+{
+    return Py_NewRef(self->graph ? (PyObject *)self->graph : Py_None);
+}
+
+static PyGetSetDef tracer_getset[] = {
+    {"graph", (getter)tracer_get_graph, NULL, NULL, NULL},
+    {NULL},
+};
+
+static PyType_Slot tracer_slots[] = {
+    {Py_tp_dealloc, tracer_dealloc},
+    {Py_tp_traverse, tracer_traverse},
+    {Py_tp_clear, tracer_clear},
+    {Py_tp_getset, tracer_getset},
+    {0, NULL},
+};
+
+static PyType_Spec tracer_spec = {
+    .name = "tensorplay._C.Tracer",
+    .basicsize = sizeof(StaxTracer),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .slots = tracer_slots,
+};
+
+static StaxTracer *
+tracer_new(void)
+{
+    StaxTracer *tr = PyObject_GC_New(StaxTracer, StaxTracer_Type);
+    if (tr == NULL) {
+        return NULL;
+    }
+    tr->graph = (StaxGraph *)stax_graph_new();
+    tr->gates = PyList_New(0);
+    tr->shape_reads = PyList_New(0);
+    tr->shape_seen = PySet_New(NULL);
+    tr->ph_index = PyDict_New();
+    tr->const_nodes = PyDict_New();
+    tr->constants = PyDict_New();
+    tr->active = 0;
+    PyObject_GC_Track(tr);
+    if (!tr->graph || !tr->gates || !tr->shape_reads || !tr->shape_seen
+        || !tr->ph_index || !tr->const_nodes || !tr->constants) {
+        Py_DECREF(tr);
+        return NULL;
+    }
+    return tr;
+}
+
+/* ------------------------------------------------------------------ */
+/* user source line                                                    */
+
+PyObject *
+stax_trace_user_stack(void)
+{
+    PyFrameObject *f = PyEval_GetFrame();
+    PyObject *res = NULL;
+    Py_XINCREF(f);
+    while (f != NULL) {
+        PyCodeObject *co = PyFrame_GetCode(f);
+        PyObject *fn = PyObject_GetAttrString((PyObject *)co, "co_filename");
+        PyObject *name = PyObject_GetAttrString((PyObject *)co, "co_name");
+        PyFrameObject *back;
+        int inside = 0;
+        Py_DECREF(co);
+        if (fn == NULL || name == NULL) {
+            Py_XDECREF(fn);
+            Py_XDECREF(name);
+            PyErr_Clear();
+            break;
+        }
+        if (pkg_dir != NULL && PyUnicode_Check(fn)) {
+            inside = PyUnicode_Tailmatch(fn, pkg_dir, 0, PY_SSIZE_T_MAX,
+                                         -1) == 1;
+        }
+        if (!inside) {
+            int line = PyFrame_GetLineNumber(f);
+            PyObject *text = PyObject_CallFunction(linecache_getline, "Oi",
+                                                   fn, line);
+            PyObject *st = text ? PyObject_CallMethod(text, "strip", NULL)
+                                : NULL;
+            if (st == NULL) {
+                PyErr_Clear();
+                st = PyUnicode_FromString("");
+            }
+            res = PyUnicode_FromFormat("%U:%d in %U: %U", fn, line, name,
+                                       st);
+            Py_XDECREF(text);
+            Py_XDECREF(st);
+            Py_DECREF(fn);
+            Py_DECREF(name);
+            Py_DECREF(f);
+            if (res == NULL) {
+                PyErr_Clear();
+            }
+            break;
+        }
+        Py_DECREF(fn);
+        Py_DECREF(name);
+        back = PyFrame_GetBack(f);
+        Py_DECREF(f);
+        f = back;
+    }
+    return res ? res : Py_NewRef(Py_None);
+}
+
+/* ------------------------------------------------------------------ */
+/* gates and shape reads                                               */
+
+int
+stax_trace_add_gate(StaxTracer *tr, StaxNode *n, const char *kind,
+                    PyObject *value)
+{
+    PyObject *t = Py_BuildValue("(OsO)", n, kind, value);
+    int rc;
+    if (t == NULL) {
+        return -1;
+    }
+    rc = PyList_Append(tr->gates, t);
+    Py_DECREF(t);
+    return rc;
+}
+
+static int
+note_shape(StaxTracer *tr, PyObject *idx, int dim)
+{
+    PyObject *t = Py_BuildValue("(Oi)", idx, dim);
+    int r;
+    if (t == NULL) {
+        return -1;
+    }
+    r = PySet_Contains(tr->shape_seen, t);
+    if (r == 0) {
+        r = PySet_Add(tr->shape_seen, t);
+        if (r == 0) {
+            r = PyList_Append(tr->shape_reads, t);
+        }
+    }
+    Py_DECREF(t);
+    return r < 0 ? -1 : 0;
+}
+
+static int
+note_all_dims(StaxTracer *tr, StaxNode *ph, PyObject *idx)
+{
+    PyObject *v = PyDict_GetItemString(ph->meta, "val");
+    if (v == NULL || !is_tensor(v)) {
+        return 0;
+    }
+    for (int d = 0; d < ((StaxTensor *)v)->ndim; d++) {
+        if (note_shape(tr, idx, d) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int
+stax_trace_shape_read(StaxTracer *tr, StaxNode *n, int dim)
+{
+    PyObject *idx = PyDict_GetItem(tr->ph_index, (PyObject *)n);
+    PyObject *seen, *stack;
+    int rc = -1;
+    if (idx != NULL) {
+        return dim >= 0 ? note_shape(tr, idx, dim) : note_all_dims(tr, n, idx);
+    }
+    /* a derived value: its shape depends on every placeholder upstream
+     * (conservative: all of their dims) */
+    seen = PySet_New(NULL);
+    stack = PyList_New(0);
+    if (seen == NULL || stack == NULL || PyList_Append(stack,
+                                                       (PyObject *)n) < 0) {
+        goto done;
+    }
+    while (PyList_GET_SIZE(stack) > 0) {
+        Py_ssize_t last = PyList_GET_SIZE(stack) - 1;
+        StaxNode *m = (StaxNode *)Py_NewRef(PyList_GET_ITEM(stack, last));
+        PyObject *ins, *k, *v;
+        Py_ssize_t pos = 0;
+        int r;
+        if (PyList_SetSlice(stack, last, last + 1, NULL) < 0) {
+            Py_DECREF(m);
+            goto done;
+        }
+        r = PySet_Contains(seen, (PyObject *)m);
+        if (r != 0 || PySet_Add(seen, (PyObject *)m) < 0) {
+            Py_DECREF(m);
+            if (r < 0) {
+                goto done;
+            }
+            continue;
+        }
+        idx = PyDict_GetItem(tr->ph_index, (PyObject *)m);
+        if (idx != NULL && note_all_dims(tr, m, idx) < 0) {
+            Py_DECREF(m);
+            goto done;
+        }
+        ins = PyDict_New();
+        if (ins == NULL || stax_graph_collect_nodes(m->args, ins) < 0
+            || stax_graph_collect_nodes(m->kwargs, ins) < 0) {
+            Py_XDECREF(ins);
+            Py_DECREF(m);
+            goto done;
+        }
+        while (PyDict_Next(ins, &pos, &k, &v)) {
+            if (PyList_Append(stack, k) < 0) {
+                Py_DECREF(ins);
+                Py_DECREF(m);
+                goto done;
+            }
+        }
+        Py_DECREF(ins);
+        Py_DECREF(m);
+    }
+    rc = 0;
+done:
+    Py_XDECREF(seen);
+    Py_XDECREF(stack);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* recording                                                           */
+
+static PyObject *
+const_node(StaxTracer *tr, PyObject *t)
+{
+    PyObject *key = PyLong_FromVoidPtr(t), *n, *name;
+    if (key == NULL) {
+        return NULL;
+    }
+    n = PyDict_GetItemWithError(tr->const_nodes, key);
+    if (n != NULL || PyErr_Occurred()) {
+        Py_DECREF(key);
+        return Py_XNewRef(n);
+    }
+    name = PyUnicode_FromFormat("_tensor_constant%zd",
+                                PyDict_GET_SIZE(tr->constants));
+    if (name == NULL) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    n = (PyObject *)stax_graph_create_node(tr->graph, STAX_NODE_GET_ATTR,
+                                           name, NULL, NULL, NULL);
+    if (n == NULL || PyDict_SetItemString(((StaxNode *)n)->meta, "val", t) < 0
+        || PyDict_SetItem(tr->constants, name, t) < 0
+        || PyDict_SetItem(tr->const_nodes, key, n) < 0) {
+        Py_XDECREF(n);
+        n = NULL;
+    }
+    Py_DECREF(key);
+    Py_DECREF(name);
+    return n;
+}
+
+/* mode 0: proxies -> nodes, tensors -> get_attr constants;
+ * mode 1: proxies -> sample values (*missing set to the node lacking one) */
+static PyObject *
+map_args(StaxTracer *tr, PyObject *o, int mode, StaxNode **missing)
+{
+    if (StaxProxy_Check(o)) {
+        StaxProxy *p = (StaxProxy *)o;
+        if (p->tracer != tr) {
+            PyErr_Format(PyExc_RuntimeError,
+                         "tracing: proxy %%%U belongs to another (finished "
+                         "or outer) trace", p->node->name);
+            return NULL;
+        }
+        if (mode == 0) {
+            return Py_NewRef(p->node);
+        }
+        PyObject *v = PyDict_GetItemString(p->node->meta, "val");
+        if (v == NULL) {
+            if (*missing == NULL) {
+                *missing = p->node;
+            }
+            Py_RETURN_NONE;
+        }
+        return Py_NewRef(v);
+    }
+    if (mode == 0 && is_tensor(o)) {
+        return const_node(tr, o);
+    }
+    if (PyTuple_CheckExact(o) || PyList_CheckExact(o)) {
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
+        PyObject *res = PyTuple_Check(o) ? PyTuple_New(n) : PyList_New(n);
+        if (res == NULL) {
+            return NULL;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *v = map_args(tr, PySequence_Fast_GET_ITEM(o, i), mode,
+                                   missing);
+            if (v == NULL) {
+                Py_DECREF(res);
+                return NULL;
+            }
+            if (PyTuple_Check(res)) {
+                PyTuple_SET_ITEM(res, i, v);
+            }
+            else {
+                PyList_SET_ITEM(res, i, v);
+            }
+        }
+        return res;
+    }
+    if (PyDict_CheckExact(o)) {
+        PyObject *res = PyDict_New(), *k, *v;
+        Py_ssize_t pos = 0;
+        if (res == NULL) {
+            return NULL;
+        }
+        while (PyDict_Next(o, &pos, &k, &v)) {
+            PyObject *m = map_args(tr, v, mode, missing);
+            if (m == NULL || PyDict_SetItem(res, k, m) < 0) {
+                Py_XDECREF(m);
+                Py_DECREF(res);
+                return NULL;
+            }
+            Py_DECREF(m);
+        }
+        return res;
+    }
+    if (PySlice_Check(o)) {
+        PySliceObject *s = (PySliceObject *)o;
+        PyObject *a = map_args(tr, s->start, mode, missing);
+        PyObject *b = a ? map_args(tr, s->stop, mode, missing) : NULL;
+        PyObject *c = b ? map_args(tr, s->step, mode, missing) : NULL;
+        PyObject *r = c ? PySlice_New(a, b, c) : NULL;
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        Py_XDECREF(c);
+        return r;
+    }
+    return Py_NewRef(o);
+}
+
+/* Run the node on the sample under no_grad; fills meta 'val' or
+ * 'sample_error'. 0 ok (even when the sample failed), -1 internal error. */
+static int
+run_sample(StaxTracer *tr, StaxNode *n, PyObject *args, PyObject *kwargs)
+{
+    StaxNode *missing = NULL;
+    PyObject *va = NULL, *vk = NULL, *res = NULL;
+    int grad, rc = -1;
+    va = map_args(tr, args, 1, &missing);
+    vk = va ? (kwargs ? map_args(tr, kwargs, 1, &missing) : PyDict_New())
+            : NULL;
+    if (vk == NULL) {
+        goto done;
+    }
+    if (missing != NULL) {
+        PyObject *o = PyDict_GetItemString(missing->meta,
+                                           "sample_error_origin");
+        rc = PyDict_SetItemString(n->meta, "sample_error_origin",
+                                  o ? o : (PyObject *)missing);
+        goto done;
+    }
+    grad = stax_grad_enabled();
+    stax_set_grad_enabled(0);
+    if (n->op == STAX_NODE_CALL_METHOD) {
+        PyObject *m = NULL, *rest = NULL;
+        if (PyTuple_GET_SIZE(va) < 1) {
+            PyErr_SetString(PyExc_TypeError, "method call without self");
+        }
+        else {
+            m = PyObject_GetAttr(PyTuple_GET_ITEM(va, 0), n->target);
+            rest = m ? PyTuple_GetSlice(va, 1, PY_SSIZE_T_MAX) : NULL;
+            res = rest ? PyObject_Call(m, rest, vk) : NULL;
+        }
+        Py_XDECREF(m);
+        Py_XDECREF(rest);
+    }
+    else {
+        res = PyObject_Call(n->target, va, vk);
+    }
+    stax_set_grad_enabled(grad);
+    if (res != NULL) {
+        rc = PyDict_SetItemString(n->meta, "val", res);
+    }
+    else {
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        PyErr_NormalizeException(&et, &ev, &tb);
+        Py_XDECREF(tb);
+        if (ev != NULL) {
+            PyException_SetTraceback(ev, Py_None);
+            rc = PyDict_SetItemString(n->meta, "sample_error", ev);
+        }
+        else {
+            rc = 0;
+        }
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+    }
+done:
+    Py_XDECREF(va);
+    Py_XDECREF(vk);
+    Py_XDECREF(res);
+    return rc;
+}
+
+PyObject *
+stax_trace_record(StaxTracer *tr, stax_node_op_t op, PyObject *target,
+                  PyObject *args, PyObject *kwargs)
+{
+    PyObject *na = NULL, *nk = NULL, *stack = NULL, *res = NULL;
+    StaxNode *n = NULL;
+    if (!tr->active) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "tracing: a proxy was used after its trace ended "
+                        "(a traced tensor escaped the traced function)");
+        return NULL;
+    }
+    if (kwargs != NULL && PyDict_GET_SIZE(kwargs) == 0) {
+        kwargs = NULL;
+    }
+    na = map_args(tr, args, 0, NULL);
+    nk = na && kwargs ? map_args(tr, kwargs, 0, NULL) : NULL;
+    if (na == NULL || (kwargs && nk == NULL)) {
+        goto done;
+    }
+    n = stax_graph_create_node(tr->graph, op, target, na, nk, NULL);
+    if (n == NULL) {
+        goto done;
+    }
+    stack = stax_trace_user_stack();
+    if (stack == NULL || PyDict_SetItemString(n->meta, "stack", stack) < 0) {
+        goto done;
+    }
+    if (run_sample(tr, n, args, kwargs) < 0) {
+        goto done;
+    }
+    res = stax_trace_proxy_new(tr, n);
+done:
+    Py_XDECREF(na);
+    Py_XDECREF(nk);
+    Py_XDECREF(stack);
+    Py_XDECREF(n);
+    return res;
+}
+
+/* ------------------------------------------------------------------ */
+/* stand-ins and snapshots                                             */
+
+/* storage extent [lo, lo + len) in elements covered by t */
+static void
+extent(StaxTensor *t, int64_t *lo, int64_t *len)
+{
+    int64_t a = t->offset, b = t->offset;
+    for (int i = 0; i < t->ndim; i++) {
+        if (t->sizes[i] == 0) {
+            *lo = t->offset;
+            *len = 0;
+            return;
+        }
+        if (t->strides[i] >= 0) {
+            b += (t->sizes[i] - 1) * t->strides[i];
+        }
+        else {
+            a += (t->sizes[i] - 1) * t->strides[i];
+        }
+    }
+    *lo = a;
+    *len = b - a + 1;
+}
+
+/* New reference: a copy of the storage extent t covers, viewed again with
+ * the same sizes, strides and offset (seed 2.2). */
+static PyObject *
+stand_in(StaxTensor *t)
+{
+    int64_t lo, len;
+    int isz = stax_dtype_itemsize(t->dtype);
+    StaxTensor *base, *view;
+    int64_t total;
+    extent(t, &lo, &len);
+    /* keep the storage offset too: the copy sits at the same position
+     * (the prefix before it is zeroed, never read) */
+    total = lo + len;
+    base = stax_tensor_empty(1, &total, t->dtype);
+    if (base == NULL) {
+        return NULL;
+    }
+    if (lo > 0) {
+        memset(STAX_TENSOR_DATA(base), 0, (size_t)(lo * isz));
+    }
+    if (len > 0) {
+        memcpy(STAX_TENSOR_DATA(base) + lo * isz,
+               t->storage->data + lo * isz, (size_t)(len * isz));
+    }
+    view = stax_tensor_view(base, t->ndim, t->sizes, t->strides,
+                            base->offset + t->offset);
+    Py_DECREF(base);
+    if (view == NULL) {
+        return NULL;
+    }
+    view->requires_grad = t->requires_grad;
+    return (PyObject *)view;
+}
+
+/* snapshot: list of (tensor, bytes of its extent, version) */
+static int
+snapshot_add(PyObject *snap, PyObject *o)
+{
+    StaxTensor *t = (StaxTensor *)o;
+    int64_t lo, len;
+    int isz = stax_dtype_itemsize(t->dtype);
+    PyObject *b, *e;
+    extent(t, &lo, &len);
+    b = PyBytes_FromStringAndSize(t->storage->data + lo * isz,
+                                  (Py_ssize_t)(len * isz));
+    if (b == NULL) {
+        return -1;
+    }
+    e = Py_BuildValue("(ONK)", o, b, (unsigned long long)t->storage->version);
+    if (e == NULL) {
+        return -1;
+    }
+    if (PyList_Append(snap, e) < 0) {
+        Py_DECREF(e);
+        return -1;
+    }
+    Py_DECREF(e);
+    return 0;
+}
+
+static void
+snapshot_restore(PyObject *snap)
+{
+    for (Py_ssize_t i = 0; snap && i < PyList_GET_SIZE(snap); i++) {
+        PyObject *e = PyList_GET_ITEM(snap, i);
+        StaxTensor *t = (StaxTensor *)PyTuple_GET_ITEM(e, 0);
+        PyObject *b = PyTuple_GET_ITEM(e, 1);
+        unsigned long long v = PyLong_AsUnsignedLongLong(
+            PyTuple_GET_ITEM(e, 2));
+        int64_t lo, len;
+        if (t->storage->version == v) {
+            continue;
+        }
+        extent(t, &lo, &len);
+        memcpy(t->storage->data + lo * stax_dtype_itemsize(t->dtype),
+               PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b));
+        t->storage->version = v;
+    }
+}
+
+/* Module state (seed 3.7 item 2): the tensors of fn when it is an
+ * nn.Module or a bound method of one. New list or NULL. */
+static PyObject *
+module_snapshot(PyObject *fn)
+{
+    PyObject *snap = PyList_New(0), *owner = NULL;
+    const char *lists[] = {"buffers", "parameters", NULL};
+    if (snap == NULL) {
+        return NULL;
+    }
+    if (PyObject_HasAttrString(fn, "buffers")) {
+        owner = Py_NewRef(fn);
+    }
+    else if (PyMethod_Check(fn)
+             && PyObject_HasAttrString(PyMethod_GET_SELF(fn), "buffers")) {
+        owner = Py_NewRef(PyMethod_GET_SELF(fn));
+    }
+    if (owner == NULL) {
+        return snap;
+    }
+    for (int k = 0; lists[k]; k++) {
+        PyObject *it = PyObject_CallMethod(owner, lists[k], NULL), *x, *i2;
+        if (it == NULL) {
+            PyErr_Clear();
+            continue;
+        }
+        i2 = PyObject_GetIter(it);
+        Py_DECREF(it);
+        if (i2 == NULL) {
+            PyErr_Clear();
+            continue;
+        }
+        while ((x = PyIter_Next(i2)) != NULL) {
+            if (is_tensor(x) && snapshot_add(snap, x) < 0) {
+                Py_DECREF(x);
+                Py_DECREF(i2);
+                Py_DECREF(owner);
+                Py_DECREF(snap);
+                return NULL;
+            }
+            Py_DECREF(x);
+        }
+        Py_DECREF(i2);
+        PyErr_Clear();
+    }
+    Py_DECREF(owner);
+    return snap;
+}
+
+/* RNG fork: returns the saved state (new ref) or None */
+static PyObject *
+rng_save(void)
+{
+    PyObject *mod = PyImport_ImportModule("tensorplay.random"), *st = NULL;
+    if (mod == NULL) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    if (PyObject_HasAttrString(mod, "get_rng_state")
+        && PyObject_HasAttrString(mod, "set_rng_state")) {
+        st = PyObject_CallMethod(mod, "get_rng_state", NULL);
+    }
+    Py_DECREF(mod);
+    if (st == NULL) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    return st;
+}
+
+static void
+rng_restore(PyObject *st)
+{
+    PyObject *mod, *r;
+    if (st == NULL || st == Py_None) {
+        return;
+    }
+    mod = PyImport_ImportModule("tensorplay.random");
+    if (mod == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    r = PyObject_CallMethod(mod, "set_rng_state", "(O)", st);
+    Py_XDECREF(r);
+    Py_DECREF(mod);
+    if (r == NULL) {
+        PyErr_Clear();
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* placeholders                                                        */
+
+typedef struct {
+    StaxTracer *tr;
+    PyObject *standin_versions;   /* list: (stand-in, version at start) */
+} ph_ctx;
+
+static PyObject *
+make_placeholder(ph_ctx *c, PyObject *t, PyObject *name)
+{
+    StaxNode *n;
+    PyObject *si, *idx, *p, *e;
+    n = stax_graph_create_node(c->tr->graph, STAX_NODE_PLACEHOLDER, name,
+                               NULL, NULL, name);
+    if (n == NULL) {
+        return NULL;
+    }
+    Py_SETREF(n->target, Py_NewRef(n->name));
+    si = stand_in((StaxTensor *)t);
+    idx = si ? PyLong_FromSsize_t(PyDict_GET_SIZE(c->tr->ph_index)) : NULL;
+    if (idx == NULL || PyDict_SetItemString(n->meta, "val", si) < 0
+        || PyDict_SetItem(c->tr->ph_index, (PyObject *)n, idx) < 0) {
+        goto error;
+    }
+    e = Py_BuildValue("(OK)", si,
+                      (unsigned long long)((StaxTensor *)si)->storage->version);
+    if (e == NULL || PyList_Append(c->standin_versions, e) < 0) {
+        Py_XDECREF(e);
+        goto error;
+    }
+    Py_DECREF(e);
+    p = stax_trace_proxy_new(c->tr, n);
+    Py_DECREF(n);
+    Py_DECREF(si);
+    Py_DECREF(idx);
+    return p;
+error:
+    Py_DECREF(n);
+    Py_XDECREF(si);
+    Py_XDECREF(idx);
+    return NULL;
+}
+
+/* Replace every tensor leaf of o with a placeholder proxy; `base` names
+ * the argument, leaves of a container get base_0, base_1, ... */
+static PyObject *
+wrap_arg(ph_ctx *c, PyObject *o, PyObject *base, Py_ssize_t *leaf,
+         int top)
+{
+    if (is_tensor(o)) {
+        PyObject *nm = top ? Py_NewRef(base)
+                           : PyUnicode_FromFormat("%U_%zd", base, (*leaf)++);
+        PyObject *r = nm ? make_placeholder(c, o, nm) : NULL;
+        Py_XDECREF(nm);
+        return r;
+    }
+    if (PyTuple_CheckExact(o) || PyList_CheckExact(o)) {
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
+        PyObject *res = PyTuple_Check(o) ? PyTuple_New(n) : PyList_New(n);
+        if (res == NULL) {
+            return NULL;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *v = wrap_arg(c, PySequence_Fast_GET_ITEM(o, i), base,
+                                   leaf, 0);
+            if (v == NULL) {
+                Py_DECREF(res);
+                return NULL;
+            }
+            if (PyTuple_Check(res)) {
+                PyTuple_SET_ITEM(res, i, v);
+            }
+            else {
+                PyList_SET_ITEM(res, i, v);
+            }
+        }
+        return res;
+    }
+    if (PyDict_CheckExact(o)) {
+        PyObject *res = PyDict_New(), *k, *v;
+        Py_ssize_t pos = 0;
+        if (res == NULL) {
+            return NULL;
+        }
+        while (PyDict_Next(o, &pos, &k, &v)) {
+            PyObject *m = wrap_arg(c, v, base, leaf, 0);
+            if (m == NULL || PyDict_SetItem(res, k, m) < 0) {
+                Py_XDECREF(m);
+                Py_DECREF(res);
+                return NULL;
+            }
+            Py_DECREF(m);
+        }
+        return res;
+    }
+    return Py_NewRef(o);
+}
+
+/* New list of the positional parameter names of fn, and *varargs name */
+static PyObject *
+param_names(PyObject *fn, PyObject **varargs)
+{
+    PyObject *insp = NULL, *sig = NULL, *params = NULL, *vals = NULL,
+             *res = PyList_New(0), *it = NULL, *p;
+    *varargs = NULL;
+    if (res == NULL) {
+        return NULL;
+    }
+    insp = PyImport_ImportModule("inspect");
+    sig = insp ? PyObject_CallMethod(insp, "signature", "O", fn) : NULL;
+    params = sig ? PyObject_GetAttrString(sig, "parameters") : NULL;
+    vals = params ? PyObject_CallMethod(params, "values", NULL) : NULL;
+    it = vals ? PyObject_GetIter(vals) : NULL;
+    while (it && (p = PyIter_Next(it)) != NULL) {
+        PyObject *kind = PyObject_GetAttrString(p, "kind");
+        PyObject *name = PyObject_GetAttrString(p, "name");
+        long k = kind ? PyLong_AsLong(kind) : -1;
+        if (name != NULL && (k == 0 || k == 1)) {
+            PyList_Append(res, name);
+        }
+        else if (name != NULL && k == 2 && *varargs == NULL) {
+            *varargs = Py_NewRef(name);
+        }
+        Py_XDECREF(kind);
+        Py_XDECREF(name);
+        Py_DECREF(p);
+    }
+    PyErr_Clear();
+    Py_XDECREF(insp);
+    Py_XDECREF(sig);
+    Py_XDECREF(params);
+    Py_XDECREF(vals);
+    Py_XDECREF(it);
+    return res;
+}
+
+/* ------------------------------------------------------------------ */
+/* replay (Algorithm 3.1)                                              */
+
+static PyObject *
+extract_replay(StaxTracer *tr, PyObject *consts)
+{
+    PyObject *needed = PySet_New(NULL), *pending = PyList_New(0),
+             *env = PyDict_New(), *g2 = NULL, *outs = NULL, *res = NULL,
+             *nodes = NULL, *root = NULL;
+    Py_ssize_t ng = PyList_GET_SIZE(tr->gates);
+    if (needed == NULL || pending == NULL || env == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < ng; i++) {
+        if (PyList_Append(pending, PyTuple_GET_ITEM(
+                              PyList_GET_ITEM(tr->gates, i), 0)) < 0) {
+            goto done;
+        }
+    }
+    while (PyList_GET_SIZE(pending) > 0) {
+        Py_ssize_t last = PyList_GET_SIZE(pending) - 1;
+        StaxNode *n = (StaxNode *)Py_NewRef(PyList_GET_ITEM(pending, last));
+        int r;
+        PyList_SetSlice(pending, last, last + 1, NULL);
+        r = PySet_Contains(needed, (PyObject *)n);
+        if (r == 0) {
+            PyObject *ins = PyDict_New(), *k, *v;
+            Py_ssize_t pos = 0;
+            r = (ins && PySet_Add(needed, (PyObject *)n) == 0
+                 && stax_graph_collect_nodes(n->args, ins) == 0
+                 && stax_graph_collect_nodes(n->kwargs, ins) == 0) ? 0 : -1;
+            while (r == 0 && PyDict_Next(ins, &pos, &k, &v)) {
+                r = PyList_Append(pending, k);
+            }
+            Py_XDECREF(ins);
+        }
+        Py_DECREF(n);
+        if (r < 0) {
+            goto done;
+        }
+    }
+    g2 = stax_graph_new();
+    nodes = g2 ? stax_graph_node_list((PyObject *)tr->graph) : NULL;
+    if (nodes == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(nodes); i++) {
+        StaxNode *n = (StaxNode *)PyList_GET_ITEM(nodes, i);
+        PyObject *c;
+        int r = PySet_Contains(needed, (PyObject *)n);
+        if (r < 0) {
+            goto done;
+        }
+        if (n->op != STAX_NODE_PLACEHOLDER && !r) {
+            continue;
+        }
+        c = PyObject_CallMethod(g2, "node_copy", "OO", n, env);
+        if (c == NULL || PyDict_SetItem(env, (PyObject *)n, c) < 0) {
+            Py_XDECREF(c);
+            goto done;
+        }
+        Py_DECREF(c);
+    }
+    outs = PyTuple_New(ng);
+    if (outs == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < ng; i++) {
+        PyObject *g = PyTuple_GET_ITEM(PyList_GET_ITEM(tr->gates, i), 0);
+        PyObject *c = PyDict_GetItem(env, g);
+        PyTuple_SET_ITEM(outs, i, Py_NewRef(c ? c : Py_None));
+    }
+    {
+        PyObject *nm = PyUnicode_FromString("output");
+        PyObject *o = nm ? PyObject_CallMethodOneArg(g2, nm, outs) : NULL;
+        Py_XDECREF(nm);
+        if (o == NULL) {
+            goto done;
+        }
+        Py_DECREF(o);
+    }
+    root = Py_BuildValue("(OO)", consts, g2);
+    res = root ? PyObject_Call((PyObject *)StaxGraphModule_Type, root, NULL)
+               : NULL;
+done:
+    Py_XDECREF(needed);
+    Py_XDECREF(pending);
+    Py_XDECREF(env);
+    Py_XDECREF(g2);
+    Py_XDECREF(outs);
+    Py_XDECREF(nodes);
+    Py_XDECREF(root);
+    return res;
+}
+
+/* The first node feeding the output whose sample failed, or NULL. */
+static StaxNode *
+failed_output_input(StaxGraph *g, StaxNode *out)
+{
+    PyObject *live = PySet_New(NULL);
+    StaxNode *bad = NULL;
+    Py_ssize_t n = PyList_GET_SIZE(g->nodes);
+    if (live == NULL || PySet_Add(live, (PyObject *)out) < 0) {
+        Py_XDECREF(live);
+        return NULL;
+    }
+    for (Py_ssize_t i = n - 1; i >= 0; i--) {
+        StaxNode *m = (StaxNode *)PyList_GET_ITEM(g->nodes, i);
+        PyObject *ins;
+        if (PySet_Contains(live, (PyObject *)m) != 1) {
+            continue;
+        }
+        if (m != out && m->op != STAX_NODE_PLACEHOLDER
+            && PyDict_GetItemString(m->meta, "val") == NULL) {
+            bad = m;
+        }
+        ins = PyDict_New();
+        if (ins && stax_graph_collect_nodes(m->args, ins) == 0
+            && stax_graph_collect_nodes(m->kwargs, ins) == 0) {
+            PyObject *k, *v;
+            Py_ssize_t pos = 0;
+            while (PyDict_Next(ins, &pos, &k, &v)) {
+                PySet_Add(live, k);
+            }
+        }
+        Py_XDECREF(ins);
+    }
+    PyErr_Clear();
+    Py_DECREF(live);
+    return bad;
+}
+
+/* ------------------------------------------------------------------ */
+/* TraceResult                                                         */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *graph_module;
+    PyObject *gates;
+    PyObject *shape_reads;
+    PyObject *replay;
+    PyObject *mutated_inputs;
+    PyObject *constants;
+} TraceResult;
+
+static int
+tres_traverse(TraceResult *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->graph_module);
+    Py_VISIT(self->gates);
+    Py_VISIT(self->shape_reads);
+    Py_VISIT(self->replay);
+    Py_VISIT(self->mutated_inputs);
+    Py_VISIT(self->constants);
+    return 0;
+}
+
+static int
+tres_clear(TraceResult *self)
+{
+    Py_CLEAR(self->graph_module);
+    Py_CLEAR(self->gates);
+    Py_CLEAR(self->shape_reads);
+    Py_CLEAR(self->replay);
+    Py_CLEAR(self->mutated_inputs);
+    Py_CLEAR(self->constants);
+    return 0;
+}
+
+static void
+tres_dealloc(TraceResult *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    tres_clear(self);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static PyMemberDef tres_members[] = {
+    {"graph_module", T_OBJECT, offsetof(TraceResult, graph_module), READONLY,
+     "the captured GraphModule"},
+    {"gates", T_OBJECT, offsetof(TraceResult, gates), READONLY,
+     "[(node, kind, sample value)] in encounter order"},
+    {"shape_reads", T_OBJECT, offsetof(TraceResult, shape_reads), READONLY,
+     "[(placeholder index, dim)]: gamma_s"},
+    {"replay", T_OBJECT, offsetof(TraceResult, replay), READONLY,
+     "guard replay GraphModule (Algorithm 3.1, before any DCE)"},
+    {"mutated_inputs", T_OBJECT, offsetof(TraceResult, mutated_inputs),
+     READONLY, "placeholder indices mutated in place"},
+    {"constants", T_OBJECT, offsetof(TraceResult, constants), READONLY,
+     "{get_attr name: tensor held by reference}"},
+    {NULL},
+};
+
+static PyType_Slot tres_slots[] = {
+    {Py_tp_dealloc, tres_dealloc},
+    {Py_tp_traverse, tres_traverse},
+    {Py_tp_clear, tres_clear},
+    {Py_tp_members, tres_members},
+    {Py_tp_doc, "Result of tensorplay._C.trace."},
+    {0, NULL},
+};
+
+static PyType_Spec tres_spec = {
+    .name = "tensorplay._C.TraceResult",
+    .basicsize = sizeof(TraceResult),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .slots = tres_slots,
+};
+
+/* ------------------------------------------------------------------ */
+/* trace()                                                             */
+
+static PyObject *
+py_trace(PyObject *mod, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"fn", "args", "kwargs", "names", NULL};
+    PyObject *fn, *a = NULL, *kw = Py_None, *names = Py_None;
+    PyObject *targs = NULL, *tkw = NULL, *pargs = NULL, *pkw = NULL,
+             *pnames = NULL, *varargs = NULL, *rng = NULL, *snap = NULL,
+             *out = NULL, *onodes = NULL, *res = NULL, *versions = NULL,
+             *mutated = NULL, *gm = NULL, *replay = NULL, *gates = NULL;
+    StaxTracer *tr = NULL, *prev = current;
+    TraceResult *tres = NULL;
+    ph_ctx c;
+    Py_ssize_t na;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|OO:trace", kwlist, &fn,
+                                     &a, &kw, &names)) {
+        return NULL;
+    }
+    if (StaxTensor_Type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "trace: no Tensor type");
+        return NULL;
+    }
+    targs = PySequence_Tuple(a);
+    if (targs == NULL) {
+        return NULL;
+    }
+    tkw = kw == Py_None ? PyDict_New() : PyDict_Copy(kw);
+    tr = tracer_new();
+    versions = PyList_New(0);
+    if (tkw == NULL || tr == NULL || versions == NULL) {
+        goto done;
+    }
+    c.tr = tr;
+    c.standin_versions = versions;
+    tr->active = 1;
+    /* placeholders: tensor leaves of args then kwargs, depth first */
+    pnames = param_names(fn, &varargs);
+    if (pnames == NULL) {
+        goto done;
+    }
+    na = PyTuple_GET_SIZE(targs);
+    pargs = PyTuple_New(na);
+    if (pargs == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < na; i++) {
+        PyObject *base = NULL, *w;
+        Py_ssize_t leaf = 0;
+        if (names != Py_None && PySequence_Check(names)
+            && i < PySequence_Size(names)) {
+            base = PySequence_GetItem(names, i);
+            if (base != NULL && !PyUnicode_Check(base)) {
+                Py_SETREF(base, PyObject_Str(base));
+            }
+        }
+        else if (i < PyList_GET_SIZE(pnames)) {
+            base = Py_NewRef(PyList_GET_ITEM(pnames, i));
+        }
+        else {
+            base = PyUnicode_FromFormat("%s_%zd",
+                                        varargs ? PyUnicode_AsUTF8(varargs)
+                                                : "arg",
+                                        i - PyList_GET_SIZE(pnames));
+        }
+        if (base == NULL) {
+            goto done;
+        }
+        w = wrap_arg(&c, PyTuple_GET_ITEM(targs, i), base, &leaf, 1);
+        Py_DECREF(base);
+        if (w == NULL) {
+            goto done;
+        }
+        PyTuple_SET_ITEM(pargs, i, w);
+    }
+    pkw = PyDict_New();
+    if (pkw == NULL) {
+        goto done;
+    }
+    {
+        PyObject *k, *v;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(tkw, &pos, &k, &v)) {
+            Py_ssize_t leaf = 0;
+            PyObject *w = wrap_arg(&c, v, k, &leaf, 1);
+            if (w == NULL || PyDict_SetItem(pkw, k, w) < 0) {
+                Py_XDECREF(w);
+                goto done;
+            }
+            Py_DECREF(w);
+        }
+    }
+    /* isolate side effects, run fn on the proxies */
+    rng = rng_save();
+    snap = module_snapshot(fn);
+    if (snap == NULL) {
+        goto done;
+    }
+    current = tr;
+    out = PyObject_Call(fn, pargs, pkw);
+    current = prev;
+    snapshot_restore(snap);
+    if (out == NULL) {
+        /* the user's exception, unchanged */
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        rng_restore(rng);
+        PyErr_Restore(et, ev, tb);
+        goto done;
+    }
+    rng_restore(rng);
+    if (PyErr_Occurred()) {
+        goto done;
+    }
+    onodes = map_args(tr, out, 0, NULL);
+    if (onodes == NULL) {
+        goto done;
+    }
+    {
+        PyObject *nm = PyUnicode_FromString("output");
+        PyObject *on = nm ? PyObject_CallMethodOneArg((PyObject *)tr->graph,
+                                                      nm, onodes)
+                          : NULL;
+        Py_XDECREF(nm);
+        StaxNode *bad;
+        if (on == NULL) {
+            goto done;
+        }
+        bad = failed_output_input(tr->graph, (StaxNode *)on);
+        Py_DECREF(on);
+        if (bad != NULL) {
+            stax_trace_raise_deferred(bad);
+            goto done;
+        }
+    }
+    mutated = PyList_New(0);
+    if (mutated == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(versions); i++) {
+        PyObject *e = PyList_GET_ITEM(versions, i);
+        StaxTensor *si = (StaxTensor *)PyTuple_GET_ITEM(e, 0);
+        unsigned long long v0 = PyLong_AsUnsignedLongLong(
+            PyTuple_GET_ITEM(e, 1));
+        if (si->storage->version != v0) {
+            PyObject *ix = PyLong_FromSsize_t(i);
+            if (ix == NULL || PyList_Append(mutated, ix) < 0) {
+                Py_XDECREF(ix);
+                goto done;
+            }
+            Py_DECREF(ix);
+        }
+    }
+    replay = extract_replay(tr, tr->constants);
+    if (replay == NULL) {
+        goto done;
+    }
+    {
+        PyObject *root = Py_BuildValue("(OO)", tr->constants, tr->graph);
+        gm = root ? PyObject_Call((PyObject *)StaxGraphModule_Type, root,
+                                  NULL)
+                  : NULL;
+        Py_XDECREF(root);
+        if (gm == NULL) {
+            goto done;
+        }
+    }
+    gates = PyList_GetSlice(tr->gates, 0, PY_SSIZE_T_MAX);
+    tres = PyObject_GC_New(TraceResult, TraceResult_Type);
+    if (gates == NULL || tres == NULL) {
+        goto done;
+    }
+    tres->graph_module = Py_NewRef(gm);
+    tres->gates = Py_NewRef(gates);
+    tres->shape_reads = PyList_GetSlice(tr->shape_reads, 0, PY_SSIZE_T_MAX);
+    tres->replay = Py_NewRef(replay);
+    tres->mutated_inputs = Py_NewRef(mutated);
+    tres->constants = PyDict_Copy(tr->constants);
+    PyObject_GC_Track(tres);
+    if (tres->shape_reads == NULL || tres->constants == NULL) {
+        Py_CLEAR(tres);
+        goto done;
+    }
+    res = (PyObject *)tres;
+done:
+    current = prev;
+    if (tr != NULL) {
+        tr->active = 0;
+    }
+    Py_XDECREF(targs);
+    Py_XDECREF(tkw);
+    Py_XDECREF(pargs);
+    Py_XDECREF(pkw);
+    Py_XDECREF(pnames);
+    Py_XDECREF(varargs);
+    Py_XDECREF(rng);
+    Py_XDECREF(snap);
+    Py_XDECREF(out);
+    Py_XDECREF(onodes);
+    Py_XDECREF(versions);
+    Py_XDECREF(mutated);
+    Py_XDECREF(gm);
+    Py_XDECREF(replay);
+    Py_XDECREF(gates);
+    Py_XDECREF(tr);
+    return res;
+}
+
+static PyObject *
+py_gate(PyObject *mod, PyObject *v)
+{
+    if (StaxProxy_Check(v)) {
+        StaxProxy *p = (StaxProxy *)v;
+        /* the value stays a tensor of the graph: no data gate, no node */
+        return stax_trace_proxy_new(p->tracer, p->node);
+    }
+    return Py_NewRef(v);
+}
+
+static PyObject *
+py_is_tracing(PyObject *mod, PyObject *unused)
+{
+    return PyBool_FromLong(current != NULL);
+}
+
+static PyMethodDef trace_functions[] = {
+    {"trace", (PyCFunction)(void (*)(void))py_trace,
+     METH_VARARGS | METH_KEYWORDS,
+     "trace(fn, args, kwargs=None, names=None) -> TraceResult"},
+    {"gate", (PyCFunction)py_gate, METH_O,
+     "gate(v): keep a 0-d tensor value dynamic (no specialization)."},
+    {"is_tracing", (PyCFunction)py_is_tracing, METH_NOARGS, NULL},
+    {NULL},
+};
+
+int
+stax_trace_tracer_init(PyObject *m)
+{
+    PyObject *lc, *file;
+    StaxTracer_Type = (PyTypeObject *)PyType_FromSpec(&tracer_spec);
+    TraceResult_Type = (PyTypeObject *)PyType_FromSpec(&tres_spec);
+    if (StaxTracer_Type == NULL || TraceResult_Type == NULL) {
+        return -1;
+    }
+    lc = PyImport_ImportModule("linecache");
+    if (lc == NULL) {
+        return -1;
+    }
+    linecache_getline = PyObject_GetAttrString(lc, "getline");
+    Py_DECREF(lc);
+    if (linecache_getline == NULL) {
+        return -1;
+    }
+    file = PyModule_GetFilenameObject(m);
+    if (file == NULL) {
+        PyErr_Clear();
+    }
+    else {
+        PyObject *osp = PyImport_ImportModule("os.path");
+        PyObject *d = osp ? PyObject_CallMethod(osp, "dirname", "O", file)
+                          : NULL;
+        Py_XDECREF(osp);
+        Py_DECREF(file);
+        if (d == NULL) {
+            return -1;
+        }
+        pkg_dir = PyUnicode_FromFormat("%U/", d);
+        Py_DECREF(d);
+        if (pkg_dir == NULL) {
+            return -1;
+        }
+    }
+    if (PyModule_AddObjectRef(m, "TraceResult",
+                              (PyObject *)TraceResult_Type) < 0
+        || PyModule_AddObjectRef(m, "Tracer", (PyObject *)StaxTracer_Type) < 0
+        || PyModule_AddFunctions(m, trace_functions) < 0) {
+        return -1;
+    }
+    return 0;
+}

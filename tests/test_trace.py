@@ -1,0 +1,350 @@
+"""Tracer (seed section 3): proxies, hybrid sampling, data gates, replay,
+stand-ins, side-effect isolation."""
+import gc
+import operator
+
+import numpy as np
+import pytest
+
+import tensorplay as tp
+from tensorplay import _C
+
+LISTING_3_1 = """graph(
+    %x : [num_users=1] = placeholder[target=x]
+    %w : [num_users=1] = placeholder[target=w]
+    %add shape=(64, 128) : [num_users=1] = call_function[target=operator.add](args = (%x, %w), kwargs = {})
+    %relu shape=(64, 128) : [num_users=1] = call_function[target=tensorplay.functional.relu](args = (%add,), kwargs = {})
+    %mul shape=(64, 128) : [num_users=1] = call_function[target=operator.mul](args = (%relu, 2), kwargs = {})
+    %sum_0 shape=(64,) : [num_users=1] = call_method[target=sum](args = (%mul, -1), kwargs = {})
+    return sum_0
+)"""
+
+
+def f11(x, w):
+    return (tp.relu(x + w) * 2).sum(-1)
+
+
+def ex31(x):
+    if x.sum() > 0:
+        return x * 2
+    return x - 1
+
+
+def call_nodes(g):
+    return [n for n in g.nodes if n.op.startswith("call")]
+
+
+def test_listing_3_1_exact():
+    x, w = tp.randn(64, 128), tp.randn(64, 128)
+    r = _C.trace(f11, (x, w))
+    assert str(r.graph_module.graph) == LISTING_3_1
+    r.graph_module.graph.lint()
+    assert r.gates == [] and r.mutated_inputs == []
+
+
+def test_gm_call_equals_eager():
+    x, w = tp.randn(64, 128), tp.randn(64, 128)
+    gm = _C.trace(f11, (x, w)).graph_module
+    assert "def forward(self, x, w):" in gm.code
+    np.testing.assert_allclose(gm(x, w).numpy(), f11(x, w).numpy(), rtol=1e-6)
+
+
+def test_example_3_1_and_3_2_gates_and_replay():
+    r = _C.trace(ex31, (tp.ones(4, 8),))
+    assert [(k, v) for _, k, v in r.gates] == [("bool", True)]
+    gate_node = r.gates[0][0]
+    assert gate_node.target is operator.gt
+    # the gate node stays in the graph (no DCE yet), with no users
+    assert gate_node.graph is r.graph_module.graph
+    rep = r.replay
+    calls = call_nodes(rep.graph)
+    assert [n.name for n in calls] == ["sum_0", "gt"]
+    assert len(calls) == 2
+    # replay on other inputs re-evaluates the gate
+    assert bool(rep(-2 * tp.ones(4, 8))[0]) is False
+    assert bool(rep(tp.ones(6, 8))[0]) is True
+    r2 = _C.trace(ex31, (-2 * tp.ones(4, 8),))
+    assert r2.gates[0][2] is False
+    np.testing.assert_allclose(r2.graph_module(-2 * tp.ones(4, 8)).numpy(), -3)
+
+
+def test_example_3_3_value_gate_vs_gate():
+    def f1(x):
+        n = int(x.sum())
+        return x * n
+
+    def f2(x):
+        n = tp.graph.gate(x.sum())
+        return x * n
+
+    o = tp.ones(2, 3)
+    r1 = _C.trace(f1, (o,))
+    assert [(k, v) for _, k, v in r1.gates] == [("int", 6)]
+    assert "operator.mul](args = (%x, 6)" in str(r1.graph_module.graph)
+    r2 = _C.trace(f2, (o,))
+    assert r2.gates == []
+    t = 2 * tp.ones(2, 3)
+    assert float(r2.graph_module(t).numpy()[0, 0]) == 24
+    assert float(r2.graph_module(o).numpy()[0, 0]) == 6
+    # int() of a gate()d value still freezes
+    r3 = _C.trace(lambda x: x * int(tp.graph.gate(x.sum())), (o,))
+    assert [k for _, k, _ in r3.gates] == ["int"]
+    # outside tracing gate is the identity
+    assert tp.graph.gate(o) is o
+
+
+def test_value_gates_kinds():
+    def f(x):
+        a = float(x[0])
+        b = x[1].item()
+        c = x.tolist()
+        d = [10, 20, 30][x[2].long()] if hasattr(x, "long") else 0
+        return x * (a + b + len(c) + d)
+
+    x = tp.tensor([1.0, 2.0, 0.0])
+    r = _C.trace(f, (x,))
+    kinds = [k for _, k, _ in r.gates]
+    assert kinds[:3] == ["float", "item", "tolist"]
+    np.testing.assert_allclose(r.graph_module(x).numpy(), f(x).numpy())
+
+
+def test_shape_reads():
+    def f(x, y):
+        n = x.shape[0]
+        return y * len(y) + n
+
+    r = _C.trace(f, (tp.ones(3, 4), tp.ones(5)))
+    assert (0, 0) in r.shape_reads and (0, 1) in r.shape_reads
+    assert (1, 0) in r.shape_reads
+    assert r.gates == []
+
+
+def test_proxy_surface():
+    def f(x, y):
+        a = 2 * x                # reflected
+        b = x - 1
+        a += y                   # in place
+        c = (x > 0) & (y < 1)
+        d = x[0] + x[:, 1:2].sum()
+        e = x.T.t()
+        rows = [r * 1 for r in x]  # iteration unrolled over dim 0
+        s = x.size(1) + x.dim() + x.ndim + x.numel()
+        return a, b, c, d, e, rows, s, x.dtype, x.mT
+
+    x, y = tp.randn(3, 4), tp.randn(3, 4)
+    r = _C.trace(f, (x, y))
+    g = r.graph_module.graph
+    txt = str(g)
+    assert "operator.mul](args = (2, %x)" in txt
+    assert "call_method[target=add_]" in txt
+    assert "target=operator.getitem" in txt
+    g.lint()
+    got = r.graph_module(x, y)
+    want = f(x, y)
+    for a, b in zip(got[:5], want[:5]):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6)
+    assert len(got[5]) == 3 and got[6] == want[6]
+
+
+def test_setitem_and_methods_through_getattr():
+    def f(x):
+        y = x.clone()
+        y[0] = 5.0
+        return y.exp().clamp(min=0.5)
+
+    x = tp.randn(3)
+    r = _C.trace(f, (x,))
+    txt = str(r.graph_module.graph)
+    assert "operator.setitem" in txt and "call_method[target=exp]" in txt
+    np.testing.assert_allclose(r.graph_module(x).numpy(), f(x).numpy(), rtol=1e-6)
+
+
+def test_module_inlined():
+    lin = tp.nn.Linear(4, 3)
+
+    def f(x):
+        return tp.relu(lin(x))
+
+    x = tp.randn(2, 4)
+    r = _C.trace(f, (x,))
+    assert all(n.op != "call_module" for n in r.graph_module.graph.nodes)
+    assert len(r.constants) >= 1    # weight/bias held by reference
+    for t in r.constants.values():
+        assert any(t is p for p in lin.parameters())
+    with tp.no_grad():
+        np.testing.assert_allclose(r.graph_module(x).numpy(), f(x).numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: tp.randn(8, 8),
+    lambda: tp.randn(8, 8).t(),
+    lambda: tp.randn(8, 1).expand(8, 8),
+    lambda: tp.randn(8, 16)[:, ::2],
+    lambda: tp.randn(20)[3:11],
+])
+def test_stand_in_keeps_layout(make):
+    x = make()
+    seen = {}
+
+    def f(p):
+        seen["v"] = p.node.meta["val"]
+        return p * 2 + 1
+
+    r = _C.trace(f, (x,))
+    si = seen["v"]
+    assert si is not x
+    assert tuple(si.shape) == tuple(x.shape)
+    assert si.stride() == x.stride()
+    assert si.storage_offset() == x.storage_offset() or x.storage_offset() > 0
+    np.testing.assert_array_equal(si.numpy(), x.numpy())
+    np.testing.assert_allclose(r.graph_module(x).numpy(), (x * 2 + 1).numpy())
+
+
+def test_offset_preserved():
+    base = tp.randn(20)
+    x = base[3:11]
+    seen = {}
+
+    def f(p):
+        seen["v"] = p.node.meta["val"]
+        return p + 1
+
+    _C.trace(f, (x,))
+    assert seen["v"].storage_offset() == x.storage_offset() == 3
+
+
+def test_mutation_invisible_and_reported():
+    def f(x, y):
+        x.mul_(2)
+        y.add_(1)
+        return x + y
+
+    x0 = np.random.rand(3, 4).astype(np.float32)
+    y0 = np.random.rand(3, 4).astype(np.float32)
+    x, y = tp.tensor(x0), tp.tensor(y0)
+    vx, vy = x._version, y._version
+    r = _C.trace(f, (x, y))
+    np.testing.assert_array_equal(x.numpy(), x0)
+    np.testing.assert_array_equal(y.numpy(), y0)
+    assert (x._version, y._version) == (vx, vy)
+    assert r.mutated_inputs == [0, 1]
+
+
+def test_module_buffers_restored():
+    bn = tp.nn.BatchNorm1d(4) if hasattr(tp.nn, "BatchNorm1d") else None
+    if bn is None:
+        pytest.skip("no BatchNorm1d")
+    bufs = [b.numpy().copy() for b in bn.buffers()]
+    _C.trace(bn, (tp.randn(8, 4),))
+    for b, b0 in zip(bn.buffers(), bufs):
+        np.testing.assert_array_equal(b.numpy(), b0)
+
+
+def test_rng_untouched():
+    def f(x):
+        return x + tp.randn(3)
+
+    tp.manual_seed(7)
+    a = tp.randn(3).numpy()
+    tp.manual_seed(7)
+    _C.trace(f, (tp.ones(3),))
+    b = tp.randn(3).numpy()
+    np.testing.assert_array_equal(a, b)
+
+
+def test_deferred_sample_error():
+    def f(x, y):
+        z = x + y               # shapes do not broadcast: sample fails
+        w = x * 2               # tracing goes on
+        if z.sum() > 0:         # the value is needed here
+            return w
+        return w
+
+    with pytest.raises(Exception) as ei:
+        _C.trace(f, (tp.ones(3), tp.ones(4)))
+    msg = str(ei.value)
+    assert "%add" in msg and "test_trace.py" in msg and "z = x + y" in msg
+    assert ei.value.__cause__ is not None
+
+
+def test_sample_failure_not_needed_is_symbolic():
+    def f(x):
+        bad = x + tp.ones(5)     # fails on the sample, result unused
+        return x * 2
+
+    r = _C.trace(f, (tp.ones(3),))
+    add = [n for n in r.graph_module.graph.nodes if n.name == "add"][0]
+    assert "val" not in add.meta and "sample_error" in add.meta
+
+
+def test_user_exception_propagates_unchanged():
+    class Boom(Exception):
+        pass
+
+    def f(x):
+        raise Boom("no")
+
+    with pytest.raises(Boom, match="no"):
+        _C.trace(f, (tp.ones(3),))
+    assert not _C.is_tracing()
+
+    def g(x):
+        for _ in tp.tensor(3.0) * x.sum():
+            pass
+
+    with pytest.raises(TypeError, match="0-d"):
+        _C.trace(g, (tp.ones(3),))
+
+
+def test_stack_meta_and_names():
+    def f(x, *rest, scale=None):
+        return x * scale + rest[0]
+
+    r = _C.trace(f, (tp.ones(3), tp.ones(3)), {"scale": tp.ones(3)})
+    names = [n.name for n in r.graph_module.graph.nodes if n.op == "placeholder"]
+    assert names == ["x", "rest_0", "scale"]
+    mul = [n for n in r.graph_module.graph.nodes if n.name == "mul"][0]
+    assert "test_trace.py" in mul.meta["stack"] and "in f:" in mul.meta["stack"]
+    r2 = _C.trace(f, (tp.ones(3), tp.ones(3)), {"scale": tp.ones(3)},
+                  ["a", "b"])
+    names = [n.name for n in r2.graph_module.graph.nodes if n.op == "placeholder"]
+    assert names == ["a", "b", "scale"]
+
+
+def test_nested_containers_and_outputs():
+    def f(xs, d):
+        return {"s": xs[0] + xs[1], "t": (d["k"] * 2, 3)}
+
+    a, b, k = tp.ones(2), tp.ones(2), tp.ones(2)
+    r = _C.trace(f, ([a, b], {"k": k}))
+    names = [n.name for n in r.graph_module.graph.nodes if n.op == "placeholder"]
+    assert names == ["xs_0", "xs_1", "d_0"]
+    out = r.graph_module(a, b, k)
+    assert out["t"][1] == 3
+    np.testing.assert_allclose(out["s"].numpy(), 2)
+
+
+def test_proxy_escaping_trace_raises():
+    keep = []
+
+    def f(x):
+        keep.append(x)
+        return x + 1
+
+    _C.trace(f, (tp.ones(2),))
+    with pytest.raises(RuntimeError, match="after its trace ended"):
+        keep[0] + 1
+
+
+def test_no_leak_in_trace_loop():
+    x, w = tp.randn(4, 8), tp.randn(4, 8)
+    for _ in range(50):
+        _C.trace(ex31, (x,))
+    gc.collect()
+    before = len(gc.get_objects())
+    for _ in range(2000):
+        _C.trace(ex31, (x,))
+        _C.trace(f11, (x, w))
+    gc.collect()
+    after = len(gc.get_objects())
+    assert after - before < 300
