@@ -30,7 +30,7 @@ static const char *const ufunc_names[STAX_OP_COUNT] = {
     [STAX_OP_ISNAN] = "isnan", [STAX_OP_ISINF] = "isinf",
     [STAX_OP_ISFINITE] = "isfinite",
     [STAX_OP_NEG] = "negative", [STAX_OP_ABS] = "absolute",
-    [STAX_OP_SIGN] = "sign", [STAX_OP_EXP] = "exp", [STAX_OP_EXP2] = "exp2",
+[STAX_OP_EXP] = "exp", [STAX_OP_EXP2] = "exp2",
     [STAX_OP_EXPM1] = "expm1", [STAX_OP_LOG] = "log", [STAX_OP_LOG2] = "log2",
     [STAX_OP_LOG10] = "log10", [STAX_OP_LOG1P] = "log1p",
     [STAX_OP_SQRT] = "sqrt", [STAX_OP_SIN] = "sin", [STAX_OP_COS] = "cos",
@@ -45,6 +45,8 @@ _Static_assert(sizeof(ufunc_names) / sizeof(ufunc_names[0]) == STAX_OP_COUNT,
                "ufunc_names must cover the op table");
 
 static PyObject *ufuncs[STAX_OP_COUNT];   /* strong */
+static char scalar_ok[STAX_OP_COUNT];     /* has a Scalar overload */
+int stax_ops_reflected;                   /* set by number slots: 2 - x */
 static PyObject *zero_long;
 static PyObject *out_kwnames;   /* ("out",) */
 
@@ -236,6 +238,16 @@ stax_ops_binary(const stax_op_info *op, PyObject *a, PyObject *b,
         Py_RETURN_NOTIMPLEMENTED;
     }
     for (int i = 0; i < 2; i++) {
+        if (!StaxTensor_Check(ops[i]) && is_scalar(ops[i])
+            && (i == 0 ? !(stax_ops_reflected || op->id == STAX_OP_POW)
+                       : !scalar_ok[op->id])
+            && StaxTensor_Check(ops[1 - i])) {
+            PyErr_Format(PyExc_TypeError,
+                         "%s(): argument '%s' (position %d) must be Tensor, "
+                         "not %.100s", op->name, i ? "other" : "input",
+                         i + 1, Py_TYPE(ops[i])->tp_name);
+            return NULL;
+        }
         if (!StaxTensor_Check(ops[i]) && !is_scalar(ops[i])) {
             if (i == 0 && !StaxTensor_Check(ops[1])) {
                 Py_RETURN_NOTIMPLEMENTED;
@@ -272,11 +284,25 @@ stax_ops_binary(const stax_op_info *op, PyObject *a, PyObject *b,
             return NULL;
         }
     }
-    else if (rt == STAX_BOOL && op->id == STAX_OP_SUB) {
-        PyErr_SetString(PyExc_RuntimeError,
-                        "Subtraction, the `-` operator, with two bool "
-                        "tensors is not supported. Use the `^` or "
-                        "`logical_xor()` operator instead.");
+    else if (op->id == STAX_OP_SUB
+             && (PyBool_Check(a) || PyBool_Check(b)
+                 || (StaxTensor_Check(a)
+                     && ((StaxTensor *)a)->dtype == STAX_BOOL)
+                 || (StaxTensor_Check(b)
+                     && ((StaxTensor *)b)->dtype == STAX_BOOL))) {
+        if (rt == STAX_BOOL) {
+            PyErr_SetString(PyExc_RuntimeError,
+                            "Subtraction, the `-` operator, with two bool "
+                            "tensors is not supported. Use the `^` or "
+                            "`logical_xor()` operator instead.");
+        }
+        else {
+            PyErr_SetString(PyExc_RuntimeError,
+                            "Subtraction, the `-` operator, with a bool "
+                            "tensor is not supported. If you are trying to "
+                            "invert a mask, use the `~` or `logical_not()` "
+                            "operator instead.");
+        }
         return NULL;
     }
     else if (rt == STAX_BOOL && (op->id == STAX_OP_FLOOR_DIVIDE
@@ -565,6 +591,9 @@ stax_ops_eager_init(PyObject *m)
         return -1;
     }
     for (int i = 0; i < STAX_OP_COUNT; i++) {
+        scalar_ok[i] = stax_op_has_overload(&stax_op_table[i], "Scalar")
+                       || stax_op_has_overload(&stax_op_table[i],
+                                               "Tensor_Scalar");
         if (ufunc_names[i] != NULL) {
             ufuncs[i] = PyObject_GetAttrString(np, ufunc_names[i]);
             if (ufuncs[i] == NULL) {

@@ -501,7 +501,14 @@ static const stax_op_info *slot_ops[STAX_OP_COUNT];
                 return r;                                                    \
             }                                                                \
         }                                                                    \
-        return run_op(op, functions[STAX_OP_##ID], args, 2, NULL);          \
+        {                                                                    \
+            PyObject *r_;                                                    \
+            int saved_ = stax_ops_reflected;                                 \
+            stax_ops_reflected = !StaxTensor_Check(a);                       \
+            r_ = run_op(op, functions[STAX_OP_##ID], args, 2, NULL);        \
+            stax_ops_reflected = saved_;                                     \
+            return r_;                                                       \
+        }                                                                    \
     }
 
 #define INPL_SLOT(fname, ID)                                                 \

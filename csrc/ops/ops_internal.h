@@ -41,6 +41,8 @@ PyObject *stax_ops_eager_c(const stax_op_info *op, PyObject *const *args,
 PyObject *stax_ops_binary(const stax_op_info *op, PyObject *a, PyObject *b,
                           StaxTensor *inplace_out);
 
+extern int stax_ops_reflected;
+
 /* function objects and installer (ops_func.c) */
 int stax_ops_func_init(PyObject *m);
 

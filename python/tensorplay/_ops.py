@@ -231,7 +231,7 @@ def _scalar_only(name):
     return f
 
 
-for _n in ("neg", "abs", "sign", "exp", "exp2", "expm1", "log", "log2",
+for _n in ("neg", "abs", "exp", "exp2", "expm1", "log", "log2",
            "log10", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan", "tanh",
            "sinh", "cosh", "asin", "acos", "atan", "sigmoid", "erf", "erfc",
            "floor", "ceil", "round", "trunc", "reciprocal", "square",
@@ -249,6 +249,18 @@ for _n in ("mul", "true_divide", "floor_divide", "remainder", "fmod",
             raise TypeError(f"{n}(): at least one argument must be a Tensor")
         return f
     _C._ops_set_impl(_n, _mk(_n))
+
+
+@_impl("sign")
+def _sign(input):
+    _check_tensor(input, "sign")
+    a = _arr(input)
+    if a.dtype == np.bool_:
+        return _clone(input)
+    r = np.array(np.sign(a))
+    if a.dtype.kind == "f":
+        r[np.isnan(a)] = 0
+    return _wrap(r, input)
 
 
 @_impl("frac")
@@ -546,6 +558,9 @@ def _mean(input, dim=None, keepdim=False, *, dtype=None):
 @_impl("prod")
 def _prod(input, dim=None, keepdim=False, *, dtype=None):
     a = _red_prep(input, "prod")
+    if dim is not None and not isinstance(dim, int):
+        raise TypeError(f"prod(): argument 'dim' (position 2) must be int, "
+                        f"not {type(dim).__name__}")
     axes = _dims(dim, a.ndim)
     out = _acc_dtype(a, dtype, "prod")
     r = np.prod(a, axis=axes, keepdims=keepdim, dtype=out)
