@@ -110,8 +110,8 @@ make(int kind, PyObject *args, PyObject *kw)
     }
     if (rg && !stax_dtype_is_floating(dt)) {
         PyErr_SetString(PyExc_RuntimeError,
-                        "Only Tensors of floating point and complex dtype can "
-                        "require gradients");
+                        "only Tensors of floating point dtype can require "
+                        "gradients");
         return NULL;
     }
     StaxTensor *t = stax_tensor_empty(nd, sizes, dt);

@@ -207,9 +207,12 @@ static int
 check_float(StaxTensor *t, const char *what)
 {
     if (!stax_dtype_is_floating(t->dtype)) {
-        PyErr_Format(PyExc_RuntimeError,
+        static const char *names[STAX_NUM_DTYPES] = {
+            "Bool", "Byte", "Char", "Short", "Int", "Long", "Half", "Float",
+            "Double"};
+        PyErr_Format(PyExc_NotImplementedError,
                      "\"%s\" not implemented for '%s'", what,
-                     stax_dtype_name(t->dtype));
+                     names[t->dtype]);
         return -1;
     }
     return 0;

@@ -266,7 +266,7 @@ stax_tensor_from_array(PyObject *obj)
     }
     int isz = stax_dtype_itemsize(dt);
     int64_t extent = 1;
-    int empty = 0;
+    int empty = PyArray_SIZE(arr) == 0;
     for (int i = 0; i < ndim; i++) {
         npy_intp st = PyArray_STRIDE(arr, i);
         if (st < 0) {
@@ -308,6 +308,13 @@ stax_tensor_from_array(PyObject *obj)
     for (int i = 0; i < ndim; i++) {
         t->sizes[i] = PyArray_DIM(arr, i);
         t->strides[i] = PyArray_STRIDE(arr, i) / isz;
+    }
+    if (empty) {   /* torch gives empty tensors contiguous strides */
+        int64_t s = 1;
+        for (int i = ndim - 1; i >= 0; i--) {
+            t->strides[i] = s;
+            s *= t->sizes[i] > 1 ? t->sizes[i] : 1;
+        }
     }
     return t;
 }
@@ -631,7 +638,7 @@ scalar_of(PyObject *self)
 {
     StaxTensor *t = (StaxTensor *)self;
     if (stax_tensor_numel(t) != 1) {
-        PyErr_SetString(PyExc_RuntimeError,
+        PyErr_SetString(PyExc_ValueError,
                         "only one element tensors can be converted to Python "
                         "scalars");
         return NULL;
@@ -788,8 +795,8 @@ set_requires_grad_value(StaxTensor *t, int v)
 {
     if (v && !stax_dtype_is_floating(t->dtype)) {
         PyErr_SetString(PyExc_RuntimeError,
-                        "only Tensors of floating point and complex dtype can "
-                        "require gradients");
+                        "only Tensors of floating point dtype can require "
+                        "gradients");
         return -1;
     }
     if (!v && t->nonleaf) {

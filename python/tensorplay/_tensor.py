@@ -375,13 +375,17 @@ def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False,
     if steps < 0:
         raise RuntimeError("number of steps must be non-negative")
     dt = _as_dtype(dtype) if dtype is not None else get_default_dtype()
+    # PyTorch's kernel: step in the output dtype, each value one fused multiply-add
+    ct = _NP[dt] if dt.is_floating_point and dt is not float16 else np.float64
     i = np.arange(steps, dtype=np.float64)
     if steps == 1:
         vals = np.array([start], dtype=np.float64)
     else:
-        step = (end - start) / (steps - 1)
+        start_c, end_c = ct(start), ct(end)
+        step = np.float64((end_c - start_c) / ct(steps - 1))
         half = steps // 2
-        vals = np.where(i < half, start + step * i, end - step * (steps - i - 1))
+        vals = np.where(i < half, np.float64(start_c) + step * i,
+                        np.float64(end_c) - step * (steps - 1 - i))
     if not dt.is_floating_point:
         vals = np.trunc(vals)
     return _finish(_C.from_numpy(np.ascontiguousarray(vals.astype(_NP[dt]))), requires_grad)
@@ -486,7 +490,7 @@ def set_rng_state(new_state):
 def _float_dtype(dtype, fn):
     dt = _as_dtype(dtype) if dtype is not None else get_default_dtype()
     if not dt.is_floating_point:
-        raise RuntimeError(f"\"{fn}\" not implemented for '{_TYPE_NAMES[dt]}'")
+        raise NotImplementedError(f"\"{fn}\" not implemented for '{_TYPE_NAMES[dt]}'")
     return dt
 
 
@@ -573,7 +577,8 @@ def normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=N
     st = std if isinstance(std, Tensor) else None
     ref = mt if mt is not None else st
     if not ref.dtype.is_floating_point:
-        raise RuntimeError(f"\"normal_kernel_cpu\" not implemented for '{_TYPE_NAMES[ref.dtype]}'")
+        raise NotImplementedError(f"\"normal_kernel_cpu\" not implemented for "
+                                  f"'{_TYPE_NAMES[ref.dtype]}'")
     m = mt.numpy(force=True) if mt is not None else np.float64(mean)
     s = st.numpy(force=True) if st is not None else np.float64(std)
     if np.any(s < 0):
