@@ -757,10 +757,15 @@ p_lower_call(p_op_ctx *c, PyObject *n, p_opcode_t opc)
         }
         /* scalar arithmetic among Python numbers stays as it is */
         int any_tensor = 0;
-        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mapped); i++) {
-            PyObject *a = PyTuple_GET_ITEM(mapped, i);
-            any_tensor |= stax_graph_p_is_node(a)
-                          && p_is_tensor_val(stax_graph_p_val(a));
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args); i++) {
+            PyObject *a = PyTuple_GET_ITEM(args, i);
+            PyObject *ma = PyTuple_GET_ITEM(mapped, i);
+            if (stax_graph_p_is_node(a)) {
+                PyObject *av = stax_graph_p_val(a);
+                any_tensor |= av == NULL || p_is_tensor_val(av)
+                              || (stax_graph_p_is_node(ma)
+                                  && p_is_tensor_val(stax_graph_p_val(ma)));
+            }
         }
         if (r.info->kind == STAX_OPK_VIEW && PyTuple_GET_SIZE(mapped) > 0
             && stax_graph_p_is_node(PyTuple_GET_ITEM(args, 0))) {
@@ -1080,6 +1085,56 @@ p_opgm(void)
 
 /* ---- make_op_graph --------------------------------------------------- */
 
+/* views taken but never read, values superseded by a scatter: dead code
+ * of the op graph (mutating nodes and placeholders stay) */
+static int
+p_op_dce(PyObject *graph)
+{
+    PyObject *nodes = stax_graph_p_nodes(graph);
+    if (nodes == NULL) {
+        return -1;
+    }
+    for (Py_ssize_t i = PyList_GET_SIZE(nodes) - 1; i >= 0; i--) {
+        PyObject *n = PyList_GET_ITEM(nodes, i);
+        p_opcode_t op = stax_graph_p_opcode(n);
+        if (op != P_CALL_FUNCTION) {
+            PyErr_Clear();
+            continue;
+        }
+        PyObject *meta = PyObject_GetAttrString(n, "meta");
+        int keep = meta == NULL || !PyDict_Check(meta)
+                   || PyDict_GetItemString(meta, "mutates") != NULL;
+        PyObject *ovl = meta && PyDict_Check(meta)
+                        ? PyDict_GetItemString(meta, "op_overload") : NULL;
+        if (ovl != NULL) {
+            const char *s = PyUnicode_AsUTF8(ovl);
+            const stax_op_info *info = NULL;
+            char nm[64];
+            if (s != NULL) {
+                snprintf(nm, sizeof(nm), "%s", s);
+                char *dot = strchr(nm, '.');
+                if (dot) {
+                    *dot = '\0';
+                }
+                info = stax_graph_p_op_by_name(nm);
+                keep |= strcmp(nm, "copy_") == 0
+                        || stax_graph_p_is_random(info);
+            }
+        }
+        Py_XDECREF(meta);
+        PyErr_Clear();
+        if (keep || stax_graph_p_users_count(n) != 0) {
+            continue;
+        }
+        if (stax_graph_p_erase(graph, n) < 0) {
+            Py_DECREF(nodes);
+            return -1;
+        }
+    }
+    Py_DECREF(nodes);
+    return 0;
+}
+
 PyObject *
 stax_graph_p_make_op_graph(PyObject *self, PyObject *args, PyObject *kwargs)
 {
@@ -1214,6 +1269,9 @@ placeholder:
             goto done;
         }
         Py_DECREF(r);
+    }
+    if (p_op_dce(c.graph) < 0) {
+        goto done;
     }
     {
         PyObject *tp = p_opgm();
