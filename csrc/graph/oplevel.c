@@ -316,8 +316,8 @@ p_call_args(const stax_op_info *op, const char *ovl, PyObject *bound,
             PyObject **pargs, PyObject **pkw)
 {
     int np = (int)PyTuple_GET_SIZE(bound), last = -1;
-    int all_pos = strncmp(ovl, "Scalar", 6) == 0
-                  && (!strcmp(op->name, "add") || !strcmp(op->name, "sub"));
+    int all_pos = 0;
+    (void)ovl;
     PyObject *l = PyList_New(0), *kw = PyDict_New();
     if (l == NULL || kw == NULL) {
         goto error;
@@ -604,8 +604,17 @@ p_fill_value(p_op_ctx *c, PyObject *like, PyObject *src)
     if (lv != NULL && sv != NULL && stax_graph_p_same_meta(lv, sv)) {
         r = Py_NewRef(src);
     }
+    else if (lv == NULL) {
+        /* no sample value to take the shape from: copy_ as one node that
+         * records its mutated argument (copied before it runs) */
+        PyObject *args = PyTuple_Pack(2, like, src);
+        r = args ? stax_graph_p_emit(c, "copy_", "default", args, NULL, 1)
+                 : NULL;
+        Py_XDECREF(args);
+        return r;
+    }
     else {
-        PyObject *shape = PyObject_GetAttrString(lv ? lv : Py_None, "shape");
+        PyObject *shape = PyObject_GetAttrString(lv, "shape");
         PyObject *l = shape ? PySequence_List(shape) : NULL;
         Py_XDECREF(shape);
         if (l == NULL) {
@@ -961,6 +970,29 @@ p_op_graph_str(PyObject *module, PyObject *gm)
         for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(a) && !err; j++) {
             err = p_fmt_arg(PyTuple_GET_ITEM(a, j), parts) < 0;
         }
+        /* add.Scalar / sub.Scalar print their full schema (self, other,
+         * alpha), as the seed's Example 4.4 does */
+        PyObject *meta0 = PyObject_GetAttrString(n, "meta");
+        PyObject *ov0 = meta0 && PyDict_Check(meta0)
+                        ? PyDict_GetItemString(meta0, "op_overload") : NULL;
+        const char *ovs = ov0 ? PyUnicode_AsUTF8(ov0) : NULL;
+        if (!err && ovs && (!strcmp(ovs, "add.Scalar")
+                            || !strcmp(ovs, "sub.Scalar"))
+            && PyTuple_GET_SIZE(a) == 2 && PyDict_Check(k)) {
+            PyObject *al = PyDict_GetItemString(k, "alpha");
+            PyObject *one = PyLong_FromLong(1);
+            err = one == NULL || p_fmt_arg(al ? al : one, parts) < 0;
+            Py_XDECREF(one);
+            if (!err && al != NULL) {
+                PyObject *k2 = PyDict_Copy(k);
+                err = k2 == NULL || PyDict_DelItemString(k2, "alpha") < 0;
+                if (k2 != NULL) {
+                    Py_SETREF(k, k2);
+                }
+            }
+        }
+        Py_XDECREF(meta0);
+        PyErr_Clear();
         if (PyDict_Check(k)) {
             PyObject *kk, *vv;
             Py_ssize_t pos = 0;
@@ -1264,14 +1296,22 @@ placeholder:
     if (outv != NULL) {
         PyObject *o = PyTuple_GET_SIZE(outv) > 0 ? PyTuple_GET_ITEM(outv, 0)
                                                  : Py_None;
-        PyObject *r = PyObject_CallMethod(c.graph, "output", "O", o);
+        PyObject *r = PyObject_CallMethod(c.graph, "output", "(O)", o);
         if (r == NULL) {
             goto done;
         }
         Py_DECREF(r);
     }
-    if (p_op_dce(c.graph) < 0) {
-        goto done;
+    {
+        /* identical subchains of decompositions: value numbering */
+        p_pass_ctx pc = {0};
+        pc.graph = c.graph;
+        pc.msg = PyList_New(0);
+        int e = pc.msg ? stax_graph_p_cse(&pc) : -1;
+        Py_XDECREF(pc.msg);
+        if (e < 0 || p_op_dce(c.graph) < 0) {
+            goto done;
+        }
     }
     {
         PyObject *tp = p_opgm();

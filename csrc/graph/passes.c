@@ -541,8 +541,8 @@ p_key(PyObject *o)
     return Py_BuildValue("(sN)", "o", PyLong_FromVoidPtr(o));
 }
 
-static int
-p_cse(p_pass_ctx *c)
+int
+stax_graph_p_cse(p_pass_ctx *c)
 {
     PyObject *nodes = stax_graph_p_nodes(c->graph), *table = NULL;
     int changed = 0, has_inplace, merged = 0;
@@ -906,7 +906,7 @@ static const struct {
     {"NormalizeOperators", p_normalize},
     {"ConstFold", p_constfold},
     {"DecomposePass", stax_graph_p_decompose_pass},
-    {"CSE", p_cse},
+    {"CSE", stax_graph_p_cse},
     {"DCE", p_dce},
     {"PointwiseFusionHint", p_hint},
 };

@@ -113,6 +113,7 @@ typedef struct {
 } p_pass_ctx;
 
 int stax_graph_p_decompose_pass(p_pass_ctx *c);   /* 1 changed, 0, -1 */
+int stax_graph_p_cse(p_pass_ctx *c);
 
 /* message helpers */
 int stax_graph_p_note(p_pass_ctx *c, const char *fmt, ...);
