@@ -348,3 +348,39 @@ def test_no_leak_in_trace_loop():
     gc.collect()
     after = len(gc.get_objects())
     assert after - before < 300
+
+
+def test_random_creation_recorded_not_frozen():
+    def f(x):
+        return x + tp.randn(3)
+
+    r = _C.trace(f, (tp.zeros(3),))
+    txt = str(r.graph_module.graph)
+    assert "randn](args = (3,)" in txt and r.constants == {}
+    assert tp.randn is not None and type(tp.randn).__name__ == "function"
+    gm = r.graph_module
+    tp.manual_seed(3)
+    a = gm(tp.zeros(3)).numpy()
+    b = gm(tp.zeros(3)).numpy()
+    tp.manual_seed(3)
+    e = f(tp.zeros(3)).numpy()
+    assert not np.array_equal(a, b)
+    np.testing.assert_array_equal(a, e)
+
+
+def test_tensor_with_proxy_argument_and_functions():
+    import tensorplay.nn.functional as F
+
+    def f(x, y):
+        t = tp.ones(3)
+        return (t + x, tp.cat([x, y]), tp.where(x > 0, x, y),
+                F.softmax(x, dim=0), x.add(y, alpha=2))
+
+    x, y = tp.randn(3), tp.randn(3)
+    r = _C.trace(f, (x, y))
+    txt = str(r.graph_module.graph)
+    assert "get_attr[target=_tensor_constant0]" in txt
+    assert "tensorplay.functional.cat](args = ([%x, %y],)" in txt
+    assert "kwargs = {alpha: 2}" in txt
+    for a, b in zip(r.graph_module(x, y), f(x, y)):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6)

@@ -1051,6 +1051,148 @@ static PyType_Spec tres_spec = {
 };
 
 /* ------------------------------------------------------------------ */
+/* random creation functions                                           */
+
+/* tp.randn(3) inside fn has no proxy argument, so no __tensor_function__
+ * sees it; frozen as a constant it would repeat the same numbers on every
+ * call. While tracing, these attributes of the tensorplay module are
+ * replaced by hooks recording call_function[target=the original]. */
+static const char *random_creators[] = {
+    "randn", "rand", "randint", "randperm", "normal", NULL,
+};
+
+typedef struct {
+    PyObject_HEAD
+    StaxTracer *tracer;
+    PyObject *original;
+} CreationHook;
+
+static PyTypeObject *CreationHook_Type = NULL;
+
+static int
+hook_traverse(CreationHook *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->tracer);
+    Py_VISIT(self->original);
+    return 0;
+}
+
+static int
+hook_clear(CreationHook *self)
+{
+    Py_CLEAR(self->tracer);
+    Py_CLEAR(self->original);
+    return 0;
+}
+
+static void
+hook_dealloc(CreationHook *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    hook_clear(self);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static PyObject *
+hook_call(CreationHook *self, PyObject *args, PyObject *kwds)
+{
+    if (!self->tracer->active) {
+        return PyObject_Call(self->original, args, kwds);
+    }
+    return stax_trace_record(self->tracer, STAX_NODE_CALL_FUNCTION,
+                             self->original, args, kwds);
+}
+
+static PyType_Slot hook_slots[] = {
+    {Py_tp_dealloc, hook_dealloc},
+    {Py_tp_traverse, hook_traverse},
+    {Py_tp_clear, hook_clear},
+    {Py_tp_call, hook_call},
+    {0, NULL},
+};
+
+static PyType_Spec hook_spec = {
+    .name = "tensorplay._C._CreationHook",
+    .basicsize = sizeof(CreationHook),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .slots = hook_slots,
+};
+
+static void hooks_remove(PyObject *saved);
+
+/* Install the hooks; returns a list of (name, previous value) to restore. */
+static PyObject *
+hooks_install(StaxTracer *tr)
+{
+    PyObject *mod = PyImport_ImportModule("tensorplay"), *saved;
+    if (mod == NULL) {
+        PyErr_Clear();
+        return PyList_New(0);
+    }
+    saved = PyList_New(0);
+    for (int i = 0; saved && random_creators[i]; i++) {
+        PyObject *orig = PyObject_GetAttrString(mod, random_creators[i]);
+        PyObject *e;
+        CreationHook *h;
+        if (orig == NULL) {
+            PyErr_Clear();
+            continue;
+        }
+        e = Py_BuildValue("(sO)", random_creators[i], orig);
+        h = PyObject_GC_New(CreationHook, CreationHook_Type);
+        if (e == NULL || h == NULL || PyList_Append(saved, e) < 0) {
+            Py_XDECREF(e);
+            Py_XDECREF(h);
+            Py_DECREF(orig);
+            hooks_remove(saved);
+            Py_CLEAR(saved);
+            break;
+        }
+        Py_DECREF(e);
+        h->tracer = (StaxTracer *)Py_NewRef(tr);
+        h->original = PyObject_TypeCheck(orig, CreationHook_Type)
+                          ? Py_NewRef(((CreationHook *)orig)->original)
+                          : Py_NewRef(orig);
+        PyObject_GC_Track(h);
+        Py_DECREF(orig);
+        if (PyObject_SetAttrString(mod, random_creators[i],
+                                   (PyObject *)h) < 0) {
+            Py_DECREF(h);
+            hooks_remove(saved);
+            Py_CLEAR(saved);
+            break;
+        }
+        Py_DECREF(h);
+    }
+    Py_DECREF(mod);
+    return saved;
+}
+
+static void
+hooks_remove(PyObject *saved)
+{
+    PyObject *mod, *et, *ev, *tb;
+    if (saved == NULL) {
+        return;
+    }
+    PyErr_Fetch(&et, &ev, &tb);
+    mod = PyImport_ImportModule("tensorplay");
+    for (Py_ssize_t i = 0; mod && i < PyList_GET_SIZE(saved); i++) {
+        PyObject *e = PyList_GET_ITEM(saved, i);
+        if (PyObject_SetAttr(mod, PyTuple_GET_ITEM(e, 0),
+                             PyTuple_GET_ITEM(e, 1)) < 0) {
+            PyErr_Clear();
+        }
+    }
+    Py_XDECREF(mod);
+    PyErr_Clear();
+    PyErr_Restore(et, ev, tb);
+}
+
+/* ------------------------------------------------------------------ */
 /* trace()                                                             */
 
 static PyObject *
@@ -1061,7 +1203,8 @@ py_trace(PyObject *mod, PyObject *args, PyObject *kwds)
     PyObject *targs = NULL, *tkw = NULL, *pargs = NULL, *pkw = NULL,
              *pnames = NULL, *varargs = NULL, *rng = NULL, *snap = NULL,
              *out = NULL, *onodes = NULL, *res = NULL, *versions = NULL,
-             *mutated = NULL, *gm = NULL, *replay = NULL, *gates = NULL;
+             *mutated = NULL, *gm = NULL, *replay = NULL, *gates = NULL,
+             *hooks = NULL;
     StaxTracer *tr = NULL, *prev = current;
     TraceResult *tres = NULL;
     ph_ctx c;
@@ -1149,9 +1292,15 @@ py_trace(PyObject *mod, PyObject *args, PyObject *kwds)
     if (snap == NULL) {
         goto done;
     }
+    hooks = hooks_install(tr);
+    if (hooks == NULL) {
+        goto done;
+    }
     current = tr;
     out = PyObject_Call(fn, pargs, pkw);
     current = prev;
+    hooks_remove(hooks);
+    Py_CLEAR(hooks);
     snapshot_restore(snap);
     if (out == NULL) {
         /* the user's exception, unchanged */
@@ -1255,6 +1404,8 @@ done:
     Py_XDECREF(gm);
     Py_XDECREF(replay);
     Py_XDECREF(gates);
+    hooks_remove(hooks);
+    Py_XDECREF(hooks);
     Py_XDECREF(tr);
     return res;
 }
@@ -1292,7 +1443,9 @@ stax_trace_tracer_init(PyObject *m)
     PyObject *lc, *file;
     StaxTracer_Type = (PyTypeObject *)PyType_FromSpec(&tracer_spec);
     TraceResult_Type = (PyTypeObject *)PyType_FromSpec(&tres_spec);
-    if (StaxTracer_Type == NULL || TraceResult_Type == NULL) {
+    CreationHook_Type = (PyTypeObject *)PyType_FromSpec(&hook_spec);
+    if (StaxTracer_Type == NULL || TraceResult_Type == NULL
+        || CreationHook_Type == NULL) {
         return -1;
     }
     lc = PyImport_ImportModule("linecache");
