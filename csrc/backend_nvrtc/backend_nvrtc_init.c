@@ -1,9 +1,362 @@
-/* Room init: registers this room's types and functions on tensorplay._C. */
-#include "backend_nvrtc/backend_nvrtc.h"
+/* Room init and the back-end vtable of the NVRTC back end.
+ *
+ * stax_nvrtc_backend ("nvrtc"), registered with lower's registry:
+ *   compile_kernel  render the loop IR as CUDA C, compile it to PTX with
+ *                   NVRTC (no GPU needed); the handle keeps source and PTX
+ *   launch          needs a GPU: copies the buffers to the device, runs a
+ *                   CUBIN built for the device's arch, copies outputs back;
+ *                   without a CUDA driver it raises a clear RuntimeError
+ *   free, supports_op (every loop-IR primitive)
+ * Nothing is loaded at import: libnvrtc / libcuda are dlopen()ed on first
+ * use. */
+#include "backend_nvrtc/nvrtc_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------ handle */
+
+typedef struct {
+    int buf;
+    const stax_ix *index;
+} access_t;
+
+typedef struct {
+    char name[64];
+    PyObject *source;          /* str, CUDA C */
+    PyObject *ptx;             /* str */
+    PyObject *cubin;           /* bytes, built at first launch */
+    int nbufs;
+    stax_dtype_t dtype[STAX_NVRTC_MAX_BUFS];
+    int is_output[STAX_NVRTC_MAX_BUFS];
+    int nsizes;
+    /* what a launch needs to size the device buffers (own copies) */
+    stax_arena *arena;
+    stax_kernel shape;         /* nouter, ninner, dims only */
+    int naccess;
+    access_t *access;
+} nvrtc_handle;
+
+static const stax_ix *
+ix_copy(stax_arena *a, const stax_ix *ix)
+{
+    stax_ix *c;
+    if (ix == NULL) {
+        return NULL;
+    }
+    c = stax_arena_alloc(a, sizeof(*c));
+    if (c == NULL) {
+        return NULL;
+    }
+    c->kind = ix->kind;
+    c->v = ix->v;
+    c->val = NULL;   /* STAX_IX_VALUE stays unboundable */
+    if (ix->kind >= STAX_IX_ADD && ix->kind <= STAX_IX_MOD) {
+        if ((c->a = ix_copy(a, ix->a)) == NULL
+            || (c->b = ix_copy(a, ix->b)) == NULL) {
+            return NULL;
+        }
+    }
+    return c;
+}
+
+static int
+add_access(nvrtc_handle *h, int *cap, int buf, const stax_ix *ix)
+{
+    if (h->naccess == *cap) {
+        int nc = *cap ? *cap * 2 : 16;
+        access_t *na = stax_arena_alloc(h->arena, sizeof(*na) * (size_t)nc);
+        if (na == NULL) {
+            return -1;
+        }
+        if (h->naccess) {
+            memcpy(na, h->access, sizeof(*na) * (size_t)h->naccess);
+        }
+        h->access = na;
+        *cap = nc;
+    }
+    h->access[h->naccess].buf = buf;
+    if ((h->access[h->naccess].index = ix_copy(h->arena, ix)) == NULL) {
+        return -1;
+    }
+    h->naccess++;
+    return 0;
+}
+
+static int collect_ix(nvrtc_handle *h, int *cap, const stax_ix *ix);
+
+static int
+collect_lval(nvrtc_handle *h, int *cap, const stax_lval *v)
+{
+    if (v == NULL) {
+        return 0;
+    }
+    if (v->kind == STAX_LV_LOAD) {
+        if (add_access(h, cap, v->buf, v->index) < 0
+            || collect_ix(h, cap, v->index) < 0
+            || collect_lval(h, cap, v->mask) < 0) {
+            return -1;
+        }
+        return 0;
+    }
+    if (v->kind == STAX_LV_INDEX && collect_ix(h, cap, v->index) < 0) {
+        return -1;
+    }
+    for (int i = 0; i < v->nargs; i++) {
+        if (collect_lval(h, cap, v->args[i]) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int
+collect_ix(nvrtc_handle *h, int *cap, const stax_ix *ix)
+{
+    if (ix == NULL) {
+        return 0;
+    }
+    if (ix->kind == STAX_IX_VALUE) {
+        return collect_lval(h, cap, ix->val);
+    }
+    if (ix->kind >= STAX_IX_ADD && ix->kind <= STAX_IX_MOD) {
+        return collect_ix(h, cap, ix->a) < 0 ? -1 : collect_ix(h, cap, ix->b);
+    }
+    return 0;
+}
+
+static void
+handle_free(nvrtc_handle *h)
+{
+    if (h == NULL) {
+        return;
+    }
+    Py_XDECREF(h->source);
+    Py_XDECREF(h->ptx);
+    Py_XDECREF(h->cubin);
+    if (h->arena != NULL) {
+        stax_arena_free(h->arena);
+    }
+    free(h);
+}
+
+/* ------------------------------------------------------------ vtable */
+
+static void *
+nvrtc_compile_kernel(stax_backend *be, const stax_kernel *k,
+                     PyObject **source)
+{
+    nvrtc_handle *h = NULL;
+    int cap = 0, nd = k->nouter + k->ninner;
+    const char *arch = be->state ? (const char *)be->state : "compute_90";
+
+    if (k->nbufs > STAX_NVRTC_MAX_BUFS || nd > 2 * STAX_MAX_DIMS) {
+        PyErr_Format(PyExc_NotImplementedError, "NVRTC back end: kernel %s "
+                     "has too many buffers or loops", k->name);
+        return NULL;
+    }
+    h = calloc(1, sizeof(*h));
+    if (h == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    snprintf(h->name, sizeof(h->name), "%s", k->name);
+    h->nsizes = stax_nvrtc_kernel_nsizes(k);
+    h->source = stax_nvrtc_render_kernel(k, h->nsizes);
+    if (h->source == NULL) {
+        goto error;
+    }
+    h->ptx = stax_nvrtc_compile_source(PyUnicode_AsUTF8(h->source), h->name,
+                                       arch, NULL);
+    if (h->ptx == NULL) {
+        goto error;
+    }
+    h->nbufs = k->nbufs;
+    for (int i = 0; i < k->nbufs; i++) {
+        h->dtype[i] = k->bufs[i].dtype;
+        h->is_output[i] = k->bufs[i].is_output;
+    }
+    if ((h->arena = stax_arena_new()) == NULL) {
+        goto error;
+    }
+    h->shape.nouter = k->nouter;
+    h->shape.ninner = k->ninner;
+    for (int d = 0; d < nd; d++) {
+        if ((h->shape.dims[d] = ix_copy(h->arena, k->dims[d])) == NULL) {
+            goto error;
+        }
+    }
+    for (int i = 0; i < k->nstores; i++) {
+        if (add_access(h, &cap, k->stores[i].buf, k->stores[i].index) < 0
+            || collect_ix(h, &cap, k->stores[i].index) < 0
+            || collect_lval(h, &cap, k->stores[i].value) < 0) {
+            goto error;
+        }
+    }
+    for (int i = 0; i < k->naccs; i++) {
+        if (collect_lval(h, &cap, k->accs[i].value) < 0
+            || collect_ix(h, &cap, k->accs[i].index) < 0) {
+            goto error;
+        }
+    }
+    if (source != NULL) {
+        *source = Py_NewRef(h->source);
+    }
+    return h;
+error:
+    handle_free(h);
+    return NULL;
+}
+
+/* size each buffer from its accesses at these sizes, then launch */
+static int
+launch_locked(nvrtc_handle *h, char **bufs, const int64_t *sizes,
+              int64_t start, int64_t end)
+{
+    static const int64_t zero[2 * STAX_MAX_DIMS] = {0};
+    int64_t vlo[2 * STAX_MAX_DIMS], vhi[2 * STAX_MAX_DIMS];
+    int64_t nbytes[STAX_NVRTC_MAX_BUFS] = {0}, grid[3], block[3], lo, hi;
+    int nd = h->shape.nouter + h->shape.ninner;
+
+    if (end <= start) {
+        return 0;
+    }
+    for (int d = 0; d < nd; d++) {
+        if (stax_nvrtc_ix_bounds(h->shape.dims[d], sizes, zero, zero, &lo,
+                                 &hi) < 0) {
+            return -1;
+        }
+        if (hi <= 0) {
+            return 0;     /* empty iteration space */
+        }
+        vlo[d] = 0;
+        vhi[d] = hi - 1;
+    }
+    if (h->shape.nouter > 0) {
+        vlo[0] = start;
+        vhi[0] = end - 1;
+    }
+    for (int i = 0; i < h->naccess; i++) {
+        const access_t *a = &h->access[i];
+        int isz = stax_nvrtc_dtype_size(h->dtype[a->buf]);
+        if (stax_nvrtc_ix_bounds(a->index, sizes, vlo, vhi, &lo, &hi) < 0) {
+            return -1;
+        }
+        if ((hi + 1) * isz > nbytes[a->buf]) {
+            nbytes[a->buf] = (hi + 1) * isz;
+        }
+    }
+    if (stax_nvrtc_launch_config(&h->shape, sizes, start, end, grid, block)
+        < 0) {
+        return -1;
+    }
+    if (h->cubin == NULL) {
+        char arch[32];
+        if (stax_nvrtc_device_arch(arch, sizeof(arch)) < 0) {
+            return -1;
+        }
+        h->cubin = stax_nvrtc_compile_source(PyUnicode_AsUTF8(h->source),
+                                             h->name, arch, NULL);
+        if (h->cubin == NULL) {
+            return -1;
+        }
+    }
+    return stax_nvrtc_launch_image(h->cubin, h->name, h->nbufs, bufs, nbytes,
+                                   h->is_output, sizes, h->nsizes, start, end,
+                                   grid, block);
+}
+
+static int
+nvrtc_launch(stax_backend *be, void *handle, char **bufs,
+             const int64_t *sizes, int64_t start, int64_t end)
+{
+    PyGILState_STATE g = PyGILState_Ensure();
+    int rc;
+    (void)be;
+    rc = launch_locked(handle, bufs, sizes, start, end);
+    PyGILState_Release(g);
+    return rc;
+}
+
+static void
+nvrtc_free(stax_backend *be, void *handle)
+{
+    (void)be;
+    handle_free(handle);
+}
+
+static int
+nvrtc_supports_op(stax_backend *be, int prim)
+{
+    (void)be;
+    return prim >= 0 && prim < STAX_PRIM_COUNT;
+}
+
+static stax_backend stax_nvrtc_backend = {
+    .name = "nvrtc",
+    .compile_kernel = nvrtc_compile_kernel,
+    .launch = nvrtc_launch,
+    .free = nvrtc_free,
+    .supports_op = nvrtc_supports_op,
+    .kernel_fn = NULL,
+    .state = NULL,     /* PTX arch for compile_kernel: NULL = compute_90 */
+};
+
+/* ------------------------------------------------------------ Python */
+
+static PyMethodDef nvrtc_methods[] = {
+    {"nvrtc_available", stax_nvrtc_py_available, METH_NOARGS,
+     "nvrtc_available() -> bool: libnvrtc could be loaded."},
+    {"nvrtc_version", stax_nvrtc_py_version, METH_NOARGS,
+     "nvrtc_version() -> (major, minor); NVRTCError if not found."},
+    {"nvrtc_library_path", stax_nvrtc_py_library_path, METH_NOARGS,
+     "nvrtc_library_path() -> str or None: the libnvrtc that was loaded."},
+    {"nvrtc_compile", (PyCFunction)(void (*)(void))stax_nvrtc_py_compile,
+     METH_VARARGS | METH_KEYWORDS,
+     "nvrtc_compile(source, name='kernel.cu', arch='compute_90', "
+     "options=None)\n--\n\nCompile CUDA C with NVRTC: PTX (str) for "
+     "arch='compute_XY', CUBIN (bytes) for 'sm_XY'. Raises NVRTCError "
+     "carrying the compile log (.log)."},
+    {"cuda_available", stax_nvrtc_py_cuda_available, METH_NOARGS,
+     "cuda_available() -> bool: a CUDA driver and a GPU are usable."},
+    {"nvrtc_render_expr",
+     (PyCFunction)(void (*)(void))stax_nvrtc_py_render_expr,
+     METH_VARARGS | METH_KEYWORDS,
+     "nvrtc_render_expr(expr, inputs, reduce=None, dims=None, keepdim=False, "
+     "name='stax_kernel')\n--\n\nLower a loop-IR S-expression over inputs "
+     "a b c ... (tensors, arrays or (dtype, shape) pairs), optionally "
+     "reduced (sum, mean, amax, argmax, any, ...) over dims, to ONE kernel "
+     "and render it as CUDA C. Returns the kernel record."},
+    {"nvrtc_render_graph",
+     (PyCFunction)(void (*)(void))stax_nvrtc_py_render_graph,
+     METH_VARARGS | METH_KEYWORDS,
+     "nvrtc_render_graph(gm, example_inputs, name=None)\n--\n\nLower a "
+     "GraphModule (a pointwise chain, optionally ending in one reduction) "
+     "to one fused kernel of the loop IR and render it as CUDA C: a list of "
+     "kernel records (.name, .source, .loop_ir, .grid, .block, ...)."},
+    {"nvrtc_launch", (PyCFunction)(void (*)(void))stax_nvrtc_py_launch,
+     METH_VARARGS | METH_KEYWORDS,
+     "nvrtc_launch(kernel, inputs, arch=None)\n--\n\nCompile a kernel record "
+     "for this GPU, run it on the inputs (driver API) and return the output "
+     "as a NumPy array. Needs a GPU; RuntimeError otherwise."},
+    {NULL, NULL, 0, NULL},
+};
 
 int
 stax_nvrtc_module_init(PyObject *m)
 {
-    (void)m;
-    return 0;
+    if (stax_nvrtc_error == NULL) {
+        stax_nvrtc_error = PyErr_NewExceptionWithDoc(
+            "tensorplay._C.NVRTCError",
+            "NVRTC failed (or is missing); .log holds the compile log.",
+            PyExc_RuntimeError, NULL);
+        if (stax_nvrtc_error == NULL) {
+            return -1;
+        }
+    }
+    if (PyModule_AddObjectRef(m, "NVRTCError", stax_nvrtc_error) < 0
+        || PyModule_AddFunctions(m, nvrtc_methods) < 0) {
+        return -1;
+    }
+    return stax_lower_register_backend(&stax_nvrtc_backend);
 }

@@ -1,0 +1,84 @@
+/* Private header of the backend_nvrtc room (other rooms: backend_nvrtc.h).
+ * tinygrad's split of a back end:
+ *   renderer  nvrtc_render.c   loop IR (lower.h stax_kernel) -> CUDA C
+ *   compiler  nvrtc_loader.c   CUDA C -> PTX / CUBIN through NVRTC
+ *   runtime   nvrtc_loader.c   module load, alloc, copy, launch (libcuda)
+ * plus nvrtc_graph.c, a stand-in lowering (GraphModule / S-expression ->
+ * loop IR) behind nvrtc_render_graph / nvrtc_render_expr, and
+ * backend_nvrtc_init.c: the stax_backend vtable and the Python functions.
+ * libnvrtc and libcuda are dlopen()ed on first use and never linked. */
+#ifndef STAX_NVRTC_INTERNAL_H
+#define STAX_NVRTC_INTERNAL_H
+
+#include "backend_nvrtc/backend_nvrtc.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define STAX_NVRTC_MAX_BUFS 32
+#define STAX_NVRTC_MAX_SIZES 64
+
+/* ---- dtypes (nvrtc_render.c) ---- */
+const char *stax_nvrtc_dtype_name(stax_dtype_t dt);
+int stax_nvrtc_dtype_size(stax_dtype_t dt);
+int stax_nvrtc_is_float(stax_dtype_t dt);
+int stax_nvrtc_dtype_parse(const char *s, stax_dtype_t *out); /* -1 + exc */
+
+/* ---- renderer (nvrtc_render.c) ---- */
+/* number of size arguments the kernel reads (1 + largest STAX_IX_SYM) */
+int stax_nvrtc_kernel_nsizes(const stax_kernel *k);
+int stax_nvrtc_max_sym(const stax_ix *ix);
+/* CUDA C of one kernel: new str, or NULL + exception (NotImplementedError
+ * for what the renderer cannot do). Signature of the rendered kernel:
+ *   extern "C" __global__ void <k->name>(T0 *buf0, ..., stax_sizes sizes,
+ *                                        int64_t start, int64_t end)
+ * with stax_sizes { int64_t v[max(nsizes, 1)]; } passed by value. */
+PyObject *stax_nvrtc_render_kernel(const stax_kernel *k, int nsizes);
+/* interval bounds of an index expression, loop variable v in
+ * [vlo[v], vhi[v]]; -1 + exception if data-dependent */
+int stax_nvrtc_ix_bounds(const stax_ix *ix, const int64_t *sizes,
+                         const int64_t *vlo, const int64_t *vhi, int64_t *lo,
+                         int64_t *hi);
+
+/* ---- compiler (nvrtc_loader.c) ---- */
+extern PyObject *stax_nvrtc_error;     /* tensorplay._C.NVRTCError */
+int stax_nvrtc_load(void);             /* 0, or -1 + NVRTCError */
+/* Compile CUDA C: arch "compute_XY" -> PTX (str), "sm_XY" -> CUBIN (bytes).
+ * NULL + NVRTCError carrying the compile log (.log) on failure. */
+PyObject *stax_nvrtc_compile_source(const char *src, const char *name,
+                                    const char *arch, PyObject *options);
+
+/* ---- runtime (nvrtc_loader.c) ---- */
+int stax_nvrtc_cuda_load(void);        /* 0, or -1 + RuntimeError */
+/* "sm_XY" of device 0 into out; -1 + exception */
+int stax_nvrtc_device_arch(char *out, size_t cap);
+/* One launch: copy nbufs host buffers in (nbytes[i] each), run the kernel
+ * image (PTX str or CUBIN bytes) with the given sizes/start/end and launch
+ * configuration, copy the buffers marked in is_output back. */
+int stax_nvrtc_launch_image(PyObject *image, const char *name, int nbufs,
+                            char **host, const int64_t *nbytes,
+                            const int *is_output, const int64_t *sizes,
+                            int nsizes, int64_t start, int64_t end,
+                            const int64_t grid[3], const int64_t block[3]);
+
+/* ---- stand-in lowering (nvrtc_graph.c) ---- */
+PyObject *stax_nvrtc_py_render_graph(PyObject *self, PyObject *args,
+                                     PyObject *kwargs);
+PyObject *stax_nvrtc_py_render_expr(PyObject *self, PyObject *args,
+                                    PyObject *kwargs);
+/* launch configuration at given sizes */
+int stax_nvrtc_launch_config(const stax_kernel *k, const int64_t *sizes,
+                             int64_t start, int64_t end, int64_t grid[3],
+                             int64_t block[3]);
+
+/* ---- Python entry points (nvrtc_loader.c) ---- */
+PyObject *stax_nvrtc_py_available(PyObject *self, PyObject *unused);
+PyObject *stax_nvrtc_py_version(PyObject *self, PyObject *unused);
+PyObject *stax_nvrtc_py_library_path(PyObject *self, PyObject *unused);
+PyObject *stax_nvrtc_py_compile(PyObject *self, PyObject *args,
+                                PyObject *kwargs);
+PyObject *stax_nvrtc_py_cuda_available(PyObject *self, PyObject *unused);
+PyObject *stax_nvrtc_py_launch(PyObject *self, PyObject *args,
+                               PyObject *kwargs);
+
+#endif

@@ -1,0 +1,845 @@
+/* Compiler and runtime of the NVRTC back end: libnvrtc (CUDA C -> PTX /
+ * CUBIN) and libcuda (driver API: module load, alloc, copy, launch), both
+ * dlopen()ed on first use, never linked. Every status code becomes a Python
+ * exception in one place, nvrtc_check() / cuda_check(); the NVRTC one
+ * attaches the compile log. */
+#include "backend_nvrtc/nvrtc_internal.h"
+#include "stax_numpy.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+PyObject *stax_nvrtc_error = NULL;
+
+/* ------------------------------------------------------------ NVRTC */
+
+typedef int nvrtcResult;
+typedef struct _nvrtcProgram *nvrtcProgram;
+
+static struct {
+    int tried;
+    void *lib;
+    char path[4096];
+    char why[2048];            /* what was tried, when nothing loaded */
+    nvrtcResult (*Version)(int *, int *);
+    const char *(*GetErrorString)(nvrtcResult);
+    nvrtcResult (*CreateProgram)(nvrtcProgram *, const char *, const char *,
+                                 int, const char *const *,
+                                 const char *const *);
+    nvrtcResult (*CompileProgram)(nvrtcProgram, int, const char *const *);
+    nvrtcResult (*GetPTXSize)(nvrtcProgram, size_t *);
+    nvrtcResult (*GetPTX)(nvrtcProgram, char *);
+    nvrtcResult (*GetCUBINSize)(nvrtcProgram, size_t *);  /* optional */
+    nvrtcResult (*GetCUBIN)(nvrtcProgram, char *);        /* optional */
+    nvrtcResult (*GetProgramLogSize)(nvrtcProgram, size_t *);
+    nvrtcResult (*GetProgramLog)(nvrtcProgram, char *);
+    nvrtcResult (*DestroyProgram)(nvrtcProgram *);
+} nv;
+
+static void
+why_add(char *why, size_t cap, const char *what)
+{
+    size_t n = strlen(why), w = strlen(what);
+    if (n && n + 2 < cap) {
+        memcpy(why + n, "; ", 2);
+        n += 2;
+    }
+    if (n + w >= cap) {
+        w = cap - n - 1;
+    }
+    memcpy(why + n, what, w);
+    why[n + w] = '\0';
+}
+
+static void *
+try_open(const char *path, char *why, size_t cap)
+{
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (h == NULL) {
+        const char *e = dlerror();
+        why_add(why, cap, e ? e : path);
+    }
+    return h;
+}
+
+/* The pip wheels put libnvrtc under <site-packages>/nvidia/...: ask Python
+ * for sys.path and try each entry. Returns a handle or NULL. */
+static void *
+try_pip_wheels(char *out_path, size_t cap)
+{
+    static const char *const rel[] = {
+        "nvidia/cuda_nvrtc/lib/libnvrtc.so.12",
+        "nvidia/cuda_nvrtc/lib/libnvrtc.so.13",
+        "nvidia/cu13/lib/libnvrtc.so.13",
+        "nvidia/cuda_nvrtc/lib/libnvrtc.so.11.2",
+        NULL,
+    };
+    PyObject *path = PySys_GetObject("path");   /* borrowed */
+    if (path == NULL || !PyList_Check(path)) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(path); i++) {
+        PyObject *e = PyList_GET_ITEM(path, i);
+        const char *dir = PyUnicode_Check(e) ? PyUnicode_AsUTF8(e) : NULL;
+        if (dir == NULL) {
+            PyErr_Clear();
+            continue;
+        }
+        for (int j = 0; rel[j] != NULL; j++) {
+            char full[4096];
+            snprintf(full, sizeof(full), "%s/%s", *dir ? dir : ".", rel[j]);
+            FILE *f = fopen(full, "rb");
+            if (f == NULL) {
+                continue;
+            }
+            fclose(f);
+            void *h = try_open(full, nv.why, sizeof(nv.why));
+            if (h != NULL) {
+                snprintf(out_path, cap, "%s", full);
+                return h;
+            }
+        }
+    }
+    return NULL;
+}
+
+static void *
+nvrtc_open(void)
+{
+    static const char *const names[] = {
+        "/usr/local/cuda/lib64/libnvrtc.so",
+        "/usr/local/cuda/lib64/libnvrtc.so.13",
+        "/usr/local/cuda/lib64/libnvrtc.so.12",
+        NULL,
+    };
+    static const char *const plain[] = {
+        "libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2",
+        NULL,
+    };
+    void *h = NULL;
+    const char *env = getenv("TENSORPLAY_NVRTC");
+    if (env != NULL && *env) {
+        char full[4096];
+        size_t n = strlen(env);
+        /* a directory: look for libnvrtc.so* inside */
+        snprintf(full, sizeof(full), "%s", env);
+        if (n > 0 && env[n - 1] == '/') {
+            snprintf(full, sizeof(full), "%slibnvrtc.so", env);
+        }
+        if ((h = try_open(full, nv.why, sizeof(nv.why))) != NULL) {
+            snprintf(nv.path, sizeof(nv.path), "%s", full);
+            return h;
+        }
+    }
+    for (int i = 0; names[i] != NULL; i++) {
+        if ((h = try_open(names[i], nv.why, sizeof(nv.why))) != NULL) {
+            snprintf(nv.path, sizeof(nv.path), "%s", names[i]);
+            return h;
+        }
+    }
+    if ((h = try_pip_wheels(nv.path, sizeof(nv.path))) != NULL) {
+        return h;
+    }
+    for (int i = 0; plain[i] != NULL; i++) {
+        if ((h = try_open(plain[i], nv.why, sizeof(nv.why))) != NULL) {
+            snprintf(nv.path, sizeof(nv.path), "%s", plain[i]);
+            return h;
+        }
+    }
+    return NULL;
+}
+
+#define NV_SYM(field, sym, required)                                     \
+    do {                                                                 \
+        *(void **)&nv.field = dlsym(nv.lib, sym);                        \
+        if (nv.field == NULL && (required)) {                            \
+            why_add(nv.why, sizeof(nv.why), "missing symbol " sym);      \
+            goto fail;                                                   \
+        }                                                                \
+    } while (0)
+
+int
+stax_nvrtc_load(void)
+{
+    if (!nv.tried) {
+        nv.tried = 1;
+        nv.lib = nvrtc_open();
+        if (nv.lib == NULL) {
+            goto fail;
+        }
+        NV_SYM(Version, "nvrtcVersion", 1);
+        NV_SYM(GetErrorString, "nvrtcGetErrorString", 1);
+        NV_SYM(CreateProgram, "nvrtcCreateProgram", 1);
+        NV_SYM(CompileProgram, "nvrtcCompileProgram", 1);
+        NV_SYM(GetPTXSize, "nvrtcGetPTXSize", 1);
+        NV_SYM(GetPTX, "nvrtcGetPTX", 1);
+        NV_SYM(GetCUBINSize, "nvrtcGetCUBINSize", 0);
+        NV_SYM(GetCUBIN, "nvrtcGetCUBIN", 0);
+        NV_SYM(GetProgramLogSize, "nvrtcGetProgramLogSize", 1);
+        NV_SYM(GetProgramLog, "nvrtcGetProgramLog", 1);
+        NV_SYM(DestroyProgram, "nvrtcDestroyProgram", 1);
+        return 0;
+    fail:
+        if (nv.lib != NULL) {
+            dlclose(nv.lib);
+            nv.lib = NULL;
+        }
+        nv.path[0] = '\0';
+    }
+    if (nv.lib != NULL) {
+        return 0;
+    }
+    PyErr_Format(stax_nvrtc_error,
+                 "libnvrtc not found (tried $TENSORPLAY_NVRTC, "
+                 "/usr/local/cuda/lib64, the nvidia-cuda-nvrtc-cu12 pip wheel "
+                 "under sys.path, then the loader's path): %s. Install it with "
+                 "`pip install nvidia-cuda-nvrtc-cu12` or set "
+                 "TENSORPLAY_NVRTC to the library's path", nv.why);
+    return -1;
+}
+
+static PyObject *
+program_log(nvrtcProgram prog)
+{
+    size_t n = 0;
+    char *buf = NULL;
+    PyObject *res = NULL;
+    if (prog == NULL || nv.GetProgramLogSize(prog, &n) != 0 || n == 0) {
+        return PyUnicode_FromString("");
+    }
+    buf = PyMem_Malloc(n + 1);
+    if (buf == NULL) {
+        return PyErr_NoMemory();
+    }
+    buf[0] = '\0';
+    if (nv.GetProgramLog(prog, buf) == 0) {
+        buf[n] = '\0';
+        res = PyUnicode_DecodeUTF8(buf, (Py_ssize_t)strlen(buf), "replace");
+    }
+    else {
+        res = PyUnicode_FromString("");
+    }
+    PyMem_Free(buf);
+    return res;
+}
+
+/* THE check: a non-zero NVRTC status becomes NVRTCError("<what>: <status>
+ * \n<compile log>") with .log (str) and .status (int) attributes. */
+static int
+nvrtc_check(nvrtcResult r, const char *what, nvrtcProgram prog)
+{
+    PyObject *log = NULL, *msg = NULL, *exc = NULL;
+    if (r == 0) {
+        return 0;
+    }
+    log = program_log(prog);
+    if (log == NULL) {
+        return -1;
+    }
+    msg = PyUnicode_FromFormat("%s failed: %s (status %d)%s%U", what,
+                               nv.GetErrorString(r), r,
+                               PyUnicode_GET_LENGTH(log) ? "\n" : "", log);
+    if (msg == NULL) {
+        goto done;
+    }
+    exc = PyObject_CallOneArg(stax_nvrtc_error, msg);
+    if (exc == NULL) {
+        goto done;
+    }
+    PyObject *st = PyLong_FromLong(r);
+    if (st == NULL || PyObject_SetAttrString(exc, "log", log) < 0
+        || PyObject_SetAttrString(exc, "status", st) < 0) {
+        Py_XDECREF(st);
+        goto done;
+    }
+    Py_DECREF(st);
+    PyErr_SetObject(stax_nvrtc_error, exc);
+done:
+    Py_XDECREF(log);
+    Py_XDECREF(msg);
+    Py_XDECREF(exc);
+    return -1;
+}
+
+PyObject *
+stax_nvrtc_compile_source(const char *src, const char *name,
+                          const char *arch, PyObject *options)
+{
+    nvrtcProgram prog = NULL;
+    const char *opts[64];
+    char archopt[64];
+    int nopt = 0, cubin = 0;
+    nvrtcResult r;
+    size_t n = 0;
+    char *buf = NULL;
+    PyObject *res = NULL;
+
+    if (stax_nvrtc_load() < 0) {
+        return NULL;
+    }
+    if (arch == NULL || *arch == '\0') {
+        arch = "compute_90";
+    }
+    cubin = strncmp(arch, "sm_", 3) == 0;
+    if (!cubin && strncmp(arch, "compute_", 8) != 0) {
+        PyErr_Format(PyExc_ValueError,
+                     "nvrtc_compile: arch must be 'compute_XY' (PTX) or "
+                     "'sm_XY' (CUBIN), got %R", PyUnicode_FromString(arch));
+        return NULL;
+    }
+    if (cubin && nv.GetCUBIN == NULL) {
+        PyErr_SetString(stax_nvrtc_error, "this libnvrtc cannot emit CUBIN "
+                        "(nvrtcGetCUBIN missing); use arch='compute_XY'");
+        return NULL;
+    }
+    snprintf(archopt, sizeof(archopt), "--gpu-architecture=%s", arch);
+    opts[nopt++] = archopt;
+    opts[nopt++] = "--std=c++17";
+    if (options != NULL && options != Py_None) {
+        PyObject *seq = PySequence_Fast(options, "options must be a sequence "
+                                        "of str");
+        if (seq == NULL) {
+            return NULL;
+        }
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+            const char *o = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(seq, i));
+            if (o == NULL || nopt >= 64) {
+                Py_DECREF(seq);
+                if (o != NULL) {
+                    PyErr_SetString(PyExc_ValueError, "too many options");
+                }
+                return NULL;
+            }
+            opts[nopt++] = o;   /* kept alive by `options` */
+        }
+        Py_DECREF(seq);
+    }
+    if (nvrtc_check(nv.CreateProgram(&prog, src, name, 0, NULL, NULL),
+                    "nvrtcCreateProgram", NULL) < 0) {
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    r = nv.CompileProgram(prog, nopt, opts);
+    Py_END_ALLOW_THREADS
+    if (nvrtc_check(r, "nvrtcCompileProgram", prog) < 0) {
+        goto done;
+    }
+    if (nvrtc_check(cubin ? nv.GetCUBINSize(prog, &n)
+                          : nv.GetPTXSize(prog, &n), "nvrtcGetPTXSize",
+                    prog) < 0) {
+        goto done;
+    }
+    buf = PyMem_Malloc(n + 1);
+    if (buf == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (nvrtc_check(cubin ? nv.GetCUBIN(prog, buf) : nv.GetPTX(prog, buf),
+                    "nvrtcGetPTX", prog) < 0) {
+        goto done;
+    }
+    if (cubin) {
+        res = PyBytes_FromStringAndSize(buf, (Py_ssize_t)n);
+    }
+    else {
+        buf[n] = '\0';
+        res = PyUnicode_FromString(buf);
+    }
+done:
+    PyMem_Free(buf);
+    if (prog != NULL) {
+        nv.DestroyProgram(&prog);
+    }
+    return res;
+}
+
+PyObject *
+stax_nvrtc_py_available(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    if (stax_nvrtc_load() < 0) {
+        PyErr_Clear();
+        Py_RETURN_FALSE;
+    }
+    Py_RETURN_TRUE;
+}
+
+PyObject *
+stax_nvrtc_py_version(PyObject *self, PyObject *unused)
+{
+    int major = 0, minor = 0;
+    (void)self;
+    (void)unused;
+    if (stax_nvrtc_load() < 0
+        || nvrtc_check(nv.Version(&major, &minor), "nvrtcVersion", NULL) < 0) {
+        return NULL;
+    }
+    return Py_BuildValue("(ii)", major, minor);
+}
+
+PyObject *
+stax_nvrtc_py_library_path(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    if (stax_nvrtc_load() < 0) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    return PyUnicode_FromString(nv.path);
+}
+
+PyObject *
+stax_nvrtc_py_compile(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"source", "name", "arch", "options", NULL};
+    const char *src = NULL, *name = "kernel.cu", *arch = "compute_90";
+    PyObject *options = NULL;
+    (void)self;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "s|szO:nvrtc_compile",
+                                     kwlist, &src, &name, &arch, &options)) {
+        return NULL;
+    }
+    return stax_nvrtc_compile_source(src, name, arch, options);
+}
+
+/* ------------------------------------------------------------ driver API */
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUmod_st *CUmodule;
+typedef struct CUfunc_st *CUfunction;
+typedef unsigned long long CUdeviceptr;
+
+#define CU_ATTR_CC_MAJOR 75
+#define CU_ATTR_CC_MINOR 76
+
+static struct {
+    int tried;
+    int ok;
+    void *lib;
+    char why[1024];
+    CUcontext ctx;
+    CUdevice dev;
+    CUresult (*Init)(unsigned);
+    CUresult (*DeviceGetCount)(int *);
+    CUresult (*DeviceGet)(CUdevice *, int);
+    CUresult (*DeviceGetAttribute)(int *, int, CUdevice);
+    CUresult (*PrimaryCtxRetain)(CUcontext *, CUdevice);
+    CUresult (*CtxSetCurrent)(CUcontext);
+    CUresult (*ModuleLoadData)(CUmodule *, const void *);
+    CUresult (*ModuleUnload)(CUmodule);
+    CUresult (*ModuleGetFunction)(CUfunction *, CUmodule, const char *);
+    CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned,
+                             unsigned, unsigned, unsigned, unsigned, void *,
+                             void **, void **);
+    CUresult (*MemAlloc)(CUdeviceptr *, size_t);
+    CUresult (*MemFree)(CUdeviceptr);
+    CUresult (*MemcpyHtoD)(CUdeviceptr, const void *, size_t);
+    CUresult (*MemcpyDtoH)(void *, CUdeviceptr, size_t);
+    CUresult (*CtxSynchronize)(void);
+    CUresult (*GetErrorString)(CUresult, const char **);
+} cu;
+
+static int
+cuda_check(CUresult r, const char *what)
+{
+    const char *s = NULL;
+    if (r == 0) {
+        return 0;
+    }
+    if (cu.GetErrorString == NULL || cu.GetErrorString(r, &s) != 0
+        || s == NULL) {
+        s = "unknown error";
+    }
+    PyErr_Format(PyExc_RuntimeError, "CUDA driver: %s failed: %s (%d)",
+                 what, s, r);
+    return -1;
+}
+
+#define CU_SYM(field, sym)                                               \
+    do {                                                                 \
+        *(void **)&cu.field = dlsym(cu.lib, sym);                        \
+        if (cu.field == NULL) {                                          \
+            why_add(cu.why, sizeof(cu.why), "missing symbol " sym);      \
+            goto fail;                                                   \
+        }                                                                \
+    } while (0)
+
+int
+stax_nvrtc_cuda_load(void)
+{
+    if (!cu.tried) {
+        int count = 0;
+        cu.tried = 1;
+        const char *names[] = {"libcuda.so.1", "libcuda.so", NULL};
+        for (int i = 0; names[i] != NULL && cu.lib == NULL; i++) {
+            cu.lib = try_open(names[i], cu.why, sizeof(cu.why));
+        }
+        if (cu.lib == NULL) {
+            goto fail;
+        }
+        CU_SYM(Init, "cuInit");
+        CU_SYM(DeviceGetCount, "cuDeviceGetCount");
+        CU_SYM(DeviceGet, "cuDeviceGet");
+        CU_SYM(DeviceGetAttribute, "cuDeviceGetAttribute");
+        CU_SYM(PrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+        CU_SYM(CtxSetCurrent, "cuCtxSetCurrent");
+        CU_SYM(ModuleLoadData, "cuModuleLoadData");
+        CU_SYM(ModuleUnload, "cuModuleUnload");
+        CU_SYM(ModuleGetFunction, "cuModuleGetFunction");
+        CU_SYM(LaunchKernel, "cuLaunchKernel");
+        CU_SYM(MemAlloc, "cuMemAlloc_v2");
+        CU_SYM(MemFree, "cuMemFree_v2");
+        CU_SYM(MemcpyHtoD, "cuMemcpyHtoD_v2");
+        CU_SYM(MemcpyDtoH, "cuMemcpyDtoH_v2");
+        CU_SYM(CtxSynchronize, "cuCtxSynchronize");
+        CU_SYM(GetErrorString, "cuGetErrorString");
+        if (cu.Init(0) != 0) {
+            why_add(cu.why, sizeof(cu.why), "cuInit failed (no driver/GPU)");
+            goto fail;
+        }
+        if (cu.DeviceGetCount(&count) != 0 || count < 1) {
+            why_add(cu.why, sizeof(cu.why), "no CUDA device");
+            goto fail;
+        }
+        if (cu.DeviceGet(&cu.dev, 0) != 0
+            || cu.PrimaryCtxRetain(&cu.ctx, cu.dev) != 0) {
+            why_add(cu.why, sizeof(cu.why), "cannot open device 0");
+            goto fail;
+        }
+        cu.ok = 1;
+    fail:;
+    }
+    if (cu.ok) {
+        return cuda_check(cu.CtxSetCurrent(cu.ctx), "cuCtxSetCurrent");
+    }
+    PyErr_Format(PyExc_RuntimeError,
+                 "NVRTC back end: launching needs an NVIDIA GPU and its "
+                 "driver (libcuda); none usable here (%s). Rendering and "
+                 "compiling to PTX work without one.", cu.why);
+    return -1;
+}
+
+PyObject *
+stax_nvrtc_py_cuda_available(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    if (stax_nvrtc_cuda_load() < 0) {
+        PyErr_Clear();
+        Py_RETURN_FALSE;
+    }
+    Py_RETURN_TRUE;
+}
+
+int
+stax_nvrtc_device_arch(char *out, size_t cap)
+{
+    int ma = 0, mi = 0;
+    if (stax_nvrtc_cuda_load() < 0
+        || cuda_check(cu.DeviceGetAttribute(&ma, CU_ATTR_CC_MAJOR, cu.dev),
+                      "cuDeviceGetAttribute") < 0
+        || cuda_check(cu.DeviceGetAttribute(&mi, CU_ATTR_CC_MINOR, cu.dev),
+                      "cuDeviceGetAttribute") < 0) {
+        return -1;
+    }
+    snprintf(out, cap, "sm_%d%d", ma, mi);
+    return 0;
+}
+
+int
+stax_nvrtc_launch_image(PyObject *image, const char *name, int nbufs,
+                        char **host, const int64_t *nbytes,
+                        const int *is_output, const int64_t *sizes,
+                        int nsizes, int64_t start, int64_t end,
+                        const int64_t grid[3], const int64_t block[3])
+{
+    CUdeviceptr dptr[STAX_NVRTC_MAX_BUFS] = {0};
+    void *params[STAX_NVRTC_MAX_BUFS + 3];
+    int64_t sz[STAX_NVRTC_MAX_SIZES] = {0};
+    int64_t st = start, en = end;
+    CUmodule mod = NULL;
+    CUfunction fn = NULL;
+    int rc = -1;
+
+    if (nbufs > STAX_NVRTC_MAX_BUFS || nsizes > STAX_NVRTC_MAX_SIZES) {
+        PyErr_SetString(PyExc_ValueError, "NVRTC launch: too many buffers "
+                        "or sizes");
+        return -1;
+    }
+    if (stax_nvrtc_cuda_load() < 0) {
+        return -1;
+    }
+    for (int i = 0; i < nsizes; i++) {
+        sz[i] = sizes[i];
+    }
+    const void *img = PyBytes_Check(image)
+        ? (const void *)PyBytes_AS_STRING(image)
+        : (const void *)PyUnicode_AsUTF8(image);
+    if (img == NULL
+        || cuda_check(cu.ModuleLoadData(&mod, img), "cuModuleLoadData") < 0
+        || cuda_check(cu.ModuleGetFunction(&fn, mod, name),
+                      "cuModuleGetFunction") < 0) {
+        goto done;
+    }
+    for (int i = 0; i < nbufs; i++) {
+        size_t n = nbytes[i] > 0 ? (size_t)nbytes[i] : 0;
+        if (cuda_check(cu.MemAlloc(&dptr[i], n ? n : 1), "cuMemAlloc") < 0) {
+            goto done;
+        }
+        if (n && cuda_check(cu.MemcpyHtoD(dptr[i], host[i], n),
+                            "cuMemcpyHtoD") < 0) {
+            goto done;
+        }
+        params[i] = &dptr[i];
+    }
+    params[nbufs] = sz;        /* struct stax_sizes, by value */
+    params[nbufs + 1] = &st;
+    params[nbufs + 2] = &en;
+    if (grid[0] > 0 && grid[1] > 0 && grid[2] > 0) {
+        if (cuda_check(cu.LaunchKernel(fn, (unsigned)grid[0],
+                                       (unsigned)grid[1], (unsigned)grid[2],
+                                       (unsigned)block[0], (unsigned)block[1],
+                                       (unsigned)block[2], 0, NULL, params,
+                                       NULL), "cuLaunchKernel") < 0
+            || cuda_check(cu.CtxSynchronize(), "cuCtxSynchronize") < 0) {
+            goto done;
+        }
+    }
+    for (int i = 0; i < nbufs; i++) {
+        if (is_output[i] && nbytes[i] > 0
+            && cuda_check(cu.MemcpyDtoH(host[i], dptr[i], (size_t)nbytes[i]),
+                          "cuMemcpyDtoH") < 0) {
+            goto done;
+        }
+    }
+    rc = 0;
+done:
+    for (int i = 0; i < nbufs; i++) {
+        if (dptr[i]) {
+            cu.MemFree(dptr[i]);
+        }
+    }
+    if (mod != NULL) {
+        cu.ModuleUnload(mod);
+    }
+    return rc;
+}
+
+/* ------------------------------------------------------------ records */
+
+static int
+get_i64s(PyObject *o, const char *attr, int64_t *out, int cap, int *n)
+{
+    PyObject *v = PyObject_GetAttrString(o, attr), *seq = NULL;
+    int rc = -1;
+    if (v == NULL) {
+        return -1;
+    }
+    seq = PySequence_Fast(v, "kernel attribute must be a sequence");
+    if (seq == NULL) {
+        goto done;
+    }
+    if (PySequence_Fast_GET_SIZE(seq) > cap) {
+        PyErr_Format(PyExc_ValueError, "kernel.%s too long", attr);
+        goto done;
+    }
+    *n = (int)PySequence_Fast_GET_SIZE(seq);
+    for (int i = 0; i < *n; i++) {
+        out[i] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, i));
+        if (out[i] == -1 && PyErr_Occurred()) {
+            goto done;
+        }
+    }
+    rc = 0;
+done:
+    Py_XDECREF(seq);
+    Py_DECREF(v);
+    return rc;
+}
+
+static int
+get_i64(PyObject *o, const char *attr, int64_t *out)
+{
+    PyObject *v = PyObject_GetAttrString(o, attr);
+    if (v == NULL) {
+        return -1;
+    }
+    *out = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static const int npy_of[STAX_NUM_DTYPES] = {
+    NPY_BOOL, NPY_UINT8, NPY_INT8, NPY_INT16, NPY_INT32, NPY_INT64,
+    NPY_FLOAT16, NPY_FLOAT32, NPY_FLOAT64,
+};
+
+/* nvrtc_launch(kernel, inputs, arch=None) -> numpy array. Compiles the
+ * record's CUDA C for this GPU (CUBIN for sm_XY), copies the inputs over,
+ * launches, copies the output back. Each input must have the dtype, shape
+ * and strides the kernel was rendered for (kernel.in_*). */
+PyObject *
+stax_nvrtc_py_launch(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"kernel", "inputs", "arch", NULL};
+    PyObject *kern = NULL, *inputs = NULL, *seq = NULL, *image = NULL;
+    PyObject *src = NULL, *name = NULL, *odt = NULL, *dts = NULL;
+    PyObject *shapes = NULL, *layouts = NULL, *out = NULL, *res = NULL;
+    PyArrayObject *arrs[STAX_NVRTC_MAX_BUFS] = {NULL};
+    char *host[STAX_NVRTC_MAX_BUFS];
+    int64_t nbytes[STAX_NVRTC_MAX_BUFS], sizes[STAX_NVRTC_MAX_SIZES];
+    int is_out[STAX_NVRTC_MAX_BUFS] = {0};
+    int64_t grid[3], block[3], oshape[STAX_MAX_DIMS], start = 0, end = 0;
+    int ng = 0, nb = 0, nos = 0, nsz = 0, nin = 0;
+    const char *arch = NULL;
+    char archbuf[32];
+    stax_dtype_t odtype;
+    (void)self;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|z:nvrtc_launch", kwlist,
+                                     &kern, &inputs, &arch)) {
+        return NULL;
+    }
+    if (stax_nvrtc_cuda_load() < 0) {
+        return NULL;
+    }
+    if (arch == NULL) {
+        if (stax_nvrtc_device_arch(archbuf, sizeof(archbuf)) < 0) {
+            return NULL;
+        }
+        arch = archbuf;
+    }
+    if (get_i64s(kern, "grid", grid, 3, &ng) < 0
+        || get_i64s(kern, "block", block, 3, &nb) < 0
+        || get_i64s(kern, "output_shape", oshape, STAX_MAX_DIMS, &nos) < 0
+        || get_i64s(kern, "sizes", sizes, STAX_NVRTC_MAX_SIZES, &nsz) < 0
+        || get_i64(kern, "start", &start) < 0
+        || get_i64(kern, "end", &end) < 0) {
+        return NULL;
+    }
+    if (ng != 3 || nb != 3) {
+        PyErr_SetString(PyExc_ValueError, "kernel.grid/block: 3 ints each");
+        return NULL;
+    }
+    src = PyObject_GetAttrString(kern, "source");
+    name = src ? PyObject_GetAttrString(kern, "name") : NULL;
+    odt = name ? PyObject_GetAttrString(kern, "output_dtype") : NULL;
+    dts = odt ? PyObject_GetAttrString(kern, "in_dtypes") : NULL;
+    shapes = dts ? PyObject_GetAttrString(kern, "in_shapes") : NULL;
+    layouts = shapes ? PyObject_GetAttrString(kern, "in_layouts") : NULL;
+    seq = layouts ? PySequence_Fast(inputs, "inputs must be a sequence")
+                  : NULL;
+    if (seq == NULL) {
+        goto done;
+    }
+    nin = (int)PySequence_Fast_GET_SIZE(seq);
+    if (!PyList_Check(dts) || PyList_GET_SIZE(dts) != nin
+        || nin + 1 > STAX_NVRTC_MAX_BUFS) {
+        PyErr_Format(PyExc_ValueError, "kernel %S takes %zd inputs, got %d",
+                     name, PyList_Check(dts) ? PyList_GET_SIZE(dts) : -1,
+                     nin);
+        goto done;
+    }
+    for (int i = 0; i < nin; i++) {
+        PyObject *x = PySequence_Fast_GET_ITEM(seq, i), *a;
+        stax_dtype_t dt;
+        int64_t shp[STAX_MAX_DIMS], lay[STAX_MAX_DIMS], span = 1;
+        int nshp = 0, nlay = 0;
+        if (stax_nvrtc_dtype_parse(PyUnicode_AsUTF8(PyList_GET_ITEM(dts, i)),
+                                   &dt) < 0) {
+            goto done;
+        }
+        a = (!PyArray_Check(x) && PyObject_HasAttrString(x, "numpy"))
+            ? PyObject_CallMethod(x, "numpy", NULL) : Py_NewRef(x);
+        if (a == NULL) {
+            goto done;
+        }
+        arrs[i] = (PyArrayObject *)PyArray_FromAny(
+            a, PyArray_DescrFromType(npy_of[dt]), 0, 0, NPY_ARRAY_ALIGNED,
+            NULL);
+        Py_DECREF(a);
+        if (arrs[i] == NULL) {
+            goto done;
+        }
+        PyObject *sh = PyList_GET_ITEM(shapes, i), *ly = PyList_GET_ITEM(layouts, i);
+        PyObject *shs = PySequence_Fast(sh, "shape"), *lys = PySequence_Fast(ly, "layout");
+        if (shs == NULL || lys == NULL) {
+            Py_XDECREF(shs);
+            Py_XDECREF(lys);
+            goto done;
+        }
+        nshp = (int)PySequence_Fast_GET_SIZE(shs);
+        nlay = (int)PySequence_Fast_GET_SIZE(lys);
+        for (int d = 0; d < nshp && d < STAX_MAX_DIMS; d++) {
+            shp[d] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(shs, d));
+            lay[d] = d < nlay ? PyLong_AsLongLong(PySequence_Fast_GET_ITEM(lys, d)) : 0;
+        }
+        Py_DECREF(shs);
+        Py_DECREF(lys);
+        int ok = nshp == PyArray_NDIM(arrs[i]);
+        for (int d = 0; ok && d < nshp; d++) {
+            int64_t st = PyArray_STRIDE(arrs[i], d) / PyArray_ITEMSIZE(arrs[i]);
+            ok = shp[d] == PyArray_DIM(arrs[i], d)
+                 && (shp[d] <= 1 || st == lay[d]);
+            if (shp[d] == 0) {
+                span = 0;
+            }
+            else if (span) {
+                span += (shp[d] - 1) * lay[d];
+            }
+        }
+        if (!ok) {
+            PyErr_Format(PyExc_ValueError, "nvrtc_launch: input %d does not "
+                         "have the shape/strides the kernel was rendered for "
+                         "(%R, strides %R)", i, sh, ly);
+            goto done;
+        }
+        host[i] = PyArray_DATA(arrs[i]);
+        nbytes[i] = span * PyArray_ITEMSIZE(arrs[i]);
+    }
+    if (stax_nvrtc_dtype_parse(PyUnicode_AsUTF8(odt), &odtype) < 0) {
+        goto done;
+    }
+    {
+        npy_intp dims[STAX_MAX_DIMS];
+        for (int d = 0; d < nos; d++) {
+            dims[d] = (npy_intp)oshape[d];
+        }
+        out = PyArray_ZEROS(nos, dims, npy_of[odtype], 0);
+        if (out == NULL) {
+            goto done;
+        }
+        host[nin] = PyArray_DATA((PyArrayObject *)out);
+        nbytes[nin] = (int64_t)PyArray_NBYTES((PyArrayObject *)out);
+        is_out[nin] = 1;
+    }
+    image = stax_nvrtc_compile_source(PyUnicode_AsUTF8(src),
+                                      PyUnicode_AsUTF8(name), arch, NULL);
+    if (image == NULL
+        || stax_nvrtc_launch_image(image, PyUnicode_AsUTF8(name), nin + 1,
+                                   host, nbytes, is_out, sizes, nsz, start,
+                                   end, grid, block) < 0) {
+        goto done;
+    }
+    res = Py_NewRef(out);
+done:
+    for (int i = 0; i < STAX_NVRTC_MAX_BUFS; i++) {
+        Py_XDECREF(arrs[i]);
+    }
+    Py_XDECREF(out);
+    Py_XDECREF(image);
+    Py_XDECREF(seq);
+    Py_XDECREF(src);
+    Py_XDECREF(name);
+    Py_XDECREF(odt);
+    Py_XDECREF(dts);
+    Py_XDECREF(shapes);
+    Py_XDECREF(layouts);
+    return res;
+}

@@ -1,0 +1,1219 @@
+/* Renderer of the NVRTC back end: loop-level IR (lower.h's stax_kernel) ->
+ * CUDA C. tinygrad's split: this file is the renderer; nvrtc_loader.c the
+ * compiler (NVRTC) and runtime (driver API).
+ *
+ * GPU organization of a kernel (cf. Listing 1.2 of the seed):
+ *  - ninner == 0 (pointwise): a grid-stride loop, one thread per outer
+ *    point; the outer point's flat index is split into x0 .. x<n-1>.
+ *  - ninner > 0 (reduction): one thread block per outer point (grid-stride
+ *    over the outer points). A REDUCE stage: each thread folds a strided
+ *    slice of the inner points into register accumulators, then a
+ *    block-level tree reduction (warp shuffles, one partial per warp in
+ *    shared memory, a last shuffle round) leaves every accumulator in every
+ *    thread. An INNER stage: the block's threads stride over the inner
+ *    points and store. An OUTER stage: thread 0 stores.
+ * Loop extents and index expressions are rendered from the IR: sizes[] are
+ * kernel arguments (a by-value struct), so one artifact serves every size
+ * of its class, and x0 runs over [start, end) as in the CPU kernel ABI.
+ * The source is self-contained: NVRTC needs no header. */
+#include "backend_nvrtc/nvrtc_internal.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------ dtypes */
+
+static const char *const dtype_names[STAX_NUM_DTYPES] = {
+    "bool", "uint8", "int8", "int16", "int32", "int64", "float16",
+    "float32", "float64",
+};
+/* in registers (float16 computes in float) */
+static const char *const reg_ctypes[STAX_NUM_DTYPES] = {
+    "bool", "unsigned char", "signed char", "short", "int", "long long",
+    "float", "float", "double",
+};
+/* in memory (bool is one byte 0/1, float16 its bits) */
+static const char *const mem_ctypes[STAX_NUM_DTYPES] = {
+    "unsigned char", "unsigned char", "signed char", "short", "int",
+    "long long", "unsigned short", "float", "double",
+};
+static const int dtype_sizes[STAX_NUM_DTYPES] = {1, 1, 1, 2, 4, 8, 2, 4, 8};
+
+static int
+dt_ok(stax_dtype_t dt)
+{
+    return (unsigned)dt < STAX_NUM_DTYPES;
+}
+
+const char *
+stax_nvrtc_dtype_name(stax_dtype_t dt)
+{
+    return dt_ok(dt) ? dtype_names[dt] : "?";
+}
+
+int
+stax_nvrtc_dtype_size(stax_dtype_t dt)
+{
+    return dt_ok(dt) ? dtype_sizes[dt] : 0;
+}
+
+int
+stax_nvrtc_is_float(stax_dtype_t dt)
+{
+    return dt == STAX_FLOAT16 || dt == STAX_FLOAT32 || dt == STAX_FLOAT64;
+}
+
+/* "float32", "tensorplay.float32", "torch.float32" */
+int
+stax_nvrtc_dtype_parse(const char *s, stax_dtype_t *out)
+{
+    static const char *const alias[][2] = {
+        {"float", "float32"}, {"double", "float64"}, {"half", "float16"},
+        {"long", "int64"}, {"int", "int32"}, {NULL, NULL},
+    };
+    const char *dot = s ? strrchr(s, '.') : NULL;
+    if (s == NULL) {
+        PyErr_SetString(PyExc_TypeError, "NVRTC back end: no dtype");
+        return -1;
+    }
+    if (dot != NULL) {
+        s = dot + 1;
+    }
+    for (int i = 0; alias[i][0] != NULL; i++) {
+        if (strcmp(s, alias[i][0]) == 0) {
+            s = alias[i][1];
+        }
+    }
+    for (int i = 0; i < STAX_NUM_DTYPES; i++) {
+        if (strcmp(s, dtype_names[i]) == 0) {
+            *out = (stax_dtype_t)i;
+            return 0;
+        }
+    }
+    PyErr_Format(PyExc_TypeError, "NVRTC back end: unknown dtype '%s'", s);
+    return -1;
+}
+
+/* ------------------------------------------------------------ text */
+
+typedef struct {
+    char *buf;
+    size_t len, cap;
+    int oom;
+} sbuf;
+
+static void
+put(sbuf *b, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+    if (b->oom) {
+        return;
+    }
+    for (;;) {
+        va_start(ap, fmt);
+        n = vsnprintf(b->buf + b->len, b->cap - b->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            b->oom = 1;
+            return;
+        }
+        if ((size_t)n < b->cap - b->len) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t cap = (b->cap + (size_t)n + 1) * 2;
+        char *nb = PyMem_Realloc(b->buf, cap);
+        if (nb == NULL) {
+            b->oom = 1;
+            return;
+        }
+        b->buf = nb;
+        b->cap = cap;
+    }
+}
+
+/* a literal of value (f or i) in dtype dt */
+static void
+literal(sbuf *b, double f, int64_t i, stax_dtype_t dt)
+{
+    if (dt == STAX_BOOL) {
+        put(b, "%s", i != 0 ? "true" : "false");
+    }
+    else if (stax_nvrtc_is_float(dt)) {
+        int fl = dt != STAX_FLOAT64;
+        if (isnan(f)) {
+            put(b, fl ? "__int_as_float(0x7fc00000)"
+                : "__longlong_as_double(0x7ff8000000000000LL)");
+        }
+        else if (isinf(f)) {
+            put(b, fl ? "__int_as_float(%s)" : "__longlong_as_double(%s)",
+                fl ? (f > 0 ? "0x7f800000" : "(int)0xff800000")
+                : (f > 0 ? "0x7ff0000000000000LL"
+                   : "(long long)0xfff0000000000000ULL"));
+        }
+        else {
+            char num[40];
+            snprintf(num, sizeof(num), fl ? "%.9g" : "%.17g", f);
+            put(b, "%s%s%s", num, strpbrk(num, ".en") ? "" : ".0",
+                fl ? "f" : "");
+        }
+    }
+    else if (dt == STAX_INT64) {
+        if (i == INT64_MIN) {
+            put(b, "(-9223372036854775807LL - 1)");
+        }
+        else {
+            put(b, "%lldLL", (long long)i);
+        }
+    }
+    else {
+        put(b, "((%s)%lld)", reg_ctypes[dt], (long long)i);
+    }
+}
+
+/* ------------------------------------------------------------ emitter */
+
+#define MEMO_CAP 512
+
+typedef struct {
+    sbuf *b;
+    const stax_kernel *k;
+    int ntmp;
+    const char *indent;
+    int nmemo;
+    const stax_lval *memo_v[MEMO_CAP];
+    int memo_t[MEMO_CAP];
+} emitter;
+
+static int
+unsupported(const char *what, int v)
+{
+    PyErr_Format(PyExc_NotImplementedError, "NVRTC renderer: %s %d not "
+                 "supported", what, v);
+    return -1;
+}
+
+static int
+memo_get(emitter *m, const stax_lval *v)
+{
+    for (int i = 0; i < m->nmemo; i++) {
+        if (m->memo_v[i] == v) {
+            return m->memo_t[i];
+        }
+    }
+    return -1;
+}
+
+static void
+memo_put(emitter *m, const stax_lval *v, int t)
+{
+    if (m->nmemo < MEMO_CAP) {
+        m->memo_v[m->nmemo] = v;
+        m->memo_t[m->nmemo] = t;
+        m->nmemo++;
+    }
+}
+
+static void
+var_name(sbuf *b, const stax_kernel *k, int64_t v)
+{
+    if (v < k->nouter) {
+        put(b, "x%d", (int)v);
+    }
+    else {
+        put(b, "r%d", (int)(v - k->nouter));
+    }
+}
+
+static int emit_val(emitter *m, const stax_lval *v);
+
+/* emit the value expressions an index needs (STAX_IX_VALUE) */
+static int
+prep_ix(emitter *m, const stax_ix *ix)
+{
+    if (ix == NULL) {
+        return 0;
+    }
+    if (ix->kind == STAX_IX_VALUE) {
+        return emit_val(m, ix->val);
+    }
+    if (ix->kind >= STAX_IX_ADD && ix->kind <= STAX_IX_MOD) {
+        if (prep_ix(m, ix->a) < 0 || prep_ix(m, ix->b) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void
+render_ix(emitter *m, const stax_ix *ix)
+{
+    sbuf *b = m->b;
+    switch (ix->kind) {
+    case STAX_IX_CONST:
+        put(b, "%lldLL", (long long)ix->v);
+        break;
+    case STAX_IX_VAR:
+        var_name(b, m->k, ix->v);
+        break;
+    case STAX_IX_SYM:
+        put(b, "sizes.v[%d]", (int)ix->v);
+        break;
+    case STAX_IX_ADD:
+        if (ix->a->kind == STAX_IX_CONST && ix->a->v == 0) {
+            render_ix(m, ix->b);
+        }
+        else if (ix->b->kind == STAX_IX_CONST && ix->b->v == 0) {
+            render_ix(m, ix->a);
+        }
+        else {
+            put(b, "(");
+            render_ix(m, ix->a);
+            put(b, " + ");
+            render_ix(m, ix->b);
+            put(b, ")");
+        }
+        break;
+    case STAX_IX_MUL:
+        if (ix->a->kind == STAX_IX_CONST && ix->a->v == 1) {
+            render_ix(m, ix->b);
+        }
+        else if (ix->b->kind == STAX_IX_CONST && ix->b->v == 1) {
+            render_ix(m, ix->a);
+        }
+        else {
+            render_ix(m, ix->a);
+            put(b, "*");
+            render_ix(m, ix->b);
+        }
+        break;
+    case STAX_IX_DIV:
+    case STAX_IX_MOD:
+        put(b, "(");
+        render_ix(m, ix->a);
+        put(b, ix->kind == STAX_IX_DIV ? " / " : " %% ");
+        render_ix(m, ix->b);
+        put(b, ")");
+        break;
+    case STAX_IX_VALUE:
+        put(b, "(int64_t)tmp%d", memo_get(m, ix->val));
+        break;
+    }
+}
+
+/* reference to an emitted value */
+static void
+ref(emitter *m, const stax_lval *v)
+{
+    if (v->kind == STAX_LV_CONST) {
+        literal(m->b, v->f, v->i, v->dtype);
+    }
+    else {
+        put(m->b, "tmp%d", memo_get(m, v));
+    }
+}
+
+static void
+load_text(emitter *m, const stax_lval *v)
+{
+    stax_dtype_t dt = m->k->bufs[v->buf].dtype;
+    put(m->b, dt == STAX_FLOAT16 ? "stax_h2f(buf%d[" : "buf%d[", v->buf);
+    render_ix(m, v->index);
+    put(m->b, dt == STAX_FLOAT16 ? "])" : (dt == STAX_BOOL ? "] != 0" : "]"));
+}
+
+static const char *
+math_name(stax_prim_t p)
+{
+    switch (p) {
+    case STAX_PRIM_EXP: case STAX_PRIM_EXP2: case STAX_PRIM_EXPM1:
+    case STAX_PRIM_LOG: case STAX_PRIM_LOG2: case STAX_PRIM_LOG10:
+    case STAX_PRIM_LOG1P: case STAX_PRIM_SQRT: case STAX_PRIM_RSQRT:
+    case STAX_PRIM_SIN: case STAX_PRIM_COS: case STAX_PRIM_TAN:
+    case STAX_PRIM_TANH: case STAX_PRIM_SINH: case STAX_PRIM_COSH:
+    case STAX_PRIM_ASIN: case STAX_PRIM_ACOS: case STAX_PRIM_ATAN:
+    case STAX_PRIM_ERF: case STAX_PRIM_ERFC: case STAX_PRIM_ATAN2:
+        return stax_prim_name(p);
+    default:
+        return NULL;
+    }
+}
+
+static int
+emit_prim(emitter *m, const stax_lval *v)
+{
+    sbuf *b = m->b;
+    stax_dtype_t adt = v->nargs ? v->args[v->nargs - 1]->dtype : v->dtype;
+    const char *f = adt == STAX_FLOAT64 ? "" : "f";
+    const char *mn = math_name(v->prim);
+    int rh = v->dtype == STAX_FLOAT16;   /* round each op to half */
+    const char *op2 = NULL;
+
+    if (rh) {
+        put(b, "stax_rh(");
+    }
+    switch (v->prim) {
+    case STAX_PRIM_ADD: op2 = " + "; break;
+    case STAX_PRIM_SUB: op2 = " - "; break;
+    case STAX_PRIM_MUL: op2 = " * "; break;
+    case STAX_PRIM_DIV: op2 = " / "; break;
+    case STAX_PRIM_EQ: op2 = " == "; break;
+    case STAX_PRIM_NE: op2 = " != "; break;
+    case STAX_PRIM_LT: op2 = " < "; break;
+    case STAX_PRIM_LE: op2 = " <= "; break;
+    case STAX_PRIM_GT: op2 = " > "; break;
+    case STAX_PRIM_GE: op2 = " >= "; break;
+    case STAX_PRIM_AND: op2 = " && "; break;
+    case STAX_PRIM_OR: op2 = " || "; break;
+    case STAX_PRIM_XOR: op2 = " != "; break;
+    case STAX_PRIM_BITAND: op2 = " & "; break;
+    case STAX_PRIM_BITOR: op2 = " | "; break;
+    case STAX_PRIM_BITXOR: op2 = " ^ "; break;
+    default: break;
+    }
+    if (op2 != NULL) {
+        if (v->prim == STAX_PRIM_XOR) {
+            put(b, "(bool)");
+        }
+        /* integer ops promote to int in C: convert back to the dtype */
+        if (!stax_nvrtc_is_float(v->dtype) && v->dtype != STAX_BOOL
+            && dtype_sizes[v->dtype] < 4) {
+            put(b, "(%s)(", reg_ctypes[v->dtype]);
+        }
+        ref(m, v->args[0]);
+        put(b, "%s", op2);
+        ref(m, v->args[1]);
+        if (!stax_nvrtc_is_float(v->dtype) && v->dtype != STAX_BOOL
+            && dtype_sizes[v->dtype] < 4) {
+            put(b, ")");
+        }
+    }
+    else if (mn != NULL) {
+        put(b, "%s%s(", mn, f);
+        ref(m, v->args[0]);
+        if (v->nargs == 2) {
+            put(b, ", ");
+            ref(m, v->args[1]);
+        }
+        put(b, ")");
+    }
+    else if (v->prim == STAX_PRIM_NEG) {
+        put(b, "(%s)(-", reg_ctypes[v->dtype]);
+        ref(m, v->args[0]);
+        put(b, ")");
+    }
+    else if (v->prim == STAX_PRIM_NOT) {
+        put(b, "!");
+        ref(m, v->args[0]);
+    }
+    else if (v->prim == STAX_PRIM_BITNOT) {
+        put(b, v->dtype == STAX_BOOL ? "!" : "(%s)~", reg_ctypes[v->dtype]);
+        ref(m, v->args[0]);
+    }
+    else if (v->prim == STAX_PRIM_WHERE) {
+        ref(m, v->args[0]);
+        put(b, " ? ");
+        ref(m, v->args[1]);
+        put(b, " : ");
+        ref(m, v->args[2]);
+    }
+    else if (v->prim == STAX_PRIM_SIGMOID) {
+        put(b, "%s / (%s + exp%s(-", f[0] ? "1.0f" : "1.0",
+            f[0] ? "1.0f" : "1.0", f);
+        ref(m, v->args[0]);
+        put(b, "))");
+    }
+    else if (v->prim < STAX_PRIM_COUNT) {
+        /* overloaded helpers of the preamble: stax_<prim>(...) */
+        put(b, "stax_%s(", stax_prim_name(v->prim));
+        for (int i = 0; i < v->nargs; i++) {
+            put(b, i ? ", " : "");
+            ref(m, v->args[i]);
+        }
+        put(b, ")");
+    }
+    else {
+        return unsupported("primitive", v->prim);
+    }
+    if (rh) {
+        put(b, ")");
+    }
+    return 0;
+}
+
+static int
+emit_val(emitter *m, const stax_lval *v)
+{
+    sbuf *b = m->b;
+    int t;
+    if (v->kind == STAX_LV_CONST || memo_get(m, v) >= 0) {
+        return 0;
+    }
+    if (!dt_ok(v->dtype)) {
+        return unsupported("dtype", v->dtype);
+    }
+    for (int i = 0; i < v->nargs && v->kind != STAX_LV_LOAD; i++) {
+        if (emit_val(m, v->args[i]) < 0) {
+            return -1;
+        }
+    }
+    if (v->kind == STAX_LV_LOAD || v->kind == STAX_LV_INDEX) {
+        if (prep_ix(m, v->index) < 0) {
+            return -1;
+        }
+    }
+    if (v->kind == STAX_LV_LOAD && v->mask != NULL
+        && emit_val(m, v->mask) < 0) {
+        return -1;
+    }
+    t = m->ntmp++;
+    put(b, "%sconst %s tmp%d = ", m->indent, reg_ctypes[v->dtype], t);
+    switch (v->kind) {
+    case STAX_LV_LOAD:
+        if (v->mask != NULL) {
+            /* masked: the index may be out of range where the mask is
+             * false; ?: evaluates only the chosen arm */
+            ref(m, v->mask);
+            put(b, " ? (%s)(", reg_ctypes[v->dtype]);
+            load_text(m, v);
+            put(b, ") : (%s)0", reg_ctypes[v->dtype]);
+        }
+        else {
+            load_text(m, v);
+        }
+        break;
+    case STAX_LV_INDEX:
+        put(b, "(%s)(", reg_ctypes[v->dtype]);
+        render_ix(m, v->index);
+        put(b, ")");
+        break;
+    case STAX_LV_ACC: {
+        const stax_lacc *a = &m->k->accs[v->acc];
+        if (a->op == STAX_RED_ARGMAX || a->op == STAX_RED_ARGMIN) {
+            put(b, "(%s)acci%d", reg_ctypes[v->dtype], v->acc);
+        }
+        else {
+            put(b, "(%s)acc%d", reg_ctypes[v->dtype], v->acc);
+        }
+        break;
+    }
+    case STAX_LV_CAST:
+        if (v->dtype == STAX_BOOL) {
+            ref(m, v->args[0]);
+            put(b, " != 0");
+        }
+        else if (v->dtype == STAX_FLOAT16) {
+            put(b, "stax_rh((float)");
+            ref(m, v->args[0]);
+            put(b, ")");
+        }
+        else {
+            put(b, "(%s)", reg_ctypes[v->dtype]);
+            ref(m, v->args[0]);
+        }
+        break;
+    case STAX_LV_PRIM:
+        if (emit_prim(m, v) < 0) {
+            return -1;
+        }
+        break;
+    default:
+        return unsupported("value kind", v->kind);
+    }
+    switch (v->kind) {
+    case STAX_LV_LOAD: put(b, ";  // load buf%d\n", v->buf); break;
+    case STAX_LV_PRIM: put(b, ";  // %s\n", stax_prim_name(v->prim)); break;
+    case STAX_LV_CAST: put(b, ";  // cast\n"); break;
+    case STAX_LV_ACC: put(b, ";  // acc%d\n", v->acc); break;
+    default: put(b, ";\n"); break;
+    }
+    memo_put(m, v, t);
+    return 0;
+}
+
+static int
+emit_store(emitter *m, const stax_lstore *s)
+{
+    stax_dtype_t dt = m->k->bufs[s->buf].dtype;
+    if (emit_val(m, s->value) < 0 || prep_ix(m, s->index) < 0) {
+        return -1;
+    }
+    put(m->b, "%sbuf%d[", m->indent, s->buf);
+    render_ix(m, s->index);
+    put(m->b, "] = ");
+    if (dt == STAX_FLOAT16) {
+        put(m->b, "stax_f2h(");
+    }
+    else {
+        put(m->b, "(%s)(", mem_ctypes[dt]);
+    }
+    ref(m, s->value);
+    put(m->b, ");\n");
+    return 0;
+}
+
+/* Helpers every kernel may use: overloads for float, double, integers.
+ * maxnan/minnan propagate NaN (PyTorch maximum/relu/clamp); max/min are
+ * fmax/fmin (NaN ignored); round is half-to-even (torch.round); float16 is
+ * converted with PTX cvt (no cuda_fp16.h needed). */
+static const char preamble[] =
+"typedef long long int64_t;\n"
+"#define STAX_D static __device__ __forceinline__\n"
+"STAX_D float stax_h2f(unsigned short h)\n"
+"{ float f; asm(\"{ cvt.f32.f16 %0, %1; }\" : \"=f\"(f) : \"h\"(h)); "
+"return f; }\n"
+"STAX_D unsigned short stax_f2h(float f)\n"
+"{ unsigned short h; asm(\"{ cvt.rn.f16.f32 %0, %1; }\" : \"=h\"(h) : "
+"\"f\"(f)); return h; }\n"
+"STAX_D float stax_rh(float f) { return stax_h2f(stax_f2h(f)); }\n"
+"template <typename T> STAX_D bool stax_isnan(T a) { return a != a; }\n"
+"template <typename T> STAX_D T stax_maxnan(T a, T b)\n"
+"{ return a != a ? a : (b != b ? b : (a > b ? a : b)); }\n"
+"template <typename T> STAX_D T stax_minnan(T a, T b)\n"
+"{ return a != a ? a : (b != b ? b : (a < b ? a : b)); }\n"
+"template <typename T> STAX_D T stax_max(T a, T b)\n"
+"{ return a != a ? b : (b != b ? a : (a > b ? a : b)); }\n"
+"template <typename T> STAX_D T stax_min(T a, T b)\n"
+"{ return a != a ? b : (b != b ? a : (a < b ? a : b)); }\n"
+"template <typename T> STAX_D T stax_sign(T a)\n"
+"{ return a != a ? a : (T)((a > (T)0) - (a < (T)0)); }\n"
+"template <typename T> STAX_D T stax_abs(T a) { return a < (T)0 ? (T)-a : a; }\n"
+"STAX_D bool stax_abs(bool a) { return a; }\n"
+"STAX_D float stax_abs(float a) { return fabsf(a); }\n"
+"STAX_D double stax_abs(double a) { return fabs(a); }\n"
+"template <typename T> STAX_D T stax_floor(T a) { return a; }\n"
+"STAX_D float stax_floor(float a) { return floorf(a); }\n"
+"STAX_D double stax_floor(double a) { return floor(a); }\n"
+"template <typename T> STAX_D T stax_ceil(T a) { return a; }\n"
+"STAX_D float stax_ceil(float a) { return ceilf(a); }\n"
+"STAX_D double stax_ceil(double a) { return ceil(a); }\n"
+"template <typename T> STAX_D T stax_trunc(T a) { return a; }\n"
+"STAX_D float stax_trunc(float a) { return truncf(a); }\n"
+"STAX_D double stax_trunc(double a) { return trunc(a); }\n"
+"template <typename T> STAX_D T stax_round(T a) { return a; }\n"
+"STAX_D float stax_round(float a) { return rintf(a); }\n"
+"STAX_D double stax_round(double a) { return rint(a); }\n"
+"template <typename T> STAX_D bool stax_isinf(T a) { return false; }\n"
+"STAX_D bool stax_isinf(float a)\n"
+"{ return fabsf(a) == __int_as_float(0x7f800000); }\n"
+"STAX_D bool stax_isinf(double a)\n"
+"{ return fabs(a) == __longlong_as_double(0x7ff0000000000000LL); }\n"
+"template <typename T> STAX_D bool stax_isfinite(T a)\n"
+"{ return !stax_isnan(a) && !stax_isinf(a); }\n"
+"template <typename T> STAX_D T stax_fmod(T a, T b) { return a % b; }\n"
+"STAX_D float stax_fmod(float a, float b) { return fmodf(a, b); }\n"
+"STAX_D double stax_fmod(double a, double b) { return fmod(a, b); }\n"
+"template <typename T> STAX_D T stax_remainder(T a, T b)\n"
+"{ T r = stax_fmod(a, b);\n"
+"  return (r != (T)0 && ((r < (T)0) != (b < (T)0))) ? (T)(r + b) : r; }\n"
+"template <typename T> STAX_D T stax_floordiv(T a, T b)\n"
+"{ T q = a / b;\n"
+"  return (a % b != 0 && ((a < 0) != (b < 0))) ? (T)(q - 1) : q; }\n"
+"STAX_D float stax_floordiv(float a, float b) { return floorf(a / b); }\n"
+"STAX_D double stax_floordiv(double a, double b) { return floor(a / b); }\n"
+"template <typename T> STAX_D T stax_pow(T a, T b)\n"
+"{ T r = 1; while (b > 0) { if (b & 1) { r *= a; } a *= a; b >>= 1; }\n"
+"  return r; }\n"
+"STAX_D float stax_pow(float a, float b) { return powf(a, b); }\n"
+"STAX_D double stax_pow(double a, double b) { return pow(a, b); }\n"
+"/* block-level tree reduction: warp shuffles, one partial per warp in\n"
+" * shared memory, a last shuffle round in warp 0; every thread gets the\n"
+" * result. blockDim.x is a multiple of 32. */\n"
+"template <typename T, typename F>\n"
+"static __device__ T stax_block_reduce(T v, F f, T ident, T *sh)\n"
+"{\n"
+"    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;\n"
+"    const int nwarps = blockDim.x >> 5;\n"
+"    for (int off = 16; off > 0; off >>= 1) {\n"
+"        v = f(v, __shfl_down_sync(0xffffffffu, v, off));\n"
+"    }\n"
+"    if (lane == 0) {\n"
+"        sh[warp] = v;\n"
+"    }\n"
+"    __syncthreads();\n"
+"    if (warp == 0) {\n"
+"        v = lane < nwarps ? sh[lane] : ident;\n"
+"        for (int off = 16; off > 0; off >>= 1) {\n"
+"            v = f(v, __shfl_down_sync(0xffffffffu, v, off));\n"
+"        }\n"
+"        if (lane == 0) {\n"
+"            sh[32] = v;\n"
+"        }\n"
+"    }\n"
+"    __syncthreads();\n"
+"    v = sh[32];\n"
+"    __syncthreads();\n"
+"    return v;\n"
+"}\n"
+"/* arg-reduction: (value, index) pairs; NaN counts as extreme; ties and\n"
+" * NaNs keep the first index; an index < 0 is empty */\n"
+"template <bool MX, typename T>\n"
+"STAX_D bool stax_arg_better(T v, long long i, T bv, long long bi)\n"
+"{\n"
+"    if (i < 0) { return false; }\n"
+"    if (bi < 0) { return true; }\n"
+"    if (bv != bv) { return v != v && i < bi; }\n"
+"    if (v != v) { return true; }\n"
+"    if (MX ? v > bv : v < bv) { return true; }\n"
+"    return v == bv && i < bi;\n"
+"}\n"
+"template <bool MX, typename T>\n"
+"static __device__ void stax_block_argreduce(T &v, long long &i, T *shv,\n"
+"                                            long long *shi)\n"
+"{\n"
+"    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;\n"
+"    const int nwarps = blockDim.x >> 5;\n"
+"    for (int off = 16; off > 0; off >>= 1) {\n"
+"        T ov = __shfl_down_sync(0xffffffffu, v, off);\n"
+"        long long oi = __shfl_down_sync(0xffffffffu, i, off);\n"
+"        if (stax_arg_better<MX>(ov, oi, v, i)) { v = ov; i = oi; }\n"
+"    }\n"
+"    if (lane == 0) { shv[warp] = v; shi[warp] = i; }\n"
+"    __syncthreads();\n"
+"    if (warp == 0) {\n"
+"        v = lane < nwarps ? shv[lane] : v;\n"
+"        i = lane < nwarps ? shi[lane] : -1;\n"
+"        for (int off = 16; off > 0; off >>= 1) {\n"
+"            T ov = __shfl_down_sync(0xffffffffu, v, off);\n"
+"            long long oi = __shfl_down_sync(0xffffffffu, i, off);\n"
+"            if (stax_arg_better<MX>(ov, oi, v, i)) { v = ov; i = oi; }\n"
+"        }\n"
+"        if (lane == 0) { shv[32] = v; shi[32] = i; }\n"
+"    }\n"
+"    __syncthreads();\n"
+"    v = shv[32];\n"
+"    i = shi[32];\n"
+"    __syncthreads();\n"
+"}\n"
+"struct stax_op_sum { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };\n"
+"struct stax_op_prod { template <typename T> __device__ T operator()(T a, T b) const { return a * b; } };\n"
+"struct stax_op_max { template <typename T> __device__ T operator()(T a, T b) const { return stax_maxnan(a, b); } };\n"
+"struct stax_op_min { template <typename T> __device__ T operator()(T a, T b) const { return stax_minnan(a, b); } };\n"
+"struct stax_op_any { template <typename T> __device__ T operator()(T a, T b) const { return a || b; } };\n"
+"struct stax_op_all { template <typename T> __device__ T operator()(T a, T b) const { return a && b; } };\n";
+
+static const char *const red_ops[] = {
+    "stax_op_sum", "stax_op_prod", "stax_op_max", "stax_op_min", NULL, NULL,
+    "stax_op_any", "stax_op_all",
+};
+
+/* accumulator type: shuffles move 32/64-bit words */
+static const char *
+acc_ctype(stax_dtype_t dt)
+{
+    if (!stax_nvrtc_is_float(dt) && dtype_sizes[dt] < 4) {
+        return "int";
+    }
+    return reg_ctypes[dt];
+}
+
+static void
+red_identity(sbuf *b, const stax_lacc *a, stax_dtype_t dt)
+{
+    static const char *const lo[] = {"0", "0", "(-128)", "(-32768)",
+                                     "(-2147483647 - 1)",
+                                     "(-9223372036854775807LL - 1)"};
+    static const char *const hi[] = {"1", "255", "127", "32767",
+                                     "2147483647", "9223372036854775807LL"};
+    switch (a->op) {
+    case STAX_RED_PROD: case STAX_RED_ALL:
+        literal(b, 1.0, 1, stax_nvrtc_is_float(dt) ? dt : STAX_INT64);
+        break;
+    case STAX_RED_MAX: case STAX_RED_ARGMAX:
+        if (stax_nvrtc_is_float(dt)) {
+            literal(b, -INFINITY, 0, dt);
+        }
+        else {
+            put(b, "%s", lo[dt]);
+        }
+        break;
+    case STAX_RED_MIN: case STAX_RED_ARGMIN:
+        if (stax_nvrtc_is_float(dt)) {
+            literal(b, INFINITY, 0, dt);
+        }
+        else {
+            put(b, "%s", hi[dt]);
+        }
+        break;
+    default:
+        literal(b, 0.0, 0, stax_nvrtc_is_float(dt) ? dt : STAX_INT64);
+        break;
+    }
+}
+
+static int
+is_arg(const stax_lacc *a)
+{
+    return a->op == STAX_RED_ARGMAX || a->op == STAX_RED_ARGMIN;
+}
+
+/* declare + reset the accumulators of a REDUCE stage */
+static void
+acc_init(emitter *m, const stax_stage *st)
+{
+    for (int i = st->first; i < st->first + st->n; i++) {
+        const stax_lacc *a = &m->k->accs[i];
+        if (is_arg(a)) {
+            stax_dtype_t vd = a->value->dtype;
+            put(m->b, "%s%s accv%d = ", m->indent, acc_ctype(vd), i);
+            red_identity(m->b, a, vd);
+            put(m->b, ";\n%slong long acci%d = -1;\n", m->indent, i);
+        }
+        else {
+            put(m->b, "%s%s acc%d = ", m->indent, acc_ctype(a->dtype), i);
+            red_identity(m->b, a, a->dtype);
+            put(m->b, ";\n");
+        }
+    }
+}
+
+static int
+acc_fold(emitter *m, const stax_stage *st)
+{
+    for (int i = st->first; i < st->first + st->n; i++) {
+        const stax_lacc *a = &m->k->accs[i];
+        if (emit_val(m, a->value) < 0) {
+            return -1;
+        }
+        if (is_arg(a)) {
+            if (prep_ix(m, a->index) < 0) {
+                return -1;
+            }
+            put(m->b, "%s{\n%s    const long long ci = ", m->indent,
+                m->indent);
+            render_ix(m, a->index);
+            put(m->b, ";\n%s    if (stax_arg_better<%s>((%s)", m->indent,
+                a->op == STAX_RED_ARGMAX ? "true" : "false",
+                acc_ctype(a->value->dtype));
+            ref(m, a->value);
+            put(m->b, ", ci, accv%d, acci%d)) {\n%s        accv%d = ",
+                i, i, m->indent, i);
+            ref(m, a->value);
+            put(m->b, ";\n%s        acci%d = ci;\n%s    }\n%s}\n", m->indent,
+                i, m->indent, m->indent);
+        }
+        else {
+            const char *op = red_ops[a->op];
+            if (op == NULL) {
+                return unsupported("reduction", a->op);
+            }
+            put(m->b, "%sacc%d = %s()(acc%d, (%s)", m->indent, i, op, i,
+                acc_ctype(a->dtype));
+            ref(m, a->value);
+            put(m->b, ");\n");
+        }
+    }
+    return 0;
+}
+
+static void
+acc_block_reduce(emitter *m, const stax_stage *st)
+{
+    for (int i = st->first; i < st->first + st->n; i++) {
+        const stax_lacc *a = &m->k->accs[i];
+        if (is_arg(a)) {
+            const char *T = acc_ctype(a->value->dtype);
+            put(m->b, "%sstax_block_argreduce<%s>(accv%d, acci%d, "
+                "(%s *)stax_shv, stax_shi);\n", m->indent,
+                a->op == STAX_RED_ARGMAX ? "true" : "false", i, i, T);
+            put(m->b, "%sif (acci%d < 0) {\n%s    acci%d = 0;\n%s}\n",
+                m->indent, i, m->indent, i, m->indent);
+        }
+        else {
+            const char *T = acc_ctype(a->dtype);
+            put(m->b, "%sacc%d = stax_block_reduce(acc%d, %s(), (%s)", m->indent,
+                i, i, red_ops[a->op], T);
+            red_identity(m->b, a, a->dtype);
+            put(m->b, ", (%s *)stax_shv);\n", T);
+        }
+    }
+}
+
+/* split a flat index into loop variables [first, last); var first gets
+ * `base +` the leading quotient */
+static void
+emit_split(emitter *m, int first, int last, const char *flat,
+           const char *base)
+{
+    for (int d = last - 1; d >= first; d--) {
+        sbuf *b = m->b;
+        put(b, "%sconst int64_t ", m->indent);
+        var_name(b, m->k, d);
+        put(b, " = ");
+        if (d == first) {
+            put(b, "%s%s", base ? base : "", base ? " + " : "");
+            if (d == last - 1) {
+                put(b, "%s;\n", flat);
+            }
+            else {
+                put(b, "%s_q%d;\n", flat, d + 1);
+            }
+            continue;
+        }
+        if (d == last - 1) {
+            put(b, "%s %% d%d;\n", flat, d);
+            put(b, "%sconst int64_t %s_q%d = %s / d%d;\n", m->indent, flat, d,
+                flat, d);
+        }
+        else {
+            put(b, "%s_q%d %% d%d;\n", flat, d + 1, d);
+            put(b, "%sconst int64_t %s_q%d = %s_q%d / d%d;\n", m->indent,
+                flat, d, flat, d + 1, d);
+        }
+    }
+}
+
+static int
+emit_stores(emitter *m, const stax_stage *st)
+{
+    for (int i = st->first; i < st->first + st->n; i++) {
+        if (emit_store(m, &m->k->stores[i]) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* the memo is per scope: values of a closed loop body are not visible */
+static void
+scope_reset(emitter *m, int keep)
+{
+    m->nmemo = keep;
+}
+
+static int
+render_body(emitter *m, int *has_red)
+{
+    const stax_kernel *k = m->k;
+    sbuf *b = m->b;
+    int keep;
+    *has_red = 0;
+    if (k->ninner == 0) {
+        put(b, "    for (int64_t xindex = (int64_t)blockIdx.x * blockDim.x "
+            "+ threadIdx.x; xindex < xnumel;\n"
+            "         xindex += (int64_t)blockDim.x * gridDim.x) {\n");
+        m->indent = "        ";
+        emit_split(m, 0, k->nouter, "xindex", "start");
+        for (int s = 0; s < k->nstages; s++) {
+            const stax_stage *st = &k->stages[s];
+            if (st->kind == STAX_STAGE_REDUCE) {
+                acc_init(m, st);
+                if (acc_fold(m, st) < 0) {
+                    return -1;
+                }
+                for (int i = st->first; i < st->first + st->n; i++) {
+                    if (is_arg(&k->accs[i])) {
+                        put(b, "%sacci%d = acci%d < 0 ? 0 : acci%d;\n",
+                            m->indent, i, i, i);
+                    }
+                }
+            }
+            else if (emit_stores(m, st) < 0) {
+                return -1;
+            }
+        }
+        put(b, "    }\n");
+        return 0;
+    }
+    *has_red = 1;
+    put(b, "    for (int64_t xindex = blockIdx.x; xindex < xnumel; "
+        "xindex += gridDim.x) {\n");
+    m->indent = "        ";
+    emit_split(m, 0, k->nouter, "xindex", k->nouter ? "start" : NULL);
+    for (int s = 0; s < k->nstages; s++) {
+        const stax_stage *st = &k->stages[s];
+        m->indent = "        ";
+        keep = m->nmemo;
+        if (st->kind == STAX_STAGE_REDUCE) {
+            acc_init(m, st);
+        }
+        if (st->kind == STAX_STAGE_OUTER) {
+            put(b, "        if (threadIdx.x == 0) {\n");
+            m->indent = "            ";
+            if (emit_stores(m, st) < 0) {
+                return -1;
+            }
+            put(b, "        }\n");
+            scope_reset(m, keep);
+            continue;
+        }
+        put(b, "        for (int64_t rindex = threadIdx.x; rindex < rnumel; "
+            "rindex += blockDim.x) {\n");
+        m->indent = "            ";
+        emit_split(m, k->nouter, k->nouter + k->ninner, "rindex", NULL);
+        if (st->kind == STAX_STAGE_REDUCE) {
+            if (acc_fold(m, st) < 0) {
+                return -1;
+            }
+        }
+        else if (emit_stores(m, st) < 0) {
+            return -1;
+        }
+        put(b, "        }\n");
+        scope_reset(m, keep);
+        m->indent = "        ";
+        if (st->kind == STAX_STAGE_REDUCE) {
+            acc_block_reduce(m, st);
+        }
+    }
+    put(b, "    }\n");
+    return 0;
+}
+
+static int max_sym_lval(const stax_lval *v);
+
+int
+stax_nvrtc_max_sym(const stax_ix *ix)
+{
+    int m = -1, a, b;
+    if (ix == NULL) {
+        return -1;
+    }
+    switch (ix->kind) {
+    case STAX_IX_SYM:
+        return (int)ix->v;
+    case STAX_IX_VALUE:
+        return max_sym_lval(ix->val);
+    case STAX_IX_ADD: case STAX_IX_MUL: case STAX_IX_DIV: case STAX_IX_MOD:
+        a = stax_nvrtc_max_sym(ix->a);
+        b = stax_nvrtc_max_sym(ix->b);
+        return a > b ? a : b;
+    default:
+        return m;
+    }
+}
+
+static int
+max_sym_lval(const stax_lval *v)
+{
+    int m = -1, s;
+    if (v == NULL) {
+        return -1;
+    }
+    if (v->kind == STAX_LV_LOAD || v->kind == STAX_LV_INDEX) {
+        m = stax_nvrtc_max_sym(v->index);
+        s = max_sym_lval(v->mask);
+        m = s > m ? s : m;
+    }
+    for (int i = 0; i < v->nargs && v->kind != STAX_LV_LOAD; i++) {
+        s = max_sym_lval(v->args[i]);
+        m = s > m ? s : m;
+    }
+    return m;
+}
+
+int
+stax_nvrtc_kernel_nsizes(const stax_kernel *k)
+{
+    int m = -1, s;
+    for (int d = 0; d < k->nouter + k->ninner; d++) {
+        s = stax_nvrtc_max_sym(k->dims[d]);
+        m = s > m ? s : m;
+    }
+    for (int i = 0; i < k->nstores; i++) {
+        s = stax_nvrtc_max_sym(k->stores[i].index);
+        m = s > m ? s : m;
+        s = max_sym_lval(k->stores[i].value);
+        m = s > m ? s : m;
+    }
+    for (int i = 0; i < k->naccs; i++) {
+        s = max_sym_lval(k->accs[i].value);
+        m = s > m ? s : m;
+        s = stax_nvrtc_max_sym(k->accs[i].index);
+        m = s > m ? s : m;
+    }
+    return m + 1;
+}
+
+PyObject *
+stax_nvrtc_render_kernel(const stax_kernel *k, int nsizes)
+{
+    sbuf b = {NULL, 0, 0, 0};
+    emitter *m = NULL;
+    PyObject *res = NULL;
+    int has_red = 0;
+
+    m = PyMem_Calloc(1, sizeof(*m));
+    if (m == NULL) {
+        return PyErr_NoMemory();
+    }
+    m->b = &b;
+    m->k = k;
+    if (k->nouter + k->ninner > 2 * STAX_MAX_DIMS) {
+        unsupported("loop depth", k->nouter + k->ninner);
+        goto done;
+    }
+    for (int i = 0; i < k->nbufs; i++) {
+        if (!dt_ok(k->bufs[i].dtype)) {
+            unsupported("dtype", k->bufs[i].dtype);
+            goto done;
+        }
+    }
+    put(&b, "// %s: generated by tensorplay backend_nvrtc (do not edit)\n",
+        k->name);
+    put(&b, "%s", preamble);
+    put(&b, "struct stax_sizes { int64_t v[%d]; };\n\n",
+        nsizes > 0 ? nsizes : 1);
+    put(&b, "extern \"C\" __global__ void %s(", k->name);
+    for (int i = 0; i < k->nbufs; i++) {
+        put(&b, "%s%s *%sbuf%d, ", k->bufs[i].is_output ? "" : "const ",
+            mem_ctypes[k->bufs[i].dtype],
+            k->bufs[i].noalias ? "__restrict__ " : "", i);
+    }
+    put(&b, "const stax_sizes sizes, const int64_t start, "
+        "const int64_t end)\n{\n");
+    m->indent = "    ";
+    for (int d = 0; d < k->nouter + k->ninner; d++) {
+        put(&b, "    const int64_t d%d = ", d);
+        render_ix(m, k->dims[d]);
+        put(&b, ";  // extent of ");
+        var_name(&b, k, d);
+        put(&b, "\n");
+    }
+    put(&b, "    const int64_t xnumel = ");  /* outer points */
+    if (k->nouter == 0) {
+        put(&b, "end > start ? 1 : 0");
+    }
+    else {
+        put(&b, "(end - start)");
+        for (int d = 1; d < k->nouter; d++) {
+            put(&b, " * d%d", d);
+        }
+    }
+    put(&b, ";\n");
+    if (k->ninner > 0) {
+        put(&b, "    const int64_t rnumel = ");
+        for (int d = k->nouter; d < k->nouter + k->ninner; d++) {
+            put(&b, d > k->nouter ? " * d%d" : "d%d", d);
+        }
+        put(&b, ";\n");
+        put(&b, "    __shared__ double stax_shv[33];\n"
+            "    __shared__ long long stax_shi[33];\n");
+    }
+    if (render_body(m, &has_red) < 0) {
+        goto done;
+    }
+    put(&b, "}\n");
+    if (b.oom) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    res = PyUnicode_FromStringAndSize(b.buf, (Py_ssize_t)b.len);
+done:
+    PyMem_Free(b.buf);
+    PyMem_Free(m);
+    return res;
+}
+
+/* ------------------------------------------------------------ launch */
+
+/* evaluate an index expression with every loop variable at bounds
+ * (interval arithmetic); -1 + exception if it cannot be bounded */
+int
+stax_nvrtc_ix_bounds(const stax_ix *ix, const int64_t *sizes,
+                     const int64_t *vlo, const int64_t *vhi, int64_t *lo,
+                     int64_t *hi)
+{
+    int64_t al, ah, bl, bh;
+    switch (ix->kind) {
+    case STAX_IX_CONST:
+        *lo = *hi = ix->v;
+        return 0;
+    case STAX_IX_VAR:
+        *lo = vlo[ix->v];
+        *hi = vhi[ix->v];
+        return 0;
+    case STAX_IX_SYM:
+        if (sizes == NULL) {
+            PyErr_SetString(PyExc_ValueError, "NVRTC launch: the kernel "
+                            "needs size arguments");
+            return -1;
+        }
+        *lo = *hi = sizes[ix->v];
+        return 0;
+    case STAX_IX_VALUE:
+        PyErr_SetString(PyExc_NotImplementedError, "NVRTC launch: a "
+                        "data-dependent index cannot be bounded");
+        return -1;
+    default:
+        break;
+    }
+    if (stax_nvrtc_ix_bounds(ix->a, sizes, vlo, vhi, &al, &ah) < 0
+        || stax_nvrtc_ix_bounds(ix->b, sizes, vlo, vhi, &bl, &bh) < 0) {
+        return -1;
+    }
+    switch (ix->kind) {
+    case STAX_IX_ADD:
+        *lo = al + bl;
+        *hi = ah + bh;
+        break;
+    case STAX_IX_MUL: {
+        int64_t c[4] = {al * bl, al * bh, ah * bl, ah * bh};
+        *lo = *hi = c[0];
+        for (int i = 1; i < 4; i++) {
+            *lo = c[i] < *lo ? c[i] : *lo;
+            *hi = c[i] > *hi ? c[i] : *hi;
+        }
+        break;
+    }
+    case STAX_IX_DIV:
+        *lo = bh > 0 ? (al >= 0 ? al / bh : al) : al;
+        *hi = bl > 0 ? (ah >= 0 ? ah / bl : 0) : ah;
+        break;
+    case STAX_IX_MOD:
+        *lo = 0;
+        *hi = bh > 0 ? bh - 1 : 0;
+        if (al >= 0 && ah < bl) {
+            *lo = al;
+            *hi = ah;
+        }
+        break;
+    default:
+        break;
+    }
+    return 0;
+}
+
+int
+stax_nvrtc_launch_config(const stax_kernel *k, const int64_t *sizes,
+                         int64_t start, int64_t end, int64_t grid[3],
+                         int64_t block[3])
+{
+    static const int64_t zero[2 * STAX_MAX_DIMS] = {0};
+    int64_t lo, hi, xn = end > start ? end - start : 0, rn = 1;
+    int nd = k->nouter + k->ninner;
+    for (int d = 0; d < nd; d++) {
+        if (stax_nvrtc_ix_bounds(k->dims[d], sizes, zero, zero, &lo, &hi)
+            < 0) {
+            return -1;
+        }
+        if (d > 0 && d < k->nouter) {
+            xn *= hi;
+        }
+        else if (d >= k->nouter) {
+            rn *= hi;
+        }
+    }
+    if (k->nouter == 0) {
+        xn = end > start ? 1 : 0;
+    }
+    grid[1] = grid[2] = block[1] = block[2] = 1;
+    if (k->ninner == 0) {
+        int64_t blocks = (xn + 255) / 256;
+        block[0] = 256;
+        grid[0] = blocks < 132 * 32 ? blocks : 132 * 32;
+    }
+    else {
+        int64_t t = 32;
+        while (t < rn && t < 1024) {
+            t *= 2;
+        }
+        block[0] = t;
+        grid[0] = xn < (1 << 20) ? xn : (1 << 20);
+    }
+    return 0;
+}
