@@ -391,7 +391,11 @@ class Driver:
         shape_reads = []
         if self.dynamic:
             for ph, d in getattr(tr, "shape_reads", None) or ():
-                shape_reads.append((ph, d, call.flat[ph].shape[d], call.paths[ph]))
+                shape = tuple(call.flat[ph].shape)
+                for dd in (range(len(shape)) if d is None or d < 0 else (d,)):
+                    ent = (ph, dd, shape[dd], call.paths[ph])
+                    if ent not in shape_reads:
+                        shape_reads.append(ent)
         passes_log = None
         if _logs.enabled("passes"):
             lg = _logs.logger("passes")
