@@ -135,8 +135,11 @@ stax_graph_fz_view(p_op_ctx *c, PyObject *key, PyObject *parent,
     ov = PyUnicode_FromString(ovl);
     /* the parent's shape, from its current value's sample */
     PyObject *pcache = PyList_GET_ITEM(pst, S_CACHE);
-    PyObject *pval = stax_graph_p_is_node(pcache) ? stax_graph_p_val(pcache)
+    PyObject *pval = stax_graph_p_is_node(parent) ? stax_graph_p_val(parent)
                                                   : NULL;
+    if (pval == NULL && stax_graph_p_is_node(pcache)) {
+        pval = stax_graph_p_val(pcache);
+    }
     pshape = fz_shape_of(pval);
     if (st == NULL || ver == NULL || op == NULL || ov == NULL
         || pshape == NULL) {

@@ -264,37 +264,34 @@ p_choose_overload(const stax_op_info *op, PyObject *bound, char *buf,
         snprintf(buf, n, "Scalar");
         return;
     }
-    if (p_has_ovl(op, "Tensor") && ntens >= 2) {
+    if (p_has_ovl(op, "Tensor") && ntens >= 2 && nscal == 0) {
         snprintf(buf, n, "Tensor");
         return;
     }
-    /* default when every non-tensor argument is at its default */
-    int all_default = 1;
+    /* a dim argument given: the dim overload (sum.dim_IntList, mean.dim) */
     for (int i = 0; i < np; i++) {
-        if (!p_is_tensor_type(op, i)
+        if (!strcmp(stax_graph_p_schema_name(op, i), "dim")
             && !p_at_default(op, i, PyTuple_GET_ITEM(bound, i))) {
-            all_default = 0;
+            const char *p = op->overloads;
+            while (*p) {
+                const char *e = strchr(p, ',');
+                size_t len = e ? (size_t)(e - p) : strlen(p);
+                if (len >= 3 && !strncmp(p, "dim", 3) && len < n) {
+                    memcpy(buf, p, len);
+                    buf[len] = '\0';
+                    return;
+                }
+                p += len + (e ? 1 : 0);
+            }
         }
     }
-    if (all_default && p_has_ovl(op, "default")) {
+    if (p_has_ovl(op, "default")) {
         snprintf(buf, n, "default");
         return;
     }
-    /* else the first overload that is neither default nor Scalar */
-    const char *p = op->overloads;
-    while (*p) {
-        const char *e = strchr(p, ',');
-        size_t len = e ? (size_t)(e - p) : strlen(p);
-        if (!(len == 7 && !strncmp(p, "default", 7))
-            && !(len == 6 && !strncmp(p, "Scalar", 6))) {
-            if (len >= n) {
-                len = n - 1;
-            }
-            memcpy(buf, p, len);
-            buf[len] = '\0';
-            return;
-        }
-        p += len + (e ? 1 : 0);
+    if (p_has_ovl(op, "Tensor")) {
+        snprintf(buf, n, "Tensor");
+        return;
     }
     p_first_ovl(op, buf, n);
 }
@@ -306,6 +303,9 @@ p_norm_arg(const stax_op_info *op, int i, PyObject *v)
     const char *t = stax_graph_p_schema_type(op, i);
     if (PyTuple_Check(v) && strchr(t, '[') != NULL) {
         return PySequence_List(v);
+    }
+    if (PyLong_Check(v) && !PyBool_Check(v) && strstr(t, "[]") != NULL) {
+        return Py_BuildValue("[O]", v);
     }
     return Py_NewRef(v);
 }
@@ -790,7 +790,12 @@ p_lower_call(p_op_ctx *c, PyObject *n, p_opcode_t opc)
             if (tail == NULL) {
                 goto done;
             }
-            v = p_view_step(c, n, PyTuple_GET_ITEM(args, 0), r.info->name, ovl,
+            /* a view of a functional value: reshape (values, not layout) */
+            const char *vname = r.info->name;
+            if (!strcmp(vname, "view") && !strcmp(ovl, "default")) {
+                vname = "reshape";
+            }
+            v = p_view_step(c, n, PyTuple_GET_ITEM(args, 0), vname, ovl,
                             tail, stax_graph_p_val(n));
             Py_DECREF(tail);
             rc = v ? 0 : -1;

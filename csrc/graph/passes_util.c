@@ -461,6 +461,22 @@ stax_graph_p_bind(const stax_op_info *op, PyObject *args, PyObject *kwargs)
     for (int i = 0; i < s->n; i++) {
         npos += !s->params[i].kwonly;
     }
+    if (na > npos && npos >= 2 && strstr(s->params[1].type, "[]") != NULL) {
+        /* x.view(3, 4), x.permute(1, 0): varargs into the int[] param */
+        PyObject *rest = PyTuple_GetSlice(args, 1, na);
+        PyObject *lst = rest ? PySequence_List(rest) : NULL;
+        PyObject *a2 = lst ? PyTuple_Pack(2, PyTuple_GET_ITEM(args, 0), lst)
+                           : NULL;
+        Py_XDECREF(rest);
+        Py_XDECREF(lst);
+        if (a2 == NULL) {
+            goto error;
+        }
+        Py_DECREF(out);
+        PyObject *r = stax_graph_p_bind(op, a2, kwargs);
+        Py_DECREF(a2);
+        return r;
+    }
     if (na > npos) {
         PyErr_Format(PyExc_TypeError, "%s() takes %d positional arguments "
                      "but %zd were given", op->name, npos, na);
