@@ -252,3 +252,88 @@ def test_dispatch_levels_counted():
     x.add_(1)                      # new version: level 1 misses, level 3 hits
     assert cf(x).numpy()[0] == 3
     assert cf.stats()["hits_level1"] == 4
+
+
+class _Cfg:
+    flag = True
+
+
+CFG = _Cfg()
+
+
+def test_global_attribute_chain_and_default_dtype(recompiles):
+    def f(x):
+        return x * 2 if CFG.flag else x * 3
+
+    cf = comp(f)
+    x = tp.ones(2)
+    assert cf(x).numpy()[0] == 2
+    CFG.flag = False
+    try:
+        assert cf(x).numpy()[0] == 3
+        assert recompiles[-1] == "recompiling 'f': globals['CFG'].flag[1] == True"
+    finally:
+        CFG.flag = True
+    old = tp.get_default_dtype()
+    tp.set_default_dtype(tp.float64)
+    try:
+        cf(x)
+        assert "default_dtype == float32" in recompiles[-1]
+    finally:
+        tp.set_default_dtype(old)
+    assert len(cf.versions) == 3
+
+
+class _Net(tp.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = tp.nn.Parameter(tp.ones(3))
+
+    def forward(self, x):
+        return x * self.w
+
+
+class _CNet(_Net):
+    @tp.compile(backend="eager")
+    def forward(self, x):
+        return x * self.w
+
+
+NET = None
+
+
+def test_module_in_global_is_lifted():
+    global NET
+    NET = _Net()
+
+    def f(x):
+        return NET(x) + 1
+
+    cf = comp(f)
+    x = tp.ones(3)
+    with tp.no_grad():
+        assert cf(x).numpy()[0] == 2
+        NET.w.mul_(2)
+        assert cf(x).numpy()[0] == 3
+        assert len(cf.versions) == 1
+        NET.w = tp.nn.Parameter(tp.ones(1) * 4)
+        assert cf(x).numpy()[0] == 5
+        assert len(cf.versions) == 2
+
+
+def test_method_compiled_on_class():
+    x = tp.ones(3)
+    with tp.no_grad():
+        a, b = _CNet(), _CNet()
+        assert a(x).numpy()[0] == 1
+        a.w.mul_(5)
+        assert a(x).numpy()[0] == 5
+        assert b(x).numpy()[0] == 1
+        assert len(_CNet.forward.versions) == 2   # self by identity: one per module
+
+
+def test_nested_compiled_function_inlines():
+    inner = comp(lambda x: x * 2)
+    outer = comp(lambda x: inner(x) + 1)
+    assert outer(tp.ones(2)).numpy()[0] == 3
+    assert len(outer.versions) == 1

@@ -105,8 +105,9 @@ class Version:
     def op_graph(self):
         og = getattr(self.artifact, "op_graph", None)
         if og is None and self.graph_module is not None:
-            og = _C.make_op_graph(self.graph_module)
-            self._op_graph = og
+            og = self.__dict__.get("_op_graph")
+            if og is None:
+                og = self._op_graph = _C.make_op_graph(self.graph_module)
         return og
 
     @property
@@ -266,6 +267,9 @@ class Driver:
         return self.fn(*args, **kwargs)
 
     def _dispatch(self, *args, **kwargs):
+        if _C.is_tracing():
+            # called from inside another function being traced: inline it
+            return self.fn(*args, **kwargs)
         plan = self._plan_now(args)
         try:
             free = _C._guard_read_sources(plan.read_tuples())
