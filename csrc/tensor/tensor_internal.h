@@ -50,6 +50,28 @@ int stax_tensor_gradmode_init(PyObject *m);
 /* philox.c */
 int stax_tensor_random_init(PyObject *m);
 
+/* slots.c: number-slot trampolines (see there) */
+#define STAX_TENSOR_BINARY_SLOTS(X)                                      \
+    X(nb_add) X(nb_subtract) X(nb_multiply) X(nb_remainder)              \
+    X(nb_lshift) X(nb_rshift) X(nb_and) X(nb_xor) X(nb_or)               \
+    X(nb_floor_divide) X(nb_true_divide) X(nb_matrix_multiply)           \
+    X(nb_inplace_add) X(nb_inplace_subtract) X(nb_inplace_multiply)      \
+    X(nb_inplace_remainder) X(nb_inplace_lshift) X(nb_inplace_rshift)    \
+    X(nb_inplace_and) X(nb_inplace_xor) X(nb_inplace_or)                 \
+    X(nb_inplace_floor_divide) X(nb_inplace_true_divide)                 \
+    X(nb_inplace_matrix_multiply)
+#define STAX_TENSOR_UNARY_SLOTS(X)                                       \
+    X(nb_negative) X(nb_positive) X(nb_absolute) X(nb_invert)
+#define STAX_TENSOR_TERNARY_SLOTS(X) X(nb_power) X(nb_inplace_power)
+#define STAX_TRAMP_DECL2(S) PyObject *stax_tramp_##S(PyObject *, PyObject *);
+#define STAX_TRAMP_DECL1(S) PyObject *stax_tramp_##S(PyObject *);
+#define STAX_TRAMP_DECL3(S) \
+    PyObject *stax_tramp_##S(PyObject *, PyObject *, PyObject *);
+STAX_TENSOR_BINARY_SLOTS(STAX_TRAMP_DECL2)
+STAX_TENSOR_UNARY_SLOTS(STAX_TRAMP_DECL1)
+STAX_TENSOR_TERNARY_SLOTS(STAX_TRAMP_DECL3)
+PyObject *stax_tramp_richcompare(PyObject *a, PyObject *b, int op);
+
 /* creation.c */
 int stax_tensor_creation_init(PyObject *m);
 

@@ -162,7 +162,18 @@ stax_tensor_empty(int ndim, const int64_t *sizes, stax_dtype_t dt)
                          (long long)sizes[i]);
             return NULL;
         }
-        n *= sizes[i];
+        if (__builtin_mul_overflow(n, (npy_intp)sizes[i], &n)
+            || n > ((npy_intp)1 << 60)) {
+            PyObject *l = PyList_New(ndim);
+            for (int j = 0; l && j < ndim; j++) {
+                PyList_SET_ITEM(l, j, PyLong_FromLongLong(sizes[j]));
+            }
+            PyErr_Format(PyExc_RuntimeError,
+                         "Storage size calculation overflowed with sizes=%S",
+                         l);
+            Py_XDECREF(l);
+            return NULL;
+        }
     }
     PyObject *arr = PyArray_SimpleNew(1, &n, stax_dtype_to_npy(dt));
     if (arr == NULL) {
@@ -683,7 +694,11 @@ tensor_index(PyObject *self)
     return stax_tensor_item(t);
 }
 
+#define TRAMP(S) .S = stax_tramp_##S,
 static PyNumberMethods tensor_as_number = {
+    STAX_TENSOR_BINARY_SLOTS(TRAMP)
+    STAX_TENSOR_UNARY_SLOTS(TRAMP)
+    STAX_TENSOR_TERNARY_SLOTS(TRAMP)
     .nb_bool = tensor_bool,
     .nb_int = tensor_int,
     .nb_float = tensor_float,
@@ -1444,6 +1459,7 @@ PyTypeObject StaxTensor_TypeObj = {
     .tp_traverse = tensor_traverse,
     .tp_clear = tensor_clear,
     .tp_hash = tensor_hash,
+    .tp_richcompare = stax_tramp_richcompare,
     .tp_repr = tensor_repr,
     .tp_as_number = &tensor_as_number,
     .tp_as_sequence = &tensor_as_sequence,
