@@ -48,6 +48,21 @@ static PyObject *ufuncs[STAX_OP_COUNT];   /* strong */
 static char scalar_ok[STAX_OP_COUNT];     /* has a Scalar overload */
 int stax_ops_reflected;                   /* set by number slots: 2 - x */
 static PyObject *zero_long;
+static PyObject *zero_arrays[STAX_NUM_DTYPES];   /* 0-d zeros, lazily */
+
+static PyObject *
+zero_of(stax_dtype_t dt)
+{
+    if (zero_arrays[dt] == NULL) {
+        PyArray_Descr *d = PyArray_DescrFromType(stax_dtype_to_npy(dt));
+        zero_arrays[dt] = PyArray_Zeros(0, NULL, d, 0);
+        if (zero_arrays[dt] == NULL) {
+            PyErr_Clear();
+            return zero_long;
+        }
+    }
+    return zero_arrays[dt];
+}
 static PyObject *out_kwnames;   /* ("out",) */
 
 /* C loops for unary ops NumPy lacks */
@@ -166,7 +181,21 @@ operand_array(PyObject *o, stax_dtype_t dt, int cast)
 {
     PyObject *arr;
     if (!StaxTensor_Check(o)) {
-        return Py_NewRef(o);
+        /* a 0-d array of the computation dtype: NumPy's fast path (a
+         * Python scalar costs a weak-promotion resolution per call) */
+        PyArray_Descr *d = PyArray_DescrFromType(stax_dtype_to_npy(dt));
+        arr = PyArray_Empty(0, NULL, d, 0);    /* steals d */
+        if (arr == NULL) {
+            return NULL;
+        }
+        if (PyArray_SETITEM((PyArrayObject *)arr,
+                            PyArray_DATA((PyArrayObject *)arr), o) < 0) {
+            /* out of range for dt (int8 < 1000): let NumPy decide */
+            PyErr_Clear();
+            Py_DECREF(arr);
+            return Py_NewRef(o);
+        }
+        return arr;
     }
     arr = stax_tensor_as_array((StaxTensor *)o);
     if (arr == NULL || !cast || ((StaxTensor *)o)->dtype == dt) {
@@ -512,7 +541,7 @@ stax_ops_unary(const stax_op_info *op, PyObject *a, StaxTensor *inplace_out)
                   ? NULL : Py_NewRef(Py_None);
     }
     else if (op->id == STAX_OP_RELU) {
-        PyObject *args[3] = {xa, zero_long, oarr};
+        PyObject *args[3] = {xa, zero_of(ct), oarr};
         if (ct == STAX_BOOL) {
             tmp = PyArray_CopyInto((PyArrayObject *)oarr,
                                    (PyArrayObject *)xa) < 0

@@ -230,7 +230,12 @@ opfunc_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
                   PyObject *kwnames)
 {
     StaxOpFunc *f = (StaxOpFunc *)self;
-    return run_op(f->op, self, args, nargsf, kwnames);
+    PyObject *pub = self;
+    if (f->is_method && !stax_ops_is_inplace_info(f->op)
+        && functions[f->op->id] != NULL) {
+        pub = functions[f->op->id];   /* x.add(p) -> tensorplay.functional.add */
+    }
+    return run_op(f->op, pub, args, nargsf, kwnames);
 }
 
 PyObject *

@@ -1321,6 +1321,17 @@ def _gather(input, dim, index, *, sparse_grad=False):
     return _wrap(np.take_along_axis(a[sl], i, axis=d), input)
 
 
+@_impl("getitem")
+def _getitem(input, index):
+    return input[index]
+
+
+@_impl("setitem")
+def _setitem(input, index, value):
+    input[index] = value
+    return input
+
+
 @_impl("copy_")
 def _copy_(self, src, non_blocking=False):
     sa = _arr(self)
