@@ -303,3 +303,18 @@ def test_traced_views_match_eager(h, shapes):
     k = sum(1 for o in ops_ if o == "copy_")
     assert k >= 1 and ops_[-k:] == ["copy_"] * k
     assert not any(o.endswith("_") for o in ops_[:-k])
+
+
+@needs_ops
+def test_inplace_without_functional_overload_records_mutation():
+    b = B()
+    x = b.ph("x", tp.zeros(3, 4))
+    b.m("uniform_", x, val=tp.zeros(3, 4))
+    gm = b.out(b.f(operator.mul, x, 2, val=tp.zeros(3, 4)))
+    run(gm)
+    og = C.make_op_graph(gm)
+    assert seq(og) == ["uniform_", "mul", "copy_"], str(og)
+    node = next(n for n in og.graph.nodes if n.meta.get("op_overload") == "uniform_.default")
+    assert node.meta["mutates"] == 0
+    assert "tp.mul.Scalar(uniform_, 2)" in str(og)
+    assert "tp.copy_.default(primals_1, uniform_)" in str(og)
