@@ -123,3 +123,26 @@ def test_threads():
 
 def test_strict_native_error_class():
     assert tp.compiler.NativeCompileError is _C.NativeCompileError
+
+
+def test_env_logs_to_stderr(tmp_path):
+    import os
+    import subprocess
+    import sys
+    code = (
+        "import tensorplay as tp\n"
+        "cf = tp.compile(lambda x, k: x * k, backend='eager')\n"
+        "x = tp.ones(2); cf(x, 2); cf(x, 3)\n"
+    )
+    env = dict(os.environ, TENSORPLAY_LOGS="recompiles,guards")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = os.path.join(root, "python")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "[tensorplay.recompiles] recompiling '<lambda>': inputs[0][1][1] == 2" in r.stderr
+    assert "[tensorplay.guards] guards of '<lambda>' version 0:" in r.stderr
+
+
+def test_set_logs_rejects_unknown_topic():
+    with pytest.raises(ValueError):
+        tp.compiler.set_logs(nonsense=True)

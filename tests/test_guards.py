@@ -337,3 +337,24 @@ def test_nested_compiled_function_inlines():
     outer = comp(lambda x: inner(x) + 1)
     assert outer(tp.ones(2)).numpy()[0] == 3
     assert len(outer.versions) == 1
+
+
+def test_dynamic_over_fixed_shape_backend():
+    built = []
+
+    def fixed(gm, example_inputs, **options):
+        lay = [(tuple(t.shape), t.stride()) for t in example_inputs]
+        built.append(lay)
+
+        def run(*ts):
+            assert [(tuple(t.shape), t.stride()) for t in ts] == lay
+            return gm(*ts)
+        return run
+
+    cf = tp.compile(lambda x: x * 2 + 1, backend=fixed, dynamic=True)
+    for _ in range(2):
+        for n in (4, 6, 8):
+            a = tp.randn(n, n)
+            for t in (a, a.t()):
+                np.testing.assert_allclose(cf(t).numpy(), t.numpy() * 2 + 1, rtol=1e-6)
+    assert len(cf.versions) == 2 and len(built) == 6 and cf.stats()["artifacts"] == 6

@@ -50,6 +50,11 @@ def _flatten(v, path, flat, paths, T):
             _flatten(x, f"{path}[1][{k!r}]", flat, paths, T)
 
 
+def _layout(flat):
+    sig = _C._guard_signature
+    return tuple(sig(t, False) for t in flat)
+
+
 def _gate_value(kind, v):
     T = _tensor_type()
     if isinstance(v, T):
@@ -85,6 +90,13 @@ class Version:
         self.index = index
         self.graph_module = gm
         self.artifact = artifact
+        # dynamic mode over a back end whose artifacts are fixed-shape: one
+        # artifact per concrete layout inside this version (same trace/graph)
+        self.shape_polymorphic = (not dynamic or artifact is gm
+                                  or bool(getattr(artifact, "dynamic", False)))
+        self.artifacts = {}
+        if not self.shape_polymorphic:
+            self.artifacts[_layout(call.flat)] = artifact
         self.replay = replay
         self.gate_kinds = gate_kinds
         self.gates = gates0
@@ -245,6 +257,7 @@ class Driver:
             "hits_level3": self.hits_level3,
             "fallbacks": sum(v.fallbacks for v in self.versions) + self.eager_calls,
             "eager_calls": self.eager_calls,
+            "artifacts": sum(len(v.artifacts) or 1 for v in self.versions),
         }
 
     # -- the slow path ------------------------------------------------------
@@ -303,14 +316,35 @@ class Driver:
         self._last = (fp, v, (args, kwargs, free))
         return self._run(v, call.flat, args, kwargs, plan, free)
 
+    def _artifact(self, v, flat):
+        if v.shape_polymorphic:
+            return v.artifact
+        lay = _layout(flat)
+        art = v.artifacts.get(lay)
+        if art is None:
+            with _compile_lock:
+                art = v.artifacts.get(lay)
+                if art is None:
+                    opts = dict(self.options)
+                    opts["strict_native"] = self.strict_native
+                    try:
+                        art = self.backend(v.graph_module, list(flat), **opts)
+                    except Exception:  # noqa: BLE001
+                        if self.strict_native:
+                            raise
+                        art = v.graph_module
+                    v.artifacts[lay] = art
+        return art
+
     def _run(self, v, flat, args, kwargs, plan, free):
-        out = v.artifact(*flat)
+        art = self._artifact(v, flat)
+        out = art(*flat)
         cf = self._cf() if self._cf is not None else None
         if cf is not None:
             if (not v.gate_kinds and not kwargs
                     and all(type(a) in _SCALARS or isinstance(a, _tensor_type()) for a in args)
                     and all(not isinstance(x, (list, dict, tuple)) for x in free)):
-                cf._set_level1(v.artifact, tuple(args), plan.tuples(free), tuple(free))
+                cf._set_level1(art, tuple(args), plan.tuples(free), tuple(free))
             else:
                 cf._clear_level1()
         return out
@@ -409,8 +443,6 @@ class Driver:
             _logs.logger("graph").info(f"graph of '{self.name}' (version {len(self.versions)}):\n{gm.graph}")
         opts = dict(self.options)
         opts["strict_native"] = self.strict_native
-        if self.dynamic:
-            opts.setdefault("dynamic", True)
         eager_fallback = False
         try:
             artifact = self.backend(gm, list(call.flat), **opts)
