@@ -245,6 +245,16 @@ new_prim(spec_t *k, stax_prim_t p, int nargs, xnode **args)
                      nargs);
         return NULL;
     }
+    /* x * 1 (a scalar, e.g. add's alpha=1) is x */
+    if (p == STAX_PRIM_MUL) {
+        for (int i = 0; i < 2; i++) {
+            xnode *c = args[i], *o = args[1 - i];
+            if (c->kind == X_CONST && c->weak && c->value == 1.0
+                && !o->weak && category(o->dtype) >= category(c->dtype)) {
+                return o;
+            }
+        }
+    }
     if ((e = new_node(k)) == NULL) {
         return NULL;
     }
