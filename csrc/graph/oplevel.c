@@ -260,6 +260,11 @@ p_choose_overload(const stax_op_info *op, PyObject *bound, char *buf,
             return;
         }
     }
+    if (ntens >= 2 && p_has_ovl(op, "Tensor_Scalar")) {   /* pow */
+        snprintf(buf, n, "%s", scal_pos[0] ? "Scalar"
+                 : scal_pos[1] ? "Tensor_Scalar" : "Tensor_Tensor");
+        return;
+    }
     if (nscal > 0 && p_has_ovl(op, "Scalar")) {
         snprintf(buf, n, "Scalar");
         return;
@@ -722,6 +727,58 @@ done:
     return rc;
 }
 
+/* `s op x` with a Python number s on the left (1 - x, 2 / x, 2 < x):
+ * commutative ops swap, comparisons flip, sub becomes rsub, the rest reads
+ * s as a tensor full_like(x, s) of the result's dtype */
+static PyObject *
+p_scalar_first(p_op_ctx *c, PyObject *n, const stax_op_info *op,
+               PyObject *mapped)
+{
+    static const char *flip[][2] = {
+        {"lt", "gt"}, {"gt", "lt"}, {"le", "ge"}, {"ge", "le"},
+        {"eq", "eq"}, {"ne", "ne"}, {"sub", "rsub"}, {NULL, NULL},
+    };
+    PyObject *s = PyTuple_GET_ITEM(mapped, 0), *x = PyTuple_GET_ITEM(mapped, 1);
+    const stax_op_info *op2 = NULL;
+    PyObject *sw = NULL, *bound = NULL, *r = NULL;
+    if (op->flags & STAX_OPF_COMMUTATIVE) {
+        op2 = op;
+    }
+    for (int i = 0; op2 == NULL && flip[i][0]; i++) {
+        if (!strcmp(op->name, flip[i][0])) {
+            op2 = stax_graph_p_op_by_name(flip[i][1]);
+        }
+    }
+    if (op2 != NULL) {
+        sw = PyTuple_Pack(2, x, s);
+        bound = sw ? stax_graph_p_bind(op2, sw, NULL) : NULL;
+        r = bound ? p_emit_op(c, op2, bound) : NULL;
+        Py_XDECREF(sw);
+        Py_XDECREF(bound);
+        return r;
+    }
+    PyObject *val = stax_graph_p_val(n);
+    PyObject *dt = val ? PyObject_GetAttrString(val, "dtype") : NULL;
+    PyErr_Clear();
+    PyObject *fa = PyTuple_Pack(2, x, s);
+    PyObject *fk = dt ? Py_BuildValue("{sO}", "dtype", dt) : NULL;
+    PyObject *full = fa ? stax_graph_p_emit(c, "full_like", "default", fa, fk,
+                                            0) : NULL;
+    Py_XDECREF(fa);
+    Py_XDECREF(fk);
+    Py_XDECREF(dt);
+    if (full == NULL) {
+        return NULL;
+    }
+    sw = PyTuple_Pack(2, full, x);
+    Py_DECREF(full);
+    bound = sw ? stax_graph_p_bind(op, sw, NULL) : NULL;
+    r = bound ? p_emit_op(c, op, bound) : NULL;
+    Py_XDECREF(sw);
+    Py_XDECREF(bound);
+    return r;
+}
+
 static int
 p_lower_call(p_op_ctx *c, PyObject *n, p_opcode_t opc)
 {
@@ -799,6 +856,14 @@ p_lower_call(p_op_ctx *c, PyObject *n, p_opcode_t opc)
                             tail, stax_graph_p_val(n));
             Py_DECREF(tail);
             rc = v ? 0 : -1;
+            goto done;
+        }
+        if (any_tensor && r.is_operator && PyTuple_GET_SIZE(mapped) == 2
+            && p_is_number(PyTuple_GET_ITEM(mapped, 0))
+            && stax_graph_p_is_node(PyTuple_GET_ITEM(mapped, 1))
+            && strcmp(r.info->name, "pow") != 0) {
+            v = p_scalar_first(c, n, r.info, mapped);
+            rc = v ? stax_graph_fz_root(c, n, v) : -1;
             goto done;
         }
         if (any_tensor || !r.is_operator) {
