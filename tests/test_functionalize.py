@@ -318,3 +318,29 @@ def test_inplace_without_functional_overload_records_mutation():
     assert node.meta["mutates"] == 0
     assert "tp.mul.Scalar(uniform_, 2)" in str(og)
     assert "tp.copy_.default(primals_1, uniform_)" in str(og)
+
+
+@needs_ops
+def test_scalar_on_the_left_at_op_level():
+    b = B()
+    x = b.ph("x", tp.ones(3))
+    r1 = b.f(operator.sub, 1, x, val=tp.ones(3))
+    r2 = b.f(operator.lt, 2, x, val=tp.ones(3) > 0)
+    r3 = b.f(operator.truediv, 2, x, val=tp.ones(3))
+    r4 = b.f(operator.pow, x, 2, val=tp.ones(3))
+    gm = b.out((r1, r2, r3, r4))
+    txt = str(C.make_op_graph(gm))
+    assert "tp.rsub.Scalar(primals_1, 1)" in txt
+    assert "tp.gt.Scalar(primals_1, 2)" in txt
+    assert re.search(r"tp\.full_like\.default\(primals_1, 2", txt)
+    assert "tp.div.Tensor(full_like, primals_1)" in txt
+    assert "tp.pow.Tensor_Scalar(primals_1, 2)" in txt
+
+
+@needs_eager
+def test_rdiv_values():
+    b = B()
+    x = b.ph("x", tp.tensor([1.0, 2.0, 4.0]))
+    gm = b.out(b.f(operator.truediv, 2, x))
+    og = C.make_op_graph(gm)
+    np.testing.assert_allclose(og(tp.tensor([1.0, 2.0, 4.0])).numpy(), [2.0, 1.0, 0.5])
