@@ -384,3 +384,21 @@ def test_tensor_with_proxy_argument_and_functions():
     assert "kwargs = {alpha: 2}" in txt
     for a, b in zip(r.graph_module(x, y), f(x, y)):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6)
+
+
+CONST = None
+
+
+def test_constant_mutated_in_place_is_restored():
+    global CONST
+    CONST = tp.ones(3)
+    v0 = CONST._version
+
+    def f(x):
+        CONST.add_(x)
+        return CONST * 2
+
+    r = _C.trace(f, (tp.ones(3),))
+    np.testing.assert_array_equal(CONST.numpy(), 1.0)
+    assert CONST._version == v0
+    assert any(t is CONST for t in r.constants.values())

@@ -1157,7 +1157,7 @@ static PyObject *
 graph_output(StaxGraph *self, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"result", "type_expr", NULL};
-    PyObject *res, *te = NULL, *a;
+    PyObject *res, *te = NULL, *a, *tgt;
     StaxNode *n;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O", kwlist, &res, &te)) {
         return NULL;
@@ -1166,9 +1166,11 @@ graph_output(StaxGraph *self, PyObject *args, PyObject *kwds)
     if (a == NULL) {
         return NULL;
     }
-    n = stax_graph_create_node(self, STAX_NODE_OUTPUT,
-                               PyUnicode_InternFromString("output"), a, NULL,
-                               NULL);
+    tgt = PyUnicode_InternFromString("output");
+    n = tgt ? stax_graph_create_node(self, STAX_NODE_OUTPUT, tgt, a, NULL,
+                                     NULL)
+            : NULL;
+    Py_XDECREF(tgt);
     Py_DECREF(a);
     return (PyObject *)n;
 }

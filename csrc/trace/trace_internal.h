@@ -13,6 +13,7 @@ struct StaxTracer {
     PyObject *ph_index;      /* dict placeholder node -> index */
     PyObject *const_nodes;   /* dict id(tensor) -> get_attr node */
     PyObject *constants;     /* dict attr name -> tensor (by reference) */
+    PyObject *const_snap;    /* snapshots of the constants, restored at end */
     int active;
 };
 

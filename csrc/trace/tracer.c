@@ -38,6 +38,7 @@ tracer_traverse(StaxTracer *self, visitproc visit, void *arg)
     Py_VISIT(self->ph_index);
     Py_VISIT(self->const_nodes);
     Py_VISIT(self->constants);
+    Py_VISIT(self->const_snap);
     return 0;
 }
 
@@ -51,6 +52,7 @@ tracer_clear(StaxTracer *self)
     Py_CLEAR(self->ph_index);
     Py_CLEAR(self->const_nodes);
     Py_CLEAR(self->constants);
+    Py_CLEAR(self->const_snap);
     return 0;
 }
 
@@ -104,10 +106,11 @@ tracer_new(void)
     tr->ph_index = PyDict_New();
     tr->const_nodes = PyDict_New();
     tr->constants = PyDict_New();
+    tr->const_snap = PyList_New(0);
     tr->active = 0;
     PyObject_GC_Track(tr);
     if (!tr->graph || !tr->gates || !tr->shape_reads || !tr->shape_seen
-        || !tr->ph_index || !tr->const_nodes || !tr->constants) {
+        || !tr->ph_index || !tr->const_nodes || !tr->constants || !tr->const_snap) {
         Py_DECREF(tr);
         return NULL;
     }
@@ -289,6 +292,9 @@ done:
 /* ------------------------------------------------------------------ */
 /* recording                                                           */
 
+static int snapshot_add(PyObject *snap, PyObject *o);
+static void snapshot_restore(PyObject *snap);
+
 static PyObject *
 const_node(StaxTracer *tr, PyObject *t)
 {
@@ -311,7 +317,8 @@ const_node(StaxTracer *tr, PyObject *t)
                                            name, NULL, NULL, NULL);
     if (n == NULL || PyDict_SetItemString(((StaxNode *)n)->meta, "val", t) < 0
         || PyDict_SetItem(tr->constants, name, t) < 0
-        || PyDict_SetItem(tr->const_nodes, key, n) < 0) {
+        || PyDict_SetItem(tr->const_nodes, key, n) < 0
+        || snapshot_add(tr->const_snap, t) < 0) {
         Py_XDECREF(n);
         n = NULL;
     }
@@ -1302,6 +1309,7 @@ py_trace(PyObject *mod, PyObject *args, PyObject *kwds)
     hooks_remove(hooks);
     Py_CLEAR(hooks);
     snapshot_restore(snap);
+    snapshot_restore(tr->const_snap);
     if (out == NULL) {
         /* the user's exception, unchanged */
         PyObject *et, *ev, *tb;
