@@ -402,3 +402,11 @@ def test_constant_mutated_in_place_is_restored():
     np.testing.assert_array_equal(CONST.numpy(), 1.0)
     assert CONST._version == v0
     assert any(t is CONST for t in r.constants.values())
+
+
+def test_generator_function_rejected():
+    def g(x):
+        yield x + 1
+
+    with pytest.raises(TypeError, match="generator"):
+        _C.trace(g, (tp.ones(2),))

@@ -1322,6 +1322,17 @@ py_trace(PyObject *mod, PyObject *args, PyObject *kwds)
     if (PyErr_Occurred()) {
         goto done;
     }
+    if (PyGen_Check(out) || PyCoro_CheckExact(out)
+        || PyAsyncGen_CheckExact(out)) {
+        PyObject *r = PyObject_CallMethod(out, "close", NULL);
+        Py_XDECREF(r);
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError,
+                     "tracing: %R returned a %s object: generator and async "
+                     "functions cannot be captured as one graph", fn,
+                     Py_TYPE(out)->tp_name);
+        goto done;
+    }
     onodes = map_args(tr, out, 0, NULL);
     if (onodes == NULL) {
         goto done;
