@@ -16,33 +16,58 @@ def test_philox_known_answers():
         (0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1)
 
 
-def _words(seed, offset, i):
-    c = offset // 4 + i
-    return tp._C._philox4x32((seed & 0xffffffff, seed >> 32), (c & 0xffffffff, c >> 32, 0, 0))
+def _word(seed, offset, j):
+    c = offset // 4 + j // 4
+    return tp._C._philox4x32((seed & 0xffffffff, seed >> 32), (c & 0xffffffff, c >> 32, 0, 0))[j % 4]
+
+
+def _elem(seed, offset, i, W):
+    return [_word(seed, offset, i * W + k) for k in range(W)]
+
+
+def u53(a, b):
+    return ((a >> 5) * 2.0 ** 26 + (b >> 6)) * 2.0 ** -53
 
 
 def test_stream_matches_docs():
-    g = tp.Generator().manual_seed(123456789012)
+    S = 123456789012
+    g = tp.Generator().manual_seed(S)
     x = tp.rand(5, generator=g)
     for i, v in enumerate(x.tolist()):
-        w = _words(123456789012, 0, i)
+        w = _elem(S, 0, i, 1)
         assert v == np.float32((w[0] >> 8) * 2.0 ** -24)
-    assert g.offset == 20
+    assert g.offset == 8          # 5 words rounded up to 8
     y = tp.rand(3, dtype=tp.float64, generator=g)
     for i, v in enumerate(y.tolist()):
-        w = _words(123456789012, 20, i)
-        assert v == ((w[0] >> 5) * 2.0 ** 26 + (w[1] >> 6)) * 2.0 ** -53
+        w = _elem(S, 8, i, 2)
+        assert v == u53(w[0], w[1])
+    assert g.offset == 16
     z = tp.randn(4, dtype=tp.float64, generator=g)
     for i, v in enumerate(z.tolist()):
-        w = _words(123456789012, 32, i)
-        u1 = ((w[0] >> 5) * 2.0 ** 26 + (w[1] >> 6)) * 2.0 ** -53
-        u2 = ((w[2] >> 5) * 2.0 ** 26 + (w[3] >> 6)) * 2.0 ** -53
+        w = _elem(S, 16, i, 4)
+        u1, u2 = u53(w[0], w[1]), u53(w[2], w[3])
         assert v == pytest.approx(math.sqrt(-2 * math.log(1 - u1)) * math.cos(2 * math.pi * u2),
                                   rel=1e-12)
+    assert g.offset == 32
+    z32 = tp.randn(3, generator=g)
+    for i, v in enumerate(z32.tolist()):
+        w = _elem(S, 32, i, 2)
+        u1, u2 = (w[0] >> 8) * 2.0 ** -24, (w[1] >> 8) * 2.0 ** -24
+        assert v == np.float32(math.sqrt(-2 * math.log(1 - u1)) * math.cos(2 * math.pi * u2))
+    assert g.offset == 40
     r = tp.randint(3, 10, (4,), generator=g)
     for i, v in enumerate(r.tolist()):
-        w = _words(123456789012, 48, i)
+        w = _elem(S, 40, i, 2)
         assert v == 3 + ((w[0] | (w[1] << 32)) % 7)
+
+
+def test_noncontiguous_fill_uses_row_major_order():
+    g = tp.Generator().manual_seed(3)
+    a = tp.rand(3, 4, generator=g)
+    g.manual_seed(3)
+    t = tp.zeros(4, 3).t()
+    t.uniform_(generator=g)
+    assert t.tolist() == a.tolist()
 
 
 def test_manual_seed_determinism():

@@ -1,8 +1,10 @@
 /* Counter-based randomness: Philox4x32-10 (Salmon et al., SC'11), the
  * tensorplay.Generator type and the fills behind rand/randn/randint/
  * randperm/bernoulli/normal_/uniform_. The exact stream is documented in
- * tensor.h and docs/rng.md: element i of a draw uses the block at counter
- * offset/4 + i, so a kernel can draw the same numbers independently. */
+ * tensor.h and docs/rng.md: element i of a draw consumes words i*W ..
+ * i*W+W-1 (W = 1, 2 or 4 by distribution and dtype); word j is word j%4 of
+ * the block at counter offset/4 + j/4, so a kernel can draw the same
+ * numbers independently. */
 #include "tensor/tensor_internal.h"
 #include "stax_numpy.h"
 #include <math.h>
@@ -61,10 +63,10 @@ stax_default_generator(void)
 }
 
 uint64_t
-stax_generator_reserve(StaxGenerator *g, int64_t n)
+stax_generator_reserve(StaxGenerator *g, int64_t nwords)
 {
     uint64_t old = g->offset;
-    g->offset += 4 * (uint64_t)n;
+    g->offset += ((uint64_t)nwords + 3) & ~(uint64_t)3;
     return old;
 }
 
@@ -118,7 +120,21 @@ load(const char *p, stax_dtype_t dt)
     }
 }
 
-/* Fill t (any strides) in row-major element order. a, b: parameters. */
+/* Words each element consumes (1, 2 or 4: an element never straddles two
+ * Philox blocks). */
+static int
+words_per_element(int dist, stax_dtype_t dt)
+{
+    switch (dist) {
+    case DIST_UNIFORM: return dt == STAX_FLOAT64 ? 2 : 1;
+    case DIST_NORMAL: return dt == STAX_FLOAT64 ? 4 : 2;
+    default: return 2;
+    }
+}
+
+/* Fill t (any strides) in row-major element order: element i uses words
+ * j = i*W .. i*W+W-1 of the stream, word j being word j%4 of the block at
+ * counter offset/4 + j/4. a, b: parameters. */
 static int
 fill(StaxTensor *t, StaxGenerator *g, int dist, double a, double b,
      int64_t ia, int64_t ib, StaxTensor *p)
@@ -127,36 +143,59 @@ fill(StaxTensor *t, StaxGenerator *g, int dist, double a, double b,
     if (n == 0) {
         return 0;
     }
-    uint64_t base = stax_generator_reserve(g, n) / 4;
+    int W = words_per_element(dist, t->dtype);
+    uint64_t base = g->offset / 4;
+    g->offset += ((uint64_t)n * W + 3) & ~(uint64_t)3;
     int isz = stax_dtype_itemsize(t->dtype);
     int pisz = p ? stax_dtype_itemsize(p->dtype) : 0;
+    int contig = stax_tensor_is_contiguous(t);
     int64_t idx[STAX_MAX_DIMS] = {0};
+    int64_t off = t->offset, poff = p ? p->offset : 0;
     uint64_t range = (uint64_t)(ib - ia);
+    uint32_t blk[4];
+    uint64_t cached = UINT64_MAX;
+    char *data = t->storage->data;
     for (int64_t i = 0; i < n; i++) {
-        int64_t off = t->offset, poff = p ? p->offset : 0;
-        for (int d = 0; d < t->ndim; d++) {
-            off += idx[d] * t->strides[d];
-            if (p) {
-                poff += idx[d] * p->strides[d];
-            }
+        uint64_t j = (uint64_t)i * W, bi = base + (j >> 2);
+        if (bi != cached) {
+            block(g->seed, bi, blk);
+            cached = bi;
         }
-        char *dst = t->storage->data + off * isz;
-        uint32_t w[4];
-        block(g->seed, base + (uint64_t)i, w);
+        const uint32_t *w = blk + (j & 3);
+        char *dst = data + (contig ? t->offset + i : off) * isz;
         switch (dist) {
         case DIST_UNIFORM:
             if (t->dtype == STAX_FLOAT64) {
-                store(dst, t->dtype, a + (b - a) * u53(w[0], w[1]));
+                *(double *)dst = a + (b - a) * u53(w[0], w[1]);
             }
             else {
                 double u = (double)(w[0] >> 8) * (1.0 / 16777216.0);
-                store(dst, t->dtype, (double)(float)(a + (b - a) * u));
+                float v = (float)(a + (b - a) * u);
+                if (t->dtype == STAX_FLOAT32) {
+                    *(float *)dst = v;
+                }
+                else {
+                    store(dst, t->dtype, (double)v);
+                }
             }
             break;
         case DIST_NORMAL: {
-            double u1 = u53(w[0], w[1]), u2 = u53(w[2], w[3]);
+            double u1, u2;
+            if (W == 4) {
+                u1 = u53(w[0], w[1]);
+                u2 = u53(w[2], w[3]);
+            }
+            else {
+                u1 = (double)(w[0] >> 8) * (1.0 / 16777216.0);
+                u2 = (double)(w[1] >> 8) * (1.0 / 16777216.0);
+            }
             double z = sqrt(-2.0 * log(1.0 - u1)) * cos(2.0 * M_PI * u2);
-            store(dst, t->dtype, a + b * z);
+            if (t->dtype == STAX_FLOAT32) {
+                *(float *)dst = (float)(a + b * z);
+            }
+            else {
+                store(dst, t->dtype, a + b * z);
+            }
             break;
         }
         case DIST_RANDINT: {
@@ -173,15 +212,25 @@ fill(StaxTensor *t, StaxGenerator *g, int dist, double a, double b,
             break;
         }
         case DIST_KEYS:
-            *(int64_t *)dst = (int64_t)(((uint64_t)w[0] | ((uint64_t)w[1] << 32))
-                                        >> 1);
+            *(int64_t *)dst = (int64_t)(((uint64_t)w[0]
+                                         | ((uint64_t)w[1] << 32)) >> 1);
             break;
         }
-        for (int d = t->ndim - 1; d >= 0; d--) {
-            if (++idx[d] < t->sizes[d]) {
-                break;
+        if (!contig || p != NULL) {
+            for (int d = t->ndim - 1; d >= 0; d--) {
+                off += t->strides[d];
+                if (p) {
+                    poff += p->strides[d];
+                }
+                if (++idx[d] < t->sizes[d]) {
+                    break;
+                }
+                off -= t->strides[d] * t->sizes[d];
+                if (p) {
+                    poff -= p->strides[d] * p->sizes[d];
+                }
+                idx[d] = 0;
             }
-            idx[d] = 0;
         }
     }
     stax_tensor_bump_version(t);

@@ -162,25 +162,28 @@ int stax_tensor_setitem(StaxTensor *t, PyObject *key, PyObject *value);
 
 /* ---- randomness: Philox4x32-10 (see docs/rng.md) --------------------
  * The stream is a pure function of (seed, offset, element index):
- *   key     = (uint32)seed, (uint32)(seed >> 32)
- *   element i of a draw uses ONE Philox block, at the 128-bit counter
- *     c = offset / 4 + i  as (lo32(c), hi32(c), 0, 0)
- *   (offset is the generator's offset in 32-bit words; always a multiple
- *   of 4). Words w0..w3 = stax_philox4x32(key, ctr).
- *   uniform float32 : (w0 >> 8) * 2^-24                  in [0, 1)
- *   uniform float64 : ((w0 >> 5) * 2^26 + (w1 >> 6)) * 2^-53
- *   uniform float16 : float32 uniform rounded to half
- *   normal          : Box-Muller in float64 on u1 = float64 uniform from
- *                     (w0, w1), u2 = float64 uniform from (w2, w3):
- *                     sqrt(-2 log(1 - u1)) * cos(2 pi u2), rounded to dtype
- *   randint(lo, hi) : lo + ((w0 | (uint64)w1 << 32) % (hi - lo))
- *   bernoulli(p)    : (float64 uniform from (w0, w1)) < p
- *   randperm(n)     : stable argsort of the keys (w0 | (uint64)w1 << 32)
- * After a draw of n elements the generator offset advances by 4 * n. */
+ *   key   = (uint32)seed, (uint32)(seed >> 32)
+ *   word j of the stream (j = 0, 1, ...) is word j % 4 of the block
+ *         stax_philox4x32(key, (lo32(c), hi32(c), 0, 0)),  c = offset/4 + j/4
+ *   (offset: the generator's offset in 32-bit words, a multiple of 4).
+ *   Element i of a draw (row-major order of the output) consumes the W
+ *   words w[0..W-1] = words i*W .. i*W+W-1 (W divides 4, so one block):
+ *   uniform float32/16 W=1: u = (w0 >> 8) * 2^-24; (float)(a + (b-a)*u)
+ *   uniform float64    W=2: u53(w0,w1) = ((w0>>5)*2^26 + (w1>>6)) * 2^-53
+ *   normal float32/16  W=2: u1 = (w0>>8)*2^-24, u2 = (w1>>8)*2^-24
+ *   normal float64     W=4: u1 = u53(w0,w1), u2 = u53(w2,w3)
+ *                     z = sqrt(-2 log(1-u1)) * cos(2 pi u2) in double;
+ *                     mean + std*z rounded to the dtype
+ *   randint(lo, hi)    W=2: lo + ((w0 | (uint64)w1 << 32) % (hi - lo))
+ *   bernoulli(p)       W=2: u53(w0, w1) < p
+ *   randperm(n)        W=2: stable argsort of (w0 | (uint64)w1 << 32) >> 1
+ * After a draw of n elements the offset advances by n*W rounded up to a
+ * multiple of 4. */
 void stax_philox4x32(const uint32_t key[2], const uint32_t ctr[4],
                      uint32_t out[4]);
-/* the default generator's state; a draw of n elements reserves
- * [offset, offset + 4n) and returns the old offset */
+/* the default generator's state. stax_generator_reserve(g, nwords)
+ * reserves nwords 32-bit words (rounded up to a multiple of 4) and returns
+ * the offset the draw starts at (for kernels drawing in-line). */
 typedef struct {
     PyObject_HEAD
     uint64_t seed;
@@ -188,7 +191,7 @@ typedef struct {
 } StaxGenerator;
 extern PyTypeObject *StaxGenerator_Type;
 StaxGenerator *stax_default_generator(void);        /* borrowed */
-uint64_t stax_generator_reserve(StaxGenerator *g, int64_t n_elements);
+uint64_t stax_generator_reserve(StaxGenerator *g, int64_t nwords);
 
 /* room init: registers Tensor, dtype objects, creation functions, RNG. */
 int stax_tensor_module_init(PyObject *m);
