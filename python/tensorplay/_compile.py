@@ -6,6 +6,7 @@
 
 Owned by the guards room; see docs/specialization.md."""
 import functools
+import inspect
 
 from tensorplay import _C
 from tensorplay.compiler._driver import Driver
@@ -31,6 +32,9 @@ def compile(fn=None, *, backend="stax", dynamic=False, strict_native=False, full
                                  options=options, name=name)
     if not callable(fn):
         raise TypeError(f"tensorplay.compile expects a callable, got {type(fn).__name__}")
+    if inspect.isgeneratorfunction(fn) or inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+        raise TypeError(f"tensorplay.compile: {getattr(fn, '__name__', fn)!r} is a generator or coroutine "
+                        "function; tracing needs a function that returns its tensors")
     driver = Driver(fn, backend, dynamic, strict_native, options, name)
     cf = _C.CompiledFunction(driver)
     driver.bind(cf)

@@ -12,13 +12,23 @@ def register_backend(name=None, fn=None):
     if callable(name) and fn is None:
         fn, name = name, name.__name__
     if fn is not None:
+        _check(name, fn)
         _registry[name] = fn
         return fn
 
     def deco(f):
+        _check(name or getattr(f, "__name__", None), f)
         _registry[name or f.__name__] = f
         return f
     return deco
+
+
+def _check(name, fn):
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"register_backend: the name must be a non-empty str, got {name!r}")
+    if not callable(fn):
+        raise TypeError(f"register_backend({name!r}): a back end must be callable "
+                        f"backend(gm, example_inputs, **options), got {type(fn).__name__}")
 
 
 def list_backends():
