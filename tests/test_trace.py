@@ -410,3 +410,17 @@ def test_generator_function_rejected():
 
     with pytest.raises(TypeError, match="generator"):
         _C.trace(g, (tp.ones(2),))
+
+
+def test_example_4_1_before_normalization():
+    r = _C.trace(lambda x: (2 * x + 0).exp(), (tp.ones(3),))
+    txt = str(r.graph_module.graph)
+    assert "call_function[target=operator.mul](args = (2, %x), kwargs = {})" in txt
+    assert "call_function[target=operator.add](args = (%mul, 0), kwargs = {})" in txt
+    assert "call_method[target=exp](args = (%add,), kwargs = {})" in txt
+
+
+def test_numpy_is_a_tolist_gate():
+    r = _C.trace(lambda x: x * float(np.asarray(x.sum())), (tp.ones(3),))
+    kinds = [(k, v) for _, k, v in r.gates]
+    assert kinds[0] == ("tolist", 3.0)

@@ -348,7 +348,10 @@ node_new_raw(void)
 static PyObject *
 node_repr(StaxNode *self)
 {
-    return Py_NewRef(self->name ? self->name : Py_None);
+    if (self->name == NULL) {
+        return PyUnicode_FromString("<cleared node>");
+    }
+    return Py_NewRef(self->name);
 }
 
 static void

@@ -349,10 +349,29 @@ pm_tolist(PyObject *self, PyObject *unused)
     return value_gate(self, "tolist", call_tolist);
 }
 
+/* p.numpy() / np.asarray(p): a value gate of kind 'tolist' (the recorded
+ * outcome is the list, comparable; the caller gets a copy of the array) */
 static PyObject *
 pm_numpy(PyObject *self, PyObject *args, PyObject *kw)
 {
-    return value_gate(self, "tolist", call_numpy);
+    StaxProxy *p = (StaxProxy *)self;
+    PyObject *v = stax_trace_need_val(p), *arr, *lst;
+    if (v == NULL) {
+        return NULL;
+    }
+    arr = call_numpy(v);
+    if (arr == NULL) {
+        return NULL;
+    }
+    lst = PyObject_CallMethod(arr, "tolist", NULL);
+    if (lst == NULL || stax_trace_add_gate(p->tracer, p->node, "tolist",
+                                           lst) < 0) {
+        Py_XDECREF(lst);
+        Py_DECREF(arr);
+        return NULL;
+    }
+    Py_DECREF(lst);
+    return arr;
 }
 
 /* sequence / mapping ---------------------------------------------------- */
