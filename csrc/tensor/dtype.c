@@ -610,6 +610,19 @@ device_hash(PyObject *self)
     return h;
 }
 
+static PyObject *
+device_reduce(PyObject *self, PyObject *unused)
+{
+    StaxDeviceObject *d = (StaxDeviceObject *)self;
+    return Py_BuildValue("(O(OO))", (PyObject *)Py_TYPE(self), d->type,
+                         d->index);
+}
+
+static PyMethodDef device_methods[] = {
+    {"__reduce__", device_reduce, METH_NOARGS, NULL},
+    {NULL},
+};
+
 static PyMemberDef device_members[] = {
     {"type", T_OBJECT, offsetof(StaxDeviceObject, type), READONLY, NULL},
     {"index", T_OBJECT, offsetof(StaxDeviceObject, index), READONLY, NULL},
@@ -628,6 +641,7 @@ PyTypeObject StaxDevice_TypeObj = {
     .tp_richcompare = device_richcompare,
     .tp_hash = device_hash,
     .tp_members = device_members,
+    .tp_methods = device_methods,
 };
 
 /* ---- helpers: dims and sizes ----------------------------------------- */
