@@ -218,3 +218,48 @@ def test_creation():
         tp.zeros(-1)
     with pytest.raises(TypeError):
         tp.zeros(2.5)
+
+
+def test_subclass_dict_weakref_pickle_deepcopy():
+    import copy
+    import gc
+    import pickle
+    import weakref
+
+    class P(tp.Tensor):
+        def __new__(cls, data, requires_grad=True):
+            return tp.Tensor._make_subclass(cls, data, requires_grad)
+
+    p = P(tp.ones(2, 3))
+    assert type(p) is P and p.requires_grad and p.is_leaf and p.shape == (2, 3)
+    p.name = "w"
+    assert p.__dict__ == {"name": "w"}
+    q = pickle.loads(pickle.dumps(p))
+    assert type(q) is P and q.requires_grad and q.name == "w"
+    r = copy.deepcopy(p)
+    assert type(r) is P and r.name == "w" and not np.shares_memory(r.detach().numpy(),
+                                                                    p.detach().numpy())
+    w = weakref.ref(p)
+    del p, q, r
+    gc.collect()
+    assert w() is None
+    x = tp.ones(3)
+    x.me = x            # a reference cycle through the instance dict
+    wx = weakref.ref(x)
+    del x
+    gc.collect()
+    assert wx() is None
+    for o in (tp.float16, tp.Size([2, 3]), tp.device("cpu")):
+        assert pickle.loads(pickle.dumps(o)) == o
+
+
+def test_number_slot_wrappers_exist():
+    x = tp.ones(2)
+    assert tp.Tensor.__add__(x, x).tolist() == [2.0, 2.0]
+    assert tp.Tensor.__radd__(x, 1).tolist() == [2.0, 2.0]
+    assert x.__eq__(x).tolist() == [True, True]
+
+
+def test_huge_sizes_raise():
+    with pytest.raises(RuntimeError, match="overflow"):
+        tp.empty(1 << 40, 1 << 40)
