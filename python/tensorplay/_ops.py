@@ -195,7 +195,10 @@ def _sub(input, other, *, alpha=1):
 
 @_impl("rsub")
 def _rsub(input, other, *, alpha=1):
-    return _sub(other, input, alpha=alpha)
+    scaled = input if alpha == 1 else _FUNCS["mul"](input, alpha)
+    if _is_t(other):
+        return _FUNCS["sub"](other, scaled)
+    return _FUNCS["add"](_FUNCS["neg"](scaled), other)
 
 
 @_impl("div")

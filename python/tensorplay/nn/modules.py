@@ -12,10 +12,6 @@ __all__ = ["Parameter", "Module", "Linear", "LayerNorm", "BatchNorm1d",
            "ModuleDict", "MSELoss", "CrossEntropyLoss"]
 
 
-def _tensor_cls():
-    return _C.Tensor
-
-
 class Parameter(_C.Tensor):
     """A Tensor that a Module registers as a parameter (requires_grad=True)."""
 
@@ -61,10 +57,6 @@ class Module:
             object.__setattr__(self, name, value)
             return
         params, bufs, mods = self._parameters, self._buffers, self._modules
-        for d in (params, bufs, mods):
-            if name in d and d is not (params if isinstance(value, Parameter) else
-                                       mods if isinstance(value, Module) else None):
-                pass
         if isinstance(value, Parameter):
             self.__dict__.pop(name, None)
             bufs.pop(name, None)
