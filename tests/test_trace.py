@@ -342,7 +342,7 @@ def test_no_leak_in_trace_loop():
         _C.trace(ex31, (x,))
     gc.collect()
     before = len(gc.get_objects())
-    for _ in range(2000):
+    for _ in range(5000):       # 10k traces
         _C.trace(ex31, (x,))
         _C.trace(f11, (x, w))
     gc.collect()
@@ -424,3 +424,9 @@ def test_numpy_is_a_tolist_gate():
     r = _C.trace(lambda x: x * float(np.asarray(x.sum())), (tp.ones(3),))
     kinds = [(k, v) for _, k, v in r.gates]
     assert kinds[0] == ("tolist", 3.0)
+
+
+def test_format_reads_sample_without_gate():
+    out = []
+    r = _C.trace(lambda x: out.append(f"{x.sum():.1f}") or x + 1, (tp.ones(3),))
+    assert out == ["3.0"] and r.gates == []

@@ -917,7 +917,31 @@ proxy_getattro(PyObject *self, PyObject *name)
     return NULL;
 }
 
+/* format(p, spec): formats the sample value, no gate (printing happens
+ * once, at trace time; a gate would recompile on every new value) */
+static PyObject *
+pm_format(PyObject *self, PyObject *spec)
+{
+    PyObject *v, *item, *r;
+    if (!PyUnicode_Check(spec) || PyUnicode_GET_LENGTH(spec) == 0) {
+        return PyObject_Repr(self);
+    }
+    v = stax_trace_need_val((StaxProxy *)self);
+    if (v == NULL) {
+        return NULL;
+    }
+    item = is_tensor(v) ? PyObject_CallMethod(v, "item", NULL)
+                        : Py_NewRef(v);
+    if (item == NULL) {
+        return NULL;
+    }
+    r = PyObject_Format(item, spec);
+    Py_DECREF(item);
+    return r;
+}
+
 static PyMethodDef proxy_methods[] = {
+    {"__format__", (PyCFunction)pm_format, METH_O, NULL},
     {"__tensor_function__", (PyCFunction)(void (*)(void))pm_tensor_function,
      METH_VARARGS | METH_KEYWORDS | METH_CLASS,
      "Record a tensorplay function called with a proxy argument."},
