@@ -316,7 +316,7 @@ class Driver:
         self._last = (fp, v, (args, kwargs, free))
         return self._run(v, call.flat, args, kwargs, plan, free)
 
-    def _artifact(self, v, flat):
+    def _artifact(self, v, flat, args, kwargs, plan, free):
         if v.shape_polymorphic:
             return v.artifact
         lay = _layout(flat)
@@ -325,19 +325,17 @@ class Driver:
             with _compile_lock:
                 art = v.artifacts.get(lay)
                 if art is None:
-                    opts = dict(self.options)
-                    opts["strict_native"] = self.strict_native
-                    try:
-                        art = self.backend(v.graph_module, list(flat), **opts)
-                    except Exception:  # noqa: BLE001
-                        if self.strict_native:
-                            raise
-                        art = v.graph_module
+                    # fixed-shape back ends read sizes from the graph's sample
+                    # values: retrace for this layout (same key, same guards)
+                    c = _Call()
+                    c.args, c.kwargs, c.free, c.flat = args, kwargs, free, flat
+                    _, gm = self._trace(c, plan)
+                    art, _ = self._lower(gm, flat)
                     v.artifacts[lay] = art
         return art
 
     def _run(self, v, flat, args, kwargs, plan, free):
-        art = self._artifact(v, flat)
+        art = self._artifact(v, flat, args, kwargs, plan, free)
         out = art(*flat)
         cf = self._cf() if self._cf is not None else None
         if cf is not None:
@@ -408,7 +406,8 @@ class Driver:
         _total["compiles"] += 1
         return v
 
-    def _build(self, call, plan):
+    def _trace(self, call, plan):
+        """lift -> _C.trace -> (TraceResult, GraphModule after the front-end passes)."""
         wrapper, free_names = plan.make_wrapper(call.free)
         target = plan.target
         names = list(free_names) if target is not None else None
@@ -421,7 +420,33 @@ class Driver:
                 names.append(params[i] if i < len(params) else f"arg{i}")
         lifted = tuple(x for x in call.free if isinstance(x, _tensor_type()))
         tr = _C.trace(wrapper, lifted + tuple(call.args), dict(call.kwargs), names)
+        passes_log = None
+        if _logs.enabled("passes"):
+            lg = _logs.logger("passes")
+            passes_log = lambda line: lg.info(f"'{self.name}': {line}")  # noqa: E731
         gm = tr.graph_module
+        gm = _C.run_frontend_passes(gm, log=passes_log) or gm
+        if _logs.enabled("graph"):
+            _logs.logger("graph").info(f"graph of '{self.name}' (version {len(self.versions)}):\n{gm.graph}")
+        return tr, gm
+
+    def _lower(self, gm, flat):
+        """backend(gm, example_inputs, **options) -> (artifact, eager_fallback)."""
+        opts = dict(self.options)
+        opts["strict_native"] = self.strict_native
+        try:
+            return self.backend(gm, list(flat), **opts), False
+        except Exception as e:  # noqa: BLE001
+            if self.strict_native:
+                raise
+            if config.warn_on_fallback:
+                warnings.warn(f"tensorplay.compile: back end {self.backend_name!r} failed on "
+                              f"'{self.name}' ({type(e).__name__}: {e}); this version runs eagerly",
+                              RuntimeWarning, stacklevel=5)
+            return gm, True
+
+    def _build(self, call, plan):
+        tr, gm = self._trace(call, plan)
         gates = list(getattr(tr, "gates", None) or [])
         gate_kinds = tuple(g[1] for g in gates)
         gates0 = tuple(_gate_value(g[1], g[2]) for g in gates)
@@ -434,26 +459,7 @@ class Driver:
                     ent = (ph, dd, shape[dd], call.paths[ph])
                     if ent not in shape_reads:
                         shape_reads.append(ent)
-        passes_log = None
-        if _logs.enabled("passes"):
-            lg = _logs.logger("passes")
-            passes_log = lambda line: lg.info(f"'{self.name}': {line}")  # noqa: E731
-        gm = _C.run_frontend_passes(gm, log=passes_log) or gm
-        if _logs.enabled("graph"):
-            _logs.logger("graph").info(f"graph of '{self.name}' (version {len(self.versions)}):\n{gm.graph}")
-        opts = dict(self.options)
-        opts["strict_native"] = self.strict_native
-        eager_fallback = False
-        try:
-            artifact = self.backend(gm, list(call.flat), **opts)
-        except Exception as e:  # noqa: BLE001
-            if self.strict_native:
-                raise
-            artifact, eager_fallback = gm, True
-            if config.warn_on_fallback:
-                warnings.warn(f"tensorplay.compile: back end {self.backend_name!r} failed on "
-                              f"'{self.name}' ({type(e).__name__}: {e}); this version runs eagerly",
-                              RuntimeWarning, stacklevel=4)
+        artifact, eager_fallback = self._lower(gm, call.flat)
         v = Version(len(self.versions), call, gm, artifact, replay, gate_kinds, gates0,
                     shape_reads, eager_fallback, plan.paths, self.dynamic)
         if _logs.enabled("guards"):

@@ -136,7 +136,10 @@ class Plan:
         return tuple(s.as_tuple(_is_tensor(v)) for s, v in zip(self.sources, values))
 
     def read_tuples(self):
-        return tuple(s.as_tuple(False) for s in self.sources)
+        rt = self.__dict__.get("_read_tuples")
+        if rt is None:
+            rt = self._read_tuples = tuple(s.as_tuple(False) for s in self.sources)
+        return rt
 
     # -- the traced wrapper ---------------------------------------------
     def make_wrapper(self, values):
