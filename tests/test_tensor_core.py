@@ -220,15 +220,16 @@ def test_creation():
         tp.zeros(2.5)
 
 
+class P(tp.Tensor):
+    def __new__(cls, data, requires_grad=True):
+        return tp.Tensor._make_subclass(cls, data, requires_grad)
+
+
 def test_subclass_dict_weakref_pickle_deepcopy():
     import copy
     import gc
     import pickle
     import weakref
-
-    class P(tp.Tensor):
-        def __new__(cls, data, requires_grad=True):
-            return tp.Tensor._make_subclass(cls, data, requires_grad)
 
     p = P(tp.ones(2, 3))
     assert type(p) is P and p.requires_grad and p.is_leaf and p.shape == (2, 3)
