@@ -358,3 +358,20 @@ def test_dynamic_over_fixed_shape_backend():
             for t in (a, a.t()):
                 np.testing.assert_allclose(cf(t).numpy(), t.numpy() * 2 + 1, rtol=1e-6)
     assert len(cf.versions) == 2 and len(built) == 6 and cf.stats()["artifacts"] == 6
+
+
+def test_accumulated_limit():
+    from tensorplay.compiler import _driver
+    old = tp.compiler.config.accumulated_cache_size_limit
+    tp.compiler.config.accumulated_cache_size_limit = _driver._total["compiles"] + 1
+    try:
+        cf = comp(lambda x, k: x + k)
+        x = tp.ones(2)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            assert cf(x, 1).numpy()[0] == 2
+            assert cf(x, 2).numpy()[0] == 3
+        assert any("accumulated_cache_size_limit" in str(m.message) for m in w)
+        assert len(cf.versions) == 1 and cf.stats()["eager_calls"] == 1
+    finally:
+        tp.compiler.config.accumulated_cache_size_limit = old
