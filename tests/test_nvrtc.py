@@ -78,6 +78,17 @@ def test_example_1_1_fused_kernel_compiles_to_ptx():
 
 
 @needs_nvrtc
+def test_compile_through_the_backend_vtable():
+    # the stax_backend "nvrtc" registered with lower: compile_kernel renders
+    # the loop IR and compiles it to PTX; the handle lives in a capsule
+    x = np.zeros((64, 128), np.float32)
+    k = C.nvrtc_render_graph(_fake_gm(), [x, x], compile=True)[0]
+    assert ".entry " + k.name in k.ptx
+    assert type(k._handle).__name__ == "PyCapsule"
+    del k
+
+
+@needs_nvrtc
 def test_example_1_1_from_a_traced_graph():
     tp = pytest.importorskip("tensorplay")
     if not hasattr(C, "trace"):

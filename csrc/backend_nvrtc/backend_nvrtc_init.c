@@ -292,6 +292,12 @@ nvrtc_supports_op(stax_backend *be, int prim)
     return prim >= 0 && prim < STAX_PRIM_COUNT;
 }
 
+PyObject *
+stax_nvrtc_handle_ptx(void *handle)
+{
+    return ((nvrtc_handle *)handle)->ptx;
+}
+
 static stax_backend stax_nvrtc_backend = {
     .name = "nvrtc",
     .compile_kernel = nvrtc_compile_kernel,

@@ -1016,8 +1016,50 @@ append_new(PyObject *list, PyObject *v)
  * source (CUDA C), loop_ir, kind, grid, block, start, end, sizes, inputs,
  * in_dtypes, in_shapes, in_layouts, output_shape, output_dtype,
  * bytes_read, bytes_written, backend. nvrtc_launch() takes it. */
+static void
+handle_capsule_free(PyObject *cap)
+{
+    stax_backend *be = stax_lower_get_backend("nvrtc");
+    void *h = PyCapsule_GetPointer(cap, STAX_NVRTC_HANDLE_CAPSULE);
+    if (h != NULL && be != NULL) {
+        be->free(be, h);
+    }
+    else {
+        PyErr_Clear();
+    }
+}
+
+/* compile through the registered back end (vtable): the record gets .ptx
+ * and ._handle (a capsule), which nvrtc_launch() then runs via be->launch */
+static int
+compile_via_vtable(stax_kernel *K, PyObject *kw)
+{
+    stax_backend *be = stax_lower_get_backend("nvrtc");
+    void *h;
+    PyObject *cap;
+    if (be == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "nvrtc back end not registered");
+        return -1;
+    }
+    if ((h = be->compile_kernel(be, K, NULL)) == NULL) {
+        return -1;
+    }
+    cap = PyCapsule_New(h, STAX_NVRTC_HANDLE_CAPSULE, handle_capsule_free);
+    if (cap == NULL) {
+        be->free(be, h);
+        return -1;
+    }
+    if (PyDict_SetItemString(kw, "_handle", cap) < 0
+        || PyDict_SetItemString(kw, "ptx", stax_nvrtc_handle_ptx(h)) < 0) {
+        Py_DECREF(cap);
+        return -1;
+    }
+    Py_DECREF(cap);
+    return 0;
+}
+
 static PyObject *
-kernel_record(spec_t *k)
+kernel_record(spec_t *k, int compile)
 {
     stax_arena *arena = NULL;
     stax_kernel *K;
@@ -1070,7 +1112,7 @@ kernel_record(spec_t *k)
         "output_dtype", stax_nvrtc_dtype_name(k->out_dtype),
         "bytes_read", (long long)K->bytes_read,
         "bytes_written", (long long)K->bytes_written, "backend", "nvrtc");
-    if (kw == NULL) {
+    if (kw == NULL || (compile && compile_via_vtable(K, kw) < 0)) {
         goto done;
     }
     {
@@ -1104,17 +1146,17 @@ PyObject *
 stax_nvrtc_py_render_expr(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"expr", "inputs", "reduce", "dims", "keepdim",
-                             "name", NULL};
+                             "name", "compile", NULL};
     const char *expr = NULL, *reduce = NULL, *name = "stax_kernel";
     PyObject *inputs = NULL, *dims = Py_None, *seq = NULL, *res = NULL;
-    int keepdim = 0, red[STAX_MAX_DIMS] = {0};
+    int keepdim = 0, compile = 0, red[STAX_MAX_DIMS] = {0};
     spec_t *k = NULL;
     xnode *ops[MAX_INPUTS];
     (void)self;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sO|zOps:nvrtc_render_expr",
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sO|zOpsp:nvrtc_render_expr",
                                      kwlist, &expr, &inputs, &reduce, &dims,
-                                     &keepdim, &name)) {
+                                     &keepdim, &name, &compile)) {
         return NULL;
     }
     seq = PySequence_Fast(inputs, "inputs must be a sequence");
@@ -1162,7 +1204,7 @@ stax_nvrtc_py_render_expr(PyObject *self, PyObject *args, PyObject *kwargs)
     if (reduce != NULL && set_reduction(k, reduce) < 0) {
         goto done;
     }
-    res = kernel_record(k);
+    res = kernel_record(k, compile);
 done:
     PyMem_Free(k);
     Py_XDECREF(seq);
@@ -1592,14 +1634,15 @@ done:
 PyObject *
 stax_nvrtc_py_render_graph(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    static char *kwlist[] = {"gm", "example_inputs", "name", NULL};
+    static char *kwlist[] = {"gm", "example_inputs", "name", "compile", NULL};
+    int compile = 0;
     PyObject *gm = NULL, *inputs = NULL, *obj = NULL, *res = NULL;
     const char *name = NULL;
     spec_t *k = NULL;
     (void)self;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|z:nvrtc_render_graph",
-                                     kwlist, &gm, &inputs, &name)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|zp:nvrtc_render_graph",
+                                     kwlist, &gm, &inputs, &name, &compile)) {
         return NULL;
     }
     k = PyMem_Calloc(1, sizeof(*k));
@@ -1611,7 +1654,7 @@ stax_nvrtc_py_render_graph(PyObject *self, PyObject *args, PyObject *kwargs)
     }
     snprintf(k->name, sizeof(k->name), "%s", name ? name
              : (k->reduce >= 0 ? "stax_red_fused_0" : "stax_pw_fused_0"));
-    obj = kernel_record(k);
+    obj = kernel_record(k, compile);
     if (obj != NULL) {
         res = PyList_New(1);
         if (res != NULL) {

@@ -71,6 +71,10 @@ int stax_nvrtc_launch_config(const stax_kernel *k, const int64_t *sizes,
                              int64_t start, int64_t end, int64_t grid[3],
                              int64_t block[3]);
 
+/* ---- the vtable's handles (backend_nvrtc_init.c) ---- */
+#define STAX_NVRTC_HANDLE_CAPSULE "tensorplay._C.nvrtc_kernel_handle"
+PyObject *stax_nvrtc_handle_ptx(void *handle);      /* borrowed str */
+
 /* ---- Python entry points (nvrtc_loader.c) ---- */
 PyObject *stax_nvrtc_py_available(PyObject *self, PyObject *unused);
 PyObject *stax_nvrtc_py_version(PyObject *self, PyObject *unused);

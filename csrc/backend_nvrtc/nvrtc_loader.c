@@ -819,6 +819,22 @@ stax_nvrtc_py_launch(PyObject *self, PyObject *args, PyObject *kwargs)
         nbytes[nin] = (int64_t)PyArray_NBYTES((PyArrayObject *)out);
         is_out[nin] = 1;
     }
+    if (PyObject_HasAttrString(kern, "_handle")) {
+        /* compiled through the vtable: launch through it too */
+        PyObject *cap = PyObject_GetAttrString(kern, "_handle");
+        void *h = cap ? PyCapsule_GetPointer(cap, STAX_NVRTC_HANDLE_CAPSULE)
+                      : NULL;
+        stax_backend *be = stax_lower_get_backend("nvrtc");
+        int rc = -1;
+        Py_XDECREF(cap);
+        if (h != NULL && be != NULL) {
+            rc = be->launch(be, h, host, sizes, start, end);
+        }
+        if (rc == 0) {
+            res = Py_NewRef(out);
+        }
+        goto done;
+    }
     image = stax_nvrtc_compile_source(PyUnicode_AsUTF8(src),
                                       PyUnicode_AsUTF8(name), arch, NULL);
     if (image == NULL
