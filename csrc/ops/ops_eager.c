@@ -250,9 +250,52 @@ check_inplace_cast(stax_dtype_t res, stax_dtype_t self)
 
 /* ---- binary ------------------------------------------------------------ */
 
+static PyObject *binary_impl(const stax_op_info *op, PyObject *a,
+                             PyObject *b, StaxTensor *inplace_out);
+
+/* NumPy scalars (np.float32(2)) act as Python scalars, as in torch */
+static PyObject *
+py_scalar_of(PyObject *o)
+{
+    if (PyArray_IsScalar(o, Generic) && !PyFloat_Check(o) && !PyLong_Check(o)
+        && (PyArray_IsScalar(o, Number) || PyArray_IsScalar(o, Bool))) {
+        return PyObject_CallMethod(o, "item", NULL);
+    }
+    return Py_NewRef(o);
+}
+
+int
+stax_ops_is_numpy_scalar(PyObject *o)
+{
+    return PyArray_IsScalar(o, Number) || PyArray_IsScalar(o, Bool);
+}
+
 PyObject *
 stax_ops_binary(const stax_op_info *op, PyObject *a, PyObject *b,
                 StaxTensor *inplace_out)
+{
+    PyObject *a2, *b2, *r;
+    if (StaxTensor_Check(a) && StaxTensor_Check(b)) {
+        return binary_impl(op, a, b, inplace_out);
+    }
+    a2 = py_scalar_of(a);
+    if (a2 == NULL) {
+        return NULL;
+    }
+    b2 = py_scalar_of(b);
+    if (b2 == NULL) {
+        Py_DECREF(a2);
+        return NULL;
+    }
+    r = binary_impl(op, a2, b2, inplace_out);
+    Py_DECREF(a2);
+    Py_DECREF(b2);
+    return r;
+}
+
+static PyObject *
+binary_impl(const stax_op_info *op, PyObject *a, PyObject *b,
+            StaxTensor *inplace_out)
 {
     PyObject *ops[2] = {a, b};
     PyObject *xa = NULL, *xb = NULL, *oarr = NULL, *r = NULL;

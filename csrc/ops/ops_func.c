@@ -489,9 +489,10 @@ static const stax_op_info *slot_ops[STAX_OP_COUNT];
     {                                                                        \
         PyObject *args[2] = {a, b};                                          \
         const stax_op_info *op = &stax_op_table[STAX_OP_##ID];              \
-        if ((!StaxTensor_Check(a) && !PyFloat_Check(a) && !PyLong_Check(a)) \
+        if ((!StaxTensor_Check(a) && !PyFloat_Check(a) && !PyLong_Check(a) \
+             && !stax_ops_is_numpy_scalar(a))                                \
             || (!StaxTensor_Check(b) && !PyFloat_Check(b)                   \
-                && !PyLong_Check(b))) {                                      \
+                && !PyLong_Check(b) && !stax_ops_is_numpy_scalar(b))) {      \
             Py_RETURN_NOTIMPLEMENTED;                                        \
         }                                                                    \
         if (Py_TYPE(a) != StaxTensor_Type || Py_TYPE(b) != StaxTensor_Type) {\
@@ -522,7 +523,8 @@ static const stax_op_info *slot_ops[STAX_OP_COUNT];
         PyObject *args[2] = {a, b};                                          \
         const stax_op_info *op = stax_ops_inplace_of(                       \
             &stax_op_table[STAX_OP_##ID]);                                   \
-        if (!StaxTensor_Check(b) && !PyFloat_Check(b) && !PyLong_Check(b)) { \
+        if (!StaxTensor_Check(b) && !PyFloat_Check(b) && !PyLong_Check(b) \
+            && !stax_ops_is_numpy_scalar(b)) {                               \
             Py_RETURN_NOTIMPLEMENTED;                                        \
         }                                                                    \
         return run_op(op, inplace_methods[STAX_OP_##ID], args, 2, NULL);    \
@@ -598,7 +600,8 @@ tensor_richcompare(PyObject *a, PyObject *b, int cmp)
                                         STAX_OP_NE, STAX_OP_GT, STAX_OP_GE};
     PyObject *args[2] = {a, b};
     stax_op_id_t id = ids[cmp];
-    if (!StaxTensor_Check(b) && !PyFloat_Check(b) && !PyLong_Check(b)) {
+    if (!StaxTensor_Check(b) && !PyFloat_Check(b) && !PyLong_Check(b)
+        && !stax_ops_is_numpy_scalar(b)) {
         Py_RETURN_NOTIMPLEMENTED;
     }
     return run_op(&stax_op_table[id], functions[id], args, 2, NULL);

@@ -42,6 +42,7 @@ PyObject *stax_ops_binary(const stax_op_info *op, PyObject *a, PyObject *b,
                           StaxTensor *inplace_out);
 
 extern int stax_ops_reflected;
+int stax_ops_is_numpy_scalar(PyObject *o);
 
 /* function objects and installer (ops_func.c) */
 int stax_ops_func_init(PyObject *m);
