@@ -3,6 +3,8 @@
 
 PyObject *stax_lower_NativeCompileError;
 
+int stax_lower_program_init(PyObject *m);
+
 int
 stax_lower_module_init(PyObject *m)
 {
@@ -18,5 +20,5 @@ stax_lower_module_init(PyObject *m)
                               stax_lower_NativeCompileError) < 0) {
         return -1;
     }
-    return 0;
+    return stax_lower_program_init(m);
 }

@@ -1,0 +1,711 @@
+/* Fusion and scheduling over kernel drafts, then finalization.
+ *
+ * Pointwise producers are already inlined into their consumers during
+ * lowering (function composition).  Here, kernels that share an iteration
+ * space are merged greedily in schedule order: a later kernel C joins an
+ * earlier kernel P when C's loop nest equals P's (same outer dims, and
+ * either the same inner dims or none), every value C reads from P is read at
+ * the index P stored it at (so it becomes P's accumulator expression, kept
+ * in registers), and everything else C reads already exists at P's position
+ * (the schedule stays acyclic).  Candidates are ranked by the bytes the
+ * merge saves (buffers no longer written and read back, shared inputs read
+ * once).  Stores nobody reads any more are dropped.  This turns softmax or
+ * layer_norm written as separate reductions and pointwise ops into one
+ * kernel, and fuses pointwise epilogues into reductions.
+ *
+ * Then: the buffer plan (allocate at first write, release after last
+ * read), kernel buffers and size arguments, and compilation by the back
+ * end. */
+#include "lower/lower_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------ load collection */
+typedef struct {
+    unsigned char *read;     /* per program buffer */
+    int64_t bytes;
+} reads_ctx;
+
+static int
+collect_hook(lw_rw *rw, const stax_lval *load, const stax_lval **out)
+{
+    reads_ctx *r = rw->hook_ctx;
+    r->read[load->buf] = 1;
+    (void)out;
+    return 0;
+}
+
+static int
+kernel_reads(lw_ctx *c, kdraft *k, unsigned char *read)
+{
+    reads_ctx r = {read, 0};
+    lw_rw rw = {0};
+    rw.load_hook = collect_hook;
+    rw.hook_ctx = &r;
+    for (int i = 0; i < k->naccs; i++) {
+        if (lw_rewrite(c, &rw, k->accs[i].value) == NULL
+            || (k->accs[i].index && lw_rewrite_ix(c, &rw, k->accs[i].index) == NULL)) {
+            lw_rw_done(&rw);
+            return -1;
+        }
+    }
+    for (int i = 0; i < k->nstores; i++) {
+        if (lw_rewrite(c, &rw, k->stores[i].value) == NULL
+            || lw_rewrite_ix(c, &rw, k->stores[i].index) == NULL) {
+            lw_rw_done(&rw);
+            return -1;
+        }
+    }
+    lw_rw_done(&rw);
+    return 0;
+}
+
+static int
+step_reads(lw_ctx *c, step_t *s, unsigned char *read);
+
+static int
+slotrefs_reads(PyObject *o, unsigned char *read, int n)
+{
+    if (PyTuple_Check(o) || PyList_Check(o)) {
+        Py_ssize_t k = PySequence_Fast_GET_SIZE(o);
+        for (Py_ssize_t i = 0; i < k; i++) {
+            slotrefs_reads(PySequence_Fast_GET_ITEM(o, i), read, n);
+        }
+    }
+    else if (PyDict_Check(o)) {
+        PyObject *key, *v;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(o, &pos, &key, &v)) {
+            slotrefs_reads(v, read, n);
+        }
+    }
+    else if (PyObject_TypeCheck(o, &PyCapsule_Type)) {
+        /* unused */
+    }
+    else {
+        extern int stax_lower_slotref_index(PyObject *o);
+        int i = stax_lower_slotref_index(o);
+        if (i >= 0 && i < n) {
+            read[i] = 1;
+        }
+    }
+    return 0;
+}
+
+static int
+step_reads(lw_ctx *c, step_t *s, unsigned char *read)
+{
+    switch (s->kind) {
+    case ST_KERNEL:
+        return s->draft && s->draft->alive ? kernel_reads(c, s->draft, read) : 0;
+    case ST_MATMUL:
+        read[s->a] = read[s->b] = 1;
+        return 0;
+    case ST_FALLBACK:
+        if (s->args) {
+            slotrefs_reads(s->args, read, c->npbufs);
+        }
+        if (s->kwargs) {
+            slotrefs_reads(s->kwargs, read, c->npbufs);
+        }
+        return 0;
+    case ST_EXTRACT:
+        read[s->src] = 1;
+        return 0;
+    }
+    return 0;
+}
+
+static void
+step_writes(step_t *s, unsigned char *w)
+{
+    if (s->kind == ST_KERNEL) {
+        if (s->draft && s->draft->alive) {
+            for (int i = 0; i < s->draft->nstores; i++) {
+                w[s->draft->stores[i].buf] = 1;
+            }
+        }
+    }
+    else if (s->out >= 0) {
+        w[s->out] = 1;
+    }
+}
+
+/* ---------------------------------------------------------------- merge */
+typedef struct {
+    lw_ctx *c;
+    kdraft *p;
+    int fail;
+    int nv;
+    unsigned char *pwrites;
+} merge_ctx;
+
+static int
+merge_hook(lw_rw *rw, const stax_lval *load, const stax_lval **out)
+{
+    merge_ctx *m = rw->hook_ctx;
+    if (!m->pwrites[load->buf]) {
+        return 0;
+    }
+    kdraft *p = m->p;
+    for (int s = 0; s < p->nstages; s++) {
+        stax_stage *st = &p->stages[s];
+        for (int i = st->first; i < st->first + st->n; i++) {
+            if (st->kind == STAX_STAGE_REDUCE) {
+                break;
+            }
+            if (p->stores[i].buf == load->buf) {
+                if (st->kind == STAX_STAGE_OUTER && load->mask == NULL
+                    && lw_ix_equal(load->index, p->stores[i].index, m->nv)) {
+                    *out = lw_cast(m->c, p->stores[i].value, load->dtype);
+                    return *out ? 1 : -1;
+                }
+                m->fail = 1;
+                *out = load;
+                return 1;
+            }
+        }
+    }
+    m->fail = 1;
+    *out = load;
+    return 1;
+}
+
+static int
+dims_eq(const int64_t *a, const int64_t *b, int n)
+{
+    return memcmp(a, b, sizeof(int64_t) * (size_t)n) == 0;
+}
+
+/* how C's loop nest sits in P's: 0 no, 1 same (reduction C or pointwise at
+ * the outer level), 2 pointwise C over outer+inner (an INNER stage) */
+static int
+nest_fit(kdraft *p, kdraft *c)
+{
+    if (c->nouter == p->nouter && dims_eq(c->dimv, p->dimv, p->nouter)) {
+        if (c->ninner == 0) {
+            return 1;
+        }
+        if (c->ninner == p->ninner
+            && dims_eq(c->dimv + c->nouter, p->dimv + p->nouter, p->ninner)) {
+            return 1;
+        }
+        return 0;
+    }
+    if (c->ninner == 0 && p->ninner > 0 && c->nouter == p->nouter + p->ninner
+        && dims_eq(c->dimv, p->dimv, c->nouter)) {
+        return 2;
+    }
+    return 0;
+}
+
+/* try to merge step ci into step pi; 1 merged, 0 not, -1 error */
+static int
+try_merge(lw_ctx *c, int pi, int ci, unsigned char *avail)
+{
+    kdraft *p = c->steps[pi].draft, *k = c->steps[ci].draft;
+    int fit = nest_fit(p, k);
+    if (!fit) {
+        return 0;
+    }
+    if (p->naccs + k->naccs > LW_MAX_ACCS || p->nstores + k->nstores > LW_MAX_STORES
+        || p->nstages + k->nstages > LW_MAX_STAGES) {
+        return 0;
+    }
+    int n = c->npbufs;
+    unsigned char *pw = calloc((size_t)n, 1), *kr = calloc((size_t)n, 1);
+    if (pw == NULL || kr == NULL) {
+        free(pw);
+        free(kr);
+        PyErr_NoMemory();
+        return -1;
+    }
+    step_writes(&c->steps[pi], pw);
+    if (kernel_reads(c, k, kr) < 0) {
+        free(pw);
+        free(kr);
+        return -1;
+    }
+    int ok = 1, shares = 0;
+    for (int b = 0; b < n && ok; b++) {
+        if (kr[b] && !pw[b] && !avail[b]) {
+            ok = 0;    /* produced between P and C */
+        }
+        shares |= kr[b];
+    }
+    (void)shares;
+    if (!ok) {
+        free(pw);
+        free(kr);
+        return 0;
+    }
+    merge_ctx m = {c, p, 0, p->nouter + p->ninner, pw};
+    lw_rw rw = {0};
+    rw.load_hook = merge_hook;
+    rw.hook_ctx = &m;
+    rw.acc_shift = p->naccs;
+    stax_lacc accs[LW_MAX_ACCS];
+    stax_lstore stores[LW_MAX_STORES];
+    for (int i = 0; i < k->naccs && !m.fail; i++) {
+        accs[i] = k->accs[i];
+        accs[i].value = lw_rewrite(c, &rw, k->accs[i].value);
+        if (accs[i].value == NULL) {
+            goto error;
+        }
+    }
+    for (int i = 0; i < k->nstores && !m.fail; i++) {
+        stores[i] = k->stores[i];
+        stores[i].value = lw_rewrite(c, &rw, k->stores[i].value);
+        if (stores[i].value == NULL) {
+            goto error;
+        }
+    }
+    lw_rw_done(&rw);
+    free(pw);
+    free(kr);
+    if (m.fail) {
+        return 0;
+    }
+    int a0 = p->naccs, s0 = p->nstores;
+    for (int i = 0; i < k->naccs; i++) {
+        p->accs[p->naccs++] = accs[i];
+    }
+    for (int i = 0; i < k->nstores; i++) {
+        p->stores[p->nstores++] = stores[i];
+    }
+    for (int s = 0; s < k->nstages; s++) {
+        stax_stage st = k->stages[s];
+        st.first += st.kind == STAX_STAGE_REDUCE ? a0 : s0;
+        if (fit == 2 && st.kind == STAX_STAGE_OUTER) {
+            st.kind = STAX_STAGE_INNER;
+        }
+        p->stages[p->nstages++] = st;
+    }
+    size_t l = strlen(p->label);
+    if (l + strlen(k->label) + 2 < sizeof(p->label)) {
+        snprintf(p->label + l, sizeof(p->label) - l, "_%s", k->label);
+    }
+    k->alive = 0;
+    return 1;
+error:
+    lw_rw_done(&rw);
+    free(pw);
+    free(kr);
+    return -1;
+}
+
+/* drop stores whose buffer nobody reads and that is not an output */
+static int
+drop_dead_stores(lw_ctx *c)
+{
+    int n = c->npbufs;
+    unsigned char *read = calloc((size_t)n, 1);
+    if (read == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (int s = 0; s < c->nsteps; s++) {
+        if (step_reads(c, &c->steps[s], read) < 0) {
+            free(read);
+            return -1;
+        }
+    }
+    for (int s = 0; s < c->nsteps; s++) {
+        kdraft *k = c->steps[s].draft;
+        if (c->steps[s].kind != ST_KERNEL || !k->alive) {
+            continue;
+        }
+        /* rebuild the store list and the stages without dead stores */
+        int map[LW_MAX_STORES], ns = 0;
+        stax_lstore keep[LW_MAX_STORES];
+        for (int i = 0; i < k->nstores; i++) {
+            int b = k->stores[i].buf;
+            if (read[b] || c->pbufs[b].is_output) {
+                map[i] = ns;
+                keep[ns++] = k->stores[i];
+            }
+            else {
+                map[i] = -1;
+            }
+        }
+        if (ns == k->nstores) {
+            continue;
+        }
+        stax_stage st[LW_MAX_STAGES];
+        int nst = 0;
+        for (int j = 0; j < k->nstages; j++) {
+            stax_stage g = k->stages[j];
+            if (g.kind == STAX_STAGE_REDUCE) {
+                st[nst++] = g;
+                continue;
+            }
+            int first = -1, cnt = 0;
+            for (int i = g.first; i < g.first + g.n; i++) {
+                if (map[i] >= 0) {
+                    if (first < 0) {
+                        first = map[i];
+                    }
+                    cnt++;
+                }
+            }
+            if (cnt > 0) {
+                g.first = first;
+                g.n = cnt;
+                st[nst++] = g;
+            }
+        }
+        memcpy(k->stores, keep, sizeof(stax_lstore) * (size_t)ns);
+        k->nstores = ns;
+        memcpy(k->stages, st, sizeof(stax_stage) * (size_t)nst);
+        k->nstages = nst;
+        if (ns == 0) {
+            k->alive = 0;
+        }
+    }
+    free(read);
+    return 0;
+}
+
+static int64_t
+pbuf_bytes(pbuf_t *b)
+{
+    int64_t n = lw_dtype_size(b->dtype);
+    for (int d = 0; d < b->ndim; d++) {
+        n *= b->sizes[d];
+    }
+    return n;
+}
+
+/* greedy: for each producer P in schedule order, merge the later kernel
+ * saving the most bytes, until none fits */
+static int
+fuse(lw_ctx *c)
+{
+    int n = c->npbufs;
+    unsigned char *avail = calloc((size_t)n, 1);
+    unsigned char *pw = calloc((size_t)n, 1), *cr = calloc((size_t)n, 1);
+    if (avail == NULL || pw == NULL || cr == NULL) {
+        free(avail);
+        free(pw);
+        free(cr);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (int b = 0; b < n; b++) {
+        avail[b] = c->pbufs[b].kind == PB_INPUT || c->pbufs[b].kind == PB_CONST;
+    }
+    int rc = 0;
+    for (int pi = 0; pi < c->nsteps; pi++) {
+        step_t *ps = &c->steps[pi];
+        if (ps->kind == ST_KERNEL && ps->draft->alive) {
+            for (;;) {
+                int best = -1;
+                int64_t best_saved = -1;
+                memset(pw, 0, (size_t)n);
+                step_writes(ps, pw);
+                for (int ci = pi + 1; ci < c->nsteps; ci++) {
+                    step_t *cs = &c->steps[ci];
+                    if (cs->kind != ST_KERNEL || !cs->draft->alive
+                        || !nest_fit(ps->draft, cs->draft)) {
+                        continue;
+                    }
+                    memset(cr, 0, (size_t)n);
+                    if (kernel_reads(c, cs->draft, cr) < 0) {
+                        rc = -1;
+                        goto done;
+                    }
+                    int64_t saved = 0;
+                    for (int b = 0; b < n; b++) {
+                        if (cr[b]) {
+                            saved += pbuf_bytes(&c->pbufs[b]) * (pw[b] ? 2 : 1);
+                        }
+                    }
+                    if (saved > best_saved) {
+                        /* only candidates that actually merge count */
+                        best_saved = saved;
+                        best = ci;
+                    }
+                }
+                if (best < 0) {
+                    break;
+                }
+                int m = try_merge(c, pi, best, avail);
+                if (m < 0) {
+                    rc = -1;
+                    goto done;
+                }
+                if (m == 0) {
+                    /* the top candidate does not fit: try the others in
+                     * order once */
+                    int any = 0;
+                    for (int ci = pi + 1; ci < c->nsteps && !any; ci++) {
+                        step_t *cs = &c->steps[ci];
+                        if (ci == best || cs->kind != ST_KERNEL || !cs->draft->alive) {
+                            continue;
+                        }
+                        m = try_merge(c, pi, ci, avail);
+                        if (m < 0) {
+                            rc = -1;
+                            goto done;
+                        }
+                        any = m;
+                    }
+                    if (!any) {
+                        break;
+                    }
+                }
+            }
+        }
+        memset(pw, 0, (size_t)n);
+        step_writes(ps, pw);
+        for (int b = 0; b < n; b++) {
+            avail[b] |= pw[b];
+        }
+    }
+done:
+    free(avail);
+    free(pw);
+    free(cr);
+    return rc;
+}
+
+/* ------------------------------------------------------------ finalize */
+static int
+sym_of(lw_ctx *c, int64_t v)
+{
+    for (int i = 0; i < c->nsyms; i++) {
+        if (c->syms[i] == v) {
+            return i;
+        }
+    }
+    if (c->nsyms == LW_MAX_SYMS) {
+        return -1;
+    }
+    c->syms[c->nsyms] = v;
+    return c->nsyms++;
+}
+
+static int
+finalize_kernel(lw_ctx *c, step_t *s)
+{
+    kdraft *d = s->draft;
+    int n = c->npbufs;
+    unsigned char *read = calloc((size_t)n, 1), *wr = calloc((size_t)n, 1);
+    int *map = malloc(sizeof(int) * (size_t)n);
+    stax_kernel *k = stax_arena_alloc(c->arena, sizeof(stax_kernel));
+    if (read == NULL || wr == NULL || map == NULL || k == NULL) {
+        free(read);
+        free(wr);
+        free(map);
+        if (!PyErr_Occurred()) {
+            PyErr_NoMemory();
+        }
+        return -1;
+    }
+    if (kernel_reads(c, d, read) < 0) {
+        goto error;
+    }
+    step_writes(s, wr);
+    int nb = 0;
+    for (int b = 0; b < n; b++) {
+        map[b] = -1;
+        if (read[b] || wr[b]) {
+            map[b] = nb++;
+        }
+    }
+    k->nbufs = nb;
+    k->bufs = stax_arena_alloc(c->arena, sizeof(stax_kbuf) * (size_t)(nb ? nb : 1));
+    s->bufmap = stax_arena_alloc(c->arena, sizeof(int) * (size_t)(nb ? nb : 1));
+    if (k->bufs == NULL || s->bufmap == NULL) {
+        goto error;
+    }
+    for (int b = 0; b < n; b++) {
+        if (map[b] >= 0) {
+            stax_kbuf *kb = &k->bufs[map[b]];
+            kb->id = b;
+            kb->dtype = c->pbufs[b].dtype;
+            kb->is_output = wr[b];
+            kb->noalias = 1;
+            s->bufmap[map[b]] = b;
+            if (read[b]) {
+                k->bytes_read += pbuf_bytes(&c->pbufs[b]);
+            }
+            if (wr[b]) {
+                k->bytes_written += pbuf_bytes(&c->pbufs[b]);
+            }
+        }
+    }
+    k->nouter = d->nouter;
+    k->ninner = d->ninner;
+    k->work = 1;
+    for (int i = 0; i < d->nouter + d->ninner; i++) {
+        int sy = sym_of(c, d->dimv[i]);
+        if (sy < 0) {
+            PyErr_SetString(PyExc_RuntimeError, "too many size arguments");
+            goto error;
+        }
+        stax_ix *ix = stax_arena_alloc(c->arena, sizeof(stax_ix));
+        if (ix == NULL) {
+            goto error;
+        }
+        ix->kind = STAX_IX_SYM;
+        ix->v = sy;
+        k->dims[i] = ix;
+        k->work *= d->dimv[i];
+    }
+    lw_rw rw = {0};
+    rw.bufmap = map;
+    rw.nbufmap = n;
+    k->naccs = d->naccs;
+    k->accs = stax_arena_alloc(c->arena, sizeof(stax_lacc) * (size_t)(d->naccs + 1));
+    k->nstores = d->nstores;
+    k->stores = stax_arena_alloc(c->arena, sizeof(stax_lstore) * (size_t)(d->nstores + 1));
+    k->nstages = d->nstages;
+    k->stages = stax_arena_alloc(c->arena, sizeof(stax_stage) * (size_t)(d->nstages + 1));
+    if (k->accs == NULL || k->stores == NULL || k->stages == NULL) {
+        lw_rw_done(&rw);
+        goto error;
+    }
+    memcpy(k->stages, d->stages, sizeof(stax_stage) * (size_t)d->nstages);
+    for (int i = 0; i < d->naccs; i++) {
+        k->accs[i] = d->accs[i];
+        k->accs[i].value = lw_rewrite(c, &rw, d->accs[i].value);
+        if (d->accs[i].index) {
+            k->accs[i].index = lw_rewrite_ix(c, &rw, d->accs[i].index);
+        }
+        if (k->accs[i].value == NULL) {
+            lw_rw_done(&rw);
+            goto error;
+        }
+    }
+    for (int i = 0; i < d->nstores; i++) {
+        k->stores[i].buf = map[d->stores[i].buf];
+        k->stores[i].index = lw_rewrite_ix(c, &rw, d->stores[i].index);
+        k->stores[i].value = lw_rewrite(c, &rw, d->stores[i].value);
+        if (k->stores[i].value == NULL || k->stores[i].index == NULL) {
+            lw_rw_done(&rw);
+            goto error;
+        }
+    }
+    lw_rw_done(&rw);
+    snprintf(k->name, sizeof(k->name), "kernel%d_%s%s", c->kcount++,
+             (d->nstores + d->naccs > 1) ? "fused_" : "", d->label);
+    for (char *q = k->name; *q; q++) {
+        if (!((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z')
+              || (*q >= '0' && *q <= '9') || *q == '_')) {
+            *q = '_';
+        }
+    }
+    s->k = k;
+    s->par_n = d->nouter > 0 ? d->dimv[0] : 1;
+    s->work = k->work;
+    free(read);
+    free(wr);
+    free(map);
+    return 0;
+error:
+    free(read);
+    free(wr);
+    free(map);
+    return -1;
+}
+
+int
+lw_finalize(lw_ctx *c, const int *outputs, int noutputs)
+{
+    for (int i = 0; i < noutputs; i++) {
+        c->pbufs[outputs[i]].is_output = 1;
+    }
+    if (fuse(c) < 0 || drop_dead_stores(c) < 0) {
+        return -1;
+    }
+    /* compact: drop dead kernels */
+    int j = 0;
+    for (int i = 0; i < c->nsteps; i++) {
+        step_t *s = &c->steps[i];
+        if (s->kind == ST_KERNEL && !s->draft->alive) {
+            continue;
+        }
+        c->steps[j++] = *s;
+    }
+    c->nsteps = j;
+    for (int i = 0; i < c->nsteps; i++) {
+        if (c->steps[i].kind == ST_KERNEL && finalize_kernel(c, &c->steps[i]) < 0) {
+            return -1;
+        }
+    }
+    /* buffer plan */
+    int n = c->npbufs;
+    unsigned char *rd = malloc((size_t)(n ? n : 1)), *wr = malloc((size_t)(n ? n : 1));
+    if (rd == NULL || wr == NULL) {
+        free(rd);
+        free(wr);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (int b = 0; b < n; b++) {
+        c->pbufs[b].first = c->pbufs[b].last = -1;
+    }
+    for (int i = 0; i < c->nsteps; i++) {
+        step_t *s = &c->steps[i];
+        memset(rd, 0, (size_t)n);
+        memset(wr, 0, (size_t)n);
+        if (s->kind == ST_KERNEL) {
+            for (int q = 0; q < s->k->nbufs; q++) {
+                (s->k->bufs[q].is_output ? wr : rd)[s->bufmap[q]] = 1;
+            }
+        }
+        else {
+            step_reads(c, s, rd);
+            step_writes(s, wr);
+        }
+        for (int b = 0; b < n; b++) {
+            if (wr[b] && c->pbufs[b].first < 0) {
+                c->pbufs[b].first = i;
+            }
+            if (rd[b] || wr[b]) {
+                c->pbufs[b].last = i;
+            }
+        }
+    }
+    free(rd);
+    free(wr);
+    for (int i = 0; i < c->nsteps; i++) {
+        step_t *s = &c->steps[i];
+        int na = 0, nf = 0;
+        for (int b = 0; b < n; b++) {
+            pbuf_t *p = &c->pbufs[b];
+            na += p->kind == PB_TEMP && p->first == i;
+            nf += (p->kind == PB_TEMP || p->kind == PB_EXTERN) && !p->is_output
+                  && p->last == i;
+        }
+        s->alloc = stax_arena_alloc(c->arena, sizeof(int) * (size_t)(na + 1));
+        s->frees = stax_arena_alloc(c->arena, sizeof(int) * (size_t)(nf + 1));
+        if (s->alloc == NULL || s->frees == NULL) {
+            return -1;
+        }
+        for (int b = 0; b < n; b++) {
+            pbuf_t *p = &c->pbufs[b];
+            if (p->kind == PB_TEMP && p->first == i) {
+                s->alloc[s->nalloc++] = b;
+            }
+            if ((p->kind == PB_TEMP || p->kind == PB_EXTERN) && !p->is_output && p->last == i) {
+                s->frees[s->nfree++] = b;
+            }
+        }
+    }
+    /* compile */
+    for (int i = 0; i < c->nsteps; i++) {
+        step_t *s = &c->steps[i];
+        if (s->kind != ST_KERNEL) {
+            continue;
+        }
+        s->handle = c->be->compile_kernel(c->be, s->k, &s->source);
+        if (s->handle == NULL) {
+            return -1;
+        }
+        s->fn = c->be->kernel_fn ? c->be->kernel_fn(c->be, s->handle) : NULL;
+    }
+    return 0;
+}

@@ -1,0 +1,182 @@
+/* Private to the lower room: the lowering context, virtual buffers, kernel
+ * drafts, program buffers and steps. */
+#ifndef STAX_LOWER_INTERNAL_H
+#define STAX_LOWER_INTERNAL_H
+
+#include "lower/lower.h"
+
+#define LW_MAX_STAGES 32
+#define LW_MAX_ACCS 64
+#define LW_MAX_STORES 64
+#define LW_MAX_SYMS 256
+
+/* what a graph node lowered to */
+typedef enum {
+    VB_TENSOR = 0,    /* body over vars 0..ndim-1 */
+    VB_TUPLE,         /* items */
+    VB_PYOBJ          /* a runtime Python object in slot `pbuf` (fallback
+                         result that is not a tensor) or a constant `obj` */
+} vb_kind_t;
+
+typedef struct vbuf {
+    vb_kind_t kind;
+    int ndim;
+    int64_t sizes[STAX_MAX_DIMS];
+    stax_dtype_t dtype;
+    const stax_lval *body;     /* LOAD.buf = program buffer ids */
+    int pbuf;                  /* materialized as this program buffer, or -1 */
+    int nitems;
+    struct vbuf **items;
+    PyObject *obj;             /* VB_PYOBJ constant (borrowed from graph) */
+} vbuf;
+
+/* program buffers */
+typedef enum {
+    PB_INPUT = 0,     /* placeholder i */
+    PB_TEMP,          /* allocated by the runtime before its first writer */
+    PB_EXTERN,        /* produced by a library call / fallback step */
+    PB_CONST          /* a tensor held by the program (get_attr) */
+} pb_kind_t;
+
+typedef struct {
+    pb_kind_t kind;
+    int input;                 /* PB_INPUT: placeholder index */
+    int ndim;
+    int64_t sizes[STAX_MAX_DIMS];
+    int64_t strides[STAX_MAX_DIMS];
+    stax_dtype_t dtype;
+    PyObject *obj;             /* PB_CONST: strong */
+    int first, last;           /* buffer plan: first writer, last reader */
+    int is_output;
+} pbuf_t;
+
+/* kernel drafts (before finalization into a stax_kernel) */
+typedef struct {
+    int alive;
+    int nouter, ninner;
+    int64_t dimv[2 * STAX_MAX_DIMS];
+    int nstages;
+    stax_stage stages[LW_MAX_STAGES];
+    int naccs;
+    stax_lacc accs[LW_MAX_ACCS];
+    int nstores;
+    stax_lstore stores[LW_MAX_STORES];   /* .buf = program buffer id */
+    char label[48];
+} kdraft;
+
+typedef enum {
+    ST_KERNEL = 0,
+    ST_MATMUL,        /* a @ b (b transposed if flag) (+ nothing) */
+    ST_FALLBACK,      /* target(*args, **kwargs) eagerly */
+    ST_EXTRACT        /* slot[out] = slot[src][index] */
+} step_kind_t;
+
+typedef struct {
+    step_kind_t kind;
+    kdraft *draft;             /* ST_KERNEL (during lowering) */
+    stax_kernel *k;            /* ST_KERNEL (after finalization) */
+    void *handle;
+    stax_kernel_fn fn;
+    int *bufmap;               /* kernel buf i -> program buffer */
+    int64_t par_n, work;
+    int a, b, transpose_b;     /* ST_MATMUL operands (program buffers) */
+    PyObject *target;          /* ST_FALLBACK: callable or method name */
+    PyObject *args, *kwargs;   /* templates: SlotRef -> runtime value */
+    int is_method;
+    int src;
+    Py_ssize_t index;          /* ST_EXTRACT */
+    int out;                   /* ST_MATMUL/FALLBACK/EXTRACT result */
+    int nalloc, *alloc;        /* program buffers allocated before */
+    int nfree, *frees;         /* program buffers released after */
+    PyObject *stack;           /* fallback: the user's source line */
+    PyObject *source;          /* ST_KERNEL: generated source (strong) */
+} step_t;
+
+typedef struct lw_ctx {
+    stax_arena *arena;
+    stax_backend *be;
+    int strict;
+    int numpy_io;              /* inputs are NumPy arrays: so are outputs */
+    pbuf_t *pbufs;
+    int npbufs, cappbufs;
+    step_t *steps;
+    int nsteps, capsteps;
+    int64_t syms[LW_MAX_SYMS];
+    int nsyms;
+    int nfallbacks;
+    int ninputs;
+    int kcount;
+} lw_ctx;
+
+/* construction (arena) */
+const stax_ix *lw_ix_const(lw_ctx *c, int64_t v);
+const stax_ix *lw_ix_var(lw_ctx *c, int v);
+const stax_ix *lw_ix_bin(lw_ctx *c, stax_ix_kind_t k, const stax_ix *a,
+                         const stax_ix *b);
+const stax_ix *lw_ix_value(lw_ctx *c, const stax_lval *v);
+const stax_lval *lw_const(lw_ctx *c, stax_dtype_t dt, double f);
+const stax_lval *lw_load(lw_ctx *c, int pbuf, const stax_ix *ix,
+                         const stax_lval *mask);
+const stax_lval *lw_cast(lw_ctx *c, const stax_lval *v, stax_dtype_t dt);
+const stax_lval *lw_prim(lw_ctx *c, stax_prim_t p, stax_dtype_t dt,
+                         const stax_lval *a, const stax_lval *b,
+                         const stax_lval *d);
+const stax_lval *lw_acc(lw_ctx *c, int acc, stax_dtype_t dt);
+const stax_lval *lw_index(lw_ctx *c, const stax_ix *ix, stax_dtype_t dt);
+
+/* rewriting: substitute vars, shift accs, replace loads */
+typedef struct lw_rw {
+    const stax_ix *const *vars;   /* new ix for var k (NULL: keep) */
+    int nvars;
+    int acc_shift;
+    int (*load_hook)(struct lw_rw *rw, const stax_lval *load,
+                     const stax_lval **out);  /* 1 replaced, 0 keep, -1 err */
+    void *hook_ctx;
+    const int *bufmap;            /* program -> kernel buffer, or NULL */
+    int nbufmap;
+    void *memo;
+} lw_rw;
+const stax_lval *lw_rewrite(lw_ctx *c, lw_rw *rw, const stax_lval *v);
+const stax_ix *lw_rewrite_ix(lw_ctx *c, lw_rw *rw, const stax_ix *ix);
+void lw_rw_done(lw_rw *rw);
+/* affine form of an index: coefficients of vars 0..nv-1 and a constant; 0
+ * if not affine with constant coefficients */
+int lw_ix_affine(const stax_ix *ix, int nv, int64_t *coef, int64_t *cst);
+int lw_ix_equal(const stax_ix *a, const stax_ix *b, int nv);
+
+/* buffers and steps */
+int lw_new_pbuf(lw_ctx *c, pb_kind_t kind, int ndim, const int64_t *sizes,
+                stax_dtype_t dt);
+step_t *lw_new_step(lw_ctx *c, step_kind_t kind);
+const stax_lval *lw_contig_load(lw_ctx *c, int pbuf);
+const stax_ix *lw_contig_index(lw_ctx *c, int ndim, const int64_t *sizes,
+                               const stax_ix *const *ix);
+int lw_dtype_size(stax_dtype_t dt);
+int lw_is_float(stax_dtype_t dt);
+
+/* make v a real buffer (a pointwise kernel if needed): program buffer id */
+int lw_materialize(lw_ctx *c, vbuf *v);
+kdraft *lw_new_kernel(lw_ctx *c, const char *label);
+
+/* finalize: merge/fuse, build stax_kernels, buffer plan, compile */
+int lw_finalize(lw_ctx *c, const int *outputs, int noutputs);
+void lw_ctx_clear(lw_ctx *c);
+
+/* node rules (lower_rules.c): 1 lowered, 0 unsupported (reason set in
+ * *why), -1 error */
+struct lw_node_in {
+    const char *opname;
+    const stax_op_info *op;
+    PyObject *node;          /* borrowed */
+    PyObject *args, *kwargs; /* borrowed; Node objects replaced by vbufs via
+                                lw_arg_vbuf */
+    PyObject *val;           /* meta['val'] (borrowed) */
+    vbuf **vb_of_node;       /* lookup by node index */
+    PyObject *node_index;    /* dict node -> int */
+};
+int lw_lower_node(lw_ctx *c, struct lw_node_in *in, vbuf **out,
+                  const char **why);
+int lw_val_info(PyObject *val, int *ndim, int64_t *sizes, int64_t *strides,
+                stax_dtype_t *dt);
+
+#endif
