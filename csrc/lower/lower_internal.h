@@ -48,6 +48,7 @@ typedef struct {
     PyObject *obj;             /* PB_CONST: strong */
     int first, last;           /* buffer plan: first writer, last reader */
     int is_output;
+    int requires_grad;         /* output: eager's result requires grad */
 } pbuf_t;
 
 /* kernel drafts (before finalization into a stax_kernel) */

@@ -582,6 +582,17 @@ program_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
             Py_CLEAR(slots[s->frees[q]]);
         }
     }
+    int any_rg = 0;
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        any_rg |= StaxTensor_Check(args[i]) && ((StaxTensor *)args[i])->requires_grad;
+    }
+    for (int b = 0; b < c->npbufs; b++) {
+        pbuf_t *pb = &c->pbufs[b];
+        if ((pb->requires_grad || (any_rg && pb->is_output)) && pb->kind != PB_INPUT && pb->kind != PB_CONST
+            && slots[b] != NULL && StaxTensor_Check(slots[b]) && stax_grad_enabled()) {
+            ((StaxTensor *)slots[b])->requires_grad = 1;
+        }
+    }
     if (p->out_single >= 0) {
         result = Py_NewRef(slots[p->out_single]);
     }
@@ -642,6 +653,13 @@ program_get_lb(Program *p, void *closure)
 }
 
 static PyObject *
+program_get_dynamic(Program *p, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(p->dynamic);
+}
+
+static PyObject *
 program_get_gm(Program *p, void *closure)
 {
     (void)closure;
@@ -691,6 +709,8 @@ static PyGetSetDef program_getset[] = {
     {"bytes_moved", (getter)program_get_bytes, NULL,
      "bytes read + written by all kernels per call", NULL},
     {"graph_module", (getter)program_get_gm, NULL, "the compiled GraphModule", NULL},
+    {"dynamic", (getter)program_get_dynamic, NULL,
+     "one artifact serves every size (a variant per size class)", NULL},
     {"steps", (getter)program_get_steps, NULL, "the program's steps", NULL},
     {NULL},
 };
@@ -810,7 +830,19 @@ typedef struct {
     vbuf **vb;
     PyObject *index;
     const char *why;
+    PyObject *vals;
 } tmpl_ctx;
+
+static PyObject *node_val(PyObject *node, PyObject *vals);
+
+static void
+mark_output(tmpl_ctx *t, int pb, PyObject *val)
+{
+    t->c->pbufs[pb].is_output = 1;
+    if (val != NULL && StaxTensor_Check(val) && ((StaxTensor *)val)->requires_grad) {
+        t->c->pbufs[pb].requires_grad = 1;
+    }
+}
 
 /* replace Nodes by SlotRefs (materializing what a value needs) */
 static PyObject *
@@ -842,7 +874,11 @@ make_template(tmpl_ctx *t, PyObject *o, int for_output)
                     break;
                 }
                 if (for_output) {
-                    t->c->pbufs[pb].is_output = 1;
+                    PyObject *nv = node_val(o, t->vals);
+                    PyObject *iv = nv && PyTuple_Check(nv) && i < PyTuple_GET_SIZE(nv)
+                                       ? PyTuple_GET_ITEM(nv, i) : NULL;
+                    mark_output(t, pb, iv);
+                    Py_XDECREF(nv);
                 }
                 PyTuple_SET_ITEM(tup, i, e);
             }
@@ -853,7 +889,9 @@ make_template(tmpl_ctx *t, PyObject *o, int for_output)
             return NULL;
         }
         if (for_output) {
-            t->c->pbufs[pb].is_output = 1;
+            PyObject *nv = node_val(o, t->vals);
+            mark_output(t, pb, nv);
+            Py_XDECREF(nv);
         }
         return slotref_new(pb);
     }
@@ -1190,7 +1228,49 @@ stax_backend_fn(PyObject *mod, PyObject *args, PyObject *kwargs)
     if (ex == NULL) {
         return NULL;
     }
-    PyObject *r = build_program(gm, ex, strict, dynamic, NULL);
+    /* the graph's meta['val'] describe the traced sizes: other example
+     * sizes (a per-layout artifact) need their own values */
+    PyObject *vals = NULL;
+    PyObject *graph = PyObject_GetAttrString(gm, "graph");
+    PyObject *nl = graph ? PyObject_GetAttrString(graph, "nodes") : NULL;
+    PyObject *nodes = nl ? PySequence_List(nl) : NULL;
+    Py_XDECREF(graph);
+    Py_XDECREF(nl);
+    if (nodes == NULL) {
+        Py_DECREF(ex);
+        return NULL;
+    }
+    int k = 0, differ = 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(nodes) && !differ; i++) {
+        PyObject *node = PyList_GET_ITEM(nodes, i);
+        PyObject *op = PyObject_GetAttrString(node, "op");
+        if (op != NULL && PyUnicode_CompareWithASCIIString(op, "placeholder") == 0) {
+            PyObject *v = node_val(node, NULL);
+            int n1, n2;
+            int64_t s1[STAX_MAX_DIMS], s2[STAX_MAX_DIMS], t1[STAX_MAX_DIMS], t2[STAX_MAX_DIMS];
+            stax_dtype_t d1, d2;
+            if (v != NULL && k < PyTuple_GET_SIZE(ex)
+                && lw_val_info(v, &n1, s1, t1, &d1)
+                && lw_val_info(PyTuple_GET_ITEM(ex, k), &n2, s2, t2, &d2)) {
+                differ = n1 != n2 || d1 != d2
+                         || memcmp(s1, s2, sizeof(int64_t) * (size_t)n1) != 0;
+            }
+            Py_XDECREF(v);
+            k++;
+        }
+        Py_XDECREF(op);
+    }
+    PyErr_Clear();
+    Py_DECREF(nodes);
+    if (differ) {
+        vals = shape_prop(gm, ex);
+        if (vals == NULL) {
+            Py_DECREF(ex);
+            return NULL;
+        }
+    }
+    PyObject *r = build_program(gm, ex, strict, dynamic, vals);
+    Py_XDECREF(vals);
     Py_DECREF(ex);
     return r;
 }
@@ -1253,7 +1333,7 @@ build_program(PyObject *gm, PyObject *ex, int strict, int dynamic, PyObject *val
             c->numpy_io = 1;
         }
     }
-    tmpl_ctx tc = {c, vb, index, NULL};
+    tmpl_ctx tc = {c, vb, index, NULL, vals};
     PyObject *output_t = NULL;
     int nph = 0;
     for (Py_ssize_t i = 0; i < nn; i++) {
