@@ -344,3 +344,15 @@ def test_rdiv_values():
     gm = b.out(b.f(operator.truediv, 2, x))
     og = C.make_op_graph(gm)
     np.testing.assert_allclose(og(tp.tensor([1.0, 2.0, 4.0])).numpy(), [2.0, 1.0, 0.5])
+
+
+def test_decomposition_table_cycle_check():
+    # run at import on ops.def's rules (Prop. 4.3); here on given tables
+    C._check_decompositions()
+    C._check_decompositions({"a": "(b (c x))", "b": "(c x)", "c": "(mul x 2)"})
+    with pytest.raises(RuntimeError, match="cycle: a -> b -> a"):
+        C._check_decompositions({"a": "(b x)", "b": "(exp (a x))"})
+    with pytest.raises(RuntimeError, match="cycle: a -> a"):
+        C._check_decompositions({"a": "(add (a x) 1)"})
+    with pytest.raises(RuntimeError, match="does not parse"):
+        C._check_decompositions({"a": "(b x"})

@@ -118,83 +118,192 @@ stax_graph_p_is_random(const stax_op_info *op)
 
 /* ---- Prop. 4.3: no cycles among the rules ---------------------------- */
 
-static int
-p_visit(int i, int *state, int *stack, int depth)
+static void
+p_free(p_sexp *s)
 {
-    if (state[i] == 2) {
+    if (s == NULL) {
+        return;
+    }
+    for (int i = 0; i < s->n; i++) {
+        p_free(s->items[i]);
+    }
+    PyMem_Free(s->items);
+    PyMem_Free(s->atom);
+    PyMem_Free(s);
+}
+
+/* add every head symbol of t to the list out */
+static int
+p_heads(const p_sexp *t, PyObject *out)
+{
+    if (!t->is_list || t->n == 0) {
         return 0;
     }
-    if (state[i] == 1) {
-        /* a cycle: report the path from i */
-        PyObject *path = PyUnicode_FromString(p_rows[i].name);
-        int k = depth - 1;
-        while (k >= 0 && stack[k] != i) {
-            k--;
+    if (!t->items[0]->is_list) {
+        PyObject *s = PyUnicode_FromString(t->items[0]->atom);
+        int e = s ? PyList_Append(out, s) : -1;
+        Py_XDECREF(s);
+        if (e < 0) {
+            return -1;
         }
-        for (int j = k + 1; path && j < depth; j++) {
-            PyObject *np = PyUnicode_FromFormat("%U -> %s", path,
-                                                p_rows[stack[j]].name);
-            Py_SETREF(path, np);
-        }
-        if (path != NULL) {
-            PyErr_Format(PyExc_RuntimeError, "the decomposition table has a "
-                         "cycle: %U -> %s (seed Prop. 4.3)", path,
-                         p_rows[i].name);
-            Py_DECREF(path);
-        }
-        return -1;
     }
-    const p_sexp *t = stax_graph_p_decomp(&p_rows[i]);
-    if (t == NULL) {
-        state[i] = 2;
-        return 0;
-    }
-    state[i] = 1;
-    stack[depth] = i;
-    /* every head symbol in the tree */
-    const p_sexp *work[256];
-    int nw = 0;
-    work[nw++] = t;
-    while (nw > 0) {
-        const p_sexp *s = work[--nw];
-        if (!s->is_list || s->n == 0) {
-            continue;
+    for (int i = 1; i < t->n; i++) {
+        if (p_heads(t->items[i], out) < 0) {
+            return -1;
         }
-        if (!s->items[0]->is_list) {
-            const stax_op_info *o = stax_graph_p_op_by_name(s->items[0]->atom);
-            int j = o ? p_row_index(o) : -1;
-            if (j >= 0 && p_visit(j, state, stack, depth + 1) < 0) {
-                return -1;
+    }
+    return 0;
+}
+
+/* state: name -> 1 (on the stack) / 2 (done); stack: list of names */
+static int
+p_visit(PyObject *edges, PyObject *name, PyObject *state, PyObject *stack)
+{
+    PyObject *st = PyDict_GetItemWithError(state, name);
+    if (st != NULL) {
+        if (PyLong_AsLong(st) == 2) {
+            return 0;
+        }
+        /* a cycle: the part of the stack from name */
+        Py_ssize_t k = PySequence_Index(stack, name);
+        PyObject *cyc = k >= 0 ? PyList_GetSlice(stack, k, PyList_GET_SIZE(stack))
+                               : NULL;
+        PyObject *sep = PyUnicode_FromString(" -> ");
+        if (cyc != NULL && PyList_Append(cyc, name) == 0 && sep != NULL) {
+            PyObject *j = PyUnicode_Join(sep, cyc);
+            if (j != NULL) {
+                PyErr_Format(PyExc_RuntimeError, "the decomposition table has "
+                             "a cycle: %U (seed Prop. 4.3)", j);
+                Py_DECREF(j);
             }
         }
-        for (int k = 1; k < s->n && nw < 256; k++) {
-            work[nw++] = s->items[k];
+        Py_XDECREF(cyc);
+        Py_XDECREF(sep);
+        return -1;
+    }
+    if (PyErr_Occurred()) {
+        return -1;
+    }
+    PyObject *outs = PyDict_GetItemWithError(edges, name);
+    if (outs == NULL) {
+        return PyErr_Occurred() ? -1 : 0;   /* no rule: depth 0 */
+    }
+    PyObject *one = PyLong_FromLong(1), *two = PyLong_FromLong(2);
+    int rc = -1;
+    if (one == NULL || two == NULL || PyDict_SetItem(state, name, one) < 0
+        || PyList_Append(stack, name) < 0) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(outs); i++) {
+        if (p_visit(edges, PyList_GET_ITEM(outs, i), state, stack) < 0) {
+            goto done;
         }
     }
-    state[i] = 2;
-    return 0;
+    if (PyList_SetSlice(stack, PyList_GET_SIZE(stack) - 1,
+                        PyList_GET_SIZE(stack), NULL) < 0
+        || PyDict_SetItem(state, name, two) < 0) {
+        goto done;
+    }
+    rc = 0;
+done:
+    Py_XDECREF(one);
+    Py_XDECREF(two);
+    return rc;
+}
+
+/* rules: dict name -> S-expression text. 0, or -1 + RuntimeError naming a
+ * rule that does not parse or a cycle. */
+static int
+p_check_rules(PyObject *rules)
+{
+    PyObject *edges = PyDict_New(), *state = PyDict_New();
+    PyObject *stack = PyList_New(0), *k, *v;
+    Py_ssize_t pos = 0;
+    int rc = -1;
+    if (edges == NULL || state == NULL || stack == NULL) {
+        goto done;
+    }
+    while (PyDict_Next(rules, &pos, &k, &v)) {
+        const char *txt = PyUnicode_Check(v) ? PyUnicode_AsUTF8(v) : NULL;
+        const char *p = txt;
+        p_sexp *t = txt ? p_parse(&p) : NULL;
+        if (t == NULL) {
+            PyErr_Format(PyExc_RuntimeError, "the decomposition of %S does "
+                         "not parse: %R", k, v);
+            goto done;
+        }
+        PyObject *outs = PyList_New(0);
+        int e = outs ? p_heads(t, outs) : -1;
+        p_free(t);
+        if (e < 0 || PyDict_SetItem(edges, k, outs) < 0) {
+            Py_XDECREF(outs);
+            goto done;
+        }
+        Py_DECREF(outs);
+    }
+    pos = 0;
+    while (PyDict_Next(edges, &pos, &k, &v)) {
+        if (p_visit(edges, k, state, stack) < 0) {
+            goto done;
+        }
+    }
+    rc = 0;
+done:
+    Py_XDECREF(edges);
+    Py_XDECREF(state);
+    Py_XDECREF(stack);
+    return rc;
 }
 
 int
 stax_graph_p_decomp_check_cycles(void)
 {
-    int state[P_NROWS > 0 ? P_NROWS : 1];
-    int stack[P_NROWS + 1];
-    memset(state, 0, sizeof(state));
-    for (int i = 0; i < P_NROWS; i++) {
-        if (p_rows[i].decomp != NULL && stax_graph_p_decomp(&p_rows[i]) == NULL) {
-            PyErr_Format(PyExc_RuntimeError, "ops.def: the decomposition of "
-                         "%s does not parse: %s", p_rows[i].name,
-                         p_rows[i].decomp);
-            return -1;
-        }
+    PyObject *rules = PyDict_New();
+    int rc = -1;
+    if (rules == NULL) {
+        return -1;
     }
     for (int i = 0; i < P_NROWS; i++) {
-        if (p_visit(i, state, stack, 0) < 0) {
-            return -1;
+        if (p_rows[i].decomp == NULL) {
+            continue;
         }
+        PyObject *t = PyUnicode_FromString(p_rows[i].decomp);
+        if (t == NULL || PyDict_SetItemString(rules, p_rows[i].name, t) < 0) {
+            Py_XDECREF(t);
+            goto done;
+        }
+        Py_DECREF(t);
     }
-    return 0;
+    rc = p_check_rules(rules);
+done:
+    Py_DECREF(rules);
+    return rc;
+}
+
+/* Python: _C._check_decompositions(rules=None) -> None; the module-load
+ * check, on the op table's rules or on a given {name: rule} dict. */
+PyObject *
+stax_graph_p_check_decompositions_py(PyObject *self, PyObject *args)
+{
+    PyObject *rules = Py_None;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "|O:_check_decompositions", &rules)) {
+        return NULL;
+    }
+    if (rules == Py_None) {
+        if (stax_graph_p_decomp_check_cycles() < 0) {
+            return NULL;
+        }
+        Py_RETURN_NONE;
+    }
+    if (!PyDict_Check(rules)) {
+        PyErr_SetString(PyExc_TypeError, "rules must be a dict");
+        return NULL;
+    }
+    if (p_check_rules(rules) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
 }
 
 /* ---- evaluation ------------------------------------------------------ */

@@ -1031,6 +1031,10 @@ static PyMethodDef p_methods[] = {
      "make_op_graph(gm, basis=None) -> GraphModule\n"
      "The op-level graph: every node a tp.ops.<name>.<overload> call,\n"
      "functionalized and decomposed against the basis."},
+    {"_check_decompositions", stax_graph_p_check_decompositions_py,
+     METH_VARARGS,
+     "_check_decompositions(rules=None): the Prop. 4.3 check run at import\n"
+     "(no parse errors, no cycles) on the op table or on {name: rule}."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -91,6 +91,7 @@ struct p_sexp {
 /* parsed decomposition of an op, or NULL if none (no exception) */
 const p_sexp *stax_graph_p_decomp(const stax_op_info *op);
 int stax_graph_p_decomp_check_cycles(void);   /* -1 + RuntimeError */
+PyObject *stax_graph_p_check_decompositions_py(PyObject *self, PyObject *args);
 /* does the op draw random numbers */
 int stax_graph_p_is_random(const stax_op_info *op);
 /* the rule may replace this call: every non-tensor argument the rule
