@@ -8,6 +8,8 @@
 #include "tensor/tensor_internal.h"
 #include "stax_numpy.h"
 #include <math.h>
+#include <pthread.h>
+#include <unistd.h>
 
 #define PHILOX_M0 0xD2511F53u
 #define PHILOX_M1 0xCD9E8D57u
@@ -132,6 +134,133 @@ words_per_element(int dist, stax_dtype_t dt)
     }
 }
 
+/* One element's value from its words w[0..W-1]; pv: bernoulli's p. */
+static inline void
+gen_elem(int dist, stax_dtype_t dt, int W, const uint32_t *w, double a,
+         double b, int64_t ia, uint64_t range, double pv, char *dst)
+{
+    switch (dist) {
+    case DIST_UNIFORM:
+        if (dt == STAX_FLOAT64) {
+            *(double *)dst = a + (b - a) * u53(w[0], w[1]);
+        }
+        else {
+            double u = (double)(w[0] >> 8) * (1.0 / 16777216.0);
+            float v = (float)(a + (b - a) * u);
+            if (dt == STAX_FLOAT32) {
+                *(float *)dst = v;
+            }
+            else {
+                store(dst, dt, (double)v);
+            }
+        }
+        break;
+    case DIST_NORMAL: {
+        double u1, u2;
+        if (W == 4) {
+            u1 = u53(w[0], w[1]);
+            u2 = u53(w[2], w[3]);
+        }
+        else {
+            u1 = (double)(w[0] >> 8) * (1.0 / 16777216.0);
+            u2 = (double)(w[1] >> 8) * (1.0 / 16777216.0);
+        }
+        double z = sqrt(-2.0 * log(1.0 - u1)) * cos(2.0 * M_PI * u2);
+        if (dt == STAX_FLOAT32) {
+            *(float *)dst = (float)(a + b * z);
+        }
+        else {
+            store(dst, dt, a + b * z);
+        }
+        break;
+    }
+    case DIST_RANDINT: {
+        uint64_t r = (uint64_t)w[0] | ((uint64_t)w[1] << 32);
+        store_i64(dst, dt, ia + (int64_t)(r % range));
+        break;
+    }
+    case DIST_BERNOULLI_SCALAR:
+        store(dst, dt, u53(w[0], w[1]) < a ? 1.0 : 0.0);
+        break;
+    case DIST_BERNOULLI_TENSOR:
+        store(dst, dt, u53(w[0], w[1]) < pv ? 1.0 : 0.0);
+        break;
+    case DIST_KEYS:
+        *(int64_t *)dst = (int64_t)(((uint64_t)w[0]
+                                     | ((uint64_t)w[1] << 32)) >> 1);
+        break;
+    }
+}
+
+typedef struct {
+    int dist, W, isz;
+    stax_dtype_t dt;
+    uint64_t seed, base, range;
+    double a, b;
+    int64_t ia, i0, i1;
+    char *data;        /* element 0 of a contiguous output */
+} fill_job;
+
+static void *
+fill_contiguous(void *arg)
+{
+    fill_job *j = (fill_job *)arg;
+    uint32_t blk[4];
+    uint64_t cached = UINT64_MAX;
+    for (int64_t i = j->i0; i < j->i1; i++) {
+        uint64_t wj = (uint64_t)i * j->W, bi = j->base + (wj >> 2);
+        if (bi != cached) {
+            block(j->seed, bi, blk);
+            cached = bi;
+        }
+        gen_elem(j->dist, j->dt, j->W, blk + (wj & 3), j->a, j->b, j->ia,
+                 j->range, 0.0, j->data + i * j->isz);
+    }
+    return NULL;
+}
+
+#define STAX_RNG_MAX_THREADS 8
+#define STAX_RNG_PAR_MIN (1 << 17)
+
+static void
+fill_parallel(fill_job *proto, int64_t n)
+{
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int nt = (int)(ncpu < 1 ? 1 : ncpu > STAX_RNG_MAX_THREADS
+                   ? STAX_RNG_MAX_THREADS : ncpu);
+    if (n < STAX_RNG_PAR_MIN || nt < 2) {
+        proto->i0 = 0;
+        proto->i1 = n;
+        fill_contiguous(proto);
+        return;
+    }
+    fill_job jobs[STAX_RNG_MAX_THREADS];
+    pthread_t th[STAX_RNG_MAX_THREADS];
+    int started[STAX_RNG_MAX_THREADS] = {0};
+    int64_t chunk = (n + nt - 1) / nt;
+    chunk = (chunk + 3) & ~(int64_t)3;
+    Py_BEGIN_ALLOW_THREADS
+    for (int k = 0; k < nt; k++) {
+        jobs[k] = *proto;
+        jobs[k].i0 = k * chunk < n ? k * chunk : n;
+        jobs[k].i1 = (k + 1) * chunk < n ? (k + 1) * chunk : n;
+        if (k > 0 && jobs[k].i0 < jobs[k].i1) {
+            started[k] = pthread_create(&th[k], NULL, fill_contiguous,
+                                        &jobs[k]) == 0;
+            if (!started[k]) {
+                fill_contiguous(&jobs[k]);
+            }
+        }
+    }
+    fill_contiguous(&jobs[0]);
+    for (int k = 1; k < nt; k++) {
+        if (started[k]) {
+            pthread_join(th[k], NULL);
+        }
+    }
+    Py_END_ALLOW_THREADS
+}
+
 /* Fill t (any strides) in row-major element order: element i uses words
  * j = i*W .. i*W+W-1 of the stream, word j being word j%4 of the block at
  * counter offset/4 + j/4. a, b: parameters. */
@@ -147,11 +276,17 @@ fill(StaxTensor *t, StaxGenerator *g, int dist, double a, double b,
     uint64_t base = g->offset / 4;
     g->offset += ((uint64_t)n * W + 3) & ~(uint64_t)3;
     int isz = stax_dtype_itemsize(t->dtype);
+    uint64_t range = (uint64_t)(ib - ia);
+    if (p == NULL && stax_tensor_is_contiguous(t)) {
+        fill_job job = {dist, W, isz, t->dtype, g->seed, base, range, a, b,
+                        ia, 0, n, STAX_TENSOR_DATA(t)};
+        fill_parallel(&job, n);
+        stax_tensor_bump_version(t);
+        return 0;
+    }
     int pisz = p ? stax_dtype_itemsize(p->dtype) : 0;
-    int contig = stax_tensor_is_contiguous(t);
     int64_t idx[STAX_MAX_DIMS] = {0};
     int64_t off = t->offset, poff = p ? p->offset : 0;
-    uint64_t range = (uint64_t)(ib - ia);
     uint32_t blk[4];
     uint64_t cached = UINT64_MAX;
     char *data = t->storage->data;
@@ -161,76 +296,22 @@ fill(StaxTensor *t, StaxGenerator *g, int dist, double a, double b,
             block(g->seed, bi, blk);
             cached = bi;
         }
-        const uint32_t *w = blk + (j & 3);
-        char *dst = data + (contig ? t->offset + i : off) * isz;
-        switch (dist) {
-        case DIST_UNIFORM:
-            if (t->dtype == STAX_FLOAT64) {
-                *(double *)dst = a + (b - a) * u53(w[0], w[1]);
+        double pv = p ? load(p->storage->data + poff * pisz, p->dtype) : 0.0;
+        gen_elem(dist, t->dtype, W, blk + (j & 3), a, b, ia, range, pv,
+                 data + off * isz);
+        for (int d = t->ndim - 1; d >= 0; d--) {
+            off += t->strides[d];
+            if (p) {
+                poff += p->strides[d];
             }
-            else {
-                double u = (double)(w[0] >> 8) * (1.0 / 16777216.0);
-                float v = (float)(a + (b - a) * u);
-                if (t->dtype == STAX_FLOAT32) {
-                    *(float *)dst = v;
-                }
-                else {
-                    store(dst, t->dtype, (double)v);
-                }
+            if (++idx[d] < t->sizes[d]) {
+                break;
             }
-            break;
-        case DIST_NORMAL: {
-            double u1, u2;
-            if (W == 4) {
-                u1 = u53(w[0], w[1]);
-                u2 = u53(w[2], w[3]);
+            off -= t->strides[d] * t->sizes[d];
+            if (p) {
+                poff -= p->strides[d] * p->sizes[d];
             }
-            else {
-                u1 = (double)(w[0] >> 8) * (1.0 / 16777216.0);
-                u2 = (double)(w[1] >> 8) * (1.0 / 16777216.0);
-            }
-            double z = sqrt(-2.0 * log(1.0 - u1)) * cos(2.0 * M_PI * u2);
-            if (t->dtype == STAX_FLOAT32) {
-                *(float *)dst = (float)(a + b * z);
-            }
-            else {
-                store(dst, t->dtype, a + b * z);
-            }
-            break;
-        }
-        case DIST_RANDINT: {
-            uint64_t r = (uint64_t)w[0] | ((uint64_t)w[1] << 32);
-            store_i64(dst, t->dtype, ia + (int64_t)(r % range));
-            break;
-        }
-        case DIST_BERNOULLI_SCALAR:
-            store(dst, t->dtype, u53(w[0], w[1]) < a ? 1.0 : 0.0);
-            break;
-        case DIST_BERNOULLI_TENSOR: {
-            double pv = load(p->storage->data + poff * pisz, p->dtype);
-            store(dst, t->dtype, u53(w[0], w[1]) < pv ? 1.0 : 0.0);
-            break;
-        }
-        case DIST_KEYS:
-            *(int64_t *)dst = (int64_t)(((uint64_t)w[0]
-                                         | ((uint64_t)w[1] << 32)) >> 1);
-            break;
-        }
-        if (!contig || p != NULL) {
-            for (int d = t->ndim - 1; d >= 0; d--) {
-                off += t->strides[d];
-                if (p) {
-                    poff += p->strides[d];
-                }
-                if (++idx[d] < t->sizes[d]) {
-                    break;
-                }
-                off -= t->strides[d] * t->sizes[d];
-                if (p) {
-                    poff -= p->strides[d] * p->sizes[d];
-                }
-                idx[d] = 0;
-            }
+            idx[d] = 0;
         }
     }
     stax_tensor_bump_version(t);
