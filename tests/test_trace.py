@@ -430,3 +430,37 @@ def test_format_reads_sample_without_gate():
     out = []
     r = _C.trace(lambda x: out.append(f"{x.sum():.1f}") or x + 1, (tp.ones(3),))
     assert out == ["3.0"] and r.gates == []
+
+
+def test_fresh_buffer_mutated_inside_fn_is_not_frozen():
+    def f(x):
+        out = tp.zeros(3)
+        out[0] = x.sum()          # a proxy value into a fresh tensor
+        out.add_(x)
+        return out
+
+    x = tp.ones(3)
+    r = _C.trace(f, (x,))
+    txt = str(r.graph_module.graph)
+    assert "zeros](args = (3,)" in txt and "operator.setitem" in txt
+    assert r.gates == []
+    gm = r.graph_module
+    a = gm(x).numpy().copy()
+    b = gm(x).numpy()             # a fresh buffer every call
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(a, f(x).numpy())
+
+
+def test_unmutated_creation_becomes_constant_and_literal_gates_vanish():
+    def f(x):
+        c = tp.ones(3) * 2
+        if tp.tensor(1.0) > 0:    # a function of literals: no data gate
+            return x + c
+        return x
+
+    r = _C.trace(f, (tp.ones(3),))
+    txt = str(r.graph_module.graph)
+    assert "get_attr[target=_tensor_constant0]" in txt
+    assert "ones](" not in txt
+    assert r.gates == []
+    np.testing.assert_allclose(r.graph_module(tp.ones(3)).numpy(), 3.0)

@@ -177,12 +177,63 @@ stax_trace_user_stack(void)
 /* ------------------------------------------------------------------ */
 /* gates and shape reads                                               */
 
+/* 1 when n depends on an input (placeholder), a constant held by reference
+ * (get_attr) or a random draw; 0 when it is a function of literals only */
+static int
+depends_on_inputs(StaxNode *n)
+{
+    PyObject *seen = PySet_New(NULL), *stack = PyList_New(0);
+    int res = -1;
+    if (seen == NULL || stack == NULL
+        || PyList_Append(stack, (PyObject *)n) < 0) {
+        goto done;
+    }
+    res = 0;
+    while (res == 0 && PyList_GET_SIZE(stack) > 0) {
+        Py_ssize_t last = PyList_GET_SIZE(stack) - 1;
+        StaxNode *m = (StaxNode *)Py_NewRef(PyList_GET_ITEM(stack, last));
+        PyObject *mark, *ins = NULL, *k, *v;
+        Py_ssize_t pos = 0;
+        PyList_SetSlice(stack, last, last + 1, NULL);
+        if (PySet_Contains(seen, (PyObject *)m) != 0
+            || PySet_Add(seen, (PyObject *)m) < 0) {
+            Py_DECREF(m);
+            continue;
+        }
+        mark = PyDict_GetItemString(m->meta, "creation");
+        if (m->op == STAX_NODE_PLACEHOLDER || m->op == STAX_NODE_GET_ATTR
+            || (mark != NULL && PyUnicode_Check(mark))) {
+            res = 1;
+        }
+        ins = PyDict_New();
+        if (ins == NULL || stax_graph_collect_nodes(m->args, ins) < 0
+            || stax_graph_collect_nodes(m->kwargs, ins) < 0) {
+            res = -1;
+        }
+        while (res == 0 && PyDict_Next(ins, &pos, &k, &v)) {
+            if (PyList_Append(stack, k) < 0) {
+                res = -1;
+            }
+        }
+        Py_XDECREF(ins);
+        Py_DECREF(m);
+    }
+done:
+    Py_XDECREF(seen);
+    Py_XDECREF(stack);
+    return res;
+}
+
 int
 stax_trace_add_gate(StaxTracer *tr, StaxNode *n, const char *kind,
                     PyObject *value)
 {
-    PyObject *t = Py_BuildValue("(OsO)", n, kind, value);
-    int rc;
+    PyObject *t;
+    int rc = depends_on_inputs(n);
+    if (rc <= 0) {
+        return rc;    /* a value of literals only: no gate needed */
+    }
+    t = Py_BuildValue("(OsO)", n, kind, value);
     if (t == NULL) {
         return -1;
     }
@@ -1067,11 +1118,20 @@ static PyType_Spec tres_spec = {
 static const char *random_creators[] = {
     "randn", "rand", "randint", "randperm", "normal", NULL,
 };
+/* deterministic creation functions are recorded too; at the end of the
+ * trace those whose value was never modified in place become get_attr
+ * constants (by reference), the others stay calls so that every run
+ * starts from a fresh tensor */
+static const char *const_creators[] = {
+    "zeros", "ones", "full", "empty", "arange", "eye", "linspace",
+    "logspace", "tensor", NULL,
+};
 
 typedef struct {
     PyObject_HEAD
     StaxTracer *tracer;
     PyObject *original;
+    int random;
 } CreationHook;
 
 static PyTypeObject *CreationHook_Type = NULL;
@@ -1106,11 +1166,36 @@ hook_dealloc(CreationHook *self)
 static PyObject *
 hook_call(CreationHook *self, PyObject *args, PyObject *kwds)
 {
+    PyObject *p, *v, *mark;
+    StaxNode *n;
     if (!self->tracer->active) {
         return PyObject_Call(self->original, args, kwds);
     }
-    return stax_trace_record(self->tracer, STAX_NODE_CALL_FUNCTION,
-                             self->original, args, kwds);
+    p = stax_trace_record(self->tracer, STAX_NODE_CALL_FUNCTION,
+                          self->original, args, kwds);
+    if (p == NULL) {
+        return NULL;
+    }
+    n = ((StaxProxy *)p)->node;
+    v = PyDict_GetItemString(n->meta, "val");
+    if (self->random) {
+        mark = PyUnicode_FromString("random");
+    }
+    else if (v != NULL && is_tensor(v)) {
+        mark = PyLong_FromUnsignedLongLong(
+            ((StaxTensor *)v)->storage->version);
+    }
+    else {
+        return p;
+    }
+    if (mark == NULL
+        || PyDict_SetItemString(n->meta, "creation", mark) < 0) {
+        Py_XDECREF(mark);
+        Py_DECREF(p);
+        return NULL;
+    }
+    Py_DECREF(mark);
+    return p;
 }
 
 static PyType_Slot hook_slots[] = {
@@ -1140,15 +1225,17 @@ hooks_install(StaxTracer *tr)
         return PyList_New(0);
     }
     saved = PyList_New(0);
-    for (int i = 0; saved && random_creators[i]; i++) {
-        PyObject *orig = PyObject_GetAttrString(mod, random_creators[i]);
+    for (int j = 0; saved && j < 2; j++) {
+    const char **names = j == 0 ? random_creators : const_creators;
+    for (int i = 0; saved && names[i]; i++) {
+        PyObject *orig = PyObject_GetAttrString(mod, names[i]);
         PyObject *e;
         CreationHook *h;
         if (orig == NULL) {
             PyErr_Clear();
             continue;
         }
-        e = Py_BuildValue("(sO)", random_creators[i], orig);
+        e = Py_BuildValue("(sO)", names[i], orig);
         h = PyObject_GC_New(CreationHook, CreationHook_Type);
         if (e == NULL || h == NULL || PyList_Append(saved, e) < 0) {
             Py_XDECREF(e);
@@ -1160,19 +1247,20 @@ hooks_install(StaxTracer *tr)
         }
         Py_DECREF(e);
         h->tracer = (StaxTracer *)Py_NewRef(tr);
+        h->random = j == 0;
         h->original = PyObject_TypeCheck(orig, CreationHook_Type)
                           ? Py_NewRef(((CreationHook *)orig)->original)
                           : Py_NewRef(orig);
         PyObject_GC_Track(h);
         Py_DECREF(orig);
-        if (PyObject_SetAttrString(mod, random_creators[i],
-                                   (PyObject *)h) < 0) {
+        if (PyObject_SetAttrString(mod, names[i], (PyObject *)h) < 0) {
             Py_DECREF(h);
             hooks_remove(saved);
             Py_CLEAR(saved);
             break;
         }
         Py_DECREF(h);
+    }
     }
     Py_DECREF(mod);
     return saved;
@@ -1197,6 +1285,64 @@ hooks_remove(PyObject *saved)
     Py_XDECREF(mod);
     PyErr_Clear();
     PyErr_Restore(et, ev, tb);
+}
+
+/* Deterministic creation nodes whose value was never modified in place
+ * (and that are not gates themselves) become get_attr constants. */
+static int
+demote_constants(StaxTracer *tr)
+{
+    PyObject *nodes = stax_graph_node_list((PyObject *)tr->graph);
+    int rc = -1;
+    if (nodes == NULL) {
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(nodes); i++) {
+        StaxNode *n = (StaxNode *)PyList_GET_ITEM(nodes, i);
+        PyObject *mark = PyDict_GetItemString(n->meta, "creation");
+        PyObject *v = PyDict_GetItemString(n->meta, "val"), *c, *ip, *r;
+        int is_gate = 0;
+        if (mark == NULL || !PyLong_Check(mark) || v == NULL
+            || !is_tensor(v)
+            || PyLong_AsUnsignedLongLong(mark)
+                   != ((StaxTensor *)v)->storage->version) {
+            PyErr_Clear();
+            continue;
+        }
+        for (Py_ssize_t k = 0; k < PyList_GET_SIZE(tr->gates); k++) {
+            if (PyTuple_GET_ITEM(PyList_GET_ITEM(tr->gates, k), 0)
+                == (PyObject *)n) {
+                is_gate = 1;
+            }
+        }
+        if (is_gate) {
+            continue;
+        }
+        ip = PyObject_CallMethod((PyObject *)tr->graph, "inserting_before",
+                                 "(O)", n);
+        if (ip == NULL) {
+            goto done;
+        }
+        c = const_node(tr, v);
+        r = PyObject_CallMethod(ip, "__exit__", "OOO", Py_None, Py_None,
+                                Py_None);
+        Py_DECREF(ip);
+        Py_XDECREF(r);
+        if (c == NULL || r == NULL) {
+            Py_XDECREF(c);
+            goto done;
+        }
+        if (stax_node_replace_all_uses_with(n, c) < 0
+            || stax_graph_erase_node(tr->graph, n) < 0) {
+            Py_DECREF(c);
+            goto done;
+        }
+        Py_DECREF(c);
+    }
+    rc = 0;
+done:
+    Py_DECREF(nodes);
+    return rc;
 }
 
 /* ------------------------------------------------------------------ */
@@ -1353,6 +1499,9 @@ py_trace(PyObject *mod, PyObject *args, PyObject *kwds)
             stax_trace_raise_deferred(bad);
             goto done;
         }
+    }
+    if (demote_constants(tr) < 0) {
+        goto done;
     }
     mutated = PyList_New(0);
     if (mutated == NULL) {
