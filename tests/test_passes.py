@@ -475,3 +475,15 @@ def test_table_4_1_ieee_facts():
         assert np.isnan((x - x)[4])
         a, b_, c = f(1e8), f(-1e8), f(1.0)
         assert (a + b_) + c != a + (b_ + c)
+
+
+def test_random_creation_never_merged_or_removed():
+    randn = getattr(tp, "randn")
+    b = B()
+    x = b.ph("x")
+    r1 = b.f(randn, 2, 3)
+    r2 = b.f(randn, 2, 3)
+    b.f(randn, 2, 3)                    # dead, but it advances the generator
+    gm = b.out(b.f(operator.add, r1, r2))
+    run(gm)
+    assert [t for _, t in ops(gm)].count(randn) == 3

@@ -1206,25 +1206,11 @@ p_op_dce(PyObject *graph)
         PyObject *meta = PyObject_GetAttrString(n, "meta");
         int keep = meta == NULL || !PyDict_Check(meta)
                    || PyDict_GetItemString(meta, "mutates") != NULL;
-        PyObject *ovl = meta && PyDict_Check(meta)
-                        ? PyDict_GetItemString(meta, "op_overload") : NULL;
-        if (ovl != NULL) {
-            const char *s = PyUnicode_AsUTF8(ovl);
-            const stax_op_info *info = NULL;
-            char nm[64];
-            if (s != NULL) {
-                snprintf(nm, sizeof(nm), "%s", s);
-                char *dot = strchr(nm, '.');
-                if (dot) {
-                    *dot = '\0';
-                }
-                info = stax_graph_p_op_by_name(nm);
-                keep |= strcmp(nm, "copy_") == 0
-                        || stax_graph_p_is_random(info);
-            }
-        }
         Py_XDECREF(meta);
         PyErr_Clear();
+        p_opref r;
+        stax_graph_p_node_opref(n, &r);
+        keep |= r.inplace || r.random;
         if (keep || stax_graph_p_users_count(n) != 0) {
             continue;
         }

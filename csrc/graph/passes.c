@@ -105,9 +105,10 @@ p_used_by_output(PyObject *node)
 static int
 p_is_random(const p_opref *r)
 {
-    return r->info != NULL
-        && ((r->info->flags & STAX_OPF_NONDETERMINISTIC)
-            || r->info->kind == STAX_OPK_RANDOM);
+    return r->random
+        || (r->info != NULL
+            && ((r->info->flags & STAX_OPF_NONDETERMINISTIC)
+                || r->info->kind == STAX_OPK_RANDOM));
 }
 
 /* A value computed by a pure, non-view op: it aliases no other value. */

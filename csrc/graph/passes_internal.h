@@ -44,6 +44,7 @@ typedef struct {
     int is_operator;            /* target is a function of `operator` */
     int getitem;                /* operator.getitem */
     int setitem;                /* operator.setitem */
+    int random;                 /* draws random numbers (table or name) */
     char name[64];              /* name as written (add_, truediv...) */
 } p_opref;
 int stax_graph_p_node_opref(PyObject *node, p_opref *out); /* 1 known, 0 not */

@@ -262,9 +262,23 @@ stax_graph_p_node_opref(PyObject *node, p_opref *out)
         out->info = stax_graph_p_op_by_name(out->name);
         return 1;
     }
+    static const char *random_names[] = {
+        "rand", "randn", "randint", "randperm", "rand_like", "randn_like",
+        "randint_like", "normal", "bernoulli", "multinomial", "dropout",
+        "uniform_", "normal_", "bernoulli_", "random_", "exponential_", NULL,
+    };
+    for (int i = 0; random_names[i]; i++) {
+        if (strcmp(out->name, random_names[i]) == 0) {
+            out->random = 1;
+        }
+    }
     const stax_op_info *info = stax_graph_p_op_by_name(out->name);
     if (info != NULL) {
         out->info = info;
+        if ((info->flags & STAX_OPF_NONDETERMINISTIC)
+            || info->kind == STAX_OPK_RANDOM) {
+            out->random = 1;
+        }
         if (info->flags & STAX_OPF_INPLACE) {
             out->inplace = 1;
         }
