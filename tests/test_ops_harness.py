@@ -486,3 +486,32 @@ def test_bad_input_same_types_as_torch():
         assert type(e2.value).__name__ == type(e1.value).__name__ or \
             issubclass(type(e2.value), type(e1.value)), \
             f"case {i}: {type(e2.value).__name__}({e2.value}) vs torch {type(e1.value).__name__}({e1.value})"
+
+
+@needs_torch
+def test_edge_shapes_vs_torch():
+    cases = []
+    for shape in [(), (0,), (0, 3), (3, 0), (1,)]:
+        for dt in ["float32", "int64", "bool"]:
+            a = gen(shape, dt, 40)
+            cases.append((a, shape, dt))
+    for a, shape, dt in cases:
+        x, t = tp.tensor(a), to_torch(a)
+        nd = max(len(shape), 1)
+        for name in ["sum", "prod", "mean", "amax", "amin", "argmax", "all", "any",
+                     "var", "std", "logsumexp", "max", "min", "cumsum", "norm"]:
+            for d in [None] + list(range(-nd, nd)):
+                if name in ("logsumexp", "cumsum") and d is None:
+                    continue
+                if name in ("mean", "var", "std", "logsumexp", "norm") and dt != "float32":
+                    continue
+                if d is None:
+                    both(lambda: getattr(torch, name)(t), lambda: getattr(tp, name)(x),
+                         f"{name} {dt} {shape}")
+                else:
+                    both(lambda: getattr(torch, name)(t, d), lambda: getattr(tp, name)(x, d),
+                         f"{name} {dt} {shape} dim={d}")
+        for name in ["softmax", "log_softmax"]:
+            if dt == "float32":
+                both(lambda: getattr(torch, name)(t, -1), lambda: getattr(tp, name)(x, -1),
+                     f"{name} {shape}")

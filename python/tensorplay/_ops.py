@@ -570,7 +570,11 @@ def _prod(input, dim=None, keepdim=False, *, dtype=None):
     return _wrap(np.asarray(r, out), input)
 
 
-def _check_nonempty(a, axes, name):
+def _check_nonempty(a, axes, name, all_dims=False):
+    if all_dims and a.size == 0:
+        raise RuntimeError(f"{name}(): Expected reduction dim to be specified "
+                           f"for input.numel() == 0. Specify the reduction dim "
+                           f"with the 'dim' argument.")
     for ax in axes:
         if a.shape[ax] == 0:
             raise IndexError(f"{name}(): Expected reduction dim {ax} to have "
@@ -584,7 +588,8 @@ def _check_nonempty(a, axes, name):
 def _amax(input, dim=(), keepdim=False):
     a = _red_prep(input, "amax")
     axes = _dims(dim, a.ndim)
-    _check_nonempty(a, axes if a.ndim else (), "amax")
+    _check_nonempty(a, axes if a.ndim else (), "amax",
+                    dim is None or (isinstance(dim, (list, tuple)) and not dim))
     return _wrap(np.max(a, axis=axes, keepdims=keepdim), input)
 
 
@@ -592,7 +597,8 @@ def _amax(input, dim=(), keepdim=False):
 def _amin(input, dim=(), keepdim=False):
     a = _red_prep(input, "amin")
     axes = _dims(dim, a.ndim)
-    _check_nonempty(a, axes if a.ndim else (), "amin")
+    _check_nonempty(a, axes if a.ndim else (), "amin",
+                    dim is None or (isinstance(dim, (list, tuple)) and not dim))
     return _wrap(np.min(a, axis=axes, keepdims=keepdim), input)
 
 
@@ -641,11 +647,11 @@ def _min(input, dim=None, keepdim=False):
 def _argred(name, input, dim, keepdim, arg):
     a = _red_prep(input, name)
     if a.dtype == np.bool_:
-        a = a.astype(np.uint8)
+        raise RuntimeError(f"\"{name}_cpu\" not implemented for 'Bool'")
     if dim is None:
         if a.size == 0:
-            raise RuntimeError(f"{name}(): Expected reduction dim to be "
-                               f"specified for input.numel() == 0.")
+            raise IndexError(f"{name}(): Expected reduction dim to be "
+                             f"specified for input.numel() == 0.")
         r = np.asarray(arg(a.reshape(-1)), np.int64)
         if keepdim:
             r = r.reshape((1,) * a.ndim)
@@ -752,6 +758,11 @@ def _norm(input, p="fro", dim=None, keepdim=False, *, dtype=None):
     axes = _dims(dim, a.ndim)
     work = np.float32 if a.dtype == np.float16 else a.dtype
     x = np.abs(a.astype(work))
+    if (isinstance(p, (int, float)) and p < 0 and a.ndim
+            and _b.any(a.shape[k] == 0 for k in axes)):
+        raise RuntimeError(f"linalg.vector_norm cannot compute the {p} norm on "
+                           f"an empty tensor because the operation does not "
+                           f"have an identity")
     if p is None or p == "fro" or p == 2:
         r = np.sqrt(np.sum(x * x, axis=axes, keepdims=keepdim))
     elif p == math.inf:
