@@ -9,6 +9,18 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+static double
+now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+static int timing = -1;
+#define TMARK(label) do { if (timing) { double t_ = now_ms(); \
+    fprintf(stderr, "[stax llvm] %-10s %.2f ms\n", label, t_ - t0); t0 = t_; } } while (0)
 
 typedef struct {
     LLVMOrcResourceTrackerRef rt;
@@ -56,10 +68,15 @@ ensure_jit(void)
                                  LLVMCodeGenLevelAggressive, LLVMRelocDefault,
                                  LLVMCodeModelJITDefault);
     host_layout = LLVMCreateTargetDataLayout(tm);
-    LLVMOrcJITTargetMachineBuilderRef jtmb = NULL;
-    if (check(LLVMOrcJITTargetMachineBuilderDetectHost(&jtmb), "host detection")) {
-        return -1;
-    }
+    /* the JIT's own code generator: the IR is already O3-optimized, so a
+     * lighter instruction-selection / register-allocation level keeps the
+     * compile time of a first call low */
+    LLVMTargetMachineRef jtm = LLVMCreateTargetMachine(
+        target, host_triple, host_cpu, host_features,
+        getenv("STAX_LLVM_CODEGEN_O2") ? LLVMCodeGenLevelDefault : LLVMCodeGenLevelLess,
+        LLVMRelocDefault, LLVMCodeModelJITDefault);
+    LLVMOrcJITTargetMachineBuilderRef jtmb =
+        LLVMOrcJITTargetMachineBuilderCreateFromTargetMachine(jtm);
     LLVMOrcLLJITBuilderRef jb = LLVMOrcCreateLLJITBuilder();
     LLVMOrcLLJITBuilderSetJITTargetMachineBuilder(jb, jtmb);
     LLVMOrcLLJITRef j = NULL;
@@ -82,9 +99,14 @@ static void *
 llvm_compile_kernel(stax_backend *be, const stax_kernel *k, PyObject **source)
 {
     (void)be;
+    if (timing < 0) {
+        timing = getenv("STAX_LLVM_TIMING") != NULL;
+    }
+    double t0 = timing ? now_ms() : 0;
     if (ensure_jit() < 0) {
         return NULL;
     }
+    TMARK("jit init");
     llvm_handle *h = NULL;
     char sym[128];
     snprintf(sym, sizeof(sym), "%s_%lu", k->name, ++kernel_counter);
@@ -105,6 +127,7 @@ llvm_compile_kernel(stax_backend *be, const stax_kernel *k, PyObject **source)
         goto error;
     }
     LLVMDisposeMessage(msg);
+    TMARK("build");
     LLVMPassBuilderOptionsRef po = LLVMCreatePassBuilderOptions();
     LLVMPassBuilderOptionsSetLoopVectorization(po, 1);
     LLVMPassBuilderOptionsSetSLPVectorization(po, 1);
@@ -114,6 +137,7 @@ llvm_compile_kernel(stax_backend *be, const stax_kernel *k, PyObject **source)
     if (check(e, "O3 pipeline")) {
         goto error;
     }
+    TMARK("O3");
     if (source != NULL) {
         char *ir = LLVMPrintModuleToString(mod);
         *source = PyUnicode_FromString(ir);
@@ -122,6 +146,7 @@ llvm_compile_kernel(stax_backend *be, const stax_kernel *k, PyObject **source)
             goto error;
         }
     }
+    TMARK("print");
     h = calloc(1, sizeof(*h));
     if (h == NULL) {
         PyErr_NoMemory();
@@ -142,6 +167,7 @@ llvm_compile_kernel(stax_backend *be, const stax_kernel *k, PyObject **source)
         goto error;
     }
     h->fn = (stax_kernel_fn)(uintptr_t)addr;
+    TMARK("codegen");
     return h;
 error:
     if (source != NULL) {
