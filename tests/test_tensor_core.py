@@ -264,3 +264,23 @@ def test_number_slot_wrappers_exist():
 def test_huge_sizes_raise():
     with pytest.raises(RuntimeError, match="overflow"):
         tp.empty(1 << 40, 1 << 40)
+
+
+class _Overrider:
+    @classmethod
+    def __tensor_function__(cls, func, types, args, kwargs=None):
+        return ("override", getattr(func, "__name__", str(func)), types, len(args))
+
+
+def test_tensor_function_on_room_methods_and_items():
+    x = tp.zeros(3)
+    q = _Overrider()
+    assert x[q][:2] == ("override", "getitem")
+    assert x[[0, q]][:2] == ("override", "getitem")
+    assert x.copy_(q)[1] == "copy_" and x.expand_as(q)[1] == "expand_as"
+    assert x.view(q)[1] == "view" and x.fill_(q)[1] == "fill_" and x.reshape((q, 1))[1] == "reshape"
+    r = x.to(q)
+    assert r[1] == "to" and r[2] == (_Overrider,) and r[3] == 2
+    x[q] = 1.0                       # handled by the override: no write
+    assert x.tolist() == [0.0, 0.0, 0.0] and x._version == 0
+    assert tp.zeros_like(q)[0] == "override"

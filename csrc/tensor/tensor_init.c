@@ -9,7 +9,8 @@ PyTypeObject *StaxDType_Type = NULL;
 int
 stax_tensor_module_init(PyObject *m)
 {
-    if (stax_tensor_dtype_init(m) < 0
+    if (stax_tensor_override_init() < 0
+        || stax_tensor_dtype_init(m) < 0
         || stax_tensor_type_init(m) < 0
         || stax_tensor_gradmode_init(m) < 0
         || stax_tensor_install_view_methods(StaxTensor_Type) < 0

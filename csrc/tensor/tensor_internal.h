@@ -72,6 +72,46 @@ STAX_TENSOR_UNARY_SLOTS(STAX_TRAMP_DECL1)
 STAX_TENSOR_TERNARY_SLOTS(STAX_TRAMP_DECL3)
 PyObject *stax_tramp_richcompare(PyObject *a, PyObject *b, int op);
 
+/* override.c: __tensor_function__ for the room's own methods.
+ * stax_tensor_override: *handled = 0 -> no override (returns NULL, no
+ * error); *handled = 1 -> the result (or NULL + exception). */
+PyObject *stax_tensor_override(PyObject *func, PyObject *args,
+                               PyObject *kwargs, int *handled);
+PyObject *stax_tensor_method_object(const char *name);   /* borrowed */
+PyObject *stax_tensor_override_method(const char *name, PyObject *self,
+                                      PyObject *args, PyObject *kw,
+                                      int *handled);
+/* at the top of a METH_VARARGS|METH_KEYWORDS method */
+#define STAX_OVERRIDE_VARARGS(NAME)                                       \
+    do {                                                                  \
+        int h_;                                                           \
+        PyObject *r_ = stax_tensor_override_method(NAME, self, args, kw,  \
+                                                   &h_);                  \
+        if (h_) {                                                         \
+            return r_;                                                    \
+        }                                                                 \
+    } while (0)
+/* at the top of a METH_O method taking `other` */
+#define STAX_OVERRIDE_O(NAME, ARG)                                        \
+    do {                                                                  \
+        if (!StaxTensor_Check(ARG)) {                                     \
+            int h_;                                                       \
+            PyObject *t_ = PyTuple_Pack(1, ARG), *r_;                     \
+            if (t_ == NULL) {                                             \
+                return NULL;                                              \
+            }                                                             \
+            r_ = stax_tensor_override_method(NAME, self, t_, NULL, &h_);  \
+            Py_DECREF(t_);                                                \
+            if (h_) {                                                     \
+                return r_;                                                \
+            }                                                             \
+        }                                                                 \
+    } while (0)
+int stax_tensor_override_init(void);
+/* value NULL: getitem */
+PyObject *stax_tensor_override_item(PyObject *self, PyObject *key,
+                                    PyObject *value, int *handled);
+
 /* creation.c */
 int stax_tensor_creation_init(PyObject *m);
 

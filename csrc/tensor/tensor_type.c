@@ -723,12 +723,25 @@ static PySequenceMethods tensor_as_sequence = {
 static PyObject *
 tensor_subscript(PyObject *self, PyObject *key)
 {
+    int h;
+    PyObject *r = stax_tensor_override_item(self, key, NULL, &h);
+    if (h) {
+        return r;
+    }
     return stax_tensor_getitem((StaxTensor *)self, key);
 }
 
 static int
 tensor_ass_subscript(PyObject *self, PyObject *key, PyObject *value)
 {
+    int h;
+    if (value != NULL) {
+        PyObject *r = stax_tensor_override_item(self, key, value, &h);
+        if (h) {
+            Py_XDECREF(r);
+            return r == NULL ? -1 : 0;
+        }
+    }
     return stax_tensor_setitem((StaxTensor *)self, key, value);
 }
 
@@ -1126,6 +1139,7 @@ m_tolist(PyObject *self, PyObject *unused)
 static PyObject *
 m_to(PyObject *self, PyObject *args, PyObject *kw)
 {
+    STAX_OVERRIDE_VARARGS("to");
     stax_dtype_t dt = SELF->dtype;
     int copy = 0;
     Py_ssize_t n = PyTuple_GET_SIZE(args);
@@ -1289,6 +1303,7 @@ m_copy_(PyObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"src", "non_blocking", NULL};
     PyObject *src = NULL, *nb = NULL, *r;
+    STAX_OVERRIDE_VARARGS("copy_");
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:copy_", kwlist, &src,
                                      &nb)) {
         return NULL;
@@ -1311,6 +1326,7 @@ m_copy_(PyObject *self, PyObject *args, PyObject *kw)
 static PyObject *
 m_fill_(PyObject *self, PyObject *value)
 {
+    STAX_OVERRIDE_O("fill_", value);
     if (StaxTensor_Check(value) && ((StaxTensor *)value)->ndim != 0) {
         PyErr_Format(PyExc_RuntimeError,
                      "fill_ only supports 0-dimension value tensor but got "

@@ -850,6 +850,7 @@ get_sizes(PyObject *args, PyObject *kw, const char *name, int64_t *v, int *n)
 static PyObject *
 vm_view(PyObject *self, PyObject *args, PyObject *kw)
 {
+    STAX_OVERRIDE_VARARGS("view");
     int64_t v[STAX_MAX_DIMS];
     int n;
     if (PyTuple_GET_SIZE(args) == 1
@@ -874,6 +875,7 @@ vm_view(PyObject *self, PyObject *args, PyObject *kw)
 static PyObject *
 vm_reshape(PyObject *self, PyObject *args, PyObject *kw)
 {
+    STAX_OVERRIDE_VARARGS("reshape");
     int64_t v[STAX_MAX_DIMS];
     int n;
     if (get_sizes(args, kw, "shape", v, &n) < 0) {
@@ -885,6 +887,7 @@ vm_reshape(PyObject *self, PyObject *args, PyObject *kw)
 static PyObject *
 vm_view_as(PyObject *self, PyObject *other)
 {
+    STAX_OVERRIDE_O("view_as", other);
     if (!StaxTensor_Check(other)) {
         PyErr_SetString(PyExc_TypeError, "view_as(): argument 'other' must "
                         "be Tensor");
@@ -897,6 +900,7 @@ vm_view_as(PyObject *self, PyObject *other)
 static PyObject *
 vm_reshape_as(PyObject *self, PyObject *other)
 {
+    STAX_OVERRIDE_O("reshape_as", other);
     if (!StaxTensor_Check(other)) {
         PyErr_SetString(PyExc_TypeError, "reshape_as(): argument 'other' "
                         "must be Tensor");
@@ -909,6 +913,7 @@ vm_reshape_as(PyObject *self, PyObject *other)
 static PyObject *
 vm_permute(PyObject *self, PyObject *args, PyObject *kw)
 {
+    STAX_OVERRIDE_VARARGS("permute");
     int64_t v[STAX_MAX_DIMS];
     int n;
     if (get_sizes(args, kw, "dims", v, &n) < 0) {
@@ -920,6 +925,7 @@ vm_permute(PyObject *self, PyObject *args, PyObject *kw)
 static PyObject *
 vm_transpose(PyObject *self, PyObject *args, PyObject *kw)
 {
+    STAX_OVERRIDE_VARARGS("transpose");
     int64_t a, b;
     if (get_int_arg(args, kw, 0, "dim0", 0, 1, &a, "transpose") < 0
         || get_int_arg(args, kw, 1, "dim1", 0, 1, &b, "transpose") < 0) {
@@ -937,6 +943,7 @@ vm_t(PyObject *self, PyObject *unused)
 static PyObject *
 vm_expand(PyObject *self, PyObject *args, PyObject *kw)
 {
+    STAX_OVERRIDE_VARARGS("expand");
     int64_t v[STAX_MAX_DIMS];
     int n;
     if (get_sizes(args, kw, "size", v, &n) < 0) {
@@ -948,6 +955,7 @@ vm_expand(PyObject *self, PyObject *args, PyObject *kw)
 static PyObject *
 vm_expand_as(PyObject *self, PyObject *other)
 {
+    STAX_OVERRIDE_O("expand_as", other);
     if (!StaxTensor_Check(other)) {
         PyErr_SetString(PyExc_TypeError, "expand_as(): argument 'other' must "
                         "be Tensor");
@@ -960,6 +968,7 @@ vm_expand_as(PyObject *self, PyObject *other)
 static PyObject *
 vm_unsqueeze(PyObject *self, PyObject *args, PyObject *kw)
 {
+    STAX_OVERRIDE_VARARGS("unsqueeze");
     int64_t d;
     if (get_int_arg(args, kw, 0, "dim", 0, 1, &d, "unsqueeze") < 0) {
         return NULL;
@@ -970,6 +979,7 @@ vm_unsqueeze(PyObject *self, PyObject *args, PyObject *kw)
 static PyObject *
 vm_squeeze(PyObject *self, PyObject *args, PyObject *kw)
 {
+    STAX_OVERRIDE_VARARGS("squeeze");
     PyObject *o = NULL;
     int64_t v[STAX_MAX_DIMS];
     int n = -1;
@@ -992,6 +1002,7 @@ vm_squeeze(PyObject *self, PyObject *args, PyObject *kw)
 static PyObject *
 vm_flatten(PyObject *self, PyObject *args, PyObject *kw)
 {
+    STAX_OVERRIDE_VARARGS("flatten");
     int64_t s, e;
     if (get_int_arg(args, kw, 0, "start_dim", 0, 0, &s, "flatten") < 0
         || get_int_arg(args, kw, 1, "end_dim", -1, 0, &e, "flatten") < 0) {
@@ -1003,6 +1014,7 @@ vm_flatten(PyObject *self, PyObject *args, PyObject *kw)
 static PyObject *
 vm_unflatten(PyObject *self, PyObject *args, PyObject *kw)
 {
+    STAX_OVERRIDE_VARARGS("unflatten");
     int64_t d, v[STAX_MAX_DIMS];
     int n;
     PyObject *o = NULL;
@@ -1023,6 +1035,7 @@ vm_unflatten(PyObject *self, PyObject *args, PyObject *kw)
 static PyObject *
 vm_narrow(PyObject *self, PyObject *args, PyObject *kw)
 {
+    STAX_OVERRIDE_VARARGS("narrow");
     int64_t d, s, l;
     if (get_int_arg(args, kw, 0, "dim", 0, 1, &d, "narrow") < 0
         || get_int_arg(args, kw, 1, "start", 0, 1, &s, "narrow") < 0
@@ -1035,6 +1048,7 @@ vm_narrow(PyObject *self, PyObject *args, PyObject *kw)
 static PyObject *
 vm_select(PyObject *self, PyObject *args, PyObject *kw)
 {
+    STAX_OVERRIDE_VARARGS("select");
     int64_t d, i;
     if (get_int_arg(args, kw, 0, "dim", 0, 1, &d, "select") < 0
         || get_int_arg(args, kw, 1, "index", 0, 1, &i, "select") < 0) {
@@ -1046,6 +1060,7 @@ vm_select(PyObject *self, PyObject *args, PyObject *kw)
 static PyObject *
 vm_unbind(PyObject *self, PyObject *args, PyObject *kw)
 {
+    STAX_OVERRIDE_VARARGS("unbind");
     int64_t d;
     if (get_int_arg(args, kw, 0, "dim", 0, 0, &d, "unbind") < 0) {
         return NULL;
@@ -1056,6 +1071,7 @@ vm_unbind(PyObject *self, PyObject *args, PyObject *kw)
 static PyObject *
 vm_split(PyObject *self, PyObject *args, PyObject *kw)
 {
+    STAX_OVERRIDE_VARARGS("split");
     PyObject *spec = NULL;
     int64_t d;
     if (!get_arg(args, kw, 0, "split_size", &spec)
@@ -1073,6 +1089,7 @@ vm_split(PyObject *self, PyObject *args, PyObject *kw)
 static PyObject *
 vm_chunk(PyObject *self, PyObject *args, PyObject *kw)
 {
+    STAX_OVERRIDE_VARARGS("chunk");
     int64_t c, d;
     if (get_int_arg(args, kw, 0, "chunks", 0, 1, &c, "chunk") < 0
         || get_int_arg(args, kw, 1, "dim", 0, 0, &d, "chunk") < 0) {
@@ -1084,6 +1101,7 @@ vm_chunk(PyObject *self, PyObject *args, PyObject *kw)
 static PyObject *
 vm_diagonal(PyObject *self, PyObject *args, PyObject *kw)
 {
+    STAX_OVERRIDE_VARARGS("diagonal");
     int64_t o, a, b;
     if (get_int_arg(args, kw, 0, "offset", 0, 0, &o, "diagonal") < 0
         || get_int_arg(args, kw, 1, "dim1", 0, 0, &a, "diagonal") < 0
@@ -1096,6 +1114,7 @@ vm_diagonal(PyObject *self, PyObject *args, PyObject *kw)
 static PyObject *
 vm_as_strided(PyObject *self, PyObject *args, PyObject *kw)
 {
+    STAX_OVERRIDE_VARARGS("as_strided");
     PyObject *so = NULL, *sto = NULL;
     int64_t sz[STAX_MAX_DIMS], st[STAX_MAX_DIMS], off;
     int n1, n2;
@@ -1123,6 +1142,7 @@ vm_as_strided(PyObject *self, PyObject *args, PyObject *kw)
 static PyObject *
 vm_movedim(PyObject *self, PyObject *args, PyObject *kw)
 {
+    STAX_OVERRIDE_VARARGS("movedim");
     int64_t s, d;
     if (get_int_arg(args, kw, 0, "source", 0, 1, &s, "movedim") < 0
         || get_int_arg(args, kw, 1, "destination", 0, 1, &d, "movedim") < 0) {
