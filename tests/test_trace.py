@@ -464,3 +464,13 @@ def test_unmutated_creation_becomes_constant_and_literal_gates_vanish():
     assert "ones](" not in txt
     assert r.gates == []
     np.testing.assert_allclose(r.graph_module(tp.ones(3)).numpy(), 3.0)
+
+
+def test_module_built_inside_fn_gets_real_parameters():
+    def f(x):
+        return tp.nn.Linear(4, 2)(x)
+
+    r = _C.trace(f, (tp.ones(3, 4),))
+    assert len(r.constants) >= 1
+    with pytest.raises(RuntimeError):
+        _C.trace(lambda x: tp.nn.Linear(3, 2)(x), (tp.ones(2, 4),))

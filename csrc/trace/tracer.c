@@ -1163,12 +1163,39 @@ hook_dealloc(CreationHook *self)
     Py_DECREF(tp);
 }
 
+/* 1 when the innermost Python frame is inside the tensorplay package */
+static int
+called_from_package(void)
+{
+    PyFrameObject *f = PyEval_GetFrame();
+    PyCodeObject *co;
+    PyObject *fn;
+    int r = 0;
+    if (f == NULL || pkg_dir == NULL) {
+        return 0;
+    }
+    co = PyFrame_GetCode(f);
+    fn = PyObject_GetAttrString((PyObject *)co, "co_filename");
+    Py_DECREF(co);
+    if (fn == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (PyUnicode_Check(fn)) {
+        r = PyUnicode_Tailmatch(fn, pkg_dir, 0, PY_SSIZE_T_MAX, -1) == 1;
+    }
+    Py_DECREF(fn);
+    return r;
+}
+
 static PyObject *
 hook_call(CreationHook *self, PyObject *args, PyObject *kwds)
 {
     PyObject *p, *v, *mark;
     StaxNode *n;
-    if (!self->tracer->active) {
+    if (!self->tracer->active || called_from_package()) {
+        /* library code (nn.Module constructors, initializers) gets real
+         * tensors: only the user's own calls are recorded */
         return PyObject_Call(self->original, args, kwds);
     }
     p = stax_trace_record(self->tracer, STAX_NODE_CALL_FUNCTION,
