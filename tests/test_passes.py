@@ -487,3 +487,16 @@ def test_random_creation_never_merged_or_removed():
     gm = b.out(b.f(operator.add, r1, r2))
     run(gm)
     assert [t for _, t in ops(gm)].count(randn) == 3
+
+
+def test_identity_with_captured_constant_tensors():
+    if not hasattr(C, "trace"):
+        pytest.skip("tracer not landed")
+    r = C.trace(lambda x: (x * 2 + tp.zeros(3)) * tp.ones(3) + tp.zeros(4, 1),
+                (tp.randn(3),))
+    gm = r.graph_module
+    run(gm)
+    # + zeros(3) and * ones(3) go; + zeros(4, 1) broadcasts and stays
+    assert [t for _, t in ops(gm)] == [operator.mul, operator.add]
+    add = [n for n in gm.graph.nodes if n.target is operator.add][0]
+    assert tuple(add.meta["val"].shape) == (4, 3)

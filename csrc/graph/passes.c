@@ -164,8 +164,24 @@ p_graph_has_inplace(PyObject *nodes)
 static int
 p_is_const_tensor_node(PyObject *o, double v)
 {
-    if (!stax_graph_p_is_node(o)
-        || stax_graph_p_opcode(o) != P_CALL_FUNCTION) {
+    if (!stax_graph_p_is_node(o)) {
+        return 0;
+    }
+    p_opcode_t opc = stax_graph_p_opcode(o);
+    if (opc == P_GET_ATTR) {
+        /* a captured constant tensor: every element equal to v */
+        PyObject *val = stax_graph_p_val(o), *num = PyFloat_FromDouble(v);
+        PyObject *eq = val && num ? PyObject_RichCompare(val, num, Py_EQ)
+                                  : NULL;
+        PyObject *all = eq ? PyObject_CallMethod(eq, "all", NULL) : NULL;
+        int r = all ? PyObject_IsTrue(all) : 0;
+        Py_XDECREF(num);
+        Py_XDECREF(eq);
+        Py_XDECREF(all);
+        PyErr_Clear();
+        return r == 1;
+    }
+    if (opc != P_CALL_FUNCTION) {
         PyErr_Clear();
         return 0;
     }
