@@ -474,3 +474,28 @@ def test_module_built_inside_fn_gets_real_parameters():
     assert len(r.constants) >= 1
     with pytest.raises(RuntimeError):
         _C.trace(lambda x: tp.nn.Linear(3, 2)(x), (tp.ones(2, 4),))
+
+
+def test_aliased_arguments_alias_in_the_trace():
+    base = tp.randn(4, 4)
+    a, b = base, base.t()
+    seen = {}
+
+    def f(x, y):
+        x.mul_(0)                  # through x ...
+        seen["y"] = y.sum().item()  # ... visible through y, as in eager
+        return x + y
+
+    r = _C.trace(f, (a, b))
+    assert seen["y"] == 0.0
+    assert r.mutated_inputs == [0, 1]
+    assert np.abs(base.numpy()).sum() > 0      # the caller's tensor untouched
+    row = base[1]
+    seen.clear()
+
+    def g(x, r0):
+        seen["same"] = r0.node.meta["val"].storage_offset()
+        return x + 1
+
+    _C.trace(g, (base, row))
+    assert seen["same"] == 4

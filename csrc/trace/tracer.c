@@ -589,30 +589,112 @@ extent(StaxTensor *t, int64_t *lo, int64_t *len)
     *len = b - a + 1;
 }
 
-/* New reference: a copy of the storage extent t covers, viewed again with
- * the same sizes, strides and offset (seed 2.2). */
+/* Stand-ins (seed 2.2): for every storage the arguments view, the union of
+ * the extents they cover is copied once, at the same position, into a fresh
+ * storage; each argument is viewed again with its own sizes, strides and
+ * offset. Arguments aliasing one storage (x and x.t(), x and x[0]) thus
+ * alias in the trace as they do in the call. */
 static PyObject *
-stand_in(StaxTensor *t)
+storage_key(StaxTensor *t)
 {
-    int64_t lo, len;
+    return Py_BuildValue("(Ni)", PyLong_FromVoidPtr(t->storage),
+                         (int)t->dtype);
+}
+
+/* extents: dict key -> (lo, hi) union over every tensor leaf of o */
+static int
+collect_extents(PyObject *o, PyObject *extents)
+{
+    if (is_tensor(o)) {
+        StaxTensor *t = (StaxTensor *)o;
+        int64_t lo, len, hi;
+        PyObject *key = storage_key(t), *old, *v;
+        int rc;
+        if (key == NULL) {
+            return -1;
+        }
+        extent(t, &lo, &len);
+        hi = lo + len;
+        old = PyDict_GetItem(extents, key);
+        if (old != NULL) {
+            int64_t a = PyLong_AsLongLong(PyTuple_GET_ITEM(old, 0));
+            int64_t b = PyLong_AsLongLong(PyTuple_GET_ITEM(old, 1));
+            if (len == 0) {
+                lo = a;
+                hi = b;
+            }
+            else if (b > a) {
+                lo = lo < a ? lo : a;
+                hi = hi > b ? hi : b;
+            }
+        }
+        v = Py_BuildValue("(LL)", (long long)lo, (long long)hi);
+        rc = v ? PyDict_SetItem(extents, key, v) : -1;
+        Py_XDECREF(v);
+        Py_DECREF(key);
+        return rc;
+    }
+    if (PyTuple_CheckExact(o) || PyList_CheckExact(o)) {
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); i++) {
+            if (collect_extents(PySequence_Fast_GET_ITEM(o, i), extents) < 0) {
+                return -1;
+            }
+        }
+    }
+    else if (PyDict_CheckExact(o)) {
+        Py_ssize_t pos = 0;
+        PyObject *k, *v;
+        while (PyDict_Next(o, &pos, &k, &v)) {
+            if (collect_extents(v, extents) < 0) {
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* New reference: the stand-in of t; bases caches one copy per storage. */
+static PyObject *
+stand_in(StaxTensor *t, PyObject *extents, PyObject *bases)
+{
     int isz = stax_dtype_itemsize(t->dtype);
     StaxTensor *base, *view;
-    int64_t total;
-    extent(t, &lo, &len);
-    /* keep the storage offset too: the copy sits at the same position
-     * (the prefix before it is zeroed, never read) */
-    total = lo + len;
-    base = stax_tensor_empty(1, &total, t->dtype);
-    if (base == NULL) {
+    PyObject *key = storage_key(t), *ext;
+    if (key == NULL) {
         return NULL;
     }
-    if (lo > 0) {
-        memset(STAX_TENSOR_DATA(base), 0, (size_t)(lo * isz));
+    base = (StaxTensor *)PyDict_GetItem(bases, key);
+    if (base != NULL) {
+        Py_INCREF(base);
     }
-    if (len > 0) {
-        memcpy(STAX_TENSOR_DATA(base) + lo * isz,
-               t->storage->data + lo * isz, (size_t)(len * isz));
+    else {
+        int64_t lo, hi, len;
+        ext = PyDict_GetItem(extents, key);
+        if (ext != NULL) {
+            lo = PyLong_AsLongLong(PyTuple_GET_ITEM(ext, 0));
+            hi = PyLong_AsLongLong(PyTuple_GET_ITEM(ext, 1));
+        }
+        else {
+            extent(t, &lo, &len);
+            hi = lo + len;
+        }
+        /* the copy sits at the same position (the prefix is zeroed, never
+         * read), so the storage offset is kept too */
+        base = stax_tensor_empty(1, &hi, t->dtype);
+        if (base == NULL || PyDict_SetItem(bases, key, (PyObject *)base) < 0) {
+            Py_XDECREF(base);
+            Py_DECREF(key);
+            return NULL;
+        }
+        if (lo > 0) {
+            memset(STAX_TENSOR_DATA(base), 0, (size_t)(lo * isz));
+        }
+        if (hi > lo) {
+            memcpy(STAX_TENSOR_DATA(base) + lo * isz,
+                   t->storage->data + lo * isz, (size_t)((hi - lo) * isz));
+        }
     }
+    Py_DECREF(key);
     view = stax_tensor_view(base, t->ndim, t->sizes, t->strides,
                             base->offset + t->offset);
     Py_DECREF(base);
@@ -765,6 +847,8 @@ rng_restore(PyObject *st)
 typedef struct {
     StaxTracer *tr;
     PyObject *standin_versions;   /* list: (stand-in, version at start) */
+    PyObject *extents;            /* storage key -> (lo, hi) */
+    PyObject *bases;              /* storage key -> copied base tensor */
 } ph_ctx;
 
 static PyObject *
@@ -778,7 +862,7 @@ make_placeholder(ph_ctx *c, PyObject *t, PyObject *name)
         return NULL;
     }
     Py_SETREF(n->target, Py_NewRef(n->name));
-    si = stand_in((StaxTensor *)t);
+    si = stand_in((StaxTensor *)t, c->extents, c->bases);
     idx = si ? PyLong_FromSsize_t(PyDict_GET_SIZE(c->tr->ph_index)) : NULL;
     if (idx == NULL || PyDict_SetItemString(n->meta, "val", si) < 0
         || PyDict_SetItem(c->tr->ph_index, (PyObject *)n, idx) < 0) {
@@ -1384,7 +1468,7 @@ py_trace(PyObject *mod, PyObject *args, PyObject *kwds)
              *pnames = NULL, *varargs = NULL, *rng = NULL, *snap = NULL,
              *out = NULL, *onodes = NULL, *res = NULL, *versions = NULL,
              *mutated = NULL, *gm = NULL, *replay = NULL, *gates = NULL,
-             *hooks = NULL;
+             *hooks = NULL, *extents = NULL, *bases = NULL;
     StaxTracer *tr = NULL, *prev = current;
     TraceResult *tres = NULL;
     ph_ctx c;
@@ -1409,6 +1493,13 @@ py_trace(PyObject *mod, PyObject *args, PyObject *kwds)
     }
     c.tr = tr;
     c.standin_versions = versions;
+    c.extents = extents = PyDict_New();
+    c.bases = bases = PyDict_New();
+    if (extents == NULL || bases == NULL
+        || collect_extents(targs, extents) < 0
+        || collect_extents(tkw, extents) < 0) {
+        goto done;
+    }
     tr->active = 1;
     /* placeholders: tensor leaves of args then kwargs, depth first */
     pnames = param_names(fn, &varargs);
@@ -1601,6 +1692,8 @@ done:
     Py_XDECREF(gates);
     hooks_remove(hooks);
     Py_XDECREF(hooks);
+    Py_XDECREF(extents);
+    Py_XDECREF(bases);
     Py_XDECREF(tr);
     return res;
 }
