@@ -237,7 +237,7 @@ def _scalar_only(name):
 for _n in ("neg", "abs", "exp", "exp2", "expm1", "log", "log2",
            "log10", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan", "tanh",
            "sinh", "cosh", "asin", "acos", "atan", "sigmoid", "erf", "erfc",
-           "floor", "ceil", "round", "trunc", "reciprocal", "square",
+           "floor", "ceil", "trunc", "reciprocal", "square",
            "isnan", "isinf", "isfinite", "logical_not", "bitwise_not"):
     _C._ops_set_impl(_n, _scalar_only(_n))
 
@@ -252,6 +252,24 @@ for _n in ("mul", "true_divide", "floor_divide", "remainder", "fmod",
             raise TypeError(f"{n}(): at least one argument must be a Tensor")
         return f
     _C._ops_set_impl(_n, _mk(_n))
+
+
+@_impl("relu")
+def _relu(input, inplace=False):
+    if inplace:
+        return input.relu_()
+    return _FUNCS["relu"](input)
+
+
+@_impl("round")
+def _round(input, *, decimals=0):
+    _check_tensor(input, "round")
+    if decimals == 0:
+        return _FUNCS["round"](input)
+    a = _arr(input)
+    if a.dtype.kind != "f":
+        raise RuntimeError(f"\"round_cpu\" not implemented for '{_title(a.dtype)}'")
+    return _wrap(np.round(a, decimals), input)
 
 
 @_impl("sign")
