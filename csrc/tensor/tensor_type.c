@@ -132,10 +132,12 @@ int
 stax_tensor_is_contiguous(StaxTensor *t)
 {
     int64_t expected = 1;
-    for (int i = t->ndim - 1; i >= 0; i--) {
+    for (int i = 0; i < t->ndim; i++) {
         if (t->sizes[i] == 0) {
             return 1;
         }
+    }
+    for (int i = t->ndim - 1; i >= 0; i--) {
         if (t->sizes[i] != 1 && t->strides[i] != expected) {
             return 0;
         }

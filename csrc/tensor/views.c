@@ -342,6 +342,12 @@ StaxTensor *
 stax_tensor_unsqueeze(StaxTensor *t, int64_t dim)
 {
     int d;
+    if (t->ndim >= STAX_MAX_DIMS) {
+        PyErr_Format(PyExc_RuntimeError,
+                     "tensorplay tensors have at most %d dimensions",
+                     STAX_MAX_DIMS);
+        return NULL;
+    }
     if (stax_wrap_dim(dim, t->ndim + 1, &d) < 0) {
         return NULL;
     }
