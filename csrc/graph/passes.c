@@ -352,6 +352,7 @@ p_normalize(p_pass_ctx *c)
                                          stax_graph_p_opcode_str(op), ft,
                                          args, kw, 0);
                 if (nn != NULL) {
+                    stax_graph_p_copy_stack(nn, n);
                     PyObject *meta = PyObject_GetAttrString(nn, "meta");
                     if (meta == NULL
                         || PyMapping_SetItemString(meta, "val", val) < 0) {

@@ -39,7 +39,7 @@ static const char *p_operator_of[][2] = {
 
 typedef struct {
     PyObject *graph;
-    PyObject *before;
+    PyObject *before;     /* the node being expanded */
     PyObject *created;    /* list of new nodes, in order */
 } p_emit_ctx;
 
@@ -98,6 +98,9 @@ p_emit_py(const char *opname, PyObject *args, void *vctx)
     node = stax_graph_p_insert(c->graph, c->before, opcode, target, args,
                                NULL, 1);
     Py_DECREF(target);
+    if (node != NULL) {
+        stax_graph_p_copy_stack(node, c->before);
+    }
     if (node != NULL && PyList_Append(c->created, node) < 0) {
         Py_CLEAR(node);
     }

@@ -80,6 +80,8 @@ int stax_graph_p_set_args(PyObject *node, PyObject *args, PyObject *kwargs);
 /* Replace every use of node by value (a Node or a constant). */
 int stax_graph_p_replace_uses(PyObject *node, PyObject *value);
 int stax_graph_p_erase(PyObject *graph, PyObject *node);
+/* copy meta['stack'] (the user's source line) from src to dst */
+int stax_graph_p_copy_stack(PyObject *dst, PyObject *src);
 
 /* ---- decomposition (decompose_table.c) ------------------------------- */
 typedef struct p_sexp p_sexp;

@@ -817,6 +817,25 @@ stax_graph_p_erase(PyObject *graph, PyObject *node)
 }
 
 int
+stax_graph_p_copy_stack(PyObject *dst, PyObject *src)
+{
+    PyObject *ms = PyObject_GetAttrString(src, "meta");
+    PyObject *st = ms && PyDict_Check(ms) ? PyDict_GetItemString(ms, "stack")
+                                          : NULL;
+    int rc = 0;
+    if (st != NULL) {
+        PyObject *md = PyObject_GetAttrString(dst, "meta");
+        rc = md ? PyMapping_SetItemString(md, "stack", st) : -1;
+        Py_XDECREF(md);
+    }
+    Py_XDECREF(ms);
+    if (rc < 0) {
+        PyErr_Clear();
+    }
+    return 0;
+}
+
+int
 stax_graph_p_note(p_pass_ctx *c, const char *fmt, ...)
 {
     va_list ap;
