@@ -819,8 +819,12 @@ p_lower_call(p_op_ctx *c, PyObject *n, p_opcode_t opc)
     if (known && r.info != NULL) {
         bound = stax_graph_p_bind(r.info, mapped, PyDict_Check(mkw) ? mkw : NULL);
         if (bound == NULL) {
-            goto done;
+            /* a call the schema does not describe: copied as it is */
+            PyErr_Clear();
+            known = 0;
         }
+    }
+    if (known && r.info != NULL) {
         /* scalar arithmetic among Python numbers stays as it is */
         int any_tensor = 0;
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args); i++) {
@@ -1076,6 +1080,12 @@ p_op_graph_str(PyObject *module, PyObject *gm)
                 Py_XDECREF(tmp);
             }
         }
+        PyObject *self_txt = NULL;
+        if (!err && op == P_CALL_METHOD && PyList_GET_SIZE(parts) > 0) {
+            /* x.method(rest) */
+            self_txt = Py_NewRef(PyList_GET_ITEM(parts, 0));
+            err = PyList_SetSlice(parts, 0, 1, NULL) < 0;
+        }
         PyObject *sep = err ? NULL : PyUnicode_FromString(", ");
         PyObject *j = sep ? PyUnicode_Join(sep, parts) : NULL;
         Py_XDECREF(sep);
@@ -1083,6 +1093,7 @@ p_op_graph_str(PyObject *module, PyObject *gm)
         Py_DECREF(a);
         Py_DECREF(k);
         if (j == NULL) {
+            Py_XDECREF(self_txt);
             goto done;
         }
         PyObject *meta = PyObject_GetAttrString(n, "meta");
@@ -1096,7 +1107,8 @@ p_op_graph_str(PyObject *module, PyObject *gm)
             s = PyUnicode_FromFormat("tp.%U(%U)", ovl, j);
         }
         else if (op == P_CALL_METHOD) {
-            s = PyUnicode_FromFormat("%S(%U)  # method", target, j);
+            s = self_txt ? PyUnicode_FromFormat("%U.%S(%U)", self_txt, target, j)
+                         : PyUnicode_FromFormat("%S(%U)", target, j);
         }
         else {
             PyObject *tn = target ? PyObject_GetAttrString(target, "__name__")
@@ -1107,6 +1119,7 @@ p_op_graph_str(PyObject *module, PyObject *gm)
         }
         Py_XDECREF(meta);
         Py_XDECREF(target);
+        Py_XDECREF(self_txt);
         Py_DECREF(j);
         PyObject *nm = PyObject_GetAttrString(n, "name");
         if (s == NULL || nm == NULL || PyList_Append(names, nm) < 0
