@@ -60,7 +60,7 @@ def sample_args(name):
     return (x.abs() * 0.5 + 0.1,)
 
 
-NEEDS_TENSOR_ROOM = {"slice", "alias"}   # rows with no eager entry point yet
+NEEDS_TENSOR_ROOM = set()   # rows with no eager entry point yet
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r["name"] for r in ROWS])

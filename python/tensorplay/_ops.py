@@ -1353,6 +1353,18 @@ def _gather(input, dim, index, *, sparse_grad=False):
     return _wrap(np.take_along_axis(a[sl], i, axis=d), input)
 
 
+@_impl("slice")
+def _slice(input, dim=0, start=None, end=None, step=1):
+    d = _wrap_dim(dim, input.dim())
+    idx = (slice(None),) * d + (slice(start, end, step),)
+    return input[idx]
+
+
+@_impl("alias")
+def _alias(input):
+    return input.view(tuple(input.shape))
+
+
 @_impl("getitem")
 def _getitem(input, index):
     return input[index]
