@@ -40,6 +40,24 @@ int stax_trace_shape_read(StaxTracer *tr, StaxNode *n, int dim);
  * tensorplay package, or None. */
 PyObject *stax_trace_user_stack(void);
 
+/* New reference: the get_attr node holding tensor t by reference. */
+PyObject *stax_trace_const_node(StaxTracer *tr, PyObject *t);
+extern PyObject *stax_trace_pkg_dir;    /* ".../tensorplay/" */
+
+/* isolation.c: stand-ins, snapshots, RNG fork, creation hooks */
+int stax_trace_collect_extents(PyObject *o, PyObject *extents);
+PyObject *stax_trace_stand_in(StaxTensor *t, PyObject *extents,
+                              PyObject *bases);
+int stax_trace_snapshot_add(PyObject *snap, PyObject *o);
+void stax_trace_snapshot_restore(PyObject *snap);
+PyObject *stax_trace_module_snapshot(PyObject *fn);
+PyObject *stax_trace_rng_save(void);
+void stax_trace_rng_restore(PyObject *st);
+PyObject *stax_trace_hooks_install(StaxTracer *tr);
+void stax_trace_hooks_remove(PyObject *saved);
+int stax_trace_demote_constants(StaxTracer *tr);
+int stax_trace_isolation_init(PyObject *m);
+
 int stax_trace_proxy_init(PyObject *m);
 int stax_trace_tracer_init(PyObject *m);
 

@@ -1,0 +1,559 @@
+/* Side-effect isolation and stand-ins (seed 2.2, 3.7): layout-preserving
+ * (and alias-preserving) stand-ins, snapshots of tensors restored after the
+ * trace, the RNG fork, the hooks recording tensorplay's creation functions
+ * and the demotion of unmodified creations to get_attr constants. */
+#include "trace/trace_internal.h"
+#include <string.h>
+
+static int
+is_tensor(PyObject *o)
+{
+    return StaxTensor_Type != NULL && PyObject_TypeCheck(o, StaxTensor_Type);
+}
+
+/* ------------------------------------------------------------------ */
+/* stand-ins and snapshots                                             */
+
+/* storage extent [lo, lo + len) in elements covered by t */
+static void
+extent(StaxTensor *t, int64_t *lo, int64_t *len)
+{
+    int64_t a = t->offset, b = t->offset;
+    for (int i = 0; i < t->ndim; i++) {
+        if (t->sizes[i] == 0) {
+            *lo = t->offset;
+            *len = 0;
+            return;
+        }
+        if (t->strides[i] >= 0) {
+            b += (t->sizes[i] - 1) * t->strides[i];
+        }
+        else {
+            a += (t->sizes[i] - 1) * t->strides[i];
+        }
+    }
+    *lo = a;
+    *len = b - a + 1;
+}
+
+/* Stand-ins (seed 2.2): for every storage the arguments view, the union of
+ * the extents they cover is copied once, at the same position, into a fresh
+ * storage; each argument is viewed again with its own sizes, strides and
+ * offset. Arguments aliasing one storage (x and x.t(), x and x[0]) thus
+ * alias in the trace as they do in the call. */
+static PyObject *
+storage_key(StaxTensor *t)
+{
+    return Py_BuildValue("(Ni)", PyLong_FromVoidPtr(t->storage),
+                         (int)t->dtype);
+}
+
+/* extents: dict key -> (lo, hi) union over every tensor leaf of o */
+int
+stax_trace_collect_extents(PyObject *o, PyObject *extents)
+{
+    if (is_tensor(o)) {
+        StaxTensor *t = (StaxTensor *)o;
+        int64_t lo, len, hi;
+        PyObject *key = storage_key(t), *old, *v;
+        int rc;
+        if (key == NULL) {
+            return -1;
+        }
+        extent(t, &lo, &len);
+        hi = lo + len;
+        old = PyDict_GetItem(extents, key);
+        if (old != NULL) {
+            int64_t a = PyLong_AsLongLong(PyTuple_GET_ITEM(old, 0));
+            int64_t b = PyLong_AsLongLong(PyTuple_GET_ITEM(old, 1));
+            if (len == 0) {
+                lo = a;
+                hi = b;
+            }
+            else if (b > a) {
+                lo = lo < a ? lo : a;
+                hi = hi > b ? hi : b;
+            }
+        }
+        v = Py_BuildValue("(LL)", (long long)lo, (long long)hi);
+        rc = v ? PyDict_SetItem(extents, key, v) : -1;
+        Py_XDECREF(v);
+        Py_DECREF(key);
+        return rc;
+    }
+    if (PyTuple_CheckExact(o) || PyList_CheckExact(o)) {
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); i++) {
+            if (stax_trace_collect_extents(PySequence_Fast_GET_ITEM(o, i), extents) < 0) {
+                return -1;
+            }
+        }
+    }
+    else if (PyDict_CheckExact(o)) {
+        Py_ssize_t pos = 0;
+        PyObject *k, *v;
+        while (PyDict_Next(o, &pos, &k, &v)) {
+            if (stax_trace_collect_extents(v, extents) < 0) {
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* New reference: the stand-in of t; bases caches one copy per storage. */
+PyObject *
+stax_trace_stand_in(StaxTensor *t, PyObject *extents, PyObject *bases)
+{
+    int isz = stax_dtype_itemsize(t->dtype);
+    StaxTensor *base, *view;
+    PyObject *key = storage_key(t), *ext;
+    if (key == NULL) {
+        return NULL;
+    }
+    base = (StaxTensor *)PyDict_GetItem(bases, key);
+    if (base != NULL) {
+        Py_INCREF(base);
+    }
+    else {
+        int64_t lo, hi, len;
+        ext = PyDict_GetItem(extents, key);
+        if (ext != NULL) {
+            lo = PyLong_AsLongLong(PyTuple_GET_ITEM(ext, 0));
+            hi = PyLong_AsLongLong(PyTuple_GET_ITEM(ext, 1));
+        }
+        else {
+            extent(t, &lo, &len);
+            hi = lo + len;
+        }
+        /* the copy sits at the same position (the prefix is zeroed, never
+         * read), so the storage offset is kept too */
+        base = stax_tensor_empty(1, &hi, t->dtype);
+        if (base == NULL || PyDict_SetItem(bases, key, (PyObject *)base) < 0) {
+            Py_XDECREF(base);
+            Py_DECREF(key);
+            return NULL;
+        }
+        if (lo > 0) {
+            memset(STAX_TENSOR_DATA(base), 0, (size_t)(lo * isz));
+        }
+        if (hi > lo) {
+            memcpy(STAX_TENSOR_DATA(base) + lo * isz,
+                   t->storage->data + lo * isz, (size_t)((hi - lo) * isz));
+        }
+    }
+    Py_DECREF(key);
+    view = stax_tensor_view(base, t->ndim, t->sizes, t->strides,
+                            base->offset + t->offset);
+    Py_DECREF(base);
+    if (view == NULL) {
+        return NULL;
+    }
+    view->requires_grad = t->requires_grad;
+    return (PyObject *)view;
+}
+
+/* snapshot: list of (tensor, bytes of its extent, version) */
+int
+stax_trace_snapshot_add(PyObject *snap, PyObject *o)
+{
+    StaxTensor *t = (StaxTensor *)o;
+    int64_t lo, len;
+    int isz = stax_dtype_itemsize(t->dtype);
+    PyObject *b, *e;
+    extent(t, &lo, &len);
+    b = PyBytes_FromStringAndSize(t->storage->data + lo * isz,
+                                  (Py_ssize_t)(len * isz));
+    if (b == NULL) {
+        return -1;
+    }
+    e = Py_BuildValue("(ONK)", o, b, (unsigned long long)t->storage->version);
+    if (e == NULL) {
+        return -1;
+    }
+    if (PyList_Append(snap, e) < 0) {
+        Py_DECREF(e);
+        return -1;
+    }
+    Py_DECREF(e);
+    return 0;
+}
+
+void
+stax_trace_snapshot_restore(PyObject *snap)
+{
+    for (Py_ssize_t i = 0; snap && i < PyList_GET_SIZE(snap); i++) {
+        PyObject *e = PyList_GET_ITEM(snap, i);
+        StaxTensor *t = (StaxTensor *)PyTuple_GET_ITEM(e, 0);
+        PyObject *b = PyTuple_GET_ITEM(e, 1);
+        unsigned long long v = PyLong_AsUnsignedLongLong(
+            PyTuple_GET_ITEM(e, 2));
+        int64_t lo, len;
+        if (t->storage->version == v) {
+            continue;
+        }
+        extent(t, &lo, &len);
+        memcpy(t->storage->data + lo * stax_dtype_itemsize(t->dtype),
+               PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b));
+        t->storage->version = v;
+    }
+}
+
+/* Module state (seed 3.7 item 2): the tensors of fn when it is an
+ * nn.Module or a bound method of one. New list or NULL. */
+PyObject *
+stax_trace_module_snapshot(PyObject *fn)
+{
+    PyObject *snap = PyList_New(0), *owner = NULL;
+    const char *lists[] = {"buffers", "parameters", NULL};
+    if (snap == NULL) {
+        return NULL;
+    }
+    if (PyObject_HasAttrString(fn, "buffers")) {
+        owner = Py_NewRef(fn);
+    }
+    else if (PyMethod_Check(fn)
+             && PyObject_HasAttrString(PyMethod_GET_SELF(fn), "buffers")) {
+        owner = Py_NewRef(PyMethod_GET_SELF(fn));
+    }
+    if (owner == NULL) {
+        return snap;
+    }
+    for (int k = 0; lists[k]; k++) {
+        PyObject *it = PyObject_CallMethod(owner, lists[k], NULL), *x, *i2;
+        if (it == NULL) {
+            PyErr_Clear();
+            continue;
+        }
+        i2 = PyObject_GetIter(it);
+        Py_DECREF(it);
+        if (i2 == NULL) {
+            PyErr_Clear();
+            continue;
+        }
+        while ((x = PyIter_Next(i2)) != NULL) {
+            if (is_tensor(x) && stax_trace_snapshot_add(snap, x) < 0) {
+                Py_DECREF(x);
+                Py_DECREF(i2);
+                Py_DECREF(owner);
+                Py_DECREF(snap);
+                return NULL;
+            }
+            Py_DECREF(x);
+        }
+        Py_DECREF(i2);
+        PyErr_Clear();
+    }
+    Py_DECREF(owner);
+    return snap;
+}
+
+/* RNG fork: returns the saved state (new ref) or None */
+PyObject *
+stax_trace_rng_save(void)
+{
+    PyObject *mod = PyImport_ImportModule("tensorplay.random"), *st = NULL;
+    if (mod == NULL) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    if (PyObject_HasAttrString(mod, "get_rng_state")
+        && PyObject_HasAttrString(mod, "set_rng_state")) {
+        st = PyObject_CallMethod(mod, "get_rng_state", NULL);
+    }
+    Py_DECREF(mod);
+    if (st == NULL) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    return st;
+}
+
+void
+stax_trace_rng_restore(PyObject *st)
+{
+    PyObject *mod, *r;
+    if (st == NULL || st == Py_None) {
+        return;
+    }
+    mod = PyImport_ImportModule("tensorplay.random");
+    if (mod == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    r = PyObject_CallMethod(mod, "set_rng_state", "(O)", st);
+    Py_XDECREF(r);
+    Py_DECREF(mod);
+    if (r == NULL) {
+        PyErr_Clear();
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* random creation functions                                           */
+
+/* tp.randn(3) inside fn has no proxy argument, so no __tensor_function__
+ * sees it; frozen as a constant it would repeat the same numbers on every
+ * call. While tracing, these attributes of the tensorplay module are
+ * replaced by hooks recording call_function[target=the original]. */
+static const char *random_creators[] = {
+    "randn", "rand", "randint", "randperm", "normal", NULL,
+};
+/* deterministic creation functions are recorded too; at the end of the
+ * trace those whose value was never modified in place become get_attr
+ * constants (by reference), the others stay calls so that every run
+ * starts from a fresh tensor */
+static const char *const_creators[] = {
+    "zeros", "ones", "full", "empty", "arange", "eye", "linspace",
+    "logspace", "tensor", NULL,
+};
+
+typedef struct {
+    PyObject_HEAD
+    StaxTracer *tracer;
+    PyObject *original;
+    int random;
+} CreationHook;
+
+static PyTypeObject *CreationHook_Type = NULL;
+
+static int
+hook_traverse(CreationHook *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->tracer);
+    Py_VISIT(self->original);
+    return 0;
+}
+
+static int
+hook_clear(CreationHook *self)
+{
+    Py_CLEAR(self->tracer);
+    Py_CLEAR(self->original);
+    return 0;
+}
+
+static void
+hook_dealloc(CreationHook *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    hook_clear(self);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+/* 1 when the innermost Python frame is inside the tensorplay package */
+static int
+called_from_package(void)
+{
+    PyFrameObject *f = PyEval_GetFrame();
+    PyCodeObject *co;
+    PyObject *fn;
+    int r = 0;
+    if (f == NULL || stax_trace_pkg_dir == NULL) {
+        return 0;
+    }
+    co = PyFrame_GetCode(f);
+    fn = PyObject_GetAttrString((PyObject *)co, "co_filename");
+    Py_DECREF(co);
+    if (fn == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (PyUnicode_Check(fn)) {
+        r = PyUnicode_Tailmatch(fn, stax_trace_pkg_dir, 0, PY_SSIZE_T_MAX, -1) == 1;
+    }
+    Py_DECREF(fn);
+    return r;
+}
+
+static PyObject *
+hook_call(CreationHook *self, PyObject *args, PyObject *kwds)
+{
+    PyObject *p, *v, *mark;
+    StaxNode *n;
+    if (!self->tracer->active || called_from_package()) {
+        /* library code (nn.Module constructors, initializers) gets real
+         * tensors: only the user's own calls are recorded */
+        return PyObject_Call(self->original, args, kwds);
+    }
+    p = stax_trace_record(self->tracer, STAX_NODE_CALL_FUNCTION,
+                          self->original, args, kwds);
+    if (p == NULL) {
+        return NULL;
+    }
+    n = ((StaxProxy *)p)->node;
+    v = PyDict_GetItemString(n->meta, "val");
+    if (self->random) {
+        mark = PyUnicode_FromString("random");
+    }
+    else if (v != NULL && is_tensor(v)) {
+        mark = PyLong_FromUnsignedLongLong(
+            ((StaxTensor *)v)->storage->version);
+    }
+    else {
+        return p;
+    }
+    if (mark == NULL
+        || PyDict_SetItemString(n->meta, "creation", mark) < 0) {
+        Py_XDECREF(mark);
+        Py_DECREF(p);
+        return NULL;
+    }
+    Py_DECREF(mark);
+    return p;
+}
+
+static PyType_Slot hook_slots[] = {
+    {Py_tp_dealloc, hook_dealloc},
+    {Py_tp_traverse, hook_traverse},
+    {Py_tp_clear, hook_clear},
+    {Py_tp_call, hook_call},
+    {0, NULL},
+};
+
+static PyType_Spec hook_spec = {
+    .name = "tensorplay._C._CreationHook",
+    .basicsize = sizeof(CreationHook),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .slots = hook_slots,
+};
+
+/* Install the hooks; returns a list of (name, previous value) to restore. */
+PyObject *
+stax_trace_hooks_install(StaxTracer *tr)
+{
+    PyObject *mod = PyImport_ImportModule("tensorplay"), *saved;
+    if (mod == NULL) {
+        PyErr_Clear();
+        return PyList_New(0);
+    }
+    saved = PyList_New(0);
+    for (int j = 0; saved && j < 2; j++) {
+    const char **names = j == 0 ? random_creators : const_creators;
+    for (int i = 0; saved && names[i]; i++) {
+        PyObject *orig = PyObject_GetAttrString(mod, names[i]);
+        PyObject *e;
+        CreationHook *h;
+        if (orig == NULL) {
+            PyErr_Clear();
+            continue;
+        }
+        e = Py_BuildValue("(sO)", names[i], orig);
+        h = PyObject_GC_New(CreationHook, CreationHook_Type);
+        if (e == NULL || h == NULL || PyList_Append(saved, e) < 0) {
+            Py_XDECREF(e);
+            Py_XDECREF(h);
+            Py_DECREF(orig);
+            stax_trace_hooks_remove(saved);
+            Py_CLEAR(saved);
+            break;
+        }
+        Py_DECREF(e);
+        h->tracer = (StaxTracer *)Py_NewRef(tr);
+        h->random = j == 0;
+        h->original = PyObject_TypeCheck(orig, CreationHook_Type)
+                          ? Py_NewRef(((CreationHook *)orig)->original)
+                          : Py_NewRef(orig);
+        PyObject_GC_Track(h);
+        Py_DECREF(orig);
+        if (PyObject_SetAttrString(mod, names[i], (PyObject *)h) < 0) {
+            Py_DECREF(h);
+            stax_trace_hooks_remove(saved);
+            Py_CLEAR(saved);
+            break;
+        }
+        Py_DECREF(h);
+    }
+    }
+    Py_DECREF(mod);
+    return saved;
+}
+
+void
+stax_trace_hooks_remove(PyObject *saved)
+{
+    PyObject *mod, *et, *ev, *tb;
+    if (saved == NULL) {
+        return;
+    }
+    PyErr_Fetch(&et, &ev, &tb);
+    mod = PyImport_ImportModule("tensorplay");
+    for (Py_ssize_t i = 0; mod && i < PyList_GET_SIZE(saved); i++) {
+        PyObject *e = PyList_GET_ITEM(saved, i);
+        if (PyObject_SetAttr(mod, PyTuple_GET_ITEM(e, 0),
+                             PyTuple_GET_ITEM(e, 1)) < 0) {
+            PyErr_Clear();
+        }
+    }
+    Py_XDECREF(mod);
+    PyErr_Clear();
+    PyErr_Restore(et, ev, tb);
+}
+
+/* Deterministic creation nodes whose value was never modified in place
+ * (and that are not gates themselves) become get_attr constants. */
+int
+stax_trace_demote_constants(StaxTracer *tr)
+{
+    PyObject *nodes = stax_graph_node_list((PyObject *)tr->graph);
+    int rc = -1;
+    if (nodes == NULL) {
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(nodes); i++) {
+        StaxNode *n = (StaxNode *)PyList_GET_ITEM(nodes, i);
+        PyObject *mark = PyDict_GetItemString(n->meta, "creation");
+        PyObject *v = PyDict_GetItemString(n->meta, "val"), *c, *ip, *r;
+        int is_gate = 0;
+        if (mark == NULL || !PyLong_Check(mark) || v == NULL
+            || !is_tensor(v)
+            || PyLong_AsUnsignedLongLong(mark)
+                   != ((StaxTensor *)v)->storage->version) {
+            PyErr_Clear();
+            continue;
+        }
+        for (Py_ssize_t k = 0; k < PyList_GET_SIZE(tr->gates); k++) {
+            if (PyTuple_GET_ITEM(PyList_GET_ITEM(tr->gates, k), 0)
+                == (PyObject *)n) {
+                is_gate = 1;
+            }
+        }
+        if (is_gate) {
+            continue;
+        }
+        ip = PyObject_CallMethod((PyObject *)tr->graph, "inserting_before",
+                                 "(O)", n);
+        if (ip == NULL) {
+            goto done;
+        }
+        c = stax_trace_const_node(tr, v);
+        r = PyObject_CallMethod(ip, "__exit__", "OOO", Py_None, Py_None,
+                                Py_None);
+        Py_DECREF(ip);
+        Py_XDECREF(r);
+        if (c == NULL || r == NULL) {
+            Py_XDECREF(c);
+            goto done;
+        }
+        if (stax_node_replace_all_uses_with(n, c) < 0
+            || stax_graph_erase_node(tr->graph, n) < 0) {
+            Py_DECREF(c);
+            goto done;
+        }
+        Py_DECREF(c);
+    }
+    rc = 0;
+done:
+    Py_DECREF(nodes);
+    return rc;
+}
+
+int
+stax_trace_isolation_init(PyObject *m)
+{
+    (void)m;
+    CreationHook_Type = (PyTypeObject *)PyType_FromSpec(&hook_spec);
+    return CreationHook_Type ? 0 : -1;
+}
