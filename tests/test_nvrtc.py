@@ -203,3 +203,41 @@ def test_launch_without_gpu_is_a_clear_error():
     k = C.nvrtc_render_expr("(add a b)", [("float32", (4,))] * 2)
     with pytest.raises(RuntimeError, match="GPU"):
         C.nvrtc_launch(k, [np.ones(4, np.float32)] * 2)
+
+
+SOFTMAX = [("reduce", "amax", "a"),
+           ("reduce", "sum", "(exp (sub a acc0))"),
+           ("inner", "(div (exp (sub a acc0)) acc1)")]
+
+
+def test_multi_stage_kernel_renders_like_lowers_softmax():
+    k = C.nvrtc_render_stages([("float32", (32, 1000))], SOFTMAX,
+                              name="softmax_0")
+    assert k.kind == "reduction" and k.outputs == [((32, 1000), "float32")]
+    # two block reductions, then an INNER stage reading both accumulators
+    assert k.source.count("stax_block_reduce(acc") == 2
+    assert "expf(" in k.source and "acc1" in k.loop_ir
+    assert k.block == (1024, 1, 1)
+
+
+@needs_nvrtc
+def test_multi_stage_kernels_compile():
+    k = C.nvrtc_render_stages([("float64", (8, 300))], SOFTMAX, name="sm")
+    assert ".entry sm" in C.nvrtc_compile(k.source, k.name)
+    # layer_norm-like: mean, variance, normalized rows and the row means
+    ln = [("reduce", "sum", "a"),
+          ("reduce", "sum", "(mul (sub a (div acc0 300)) (sub a (div acc0 300)))"),
+          ("inner", "(mul b (div (sub a (div acc0 300)) "
+                    "(sqrt (add (div acc1 300) 1e-5))))"),
+          ("outer", "(div acc0 300)")]
+    k = C.nvrtc_render_stages([("float32", (8, 300)), ("float32", (300,))],
+                              ln, name="ln", compile=True)
+    assert k.outputs == [((8, 300), "float32"), ((8,), "float32")]
+    assert ".entry ln" in k.ptx
+    # argmax over dim 0 of a transposed view, keepdim
+    x = np.zeros((5, 7), np.float32).T
+    k = C.nvrtc_render_stages([x], [("reduce", "argmax", "a"),
+                                    ("outer", "acc0")], dims=0, keepdim=True,
+                              name="am")
+    assert k.outputs == [((1, 5), "int64")]
+    assert ".entry am" in C.nvrtc_compile(k.source, k.name)

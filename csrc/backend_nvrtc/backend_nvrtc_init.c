@@ -333,6 +333,16 @@ static PyMethodDef nvrtc_methods[] = {
      "a b c ... (tensors, arrays or (dtype, shape) pairs), optionally "
      "reduced (sum, mean, amax, argmax, any, ...) over dims, to ONE kernel "
      "and render it as CUDA C. Returns the kernel record."},
+    {"nvrtc_render_stages",
+     (PyCFunction)(void (*)(void))stax_nvrtc_py_render_stages,
+     METH_VARARGS | METH_KEYWORDS,
+     "nvrtc_render_stages(inputs, stages, dims=-1, keepdim=False, "
+     "name='stax_kernel', compile=False)\n--\n\nOne multi-stage kernel of "
+     "the loop IR: stages ('reduce', op, expr) fill acc0, acc1, ...; "
+     "('inner', expr) stores the full shape, ('outer', expr) the reduced "
+     "shape (e.g. softmax: reduce amax, reduce sum of exp(a - acc0), inner "
+     "exp(a - acc0) / acc1). Returns the kernel record (.outputs lists "
+     "(shape, dtype) per output)."},
     {"nvrtc_render_graph",
      (PyCFunction)(void (*)(void))stax_nvrtc_py_render_graph,
      METH_VARARGS | METH_KEYWORDS,

@@ -75,14 +75,14 @@ find_reduction(const char *name)
 #define MAX_NODES 1024
 #define NAME_LEN 64
 
-typedef enum { X_LOAD = 0, X_CONST, X_PRIM } xkind_t;
+typedef enum { X_LOAD = 0, X_CONST, X_PRIM, X_ACC } xkind_t;
 
 typedef struct xnode {
     xkind_t kind;
     stax_prim_t prim;
     int nargs;
     struct xnode *args[3];
-    int input;                  /* LOAD */
+    int input;                  /* LOAD; ACC: the accumulator */
     double value;               /* CONST */
     int weak;                   /* dtype follows the other operand */
     stax_dtype_t dtype;         /* result dtype */
@@ -98,8 +98,23 @@ typedef struct {
     char label[NAME_LEN];
 } xinput;
 
+#define MAX_STAGES 8
+
+typedef struct {
+    stax_stage_kind_t kind;
+    int op;                           /* REDUCE: stax_red_t */
+    xnode *body;
+    stax_dtype_t dtype;               /* accumulator / stored dtype */
+} xstage;
+
 typedef struct {
     char name[NAME_LEN];
+    int nstages;                      /* 0: one pointwise or reduce below */
+    xstage st[MAX_STAGES];
+    int naccs;
+    int order[STAX_MAX_DIMS];         /* iteration dim -> broadcast dim */
+    int bndim;
+    int64_t bshape[STAX_MAX_DIMS];    /* broadcast shape */
     int ninputs;
     xinput in[MAX_INPUTS];
     int ndim, nred;                   /* iteration dims; trailing nred reduced */
@@ -393,6 +408,26 @@ parse_expr(parser *p)
         }
         return p->ops[i];
     }
+    if (strncmp(atom, "acc", 3) == 0 && atom[3] >= '0' && atom[3] <= '9') {
+        int i = atoi(atom + 3);
+        xnode *e;
+        if (i >= p->k->naccs) {
+            return bad(p, "accumulator not defined by an earlier stage");
+        }
+        if ((e = new_node(p->k)) != NULL) {
+            e->kind = X_ACC;
+            e->input = i;
+            e->dtype = p->k->st[0].dtype;
+            for (int j = 0, a = 0; j < p->k->nstages; j++) {
+                if (p->k->st[j].kind == STAX_STAGE_REDUCE && a++ == i) {
+                    int op = p->k->st[j].op;
+                    e->dtype = (op == STAX_RED_ARGMAX || op == STAX_RED_ARGMIN)
+                               ? STAX_INT64 : p->k->st[j].dtype;
+                }
+            }
+        }
+        return e;
+    }
     if (atom[0] == '$') {
         PyObject *v;
         xnode *e;
@@ -555,6 +590,11 @@ lower_x(lower_t *L, xnode *e)
         break;
     case X_CONST:
         return lv_const(L, e->value, e->dtype);
+    case X_ACC:
+        if ((v = lv_new(L, STAX_LV_ACC, e->dtype)) != NULL) {
+            v->acc = e->input;
+        }
+        break;
     case X_PRIM: {
         int weak = 0;
         stax_dtype_t cd = compute_dtype(e, &weak);
@@ -579,33 +619,87 @@ lower_x(lower_t *L, xnode *e)
     return v;
 }
 
-/* spec -> one stax_kernel in `arena` (NULL + exception) */
+/* the single pointwise / reduce+store form as stages */
+static int
+legacy_stages(spec_t *k)
+{
+    xnode *accn, *v;
+    if (k->reduce < 0) {
+        k->st[0] = (xstage){STAX_STAGE_OUTER, 0, k->body, k->out_dtype};
+        k->nstages = 1;
+        return 0;
+    }
+    k->st[0] = (xstage){STAX_STAGE_REDUCE, k->reduce, k->body, k->out_dtype};
+    k->nstages = 1;
+    k->naccs = 1;
+    if ((accn = new_node(k)) == NULL) {
+        return -1;
+    }
+    accn->kind = X_ACC;
+    accn->input = 0;
+    accn->dtype = (k->reduce == STAX_RED_ARGMAX || k->reduce == STAX_RED_ARGMIN)
+                  ? STAX_INT64 : k->out_dtype;
+    v = accn;
+    if (k->mean) {
+        int64_t cnt = 1;
+        xnode *args[2];
+        for (int j = k->ndim - k->nred; j < k->ndim; j++) {
+            cnt *= k->sizes[j];
+        }
+        args[0] = accn;
+        args[1] = new_const(k, (double)cnt, STAX_FLOAT32);
+        if (args[1] == NULL
+            || (v = new_prim(k, STAX_PRIM_DIV, 2, args)) == NULL) {
+            return -1;
+        }
+    }
+    k->st[1] = (xstage){STAX_STAGE_OUTER, 0, v, k->out_dtype};
+    k->nstages = 2;
+    return 0;
+}
+
+/* spec -> one stax_kernel in `arena` (NULL + exception). Stages in order;
+ * each REDUCE stage fills the next accumulator, each INNER (full shape) or
+ * OUTER (reduced shape) stage stores the next output buffer, contiguous. */
 static stax_kernel *
 spec_to_kernel(spec_t *k, stax_arena *arena)
 {
     lower_t L;
     stax_kernel *K;
-    int nouter = k->ndim - k->nred, nb = k->ninputs + 1, off;
-    int64_t ostride[STAX_MAX_DIMS] = {0}, acc = 1;
-    stax_lstore *st;
-    const stax_lval *val;
+    int has_inner = 0, nouter, off, nout = 0, nacc = 0, nb;
+    int64_t ostride[STAX_MAX_DIMS] = {0}, istride[STAX_MAX_DIMS] = {0};
+    int64_t cst[STAX_MAX_DIMS], acc = 1, total = 1;
 
+    if (k->nstages == 0 && legacy_stages(k) < 0) {
+        return NULL;
+    }
+    for (int s = 0; s < k->nstages; s++) {
+        has_inner |= k->st[s].kind != STAX_STAGE_OUTER;
+        nout += k->st[s].kind != STAX_STAGE_REDUCE;
+    }
+    if (!has_inner && k->nred > 0) {
+        PyErr_SetString(PyExc_ValueError, "NVRTC stand-in lowering: reduced "
+                        "dims but no reduce/inner stage");
+        return NULL;
+    }
+    nouter = k->ndim - k->nred;
+    off = nouter == 0 ? 1 : 0;
+    nb = k->ninputs + nout;
+    if (nb > STAX_NVRTC_MAX_BUFS) {
+        PyErr_SetString(PyExc_ValueError, "too many buffers");
+        return NULL;
+    }
     memset(&L, 0, sizeof(L));
     L.arena = arena;
     L.k = k;
-    L.off = off = nouter == 0 ? 1 : 0;
+    L.off = off;
     K = stax_arena_alloc(arena, sizeof(*K));
     if (K == NULL) {
         return NULL;
     }
     snprintf(K->name, sizeof(K->name), "%s", k->name);
     K->nouter = nouter + off;
-    K->ninner = k->reduce >= 0 ? k->nred : 0;
-    if (k->reduce < 0) {
-        K->nouter = k->ndim > 0 ? k->ndim : 1;
-        L.off = off = k->ndim > 0 ? 0 : 1;
-        nouter = k->ndim;
-    }
+    K->ninner = k->nred;
     if (off) {
         K->dims[0] = ix_new(&L, STAX_IX_CONST, 1, NULL, NULL);
     }
@@ -614,10 +708,16 @@ spec_to_kernel(spec_t *k, stax_arena *arena)
         if (K->dims[j + off] == NULL) {
             return NULL;
         }
+        total *= k->sizes[j];
     }
     K->nbufs = nb;
     K->bufs = stax_arena_alloc(arena, sizeof(stax_kbuf) * (size_t)nb);
-    if (K->bufs == NULL) {
+    K->stages = stax_arena_alloc(arena, sizeof(stax_stage)
+                                        * (size_t)k->nstages);
+    K->stores = stax_arena_alloc(arena, sizeof(stax_lstore)
+                                        * (size_t)(nout ? nout : 1));
+    K->accs = stax_arena_alloc(arena, sizeof(stax_lacc) * MAX_STAGES);
+    if (!K->bufs || !K->stages || !K->stores || !K->accs) {
         return NULL;
     }
     for (int i = 0; i < k->ninputs; i++) {
@@ -628,107 +728,84 @@ spec_to_kernel(spec_t *k, stax_arena *arena)
             == NULL) {
             return NULL;
         }
-        K->bytes_read += stax_nvrtc_dtype_size(k->in[i].dtype);
+        K->bytes_read += stax_nvrtc_dtype_size(k->in[i].dtype) * total;
     }
-    K->bufs[nb - 1].id = nb - 1;
-    K->bufs[nb - 1].dtype = k->out_dtype;
-    K->bufs[nb - 1].is_output = 1;
-    K->bufs[nb - 1].noalias = 1;
-    /* output: contiguous over the outer dims */
+    /* output layouts: OUTER contiguous over the outer dims; INNER
+     * contiguous over the broadcast shape, seen in iteration order */
     for (int j = nouter - 1; j >= 0; j--) {
         ostride[j] = acc;
         acc *= k->sizes[j];
     }
     {
-        int64_t total = 1;
+        int64_t c = 1;
+        for (int d = k->bndim - 1; d >= 0; d--) {
+            cst[d] = c;
+            c *= k->bshape[d];
+        }
         for (int j = 0; j < k->ndim; j++) {
-            total *= k->sizes[j];
-        }
-        K->bytes_read *= total;
-        K->bytes_written = acc * stax_nvrtc_dtype_size(k->out_dtype);
-        K->work = total;
-    }
-    K->nstores = 1;
-    K->stores = st = stax_arena_alloc(arena, sizeof(*st));
-    if (st == NULL) {
-        return NULL;
-    }
-    st->buf = nb - 1;
-    if ((st->index = ix_affine(&L, ostride, 0, nouter)) == NULL) {
-        return NULL;
-    }
-    if (k->reduce < 0) {
-        K->nstages = 1;
-        K->stages = stax_arena_alloc(arena, sizeof(stax_stage));
-        if (K->stages == NULL) {
-            return NULL;
-        }
-        K->stages[0].kind = STAX_STAGE_OUTER;
-        K->stages[0].n = 1;
-        st->value = lower_as(&L, k->body, k->out_dtype);
-        return st->value ? K : NULL;
-    }
-    /* reduction: REDUCE into acc0, then an OUTER store */
-    stax_lacc *a = stax_arena_alloc(arena, sizeof(*a));
-    stax_lval *accv;
-    K->stages = stax_arena_alloc(arena, 2 * sizeof(stax_stage));
-    if (a == NULL || K->stages == NULL) {
-        return NULL;
-    }
-    K->naccs = 1;
-    K->accs = a;
-    a->op = (stax_red_t)k->reduce;
-    a->dtype = k->out_dtype;
-    if (a->op == STAX_RED_ARGMAX || a->op == STAX_RED_ARGMIN) {
-        int64_t rstride[STAX_MAX_DIMS] = {0}, r = 1;
-        for (int j = k->ndim - 1; j >= nouter; j--) {
-            rstride[j] = r;
-            r *= k->sizes[j];
-        }
-        a->value = lower_x(&L, k->body);
-        a->index = ix_affine(&L, rstride, nouter, k->ndim);
-        if (a->index == NULL) {
-            return NULL;
+            istride[j] = cst[k->order[j]];
         }
     }
-    else if (a->op == STAX_RED_ANY || a->op == STAX_RED_ALL) {
-        a->value = lower_as(&L, k->body, STAX_BOOL);
-    }
-    else {
-        a->value = lower_as(&L, k->body, a->dtype);
-    }
-    if (a->value == NULL) {
-        return NULL;
-    }
-    K->nstages = 2;
-    K->stages[0].kind = STAX_STAGE_REDUCE;
-    K->stages[0].n = 1;
-    K->stages[1].kind = STAX_STAGE_OUTER;
-    K->stages[1].n = 1;
-    if ((accv = lv_new(&L, STAX_LV_ACC, a->op == STAX_RED_ARGMAX
-                       || a->op == STAX_RED_ARGMIN ? STAX_INT64 : a->dtype))
-        == NULL) {
-        return NULL;
-    }
-    accv->acc = 0;
-    val = accv;
-    if (k->mean) {
-        int64_t cnt = 1;
-        stax_lval *d = lv_new(&L, STAX_LV_PRIM, k->out_dtype);
-        for (int j = nouter; j < k->ndim; j++) {
-            cnt *= k->sizes[j];
+    K->work = total;
+    for (int s = 0; s < k->nstages; s++) {
+        xstage *xs = &k->st[s];
+        stax_stage *ks = &K->stages[s];
+        ks->kind = xs->kind;
+        ks->n = 1;
+        if (xs->kind == STAX_STAGE_REDUCE) {
+            stax_lacc *a = &K->accs[nacc];
+            ks->first = nacc++;
+            a->op = (stax_red_t)xs->op;
+            a->dtype = xs->dtype;
+            if (a->op == STAX_RED_ARGMAX || a->op == STAX_RED_ARGMIN) {
+                int64_t rstride[STAX_MAX_DIMS] = {0}, r = 1;
+                for (int j = k->ndim - 1; j >= nouter; j--) {
+                    rstride[j] = r;
+                    r *= k->sizes[j];
+                }
+                a->dtype = STAX_INT64;
+                a->value = lower_x(&L, xs->body);
+                a->index = ix_affine(&L, rstride, nouter, k->ndim);
+                if (a->index == NULL) {
+                    return NULL;
+                }
+            }
+            else if (a->op == STAX_RED_ANY || a->op == STAX_RED_ALL) {
+                a->value = lower_as(&L, xs->body, STAX_BOOL);
+            }
+            else {
+                a->value = lower_as(&L, xs->body, a->dtype);
+            }
+            if (a->value == NULL) {
+                return NULL;
+            }
+            continue;
         }
-        if (d == NULL) {
-            return NULL;
+        {
+            int ob = k->ninputs + (int)(ks->first = K->nstores);
+            stax_lstore *st = &K->stores[K->nstores++];
+            int inner = xs->kind == STAX_STAGE_INNER && k->nred > 0;
+            if (!inner) {
+                ks->kind = STAX_STAGE_OUTER;
+            }
+            K->bufs[ob].id = ob;
+            K->bufs[ob].dtype = xs->dtype;
+            K->bufs[ob].is_output = 1;
+            K->bufs[ob].noalias = 1;
+            st->buf = ob;
+            st->index = inner ? ix_affine(&L, istride, 0, k->ndim)
+                              : ix_affine(&L, ostride, 0, nouter);
+            st->value = lower_as(&L, xs->body, xs->dtype);
+            if (st->index == NULL || st->value == NULL) {
+                return NULL;
+            }
+            K->bytes_written += stax_nvrtc_dtype_size(xs->dtype)
+                                * (inner ? total : acc);
         }
-        d->prim = STAX_PRIM_DIV;
-        d->nargs = 2;
-        d->args[0] = accv;
-        d->args[1] = lv_const(&L, (double)cnt, k->out_dtype);
-        val = d;
     }
-    st->value = lv_cast(&L, val, k->out_dtype);
-    return st->value ? K : NULL;
+    K->nstages = k->nstages;
+    K->naccs = nacc;
+    return K;
 }
 
 /* ------------------------------------------------------------ layouts */
@@ -918,8 +995,11 @@ layout_kernel(spec_t *k, const int *red_in, int keepdim)
         }
     }
     k->ndim = nd;
+    k->bndim = nd;
     for (int j = 0; j < nd; j++) {
         k->sizes[j] = bshape[order[j]];
+        k->order[j] = order[j];
+        k->bshape[j] = bshape[j];
     }
     for (int i = 0; i < k->ninputs; i++) {
         int off = nd - k->in[i].ndim;
@@ -941,11 +1021,30 @@ layout_kernel(spec_t *k, const int *red_in, int keepdim)
     return 0;
 }
 
+/* result dtype of a reduction of values of dtype dt (PyTorch rules) */
+static stax_dtype_t
+reduction_dtype(const red_row *r, stax_dtype_t dt)
+{
+    switch (r->op) {
+    case STAX_RED_ANY: case STAX_RED_ALL:
+        return STAX_BOOL;
+    case STAX_RED_ARGMAX: case STAX_RED_ARGMIN:
+        return STAX_INT64;
+    case STAX_RED_SUM: case STAX_RED_PROD:
+        if (!stax_nvrtc_is_float(dt)) {
+            /* torch: integer sums accumulate in int64; mean is float */
+            return r->mean ? STAX_FLOAT32 : STAX_INT64;
+        }
+        return dt;
+    default:
+        return dt;
+    }
+}
+
 static int
 set_reduction(spec_t *k, const char *name)
 {
     const red_row *r = find_reduction(name);
-    stax_dtype_t dt = k->body->dtype;
     if (r == NULL) {
         PyErr_Format(PyExc_NotImplementedError, "NVRTC renderer: no "
                      "reduction '%s'", name);
@@ -953,25 +1052,7 @@ set_reduction(spec_t *k, const char *name)
     }
     k->reduce = (int)r->op;
     k->mean = r->mean;
-    switch (r->op) {
-    case STAX_RED_ANY: case STAX_RED_ALL:
-        dt = STAX_BOOL;
-        break;
-    case STAX_RED_ARGMAX: case STAX_RED_ARGMIN:
-        dt = STAX_INT64;
-        break;
-    case STAX_RED_SUM: case STAX_RED_PROD:
-        if (k->mean && !stax_nvrtc_is_float(dt)) {
-            dt = STAX_FLOAT32;
-        }
-        else if (!stax_nvrtc_is_float(dt)) {
-            dt = STAX_INT64;   /* torch: integer sums accumulate in int64 */
-        }
-        break;
-    default:
-        break;
-    }
-    k->out_dtype = dt;
+    k->out_dtype = reduction_dtype(r, k->body->dtype);
     return 0;
 }
 
@@ -1066,6 +1147,7 @@ kernel_record(spec_t *k, int compile)
     int64_t grid[3], block[3], end;
     PyObject *src = NULL, *ir = NULL, *kw = NULL, *ns = NULL, *res = NULL;
     PyObject *names = NULL, *dts = NULL, *shapes = NULL, *layouts = NULL;
+    PyObject *outs = NULL, *first = NULL;
 
     arena = stax_arena_new();
     if (arena == NULL || (K = spec_to_kernel(k, arena)) == NULL) {
@@ -1084,9 +1166,27 @@ kernel_record(spec_t *k, int compile)
     dts = PyList_New(0);
     shapes = PyList_New(0);
     layouts = PyList_New(0);
-    if (!names || !dts || !shapes || !layouts) {
+    outs = PyList_New(0);
+    if (!names || !dts || !shapes || !layouts || !outs) {
         goto done;
     }
+    for (int s = 0; s < k->nstages; s++) {
+        int inner = k->st[s].kind == STAX_STAGE_INNER && k->nred > 0;
+        if (k->st[s].kind == STAX_STAGE_REDUCE) {
+            continue;
+        }
+        if (append_new(outs, Py_BuildValue(
+                "(Ns)", inner ? i64_tuple(k->bshape, k->bndim)
+                              : i64_tuple(k->out_shape, k->out_ndim),
+                stax_nvrtc_dtype_name(k->st[s].dtype))) < 0) {
+            goto done;
+        }
+    }
+    if (PyList_GET_SIZE(outs) == 0) {
+        PyErr_SetString(PyExc_ValueError, "kernel has no output");
+        goto done;
+    }
+    first = PyList_GET_ITEM(outs, 0);   /* borrowed */
     for (int i = 0; i < k->ninputs; i++) {
         if (append_new(names, PyUnicode_FromString(k->in[i].label)) < 0
             || append_new(dts, PyUnicode_FromString(
@@ -1100,7 +1200,7 @@ kernel_record(spec_t *k, int compile)
     }
     kw = Py_BuildValue(
         "{s:s,s:O,s:O,s:s,s:(LLL),s:(LLL),s:L,s:L,s:(),s:O,s:O,s:O,s:O,"
-        "s:N,s:s,s:L,s:L,s:s}",
+        "s:O,s:s,s:O,s:L,s:L,s:s}",
         "name", K->name, "source", src, "loop_ir", ir,
         "kind", K->ninner > 0 ? "reduction" : "pointwise",
         "grid", (long long)grid[0], (long long)grid[1], (long long)grid[2],
@@ -1108,8 +1208,9 @@ kernel_record(spec_t *k, int compile)
         (long long)block[2], "start", 0LL, "end", (long long)end,
         "sizes", "inputs", names, "in_dtypes", dts, "in_shapes", shapes,
         "in_layouts", layouts,
-        "output_shape", i64_tuple(k->out_shape, k->out_ndim),
-        "output_dtype", stax_nvrtc_dtype_name(k->out_dtype),
+        "output_shape", PyTuple_GET_ITEM(first, 0),
+        "output_dtype", PyUnicode_AsUTF8(PyTuple_GET_ITEM(first, 1)),
+        "outputs", outs,
         "bytes_read", (long long)K->bytes_read,
         "bytes_written", (long long)K->bytes_written, "backend", "nvrtc");
     if (kw == NULL || (compile && compile_via_vtable(K, kw) < 0)) {
@@ -1137,6 +1238,7 @@ done:
     Py_XDECREF(dts);
     Py_XDECREF(shapes);
     Py_XDECREF(layouts);
+    Py_XDECREF(outs);
     return res;
 }
 
@@ -1208,6 +1310,129 @@ stax_nvrtc_py_render_expr(PyObject *self, PyObject *args, PyObject *kwargs)
 done:
     PyMem_Free(k);
     Py_XDECREF(seq);
+    return res;
+}
+
+/* ------------------------------------------------------------ stages */
+
+/* nvrtc_render_stages(inputs, stages, dims=-1, keepdim=False,
+ *                     name="stax_kernel", compile=False) -> kernel
+ * A multi-stage kernel over one iteration space, in the loop IR's terms:
+ *   ("reduce", op, expr)  fold expr over `dims` into the next accumulator
+ *   ("inner", expr)       store expr at every point (full shape)
+ *   ("outer", expr)       store expr once per outer point (reduced shape)
+ * expressions: a .. h (inputs), acc0 .. (earlier reduce stages), numbers. */
+PyObject *
+stax_nvrtc_py_render_stages(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"inputs", "stages", "dims", "keepdim", "name",
+                             "compile", NULL};
+    PyObject *inputs = NULL, *stages = NULL, *dims = NULL, *seq = NULL;
+    PyObject *sseq = NULL, *res = NULL;
+    const char *name = "stax_kernel";
+    int keepdim = 0, compile = 0, nd = 0, red[STAX_MAX_DIMS] = {0};
+    spec_t *k = NULL;
+    xnode *ops[MAX_INPUTS];
+    (void)self;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs,
+                                     "OO|Opsp:nvrtc_render_stages", kwlist,
+                                     &inputs, &stages, &dims, &keepdim, &name,
+                                     &compile)) {
+        return NULL;
+    }
+    seq = PySequence_Fast(inputs, "inputs must be a sequence");
+    sseq = seq ? PySequence_Fast(stages, "stages must be a sequence") : NULL;
+    if (sseq == NULL) {
+        goto done;
+    }
+    k = PyMem_Calloc(1, sizeof(*k));
+    if (k == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    snprintf(k->name, sizeof(k->name), "%s", name);
+    k->reduce = -1;
+    k->ninputs = (int)PySequence_Fast_GET_SIZE(seq);
+    if (k->ninputs > 8 || PySequence_Fast_GET_SIZE(sseq) > MAX_STAGES
+        || PySequence_Fast_GET_SIZE(sseq) == 0) {
+        PyErr_SetString(PyExc_ValueError, "1 to 8 inputs (a .. h) and 1 to 8 "
+                        "stages");
+        goto done;
+    }
+    for (int i = 0; i < k->ninputs; i++) {
+        if (read_layout(PySequence_Fast_GET_ITEM(seq, i), &k->in[i]) < 0) {
+            goto done;
+        }
+        snprintf(k->in[i].label, NAME_LEN, "%c", 'a' + i);
+        nd = k->in[i].ndim > nd ? k->in[i].ndim : nd;
+        if ((ops[i] = new_load(k, i)) == NULL) {
+            goto done;
+        }
+    }
+    if (dims == NULL) {
+        dims = PyLong_FromLong(-1);
+        if (dims == NULL) {
+            goto done;
+        }
+    }
+    else {
+        Py_INCREF(dims);
+    }
+    if (read_dims(dims, nd, red) < 0 || layout_kernel(k, red, keepdim) < 0) {
+        Py_DECREF(dims);
+        goto done;
+    }
+    Py_DECREF(dims);
+    for (Py_ssize_t s = 0; s < PySequence_Fast_GET_SIZE(sseq); s++) {
+        PyObject *t = PySequence_Fast_GET_ITEM(sseq, s);
+        const char *kind = NULL, *op = NULL, *expr = NULL;
+        xstage *xs = &k->st[k->nstages];
+        if (!PyTuple_Check(t) || !PyArg_ParseTuple(t, "s|ss", &kind, &op,
+                                                   &expr)) {
+            if (!PyErr_Occurred()) {
+                PyErr_SetString(PyExc_TypeError, "a stage is a tuple");
+            }
+            goto done;
+        }
+        if (strcmp(kind, "reduce") == 0) {
+            const red_row *r = expr ? find_reduction(op) : NULL;
+            if (r == NULL || r->mean) {
+                PyErr_Format(PyExc_ValueError, "stage %zd: ('reduce', op, "
+                             "expr) with op in sum prod amax amin argmax "
+                             "argmin any all", s);
+                goto done;
+            }
+            if ((xs->body = parse_formula(k, expr, ops, k->ninputs, NULL,
+                                          NULL)) == NULL) {
+                goto done;
+            }
+            xs->kind = STAX_STAGE_REDUCE;
+            xs->op = (int)r->op;
+            xs->dtype = reduction_dtype(r, xs->body->dtype);
+            k->nstages++;
+            k->naccs++;
+            continue;
+        }
+        if (expr != NULL || (strcmp(kind, "inner") != 0
+                             && strcmp(kind, "outer") != 0)) {
+            PyErr_Format(PyExc_ValueError, "stage %zd: ('reduce', op, expr), "
+                         "('inner', expr) or ('outer', expr)", s);
+            goto done;
+        }
+        if ((xs->body = parse_formula(k, op, ops, k->ninputs, NULL, NULL))
+            == NULL) {
+            goto done;
+        }
+        xs->kind = kind[0] == 'i' ? STAX_STAGE_INNER : STAX_STAGE_OUTER;
+        xs->dtype = xs->body->dtype;
+        k->nstages++;
+    }
+    res = kernel_record(k, compile);
+done:
+    PyMem_Free(k);
+    Py_XDECREF(seq);
+    Py_XDECREF(sseq);
     return res;
 }
 

@@ -66,6 +66,8 @@ PyObject *stax_nvrtc_py_render_graph(PyObject *self, PyObject *args,
                                      PyObject *kwargs);
 PyObject *stax_nvrtc_py_render_expr(PyObject *self, PyObject *args,
                                     PyObject *kwargs);
+PyObject *stax_nvrtc_py_render_stages(PyObject *self, PyObject *args,
+                                      PyObject *kwargs);
 /* launch configuration at given sizes */
 int stax_nvrtc_launch_config(const stax_kernel *k, const int64_t *sizes,
                              int64_t start, int64_t end, int64_t grid[3],

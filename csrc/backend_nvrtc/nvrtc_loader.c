@@ -634,6 +634,31 @@ done:
 /* ------------------------------------------------------------ records */
 
 static int
+get_i64s_obj(PyObject *v, int64_t *out, int cap, int *n)
+{
+    PyObject *seq = PySequence_Fast(v, "expected a sequence of ints");
+    int rc = -1;
+    if (seq == NULL) {
+        return -1;
+    }
+    if (PySequence_Fast_GET_SIZE(seq) > cap) {
+        PyErr_SetString(PyExc_ValueError, "sequence too long");
+        goto done;
+    }
+    *n = (int)PySequence_Fast_GET_SIZE(seq);
+    for (int i = 0; i < *n; i++) {
+        out[i] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, i));
+        if (out[i] == -1 && PyErr_Occurred()) {
+            goto done;
+        }
+    }
+    rc = 0;
+done:
+    Py_DECREF(seq);
+    return rc;
+}
+
+static int
 get_i64s(PyObject *o, const char *attr, int64_t *out, int cap, int *n)
 {
     PyObject *v = PyObject_GetAttrString(o, attr), *seq = NULL;
@@ -691,6 +716,8 @@ stax_nvrtc_py_launch(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *kern = NULL, *inputs = NULL, *seq = NULL, *image = NULL;
     PyObject *src = NULL, *name = NULL, *odt = NULL, *dts = NULL;
     PyObject *shapes = NULL, *layouts = NULL, *out = NULL, *res = NULL;
+    PyObject *outl = NULL;
+    int nout = 0;
     PyArrayObject *arrs[STAX_NVRTC_MAX_BUFS] = {NULL};
     char *host[STAX_NVRTC_MAX_BUFS];
     int64_t nbytes[STAX_NVRTC_MAX_BUFS], sizes[STAX_NVRTC_MAX_SIZES];
@@ -803,21 +830,41 @@ stax_nvrtc_py_launch(PyObject *self, PyObject *args, PyObject *kwargs)
         host[i] = PyArray_DATA(arrs[i]);
         nbytes[i] = span * PyArray_ITEMSIZE(arrs[i]);
     }
-    if (stax_nvrtc_dtype_parse(PyUnicode_AsUTF8(odt), &odtype) < 0) {
+    /* outputs: kernel.outputs = [(shape, dtype), ...] */
+    outl = PyObject_GetAttrString(kern, "outputs");
+    if (outl == NULL || !PyList_Check(outl)
+        || nin + PyList_GET_SIZE(outl) > STAX_NVRTC_MAX_BUFS) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_ValueError, "kernel.outputs: a list");
+        }
         goto done;
     }
-    {
+    nout = (int)PyList_GET_SIZE(outl);
+    out = PyList_New(nout);
+    if (out == NULL) {
+        goto done;
+    }
+    for (int j = 0; j < nout; j++) {
+        PyObject *o = PyList_GET_ITEM(outl, j), *shp = NULL, *a;
+        const char *dn = NULL;
         npy_intp dims[STAX_MAX_DIMS];
-        for (int d = 0; d < nos; d++) {
-            dims[d] = (npy_intp)oshape[d];
-        }
-        out = PyArray_ZEROS(nos, dims, npy_of[odtype], 0);
-        if (out == NULL) {
+        int nd = 0;
+        if (!PyArg_ParseTuple(o, "Os", &shp, &dn)
+            || stax_nvrtc_dtype_parse(dn, &odtype) < 0
+            || get_i64s_obj(shp, oshape, STAX_MAX_DIMS, &nd) < 0) {
             goto done;
         }
-        host[nin] = PyArray_DATA((PyArrayObject *)out);
-        nbytes[nin] = (int64_t)PyArray_NBYTES((PyArrayObject *)out);
-        is_out[nin] = 1;
+        for (int d = 0; d < nd; d++) {
+            dims[d] = (npy_intp)oshape[d];
+        }
+        a = PyArray_ZEROS(nd, dims, npy_of[odtype], 0);
+        if (a == NULL) {
+            goto done;
+        }
+        PyList_SET_ITEM(out, j, a);
+        host[nin + j] = PyArray_DATA((PyArrayObject *)a);
+        nbytes[nin + j] = (int64_t)PyArray_NBYTES((PyArrayObject *)a);
+        is_out[nin + j] = 1;
     }
     if (PyObject_HasAttrString(kern, "_handle")) {
         /* compiled through the vtable: launch through it too */
@@ -831,24 +878,26 @@ stax_nvrtc_py_launch(PyObject *self, PyObject *args, PyObject *kwargs)
             rc = be->launch(be, h, host, sizes, start, end);
         }
         if (rc == 0) {
-            res = Py_NewRef(out);
+            res = nout == 1 ? Py_NewRef(PyList_GET_ITEM(out, 0))
+                            : Py_NewRef(out);
         }
         goto done;
     }
     image = stax_nvrtc_compile_source(PyUnicode_AsUTF8(src),
                                       PyUnicode_AsUTF8(name), arch, NULL);
     if (image == NULL
-        || stax_nvrtc_launch_image(image, PyUnicode_AsUTF8(name), nin + 1,
-                                   host, nbytes, is_out, sizes, nsz, start,
-                                   end, grid, block) < 0) {
+        || stax_nvrtc_launch_image(image, PyUnicode_AsUTF8(name),
+                                   nin + nout, host, nbytes, is_out, sizes,
+                                   nsz, start, end, grid, block) < 0) {
         goto done;
     }
-    res = Py_NewRef(out);
+    res = nout == 1 ? Py_NewRef(PyList_GET_ITEM(out, 0)) : Py_NewRef(out);
 done:
     for (int i = 0; i < STAX_NVRTC_MAX_BUFS; i++) {
         Py_XDECREF(arrs[i]);
     }
     Py_XDECREF(out);
+    Py_XDECREF(outl);
     Py_XDECREF(image);
     Py_XDECREF(seq);
     Py_XDECREF(src);

@@ -167,6 +167,33 @@ def main():
     ok &= check("sum of all int32 -> int64", launch(kk, [e]),
                 np.int64((e.astype(np.int64) * 3).sum()), 0)
 
+    # multi-stage kernels (REDUCE, REDUCE, INNER/OUTER), as lowering makes
+    # for softmax and layer_norm
+    f = rng.standard_normal((48, 1000), dtype=np.float32) * 4
+    kk = _C.nvrtc_render_stages([f], [
+        ("reduce", "amax", "a"), ("reduce", "sum", "(exp (sub a acc0))"),
+        ("inner", "(div (exp (sub a acc0)) acc1)")], name="softmax_rows")
+    e_ = np.exp(f - f.max(-1, keepdims=True))
+    ok &= check("softmax over rows of 1000 (3 stages)", launch(kk, [f]),
+                e_ / e_.sum(-1, keepdims=True), 1e-6)
+    g = rng.standard_normal((300,), dtype=np.float32)
+    h = np.ascontiguousarray(f[:, :300])
+    kk = _C.nvrtc_render_stages([h, g], [
+        ("reduce", "sum", "a"),
+        ("reduce", "sum", "(mul (sub a (div acc0 48)) (sub a (div acc0 48)))"),
+        ("inner", "(mul b (div (sub a (div acc0 48)) "
+                  "(sqrt (add (div acc1 48) 1e-5))))"),
+        ("outer", "(div acc0 48)")], dims=0, name="norm_cols", compile=True)
+    got = launch(kk, [h, g])
+    mu = h.mean(0)
+    var = ((h - mu) ** 2).mean(0)
+    if got is None:
+        got = [None, None]
+    ok &= check("column normalization over dim 0 (inner output, vtable)",
+                got[0], g * (h - mu) / np.sqrt(var + 1e-5), 1e-4)
+    ok &= check("column means (outer output of the same kernel)", got[1],
+                mu, 1e-5)
+
     print("\nALL OK" if ok else "\nSOME CHECKS FAILED")
     return 0 if ok else 1
 
