@@ -180,21 +180,21 @@ def _binary_scalar_args(name, a, b):
 
 
 @_impl("add")
-def _add(input, other, *, alpha=1):
+def _add(input, other, alpha=1):
     if alpha != 1:
-        other = _FUNCS["mul"](other, alpha)
+        other = other * alpha if not _is_t(other) else _FUNCS["mul"](other, alpha)
     return _FUNCS["add"](input, other)
 
 
 @_impl("sub")
-def _sub(input, other, *, alpha=1):
+def _sub(input, other, alpha=1):
     if alpha != 1:
-        other = _FUNCS["mul"](other, alpha)
+        other = other * alpha if not _is_t(other) else _FUNCS["mul"](other, alpha)
     return _FUNCS["sub"](input, other)
 
 
 @_impl("rsub")
-def _rsub(input, other, *, alpha=1):
+def _rsub(input, other, alpha=1):
     scaled = input if alpha == 1 else _FUNCS["mul"](input, alpha)
     if _is_t(other):
         return _FUNCS["sub"](other, scaled)
@@ -572,7 +572,10 @@ def _mean(input, dim=None, keepdim=False, *, dtype=None):
                            f" Got: {_title(a.dtype)}")
     axes = _dims(dim, a.ndim)
     work = np.float32 if out == np.float16 else out
-    r = np.mean(a, axis=axes, keepdims=keepdim, dtype=work)
+    if a.size == 0:      # NaN, silently (NumPy warns "Mean of empty slice")
+        r = np.sum(a, axis=axes, keepdims=keepdim, dtype=work) / np.asarray(0, work)
+    else:
+        r = np.mean(a, axis=axes, keepdims=keepdim, dtype=work)
     return _wrap(np.asarray(r, out), input)
 
 
@@ -715,7 +718,8 @@ def _var_np(name, input, dim, unbiased, keepdim, correction):
     axes = _dims(dim, a.ndim)
     work = np.float32 if a.dtype == np.float16 else a.dtype
     n = int(np.prod([a.shape[x] for x in axes])) if a.ndim else 1
-    mean = np.mean(a, axis=axes, keepdims=True, dtype=work)
+    mean = (np.mean(a, axis=axes, keepdims=True, dtype=work) if a.size else
+            np.sum(a, axis=axes, keepdims=True, dtype=work) / np.asarray(0, work))
     ss = np.sum(np.square(a.astype(work) - mean), axis=axes, keepdims=keepdim)
     with np.errstate(all="ignore"):
         var = ss / np.asarray(_b.max(n - c, 0), work)
