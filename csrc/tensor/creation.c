@@ -3,6 +3,7 @@
  * pin_memory, memory_format, out=None). tensorplay/_tensor.py re-exports
  * them. */
 #include "tensor/tensor_internal.h"
+#include "stax_numpy.h"
 
 enum { MAKE_EMPTY, MAKE_ZEROS, MAKE_ONES };
 
@@ -149,7 +150,83 @@ py_ones(PyObject *self, PyObject *args, PyObject *kw)
     return make(MAKE_ONES, args, kw);
 }
 
+/* _scalar_tensor(value, dtype=None): a 0-d tensor from a Python scalar
+ * (bool -> bool, int -> int64, float -> default dtype unless dtype). */
+static PyObject *
+py_scalar_tensor(PyObject *self, PyObject *args)
+{
+    PyObject *v, *dto = Py_None;
+    stax_dtype_t dt;
+    if (!PyArg_ParseTuple(args, "O|O:_scalar_tensor", &v, &dto)) {
+        return NULL;
+    }
+    if (dto != Py_None) {
+        if (stax_dtype_from_object(dto, &dt) < 0) {
+            return NULL;
+        }
+    }
+    else if (PyBool_Check(v)) {
+        dt = STAX_BOOL;
+    }
+    else if (PyLong_Check(v)) {
+        dt = STAX_INT64;
+    }
+    else if (PyFloat_Check(v)) {
+        dt = stax_default_dtype();
+    }
+    else {
+        PyErr_Format(PyExc_TypeError, "_scalar_tensor: expected a Python "
+                     "scalar, got %.100s", Py_TYPE(v)->tp_name);
+        return NULL;
+    }
+    StaxTensor *t = stax_tensor_empty(0, NULL, dt);
+    if (t == NULL) {
+        return NULL;
+    }
+    char *p = STAX_TENSOR_DATA(t);
+    if (PyFloat_Check(v) || stax_dtype_is_floating(dt)) {
+        double d = PyFloat_AsDouble(v);
+        if (d == -1.0 && PyErr_Occurred()) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        switch (dt) {
+        case STAX_BOOL: *(npy_bool *)p = d != 0; break;
+        case STAX_UINT8: *(uint8_t *)p = (uint8_t)(int64_t)d; break;
+        case STAX_INT8: *(int8_t *)p = (int8_t)(int64_t)d; break;
+        case STAX_INT16: *(int16_t *)p = (int16_t)(int64_t)d; break;
+        case STAX_INT32: *(int32_t *)p = (int32_t)(int64_t)d; break;
+        case STAX_INT64: *(int64_t *)p = (int64_t)d; break;
+        case STAX_FLOAT16: *(uint16_t *)p = stax_double_to_half(d); break;
+        case STAX_FLOAT32: *(float *)p = (float)d; break;
+        case STAX_FLOAT64: *(double *)p = d; break;
+        default: break;
+        }
+        return (PyObject *)t;
+    }
+    long long i = PyLong_AsLongLong(v);
+    if (i == -1 && PyErr_Occurred()) {
+        Py_DECREF(t);
+        if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            PyErr_SetString(PyExc_RuntimeError,
+                            "Overflow when unpacking long long");
+        }
+        return NULL;
+    }
+    switch (dt) {
+    case STAX_BOOL: *(npy_bool *)p = i != 0; break;
+    case STAX_UINT8: *(uint8_t *)p = (uint8_t)i; break;
+    case STAX_INT8: *(int8_t *)p = (int8_t)i; break;
+    case STAX_INT16: *(int16_t *)p = (int16_t)i; break;
+    case STAX_INT32: *(int32_t *)p = (int32_t)i; break;
+    case STAX_INT64: *(int64_t *)p = (int64_t)i; break;
+    default: break;
+    }
+    return (PyObject *)t;
+}
+
 static PyMethodDef creation_methods[] = {
+    {"_scalar_tensor", py_scalar_tensor, METH_VARARGS, NULL},
     {"empty", (PyCFunction)(void (*)(void))py_empty, METH_VARARGS | METH_KEYWORDS,
      "empty(*size, dtype=None, device=None, requires_grad=False)"},
     {"zeros", (PyCFunction)(void (*)(void))py_zeros, METH_VARARGS | METH_KEYWORDS,

@@ -61,20 +61,33 @@ def _as_dtype(dt):
 
 # ---- __tensor_function__ for the functions of this module ----------------
 
-def _overrides(args, kwargs):
-    found = []
+_PLAIN = frozenset([Tensor, _int, _float, _bool, type(None), str, dtype, device, Size])
 
-    def visit(a):
-        if isinstance(a, (list, tuple)):
+
+def _visit(a, depth, found):
+    t = type(a)
+    if t in _PLAIN:
+        return
+    if t is list or t is tuple:
+        if depth < 2:
             for x in a:
-                visit(x)
-            return
-        t = type(a)
-        if t is not Tensor and t not in found and hasattr(t, "__tensor_function__"):
-            found.append(t)
-    visit(args)
+                _visit(x, depth + 1, found)
+        return
+    if t not in found and hasattr(t, "__tensor_function__"):
+        found.append(t)
+
+
+def _overrides(args, kwargs):
+    """Types overriding __tensor_function__ among args/kwargs (lists and tuples are
+    scanned two levels deep, like the ops room's C check)."""
+    found = []
+    for a in args:
+        if type(a) not in _PLAIN:
+            _visit(a, 0, found)
     if kwargs:
-        visit(tuple(kwargs.values()))
+        for a in kwargs.values():
+            if type(a) not in _PLAIN:
+                _visit(a, 0, found)
     return found
 
 
@@ -82,7 +95,7 @@ def _tf(func):
     """Honour __tensor_function__ on the arguments of a public function."""
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
-        types = _overrides(args, kwargs)
+        types = _overrides(args, kwargs) if args or kwargs else None
         if types:
             for t in types:
                 r = t.__tensor_function__(wrapper, tuple(types), args, kwargs)
@@ -261,6 +274,18 @@ def _infer_dtype(data):
     raise TypeError(f"Could not infer dtype of {type(data).__name__}")
 
 
+def _first_leaves(data):
+    """The first element at each nesting level (enough to spot tensors/arrays inside
+    lists, which carry their own dtype)."""
+    out = []
+    while type(data) is list or type(data) is tuple:
+        if not data:
+            break
+        data = data[0]
+        out.append(data)
+    return out
+
+
 def _to_numpy_data(data):
     if isinstance(data, Tensor):
         return data.numpy(force=True) if data.requires_grad else data.numpy()
@@ -270,15 +295,42 @@ def _to_numpy_data(data):
 
 
 @_tf
-def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False):
+def _tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False):
     _check_device(device)
     if isinstance(data, str) or data is None:
         raise TypeError(f"new(): invalid data type '{type(data).__name__}'")
+    if type(data) is list or type(data) is tuple:
+        try:
+            arr = np.array(data)
+        except ValueError as e:
+            raise ValueError(f"expected a rectangular nested sequence: {e}") from None
+        kind = arr.dtype.kind
+        if kind in "biuf" and not any(isinstance(x, (Tensor, np.ndarray, np.generic))
+                                      for x in _first_leaves(data)):
+            if dtype is not None:
+                dt = _as_dtype(dtype)
+            else:
+                dt = bool if kind == "b" else (int64 if kind in "iu" else get_default_dtype())
+            npdt = _NP[dt]
+            if arr.dtype != npdt:
+                arr = arr.astype(npdt)
+            return _finish(_C.from_numpy(arr), requires_grad)
     dt = _as_dtype(dtype) if dtype is not None else _infer_dtype(data)
     arr = np.array(_to_numpy_data(data), dtype=_NP[dt], copy=True, order="C")
     if arr.dtype.byteorder not in "=|":
         arr = arr.astype(arr.dtype.newbyteorder("="))
     return _finish(_C.from_numpy(arr), requires_grad)
+
+
+_scalar_tensor = _C._scalar_tensor
+_SCALARS = (_float, _int, _bool)
+
+
+def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False):
+    """A new tensor holding a copy of data (nested lists, scalars, arrays, tensors)."""
+    if type(data) in _SCALARS and not requires_grad and device is None:
+        return _scalar_tensor(data, dtype)
+    return _tensor(data, dtype, device, requires_grad)
 
 
 @_tf
@@ -647,8 +699,42 @@ def _new_full(self, size, fill_value, dtype=None, device=None, requires_grad=Fal
                 requires_grad=requires_grad)
 
 
+def _type_as(self, other):
+    return self.to(other.dtype)
+
+
+def _cuda(self, *args, **kwargs):
+    raise RuntimeError("tensorplay tensors live on the cpu device (no CUDA tensors; the GPU "
+                       "back end compiles kernels only)")
+
+
+def _contains(self, element):
+    if isinstance(element, (Tensor, _int, _float, _bool)):
+        v = element.numpy(force=True) if isinstance(element, Tensor) else element
+        return _bool((self.numpy(force=True) == v).any())
+    raise RuntimeError("Tensor.__contains__ only supports Tensor or scalar, but you passed in a "
+                       f"{type(element)}.")
+
+
+def _reversed(self):
+    if self.dim() == 0:
+        return self
+    return _C.from_numpy(np.ascontiguousarray(self.numpy(force=True)[::-1]))
+
+
+def _dim_order(self):
+    st = self.stride()
+    return tuple(sorted(range(self.dim()), key=lambda d: -st[d]))
+
+
 def _tensor_dir_methods():
     return {
+        "type_as": _type_as, "cuda": _cuda, "__contains__": _contains,
+        "__reversed__": _reversed, "dim_order": _dim_order,
+        "is_complex": lambda self: False, "is_signed": lambda self: self.dtype.is_signed,
+        "share_memory_": lambda self: self, "is_shared": lambda self: False,
+        "pin_memory": lambda self: self, "is_pinned": lambda self: False,
+        "is_inference": lambda self: False,
         "normal_": _normal_, "uniform_": _uniform_, "bernoulli_": _bernoulli_,
         "random_": _random_, "exponential_": _exponential_,
         "new_tensor": _new_tensor, "new_zeros": _new_factory(zeros),
