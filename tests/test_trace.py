@@ -499,3 +499,10 @@ def test_aliased_arguments_alias_in_the_trace():
 
     _C.trace(g, (base, row))
     assert seen["same"] == 4
+
+
+def test_module_as_fn_names_from_forward():
+    lin = tp.nn.Linear(4, 2)
+    r = _C.trace(lin, (tp.ones(3, 4),))
+    names = [n.name for n in r.graph_module.graph.nodes if n.op == "placeholder"]
+    assert names == ["input_0"]      # forward(self, input); 'input' is a builtin

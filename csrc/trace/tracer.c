@@ -673,7 +673,17 @@ param_names(PyObject *fn, PyObject **varargs)
         return NULL;
     }
     insp = PyImport_ImportModule("inspect");
-    sig = insp ? PyObject_CallMethod(insp, "signature", "O", fn) : NULL;
+    if (!PyFunction_Check(fn) && !PyMethod_Check(fn)
+        && PyObject_HasAttrString(fn, "forward")) {
+        /* an nn.Module: name the placeholders after forward's parameters */
+        PyObject *fwd = PyObject_GetAttrString(fn, "forward");
+        sig = insp && fwd ? PyObject_CallMethod(insp, "signature", "O", fwd)
+                          : NULL;
+        Py_XDECREF(fwd);
+    }
+    else {
+        sig = insp ? PyObject_CallMethod(insp, "signature", "O", fn) : NULL;
+    }
     params = sig ? PyObject_GetAttrString(sig, "parameters") : NULL;
     vals = params ? PyObject_CallMethod(params, "values", NULL) : NULL;
     it = vals ? PyObject_GetIter(vals) : NULL;
