@@ -500,3 +500,15 @@ def test_identity_with_captured_constant_tensors():
     assert [t for _, t in ops(gm)] == [operator.mul, operator.add]
     add = [n for n in gm.graph.nodes if n.target is operator.add][0]
     assert tuple(add.meta["val"].shape) == (4, 3)
+
+
+def test_dce_keeps_calls_that_raise_on_the_sample():
+    # eager raises on a dead op; the compiled program must raise as well
+    b = B()
+    x = b.ph("x", tp.zeros(3))
+    bad = b.m("amin", x)
+    bad.meta["sample_error"] = IndexError("amin(): empty")
+    b.m("exp", x)                       # dead and harmless: removed
+    gm = b.out(b.m("sin", x))
+    run(gm)
+    assert [t for _, t in ops(gm)] == ["amin", "sin"]

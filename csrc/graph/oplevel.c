@@ -72,7 +72,13 @@ p_create(p_op_ctx *c, const char *opcode, PyObject *target, PyObject *args,
         PyObject *m = PyObject_GetAttrString(c->cur_py, "meta");
         PyObject *s = m && PyDict_Check(m) ? PyDict_GetItemString(m, "stack")
                                            : NULL;
+        PyObject *se = m && PyDict_Check(m)
+                       ? PyDict_GetItemString(m, "sample_error") : NULL;
         if (s != NULL && p_meta_set(node, "stack", s) < 0) {
+            Py_CLEAR(node);
+        }
+        if (node != NULL && se != NULL
+            && p_meta_set(node, "sample_error", se) < 0) {
             Py_CLEAR(node);
         }
         Py_XDECREF(m);
@@ -1218,7 +1224,8 @@ p_op_dce(PyObject *graph)
         }
         PyObject *meta = PyObject_GetAttrString(n, "meta");
         int keep = meta == NULL || !PyDict_Check(meta)
-                   || PyDict_GetItemString(meta, "mutates") != NULL;
+                   || PyDict_GetItemString(meta, "mutates") != NULL
+                   || PyDict_GetItemString(meta, "sample_error") != NULL;
         Py_XDECREF(meta);
         PyErr_Clear();
         p_opref r;

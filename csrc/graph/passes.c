@@ -666,6 +666,17 @@ error:
 /* ---- DCE ------------------------------------------------------------- */
 
 static int
+p_has_meta(PyObject *node, const char *key)
+{
+    PyObject *meta = PyObject_GetAttrString(node, "meta");
+    int r = meta != NULL && PyDict_Check(meta)
+            && PyDict_GetItemString(meta, key) != NULL;
+    Py_XDECREF(meta);
+    PyErr_Clear();
+    return r;
+}
+
+static int
 p_dce(p_pass_ctx *c)
 {
     PyObject *nodes = stax_graph_p_nodes(c->graph);
@@ -687,6 +698,9 @@ p_dce(p_pass_ctx *c)
         stax_graph_p_node_opref(n, &r);
         if (r.inplace || p_is_random(&r)) {
             continue;    /* side effects: a mutation, the RNG stream */
+        }
+        if (p_has_meta(n, "sample_error")) {
+            continue;    /* it raises on the sample: eager would raise too */
         }
         int nu = stax_graph_p_users_count(n);
         if (nu < 0) {
