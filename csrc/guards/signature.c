@@ -191,9 +191,12 @@ fp_feed(XXH3_state_t *st, PyObject *o)
         w.a = (uint64_t)(uintptr_t)o;
         w.b = t->storage ? t->storage->version : 0;
         XXH3_128bits_update(st, &w, sizeof w);
-        /* in-place metadata changes (requires_grad_) keep the identity */
-        uint64_t rg = (uint64_t)t->requires_grad;
-        XXH3_128bits_update(st, &rg, sizeof rg);
+        /* in-place metadata changes (requires_grad_, t_) keep the identity */
+        int64_t meta[3] = {t->requires_grad, t->ndim, t->offset};
+        meta[0] |= (int64_t)t->dtype << 8;
+        XXH3_128bits_update(st, meta, sizeof meta);
+        XXH3_128bits_update(st, t->sizes, sizeof(int64_t) * t->ndim);
+        XXH3_128bits_update(st, t->strides, sizeof(int64_t) * t->ndim);
         return 0;
     }
     if (o == Py_None || PyBool_Check(o)) {
