@@ -360,18 +360,22 @@ def test_dynamic_over_fixed_shape_backend():
     assert len(cf.versions) == 2 and len(built) == 6 and cf.stats()["artifacts"] == 6
 
 
-def test_accumulated_limit():
-    from tensorplay.compiler import _driver
+def test_accumulated_limit_per_code_object():
     old = tp.compiler.config.accumulated_cache_size_limit
-    tp.compiler.config.accumulated_cache_size_limit = _driver._total["compiles"] + 1
+    tp.compiler.config.accumulated_cache_size_limit = 3
     try:
-        cf = comp(lambda x, k: x + k)
         x = tp.ones(2)
+        cfs = []
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
-            assert cf(x, 1).numpy()[0] == 2
-            assert cf(x, 2).numpy()[0] == 3
+            for k in range(4):        # the same code, recompiled through new wrappers
+                cf = comp(lambda x, k: x + k)
+                cfs.append(cf)
+                assert cf(x, k).numpy()[0] == k + 1
+        assert [len(c.versions) for c in cfs] == [1, 1, 1, 0]
         assert any("accumulated_cache_size_limit" in str(m.message) for m in w)
-        assert len(cf.versions) == 1 and cf.stats()["eager_calls"] == 1
+        assert cfs[-1].stats()["eager_calls"] == 1
+        other = comp(lambda x: x * 2)      # another code object: unaffected
+        assert other(x).numpy()[0] == 2 and len(other.versions) == 1
     finally:
         tp.compiler.config.accumulated_cache_size_limit = old

@@ -15,7 +15,8 @@ class _Config:
     """Plain attributes; read at every miss, so changes apply at once.
 
     cache_size_limit: specialization versions kept per compiled function;
-    accumulated_cache_size_limit: compilations in all, over every function;
+    accumulated_cache_size_limit: compilations of one code object, over every
+    compiled function wrapping it;
     num_threads: threads of the compiled-program runtime (TENSORPLAY_NUM_THREADS;
     0 = the number of cores), read by the lower room;
     warn_on_fallback: warn when a back end fails and a version runs eagerly."""

@@ -18,7 +18,9 @@ __all__ = ["Version", "Driver", "RecompileLimitError"]
 
 _SCALARS = (type(None), bool, int, float, str)
 _compile_lock = threading.RLock()
-_total = {"compiles": 0}
+# compilations per code object, over every CompiledFunction wrapping it
+# (closures and lambdas recreated in a loop, methods of many modules)
+_code_compiles = weakref.WeakKeyDictionary()
 
 
 class RecompileLimitError(RuntimeError):
@@ -275,6 +277,16 @@ class Driver:
                     self._plan = analyze(self.fn)
         return self._plan
 
+    def _code_key(self):
+        fn = self.fn
+        if _lift._is_module(fn):
+            fn = type(fn).forward
+        fn = getattr(fn, "__func__", fn)
+        return getattr(fn, "__code__", self)
+
+    def _accumulated(self):
+        return _code_compiles.get(self._code_key(), 0)
+
     def _eager(self, args, kwargs):
         self.eager_calls += 1
         return self.fn(*args, **kwargs)
@@ -378,7 +390,7 @@ class Driver:
     # -- a miss ---------------------------------------------------------------
     def _compile(self, call, plan):
         over = (len(self.versions) >= config.cache_size_limit
-                or _total["compiles"] >= config.accumulated_cache_size_limit)
+                or self._accumulated() >= config.accumulated_cache_size_limit)
         if over:
             if self._limit_warned and not self.strict_native:
                 return None
@@ -403,7 +415,8 @@ class Driver:
         self.versions.append(v)
         self._groups.setdefault(call.gkey, []).append(v)
         self.compiles += 1
-        _total["compiles"] += 1
+        k = self._code_key()
+        _code_compiles[k] = _code_compiles.get(k, 0) + 1
         return v
 
     def _trace(self, call, plan):
