@@ -250,6 +250,25 @@ check_inplace_cast(stax_dtype_t res, stax_dtype_t self)
 
 /* ---- binary ------------------------------------------------------------ */
 
+/* 1 if the integer operand (array or 0-d array) holds a zero */
+static int
+has_zero(PyObject *x)
+{
+    PyObject *z, *r;
+    int res;
+    if (!PyArray_Check(x)) {
+        return PyObject_Not(x);
+    }
+    z = PyObject_CallMethod(x, "all", NULL);
+    if (z == NULL) {
+        return -1;
+    }
+    res = PyObject_Not(z);
+    Py_DECREF(z);
+    (void)r;
+    return res;
+}
+
 static PyObject *binary_impl(const stax_op_info *op, PyObject *a,
                              PyObject *b, StaxTensor *inplace_out);
 
@@ -379,9 +398,15 @@ binary_impl(const stax_op_info *op, PyObject *a, PyObject *b,
     }
     else if (rt == STAX_BOOL && (op->id == STAX_OP_FLOOR_DIVIDE
                                  || op->id == STAX_OP_REMAINDER
-                                 || op->id == STAX_OP_FMOD
-                                 || op->id == STAX_OP_POW)) {
-        ct = ot = STAX_INT64;   /* NumPy lacks bool loops here */
+                                 || op->id == STAX_OP_FMOD)) {
+        PyErr_Format(PyExc_NotImplementedError,
+                     "\"%s_cpu\" not implemented for 'Bool'",
+                     op->id == STAX_OP_FLOOR_DIVIDE ? "div_floor" : op->name);
+        return NULL;
+    }
+    else if (op->id == STAX_OP_POW && StaxTensor_Check(b)
+             && !stax_dtype_is_floating(rt)) {
+        Py_RETURN_NOTIMPLEMENTED;   /* integer ** tensor: _ops.py */
     }
     na = StaxTensor_Check(a) ? ((StaxTensor *)a)->ndim : 0;
     nb = StaxTensor_Check(b) ? ((StaxTensor *)b)->ndim : 0;
@@ -417,6 +442,19 @@ binary_impl(const stax_op_info *op, PyObject *a, PyObject *b,
     if (xb == NULL) {
         goto done;
     }
+    if (!stax_dtype_is_floating(ct) && (op->id == STAX_OP_FLOOR_DIVIDE
+                                        || op->id == STAX_OP_REMAINDER
+                                        || op->id == STAX_OP_FMOD)) {
+        /* integer division by zero raises, as in torch */
+        int z = has_zero(xb);
+        if (z < 0) {
+            goto done;
+        }
+        if (z) {
+            PyErr_SetString(PyExc_RuntimeError, "ZeroDivisionError");
+            goto done;
+        }
+    }
     if (inplace_out != NULL) {
         out = (StaxTensor *)Py_NewRef(inplace_out);
     }
@@ -445,6 +483,17 @@ binary_impl(const stax_op_info *op, PyObject *a, PyObject *b,
         PyObject *args[3] = {xa, xb, oarr};
         PyObject *tmp = PyObject_Vectorcall(uf, args, 2, out_kwnames);
         if (tmp == NULL) {
+            if (PyErr_ExceptionMatches(PyExc_ValueError)) {
+                /* "Integers to negative integer powers are not allowed." */
+                PyObject *et, *ev, *tb, *msg;
+                PyErr_Fetch(&et, &ev, &tb);
+                msg = ev ? PyObject_Str(ev) : NULL;
+                PyErr_SetObject(PyExc_RuntimeError, msg ? msg : Py_None);
+                Py_XDECREF(msg);
+                Py_XDECREF(et);
+                Py_XDECREF(ev);
+                Py_XDECREF(tb);
+            }
             goto done;
         }
         Py_DECREF(tmp);

@@ -243,7 +243,7 @@ for _n in ("neg", "abs", "exp", "exp2", "expm1", "log", "log2",
 
 
 for _n in ("mul", "true_divide", "floor_divide", "remainder", "fmod",
-           "pow", "atan2", "maximum", "minimum", "eq", "ne", "lt", "le",
+           "atan2", "maximum", "minimum", "eq", "ne", "lt", "le",
            "gt", "ge", "logical_and", "logical_or", "logical_xor",
            "bitwise_and", "bitwise_or", "bitwise_xor"):
     def _mk(n):
@@ -282,6 +282,25 @@ def _sign(input):
     if a.dtype.kind == "f":
         r[np.isnan(a)] = 0
     return _wrap(r, input)
+
+
+@_impl("pow")
+def _pow(input, exponent):
+    """Integer ** integer tensor (the C path covers the rest): torch gives
+    0 for |base| > 1 and negative exponents instead of raising."""
+    _binary_scalar_args("pow", input, exponent)
+    if not _is_t(input) and not _is_t(exponent):
+        raise TypeError("pow(): at least one argument must be a Tensor")
+    rt = _result_np(input, exponent)
+    a, e = np.asarray(_arr(input), rt), np.asarray(_arr(exponent), rt)
+    if rt == np.bool_:
+        raise NotImplementedError("\"pow\" not implemented for 'Bool'")
+    neg = e < 0
+    r = np.power(a, np.where(neg, 0, e))
+    if np.any(neg):
+        inv = np.where(a == 1, 1, np.where(a == -1, np.where(e % 2 == 0, 1, -1), 0))
+        r = np.where(neg, inv, r)
+    return _wrap(np.asarray(r, rt), input, exponent)
 
 
 @_impl("frac")
