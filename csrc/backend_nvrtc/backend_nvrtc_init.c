@@ -308,6 +308,145 @@ static stax_backend stax_nvrtc_backend = {
     .state = NULL,     /* PTX arch for compile_kernel: NULL = compute_90 */
 };
 
+/* ------------------------------------------------------------ shadow */
+
+/* nvrtc_shadow(True): wrap the registered "llvm" back end so that every
+ * kernel the lower room compiles for the CPU is also rendered as CUDA C and
+ * compiled to PTX by NVRTC (a null device for the GPU path: the same loop
+ * IR through both back ends). Each kernel appends a dict {name, loop_ir,
+ * source, ok, error} to the list nvrtc_shadow() returns. CPU results are
+ * unchanged: compile/launch/kernel_fn forward to the real back end. */
+static stax_backend *shadow_inner = NULL;   /* the real "llvm" */
+static PyObject *shadow_log = NULL;         /* list */
+
+static void
+shadow_record(const stax_kernel *k)
+{
+    PyObject *src = NULL, *ptx = NULL, *ir = NULL, *err = NULL, *d = NULL;
+    PyObject *et = NULL, *ev = NULL, *tb = NULL;
+    int ns = stax_nvrtc_kernel_nsizes(k), ok;
+
+    src = stax_nvrtc_render_kernel(k, ns);
+    if (src != NULL) {
+        ptx = stax_nvrtc_compile_source(PyUnicode_AsUTF8(src), k->name,
+                                        "compute_90", NULL);
+    }
+    if (PyErr_Occurred()) {
+        PyErr_Fetch(&et, &ev, &tb);
+        err = ev ? PyObject_Str(ev) : PyUnicode_FromString("?");
+        PyErr_Clear();
+    }
+    ir = stax_lower_kernel_str(k);
+    PyErr_Clear();
+    ok = ptx != NULL && err == NULL && PyUnicode_Check(ptx)
+         && strstr(PyUnicode_AsUTF8(ptx), ".entry") != NULL;
+    d = Py_BuildValue("{s:s,s:O,s:O,s:O,s:O}", "name", k->name,
+                      "loop_ir", ir ? ir : Py_None,
+                      "source", src ? src : Py_None,
+                      "ok", ok ? Py_True : Py_False,
+                      "error", err ? err : Py_None);
+    if (d != NULL && shadow_log != NULL) {
+        PyList_Append(shadow_log, d);
+    }
+    PyErr_Clear();
+    Py_XDECREF(d);
+    Py_XDECREF(src);
+    Py_XDECREF(ptx);
+    Py_XDECREF(ir);
+    Py_XDECREF(err);
+    Py_XDECREF(et);
+    Py_XDECREF(ev);
+    Py_XDECREF(tb);
+}
+
+static void *
+shadow_compile_kernel(stax_backend *be, const stax_kernel *k,
+                      PyObject **source)
+{
+    (void)be;
+    void *h = shadow_inner->compile_kernel(shadow_inner, k, source);
+    if (h != NULL) {
+        shadow_record(k);
+    }
+    return h;
+}
+
+static int
+shadow_launch(stax_backend *be, void *handle, char **bufs,
+              const int64_t *sizes, int64_t start, int64_t end)
+{
+    (void)be;
+    return shadow_inner->launch(shadow_inner, handle, bufs, sizes, start,
+                                end);
+}
+
+static void
+shadow_free(stax_backend *be, void *handle)
+{
+    (void)be;
+    shadow_inner->free(shadow_inner, handle);
+}
+
+static int
+shadow_supports_op(stax_backend *be, int prim)
+{
+    (void)be;
+    return shadow_inner->supports_op == NULL
+           || shadow_inner->supports_op(shadow_inner, prim);
+}
+
+static stax_kernel_fn
+shadow_kernel_fn(stax_backend *be, void *handle)
+{
+    (void)be;
+    return shadow_inner->kernel_fn ? shadow_inner->kernel_fn(shadow_inner,
+                                                             handle)
+                                   : NULL;
+}
+
+static stax_backend shadow_backend = {
+    .name = "llvm",
+    .compile_kernel = shadow_compile_kernel,
+    .launch = shadow_launch,
+    .free = shadow_free,
+    .supports_op = shadow_supports_op,
+    .kernel_fn = shadow_kernel_fn,
+};
+
+static PyObject *
+nvrtc_py_shadow(PyObject *self, PyObject *args)
+{
+    int on = 1;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "|p:nvrtc_shadow", &on)) {
+        return NULL;
+    }
+    if (on) {
+        stax_backend *cur = stax_lower_get_backend("llvm");
+        if (cur == NULL) {
+            PyErr_SetString(PyExc_RuntimeError, "nvrtc_shadow: no \"llvm\" "
+                            "back end registered (built without LLVM)");
+            return NULL;
+        }
+        if (cur != &shadow_backend) {
+            shadow_inner = cur;
+            shadow_backend.state = cur->state;
+            if (stax_lower_register_backend(&shadow_backend) < 0) {
+                return NULL;
+            }
+        }
+        Py_XSETREF(shadow_log, PyList_New(0));
+        return Py_XNewRef(shadow_log);
+    }
+    if (shadow_inner != NULL
+        && stax_lower_get_backend("llvm") == &shadow_backend
+        && stax_lower_register_backend(shadow_inner) < 0) {
+        return NULL;
+    }
+    /* shadow_inner stays set: programs built meanwhile still call through */
+    return shadow_log ? Py_NewRef(shadow_log) : PyList_New(0);
+}
+
 /* ------------------------------------------------------------ Python */
 
 static PyMethodDef nvrtc_methods[] = {
@@ -350,6 +489,12 @@ static PyMethodDef nvrtc_methods[] = {
      "GraphModule (a pointwise chain, optionally ending in one reduction) "
      "to one fused kernel of the loop IR and render it as CUDA C: a list of "
      "kernel records (.name, .source, .loop_ir, .grid, .block, ...)."},
+    {"nvrtc_shadow", nvrtc_py_shadow, METH_VARARGS,
+     "nvrtc_shadow(on=True) -> list\n--\n\nWhile on, every kernel the "
+     "lower room compiles with the \"llvm\" back end is also rendered as "
+     "CUDA C and compiled to PTX by NVRTC; the returned list collects "
+     "{name, loop_ir, source, ok, error} per kernel. CPU results are "
+     "unchanged."},
     {"nvrtc_launch", (PyCFunction)(void (*)(void))stax_nvrtc_py_launch,
      METH_VARARGS | METH_KEYWORDS,
      "nvrtc_launch(kernel, inputs, arch=None)\n--\n\nCompile a kernel record "
