@@ -8,7 +8,7 @@ import pytest
 import tensorplay as tp
 from tensorplay import _C
 
-BACKEND = "stax" if hasattr(_C, "stax_backend") else "eager"
+BACKEND = "stax"
 
 
 def comp(fn, **kw):
