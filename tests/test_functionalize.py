@@ -356,3 +356,29 @@ def test_decomposition_table_cycle_check():
         C._check_decompositions({"a": "(add (a x) 1)"})
     with pytest.raises(RuntimeError, match="does not parse"):
         C._check_decompositions({"a": "(b x"})
+
+
+def _h_contiguous_alias(x):
+    v = x.contiguous().float()      # both return x itself: an alias
+    v.add_(1)
+    return v * 2
+
+
+def _h_reshape_copy(x):
+    v = x.t().reshape(-1)           # a copy (non-contiguous input)
+    v.add_(1)
+    return v + x.sum()
+
+
+def _h_reshape_view(x):
+    v = x.reshape(-1)               # a view (contiguous input)
+    v[1:3].mul_(0.5)
+    return x * 1
+
+
+@needs_eager
+@pytest.mark.parametrize("h", [_h_contiguous_alias, _h_reshape_copy, _h_reshape_view])
+def test_traced_alias_or_copy_decided_on_samples(h):
+    if not hasattr(C, "trace"):
+        pytest.skip("tracer not landed")
+    _traced(h, (3, 4))

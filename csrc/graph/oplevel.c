@@ -463,6 +463,22 @@ p_dim_size(PyObject *v, Py_ssize_t d)
     return n;
 }
 
+/* 1 if the two sample tensors share storage, 0 if not, -1 unknown */
+static int
+p_shares_storage(PyObject *a, PyObject *b)
+{
+    if (a == NULL || b == NULL) {
+        return -1;
+    }
+    PyObject *sa = PyObject_GetAttrString(a, "_storage");
+    PyObject *sb = sa ? PyObject_GetAttrString(b, "_storage") : NULL;
+    int r = (sa && sb) ? (sa == sb) : -1;
+    Py_XDECREF(sa);
+    Py_XDECREF(sb);
+    PyErr_Clear();
+    return r;
+}
+
 /* one view step: value = op(current(parent), *tail); registers key */
 static PyObject *
 p_view_step(p_op_ctx *c, PyObject *key, PyObject *parent, const char *op,
@@ -817,6 +833,33 @@ p_lower_call(p_op_ctx *c, PyObject *n, p_opcode_t opc)
         }
         known = 0;
     }
+    /* x.contiguous(), x.float(), x.to(x.dtype) that returned x itself: the
+     * same value (an alias), no node */
+    if (PyTuple_GET_SIZE(args) > 0
+        && stax_graph_p_is_node(PyTuple_GET_ITEM(args, 0))
+        && !(known && r.info != NULL && r.info->kind == STAX_OPK_VIEW)) {
+        PyObject *a0 = stax_graph_fz_resolve(c, PyTuple_GET_ITEM(args, 0));
+        PyObject *vn = stax_graph_p_val(n), *va = stax_graph_p_val(a0);
+        if (p_shares_storage(vn, va) == 1 && stax_graph_p_same_meta(vn, va)) {
+            PyObject *s1 = PyObject_CallMethod(vn, "stride", NULL);
+            PyObject *s2 = s1 ? PyObject_CallMethod(va, "stride", NULL) : NULL;
+            PyObject *o1 = s2 ? PyObject_CallMethod(vn, "storage_offset", NULL)
+                              : NULL;
+            PyObject *o2 = o1 ? PyObject_CallMethod(va, "storage_offset", NULL)
+                              : NULL;
+            int same = o2 && PyObject_RichCompareBool(s1, s2, Py_EQ) == 1
+                       && PyObject_RichCompareBool(o1, o2, Py_EQ) == 1;
+            Py_XDECREF(s1);
+            Py_XDECREF(s2);
+            Py_XDECREF(o1);
+            Py_XDECREF(o2);
+            PyErr_Clear();
+            if (same) {
+                rc = stax_graph_fz_alias(c, n, a0);
+                goto done;
+            }
+        }
+    }
     mapped = stax_graph_p_map(args, p_cur_fn, c);
     mkw = mapped ? stax_graph_p_map(kwargs, p_cur_fn, c) : NULL;
     if (mkw == NULL) {
@@ -843,7 +886,20 @@ p_lower_call(p_op_ctx *c, PyObject *n, p_opcode_t opc)
                                   && p_is_tensor_val(stax_graph_p_val(ma)));
             }
         }
-        if (r.info->kind == STAX_OPK_VIEW && PyTuple_GET_SIZE(mapped) > 0
+        /* does the result share the input's storage (on the samples)? a
+         * view op that copied (reshape of a non-contiguous tensor) is a
+         * fresh value; contiguous()/to() that returned the input is an
+         * alias */
+        int alias = -1;
+        if (PyTuple_GET_SIZE(args) > 0
+            && stax_graph_p_is_node(PyTuple_GET_ITEM(args, 0))) {
+            alias = p_shares_storage(
+                stax_graph_p_val(n),
+                stax_graph_p_val(stax_graph_fz_resolve(
+                    c, PyTuple_GET_ITEM(args, 0))));
+        }
+        if (((r.info->kind == STAX_OPK_VIEW && alias != 0) || alias == 1)
+            && PyTuple_GET_SIZE(mapped) > 0
             && stax_graph_p_is_node(PyTuple_GET_ITEM(args, 0))) {
             char ovl[64];
             PyObject *cargs = NULL, *ckw = NULL;
