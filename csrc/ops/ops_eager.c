@@ -675,6 +675,204 @@ done:
     return r;
 }
 
+/* ---- reductions: sum / mean / prod / amax / amin -------------------------- */
+
+static PyObject *reduce_methods[STAX_OP_COUNT];   /* np.add.reduce, ... */
+static PyObject *reduce_kwnames;                  /* ("axis", "dtype", "keepdims") */
+
+/* normalized axis tuple; NULL without exception = "not on the fast path" */
+static PyObject *
+fast_axes(PyObject *dim, int ndim, int64_t *count, const int64_t *sizes)
+{
+    PyObject *t = NULL;
+    int seen[STAX_MAX_DIMS] = {0};
+    Py_ssize_t n;
+    *count = 1;
+    if (dim == Py_None || (PyTuple_Check(dim) && PyTuple_GET_SIZE(dim) == 0)) {
+        t = PyTuple_New(ndim);
+        for (int i = 0; t && i < ndim; i++) {
+            PyTuple_SET_ITEM(t, i, PyLong_FromLong(i));
+            *count *= sizes[i];
+        }
+        return t;
+    }
+    if (PyLong_CheckExact(dim)) {
+        n = 1;
+    }
+    else if (PyTuple_CheckExact(dim) || PyList_CheckExact(dim)) {
+        n = PySequence_Fast_GET_SIZE(dim);
+    }
+    else {
+        return NULL;
+    }
+    if (ndim == 0) {
+        return NULL;
+    }
+    t = PyTuple_New(n);
+    if (t == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = PyLong_CheckExact(dim) ? dim
+                                             : PySequence_Fast_ITEMS(dim)[i];
+        long d;
+        if (!PyLong_CheckExact(o)) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        d = PyLong_AsLong(o);
+        if (d < -ndim || d >= ndim) {
+            PyErr_Clear();
+            Py_DECREF(t);
+            return NULL;   /* the Python path raises torch's IndexError */
+        }
+        d = d < 0 ? d + ndim : d;
+        if (seen[d]) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        seen[d] = 1;
+        *count *= sizes[d];
+        PyTuple_SET_ITEM(t, i, PyLong_FromLong(d));
+    }
+    return t;
+}
+
+static PyObject *
+stax_ops_reduce(const stax_op_info *op, PyObject *const *args,
+                Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *bound = NULL, *axes = NULL, *arr = NULL, *res = NULL;
+    PyObject *r = NULL, *dt = NULL;
+    StaxTensor *x, *out;
+    stax_dtype_t acc, odt;
+    int64_t count;
+    int keep;
+    PyObject *meth = reduce_methods[op->id];
+    if (meth == NULL || nargs < 1 || !StaxTensor_Check(args[0])) {
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    if (nargs == 1 && kwnames == NULL) {
+        bound = NULL;
+    }
+    else {
+        bound = stax_ops_bind_vector(op, args, nargs, kwnames,
+                                     args + nargs);
+        if (bound == NULL) {
+            PyErr_Clear();
+            Py_RETURN_NOTIMPLEMENTED;
+        }
+        /* (self, dim, keepdim[, dtype]) */
+        if (PyTuple_GET_SIZE(bound) > 3
+            && PyTuple_GET_ITEM(bound, 3) != Py_None) {
+            Py_DECREF(bound);
+            Py_RETURN_NOTIMPLEMENTED;
+        }
+        if (!PyBool_Check(PyTuple_GET_ITEM(bound, 2))) {
+            Py_DECREF(bound);
+            Py_RETURN_NOTIMPLEMENTED;
+        }
+    }
+    x = (StaxTensor *)args[0];
+    keep = bound ? PyTuple_GET_ITEM(bound, 2) == Py_True : 0;
+    axes = fast_axes(bound ? PyTuple_GET_ITEM(bound, 1)
+                           : (op->id == STAX_OP_AMAX || op->id == STAX_OP_AMIN
+                              ? Py_None : Py_None),
+                     x->ndim, &count, x->sizes);
+    if (axes == NULL) {
+        Py_XDECREF(bound);
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    if (op->id == STAX_OP_PROD && bound != NULL
+        && PyTuple_GET_ITEM(bound, 1) != Py_None
+        && !PyLong_CheckExact(PyTuple_GET_ITEM(bound, 1))) {
+        goto notimpl;   /* prod(dim=tuple) is a TypeError: Python path */
+    }
+    odt = acc = x->dtype;
+    if (op->id == STAX_OP_SUM || op->id == STAX_OP_PROD) {
+        if (!stax_dtype_is_floating(x->dtype)) {
+            odt = acc = STAX_INT64;
+        }
+        else if (x->dtype == STAX_FLOAT16) {
+            acc = STAX_FLOAT32;
+        }
+    }
+    else if (op->id == STAX_OP_MEAN) {
+        if (!stax_dtype_is_floating(x->dtype)) {
+            goto notimpl;
+        }
+        if (x->dtype == STAX_FLOAT16) {
+            acc = STAX_FLOAT32;
+        }
+    }
+    else if (count == 0 || x->dtype == STAX_BOOL) {
+        goto notimpl;   /* amax/amin of empty: the Python path errors */
+    }
+    arr = stax_tensor_as_array(x);
+    if (arr == NULL) {
+        goto done;
+    }
+    dt = (PyObject *)PyArray_DescrFromType(stax_dtype_to_npy(acc));
+    {
+        PyObject *cargs[4] = {arr, axes,
+                              op->id == STAX_OP_AMAX || op->id == STAX_OP_AMIN
+                                  ? Py_None : dt,
+                              keep ? Py_True : Py_False};
+        res = PyObject_Vectorcall(meth, cargs, 1, reduce_kwnames);
+    }
+    if (res == NULL) {
+        goto done;
+    }
+    Py_SETREF(res, PyArray_FromAny(res, NULL, 0, 0, NPY_ARRAY_ENSUREARRAY
+                                   | NPY_ARRAY_C_CONTIGUOUS
+                                   | NPY_ARRAY_ENSURECOPY, NULL));
+    if (res == NULL) {
+        goto done;
+    }
+    if (op->id == STAX_OP_MEAN) {
+        PyObject *n = PyLong_FromLongLong(count), *q;
+        if (n == NULL) {
+            goto done;
+        }
+        q = PyNumber_InPlaceTrueDivide(res, n);
+        Py_DECREF(n);
+        if (q == NULL) {
+            goto done;
+        }
+        Py_SETREF(res, q);
+    }
+    if (acc != odt) {
+        Py_SETREF(res, PyArray_CastToType((PyArrayObject *)res,
+                                          PyArray_DescrFromType(
+                                              stax_dtype_to_npy(odt)), 0));
+        if (res == NULL) {
+            goto done;
+        }
+    }
+    out = stax_tensor_from_array(res);
+    if (out == NULL) {
+        goto done;
+    }
+    {
+        PyObject *a0 = args[0];
+        propagate_grad(out, &a0, 1);
+    }
+    r = (PyObject *)out;
+    goto done;
+notimpl:
+    r = Py_NewRef(Py_NotImplemented);
+done:
+    Py_XDECREF(bound);
+    Py_XDECREF(axes);
+    Py_XDECREF(arr);
+    Py_XDECREF(res);
+    Py_XDECREF(dt);
+    return r;
+}
+
 /* The C path: positional tensor/scalar operands, no extra arguments. */
 PyObject *
 stax_ops_eager_c(const stax_op_info *op, PyObject *const *args,
@@ -682,6 +880,9 @@ stax_ops_eager_c(const stax_op_info *op, PyObject *const *args,
 {
     int inplace = stax_ops_is_inplace_info(op);
     StaxTensor *self = NULL;
+    if (op->kind == STAX_OPK_REDUCTION) {
+        return stax_ops_reduce(op, args, nargs, kwnames);
+    }
     if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0) {
         Py_RETURN_NOTIMPLEMENTED;
     }
@@ -721,6 +922,28 @@ stax_ops_eager_init(PyObject *m)
                 Py_DECREF(np);
                 return -1;
             }
+        }
+    }
+    {
+        static const struct { stax_op_id_t id; const char *uf; } rm[] = {
+            {STAX_OP_SUM, "add"}, {STAX_OP_MEAN, "add"},
+            {STAX_OP_PROD, "multiply"}, {STAX_OP_AMAX, "maximum"},
+            {STAX_OP_AMIN, "minimum"},
+        };
+        for (size_t k = 0; k < sizeof(rm) / sizeof(rm[0]); k++) {
+            PyObject *u = PyObject_GetAttrString(np, rm[k].uf);
+            reduce_methods[rm[k].id] = u ? PyObject_GetAttrString(u, "reduce")
+                                         : NULL;
+            Py_XDECREF(u);
+            if (reduce_methods[rm[k].id] == NULL) {
+                Py_DECREF(np);
+                return -1;
+            }
+        }
+        reduce_kwnames = Py_BuildValue("(sss)", "axis", "dtype", "keepdims");
+        if (reduce_kwnames == NULL) {
+            Py_DECREF(np);
+            return -1;
         }
     }
     Py_DECREF(np);
