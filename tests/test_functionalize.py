@@ -376,8 +376,15 @@ def _h_reshape_view(x):
     return x * 1
 
 
+def _h_inplace_keeps_dtype(x):
+    y = x.double() * 3e38
+    x.mul_(y)                       # computed in float64, stored as float32
+    return x + 0
+
+
 @needs_eager
-@pytest.mark.parametrize("h", [_h_contiguous_alias, _h_reshape_copy, _h_reshape_view])
+@pytest.mark.parametrize("h", [_h_contiguous_alias, _h_reshape_copy, _h_reshape_view,
+                               _h_inplace_keeps_dtype])
 def test_traced_alias_or_copy_decided_on_samples(h):
     if not hasattr(C, "trace"):
         pytest.skip("tracer not landed")

@@ -727,6 +727,26 @@ p_lower_inplace(p_op_ctx *c, PyObject *n, p_opref *r, PyObject *args,
         bound = stax_graph_p_bind(r->info, mapped,
                                   PyDict_Check(mkw) ? mkw : NULL);
         v = bound ? p_emit_op(c, r->info, bound) : NULL;
+        /* an in-place op keeps the mutated tensor's dtype: x.mul_(double)
+         * on a float32 x computes, then rounds to float32 */
+        PyObject *mv = stax_graph_p_val(stax_graph_fz_resolve(c, m));
+        PyObject *vv = v && stax_graph_p_is_node(v) ? stax_graph_p_val(v)
+                                                    : NULL;
+        PyObject *d1 = mv ? PyObject_GetAttrString(mv, "dtype") : NULL;
+        PyObject *d2 = d1 && vv ? PyObject_GetAttrString(vv, "dtype") : NULL;
+        if (d2 != NULL && PyObject_RichCompareBool(d1, d2, Py_EQ) == 0) {
+            PyObject *a2 = PyTuple_Pack(1, v);
+            PyObject *kw = Py_BuildValue("{sO}", "dtype", d1);
+            Py_SETREF(v, a2 && kw ? stax_graph_p_emit(c, "_to_copy", "default",
+                                                      a2, kw, 0) : NULL);
+            Py_XDECREF(a2);
+            Py_XDECREF(kw);
+        }
+        Py_XDECREF(d1);
+        Py_XDECREF(d2);
+        if (v != NULL) {
+            PyErr_Clear();
+        }
     }
     else {
         /* no functional overload: one node that records what it mutates */
