@@ -208,18 +208,19 @@ error:
     return NULL;
 }
 
-/* size each buffer from its accesses at these sizes, then launch */
+/* bytes of each buffer the kernel may touch at these sizes (interval
+ * bounds of its index expressions); 1 if the iteration space is empty */
 static int
-launch_locked(nvrtc_handle *h, char **bufs, const int64_t *sizes,
-              int64_t start, int64_t end)
+handle_extents(nvrtc_handle *h, const int64_t *sizes, int64_t start,
+               int64_t end, int64_t *nbytes)
 {
     static const int64_t zero[2 * STAX_MAX_DIMS] = {0};
-    int64_t vlo[2 * STAX_MAX_DIMS], vhi[2 * STAX_MAX_DIMS];
-    int64_t nbytes[STAX_NVRTC_MAX_BUFS] = {0}, grid[3], block[3], lo, hi;
+    int64_t vlo[2 * STAX_MAX_DIMS], vhi[2 * STAX_MAX_DIMS], lo, hi;
     int nd = h->shape.nouter + h->shape.ninner;
 
+    memset(nbytes, 0, sizeof(int64_t) * (size_t)h->nbufs);
     if (end <= start) {
-        return 0;
+        return 1;
     }
     for (int d = 0; d < nd; d++) {
         if (stax_nvrtc_ix_bounds(h->shape.dims[d], sizes, zero, zero, &lo,
@@ -227,7 +228,7 @@ launch_locked(nvrtc_handle *h, char **bufs, const int64_t *sizes,
             return -1;
         }
         if (hi <= 0) {
-            return 0;     /* empty iteration space */
+            return 1;     /* empty iteration space */
         }
         vlo[d] = 0;
         vhi[d] = hi - 1;
@@ -246,6 +247,14 @@ launch_locked(nvrtc_handle *h, char **bufs, const int64_t *sizes,
             nbytes[a->buf] = (hi + 1) * isz;
         }
     }
+    return 0;
+}
+
+static int
+launch_sized(nvrtc_handle *h, char **bufs, const int64_t *nbytes,
+             const int64_t *sizes, int64_t start, int64_t end)
+{
+    int64_t grid[3], block[3];
     if (stax_nvrtc_launch_config(&h->shape, sizes, start, end, grid, block)
         < 0) {
         return -1;
@@ -264,6 +273,19 @@ launch_locked(nvrtc_handle *h, char **bufs, const int64_t *sizes,
     return stax_nvrtc_launch_image(h->cubin, h->name, h->nbufs, bufs, nbytes,
                                    h->is_output, sizes, h->nsizes, start, end,
                                    grid, block);
+}
+
+/* size each buffer from its accesses at these sizes, then launch */
+static int
+launch_locked(nvrtc_handle *h, char **bufs, const int64_t *sizes,
+              int64_t start, int64_t end)
+{
+    int64_t nbytes[STAX_NVRTC_MAX_BUFS];
+    int rc = handle_extents(h, sizes, start, end, nbytes);
+    if (rc != 0) {
+        return rc < 0 ? -1 : 0;
+    }
+    return launch_sized(h, bufs, nbytes, sizes, start, end);
 }
 
 static int
@@ -318,6 +340,21 @@ static stax_backend stax_nvrtc_backend = {
  * unchanged: compile/launch/kernel_fn forward to the real back end. */
 static stax_backend *shadow_inner = NULL;   /* the real "llvm" */
 static PyObject *shadow_log = NULL;         /* list */
+static int shadow_gpu = 0;                  /* also run each kernel on GPU */
+
+typedef struct {
+    void *cpu;              /* the llvm handle */
+    nvrtc_handle *gpu;      /* ours, or NULL */
+    PyObject *entry;        /* its log dict (strong) */
+} shadow_pair;
+static shadow_pair *pairs = NULL;
+static int npairs = 0, cappairs = 0;
+
+static void *nvrtc_compile_kernel(stax_backend *be, const stax_kernel *k,
+                                  PyObject **source);
+static stax_backend stax_nvrtc_backend;
+
+static PyObject *shadow_last = NULL;   /* the last log dict */
 
 static void
 shadow_record(const stax_kernel *k)
@@ -349,7 +386,7 @@ shadow_record(const stax_kernel *k)
         PyList_Append(shadow_log, d);
     }
     PyErr_Clear();
-    Py_XDECREF(d);
+    Py_XSETREF(shadow_last, d);
     Py_XDECREF(src);
     Py_XDECREF(ptx);
     Py_XDECREF(ir);
@@ -367,8 +404,146 @@ shadow_compile_kernel(stax_backend *be, const stax_kernel *k,
     void *h = shadow_inner->compile_kernel(shadow_inner, k, source);
     if (h != NULL) {
         shadow_record(k);
+        if (shadow_gpu && shadow_last != NULL) {
+            nvrtc_handle *g = nvrtc_compile_kernel(&stax_nvrtc_backend, k,
+                                                   NULL);
+            PyErr_Clear();
+            if (npairs == cappairs) {
+                int nc = cappairs ? 2 * cappairs : 64;
+                shadow_pair *np_ = realloc(pairs, sizeof(*np_) * (size_t)nc);
+                if (np_ == NULL) {
+                    handle_free(g);
+                    return h;
+                }
+                pairs = np_;
+                cappairs = nc;
+            }
+            pairs[npairs].cpu = h;
+            pairs[npairs].gpu = g;
+            pairs[npairs].entry = Py_NewRef(shadow_last);
+            npairs++;
+        }
     }
     return h;
+}
+
+/* max |gpu - cpu| / (1 + |cpu|) over an output buffer; inf if NaNs
+ * differ; integers and bool exact (|difference|) */
+static double
+compare_buf(stax_dtype_t dt, const char *g, const char *c, int64_t nbytes)
+{
+    double m = 0;
+    int64_t n = nbytes / stax_nvrtc_dtype_size(dt);
+    for (int64_t i = 0; i < n; i++) {
+        double a, b;
+        switch (dt) {
+        case STAX_FLOAT32: a = ((const float *)g)[i];
+                           b = ((const float *)c)[i]; break;
+        case STAX_FLOAT64: a = ((const double *)g)[i];
+                           b = ((const double *)c)[i]; break;
+        case STAX_INT64: a = (double)((const int64_t *)g)[i];
+                         b = (double)((const int64_t *)c)[i]; break;
+        case STAX_INT32: a = ((const int32_t *)g)[i];
+                         b = ((const int32_t *)c)[i]; break;
+        case STAX_INT16: case STAX_FLOAT16:
+            a = ((const int16_t *)g)[i];
+            b = ((const int16_t *)c)[i]; break;
+        default: a = ((const unsigned char *)g)[i];
+                 b = ((const unsigned char *)c)[i]; break;
+        }
+        if ((a != a) != (b != b)) {
+            return 1e300;
+        }
+        if (a == a && a != b) {
+            double e = (a > b ? a - b : b - a) / (1.0 + (b < 0 ? -b : b));
+            m = e > m ? e : m;
+        }
+    }
+    return m;
+}
+
+static void
+entry_note(PyObject *entry, const char *key, PyObject *v)
+{
+    if (v != NULL) {
+        PyDict_SetItemString(entry, key, v);
+        Py_DECREF(v);
+    }
+    PyErr_Clear();
+}
+
+/* GPU run on copies of the buffers, then the CPU run, then compare */
+static int
+shadow_differential(shadow_pair *pr, char **bufs, const int64_t *sizes,
+                    int64_t start, int64_t end)
+{
+    nvrtc_handle *g = pr->gpu;
+    int64_t nbytes[STAX_NVRTC_MAX_BUFS];
+    char *copy[STAX_NVRTC_MAX_BUFS] = {NULL};
+    int rc, gpu_rc = -1;
+    double err = 0;
+    stax_kernel_fn fn = shadow_inner->kernel_fn
+        ? shadow_inner->kernel_fn(shadow_inner, pr->cpu) : NULL;
+
+    rc = handle_extents(g, sizes, start, end, nbytes);
+    if (rc == 0) {
+        gpu_rc = 0;
+        for (int i = 0; i < g->nbufs && gpu_rc == 0; i++) {
+            copy[i] = malloc(nbytes[i] ? (size_t)nbytes[i] : 1);
+            if (copy[i] == NULL) {
+                gpu_rc = -1;
+            }
+            else if (nbytes[i]) {
+                memcpy(copy[i], bufs[i], (size_t)nbytes[i]);
+            }
+        }
+        if (gpu_rc == 0) {
+            gpu_rc = launch_sized(g, copy, nbytes, sizes, start, end);
+        }
+        if (gpu_rc < 0) {
+            PyObject *et, *ev, *tb;
+            PyErr_Fetch(&et, &ev, &tb);
+            entry_note(pr->entry, "gpu_error",
+                       ev ? PyObject_Str(ev) : PyUnicode_FromString("?"));
+            Py_XDECREF(et);
+            Py_XDECREF(ev);
+            Py_XDECREF(tb);
+        }
+    }
+    else if (rc < 0) {
+        PyErr_Clear();
+    }
+    /* the CPU result, as without the shadow */
+    if (fn != NULL) {
+        fn(bufs, sizes, start, end);
+        rc = 0;
+    }
+    else {
+        rc = shadow_inner->launch(shadow_inner, pr->cpu, bufs, sizes, start,
+                                  end);
+    }
+    if (rc == 0 && gpu_rc == 0) {
+        PyObject *prev = PyDict_GetItemString(pr->entry, "gpu_max_err");
+        for (int i = 0; i < g->nbufs; i++) {
+            if (g->is_output[i] && nbytes[i] > 0) {
+                double e = compare_buf(g->dtype[i], copy[i], bufs[i],
+                                       nbytes[i]);
+                err = e > err ? e : err;
+            }
+        }
+        if (prev != NULL && PyFloat_Check(prev)
+            && PyFloat_AS_DOUBLE(prev) > err) {
+            err = PyFloat_AS_DOUBLE(prev);
+        }
+        entry_note(pr->entry, "gpu_max_err", PyFloat_FromDouble(err));
+        prev = PyDict_GetItemString(pr->entry, "gpu_launches");
+        entry_note(pr->entry, "gpu_launches", PyLong_FromLong(
+            (prev ? PyLong_AsLong(prev) : 0) + 1));
+    }
+    for (int i = 0; i < STAX_NVRTC_MAX_BUFS; i++) {
+        free(copy[i]);
+    }
+    return rc;
 }
 
 static int
@@ -376,6 +551,14 @@ shadow_launch(stax_backend *be, void *handle, char **bufs,
               const int64_t *sizes, int64_t start, int64_t end)
 {
     (void)be;
+    for (int i = 0; i < npairs; i++) {
+        if (pairs[i].cpu == handle && pairs[i].gpu != NULL) {
+            PyGILState_STATE st = PyGILState_Ensure();
+            int rc = shadow_differential(&pairs[i], bufs, sizes, start, end);
+            PyGILState_Release(st);
+            return rc;
+        }
+    }
     return shadow_inner->launch(shadow_inner, handle, bufs, sizes, start,
                                 end);
 }
@@ -399,6 +582,9 @@ static stax_kernel_fn
 shadow_kernel_fn(stax_backend *be, void *handle)
 {
     (void)be;
+    if (shadow_gpu) {
+        return NULL;   /* the runtime then calls shadow_launch */
+    }
     return shadow_inner->kernel_fn ? shadow_inner->kernel_fn(shadow_inner,
                                                              handle)
                                    : NULL;
@@ -416,11 +602,15 @@ static stax_backend shadow_backend = {
 static PyObject *
 nvrtc_py_shadow(PyObject *self, PyObject *args)
 {
-    int on = 1;
+    int on = 1, gpu = 0;
     (void)self;
-    if (!PyArg_ParseTuple(args, "|p:nvrtc_shadow", &on)) {
+    if (!PyArg_ParseTuple(args, "|pp:nvrtc_shadow", &on, &gpu)) {
         return NULL;
     }
+    if (on && gpu && stax_nvrtc_cuda_load() < 0) {
+        return NULL;
+    }
+    shadow_gpu = on && gpu;
     if (on) {
         stax_backend *cur = stax_lower_get_backend("llvm");
         if (cur == NULL) {
@@ -490,11 +680,13 @@ static PyMethodDef nvrtc_methods[] = {
      "to one fused kernel of the loop IR and render it as CUDA C: a list of "
      "kernel records (.name, .source, .loop_ir, .grid, .block, ...)."},
     {"nvrtc_shadow", nvrtc_py_shadow, METH_VARARGS,
-     "nvrtc_shadow(on=True) -> list\n--\n\nWhile on, every kernel the "
-     "lower room compiles with the \"llvm\" back end is also rendered as "
-     "CUDA C and compiled to PTX by NVRTC; the returned list collects "
-     "{name, loop_ir, source, ok, error} per kernel. CPU results are "
-     "unchanged."},
+     "nvrtc_shadow(on=True, gpu=False) -> list\n--\n\nWhile on, every "
+     "kernel the lower room compiles with the \"llvm\" back end is also "
+     "rendered as CUDA C and compiled to PTX by NVRTC; the returned list "
+     "collects {name, loop_ir, source, ok, error} per kernel. With gpu=True "
+     "(needs a GPU) each launch also runs the CUDA kernel on copies of the "
+     "buffers and records gpu_max_err (max |gpu-cpu|/(1+|cpu|)), "
+     "gpu_launches or gpu_error. CPU results are unchanged."},
     {"nvrtc_launch", (PyCFunction)(void (*)(void))stax_nvrtc_py_launch,
      METH_VARARGS | METH_KEYWORDS,
      "nvrtc_launch(kernel, inputs, arch=None)\n--\n\nCompile a kernel record "

@@ -85,6 +85,68 @@ def check(label, got, want, tol):
     return ok
 
 
+def lowered_kernels_on_gpu(dry):
+    """The lower room's own kernels (the loop IR tp.compile makes for the
+    CPU) rendered as CUDA C; with a GPU each launch also runs on the GPU on
+    copies of the buffers and is compared with the CPU kernel."""
+    import tensorplay as tp
+    F = tp.nn.functional
+    try:
+        log = _C.nvrtc_shadow(True, not dry)
+    except RuntimeError as e:
+        print(f"skip lowered kernels: {e}")
+        return True
+    try:
+        tp.manual_seed(0)
+        x, w = tp.randn(64, 128), tp.randn(64, 128)
+        big = tp.randn(4096, 4096), tp.randn(4096, 4096)
+        cases = [
+            ("Example 1.1", lambda x, w: (tp.relu(x + w) * 2).sum(-1), (x, w)),
+            ("Example 1.1, 4096x4096",
+             lambda x, w: (tp.relu(x + w) * 2).sum(-1), big),
+            ("softmax", lambda x: F.softmax(x, -1), (x,)),
+            ("layer_norm * w", lambda x, w: F.layer_norm(x, (128,)) * w,
+             (x, w)),
+            ("cat + argmax", lambda x: tp.cat([x, x * 2], 0).argmax(-1), (x,)),
+            ("mean of a transposed compare",
+             lambda x: (x.t() > 0).float().mean(0), (x,)),
+            ("where + amax", lambda x, w: tp.where(x > w, x.exp(),
+                                                   w.tanh()).amax(0), (x, w)),
+        ]
+        for label, fn, args in cases:
+            try:
+                tp.compile(fn)(*args)
+            except Exception as e:   # another room's gap
+                print(f"skip {label}: tp.compile failed: {e!r}"[:200])
+        try:   # dynamic: sizes are kernel arguments
+            cf = tp.compile(lambda x, w: (tp.relu(x + w) * 2).sum(-1),
+                            dynamic=True)
+            cf(tp.randn(33, 70), tp.randn(33, 70))
+            cf(tp.randn(100, 257), tp.randn(100, 257))
+        except Exception as e:
+            print(f"skip dynamic: {e!r}"[:200])
+    finally:
+        _C.nvrtc_shadow(False)
+    ok = True
+    for e in log:
+        good = e["ok"]
+        msg = "compiled to PTX" if good else f"NOT compiled: {e['error']}"
+        if not dry:
+            err = e.get("gpu_max_err")
+            n = e.get("gpu_launches", 0)
+            if e.get("gpu_error"):
+                good = False
+                msg += f"; GPU error {e['gpu_error']}"
+            elif err is None:
+                msg += "; not launched"
+            else:
+                good &= err <= 1e-4
+                msg += f"; {n} GPU launch(es), max |gpu-cpu|/(1+|cpu|) {err:.3g}"
+        ok &= good
+        print(f"{'ok  ' if good else 'FAIL'} lowered {e['name']}: {msg}")
+    return ok
+
+
 def main():
     print("libnvrtc:", _C.nvrtc_library_path(), "version",
           _C.nvrtc_version() if _C.nvrtc_available() else None)
@@ -193,6 +255,8 @@ def main():
                 got[0], g * (h - mu) / np.sqrt(var + 1e-5), 1e-4)
     ok &= check("column means (outer output of the same kernel)", got[1],
                 mu, 1e-5)
+
+    ok &= lowered_kernels_on_gpu(dry)
 
     print("\nALL OK" if ok else "\nSOME CHECKS FAILED")
     return 0 if ok else 1
