@@ -78,9 +78,13 @@ int stax_result_type(PyObject *const *operands, Py_ssize_t n, stax_dtype_t *out)
 
 /* construction */
 StaxTensor *stax_tensor_from_array(PyObject *ndarray); /* no copy; negative strides -> ValueError */
-StaxTensor *stax_tensor_empty(int ndim, const int64_t *sizes, stax_dtype_t dt);  /* contiguous */
+/* contiguous, uninitialized, exact type Tensor; negative size or an
+ * overflowing element count -> RuntimeError */
+StaxTensor *stax_tensor_empty(int ndim, const int64_t *sizes, stax_dtype_t dt);
+/* a plain Tensor sharing base's storage (and version counter); it requires
+ * grad (as a non-leaf) when base does and grad mode is on */
 StaxTensor *stax_tensor_view(StaxTensor *base, int ndim, const int64_t *sizes,
-                             const int64_t *strides, int64_t offset);  /* shares storage */
+                             const int64_t *strides, int64_t offset);
 /* a NumPy array viewing the same bytes (no copy; base keeps storage alive) */
 PyObject *stax_tensor_as_array(StaxTensor *t);
 int stax_tensor_is_contiguous(StaxTensor *t);
@@ -97,6 +101,12 @@ int stax_result_requires_grad(PyObject *const *operands, Py_ssize_t n);
 void stax_tensor_set_result_requires_grad(StaxTensor *out, int rg);
 
 /* ---- added by the tensor room -------------------------------------- */
+/* Tensor's tp_as_number / tp_richcompare hold trampolines from the start
+ * (so Tensor.__add__, __radd__, __eq__ ... exist in the type's dict); the
+ * ops room sets the real slot functions after stax_tensor_module_init and
+ * the trampolines forward to them. nb_bool/nb_int/nb_float/nb_index,
+ * sq_length/mp_length, mp_subscript/mp_ass_subscript (indexing below),
+ * tp_iter and tp_hash (identity) are the tensor room's. */
 /* a Python scalar for a one-element tensor; RuntimeError otherwise */
 PyObject *stax_tensor_item_object(StaxTensor *t);
 /* tensorplay.Size(sizes) (new reference) */
