@@ -284,3 +284,14 @@ def test_tensor_function_on_room_methods_and_items():
     x[q] = 1.0                       # handled by the override: no write
     assert x.tolist() == [0.0, 0.0, 0.0] and x._version == 0
     assert tp.zeros_like(q)[0] == "override"
+
+
+def test_half_conversion_matches_numpy():
+    rng = np.random.default_rng(0)
+    xs = np.concatenate([rng.standard_normal(3000) * 10.0 ** rng.integers(-9, 6, 3000),
+                         [0.0, -0.0, 65504.0, 65519.99, 65520.0, 2.98e-8, 2.99e-8, 6.1e-5,
+                          np.inf, -np.inf, 1.00048828125, 1.000732421875]])
+    got = np.array([tp.tensor(float(x), dtype=tp.half).item() for x in xs])
+    exp = xs.astype(np.float16).astype(np.float64)
+    assert np.array_equal(got, exp) and np.array_equal(np.signbit(got), np.signbit(exp))
+    assert np.isnan(tp.tensor(float("nan"), dtype=tp.half).item())

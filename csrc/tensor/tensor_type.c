@@ -28,26 +28,30 @@ stax_half_to_double(uint16_t h)
 uint16_t
 stax_double_to_half(double d)
 {
-    /* round to nearest even through the float32 bits */
-    float f = (float)d;
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    uint32_t sign = (x >> 16) & 0x8000;
-    uint32_t ax = x & 0x7fffffff;
-    if (ax >= 0x7f800000) {
-        return (uint16_t)(sign | 0x7c00 | (ax > 0x7f800000 ? 0x200 : 0));
+    /* round to nearest even, directly from the double (no double rounding) */
+    uint16_t sign = signbit(d) ? 0x8000 : 0;
+    double a = fabs(d);
+    if (isnan(d)) {
+        return (uint16_t)(sign | 0x7e00);
     }
-    if (ax >= 0x477ff000) {   /* >= 65520: overflow to inf */
+    if (a >= 65520.0) {
         return (uint16_t)(sign | 0x7c00);
     }
-    if (ax < 0x38800000) {    /* subnormal half */
-        float af;
-        memcpy(&af, &ax, 4);
-        uint32_t m = (uint32_t)nearbyintf(af * 16777216.0f);
-        return (uint16_t)(sign | m);
+    if (a < 6.103515625e-05) {                /* subnormal: m * 2^-24 */
+        return (uint16_t)(sign | (uint16_t)nearbyint(a * 16777216.0));
     }
-    uint32_t r = ax + 0xfffU + ((ax >> 13) & 1);
-    return (uint16_t)(sign | ((r - 0x38000000) >> 13));
+    int e;
+    frexp(a, &e);                             /* a = f * 2^e, f in [0.5, 1) */
+    double m = nearbyint(ldexp(a, 11 - e));   /* 1.m * 2^10, in [1024, 2048] */
+    int E = e - 1;
+    if (m >= 2048.0) {
+        m = 1024.0;
+        E++;
+    }
+    if (E > 15) {
+        return (uint16_t)(sign | 0x7c00);
+    }
+    return (uint16_t)(sign | ((E + 15) << 10) | ((uint16_t)m - 1024));
 }
 
 /* ---- Storage -------------------------------------------------------- */
