@@ -599,6 +599,44 @@ static stax_backend shadow_backend = {
     .kernel_fn = shadow_kernel_fn,
 };
 
+/* Without LLVM (a GPU machine lacking llvm-19): the NVRTC back end itself
+ * serves lower's programs under the name "llvm", so tp.compile runs on the
+ * GPU (one launch per kernel, host buffers copied in and out). */
+static void *
+gpu_program_compile(stax_backend *be, const stax_kernel *k,
+                    PyObject **source)
+{
+    void *h = nvrtc_compile_kernel(be, k, source);
+    if (h != NULL) {
+        shadow_record(k);
+        if (shadow_last != NULL) {
+            entry_note(shadow_last, "mode", PyUnicode_FromString("gpu"));
+        }
+    }
+    return h;
+}
+
+static int
+gpu_program_launch(stax_backend *be, void *handle, char **bufs,
+                   const int64_t *sizes, int64_t start, int64_t end)
+{
+    PyGILState_STATE st = PyGILState_Ensure();
+    int rc;
+    (void)be;
+    rc = launch_locked(handle, bufs, sizes, start, end);
+    PyGILState_Release(st);
+    return rc;
+}
+
+static stax_backend gpu_program_backend = {
+    .name = "llvm",
+    .compile_kernel = gpu_program_compile,
+    .launch = gpu_program_launch,
+    .free = nvrtc_free,
+    .supports_op = nvrtc_supports_op,
+    .kernel_fn = NULL,
+};
+
 static PyObject *
 nvrtc_py_shadow(PyObject *self, PyObject *args)
 {
@@ -613,7 +651,15 @@ nvrtc_py_shadow(PyObject *self, PyObject *args)
     shadow_gpu = on && gpu;
     if (on) {
         stax_backend *cur = stax_lower_get_backend("llvm");
-        if (cur == NULL) {
+        if ((cur == NULL || cur == &gpu_program_backend) && gpu) {
+            if (cur == NULL
+                && stax_lower_register_backend(&gpu_program_backend) < 0) {
+                return NULL;
+            }
+            Py_XSETREF(shadow_log, PyList_New(0));
+            return Py_XNewRef(shadow_log);
+        }
+        if (cur == NULL || cur == &gpu_program_backend) {
             PyErr_SetString(PyExc_RuntimeError, "nvrtc_shadow: no \"llvm\" "
                             "back end registered (built without LLVM)");
             return NULL;
@@ -686,7 +732,9 @@ static PyMethodDef nvrtc_methods[] = {
      "collects {name, loop_ir, source, ok, error} per kernel. With gpu=True "
      "(needs a GPU) each launch also runs the CUDA kernel on copies of the "
      "buffers and records gpu_max_err (max |gpu-cpu|/(1+|cpu|)), "
-     "gpu_launches or gpu_error. CPU results are unchanged."},
+     "gpu_launches or gpu_error. CPU results are unchanged. Built without "
+     "LLVM, gpu=True instead makes the NVRTC back end run tp.compile's "
+     "programs on the GPU (entries get mode='gpu'; it stays so)."},
     {"nvrtc_launch", (PyCFunction)(void (*)(void))stax_nvrtc_py_launch,
      METH_VARARGS | METH_KEYWORDS,
      "nvrtc_launch(kernel, inputs, arch=None)\n--\n\nCompile a kernel record "

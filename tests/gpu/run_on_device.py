@@ -113,21 +113,38 @@ def lowered_kernels_on_gpu(dry):
             ("where + amax", lambda x, w: tp.where(x > w, x.exp(),
                                                    w.tanh()).amax(0), (x, w)),
         ]
+        results = []
         for label, fn, args in cases:
             try:
-                tp.compile(fn)(*args)
+                want = fn(*args)
+                got = tp.compile(fn)(*args)
+                results.append((label, got, want))
             except Exception as e:   # another room's gap
                 print(f"skip {label}: tp.compile failed: {e!r}"[:200])
         try:   # dynamic: sizes are kernel arguments
-            cf = tp.compile(lambda x, w: (tp.relu(x + w) * 2).sum(-1),
-                            dynamic=True)
-            cf(tp.randn(33, 70), tp.randn(33, 70))
-            cf(tp.randn(100, 257), tp.randn(100, 257))
+            fn = cases[0][1]
+            cf = tp.compile(fn, dynamic=True)
+            for shape in ((33, 70), (100, 257)):
+                a, b = tp.randn(*shape), tp.randn(*shape)
+                results.append((f"Example 1.1 dynamic {shape}", cf(a, b),
+                                fn(a, b)))
         except Exception as e:
             print(f"skip dynamic: {e!r}"[:200])
     finally:
         _C.nvrtc_shadow(False)
     ok = True
+    gpu_mode = any(e.get("mode") == "gpu" for e in log)
+    where = "on the GPU (NVRTC back end runs the program)" if gpu_mode else (
+        "on the CPU (LLVM)")
+    for label, got, want in results:
+        g = np.asarray(got.numpy(), dtype=np.float64)
+        r = np.asarray(want.numpy(), dtype=np.float64)
+        err = float(np.nanmax(np.abs(g - r) / (1 + np.abs(r)))) if r.size else 0
+        good = g.shape == r.shape and err <= 1e-4 and (
+            np.isnan(g) == np.isnan(r)).all()
+        ok &= good
+        print(f"{'ok  ' if good else 'FAIL'} tp.compile {label} {where}: "
+              f"max |compiled-eager|/(1+|eager|) {err:.3g}")
     for e in log:
         good = e["ok"]
         msg = "compiled to PTX" if good else f"NOT compiled: {e['error']}"
@@ -137,6 +154,8 @@ def lowered_kernels_on_gpu(dry):
             if e.get("gpu_error"):
                 good = False
                 msg += f"; GPU error {e['gpu_error']}"
+            elif e.get("mode") == "gpu":
+                msg += "; ran as the program's back end"
             elif err is None:
                 msg += "; not launched"
             else:
