@@ -512,3 +512,19 @@ def test_dce_keeps_calls_that_raise_on_the_sample():
     gm = b.out(b.m("sin", x))
     run(gm)
     assert [t for _, t in ops(gm)] == ["amin", "sin"]
+
+
+def test_listing_3_1_traced_regions():
+    if not hasattr(C, "trace"):
+        pytest.skip("tracer not landed")
+
+    def f(x, w):
+        return (tp.relu(x + w) * 2).sum(-1)
+    gm = C.trace(f, (tp.randn(64, 128), tp.randn(64, 128))).graph_module
+    before = str(gm.graph)
+    lines = run(gm)
+    assert str(gm.graph) == before          # nothing to rewrite
+    assert gm.graph.regions() == [("add", "pointwise", 0), ("relu", "pointwise", 0),
+                                  ("mul", "pointwise", 0), ("sum_0", None, None)]
+    assert lines == ["[round 1] PointwiseFusionHint: marked 1 pointwise region (3 nodes)",
+                     "[round 2] no change"]
