@@ -241,6 +241,7 @@ class Driver:
         self._cf = None
         self._last = (None, None, None)   # (fingerprint, version, the call's objects)
         self._limit_warned = False
+        self._replay_warned = False
         self.compiles = 0
         self.hits_level2 = 0
         self.hits_level3 = 0
@@ -458,6 +459,22 @@ class Driver:
                               RuntimeWarning, stacklevel=5)
             return gm, True
 
+    def _check_replay(self, replay, kinds, gates0, flat):
+        """The replay slice must reproduce the traced gate outcomes on the
+        very inputs it was traced on; if it does not, this version's gate
+        guard can never hold (every later call recompiles): say so once."""
+        try:
+            out = replay(*flat)
+            out = out if isinstance(out, (tuple, list)) else (out,)
+            got = tuple(_gate_value(k, x) for k, x in zip(kinds, out))
+        except Exception as e:  # noqa: BLE001
+            got = f"replay failed: {type(e).__name__}: {e}"
+        if got != gates0 and not self._replay_warned:
+            self._replay_warned = True
+            warnings.warn(f"tensorplay.compile: the guard replay subgraph of '{self.name}' gives {got!r} "
+                          f"on the traced inputs, not the traced gate outcomes {gates0!r}; versions of "
+                          "this function cannot be reused on data gates", RuntimeWarning, stacklevel=5)
+
     def _build(self, call, plan):
         tr, gm = self._trace(call, plan)
         gates = list(getattr(tr, "gates", None) or [])
@@ -472,6 +489,8 @@ class Driver:
                     ent = (ph, dd, shape[dd], call.paths[ph])
                     if ent not in shape_reads:
                         shape_reads.append(ent)
+        if gates and replay is not None:
+            self._check_replay(replay, gate_kinds, gates0, call.flat)
         artifact, eager_fallback = self._lower(gm, call.flat)
         v = Version(len(self.versions), call, gm, artifact, replay, gate_kinds, gates0,
                     shape_reads, eager_fallback, plan.paths, self.dynamic)
