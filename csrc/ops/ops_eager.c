@@ -190,10 +190,25 @@ operand_array(PyObject *o, stax_dtype_t dt, int cast)
         }
         if (PyArray_SETITEM((PyArrayObject *)arr,
                             PyArray_DATA((PyArrayObject *)arr), o) < 0) {
-            /* out of range for dt (int8 < 1000): let NumPy decide */
+            /* out of range for dt (int8 + 1000): wrap around as torch
+             * does, through an int64 0-d array cast unsafely */
+            PyObject *w;
             PyErr_Clear();
             Py_DECREF(arr);
-            return Py_NewRef(o);
+            if (!PyLong_Check(o) || stax_dtype_is_floating(dt)) {
+                return Py_NewRef(o);
+            }
+            w = PyArray_FromAny(o, PyArray_DescrFromType(NPY_INT64), 0, 0,
+                                NPY_ARRAY_ENSUREARRAY, NULL);
+            if (w == NULL) {
+                PyErr_Clear();
+                return Py_NewRef(o);
+            }
+            arr = PyArray_CastToType((PyArrayObject *)w,
+                                     PyArray_DescrFromType(
+                                         stax_dtype_to_npy(dt)), 0);
+            Py_DECREF(w);
+            return arr;
         }
         return arr;
     }
