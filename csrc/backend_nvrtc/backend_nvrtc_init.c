@@ -698,6 +698,9 @@ static PyMethodDef nvrtc_methods[] = {
      "options=None)\n--\n\nCompile CUDA C with NVRTC: PTX (str) for "
      "arch='compute_XY', CUBIN (bytes) for 'sm_XY'. Raises NVRTCError "
      "carrying the compile log (.log)."},
+    {"nvrtc_last_kernel_ms", stax_nvrtc_py_last_kernel_ms, METH_NOARGS,
+     "nvrtc_last_kernel_ms() -> float or None: GPU time (CUDA events) of "
+     "the last kernel launched by this back end, copies excluded."},
     {"cuda_available", stax_nvrtc_py_cuda_available, METH_NOARGS,
      "cuda_available() -> bool: a CUDA driver and a GPU are usable."},
     {"nvrtc_render_expr",

@@ -84,6 +84,7 @@ PyObject *stax_nvrtc_py_library_path(PyObject *self, PyObject *unused);
 PyObject *stax_nvrtc_py_compile(PyObject *self, PyObject *args,
                                 PyObject *kwargs);
 PyObject *stax_nvrtc_py_cuda_available(PyObject *self, PyObject *unused);
+PyObject *stax_nvrtc_py_last_kernel_ms(PyObject *self, PyObject *unused);
 PyObject *stax_nvrtc_py_launch(PyObject *self, PyObject *args,
                                PyObject *kwargs);
 

@@ -414,6 +414,7 @@ typedef struct CUctx_st *CUcontext;
 typedef struct CUmod_st *CUmodule;
 typedef struct CUfunc_st *CUfunction;
 typedef unsigned long long CUdeviceptr;
+typedef struct CUevent_st *CUevent;
 
 #define CU_ATTR_CC_MAJOR 75
 #define CU_ATTR_CC_MINOR 76
@@ -443,7 +444,14 @@ static struct {
     CUresult (*MemcpyDtoH)(void *, CUdeviceptr, size_t);
     CUresult (*CtxSynchronize)(void);
     CUresult (*GetErrorString)(CUresult, const char **);
+    CUresult (*EventCreate)(CUevent *, unsigned);
+    CUresult (*EventRecord)(CUevent, void *);
+    CUresult (*EventSynchronize)(CUevent);
+    CUresult (*EventElapsedTime)(float *, CUevent, CUevent);
+    CUresult (*EventDestroy)(CUevent);
 } cu;
+
+static double last_kernel_ms = -1.0;   /* GPU time of the last launch */
 
 static int
 cuda_check(CUresult r, const char *what)
@@ -499,6 +507,11 @@ stax_nvrtc_cuda_load(void)
         CU_SYM(MemcpyDtoH, "cuMemcpyDtoH_v2");
         CU_SYM(CtxSynchronize, "cuCtxSynchronize");
         CU_SYM(GetErrorString, "cuGetErrorString");
+        CU_SYM(EventCreate, "cuEventCreate");
+        CU_SYM(EventRecord, "cuEventRecord");
+        CU_SYM(EventSynchronize, "cuEventSynchronize");
+        CU_SYM(EventElapsedTime, "cuEventElapsedTime");
+        CU_SYM(EventDestroy, "cuEventDestroy_v2");
         if (cu.Init(0) != 0) {
             why_add(cu.why, sizeof(cu.why), "cuInit failed (no driver/GPU)");
             goto fail;
@@ -523,6 +536,17 @@ stax_nvrtc_cuda_load(void)
                  "driver (libcuda); none usable here (%s). Rendering and "
                  "compiling to PTX work without one.", cu.why);
     return -1;
+}
+
+PyObject *
+stax_nvrtc_py_last_kernel_ms(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    if (last_kernel_ms < 0) {
+        Py_RETURN_NONE;
+    }
+    return PyFloat_FromDouble(last_kernel_ms);
 }
 
 PyObject *
@@ -602,12 +626,34 @@ stax_nvrtc_launch_image(PyObject *image, const char *name, int nbufs,
     params[nbufs + 1] = &st;
     params[nbufs + 2] = &en;
     if (grid[0] > 0 && grid[1] > 0 && grid[2] > 0) {
+        CUevent ev[2] = {NULL, NULL};
+        float ms = -1.0f;
+        if (cu.EventCreate(&ev[0], 0) != 0 || cu.EventCreate(&ev[1], 0) != 0) {
+            ev[0] = ev[1] = NULL;   /* timing is optional */
+        }
+        if (ev[0] != NULL) {
+            cu.EventRecord(ev[0], NULL);
+        }
         if (cuda_check(cu.LaunchKernel(fn, (unsigned)grid[0],
                                        (unsigned)grid[1], (unsigned)grid[2],
                                        (unsigned)block[0], (unsigned)block[1],
                                        (unsigned)block[2], 0, NULL, params,
-                                       NULL), "cuLaunchKernel") < 0
-            || cuda_check(cu.CtxSynchronize(), "cuCtxSynchronize") < 0) {
+                                       NULL), "cuLaunchKernel") < 0) {
+            goto done;
+        }
+        if (ev[1] != NULL) {
+            cu.EventRecord(ev[1], NULL);
+            cu.EventSynchronize(ev[1]);
+            if (cu.EventElapsedTime(&ms, ev[0], ev[1]) == 0) {
+                last_kernel_ms = ms;
+            }
+        }
+        for (int i = 0; i < 2; i++) {
+            if (ev[i] != NULL) {
+                cu.EventDestroy(ev[i]);
+            }
+        }
+        if (cuda_check(cu.CtxSynchronize(), "cuCtxSynchronize") < 0) {
             goto done;
         }
     }
