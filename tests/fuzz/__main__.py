@@ -11,15 +11,15 @@ import sys
 import time
 import traceback
 
-from .harness import API, FuzzFailure, Runner, draw_plan
+from .harness import API, FuzzFailure, Runner, TorchOracle, draw_plan
 from .program import RandomDrawer, generate
 
 
-def run_one(api, seed, strict=True):
+def run_one(api, seed, strict=True, torch=False):
     d = RandomDrawer(seed)
     prog = generate(d)
     plan = draw_plan(prog, d)
-    r = Runner(api, prog, plan, strict=strict)
+    r = TorchOracle(api, prog, plan) if torch else Runner(api, prog, plan, strict=strict)
     return r, r.run()
 
 
@@ -30,6 +30,7 @@ def main(argv=None):
     ap.add_argument("--api", default="tensorplay")
     ap.add_argument("--show", type=int, default=1, help="repros printed per failure group")
     ap.add_argument("--nonstrict", action="store_true")
+    ap.add_argument("--torch", action="store_true", help="eager tensorplay vs eager PyTorch instead")
     a = ap.parse_args(argv)
     api = API(a.api)
     groups = collections.OrderedDict()
@@ -39,7 +40,7 @@ def main(argv=None):
     t0 = time.time()
     for seed in range(a.seed, a.seed + a.n):
         try:
-            r, res = run_one(api, seed, strict=not a.nonstrict)
+            r, res = run_one(api, seed, strict=not a.nonstrict, torch=a.torch)
             stats[res] += 1
             stats.update(r.events)
             if r.eager_exc:

@@ -567,3 +567,94 @@ def check(e, c, what):
         ok = a == b
     assert np.all(ok), f"{what}: eager\\n{a}\\ncompiled\\n{b}"
 '''
+
+
+# ------------------------------------------------------------------ eager vs PyTorch
+
+
+class TorchOracle(Runner):
+    """Eager tensorplay against eager PyTorch on the same program and inputs
+    (the reference the eager library promises: issue 3).  Module weights are
+    copied from the tensorplay modules into the torch ones."""
+
+    def __init__(self, api, prog, plan):
+        super().__init__(api, prog, plan, strict=False, check_compiles=False)
+        self.tapi = API("torch")
+
+    def repro(self, upto, msg):
+        si, seed, prof, _ = self.plan.calls[upto]
+        inp = Inputs(self.api, self.prog, self.plan.sigs[si], seed, prof)
+        lines = ["# eager tensorplay vs eager PyTorch repro", "import numpy as np", "from numpy import nan, inf",
+                 "import torch", "import tensorplay", "", "def run(tp):",
+                 "    " + self.prog.setup_source().replace("\n", "\n    "),
+                 "    " + self.prog.fn_source().replace("\n", "\n    "),
+                 "    " + inp.source("inputs").replace("\n", "\n    "),
+                 "    return f(*inputs())", "",
+                 "print(run(tensorplay))", "print(run(torch))  # note: module weights differ unless copied"]
+        return "\n".join(lines) + f"\n# failure: {msg}\n"
+
+    def run(self):
+        import warnings
+        api, tapi, prog = self.api, self.tapi, self.prog
+        ns_a = {"tp": api.tp, "np": np}
+        ns_b = {"tp": tapi.tp, "np": np}
+        exec(prog.setup_source(), ns_a)
+        exec(prog.setup_source(), ns_b)
+        for name, _ in prog.modules:
+            for pn in ("weight", "bias"):
+                pa = getattr(ns_a[name], pn, None)
+                if pa is not None:
+                    getattr(ns_b[name], pn).data = tapi.tp.from_numpy(api.to_numpy(pa))
+        rec = Recorder(api)
+        ns_a.update(_gate=rec.gate, _red=rec.reduce)
+        exec(prog.fn_source(instrument=True), ns_a)
+        exec(prog.fn_source(), ns_b)
+        done = set()
+        for j, (si, seed, prof, same) in enumerate(self.plan.calls):
+            if same or (si, seed) in done:
+                continue
+            done.add((si, seed))
+            inp = Inputs(api, prog, self.plan.sigs[si], seed, prof)
+            a_args = inp.build()
+            inp.api = tapi
+            b_args = inp.build()
+            inp.api = api
+            exc_a = exc_b = None
+            rec.reset()
+            if prog.modules:
+                rec.red, rec.red_n = max(rec.red, 1e3), max(rec.red_n, 8)   # matmul / layer_norm reductions
+            with warnings.catch_warnings(), np.errstate(all="ignore"):
+                warnings.simplefilter("ignore")
+                try:
+                    out_a = ns_a["f"](*a_args)
+                except Exception as e:  # noqa: BLE001
+                    exc_a = e
+                try:
+                    out_b = ns_b["f"](*b_args)
+                except Exception as e:  # noqa: BLE001
+                    exc_b = e
+            if exc_a is not None or exc_b is not None:
+                if exc_b is None:
+                    self.fail(j, f"tensorplay raised {type(exc_a).__name__}: {str(exc_a)[:200]}; PyTorch accepts")
+                if exc_a is None:
+                    self.fail(j, f"PyTorch raised {type(exc_b).__name__}: {str(exc_b)[:150]}; tensorplay returned")
+                if j == 0:
+                    return "both-raise"
+                continue
+            fa, fb = _flat(out_a), _flat(out_b)
+            if len(fa) != len(fb):
+                self.fail(j, "output structure differs")
+            for k, (a, b) in enumerate(zip(fa, fb)):
+                if api.is_tensor(a):
+                    if not tapi.is_tensor(b):
+                        self.fail(j, f"output {k}: tensorplay gives a Tensor, PyTorch {type(b).__name__}")
+                    self.compare_tensor(j, f"output {k} (tensorplay vs torch)", tapi.to_numpy(b), api.to_numpy(a),
+                                        tapi.dtype_name(b), api.dtype_name(a), rec)
+                elif a != b and not (a != a and b != b):
+                    self.fail(j, f"output {k}: tensorplay {a!r}, PyTorch {b!r}")
+            for k, p in enumerate(prog.params):
+                if p.kind == "tensor":
+                    self.compare_tensor(j, f"input {p.name} after the call (tensorplay vs torch)",
+                                        tapi.to_numpy(b_args[k]), api.to_numpy(a_args[k]),
+                                        tapi.dtype_name(b_args[k]), api.dtype_name(a_args[k]), None)
+        return "ok"
