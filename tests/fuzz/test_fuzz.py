@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from . import conftest
-from .harness import API, Runner, draw_plan
+from .harness import API, Runner, TorchOracle, draw_plan
 from .program import HypothesisDrawer, RandomDrawer, generate
 
 N = int(os.environ.get("TENSORPLAY_FUZZ_N", "300"))
@@ -67,3 +67,22 @@ def test_generator_emits_valid_pytorch():
             if r.run() != "ok" and not (r.eager_exc or "").startswith(("ValueError", "OverflowError")):
                 bad.append((seed, r.eager_exc))
     assert len(bad) <= 0.03 * n, bad[:5]
+
+
+N_TORCH = int(os.environ.get("TENSORPLAY_FUZZ_TORCH_N", str(max(50, N // 3))))
+
+
+@settings(max_examples=N_TORCH, derandomize=True, deadline=None, database=None, print_blob=False,
+          suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_eager_matches_pytorch(data):
+    """The eager library against PyTorch on the same random programs (issue 3's
+    promise: names, promotion, broadcasting and results as PyTorch)."""
+    pytest.importorskip("torch")
+    api = _api()
+    d = HypothesisDrawer(data)
+    prog = generate(d)
+    plan = draw_plan(prog, d)
+    res = TorchOracle(api, prog, plan).run()
+    conftest.SUMMARY["torch_programs"] += 1
+    conftest.SUMMARY["torch_" + res] += 1
