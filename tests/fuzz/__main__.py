@@ -30,15 +30,21 @@ def main(argv=None):
     ap.add_argument("--api", default="tensorplay")
     ap.add_argument("--show", type=int, default=1, help="repros printed per failure group")
     ap.add_argument("--nonstrict", action="store_true")
+    ap.add_argument("--backend", default=None, help="tp.compile backend (default stax)")
+    ap.add_argument("--trace", action="store_true", help="print each seed before running it (crash hunting)")
     ap.add_argument("--torch", action="store_true", help="eager tensorplay vs eager PyTorch instead")
     a = ap.parse_args(argv)
-    api = API(a.api)
+    api = API(a.api, a.backend)
+    if a.api == "tensorplay":   # the limit is process-wide (reported): lift it for the sweep
+        api.tp.compiler.config.accumulated_cache_size_limit = 1 << 30
     groups = collections.OrderedDict()
     stats = collections.Counter()
     fallbacks = collections.Counter()
     eager_exc = collections.defaultdict(list)
     t0 = time.time()
     for seed in range(a.seed, a.seed + a.n):
+        if a.trace:
+            print(f"seed {seed}", file=sys.stderr, flush=True)
         try:
             r, res = run_one(api, seed, strict=not a.nonstrict, torch=a.torch)
             stats[res] += 1
@@ -50,11 +56,13 @@ def main(argv=None):
         except FuzzFailure as e:
             msg = str(e)
             head = msg.split("\n", 1)[0]
-            key = re.sub(r"call \d+", "call N", head)
+            key = re.sub(r"call \d+ \(.*?\):", "call N:", head)
+            key = re.sub(r"call \d+", "call N", key)
             key = re.sub(r"at \([^)]*\)", "at (..)", key)
             key = re.sub(r"-?\d+(\.\d+)?(e[-+]?\d+)?", "N", key)[:140]
             groups.setdefault(key, []).append((seed, len(msg), msg))
             stats["fail"] += 1
+            print(f"FAIL seed {seed}: {head[:200]}", flush=True)
         except Exception:  # harness bug or a crash caught as exception
             tb = traceback.format_exc()
             key = "HARNESS " + tb.strip().splitlines()[-1][:120]
