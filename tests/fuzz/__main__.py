@@ -15,12 +15,18 @@ from .harness import API, FuzzFailure, Runner, TorchOracle, draw_plan
 from .program import RandomDrawer, generate
 
 
-def run_one(api, seed, strict=True, torch=False):
+def run_one(api, seed, strict=True, torch=False, do_shrink=False, avoid=()):
     d = RandomDrawer(seed)
-    prog = generate(d)
+    prog = generate(d, avoid)
     plan = draw_plan(prog, d)
-    r = TorchOracle(api, prog, plan) if torch else Runner(api, prog, plan, strict=strict)
-    return r, r.run()
+    r = TorchOracle(api, prog, plan) if torch else Runner(api, prog, plan, strict=strict, avoid=avoid)
+    try:
+        return r, r.run()
+    except FuzzFailure as e:
+        if not do_shrink or torch:
+            raise
+        from .shrink import shrink
+        raise FuzzFailure(shrink(api, prog, plan, str(e))) from None
 
 
 def main(argv=None):
@@ -31,6 +37,9 @@ def main(argv=None):
     ap.add_argument("--show", type=int, default=1, help="repros printed per failure group")
     ap.add_argument("--nonstrict", action="store_true")
     ap.add_argument("--backend", default=None, help="tp.compile backend (default stax)")
+    ap.add_argument("--shrink", action="store_true", help="greedily shrink each failure")
+    ap.add_argument("--brief", action="store_true", help="repros without the check helper")
+    ap.add_argument("--avoid", default="", help="comma list: statement kinds / checks to leave out")
     ap.add_argument("--trace", action="store_true", help="print each seed before running it (crash hunting)")
     ap.add_argument("--torch", action="store_true", help="eager tensorplay vs eager PyTorch instead")
     a = ap.parse_args(argv)
@@ -46,7 +55,8 @@ def main(argv=None):
         if a.trace:
             print(f"seed {seed}", file=sys.stderr, flush=True)
         try:
-            r, res = run_one(api, seed, strict=not a.nonstrict, torch=a.torch)
+            r, res = run_one(api, seed, strict=not a.nonstrict, torch=a.torch, do_shrink=a.shrink,
+                             avoid=a.avoid.split(",") if a.avoid else ())
             stats[res] += 1
             stats.update(r.events)
             if r.eager_exc:
@@ -80,6 +90,9 @@ def main(argv=None):
     for key, items in sorted(groups.items(), key=lambda kv: -len(kv[1])):
         print(f"\n=== {len(items)}x {key}\n    seeds: {[s for s, _, _ in items[:12]]}")
         for s, _, msg in sorted(items, key=lambda t: t[1])[:a.show]:
+            if a.brief:
+                msg = "\n".join(ln for ln in msg.split("def check(")[0].splitlines()
+                                if ln.strip() and not ln.startswith(("import", "from ", "# diff")))
             print(f"--- seed {s}\n{msg}")
     return 1 if groups else 0
 

@@ -346,8 +346,9 @@ def _signature_key(api, args):
 
 
 class Runner:
-    def __init__(self, api, prog, plan, strict=True, check_compiles=True):
+    def __init__(self, api, prog, plan, strict=True, check_compiles=True, avoid=()):
         self.api, self.prog, self.plan = api, prog, plan
+        self.avoid = set(avoid)   # checks left out while their bug is open
         self.strict = strict
         self.check_compiles = check_compiles
         self.events = collections.Counter()   # fallbacks etc. for the summary
@@ -443,7 +444,10 @@ class Runner:
                                  f"{str(exc_e)[:200]}; compiled returned a value")
                 if j == 0 and api.name != "torch":
                     pass
-                if type(exc_e) is not type(exc_c) and not isinstance(exc_c, type(exc_e)):
+                if type(exc_e) is not type(exc_c) and not isinstance(exc_c, type(exc_e)) \
+                        and self.dead_code_raised(e_args_copy, exc_c):
+                    self.events["dead_code_error_swallowed"] += 1
+                elif type(exc_e) is not type(exc_c) and not isinstance(exc_c, type(exc_e)):
                     self.fail(j, f"call {j}: eager raised {type(exc_e).__name__} ({str(exc_e)[:120]}) but "
                                  f"compiled raised {type(exc_c).__name__} ({str(exc_c)[:200]})")
                 if j == 0:
@@ -486,8 +490,9 @@ class Runner:
                           f"(signature + gate outcomes): {_keys_txt(keys)}")
         return "ok"
 
-    def dead_code_raised(self, built):
-        """True when eager raises only in dead code: the DCE'd program runs."""
+    def dead_code_raised(self, built, exc_c=None):
+        """True when eager raises only in dead code: the DCE'd program runs
+        (or raises what the compiled call raised)."""
         if built is None:
             return False
         inp, _ = built
@@ -497,9 +502,9 @@ class Runner:
         try:
             with np.errstate(all="ignore"):
                 ns["f"](*inp.build())
-        except Exception:  # noqa: BLE001
-            return False
-        return True
+        except Exception as e:  # noqa: BLE001
+            return exc_c is not None and type(e) is type(exc_c)
+        return exc_c is None
 
     # -- comparison
     def compare(self, j, sig, out_e, out_c, rec):
@@ -515,7 +520,7 @@ class Runner:
                 if tuple(a.shape) != tuple(b.shape):
                     self.fail(j, f"call {j}: output {k} shape {tuple(b.shape)}, eager {tuple(a.shape)}")
                 ra, rb = getattr(a, "requires_grad", None), getattr(b, "requires_grad", None)
-                if ra != rb:
+                if ra != rb and "requires_grad" not in self.avoid:
                     self.fail(j, f"call {j}: output {k} requires_grad={rb}, eager {ra}")
                 self.compare_tensor(j, f"output {k}", api.to_numpy(a), api.to_numpy(b), api.dtype_name(a),
                                     api.dtype_name(b), rec)

@@ -15,6 +15,17 @@ from .program import HypothesisDrawer, RandomDrawer, generate
 
 N = int(os.environ.get("TENSORPLAY_FUZZ_N", "300"))
 
+# Statement kinds / checks left out of the main property while their bug is
+# open (minimal repros in test_regressions.py, list in docs/reliability.md).
+# Each has xfail(strict=True) minimal repros in test_regressions.py: when they
+# XPASS the bug is fixed and the entry must go (`python3 -m fuzz` sweeps with
+# --avoid '' to fuzz everything).
+KNOWN = {
+    "inplace": "bug (lower/passes): in-place ops on inputs/views/intermediates lost or reordered",
+    "requires_grad": "bug (lower/guards): compiled outputs get requires_grad=True when eager's are False",
+    "var": "bug (lower): var over n <= correction elements gives -0.0/inf instead of NaN",
+}
+
 
 def _api():
     try:
@@ -22,7 +33,7 @@ def _api():
     except Exception as e:  # noqa: BLE001
         pytest.skip(f"tensorplay not importable: {e}")
     miss = [n for n in ("where", "relu", "compile", "Tensor.__getitem__", "Tensor.add_", "Tensor.__mul__",
-                        "_C.trace", "nn.Linear") if _get(api.tp, n) is None]
+                        "_C.trace", "_C.stax_backend", "nn.Linear") if _get(api.tp, n) is None]
     if miss:
         pytest.skip(f"pieces not landed yet: {miss}")
     return api
@@ -39,17 +50,21 @@ def _get(o, name):
 @given(st.data())
 def test_compiled_matches_eager(data):
     api = _api()
-    d = HypothesisDrawer(data)
-    prog = generate(d)
-    plan = draw_plan(prog, d)
-    r = Runner(api, prog, plan, strict=True)
-    res = r.run()
+    res, r = _property(data, api, avoid=KNOWN)
     conftest.SUMMARY["programs"] += 1
     conftest.SUMMARY[res] += 1
     for k, v in r.events.items():
         conftest.SUMMARY[k] += v
     for m in r.fallback_ops:
         conftest.FALLBACK_OPS[re.sub(r"\d+", "N", m)[:120]] += 1
+
+
+def _property(data, api, avoid):
+    d = HypothesisDrawer(data)
+    prog = generate(d, avoid)
+    plan = draw_plan(prog, d)
+    r = Runner(api, prog, plan, strict=True, avoid=avoid)
+    return r.run(), r
 
 
 def test_generator_emits_valid_pytorch():

@@ -104,3 +104,120 @@ def test_gate_after_inplace_no_extra_recompiles(backend):
             x = tp.ones(4) * v
             assert np.allclose(cf(x).numpy(), f(tp.ones(4) * v).numpy())
     assert cf.stats()["compiles"] == 1, cf.stats()
+
+
+def _nonstrict(fn):
+    return tp.compile(fn)   # default backend (stax), fallbacks allowed
+
+
+def _same(cf, f, make):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        e_in, c_in = make(), make()
+        want, got = f(*e_in), cf(*c_in)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, err_msg="output")
+    for a, b in zip(e_in, c_in):
+        np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-5, err_msg="input after the call")
+
+
+@pytest.mark.xfail(strict=True, reason="bug (lower): in-place op on a view of an input is lost (output and input)")
+def test_inplace_on_view_of_input():
+    def f(x0, x1):
+        x1[:, :].add_(x0)
+        return x1
+    _same(_nonstrict(f), f, lambda: (tp.ones(2, 2), tp.zeros(2, 2)))
+
+
+@pytest.mark.xfail(strict=True, reason="bug (lower): in-place on a strided slice of an input not written back")
+def test_inplace_on_strided_view_of_input():
+    def f(x):
+        x[1:, ::2].add_(10.0)
+        return x * 1
+    _same(_nonstrict(f), f, lambda: (tp.zeros(3, 4),))
+
+
+@pytest.mark.xfail(strict=True, reason="bug (lower): in-place fallback runs before a fused kernel that reads the old value")
+def test_read_before_inplace_sees_old_value():
+    def f(x):
+        v = x.relu()
+        x.clamp_(min=0.001)
+        return v
+    _same(_nonstrict(f), f, lambda: (-tp.ones(3),))
+
+
+@pytest.mark.xfail(strict=True, reason="bug (lower): read-before-write of an input (tanh then mul_)")
+def test_read_before_inplace_tanh():
+    def f(x, y):
+        v = x.tanh()
+        x.mul_(3.0)
+        return v - y
+    _same(_nonstrict(f), f, lambda: (tp.ones(2), tp.zeros(2)))
+
+
+@pytest.mark.xfail(strict=True, reason="bug (lower): in-place on an intermediate lost before .to(bool)")
+def test_inplace_on_intermediate_then_cast():
+    def f(x):
+        v = x * 2
+        v.clamp_(min=100)
+        return v.to(tp.bool)
+    cf = _nonstrict(f)
+    x = tp.tensor([0, 1])
+    assert cf(x).tolist() == f(x).tolist() == [True, True]
+
+
+@pytest.mark.xfail(strict=True, reason="bug (lower): mutation through a reshape view not seen through the base")
+def test_mutation_through_view_seen_by_base():
+    def f(x, w):
+        v = x.reshape(1, -1)
+        v.mul_(w)
+        return x + 0
+    _same(_nonstrict(f), f, lambda: (tp.ones(2), 3 * tp.ones(2)))
+
+
+@pytest.mark.xfail(strict=True, reason="bug (lower): var over n <= correction elements is -0.0/inf, eager NaN")
+@pytest.mark.parametrize("case", ["empty", "0-d-of-reduction"])
+def test_var_degenerate_is_nan(case):
+    if case == "empty":
+        fn, x = (lambda x: x.var(0)), tp.ones(0, 3)
+    else:
+        fn, x = (lambda x: x.sum(0).var()), tp.ones(3)
+    assert np.isnan(fn(x).numpy()).all()
+    assert np.isnan(tp.compile(fn, strict_native=True)(x).numpy()).all()
+
+
+@pytest.mark.xfail(strict=True, reason="bug (lower/guards): every compiled output gets requires_grad=True")
+def test_requires_grad_only_where_eager_has_it():
+    tp.manual_seed(0)
+    m = tp.nn.Linear(4, 2)
+
+    def f(x):
+        return m(x.float()), ~x
+    x = tp.tensor([True, False, False, True])
+    e, c = f(x), tp.compile(f)(x)
+    assert [t.requires_grad for t in c] == [t.requires_grad for t in e] == [True, False]
+
+
+@pytest.mark.xfail(strict=True, reason="bug (lower): in-place on a zero-size view of an input does not bump its version")
+def test_zero_size_inplace_bumps_version():
+    def f(x):
+        x[:, 0:].mul_(2.0)
+        return x + 1
+    cf = _nonstrict(f)
+    a, b = tp.ones(5, 0), tp.ones(5, 0)
+    va, vb = a._version, b._version
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        f(a)
+        cf(b)
+    assert (a._version > va) == (b._version > vb) == True  # noqa: E712
+
+
+@pytest.mark.xfail(strict=True, reason="divergence (trace): errors raised by dead code are swallowed by the lazy tracer")
+def test_error_in_dead_code_is_raised():
+    def f(x):
+        x.amin(0)           # raises on an empty dim eagerly; its value is unused
+        return x * 2
+    with pytest.raises(IndexError):
+        f(tp.ones(0))
+    with pytest.raises(IndexError):
+        tp.compile(f)(tp.ones(0))
