@@ -212,7 +212,6 @@ def test_zero_size_inplace_bumps_version():
     assert (a._version > va) == (b._version > vb) == True  # noqa: E712
 
 
-@pytest.mark.xfail(strict=True, reason="divergence (trace): errors raised by dead code are swallowed by the lazy tracer")
 def test_error_in_dead_code_is_raised():
     def f(x):
         x.amin(0)           # raises on an empty dim eagerly; its value is unused
