@@ -382,9 +382,15 @@ def _h_inplace_keeps_dtype(x):
     return x + 0
 
 
+def _h_mask_and_index_assign(x):
+    x[x > 0] = 0.0                  # masked_fill
+    x[tp.tensor([0, 2])] = 5.0      # a node that records what it mutates
+    return x * 2
+
+
 @needs_eager
 @pytest.mark.parametrize("h", [_h_contiguous_alias, _h_reshape_copy, _h_reshape_view,
-                               _h_inplace_keeps_dtype])
+                               _h_inplace_keeps_dtype, _h_mask_and_index_assign])
 def test_traced_alias_or_copy_decided_on_samples(h):
     if not hasattr(C, "trace"):
         pytest.skip("tracer not landed")

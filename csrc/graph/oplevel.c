@@ -614,6 +614,22 @@ done:
     return rc;
 }
 
+static int
+p_attr_shape_eq(PyObject *a, PyObject *b)
+{
+    PyObject *x = PyObject_GetAttrString(a, "shape");
+    PyObject *y = x ? PyObject_GetAttrString(b, "shape") : NULL;
+    PyObject *tx = y ? PySequence_Tuple(x) : NULL;
+    PyObject *ty = tx ? PySequence_Tuple(y) : NULL;
+    int r = ty ? PyObject_RichCompareBool(tx, ty, Py_EQ) == 1 : 0;
+    Py_XDECREF(x);
+    Py_XDECREF(y);
+    Py_XDECREF(tx);
+    Py_XDECREF(ty);
+    PyErr_Clear();
+    return r;
+}
+
 /* copy `src` into the shape of `like` (copy_, setitem) as a new value */
 static PyObject *
 p_fill_value(p_op_ctx *c, PyObject *like, PyObject *src)
@@ -702,9 +718,57 @@ p_lower_inplace(p_op_ctx *c, PyObject *n, p_opref *r, PyObject *args,
     if (r->setitem) {
         /* x[idx] = v: a mutation of the view x[idx] */
         PyObject *key = Py_BuildValue("(Os)", n, "view");
-        if (key == NULL || PyTuple_GET_SIZE(args) != 3
-            || p_lower_index(c, key, m, PyTuple_GET_ITEM(args, 1)) < 0) {
+        if (key == NULL || PyTuple_GET_SIZE(args) != 3) {
             Py_XDECREF(key);
+            goto done;
+        }
+        if (p_lower_index(c, key, m, PyTuple_GET_ITEM(args, 1)) < 0) {
+            Py_DECREF(key);
+            if (!PyErr_ExceptionMatches(PyExc_NotImplementedError)) {
+                goto done;
+            }
+            PyErr_Clear();
+            /* x[mask] = s: masked_fill; other tensor indices: one node
+             * that records the argument it mutates */
+            PyObject *idx = PyTuple_GET_ITEM(args, 1);
+            PyObject *iv = stax_graph_p_is_node(idx) ? stax_graph_p_val(idx)
+                                                     : NULL;
+            PyObject *mv = stax_graph_p_val(stax_graph_fz_resolve(c, m));
+            PyObject *src = PyTuple_GET_ITEM(mapped, 2);
+            PyObject *idt = iv ? PyObject_GetAttrString(iv, "dtype") : NULL;
+            PyObject *bdt = NULL;
+            int is_mask = 0;
+            if (idt != NULL) {
+                PyObject *tpm = PyImport_ImportModule("tensorplay");
+                bdt = tpm ? PyObject_GetAttrString(tpm, "bool") : NULL;
+                Py_XDECREF(tpm);
+                is_mask = bdt && PyObject_RichCompareBool(idt, bdt, Py_EQ) == 1
+                          && mv != NULL && p_attr_shape_eq(iv, mv);
+            }
+            Py_XDECREF(idt);
+            Py_XDECREF(bdt);
+            PyErr_Clear();
+            PyObject *curm = stax_graph_fz_current(c, m);
+            if (curm == NULL) {
+                goto done;
+            }
+            PyObject *a3 = PyTuple_Pack(3, curm, PyTuple_GET_ITEM(mapped, 1),
+                                        src);
+            Py_DECREF(curm);
+            if (a3 == NULL) {
+                goto done;
+            }
+            if (is_mask && p_is_number(src)) {
+                v = stax_graph_p_emit(c, "masked_fill", "Scalar", a3, NULL, 0);
+            }
+            else {
+                v = stax_graph_p_emit(c, "setitem", "default", a3, NULL, 1);
+            }
+            Py_DECREF(a3);
+            if (v == NULL || stax_graph_fz_assign(c, m, v) < 0) {
+                goto done;
+            }
+            rc = stax_graph_fz_root(c, n, Py_None);
             goto done;
         }
         cur = stax_graph_fz_current(c, key);
