@@ -295,3 +295,10 @@ def test_half_conversion_matches_numpy():
     exp = xs.astype(np.float16).astype(np.float64)
     assert np.array_equal(got, exp) and np.array_equal(np.signbit(got), np.signbit(exp))
     assert np.isnan(tp.tensor(float("nan"), dtype=tp.half).item())
+
+
+def test_numpy_ufuncs_return_tensors():
+    assert repr(np.sqrt(tp.tensor(4.0))) == "tensor(2.)"
+    r = np.exp(tp.tensor([0.0, 1.0]))
+    assert isinstance(r, tp.Tensor) and r.dtype is tp.float32
+    assert isinstance(np.add(np.ones(2), tp.tensor([1.0, 2.0])), tp.Tensor)

@@ -727,8 +727,18 @@ def _dim_order(self):
     return tuple(sorted(range(self.dim()), key=lambda d: -st[d]))
 
 
+def _array_wrap(self, array, context=None, return_scalar=False):
+    """NumPy ufuncs applied to tensors give tensors back (as in PyTorch)."""
+    try:
+        a = np.asarray(array)
+        return _C.from_numpy(a if a.flags.c_contiguous else a.copy())
+    except (TypeError, ValueError):
+        return array
+
+
 def _tensor_dir_methods():
     return {
+        "__array_wrap__": _array_wrap,
         "type_as": _type_as, "cuda": _cuda, "__contains__": _contains,
         "__reversed__": _reversed, "dim_order": _dim_order,
         "is_complex": lambda self: False, "is_signed": lambda self: self.dtype.is_signed,
