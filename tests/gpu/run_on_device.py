@@ -200,6 +200,9 @@ def main():
               "TENSORPLAY_NVRTC")
         return 2
     dry = "--dry-run" in sys.argv
+    if "--bandwidth" in sys.argv:
+        bandwidth(np.random.default_rng(0))
+        return 0
     if not _C.cuda_available() and not dry:
         print("no usable CUDA GPU/driver here (--dry-run renders and "
               "compiles without launching)")
