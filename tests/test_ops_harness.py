@@ -259,7 +259,7 @@ REDS = ["sum", "mean", "prod", "amax", "amin", "var", "std", "logsumexp",
 @needs_torch
 @pytest.mark.parametrize("name", REDS)
 def test_reductions_vs_torch(name):
-    for dt, shape, layout in itertools.product(["float32", "float64", "int64", "bool"],
+    for dt, shape, layout in itertools.product(["float32", "float64", "float16", "int64", "int32", "uint8", "bool"],
                                                [(5,), (3, 4), (2, 3, 4)], LAYOUTS):
         if name in ("mean", "var", "std", "logsumexp", "norm") and dt not in FLOATS:
             continue
