@@ -922,8 +922,8 @@ p_lower_call(p_op_ctx *c, PyObject *n, p_opcode_t opc)
     if (PyTuple_GET_SIZE(args) > 0
         && stax_graph_p_is_node(PyTuple_GET_ITEM(args, 0))
         && !(known && r.info != NULL && r.info->kind == STAX_OPK_VIEW)) {
-        PyObject *a0 = stax_graph_fz_resolve(c, PyTuple_GET_ITEM(args, 0));
-        PyObject *vn = stax_graph_p_val(n), *va = stax_graph_p_val(a0);
+        PyObject *base0 = stax_graph_fz_resolve(c, PyTuple_GET_ITEM(args, 0));
+        PyObject *vn = stax_graph_p_val(n), *va = stax_graph_p_val(base0);
         if (p_shares_storage(vn, va) == 1 && stax_graph_p_same_meta(vn, va)) {
             PyObject *s1 = PyObject_CallMethod(vn, "stride", NULL);
             PyObject *s2 = s1 ? PyObject_CallMethod(va, "stride", NULL) : NULL;
@@ -939,7 +939,7 @@ p_lower_call(p_op_ctx *c, PyObject *n, p_opcode_t opc)
             Py_XDECREF(o2);
             PyErr_Clear();
             if (same) {
-                rc = stax_graph_fz_alias(c, n, a0);
+                rc = stax_graph_fz_alias(c, n, base0);
                 goto done;
             }
         }
