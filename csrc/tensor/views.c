@@ -36,10 +36,11 @@ stax_tensor_as_strided(StaxTensor *t, int ndim, const int64_t *sizes,
             return NULL;
         }
         if (strides[i] < 0) {
+            PyObject *l = int_list(ndim, strides);
             PyErr_Format(PyExc_RuntimeError,
                          "as_strided: Negative strides are not supported at "
-                         "the moment, got strides: %S",
-                         int_list(ndim, strides));
+                         "the moment, got strides: %S", l);
+            Py_XDECREF(l);
             return NULL;
         }
     }
@@ -56,15 +57,16 @@ stax_tensor_as_strided(StaxTensor *t, int ndim, const int64_t *sizes,
         need += (sizes[i] - 1) * strides[i];
     }
     if (!empty && (need + 1) * isz > t->storage->nbytes) {
-        PyObject *l = int_list(ndim, sizes);
+        PyObject *l = int_list(ndim, sizes), *l2 = int_list(ndim, strides);
         PyErr_Format(PyExc_RuntimeError,
                      "setStorage: sizes %S, strides %S, storage offset %lld, "
                      "and itemsize %lld requiring a storage size of %lld are "
                      "out of bounds for storage of size %lld",
-                     l, int_list(ndim, strides), (long long)offset,
+                     l, l2, (long long)offset,
                      (long long)isz, (long long)((need + 1) * isz),
                      (long long)t->storage->nbytes);
         Py_XDECREF(l);
+        Py_XDECREF(l2);
         return NULL;
     }
     return stax_tensor_view(t, ndim, sizes, strides, offset);
@@ -287,11 +289,14 @@ stax_tensor_expand(StaxTensor *t, int ndim, const int64_t *sizes)
 {
     int64_t sz[STAX_MAX_DIMS], st[STAX_MAX_DIMS];
     if (ndim < t->ndim) {
+        PyObject *l = int_list(t->ndim, t->sizes);
         PyErr_Format(PyExc_RuntimeError,
-                     "expand(%s{%S}, size=[%d]): the number of sizes provided "
-                     "(%d) must be greater or equal to the number of "
-                     "dimensions in the tensor (%d)", "torch.FloatTensor",
-                     int_list(t->ndim, t->sizes), ndim, ndim, t->ndim);
+                     "expand(torch.%sTensor{%S}, size=[%d]): the number of "
+                     "sizes provided (%d) must be greater or equal to the "
+                     "number of dimensions in the tensor (%d)",
+                     stax_dtype_is_floating(t->dtype) ? "Float" : "Long",
+                     l, ndim, ndim, t->ndim);
+        Py_XDECREF(l);
         return NULL;
     }
     for (int i = ndim - 1; i >= 0; i--) {
