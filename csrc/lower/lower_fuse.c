@@ -183,6 +183,15 @@ dims_eq(const int64_t *a, const int64_t *b, int n)
 static int
 nest_fit(kdraft *p, kdraft *c)
 {
+    /* a REDUCE stage of a kernel without inner dims folds once: it must not
+     * move under inner loops */
+    if (c->ninner == 0 && p->ninner > 0) {
+        for (int s = 0; s < c->nstages; s++) {
+            if (c->stages[s].kind == STAX_STAGE_REDUCE) {
+                return 0;
+            }
+        }
+    }
     if (c->nouter == p->nouter && dims_eq(c->dimv, p->dimv, p->nouter)) {
         if (c->ninner == 0) {
             return 1;
@@ -208,6 +217,17 @@ try_merge(lw_ctx *c, int pi, int ci, unsigned char *avail)
     int fit = nest_fit(p, k);
     if (!fit) {
         return 0;
+    }
+    /* writes into inputs (functionalized mutation) keep their place */
+    for (int i = 0; i < p->nstores; i++) {
+        if (c->pbufs[p->stores[i].buf].kind == PB_INPUT) {
+            return 0;
+        }
+    }
+    for (int i = 0; i < k->nstores; i++) {
+        if (c->pbufs[k->stores[i].buf].kind == PB_INPUT) {
+            return 0;
+        }
     }
     if (p->naccs + k->naccs > LW_MAX_ACCS || p->nstores + k->nstores > LW_MAX_STORES
         || p->nstages + k->nstages > LW_MAX_STAGES) {
@@ -321,7 +341,7 @@ drop_dead_stores(lw_ctx *c)
         stax_lstore keep[LW_MAX_STORES];
         for (int i = 0; i < k->nstores; i++) {
             int b = k->stores[i].buf;
-            if (read[b] || c->pbufs[b].is_output) {
+            if (read[b] || c->pbufs[b].is_output || c->pbufs[b].kind == PB_INPUT) {
                 map[i] = ns;
                 keep[ns++] = k->stores[i];
             }
@@ -597,6 +617,21 @@ finalize_kernel(lw_ctx *c, step_t *s)
             *q = '_';
         }
     }
+    int nb_in = 0;
+    for (int b = 0; b < n; b++) {
+        nb_in += wr[b] && c->pbufs[b].kind == PB_INPUT;
+    }
+    if (nb_in > 0) {
+        s->bump = stax_arena_alloc(c->arena, sizeof(int) * (size_t)nb_in);
+        if (s->bump == NULL) {
+            goto error;
+        }
+        for (int b = 0; b < n; b++) {
+            if (wr[b] && c->pbufs[b].kind == PB_INPUT) {
+                s->bump[s->nbump++] = c->pbufs[b].input;
+            }
+        }
+    }
     s->k = k;
     s->par_n = d->nouter > 0 ? d->dimv[0] : 1;
     s->work = k->work;
@@ -609,6 +644,41 @@ error:
     free(wr);
     free(map);
     return -1;
+}
+
+/* inputs a value is differentiably derived from: integer and bool values
+ * (comparisons, casts to int) cut the chain, as autograd does */
+typedef struct {
+    lw_ctx *c;
+    kdraft *d;
+    long budget;
+} dep_ctx;
+
+static uint64_t
+lval_deps(dep_ctx *x, const stax_lval *v)
+{
+    if (v == NULL || !lw_is_float(v->dtype)) {
+        return 0;
+    }
+    if (--x->budget < 0) {
+        return ~0ULL;   /* too large to walk: conservative */
+    }
+    switch (v->kind) {
+    case STAX_LV_LOAD:
+        return x->c->pbufs[v->buf].deps;
+    case STAX_LV_ACC:
+        return v->acc < x->d->naccs ? lval_deps(x, x->d->accs[v->acc].value) : 0;
+    case STAX_LV_CAST:
+    case STAX_LV_PRIM: {
+        uint64_t r = 0;
+        for (int i = 0; i < v->nargs; i++) {
+            r |= lval_deps(x, v->args[i]);
+        }
+        return r;
+    }
+    default:
+        return 0;
+    }
 }
 
 int
@@ -666,6 +736,48 @@ lw_finalize(lw_ctx *c, const int *outputs, int noutputs)
             }
             if (rd[b] || wr[b]) {
                 c->pbufs[b].last = i;
+            }
+        }
+    }
+    /* input dependencies of every buffer (requires_grad of outputs): per
+     * store, the buffers its value and the kernel's accumulators load */
+    for (int b = 0; b < n; b++) {
+        pbuf_t *p = &c->pbufs[b];
+        p->deps = p->kind == PB_INPUT ? (1ULL << (p->input < 63 ? p->input : 63)) : 0;
+    }
+    for (int i = 0; i < c->nsteps; i++) {
+        step_t *s = &c->steps[i];
+        if (s->kind == ST_KERNEL) {
+            kdraft *d = s->draft;
+            for (int q = 0; q < d->nstores; q++) {
+                dep_ctx x = {c, d, 200000};
+                uint64_t dep = lval_deps(&x, d->stores[q].value);
+                if (dep == ~0ULL) {
+                    dep = 0;
+                    for (int b = 0; b < n; b++) {
+                        dep |= c->pbufs[b].kind == PB_INPUT ? c->pbufs[b].deps : 0;
+                    }
+                }
+                if (c->pbufs[d->stores[q].buf].kind != PB_INPUT) {
+                    c->pbufs[d->stores[q].buf].deps |= dep;
+                }
+            }
+            PyErr_Clear();
+            continue;
+        }
+        memset(rd, 0, (size_t)n);
+        memset(wr, 0, (size_t)n);
+        step_reads(c, s, rd);
+        step_writes(s, wr);
+        uint64_t dep = 0;
+        for (int b = 0; b < n; b++) {
+            if (rd[b]) {
+                dep |= c->pbufs[b].deps;
+            }
+        }
+        for (int b = 0; b < n; b++) {
+            if (wr[b] && c->pbufs[b].kind != PB_INPUT) {
+                c->pbufs[b].deps |= dep;
             }
         }
     }

@@ -49,6 +49,8 @@ typedef struct {
     int first, last;           /* buffer plan: first writer, last reader */
     int is_output;
     int requires_grad;         /* output: eager's result requires grad */
+    uint64_t deps;             /* inputs it depends on (bit i: input i;
+                                  bit 63: input >= 63) */
 } pbuf_t;
 
 /* kernel drafts (before finalization into a stax_kernel) */
@@ -91,6 +93,7 @@ typedef struct {
     int nfree, *frees;         /* program buffers released after */
     PyObject *stack;           /* fallback: the user's source line */
     PyObject *source;          /* ST_KERNEL: generated source (strong) */
+    int nbump, *bump;          /* inputs written (version counters) */
 } step_t;
 
 typedef struct lw_ctx {
@@ -177,6 +180,9 @@ struct lw_node_in {
 };
 int lw_lower_node(lw_ctx *c, struct lw_node_in *in, vbuf **out,
                   const char **why);
+/* functionalized input mutation: dest (a placeholder) <- src, in place;
+ * 1 lowered, 0 unsupported */
+int lw_lower_copy_into(lw_ctx *c, vbuf *dest, vbuf *src);
 int lw_val_info(PyObject *val, int *ndim, int64_t *sizes, int64_t *strides,
                 stax_dtype_t *dt);
 

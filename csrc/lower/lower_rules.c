@@ -929,8 +929,9 @@ lower_reduction(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
         if (a1 < 0) {
             return -1;
         }
-        const stax_lval *var = lw_prim(c, STAX_PRIM_DIV, fd, lw_acc(c, a1, fd),
-                                       lw_const(c, fd, n - corr), NULL);
+        const stax_lval *var = n == 0 ? lw_const(c, fd, NAN)
+                               : lw_prim(c, STAX_PRIM_DIV, fd, lw_acc(c, a1, fd),
+                                         lw_const(c, fd, n - corr), NULL);
         int sd = name[0] == 's';
         if (sd) {
             var = lw_prim(c, STAX_PRIM_SQRT, fd, var, NULL, NULL);
@@ -1967,4 +1968,81 @@ lw_lower_node(lw_ctx *c, struct lw_node_in *in, vbuf **outp, const char **why)
         *outp = out;
     }
     return rc;
+}
+
+/* ------------------------------------------------------ input mutation */
+typedef struct {
+    int buf;
+    int hit;
+} reads_buf_ctx;
+
+static int
+reads_buf_hook(lw_rw *rw, const stax_lval *load, const stax_lval **out)
+{
+    reads_buf_ctx *r = rw->hook_ctx;
+    (void)out;
+    if (load->buf == r->buf) {
+        r->hit = 1;
+    }
+    return 0;
+}
+
+static int
+body_reads(lw_ctx *c, const stax_lval *body, int buf)
+{
+    reads_buf_ctx r = {buf, 0};
+    lw_rw rw = {0};
+    rw.load_hook = reads_buf_hook;
+    rw.hook_ctx = &r;
+    const stax_lval *x = lw_rewrite(c, &rw, body);
+    lw_rw_done(&rw);
+    return x == NULL ? -1 : r.hit;
+}
+
+int
+lw_lower_copy_into(lw_ctx *c, vbuf *dest, vbuf *src)
+{
+    if (dest->kind != VB_TENSOR || src->kind != VB_TENSOR || dest->pbuf < 0
+        || c->pbufs[dest->pbuf].kind != PB_INPUT) {
+        return 0;
+    }
+    pbuf_t *pb = &c->pbufs[dest->pbuf];
+    for (int d = 0; d < pb->ndim; d++) {
+        if (pb->strides[d] == 0 && pb->sizes[d] > 1) {
+            return 0;    /* an expanded input: not writable elementwise */
+        }
+    }
+    int r = body_reads(c, src->body, dest->pbuf);
+    if (r < 0) {
+        return -1;
+    }
+    if (r > 0 && lw_materialize(c, src) < 0) {
+        return -1;
+    }
+    kdraft *k = lw_new_kernel(c, "copy_");
+    if (k == NULL) {
+        return -1;
+    }
+    const stax_ix *ov[STAX_MAX_DIMS];
+    ident_vars(c, dest->ndim, ov);
+    k->nouter = dest->ndim;
+    for (int d = 0; d < dest->ndim; d++) {
+        k->dimv[d] = dest->sizes[d];
+    }
+    const stax_lval *v = bcast(c, src, dest->ndim, dest->sizes, ov);
+    const stax_ix *ix = lw_ix_const(c, 0);
+    for (int d = dest->ndim - 1; d >= 0; d--) {
+        if (pb->sizes[d] != 1) {
+            ix = lw_ix_bin(c, STAX_IX_ADD,
+                           lw_ix_bin(c, STAX_IX_MUL, ov[d], lw_ix_const(c, pb->strides[d])), ix);
+        }
+    }
+    if (v == NULL || ix == NULL) {
+        return -1;
+    }
+    k->nstores = 1;
+    k->stores[0].buf = dest->pbuf;
+    k->stores[0].index = ix;
+    k->stores[0].value = lw_cast(c, v, pb->dtype);
+    return add_stage(k, STAX_STAGE_OUTER, 0, 1) < 0 ? -1 : 1;
 }

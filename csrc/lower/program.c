@@ -517,6 +517,11 @@ program_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
             if (run_kernel(p, s, slots) < 0) {
                 goto done;
             }
+            for (int q = 0; q < s->nbump; q++) {
+                if (StaxTensor_Check(args[s->bump[q]])) {
+                    stax_tensor_bump_version((StaxTensor *)args[s->bump[q]]);
+                }
+            }
             break;
         case ST_MATMUL: {
             PyObject *a = as_array(slots[s->a]);
@@ -582,15 +587,20 @@ program_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
             Py_CLEAR(slots[s->frees[q]]);
         }
     }
-    int any_rg = 0;
+    uint64_t rg = 0;
     for (Py_ssize_t i = 0; i < nargs; i++) {
-        any_rg |= StaxTensor_Check(args[i]) && ((StaxTensor *)args[i])->requires_grad;
+        if (StaxTensor_Check(args[i]) && ((StaxTensor *)args[i])->requires_grad) {
+            rg |= 1ULL << (i < 63 ? i : 63);
+        }
     }
-    for (int b = 0; b < c->npbufs; b++) {
-        pbuf_t *pb = &c->pbufs[b];
-        if ((pb->requires_grad || (any_rg && pb->is_output)) && pb->kind != PB_INPUT && pb->kind != PB_CONST
-            && slots[b] != NULL && StaxTensor_Check(slots[b]) && stax_grad_enabled()) {
-            ((StaxTensor *)slots[b])->requires_grad = 1;
+    if (rg != 0 && stax_grad_enabled()) {
+        for (int b = 0; b < c->npbufs; b++) {
+            pbuf_t *pb = &c->pbufs[b];
+            if (pb->is_output && (pb->deps & rg) && pb->kind != PB_INPUT
+                && pb->kind != PB_CONST && lw_is_float(pb->dtype)
+                && slots[b] != NULL && StaxTensor_Check(slots[b])) {
+                ((StaxTensor *)slots[b])->requires_grad = 1;
+            }
         }
     }
     if (p->out_single >= 0) {
@@ -756,6 +766,9 @@ operator_alias(const char *n)
         {"concatenate", "cat"}, {"absolute", "abs"}, {"clamp_", "clamp_"},
         {"divide", "div"}, {"multiply", "mul"}, {"subtract", "sub"},
         {"greater", "gt"}, {"less", "lt"}, {"permute", "permute"},
+        {"float", "to"}, {"double", "to"}, {"half", "to"}, {"int", "to"},
+        {"long", "to"}, {"bool", "to"}, {"short", "to"}, {"byte", "to"},
+        {"char", "to"}, {"type", "to"}, {"type_as", "to"},
         {NULL, NULL}};
     for (int i = 0; map[i][0]; i++) {
         if (!strcmp(map[i][0], n)) {
@@ -1228,6 +1241,46 @@ stax_backend_fn(PyObject *mod, PyObject *args, PyObject *kwargs)
     if (ex == NULL) {
         return NULL;
     }
+    /* a graph that mutates (in-place ops) is lowered from its op-level
+     * graph, where functionalization turned mutations into values and
+     * copy_ into the mutated inputs; others from the Python-level graph
+     * (same semantics, no pass cost on the first call) */
+    PyObject *gm_in = gm;
+    gm = NULL;
+    {
+        PyObject *g0 = PyObject_GetAttrString(gm_in, "graph");
+        PyObject *l0 = g0 ? PyObject_GetAttrString(g0, "nodes") : NULL;
+        PyObject *n0 = l0 ? PySequence_List(l0) : NULL;
+        Py_XDECREF(g0);
+        Py_XDECREF(l0);
+        int mut = 0;
+        for (Py_ssize_t i = 0; n0 && i < PyList_GET_SIZE(n0) && !mut; i++) {
+            int im = 0;
+            PyObject *nm = target_name(PyList_GET_ITEM(n0, i), &im);
+            if (nm != NULL) {
+                const char *sname = PyUnicode_AsUTF8(nm);
+                size_t l = sname ? strlen(sname) : 0;
+                mut = l > 1 && sname[l - 1] == '_' && sname[l - 2] != '_';
+                mut |= sname && strstr(sname, "setitem") != NULL;
+            }
+            Py_XDECREF(nm);
+        }
+        Py_XDECREF(n0);
+        PyErr_Clear();
+        if (mut) {
+            PyObject *m = PyImport_ImportModule("tensorplay._C");
+            PyObject *f = m ? PyObject_GetAttrString(m, "make_op_graph") : NULL;
+            Py_XDECREF(m);
+            gm = f ? PyObject_CallOneArg(f, gm_in) : NULL;
+            Py_XDECREF(f);
+            if (gm == NULL) {
+                PyErr_Clear();
+            }
+        }
+        if (gm == NULL) {
+            gm = Py_NewRef(gm_in);
+        }
+    }
     /* the graph's meta['val'] describe the traced sizes: other example
      * sizes (a per-layout artifact) need their own values */
     PyObject *vals = NULL;
@@ -1238,6 +1291,7 @@ stax_backend_fn(PyObject *mod, PyObject *args, PyObject *kwargs)
     Py_XDECREF(nl);
     if (nodes == NULL) {
         Py_DECREF(ex);
+        Py_DECREF(gm);
         return NULL;
     }
     int k = 0, differ = 0;
@@ -1266,12 +1320,17 @@ stax_backend_fn(PyObject *mod, PyObject *args, PyObject *kwargs)
         vals = shape_prop(gm, ex);
         if (vals == NULL) {
             Py_DECREF(ex);
+            Py_DECREF(gm);
             return NULL;
         }
     }
     PyObject *r = build_program(gm, ex, strict, dynamic, vals);
+    if (r != NULL && gm != gm_in) {
+        Py_XSETREF(((Program *)r)->op_graph, Py_NewRef(gm));
+    }
     Py_XDECREF(vals);
     Py_DECREF(ex);
+    Py_DECREF(gm);
     return r;
 }
 
@@ -1334,6 +1393,9 @@ build_program(PyObject *gm, PyObject *ex, int strict, int dynamic, PyObject *val
         }
     }
     tmpl_ctx tc = {c, vb, index, NULL, vals};
+    /* functionalized input mutations (copy_ into a placeholder) run after
+     * everything that reads the old values */
+    int copy_nodes[64], ncopies = 0;
     PyObject *output_t = NULL;
     int nph = 0;
     for (Py_ssize_t i = 0; i < nn; i++) {
@@ -1485,6 +1547,27 @@ build_program(PyObject *gm, PyObject *ex, int strict, int dynamic, PyObject *val
                 }
             }
             const stax_op_info *op = base[0] ? stax_op_by_name(base) : NULL;
+            if (!strcmp(base, "copy_") && ncopies < 64) {
+                PyObject *ca = PyObject_GetAttrString(node, "args");
+                vbuf *dv = NULL, *sv = NULL;
+                if (ca != NULL && PyTuple_Check(ca) && PyTuple_GET_SIZE(ca) >= 2) {
+                    PyObject *i0 = PyDict_GetItem(index, PyTuple_GET_ITEM(ca, 0));
+                    PyObject *i1 = PyDict_GetItem(index, PyTuple_GET_ITEM(ca, 1));
+                    dv = i0 ? vb[PyLong_AsLong(i0)] : NULL;
+                    sv = i1 ? vb[PyLong_AsLong(i1)] : NULL;
+                }
+                Py_XDECREF(ca);
+                PyErr_Clear();
+                if (dv != NULL && sv != NULL && dv->kind == VB_TENSOR && sv->kind == VB_TENSOR
+                    && dv->pbuf >= 0 && c->pbufs[dv->pbuf].kind == PB_INPUT) {
+                    copy_nodes[ncopies++] = (int)i;
+                    v = sv;
+                    Py_XDECREF(nm);
+                    Py_DECREF(ops);
+                    vb[i] = v;
+                    continue;
+                }
+            }
             PyObject *val = node_val(node, vals);
             PyObject *nargs = PyObject_GetAttrString(node, "args");
             PyObject *nkw = nargs ? PyObject_GetAttrString(node, "kwargs") : NULL;
@@ -1546,6 +1629,30 @@ build_program(PyObject *gm, PyObject *ex, int strict, int dynamic, PyObject *val
     }
     if (output_t == NULL) {
         output_t = Py_NewRef(Py_None);
+    }
+    for (int q = 0; q < ncopies; q++) {
+        PyObject *node = PyList_GET_ITEM(nodes, copy_nodes[q]);
+        PyObject *ca = PyObject_GetAttrString(node, "args");
+        if (ca == NULL) {
+            goto error;
+        }
+        vbuf *dv = vb[PyLong_AsLong(PyDict_GetItem(index, PyTuple_GET_ITEM(ca, 0)))];
+        vbuf *sv = vb[PyLong_AsLong(PyDict_GetItem(index, PyTuple_GET_ITEM(ca, 1)))];
+        Py_DECREF(ca);
+        int rc = lw_lower_copy_into(c, dv, sv);
+        if (rc < 0) {
+            goto error;
+        }
+        if (rc == 0) {
+            if (strict) {
+                strict_error(node, "copy_", "mutation of an expanded input");
+                goto error;
+            }
+            vbuf *fv = NULL;
+            if (make_fallback(c, &tc, node, NULL, 0, &fv) < 0) {
+                goto error;
+            }
+        }
     }
     p->out_template = output_t;
     if (stax_lower_slotref_index(output_t) >= 0) {
