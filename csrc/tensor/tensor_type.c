@@ -76,8 +76,19 @@ storage_data_ptr(PyObject *self, PyObject *unused)
     return PyLong_FromVoidPtr(((StaxStorage *)self)->data);
 }
 
+static Py_ssize_t
+storage_len(PyObject *self)
+{
+    return (Py_ssize_t)((StaxStorage *)self)->nbytes;
+}
+
+static PySequenceMethods storage_as_sequence = {
+    .sq_length = storage_len,
+};
+
 static PyMethodDef storage_methods[] = {
     {"nbytes", storage_nbytes, METH_NOARGS, NULL},
+    {"size", storage_nbytes, METH_NOARGS, NULL},
     {"data_ptr", storage_data_ptr, METH_NOARGS, NULL},
     {NULL},
 };
@@ -94,6 +105,7 @@ PyTypeObject StaxStorage_TypeObj = {
     .tp_basicsize = sizeof(StaxStorage),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_dealloc = storage_dealloc,
+    .tp_as_sequence = &storage_as_sequence,
     .tp_methods = storage_methods,
     .tp_members = storage_members,
 };
@@ -1284,6 +1296,12 @@ m_detach_(PyObject *self, PyObject *unused)
 }
 
 static PyObject *
+m_untyped_storage(PyObject *self, PyObject *unused)
+{
+    return Py_NewRef(SELF->storage);
+}
+
+static PyObject *
 m_cpu(PyObject *self, PyObject *unused)
 {
     return Py_NewRef(self);
@@ -1461,6 +1479,8 @@ static PyMethodDef tensor_methods[] = {
     {"detach", m_detach, METH_NOARGS, NULL},
     {"detach_", m_detach_, METH_NOARGS, NULL},
     {"cpu", m_cpu, METH_NOARGS, NULL},
+    {"untyped_storage", m_untyped_storage, METH_NOARGS,
+     "the Storage (shared by every view; ._version, .data_ptr(), .nbytes())"},
     {"requires_grad_", (PyCFunction)(void (*)(void))m_requires_grad_, METH_VARARGS | METH_KEYWORDS, NULL},
     {"copy_", (PyCFunction)(void (*)(void))m_copy_, METH_VARARGS | METH_KEYWORDS, NULL},
     {"fill_", m_fill_, METH_O, NULL},
