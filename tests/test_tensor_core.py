@@ -302,3 +302,17 @@ def test_numpy_ufuncs_return_tensors():
     r = np.exp(tp.tensor([0.0, 1.0]))
     assert isinstance(r, tp.Tensor) and r.dtype is tp.float32
     assert isinstance(np.add(np.ones(2), tp.tensor([1.0, 2.0])), tp.Tensor)
+
+
+def test_no_grad_decorator_without_parentheses_and_views_requires_grad():
+    @tp.no_grad
+    def f():
+        return tp.is_grad_enabled()
+    assert f() is False and tp.is_grad_enabled()
+    w = tp.ones(3, requires_grad=True)
+    v = w[1:]
+    assert v.requires_grad and not v.is_leaf
+    with tp.no_grad():
+        u = w[1:]
+    assert not u.requires_grad and u.is_leaf
+    assert tp._C._set_grad_enabled(True) is True

@@ -126,10 +126,15 @@ class _DecoratorContextManager:
 class no_grad(_DecoratorContextManager):
     """Context manager / decorator disabling grad mode."""
 
+    def __new__(cls, orig_func=None):
+        if orig_func is None:
+            return super().__new__(cls)
+        if not callable(orig_func):
+            raise TypeError(f"no_grad() takes no arguments (got {orig_func!r})")
+        return cls()(orig_func)        # @no_grad without parentheses
+
     def __init__(self, orig_func=None):
         self._prev = None
-        if orig_func is not None and callable(orig_func):
-            raise TypeError("use @no_grad() with parentheses")
 
     def __enter__(self):
         self._prev = _C._set_grad_enabled(False)
