@@ -117,7 +117,7 @@ typedef struct {
     int64_t bshape[STAX_MAX_DIMS];    /* broadcast shape */
     int ninputs;
     xinput in[MAX_INPUTS];
-    int ndim, nred;                   /* iteration dims; trailing nred reduced */
+    int ndim, nred;          /* iteration dims; the trailing nred reduced */
     int64_t sizes[STAX_MAX_DIMS];
     xnode *body;
     int reduce;                       /* stax_red_t, or -1 */
@@ -637,8 +637,9 @@ legacy_stages(spec_t *k)
     }
     accn->kind = X_ACC;
     accn->input = 0;
-    accn->dtype = (k->reduce == STAX_RED_ARGMAX || k->reduce == STAX_RED_ARGMIN)
-                  ? STAX_INT64 : k->out_dtype;
+    accn->dtype = (k->reduce == STAX_RED_ARGMAX
+                   || k->reduce == STAX_RED_ARGMIN) ? STAX_INT64
+                                                    : k->out_dtype;
     v = accn;
     if (k->mean) {
         int64_t cnt = 1;
@@ -1256,8 +1257,9 @@ stax_nvrtc_py_render_expr(PyObject *self, PyObject *args, PyObject *kwargs)
     xnode *ops[MAX_INPUTS];
     (void)self;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sO|zOpsp:nvrtc_render_expr",
-                                     kwlist, &expr, &inputs, &reduce, &dims,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs,
+                                     "sO|zOpsp:nvrtc_render_expr", kwlist,
+                                     &expr, &inputs, &reduce, &dims,
                                      &keepdim, &name, &compile)) {
         return NULL;
     }
@@ -1485,7 +1487,8 @@ node_op_name(PyObject *opcode, PyObject *target, char *out, size_t cap)
 {
     static const char *const alias[][2] = {
         {"truediv", "div"}, {"floordiv", "floor_divide"},
-        {"and_", "logical_and"}, {"or_", "logical_or"}, {"invert", "bitwise_not"},
+        {"and_", "logical_and"}, {"or_", "logical_or"},
+        {"invert", "bitwise_not"},
         {NULL, NULL},
     };
     PyObject *nm = NULL;

@@ -194,8 +194,8 @@ stax_nvrtc_load(void)
     PyErr_Format(stax_nvrtc_error,
                  "libnvrtc not found (tried $TENSORPLAY_NVRTC, "
                  "/usr/local/cuda/lib64, the nvidia-cuda-nvrtc-cu12 pip wheel "
-                 "under sys.path, then the loader's path): %s. Install it with "
-                 "`pip install nvidia-cuda-nvrtc-cu12` or set "
+                 "under sys.path, then the loader's path): %s. Install it "
+                 "with `pip install nvidia-cuda-nvrtc-cu12` or set "
                  "TENSORPLAY_NVRTC to the library's path", nv.why);
     return -1;
 }
@@ -274,7 +274,7 @@ stax_nvrtc_compile_source(const char *src, const char *name,
     nvrtcResult r;
     size_t n = 0;
     char *buf = NULL;
-    PyObject *res = NULL;
+    PyObject *res = NULL, *optseq = NULL;
 
     if (stax_nvrtc_load() < 0) {
         return NULL;
@@ -286,7 +286,7 @@ stax_nvrtc_compile_source(const char *src, const char *name,
     if (!cubin && strncmp(arch, "compute_", 8) != 0) {
         PyErr_Format(PyExc_ValueError,
                      "nvrtc_compile: arch must be 'compute_XY' (PTX) or "
-                     "'sm_XY' (CUBIN), got %R", PyUnicode_FromString(arch));
+                     "'sm_XY' (CUBIN), got '%s'", arch);
         return NULL;
     }
     if (cubin && nv.GetCUBIN == NULL) {
@@ -298,27 +298,27 @@ stax_nvrtc_compile_source(const char *src, const char *name,
     opts[nopt++] = archopt;
     opts[nopt++] = "--std=c++17";
     if (options != NULL && options != Py_None) {
-        PyObject *seq = PySequence_Fast(options, "options must be a sequence "
-                                        "of str");
-        if (seq == NULL) {
+        /* the option strings live as long as optseq (released at done) */
+        optseq = PySequence_Fast(options, "options must be a sequence of "
+                                 "str");
+        if (optseq == NULL) {
             return NULL;
         }
-        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
-            const char *o = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(seq, i));
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(optseq); i++) {
+            const char *o = PyUnicode_AsUTF8(
+                PySequence_Fast_GET_ITEM(optseq, i));
             if (o == NULL || nopt >= 64) {
-                Py_DECREF(seq);
                 if (o != NULL) {
                     PyErr_SetString(PyExc_ValueError, "too many options");
                 }
-                return NULL;
+                goto done;
             }
-            opts[nopt++] = o;   /* kept alive by `options` */
+            opts[nopt++] = o;
         }
-        Py_DECREF(seq);
     }
     if (nvrtc_check(nv.CreateProgram(&prog, src, name, 0, NULL, NULL),
                     "nvrtcCreateProgram", NULL) < 0) {
-        return NULL;
+        goto done;
     }
     Py_BEGIN_ALLOW_THREADS
     r = nv.CompileProgram(prog, nopt, opts);
@@ -352,6 +352,7 @@ done:
     if (prog != NULL) {
         nv.DestroyProgram(&prog);
     }
+    Py_XDECREF(optseq);
     return res;
 }
 
@@ -840,24 +841,20 @@ stax_nvrtc_py_launch(PyObject *self, PyObject *args, PyObject *kwargs)
         if (arrs[i] == NULL) {
             goto done;
         }
-        PyObject *sh = PyList_GET_ITEM(shapes, i), *ly = PyList_GET_ITEM(layouts, i);
-        PyObject *shs = PySequence_Fast(sh, "shape"), *lys = PySequence_Fast(ly, "layout");
-        if (shs == NULL || lys == NULL) {
-            Py_XDECREF(shs);
-            Py_XDECREF(lys);
+        PyObject *sh = PyList_GET_ITEM(shapes, i);
+        PyObject *ly = PyList_GET_ITEM(layouts, i);
+        if (get_i64s_obj(sh, shp, STAX_MAX_DIMS, &nshp) < 0
+            || get_i64s_obj(ly, lay, STAX_MAX_DIMS, &nlay) < 0) {
             goto done;
         }
-        nshp = (int)PySequence_Fast_GET_SIZE(shs);
-        nlay = (int)PySequence_Fast_GET_SIZE(lys);
-        for (int d = 0; d < nshp && d < STAX_MAX_DIMS; d++) {
-            shp[d] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(shs, d));
-            lay[d] = d < nlay ? PyLong_AsLongLong(PySequence_Fast_GET_ITEM(lys, d)) : 0;
+        if (nlay != nshp) {
+            PyErr_SetString(PyExc_ValueError, "kernel.in_layouts mismatch");
+            goto done;
         }
-        Py_DECREF(shs);
-        Py_DECREF(lys);
         int ok = nshp == PyArray_NDIM(arrs[i]);
         for (int d = 0; ok && d < nshp; d++) {
-            int64_t st = PyArray_STRIDE(arrs[i], d) / PyArray_ITEMSIZE(arrs[i]);
+            int64_t st = PyArray_STRIDE(arrs[i], d)
+                         / PyArray_ITEMSIZE(arrs[i]);
             ok = shp[d] == PyArray_DIM(arrs[i], d)
                  && (shp[d] <= 1 || st == lay[d]);
             if (shp[d] == 0) {

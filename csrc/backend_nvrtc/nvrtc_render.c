@@ -581,7 +581,8 @@ static const char preamble[] =
 "{ return a != a ? b : (b != b ? a : (a < b ? a : b)); }\n"
 "template <typename T> STAX_D T stax_sign(T a)\n"
 "{ return a != a ? a : (T)((a > (T)0) - (a < (T)0)); }\n"
-"template <typename T> STAX_D T stax_abs(T a) { return a < (T)0 ? (T)-a : a; }\n"
+"template <typename T> STAX_D T stax_abs(T a)\n"
+"{ return a < (T)0 ? (T)-a : a; }\n"
 "STAX_D bool stax_abs(bool a) { return a; }\n"
 "STAX_D float stax_abs(float a) { return fabsf(a); }\n"
 "STAX_D double stax_abs(double a) { return fabs(a); }\n"
@@ -689,12 +690,14 @@ static const char preamble[] =
 "    i = shi[32];\n"
 "    __syncthreads();\n"
 "}\n"
-"struct stax_op_sum { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };\n"
-"struct stax_op_prod { template <typename T> __device__ T operator()(T a, T b) const { return a * b; } };\n"
-"struct stax_op_max { template <typename T> __device__ T operator()(T a, T b) const { return stax_maxnan(a, b); } };\n"
-"struct stax_op_min { template <typename T> __device__ T operator()(T a, T b) const { return stax_minnan(a, b); } };\n"
-"struct stax_op_any { template <typename T> __device__ T operator()(T a, T b) const { return a || b; } };\n"
-"struct stax_op_all { template <typename T> __device__ T operator()(T a, T b) const { return a && b; } };\n";
+"#define STAX_RED_OP(NAME, EXPR) struct NAME { template <typename T> \\\n"
+"    __device__ T operator()(T a, T b) const { return EXPR; } };\n"
+"STAX_RED_OP(stax_op_sum, a + b)\n"
+"STAX_RED_OP(stax_op_prod, a * b)\n"
+"STAX_RED_OP(stax_op_max, stax_maxnan(a, b))\n"
+"STAX_RED_OP(stax_op_min, stax_minnan(a, b))\n"
+"STAX_RED_OP(stax_op_any, a || b)\n"
+"STAX_RED_OP(stax_op_all, a && b)\n";
 
 static const char *const red_ops[] = {
     "stax_op_sum", "stax_op_prod", "stax_op_max", "stax_op_min", NULL, NULL,
@@ -825,8 +828,8 @@ acc_block_reduce(emitter *m, const stax_stage *st)
         }
         else {
             const char *T = acc_ctype(a->dtype);
-            put(m->b, "%sacc%d = stax_block_reduce(acc%d, %s(), (%s)", m->indent,
-                i, i, red_ops[a->op], T);
+            put(m->b, "%sacc%d = stax_block_reduce(acc%d, %s(), (%s)",
+                m->indent, i, i, red_ops[a->op], T);
             red_identity(m->b, a, a->dtype);
             put(m->b, ", (%s *)stax_shv);\n", T);
         }
