@@ -13,7 +13,7 @@ from tensorplay import _C
 from tensorplay._C import (Tensor, Size, device, dtype, Generator,  # noqa: F401
                            default_generator, promote_types, result_type,
                            get_default_dtype, set_default_dtype,
-                           is_grad_enabled, empty_strided)
+                           is_grad_enabled)
 from tensorplay._C import (bool, uint8, int8, int16, int32, int64,  # noqa: F401,A004
                            float16, float32, float64, half, float, double,
                            long, int, short)
@@ -366,6 +366,14 @@ def _make(fn, size, dtype, device, requires_grad, default=None):
 zeros = _C.zeros
 ones = _C.ones
 empty = _C.empty
+
+
+def empty_strided(size, stride, *, dtype=None, device=None, requires_grad=False, layout=None,
+                  pin_memory=False):
+    """An uninitialized tensor with the given sizes and strides (in elements)."""
+    _check_device(device)
+    dt = _as_dtype(dtype) if dtype is not None else get_default_dtype()
+    return _finish(_C.empty_strided(tuple(size), tuple(stride), dt), requires_grad)
 
 
 def _scalar_dtype(v):
