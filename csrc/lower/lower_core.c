@@ -606,7 +606,7 @@ lw_materialize(lw_ctx *c, vbuf *v)
     if (pb < 0) {
         return -1;
     }
-    kdraft *k = lw_new_kernel(c, "pointwise");
+    kdraft *k = lw_new_kernel(c, v->label ? v->label : "pointwise");
     if (k == NULL) {
         return -1;
     }

@@ -28,6 +28,7 @@ typedef struct vbuf {
     int nitems;
     struct vbuf **items;
     PyObject *obj;             /* VB_PYOBJ constant (borrowed from graph) */
+    const char *label;         /* ops inlined into the body ("add_relu") */
 } vbuf;
 
 /* program buffers */
@@ -83,6 +84,10 @@ typedef struct {
     int *bufmap;               /* kernel buf i -> program buffer */
     int64_t par_n, work;
     int a, b, transpose_b;     /* ST_MATMUL operands (program buffers) */
+    struct {
+        int on, ndim;
+        int64_t sizes[STAX_MAX_DIMS], strides[STAX_MAX_DIMS], offset;
+    } view[2];                 /* ST_MATMUL: operand = strided view of a/b */
     PyObject *target;          /* ST_FALLBACK: callable or method name */
     PyObject *args, *kwargs;   /* templates: SlotRef -> runtime value */
     int is_method;

@@ -623,6 +623,11 @@ typedef struct {
 static int
 red_begin(lw_ctx *c, vbuf *in, const int *mask, const char *label, redk *r)
 {
+    char buf[48];
+    if (in->label != NULL && in->pbuf < 0) {
+        snprintf(buf, sizeof(buf), "%s_%s", in->label, label);
+        label = buf;
+    }
     kdraft *k = lw_new_kernel(c, label);
     if (k == NULL) {
         return -1;
@@ -1790,8 +1795,23 @@ lower_matmul(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *out,
             }
         }
     }
-    int pa = lw_materialize(c, a);
-    int pb = pa < 0 ? -1 : lw_materialize(c, b);
+    /* an operand that is a strided view of a buffer (x.t(), a slice) is
+     * handed to the library as such, not copied */
+    int64_t coef[2][STAX_MAX_DIMS], cst[2];
+    int isview[2] = {0, 0};
+    vbuf *ops2[2] = {a, b};
+    for (int j = 0; j < 2; j++) {
+        const stax_lval *bd = ops2[j]->body;
+        if (ops2[j]->pbuf < 0 && bd != NULL && bd->kind == STAX_LV_LOAD && bd->mask == NULL
+            && lw_ix_affine(bd->index, ops2[j]->ndim, coef[j], &cst[j]) && cst[j] >= 0) {
+            isview[j] = 1;
+            for (int d = 0; d < ops2[j]->ndim; d++) {
+                isview[j] &= coef[j][d] >= 0;
+            }
+        }
+    }
+    int pa = isview[0] ? a->body->buf : lw_materialize(c, a);
+    int pb = pa < 0 ? -1 : (isview[1] ? b->body->buf : lw_materialize(c, b));
     if (pb < 0) {
         return -1;
     }
@@ -1801,6 +1821,17 @@ lower_matmul(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *out,
     }
     s->a = pa;
     s->b = pb;
+    for (int j = 0; j < 2; j++) {
+        if (isview[j]) {
+            s->view[j].on = 1;
+            s->view[j].ndim = ops2[j]->ndim;
+            s->view[j].offset = cst[j];
+            for (int d = 0; d < ops2[j]->ndim; d++) {
+                s->view[j].sizes[d] = ops2[j]->sizes[d];
+                s->view[j].strides[d] = coef[j][d];
+            }
+        }
+    }
     s->transpose_b = lin;
     int po = lw_new_pbuf(c, PB_EXTERN, out->ndim, out->sizes, out->dtype);
     if (po < 0) {
@@ -1955,6 +1986,30 @@ lw_lower_node(lw_ctx *c, struct lw_node_in *in, vbuf **outp, const char **why)
     default:
         *why = "random ops run eagerly (Philox stream of the tensor room)";
         break;
+    }
+    if (rc == 1 && out->kind == VB_TENSOR && out->label == NULL) {
+        /* the ops inlined into this body, for kernel names */
+        char lab[48] = "";
+        size_t n = 0;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(bound); i++) {
+            vbuf *a = arg_vb(in, PyTuple_GET_ITEM(bound, i));
+            if (a != NULL && a->kind == VB_TENSOR && a->pbuf < 0 && a->label != NULL
+                && strstr(lab, a->label) == NULL) {
+                n += (size_t)snprintf(lab + n, sizeof(lab) > n ? sizeof(lab) - n : 0,
+                                      "%s%s", n ? "_" : "", a->label);
+                if (n >= sizeof(lab)) {
+                    n = sizeof(lab) - 1;
+                }
+            }
+        }
+        if (op->kind != STAX_OPK_VIEW && n + strlen(name) + 2 < sizeof(lab)) {
+            snprintf(lab + n, sizeof(lab) - n, "%s%s", n ? "_" : "", name);
+        }
+        char *l = stax_arena_alloc(c->arena, strlen(lab) + 1);
+        if (l != NULL) {
+            memcpy(l, lab, strlen(lab) + 1);
+            out->label = l[0] ? l : NULL;
+        }
     }
     Py_DECREF(bound);
     if (rc == 1) {

@@ -314,6 +314,39 @@ instantiate(PyObject *t, PyObject **slots)
     return Py_NewRef(t);
 }
 
+/* a library-call operand: the buffer's array, or a strided view of it */
+static PyObject *
+operand_array(PyObject *slot, const void *viewp, stax_dtype_t dt)
+{
+    if (viewp == NULL) {
+        return as_array(slot);
+    }
+    const struct {
+        int on, ndim;
+        int64_t sizes[STAX_MAX_DIMS], strides[STAX_MAX_DIMS], offset;
+    } *v = viewp;
+    PyObject *base = as_array(slot);
+    if (base == NULL) {
+        return NULL;
+    }
+    npy_intp dims[STAX_MAX_DIMS], st[STAX_MAX_DIMS];
+    int isz = lw_dtype_size(dt);
+    for (int d = 0; d < v->ndim; d++) {
+        dims[d] = (npy_intp)v->sizes[d];
+        st[d] = (npy_intp)(v->strides[d] * isz);
+    }
+    PyArray_Descr *descr = PyArray_DescrFromType(stax_dtype_to_npy(dt));
+    PyObject *arr = descr == NULL ? NULL
+        : PyArray_NewFromDescr(&PyArray_Type, descr, v->ndim, dims, st,
+                               data_ptr(slot) + v->offset * isz, 0, NULL);
+    if (arr == NULL || PyArray_SetBaseObject((PyArrayObject *)arr, base) < 0) {
+        Py_XDECREF(arr);
+        Py_DECREF(base);
+        return NULL;
+    }
+    return arr;
+}
+
 typedef struct {
     stax_kernel_fn fn;
     char **bufs;
@@ -524,8 +557,10 @@ program_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
             }
             break;
         case ST_MATMUL: {
-            PyObject *a = as_array(slots[s->a]);
-            PyObject *b = a ? as_array(slots[s->b]) : NULL;
+            PyObject *a = operand_array(slots[s->a], s->view[0].on ? &s->view[0] : NULL,
+                                        c->pbufs[s->a].dtype);
+            PyObject *b = a ? operand_array(slots[s->b], s->view[1].on ? &s->view[1] : NULL,
+                                            c->pbufs[s->b].dtype) : NULL;
             PyObject *bt = NULL, *r = NULL;
             if (b != NULL) {
                 bt = s->transpose_b ? PyArray_Transpose((PyArrayObject *)b, NULL)
