@@ -281,6 +281,22 @@ class Program:
         p.body = walk(self.body)
         return p
 
+    def bit_exact(self):
+        """Only ops the lowering documents as bit-exact (docs/lowering.md):
+        no transcendental functions, float reductions or modules."""
+        src = self.fn_source()
+        if self.modules or any(w in src for w in ("exp", "tanh", "sigmoid")):
+            return False
+
+        def walk(stmts):
+            for st in stmts:
+                if isinstance(st, Assign) and st.red_src:
+                    return False
+                if isinstance(st, If) and not (walk(st.then) and walk(st.other)):
+                    return False
+            return True
+        return walk(self.body)
+
     def uses(self, what):
         return what in self.fn_source()
 

@@ -220,3 +220,12 @@ def test_error_in_dead_code_is_raised():
         f(tp.ones(0))
     with pytest.raises(IndexError):
         tp.compile(f)(tp.ones(0))
+
+
+@pytest.mark.xfail(strict=True, reason="bug (lower): reduction of a reduction over an empty input skips the outer fold")
+@pytest.mark.parametrize("which", ["sum", "amin"])
+def test_reduction_of_empty_reduction(which):
+    fn = (lambda x: (x.sum() + 1).sum()) if which == "sum" else (lambda x: (x.sum() + 1).amin())
+    x = tp.ones(0)
+    assert float(fn(x)) == 1.0
+    assert float(tp.compile(fn, strict_native=True)(x)) == 1.0
