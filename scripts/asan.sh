@@ -34,6 +34,15 @@ REPORTS=$TREE/reports
 rm -rf "$REPORTS" && mkdir -p "$REPORTS"
 
 export PYTHONPATH="$TREE/python:${PYTHONPATH:-}"
+# libasan's dlopen interceptor breaks $ORIGIN lookups inside dlopen()ed
+# libraries (libnvrtc loads libnvrtc-builtins next to itself): name the dir
+NVRTC_DIR=$("$PY" -c 'import os, site
+for p in site.getsitepackages():
+    d = os.path.join(p, "nvidia", "cuda_nvrtc", "lib")
+    if os.path.isdir(d):
+        print(d)
+        break' 2>/dev/null || true)
+[ -n "$NVRTC_DIR" ] && export LD_LIBRARY_PATH="$NVRTC_DIR:${LD_LIBRARY_PATH:-}"
 export PYTHONMALLOC=malloc
 export ASAN_OPTIONS="detect_leaks=0:alloc_dealloc_mismatch=0:detect_odr_violation=0:halt_on_error=1:abort_on_error=0:log_path=$REPORTS/asan"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:log_path=$REPORTS/ubsan"

@@ -26,8 +26,12 @@ def _run_isolated(code):
     import os
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     src = "import sys; sys.path.insert(0, %r)\nimport tensorplay as tp\n" % os.path.join(root, "python")
+    env = dict(os.environ)
+    # under scripts/asan.sh: an expected crash reports to this pipe, not to the report dir
+    env["ASAN_OPTIONS"] = ":".join(o for o in env.get("ASAN_OPTIONS", "").split(":") if not o.startswith("log_path"))
+    env["UBSAN_OPTIONS"] = ":".join(o for o in env.get("UBSAN_OPTIONS", "").split(":") if not o.startswith("log_path"))
     p = subprocess.run([sys.executable, "-c", src + textwrap.dedent(code)], capture_output=True, text=True,
-                       timeout=120)
+                       timeout=120, env=env)
     return p.returncode, p.stdout + p.stderr
 
 
