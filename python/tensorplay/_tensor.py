@@ -91,19 +91,22 @@ def _overrides(args, kwargs):
     return found
 
 
+def _dispatch(func, types, args, kwargs):
+    for t in types:
+        r = t.__tensor_function__(func, tuple(types), args, kwargs)
+        if r is not NotImplemented:
+            return r
+    raise TypeError(f"no implementation found for '{func.__module__}.{func.__name__}' on types "
+                    f"that implement __tensor_function__: {types}")
+
+
 def _tf(func):
     """Honour __tensor_function__ on the arguments of a public function."""
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
         types = _overrides(args, kwargs) if args or kwargs else None
         if types:
-            for t in types:
-                r = t.__tensor_function__(wrapper, tuple(types), args, kwargs)
-                if r is not NotImplemented:
-                    return r
-            raise TypeError(f"no implementation found for '{func.__module__}."
-                            f"{func.__name__}' on types that implement "
-                            f"__tensor_function__: {types}")
+            return _dispatch(wrapper, types, args, kwargs)
         return func(*args, **kwargs)
     wrapper.__module__ = "tensorplay"
     return wrapper
@@ -299,7 +302,6 @@ def _to_numpy_data(data):
     return data
 
 
-@_tf
 def _tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False):
     _check_device(device)
     if isinstance(data, str) or data is None:
@@ -335,6 +337,10 @@ def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False)
     """A new tensor holding a copy of data (nested lists, scalars, arrays, tensors)."""
     if type(data) in _SCALARS and not requires_grad and device is None:
         return _scalar_tensor(data, dtype)
+    types = _overrides((data,), None)
+    if types:
+        return _dispatch(tensor, types, (data,), dict(dtype=dtype, device=device,
+                                                      requires_grad=requires_grad))
     return _tensor(data, dtype, device, requires_grad)
 
 
@@ -1067,3 +1073,16 @@ def movedim(input, source, destination):
 
 
 moveaxis = movedim
+
+
+def _public_module():
+    """Public functions defined here print as tensorplay.<name> (graphs, errors)."""
+    import types
+    g = globals()
+    for n in __all__:
+        o = g.get(n)
+        if isinstance(o, types.FunctionType) and o.__module__ == __name__:
+            o.__module__ = "tensorplay"
+
+
+_public_module()
