@@ -429,6 +429,10 @@ class Gen:
     def st_binary(self):
         d = self.d
         a, b = self.operand_pair()
+        if "identity_then_inplace" in self.avoid:
+            for o in (a, b):
+                if isinstance(o, Scalar) and o.value in (0, 1) and not (o.value != o.value):
+                    o.value, o.name = 2, "2"   # keep clear of x+0 / x*1 rewrites (open bug)
         op = d.choice(["+", "*", "-", "/", "maximum", "minimum", "add", "mul", "sub"])
         if a.kind != "tensor" and b.kind != "tensor":
             return False
@@ -794,6 +798,8 @@ class Gen:
 
     def st_if(self):
         d = self.d
+        if "inplace_then_gate" in self.avoid and self.mutated:
+            return False
         a = self.pick(lambda v: v.cat != "b")
         if a is None:
             return False
@@ -819,6 +825,8 @@ class Gen:
 
     def st_intgate(self):
         d = self.d
+        if "inplace_then_gate" in self.avoid and self.mutated:
+            return False
         a = self.pick(lambda v: v.cat != "b")
         if a is None:
             return False

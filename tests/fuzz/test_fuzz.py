@@ -21,9 +21,8 @@ N = int(os.environ.get("TENSORPLAY_FUZZ_N", "300"))
 # XPASS the bug is fixed and the entry must go (`python3 -m fuzz` sweeps with
 # --avoid '' to fuzz everything).
 KNOWN = {
-    "inplace": "bug (lower/passes): in-place ops on inputs/views/intermediates lost or reordered",
-    "requires_grad": "bug (lower/guards): compiled outputs get requires_grad=True when eager's are False",
-    "var": "bug (lower): var over n <= correction elements gives -0.0/inf instead of NaN",
+    "inplace_then_gate": "bug (trace/guards): the guard replay ignores in-place ops before a data gate",
+    "identity_then_inplace": "bug (passes): x - 0 -> x rewrite aliases a tensor later mutated in place",
 }
 
 

@@ -124,7 +124,6 @@ def _same(cf, f, make):
         np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-5, err_msg="input after the call")
 
 
-@pytest.mark.xfail(strict=True, reason="bug (lower): in-place op on a view of an input is lost (output and input)")
 def test_inplace_on_view_of_input():
     def f(x0, x1):
         x1[:, :].add_(x0)
@@ -132,7 +131,6 @@ def test_inplace_on_view_of_input():
     _same(_nonstrict(f), f, lambda: (tp.ones(2, 2), tp.zeros(2, 2)))
 
 
-@pytest.mark.xfail(strict=True, reason="bug (lower): in-place on a strided slice of an input not written back")
 def test_inplace_on_strided_view_of_input():
     def f(x):
         x[1:, ::2].add_(10.0)
@@ -140,7 +138,6 @@ def test_inplace_on_strided_view_of_input():
     _same(_nonstrict(f), f, lambda: (tp.zeros(3, 4),))
 
 
-@pytest.mark.xfail(strict=True, reason="bug (lower): in-place fallback runs before a fused kernel that reads the old value")
 def test_read_before_inplace_sees_old_value():
     def f(x):
         v = x.relu()
@@ -149,7 +146,6 @@ def test_read_before_inplace_sees_old_value():
     _same(_nonstrict(f), f, lambda: (-tp.ones(3),))
 
 
-@pytest.mark.xfail(strict=True, reason="bug (lower): read-before-write of an input (tanh then mul_)")
 def test_read_before_inplace_tanh():
     def f(x, y):
         v = x.tanh()
@@ -158,7 +154,6 @@ def test_read_before_inplace_tanh():
     _same(_nonstrict(f), f, lambda: (tp.ones(2), tp.zeros(2)))
 
 
-@pytest.mark.xfail(strict=True, reason="bug (lower): in-place on an intermediate lost before .to(bool)")
 def test_inplace_on_intermediate_then_cast():
     def f(x):
         v = x * 2
@@ -169,7 +164,6 @@ def test_inplace_on_intermediate_then_cast():
     assert cf(x).tolist() == f(x).tolist() == [True, True]
 
 
-@pytest.mark.xfail(strict=True, reason="bug (lower): mutation through a reshape view not seen through the base")
 def test_mutation_through_view_seen_by_base():
     def f(x, w):
         v = x.reshape(1, -1)
@@ -178,7 +172,6 @@ def test_mutation_through_view_seen_by_base():
     _same(_nonstrict(f), f, lambda: (tp.ones(2), 3 * tp.ones(2)))
 
 
-@pytest.mark.xfail(strict=True, reason="bug (lower): var over n <= correction elements is -0.0/inf, eager NaN")
 @pytest.mark.parametrize("case", ["empty", "0-d-of-reduction"])
 def test_var_degenerate_is_nan(case):
     if case == "empty":
@@ -189,7 +182,6 @@ def test_var_degenerate_is_nan(case):
     assert np.isnan(tp.compile(fn, strict_native=True)(x).numpy()).all()
 
 
-@pytest.mark.xfail(strict=True, reason="bug (lower/guards): every compiled output gets requires_grad=True")
 def test_requires_grad_only_where_eager_has_it():
     tp.manual_seed(0)
     m = tp.nn.Linear(4, 2)
@@ -201,7 +193,6 @@ def test_requires_grad_only_where_eager_has_it():
     assert [t.requires_grad for t in c] == [t.requires_grad for t in e] == [True, False]
 
 
-@pytest.mark.xfail(strict=True, reason="bug (lower): in-place on a zero-size view of an input does not bump its version")
 def test_zero_size_inplace_bumps_version():
     def f(x):
         x[:, 0:].mul_(2.0)
@@ -226,7 +217,6 @@ def test_error_in_dead_code_is_raised():
         tp.compile(f)(tp.ones(0))
 
 
-@pytest.mark.xfail(strict=True, reason="bug (lower): reduction of a reduction over an empty input skips the outer fold")
 @pytest.mark.parametrize("which", ["sum", "amin"])
 def test_reduction_of_empty_reduction(which):
     fn = (lambda x: (x.sum() + 1).sum()) if which == "sum" else (lambda x: (x.sum() + 1).amin())
