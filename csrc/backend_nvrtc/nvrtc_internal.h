@@ -3,8 +3,9 @@
  *   renderer  nvrtc_render.c   loop IR (lower.h stax_kernel) -> CUDA C
  *   compiler  nvrtc_loader.c   CUDA C -> PTX / CUBIN through NVRTC
  *   runtime   nvrtc_loader.c   module load, alloc, copy, launch (libcuda)
- * plus nvrtc_graph.c, a stand-in lowering (GraphModule / S-expression ->
- * loop IR) behind nvrtc_render_graph / nvrtc_render_expr, and
+ * plus a stand-in lowering (GraphModule / S-expression / stages -> loop
+ * IR: nvrtc_spec.h, nvrtc_spec.c, nvrtc_graph.c) behind nvrtc_render_graph,
+ * nvrtc_render_expr and nvrtc_render_stages, and
  * backend_nvrtc_init.c: the stax_backend vtable and the Python functions.
  * libnvrtc and libcuda are dlopen()ed on first use and never linked. */
 #ifndef STAX_NVRTC_INTERNAL_H
@@ -61,7 +62,7 @@ int stax_nvrtc_launch_image(PyObject *image, const char *name, int nbufs,
                             int nsizes, int64_t start, int64_t end,
                             const int64_t grid[3], const int64_t block[3]);
 
-/* ---- stand-in lowering (nvrtc_graph.c) ---- */
+/* ---- stand-in lowering (nvrtc_graph.c, nvrtc_spec.c) ---- */
 PyObject *stax_nvrtc_py_render_graph(PyObject *self, PyObject *args,
                                      PyObject *kwargs);
 PyObject *stax_nvrtc_py_render_expr(PyObject *self, PyObject *args,
