@@ -277,6 +277,19 @@ def main():
     ok &= check("sum of all int32 -> int64", launch(kk, [e]),
                 np.int64((e.astype(np.int64) * 3).sum()), 0)
 
+    # float16 (stored as bits, computed in float, rounded per primitive) and
+    # bool (one byte) buffers
+    h1 = rng.standard_normal((20, 30)).astype(np.float16)
+    h2 = rng.standard_normal((20, 30)).astype(np.float16)
+    kk = _C.nvrtc_render_expr("(mul (add a b) 0.5)", [h1, h2], name="half")
+    ok &= check("float16 (a + b) * 0.5", launch(kk, [h1, h2]),
+                (h1 + h2) * np.float16(0.5), 1e-3)
+    bb = rng.standard_normal((40, 50)) > 1.5
+    kk = _C.nvrtc_render_expr("(not a)", [bb], reduce="all", dims=-1,
+                              name="bool_all")
+    ok &= check("bool: all(not a) over rows", launch(kk, [bb]),
+                (~bb).all(-1), 0)
+
     # multi-stage kernels (REDUCE, REDUCE, INNER/OUTER), as lowering makes
     # for softmax and layer_norm
     f = rng.standard_normal((48, 1000), dtype=np.float32) * 4
