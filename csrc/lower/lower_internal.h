@@ -188,6 +188,8 @@ int lw_lower_node(lw_ctx *c, struct lw_node_in *in, vbuf **out,
 /* functionalized input mutation: dest (a placeholder) <- src, in place;
  * 1 lowered, 0 unsupported */
 int lw_lower_copy_into(lw_ctx *c, vbuf *dest, vbuf *src);
+/* 1 if body loads program buffer buf, 0 not, -1 error */
+int lw_body_reads(lw_ctx *c, const stax_lval *body, int buf);
 int lw_val_info(PyObject *val, int *ndim, int64_t *sizes, int64_t *strides,
                 stax_dtype_t *dt);
 

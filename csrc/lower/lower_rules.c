@@ -2055,6 +2055,12 @@ body_reads(lw_ctx *c, const stax_lval *body, int buf)
 }
 
 int
+lw_body_reads(lw_ctx *c, const stax_lval *body, int buf)
+{
+    return body_reads(c, body, buf);
+}
+
+int
 lw_lower_copy_into(lw_ctx *c, vbuf *dest, vbuf *src)
 {
     if (dest->kind != VB_TENSOR || src->kind != VB_TENSOR || dest->pbuf < 0

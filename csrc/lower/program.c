@@ -1798,6 +1798,28 @@ build_program(PyObject *gm, PyObject *ex, int strict, int dynamic, PyObject *val
     if (output_t == NULL) {
         output_t = Py_NewRef(Py_None);
     }
+    /* a copy's source that reads an input another copy writes is
+     * materialized before any input is written */
+    for (int q = 0; q < ncopies; q++) {
+        PyObject *ca = PyObject_GetAttrString(PyList_GET_ITEM(nodes, copy_nodes[q]), "args");
+        if (ca == NULL) {
+            goto error;
+        }
+        vbuf *sv = vb[PyLong_AsLong(PyDict_GetItem(index, PyTuple_GET_ITEM(ca, 1)))];
+        Py_DECREF(ca);
+        for (int r = 0; r < ncopies && sv->pbuf < 0; r++) {
+            PyObject *cb = PyObject_GetAttrString(PyList_GET_ITEM(nodes, copy_nodes[r]), "args");
+            if (cb == NULL) {
+                goto error;
+            }
+            vbuf *dv = vb[PyLong_AsLong(PyDict_GetItem(index, PyTuple_GET_ITEM(cb, 0)))];
+            Py_DECREF(cb);
+            int hit = r == q ? 0 : lw_body_reads(c, sv->body, dv->pbuf);
+            if (hit < 0 || (hit > 0 && lw_materialize(c, sv) < 0)) {
+                goto error;
+            }
+        }
+    }
     for (int q = 0; q < ncopies; q++) {
         PyObject *node = PyList_GET_ITEM(nodes, copy_nodes[q]);
         PyObject *ca = PyObject_GetAttrString(node, "args");
