@@ -86,3 +86,56 @@ def test_dynamic_reuses_artifact_across_sizes():
     for n in (3, 5, 9):
         x = tp.randn(4, n)
         np.testing.assert_allclose(np_(cf(x)), np_(x).sum(-1) * 2, rtol=1e-5, atol=1e-5)
+
+
+def test_input_mutation_in_place_and_version_bump():
+    def f(x, y):
+        z = x * 2
+        x.add_(1)            # functionalized: copy_ into x after the reads
+        return z + y, x
+    a, b = tp.randn(4, 5), tp.randn(4, 5)
+    a2 = tp.from_numpy(np_(a).copy())
+    cf = tp.compile(f, strict_native=True)
+    v0 = a2._version
+    out, xo = cf(a2, b)
+    np.testing.assert_allclose(np_(out), np_(a) * 2 + np_(b), rtol=1e-6)
+    np.testing.assert_allclose(np_(a2), np_(a) + 1, rtol=1e-6)
+    assert a2._version > v0
+
+
+def test_mutations_of_two_inputs_see_old_values():
+    def f(x0, x1):
+        x1[:] = x0
+        x0.mul_(0)
+        return x1.sum()
+    a, b = tp.randn(3, 4), tp.randn(3, 4)
+    ea, eb = tp.from_numpy(np_(a).copy()), tp.from_numpy(np_(b).copy())
+    ca, cb = tp.from_numpy(np_(a).copy()), tp.from_numpy(np_(b).copy())
+    e = f(ea, eb)
+    c = tp.compile(f)(ca, cb)
+    np.testing.assert_allclose(np_(c), np_(e), rtol=1e-5)
+    np.testing.assert_array_equal(np_(ca), np_(ea))
+    np.testing.assert_array_equal(np_(cb), np_(eb))
+
+
+def test_pooled_outputs_are_fresh():
+    cf = tp.compile(lambda a: a * 2)
+    a = tp.randn(256, 256)          # pooled size class
+    y1 = cf(a)
+    keep = np_(y1).copy()
+    y2 = cf(a)
+    assert not np.shares_memory(np_(y1), np_(y2))
+    del y2
+    y3 = cf(a * 0)
+    np.testing.assert_array_equal(np_(y1), keep)
+    assert np.all(np_(y3) == 0)
+
+
+def test_requires_grad_follows_differentiable_inputs():
+    w = tp.randn(4)
+    w.requires_grad_(True)
+    x = tp.randn(4)
+    cf = tp.compile(lambda a, b: (a * b, (a > 0).float() + x, b + 1))
+    r = cf(w, x)
+    e = (w * x, (w > 0).float() + x, x + 1)
+    assert [t.requires_grad for t in r] == [t.requires_grad for t in e]
