@@ -11,7 +11,7 @@ deps: .stamp-deps
 	@if ! command -v llvm-config-19 >/dev/null 2>&1 || [ ! -f /usr/include/xxhash.h ]; then \
 	  echo "installing llvm-19-dev libxxhash-dev"; \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq llvm-19-dev libxxhash-dev ccache) >/dev/null; fi
-	$(PY) -m pip install -q numpy pytest hypothesis scikit-learn matplotlib setuptools wheel
+	$(PY) -m pip install -q numpy pytest hypothesis scikit-learn matplotlib setuptools wheel nvidia-cuda-nvrtc-cu12
 	touch $@
 
 build: deps
