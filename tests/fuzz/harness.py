@@ -452,6 +452,10 @@ class Runner:
                 if type(exc_e) is not type(exc_c) and not isinstance(exc_c, type(exc_e)) \
                         and self.dead_code_raised(e_args_copy, exc_c):
                     self.events["dead_code_error_swallowed"] += 1
+                elif type(exc_e) is not type(exc_c) and "(tracing:" in str(exc_c):
+                    # the tracer computes samples lazily, out of program order: with two
+                    # failing statements it reports the later one (reported divergence)
+                    self.events["trace_error_order"] += 1
                 elif type(exc_e) is not type(exc_c) and not isinstance(exc_c, type(exc_e)):
                     self.fail(j, f"call {j}: eager raised {type(exc_e).__name__} ({str(exc_e)[:120]}) but "
                                  f"compiled raised {type(exc_c).__name__} ({str(exc_c)[:200]})")
@@ -486,9 +490,14 @@ class Runner:
         st = api.stats(cf)
         if st is not None:
             self.events["fallback_kernels"] += int(st.get("fallbacks", 0) or 0)
+            for lv in ("hits_level1", "hits_level2", "hits_level3"):
+                self.events[lv] += int(st.get(lv, 0) or 0)
+            self.events["calls"] += len(self.plan.calls)
         if st is not None and self.check_compiles and not raised:
             want = len(set(keys))
             got = st.get("compiles")
+            if want <= 8 and got is not None:
+                self.events["compile_count_checked"] += 1
             if want <= 8 and got is not None and got != want:
                 self.fail(len(self.plan.calls) - 1,
                           f"cf.stats()['compiles'] == {got} but the calls had {want} distinct specialization keys "

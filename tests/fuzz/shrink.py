@@ -13,7 +13,8 @@ def category(msg):
     head = re.sub(r"call \d+ \(.*?\):", "call N:", head)
     head = re.sub(r"at \(.*?\)", "", head)
     head = re.sub(r"-?\d+(\.\d+)?(e[-+]?\d+)?|nan|inf", "N", head)
-    return head.split("(")[0][:60]
+    head = re.sub(r"\([^()]*\)", "", re.sub(r"\([^()]*\)", "", head))
+    return head[:90]
 
 
 def _fails(api, prog, plan, cat, avoid=()):

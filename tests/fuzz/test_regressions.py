@@ -223,3 +223,17 @@ def test_reduction_of_empty_reduction(which):
     x = tp.ones(0)
     assert float(fn(x)) == 1.0
     assert float(tp.compile(fn, strict_native=True)(x)) == 1.0
+
+
+@pytest.mark.xfail(strict=True, reason="bug (lower): copy_ into a tensor that requires grad drops requires_grad")
+def test_copy_into_grad_tensor_keeps_requires_grad():
+    tp.manual_seed(0)
+    m = tp.nn.LayerNorm(3)
+
+    def f(x):
+        v = m(x)
+        v.copy_(x)
+        return v
+    x = tp.ones(2, 3)
+    assert f(x).requires_grad
+    assert tp.compile(f)(x).requires_grad
