@@ -144,3 +144,23 @@ def test_env_logs_to_stderr(tmp_path):
 def test_set_logs_rejects_unknown_topic():
     with pytest.raises(ValueError):
         tp.compiler.set_logs(nonsense=True)
+
+
+def test_outputs_require_grad_only_where_eager_does():
+    """Fuzz seed 888 (`output 0 requires_grad=True, eager False`): a compiled
+    output requires grad exactly when the eager one does (grad mode on, a
+    differentiable path from an input that requires grad)."""
+    tp.manual_seed(0)
+    m = tp.nn.Linear(4, 2)
+
+    def f(x):
+        return m(x.float()), ~x, x.float() * 2
+    x = tp.tensor([True, False, False, True])
+    e, c = f(x), tp.compile(f, backend=BACKEND)(x)
+    assert [t.requires_grad for t in c] == [t.requires_grad for t in e] == [True, False, False]
+    w = tp.ones(3, requires_grad=True)
+    g = tp.compile(lambda w, y: (w * y, y + 1, (w > 0).float()), backend=BACKEND)
+    e, c = (w * tp.ones(3), tp.ones(3) + 1, (w > 0).float()), g(w, tp.ones(3))
+    assert [t.requires_grad for t in c] == [t.requires_grad for t in e] == [True, False, False]
+    with tp.no_grad():
+        assert not any(t.requires_grad for t in g(w, tp.ones(3)))

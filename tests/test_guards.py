@@ -379,3 +379,144 @@ def test_accumulated_limit_per_code_object():
         assert other(x).numpy()[0] == 2 and len(other.versions) == 1
     finally:
         tp.compiler.config.accumulated_cache_size_limit = old
+
+
+# ---------------------------------------------------------------------------
+# data gates after in-place ops (fuzz seeds 12, 554, 781, 865), level 2 and
+# data gates, tp.compiler.reset()
+
+def _strict_no_warnings(fn):
+    """Run fn; the compile-time replay check's warning is an error."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        warnings.filterwarnings("error", message=".*guard replay subgraph.*")
+        return fn()
+
+
+def test_gate_after_inplace_two_outcomes_two_versions():
+    """Fuzz seed 12: the replay must see v1 after mul_ (through a view of
+    x0); the second call (x0 already mutated) takes the other outcome."""
+    def f(x0, x1):
+        v1 = x0.reshape(1, -1, 1)
+        v1.mul_(x1)
+        n0 = int((v1 > 0.0).sum())
+        return v1 + n0, x0
+    cf = comp(f, strict_native=True)
+    e = [tp.tensor(1.5231), tp.tensor(-0.5108)]
+    c = [tp.tensor(1.5231), tp.tensor(-0.5108)]
+    for _ in range(2):
+        want = f(*e)
+        got = _strict_no_warnings(lambda: cf(*c))
+        assert np.allclose(got[0].numpy(), want[0].numpy())
+        assert np.allclose(c[0].numpy(), e[0].numpy())
+    assert [v.gates for v in cf.versions] == [(0,), (1,)]
+    assert cf.stats()["compiles"] == 2
+
+
+@pytest.mark.parametrize("case", ["setitem", "mul_", "clamp_"])
+def test_gate_after_inplace_compiles_once_per_outcome(case):
+    """Fuzz seeds 554 (setitem on a slice), 781 (mul_), 865 (clamp_): one
+    outcome over new inputs = one compile, no replay warning."""
+    def f(x):
+        if case == "setitem":
+            x[:, 1:] = -1.5
+        elif case == "mul_":
+            x.mul_(0.0)
+        else:
+            x.clamp_(min=7)
+        n = int((x > 0.0).sum())
+        return x.relu() + n
+    cf = comp(f, strict_native=case != "setitem")     # slice_scatter: lower room
+    for k in range(4):
+        x = tp.tensor([[1.0 + k, -2.0, 3.0], [-4.0, 5.0, 0.5 * k]])
+        e, c = tp.tensor(x.tolist()), tp.tensor(x.tolist())
+        want = f(e)
+        got = _strict_no_warnings(lambda: cf(c))
+        assert got.tolist() == want.tolist() and c.tolist() == e.tolist()
+    assert cf.stats()["compiles"] == 1, [v.gates for v in cf.versions]
+
+
+def test_gate_after_inplace_takes_the_right_branch():
+    def f(x):
+        x.neg_()
+        if x.sum() > 0:
+            return x + 100
+        return x - 100
+    cf = comp(f)
+    for v in (1.0, -1.0, 2.0, -2.0):
+        assert _strict_no_warnings(lambda: cf(tp.ones(3) * v)).tolist() == f(tp.ones(3) * v).tolist()
+    assert cf.stats()["compiles"] == 2
+
+
+def test_guard_replay_does_not_touch_the_callers_tensor():
+    def f(x):
+        x.add_(1)
+        return x * 2 if x.sum() > 0 else x * 3
+    cf = comp(f)
+    x = tp.tensor([0.5, 0.5])
+    cf(x)
+    assert x.tolist() == [1.5, 1.5]          # exactly one add_ (the artifact's)
+    v = cf.versions[0]
+    before = x._version
+    assert v.gate_outcomes([x]) == (True,)
+    assert x.tolist() == [1.5, 1.5] and x._version == before
+
+
+_GATE_CONST = tp.ones(3)
+
+
+def _gate_const():
+    return _GATE_CONST
+
+
+def test_level2_replays_data_gates():
+    """Level 2 (same tensors, same versions) must still run the replay when
+    the version has data gates: a gate may read a constant held by reference
+    (here a global read by a helper, not lifted) that changed meanwhile."""
+    def f(x):
+        if (_gate_const() + x).sum() > 0:
+            return x + 1
+        return x - 1
+    cf = comp(f)
+    x = tp.zeros(3)
+    assert cf(x).tolist() == [1.0] * 3 and cf(x).tolist() == [1.0] * 3
+    assert cf.stats()["hits_level2"] == 1 and cf.stats()["hits_level1"] == 0
+    try:
+        _GATE_CONST.mul_(-1)
+        assert cf(x).tolist() == f(x).tolist() == [-1.0] * 3
+        assert cf.stats()["compiles"] == 2
+    finally:
+        _GATE_CONST.mul_(-1)
+
+
+def test_compiler_reset():
+    def f(x, k):
+        return x + k
+    cf = comp(f)
+    x = tp.ones(2)
+    cf(x, 1), cf(x, 1), cf(x, 2)
+    assert cf.stats()["versions"] == 2 and cf.stats()["calls"] == 3
+    tp.compiler.reset()
+    s = cf.stats()
+    assert s["versions"] == 0 and s["calls"] == 0 and s["compiles"] == 0 and cf.versions == []
+    assert cf(x, 1).tolist() == [2.0, 2.0]          # compiles again, level 1 was disarmed
+    assert cf.stats()["compiles"] == 1 and cf.stats()["hits_level1"] == 0
+    assert cf(x, 1).tolist() == [2.0, 2.0] and cf.stats()["hits_level1"] == 1
+
+
+def test_compiler_reset_clears_accumulated_counts():
+    old = tp.compiler.config.accumulated_cache_size_limit
+    tp.compiler.config.accumulated_cache_size_limit = 2
+    try:
+        x = tp.ones(2)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for k in range(3):
+                cf = comp(lambda x, k: x * k)
+                cf(x, k)
+            assert len(cf.versions) == 0          # the third hit the limit
+            tp.compiler.reset()
+            cf = comp(lambda x, k: x * k)         # same code object (a new wrapper)
+            assert cf(x, 5).tolist() == [5.0, 5.0] and len(cf.versions) == 1
+    finally:
+        tp.compiler.config.accumulated_cache_size_limit = old

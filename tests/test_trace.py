@@ -506,3 +506,91 @@ def test_module_as_fn_names_from_forward():
     r = _C.trace(lin, (tp.ones(3, 4),))
     names = [n.name for n in r.graph_module.graph.nodes if n.op == "placeholder"]
     assert names == ["input_0"]      # forward(self, input); 'input' is a builtin
+
+
+# ---------------------------------------------------------------------------
+# replay slice and mutations (Algorithm 3.1 with in-place ops before a gate)
+
+def _replay_targets(r):
+    return [n.target if isinstance(n.target, str) else n.target.__name__
+            for n in r.replay.graph.nodes if n.op in ("call_function", "call_method")]
+
+
+def test_replay_takes_inplace_before_gate_and_spares_the_input():
+    def f(x):
+        x.add_(1)
+        if x.sum() > 0:
+            return x * 2
+        return x - 1
+    x = tp.tensor([-1.5, 0.0])
+    r = _C.trace(f, (x,))
+    assert [(k, v) for _, k, v in r.gates] == [("bool", True)]
+    # the input is written by the slice: cloned first, then add_, sum, gt
+    assert _replay_targets(r) == ["clone", "add_", "sum", "gt"]
+    v0, before = x._version, x.tolist()
+    assert [bool(t) for t in r.replay(x)] == [True]       # sees x + 1
+    assert x.tolist() == before and x._version == v0       # caller untouched
+    y = tp.tensor([-3.0, 0.0])
+    assert [bool(t) for t in r.replay(y)] == [False]
+    assert y.tolist() == [-3.0, 0.0]
+
+
+@pytest.mark.parametrize("case", ["setitem", "view", "reshape_view", "intermediate", "copy_"])
+def test_replay_takes_mutations_through_views_setitem_copy(case):
+    def f(x):
+        if case == "setitem":
+            x[:, 1:] = -5.0
+        elif case == "view":
+            x.view(-1).mul_(-1)
+        elif case == "reshape_view":
+            x.reshape(1, -1, 1).mul_(-1)
+        elif case == "copy_":
+            x[0].copy_(x[1] * -10)
+        else:
+            x = x * 2
+            x.sub_(10)
+        return x + int((x > 0).sum())
+    x = tp.ones(2, 3)
+    r = _C.trace(f, (x,))
+    want = r.gates[0][2]
+    v0 = x._version
+    got = int(r.replay(x)[0])
+    assert got == want, (case, _replay_targets(r))
+    assert x.tolist() == [[1.0] * 3] * 2 and x._version == v0
+    # and on another input the replay agrees with eager
+    z = tp.tensor([[1.0, -2.0, 3.0], [-4.0, 5.0, 6.0]])
+    zz = tp.tensor(z.tolist())
+    f(zz)
+    eager_gate = int(((zz if case != "intermediate" else (z * 2 - 10)) > 0).sum())
+    assert int(r.replay(z)[0]) == eager_gate
+    assert z.tolist() == [[1.0, -2.0, 3.0], [-4.0, 5.0, 6.0]]
+
+
+def test_replay_leaves_out_mutations_no_gate_depends_on():
+    def f(x, y):
+        y.mul_(2)             # y never reaches a gate
+        if x.sum() > 0:
+            x.add_(1)         # after the last gate
+            return x + y
+        return x - y
+    r = _C.trace(f, (tp.ones(2), tp.ones(2)))
+    assert _replay_targets(r) == ["sum", "gt"]
+
+
+def test_replay_gate_read_before_a_later_mutation_keeps_its_value():
+    def f(x):
+        a = int(x[0])         # gate 1 reads x[0] (a view of x) before the write
+        x.neg_()
+        b = int(x[0])         # gate 2 reads it after
+        return x * (a + b)
+    x = tp.tensor([3.0, 1.0])
+    r = _C.trace(f, (x,))
+    assert [v for _, _, v in r.gates] == [3, -3]
+    assert [int(t) for t in r.replay(x)] == [3, -3]
+    assert [int(t) for t in r.replay(tp.tensor([5.0, 0.0]))] == [5, -5]
+    assert x.tolist() == [3.0, 1.0]
+
+
+def test_replay_without_mutations_is_unchanged():
+    r = _C.trace(ex31, (tp.ones(4, 8),))
+    assert _replay_targets(r) == ["sum", "gt"]

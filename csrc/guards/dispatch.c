@@ -373,6 +373,17 @@ cf_clear_level1(CFObject *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+/* tp.compiler.reset(): disarm level 1 and zero the C counters */
+static PyObject *
+cf_reset(CFObject *self, PyObject *unused)
+{
+    (void)unused;
+    Py_CLEAR(self->l1);
+    self->calls = 0;
+    self->hits1 = 0;
+    Py_RETURN_NONE;
+}
+
 static PyObject *
 cf_c_stats(CFObject *self, PyObject *unused)
 {
@@ -454,6 +465,8 @@ static PyMethodDef cf_methods[] = {
      METH_FASTCALL, "arm dispatch level 1 (driver use)"},
     {"_clear_level1", (PyCFunction)cf_clear_level1, METH_NOARGS,
      "disarm dispatch level 1"},
+    {"_reset", (PyCFunction)cf_reset, METH_NOARGS,
+     "disarm level 1 and zero calls/hits_level1 (tp.compiler.reset)"},
     {"_c_stats", (PyCFunction)cf_c_stats, METH_NOARGS,
      "(calls, hits_level1) counted in C"},
     {"stats", (PyCFunction)cf_stats, METH_NOARGS,

@@ -14,6 +14,10 @@ struct StaxTracer {
     PyObject *const_nodes;   /* dict id(tensor) -> get_attr node */
     PyObject *constants;     /* dict attr name -> tensor (by reference) */
     PyObject *const_snap;    /* snapshots of the constants, restored at end */
+    PyObject *mutations;     /* dict node -> frozenset of the addresses of
+                                the storages its sample run wrote (version
+                                moved): in-place methods, setitem, copy_,
+                                out=, writes through views */
     int active;
 };
 

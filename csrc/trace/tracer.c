@@ -39,6 +39,7 @@ tracer_traverse(StaxTracer *self, visitproc visit, void *arg)
     Py_VISIT(self->const_nodes);
     Py_VISIT(self->constants);
     Py_VISIT(self->const_snap);
+    Py_VISIT(self->mutations);
     return 0;
 }
 
@@ -53,6 +54,7 @@ tracer_clear(StaxTracer *self)
     Py_CLEAR(self->const_nodes);
     Py_CLEAR(self->constants);
     Py_CLEAR(self->const_snap);
+    Py_CLEAR(self->mutations);
     return 0;
 }
 
@@ -107,10 +109,12 @@ tracer_new(void)
     tr->const_nodes = PyDict_New();
     tr->constants = PyDict_New();
     tr->const_snap = PyList_New(0);
+    tr->mutations = PyDict_New();
     tr->active = 0;
     PyObject_GC_Track(tr);
     if (!tr->graph || !tr->gates || !tr->shape_reads || !tr->shape_seen
-        || !tr->ph_index || !tr->const_nodes || !tr->constants || !tr->const_snap) {
+        || !tr->ph_index || !tr->const_nodes || !tr->constants || !tr->const_snap
+        || !tr->mutations) {
         Py_DECREF(tr);
         return NULL;
     }
@@ -456,13 +460,58 @@ map_args(StaxTracer *tr, PyObject *o, int mode, StaxNode **missing)
     return Py_NewRef(o);
 }
 
+/* Append every tensor leaf of o (inside tuples, lists, dict values) to
+ * the list `out`. */
+static int
+tensor_leaves(PyObject *o, PyObject *out)
+{
+    if (is_tensor(o)) {
+        return PyList_Append(out, o);
+    }
+    if (PyTuple_Check(o) || PyList_Check(o)) {
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); i++) {
+            if (tensor_leaves(PySequence_Fast_GET_ITEM(o, i), out) < 0) {
+                return -1;
+            }
+        }
+    }
+    else if (PyDict_Check(o)) {
+        PyObject *k, *v;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(o, &pos, &k, &v)) {
+            if (tensor_leaves(v, out) < 0) {
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Add the address of the storage of every tensor leaf of o to `set`. */
+static int
+storage_keys(PyObject *o, PyObject *set)
+{
+    PyObject *leaves = PyList_New(0);
+    int rc = leaves ? tensor_leaves(o, leaves) : -1;
+    for (Py_ssize_t i = 0; rc == 0 && i < PyList_GET_SIZE(leaves); i++) {
+        StaxTensor *t = (StaxTensor *)PyList_GET_ITEM(leaves, i);
+        PyObject *k = PyLong_FromVoidPtr(t->storage);
+        rc = (k != NULL && PySet_Add(set, k) == 0) ? 0 : -1;
+        Py_XDECREF(k);
+    }
+    Py_XDECREF(leaves);
+    return rc;
+}
+
 /* Run the node on the sample under no_grad; fills meta 'val' or
  * 'sample_error'. 0 ok (even when the sample failed), -1 internal error. */
 static int
 run_sample(StaxTracer *tr, StaxNode *n, PyObject *args, PyObject *kwargs)
 {
     StaxNode *missing = NULL;
-    PyObject *va = NULL, *vk = NULL, *res = NULL;
+    PyObject *va = NULL, *vk = NULL, *res = NULL, *leaves = NULL;
+    uint64_t *vers = NULL;
+    Py_ssize_t nl = 0;
     int grad, rc = -1;
     va = map_args(tr, args, 1, &missing);
     vk = va ? (kwargs ? map_args(tr, kwargs, 1, &missing) : PyDict_New())
@@ -476,6 +525,22 @@ run_sample(StaxTracer *tr, StaxNode *n, PyObject *args, PyObject *kwargs)
         rc = PyDict_SetItemString(n->meta, "sample_error_origin",
                                   o ? o : (PyObject *)missing);
         goto done;
+    }
+    /* the versions of every tensor argument's storage: a node whose run
+     * moves one wrote it (in place, setitem, copy_, out=, through a view) */
+    leaves = PyList_New(0);
+    if (leaves == NULL || tensor_leaves(va, leaves) < 0
+        || tensor_leaves(vk, leaves) < 0) {
+        goto done;
+    }
+    nl = PyList_GET_SIZE(leaves);
+    vers = PyMem_Malloc(sizeof(uint64_t) * (size_t)(nl > 0 ? nl : 1));
+    if (vers == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < nl; i++) {
+        vers[i] = ((StaxTensor *)PyList_GET_ITEM(leaves, i))->storage->version;
     }
     grad = stax_grad_enabled();
     stax_set_grad_enabled(0);
@@ -496,6 +561,35 @@ run_sample(StaxTracer *tr, StaxNode *n, PyObject *args, PyObject *kwargs)
         res = PyObject_Call(n->target, va, vk);
     }
     stax_set_grad_enabled(grad);
+    if (nl > 0) {
+        PyObject *et, *ev, *tb, *wrote = PySet_New(NULL);
+        int bad = wrote == NULL;
+        PyErr_Fetch(&et, &ev, &tb);
+        for (Py_ssize_t i = 0; !bad && i < nl; i++) {
+            StaxTensor *t = (StaxTensor *)PyList_GET_ITEM(leaves, i);
+            if (t->storage->version != vers[i]) {
+                PyObject *k = PyLong_FromVoidPtr(t->storage);
+                bad = k == NULL || PySet_Add(wrote, k) < 0;
+                Py_XDECREF(k);
+            }
+        }
+        if (!bad && PySet_GET_SIZE(wrote) > 0) {
+            PyObject *fs = PyFrozenSet_New(wrote);
+            bad = fs == NULL
+                  || PyDict_SetItem(tr->mutations, (PyObject *)n, fs) < 0;
+            Py_XDECREF(fs);
+        }
+        Py_XDECREF(wrote);
+        if (bad) {
+            Py_XDECREF(et);
+            Py_XDECREF(ev);
+            Py_XDECREF(tb);
+            Py_XDECREF(res);
+            res = NULL;
+            goto done;
+        }
+        PyErr_Restore(et, ev, tb);
+    }
     if (res != NULL) {
         rc = PyDict_SetItemString(n->meta, "val", res);
     }
@@ -518,6 +612,8 @@ done:
     Py_XDECREF(va);
     Py_XDECREF(vk);
     Py_XDECREF(res);
+    Py_XDECREF(leaves);
+    PyMem_Free(vers);
     return rc;
 }
 
@@ -713,26 +809,16 @@ param_names(PyObject *fn, PyObject **varargs)
 /* ------------------------------------------------------------------ */
 /* replay (Algorithm 3.1)                                              */
 
-static PyObject *
-extract_replay(StaxTracer *tr, PyObject *consts)
+/* Add n and every node it depends on to `needed`. */
+static int
+close_over(PyObject *needed, StaxNode *start)
 {
-    PyObject *needed = PySet_New(NULL), *pending = PyList_New(0),
-             *env = PyDict_New(), *g2 = NULL, *outs = NULL, *res = NULL,
-             *nodes = NULL, *root = NULL;
-    Py_ssize_t ng = PyList_GET_SIZE(tr->gates);
-    if (needed == NULL || pending == NULL || env == NULL) {
-        goto done;
-    }
-    for (Py_ssize_t i = 0; i < ng; i++) {
-        if (PyList_Append(pending, PyTuple_GET_ITEM(
-                              PyList_GET_ITEM(tr->gates, i), 0)) < 0) {
-            goto done;
-        }
-    }
-    while (PyList_GET_SIZE(pending) > 0) {
+    PyObject *pending = PyList_New(0);
+    int r = (pending != NULL
+             && PyList_Append(pending, (PyObject *)start) == 0) ? 0 : -1;
+    while (r == 0 && PyList_GET_SIZE(pending) > 0) {
         Py_ssize_t last = PyList_GET_SIZE(pending) - 1;
         StaxNode *n = (StaxNode *)Py_NewRef(PyList_GET_ITEM(pending, last));
-        int r;
         PyList_SetSlice(pending, last, last + 1, NULL);
         r = PySet_Contains(needed, (PyObject *)n);
         if (r == 0) {
@@ -746,25 +832,235 @@ extract_replay(StaxTracer *tr, PyObject *consts)
             }
             Py_XDECREF(ins);
         }
+        else if (r == 1) {
+            r = 0;
+        }
         Py_DECREF(n);
-        if (r < 0) {
+    }
+    Py_XDECREF(pending);
+    return r;
+}
+
+/* New reference: the storages node n's run reads or makes (its sample
+ * value and the sample values of its inputs), cached in `cache`. */
+static PyObject *
+node_touch(StaxNode *n, PyObject *cache)
+{
+    PyObject *t = PyDict_GetItemWithError(cache, (PyObject *)n), *ins = NULL,
+             *k, *v;
+    Py_ssize_t pos = 0;
+    if (t != NULL || PyErr_Occurred()) {
+        return Py_XNewRef(t);
+    }
+    t = PySet_New(NULL);
+    ins = PyDict_New();
+    if (t == NULL || ins == NULL
+        || stax_graph_collect_nodes(n->args, ins) < 0
+        || stax_graph_collect_nodes(n->kwargs, ins) < 0
+        || PyDict_SetItem(ins, (PyObject *)n, Py_None) < 0) {
+        goto error;
+    }
+    while (PyDict_Next(ins, &pos, &k, &v)) {
+        PyObject *val = PyDict_GetItemString(((StaxNode *)k)->meta, "val");
+        if (val != NULL && storage_keys(val, t) < 0) {
+            goto error;
+        }
+    }
+    Py_DECREF(ins);
+    if (PyDict_SetItem(cache, (PyObject *)n, t) < 0) {
+        Py_DECREF(t);
+        return NULL;
+    }
+    return t;
+error:
+    Py_XDECREF(t);
+    Py_XDECREF(ins);
+    return NULL;
+}
+
+/* 1 when the storages of n's sample value meet `set`. */
+static int
+val_meets(StaxNode *n, PyObject *set)
+{
+    PyObject *val = PyDict_GetItemString(n->meta, "val"), *mine, *k;
+    int r = 0;
+    if (val == NULL || PySet_GET_SIZE(set) == 0) {
+        return 0;
+    }
+    mine = PySet_New(NULL);
+    if (mine == NULL || storage_keys(val, mine) < 0) {
+        Py_XDECREF(mine);
+        return -1;
+    }
+    {
+        PyObject *it = PyObject_GetIter(mine);
+        while (r == 0 && it != NULL && (k = PyIter_Next(it)) != NULL) {
+            r = PySet_Contains(set, k);
+            Py_DECREF(k);
+        }
+        Py_XDECREF(it);
+        if (it == NULL || PyErr_Occurred()) {
+            r = -1;
+        }
+    }
+    Py_DECREF(mine);
+    return r;
+}
+
+/* New reference: a `clone` call of node c appended to g2. */
+static PyObject *
+append_clone(PyObject *g2, PyObject *c)
+{
+    return PyObject_CallMethod(g2, "call_method", "s(O)", "clone", c);
+}
+
+/* Algorithm 3.1: the backward slice of the gate nodes, taken before any
+ * DCE, plus the mutations it depends on. A node that wrote (in place,
+ * setitem, copy_, through a view) a storage that a later node of the slice
+ * reads joins the slice with everything it depends on, until nothing
+ * changes; so `x.add_(1); if x.sum() > 0:` replays add_ before sum. The
+ * slice must not write the caller's tensors: an input (placeholder or
+ * constant) whose storage the slice writes is cloned first, and a gate
+ * value that a later mutation of the slice overwrites is cloned where the
+ * gate read it. Same placeholders as the graph; output = the gate values
+ * in encounter order. */
+static PyObject *
+extract_replay(StaxTracer *tr, PyObject *consts)
+{
+    PyObject *needed = PySet_New(NULL), *env = PyDict_New(),
+             *touch = PyDict_New(), *written = PySet_New(NULL),
+             *gate_out = PyDict_New(), *pend = PyList_New(0), *g2 = NULL,
+             *outs = NULL, *res = NULL, *nodes = NULL, *root = NULL;
+    Py_ssize_t ng = PyList_GET_SIZE(tr->gates), nn;
+    int changed = 1;
+    if (needed == NULL || env == NULL || touch == NULL || written == NULL
+        || gate_out == NULL || pend == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < ng; i++) {
+        if (close_over(needed, (StaxNode *)PyTuple_GET_ITEM(
+                           PyList_GET_ITEM(tr->gates, i), 0)) < 0) {
             goto done;
         }
     }
-    g2 = stax_graph_new();
-    nodes = g2 ? stax_graph_node_list((PyObject *)tr->graph) : NULL;
+    nodes = stax_graph_node_list((PyObject *)tr->graph);
     if (nodes == NULL) {
         goto done;
     }
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(nodes); i++) {
+    nn = PyList_GET_SIZE(nodes);
+    while (changed && PyDict_GET_SIZE(tr->mutations) > 0) {
+        changed = 0;
+        for (Py_ssize_t i = 0; i < nn; i++) {
+            PyObject *m = PyList_GET_ITEM(nodes, i);
+            PyObject *w = PyDict_GetItemWithError(tr->mutations, m);
+            int r = w ? PySet_Contains(needed, m) : 0;
+            if (r != 0) {
+                if (r < 0 || PyErr_Occurred()) {
+                    goto done;
+                }
+                continue;
+            }
+            if (w == NULL) {
+                if (PyErr_Occurred()) {
+                    goto done;
+                }
+                continue;
+            }
+            /* a later node of the slice reading a storage m wrote */
+            for (Py_ssize_t j = i + 1; r == 0 && j < nn; j++) {
+                PyObject *n = PyList_GET_ITEM(nodes, j), *t, *k;
+                Py_ssize_t pos = 0;
+                Py_hash_t h;
+                r = PySet_Contains(needed, n);
+                if (r <= 0) {
+                    if (r < 0) {
+                        goto done;
+                    }
+                    continue;
+                }
+                r = 0;
+                t = node_touch((StaxNode *)n, touch);
+                if (t == NULL) {
+                    goto done;
+                }
+                while (r == 0 && _PySet_NextEntry(w, &pos, &k, &h)) {
+                    r = PySet_Contains(t, k);
+                }
+                Py_DECREF(t);
+                if (r < 0) {
+                    goto done;
+                }
+            }
+            if (r == 1) {
+                if (close_over(needed, (StaxNode *)m) < 0) {
+                    goto done;
+                }
+                changed = 1;
+            }
+        }
+    }
+    /* the storages the slice writes */
+    for (Py_ssize_t i = 0; i < nn; i++) {
+        PyObject *m = PyList_GET_ITEM(nodes, i), *w, *k;
+        Py_ssize_t pos = 0;
+        Py_hash_t h;
+        w = PyDict_GetItemWithError(tr->mutations, m);
+        if (w == NULL) {
+            if (PyErr_Occurred()) {
+                goto done;
+            }
+            continue;
+        }
+        if (PySet_Contains(needed, m) != 1) {
+            continue;
+        }
+        while (_PySet_NextEntry(w, &pos, &k, &h)) {
+            if (PySet_Add(written, k) < 0) {
+                goto done;
+            }
+        }
+    }
+    g2 = stax_graph_new();
+    if (g2 == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < nn; i++) {
         StaxNode *n = (StaxNode *)PyList_GET_ITEM(nodes, i);
         PyObject *c;
-        int r = PySet_Contains(needed, (PyObject *)n);
+        int r = PySet_Contains(needed, (PyObject *)n), wr, isgate = 0;
         if (r < 0) {
             goto done;
         }
         if (n->op != STAX_NODE_PLACEHOLDER && !r) {
             continue;
+        }
+        if (n->op != STAX_NODE_PLACEHOLDER) {
+            /* clones of the written placeholders come after all of them */
+            for (Py_ssize_t j = 0; j < PyList_GET_SIZE(pend); j++) {
+                PyObject *p = PyList_GET_ITEM(pend, j);
+                PyObject *cl = append_clone(g2, PyDict_GetItem(env, p));
+                if (cl == NULL || PyDict_SetItem(env, p, cl) < 0) {
+                    Py_XDECREF(cl);
+                    goto done;
+                }
+                Py_DECREF(cl);
+                for (Py_ssize_t q = 0; q < ng; q++) {
+                    if (PyTuple_GET_ITEM(PyList_GET_ITEM(tr->gates, q), 0)
+                        == p && PyDict_GetItem(gate_out, p) == NULL) {
+                        /* the gate read the input before the writes */
+                        PyObject *c2 = append_clone(g2, cl);
+                        if (c2 == NULL
+                            || PyDict_SetItem(gate_out, p, c2) < 0) {
+                            Py_XDECREF(c2);
+                            goto done;
+                        }
+                        Py_DECREF(c2);
+                    }
+                }
+            }
+            if (PyList_SetSlice(pend, 0, PY_SSIZE_T_MAX, NULL) < 0) {
+                goto done;
+            }
         }
         c = PyObject_CallMethod(g2, "node_copy", "OO", n, env);
         if (c == NULL || PyDict_SetItem(env, (PyObject *)n, c) < 0) {
@@ -772,6 +1068,34 @@ extract_replay(StaxTracer *tr, PyObject *consts)
             goto done;
         }
         Py_DECREF(c);
+        wr = val_meets(n, written);
+        if (wr < 0) {
+            goto done;
+        }
+        if (wr && n->op == STAX_NODE_PLACEHOLDER) {
+            if (PyList_Append(pend, (PyObject *)n) < 0) {
+                goto done;
+            }
+            continue;
+        }
+        for (Py_ssize_t j = 0; j < ng; j++) {
+            if (PyTuple_GET_ITEM(PyList_GET_ITEM(tr->gates, j), 0)
+                == (PyObject *)n) {
+                isgate = 1;
+            }
+        }
+        if (wr && (n->op == STAX_NODE_GET_ATTR || isgate)) {
+            /* a constant the slice writes: write a copy; a gate value a
+             * later mutation overwrites: keep it as the gate read it */
+            PyObject *cl = append_clone(g2, c);
+            if (cl == NULL
+                || PyDict_SetItem(n->op == STAX_NODE_GET_ATTR ? env : gate_out,
+                                  (PyObject *)n, cl) < 0) {
+                Py_XDECREF(cl);
+                goto done;
+            }
+            Py_DECREF(cl);
+        }
     }
     outs = PyTuple_New(ng);
     if (outs == NULL) {
@@ -779,7 +1103,10 @@ extract_replay(StaxTracer *tr, PyObject *consts)
     }
     for (Py_ssize_t i = 0; i < ng; i++) {
         PyObject *g = PyTuple_GET_ITEM(PyList_GET_ITEM(tr->gates, i), 0);
-        PyObject *c = PyDict_GetItem(env, g);
+        PyObject *c = PyDict_GetItem(gate_out, g);
+        if (c == NULL) {
+            c = PyDict_GetItem(env, g);
+        }
         PyTuple_SET_ITEM(outs, i, Py_NewRef(c ? c : Py_None));
     }
     {
@@ -796,8 +1123,11 @@ extract_replay(StaxTracer *tr, PyObject *consts)
                : NULL;
 done:
     Py_XDECREF(needed);
-    Py_XDECREF(pending);
     Py_XDECREF(env);
+    Py_XDECREF(touch);
+    Py_XDECREF(written);
+    Py_XDECREF(gate_out);
+    Py_XDECREF(pend);
     Py_XDECREF(g2);
     Py_XDECREF(outs);
     Py_XDECREF(nodes);

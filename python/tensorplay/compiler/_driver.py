@@ -14,13 +14,28 @@ from ._guards import GATE_TEXT, Guard, diff_sig, leaves_sig
 from . import _lift
 from ._lift import analyze
 
-__all__ = ["Version", "Driver", "RecompileLimitError"]
+__all__ = ["Version", "Driver", "RecompileLimitError", "reset"]
 
 _SCALARS = (type(None), bool, int, float, str)
 _compile_lock = threading.RLock()
 # compilations per code object, over every CompiledFunction wrapping it
 # (closures and lambdas recreated in a loop, methods of many modules)
 _code_compiles = weakref.WeakKeyDictionary()
+# every live compiled function's driver (tp.compiler.reset)
+_drivers = weakref.WeakSet()
+
+
+def reset():
+    """Forget everything compiled so far (like torch._dynamo.reset()): every
+    compiled function drops its versions, artifacts, dispatch state (level 1
+    disarmed, level 2 fingerprint forgotten), lifting plans, limit warnings
+    and stats counters, and the per-code-object accumulated compile counts
+    (config.accumulated_cache_size_limit) restart from zero. The next call
+    of each compiled function traces and compiles again."""
+    with _compile_lock:
+        for d in list(_drivers):
+            d.reset()
+        _code_compiles.clear()
 
 
 class RecompileLimitError(RuntimeError):
@@ -70,6 +85,20 @@ def _gate_value(kind, v):
             return _tuplify(v.tolist())
         return v.item()
     return _tuplify(v)
+
+
+def _run_replay(replay, flat):
+    """Run a guard replay slice on the call's tensors, without recording
+    autograd history (the slice may clone and write copies of inputs)."""
+    g = _C.is_grad_enabled()
+    if g:
+        _C._set_grad_enabled(False)
+    try:
+        out = replay(*flat)
+    finally:
+        if g:
+            _C._set_grad_enabled(True)
+    return out if isinstance(out, (tuple, list)) else (out,)
 
 
 def _tuplify(v):
@@ -160,9 +189,7 @@ class Version:
 
     # -- the key components that need the call's data ---------------------
     def gate_outcomes(self, flat):
-        out = self.replay(*flat)
-        if not isinstance(out, (tuple, list)):
-            out = (out,)
+        out = _run_replay(self.replay, flat)
         return tuple(_gate_value(k, v) for k, v in zip(self.gate_kinds, out))
 
     def matches_data(self, call):
@@ -246,6 +273,23 @@ class Driver:
         self.hits_level2 = 0
         self.hits_level3 = 0
         self.eager_calls = 0
+        _drivers.add(self)
+
+    def reset(self):
+        """Back to the state of a new compiled function (tp.compiler.reset)."""
+        with _compile_lock:
+            self.versions = []
+            self._groups = {}
+            self._plan = None
+            if self._self_plans is not None:
+                self._self_plans = {}
+            self._last = (None, None, None)
+            self._limit_warned = False
+            self._replay_warned = False
+            self.compiles = self.hits_level2 = self.hits_level3 = self.eager_calls = 0
+            cf = self._cf() if self._cf is not None else None
+            if cf is not None:
+                cf._reset()
 
     def bind(self, cf):
         self._cf = weakref.ref(cf)
@@ -313,8 +357,12 @@ class Driver:
             flat = [x for x in free if isinstance(x, T)]
             _flatten(args, "", flat, [], T)
             _flatten(kwargs, "", flat, [], T)
-            self.hits_level2 += 1
-            return self._run(v, flat, args, kwargs, plan, free)
+            # the fingerprint covers the arguments' identity and version,
+            # not what the gates read beyond them (constants held by
+            # reference, random draws): with data gates, replay them
+            if not v.gate_kinds or self._gates_hold(v, flat):
+                self.hits_level2 += 1
+                return self._run(v, flat, args, kwargs, plan, free)
         call = self._make_call(args, kwargs, free, rho, dtype, plan, T)
         v = self._lookup(call)
         if v is not None:
@@ -328,6 +376,13 @@ class Driver:
                 return self._eager(args, kwargs)
         self._last = (fp, v, (args, kwargs, free))
         return self._run(v, call.flat, args, kwargs, plan, free)
+
+    @staticmethod
+    def _gates_hold(v, flat):
+        try:
+            return v.gate_outcomes(flat) == v.gates
+        except Exception:  # noqa: BLE001 - a slice that cannot run differs
+            return False
 
     def _artifact(self, v, flat, args, kwargs, plan, free):
         if v.shape_polymorphic:
@@ -464,8 +519,7 @@ class Driver:
         very inputs it was traced on; if it does not, this version's gate
         guard can never hold (every later call recompiles): say so once."""
         try:
-            out = replay(*flat)
-            out = out if isinstance(out, (tuple, list)) else (out,)
+            out = _run_replay(replay, flat)
             got = tuple(_gate_value(k, x) for k, x in zip(kinds, out))
         except Exception as e:  # noqa: BLE001
             got = f"replay failed: {type(e).__name__}: {e}"
