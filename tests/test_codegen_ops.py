@@ -252,3 +252,20 @@ def test_fallback_counted_and_correct():
     np.testing.assert_allclose(_np(cf(a)), _np(f(a)), rtol=1e-6)
     assert cf.versions[0].artifact.fallbacks == 1
     assert cf.stats()["fallbacks"] >= 1
+
+
+def test_shared_subexpressions_stay_a_dag():
+    """y = y*y + y, 24 times: the body is a DAG of ~50 nodes; lowering,
+    codegen and printing must not expand it into a tree (3^24 nodes)"""
+    import time
+
+    def f(t):
+        y = t
+        for _ in range(24):
+            y = y * y + y
+        return y
+    a = tp.randn(8) * 0.01
+    t0 = time.perf_counter()
+    cf = run(f, a, kernels=1, rtol=1e-5, atol=1e-6)
+    assert time.perf_counter() - t0 < 10
+    assert len(cf.versions[0].kernels[0].loop_ir) < (1 << 19)

@@ -15,6 +15,7 @@
 #include "backend_llvm/llvm_internal.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
@@ -33,7 +34,79 @@ typedef struct {
     LLVMValueRef acc[64], acc2[64];     /* allocas: value; ARG*: index */
     LLVMValueRef acc_blk[64];           /* blocked float sums: block acc */
     const char *err;
+    /* values already emitted in the current basic block (the IR is a DAG) */
+    const stax_lval **mkeys;
+    LLVMValueRef *mvals;
+    unsigned *mgen;
+    size_t mcap, mn;
+    unsigned gen;
 } cg_t;
+
+static void
+memo_reset(cg_t *g)
+{
+    g->gen++;
+    g->mn = 0;
+}
+
+static LLVMValueRef
+memo_get(cg_t *g, const stax_lval *v)
+{
+    if (g->mcap == 0) {
+        return NULL;
+    }
+    size_t i = ((uintptr_t)v >> 4) & (g->mcap - 1);
+    while (g->mgen[i] == g->gen && g->mkeys[i] != NULL) {
+        if (g->mkeys[i] == v) {
+            return g->mvals[i];
+        }
+        i = (i + 1) & (g->mcap - 1);
+    }
+    return NULL;
+}
+
+static void
+memo_put(cg_t *g, const stax_lval *v, LLVMValueRef r)
+{
+    if ((g->mn + 1) * 2 > g->mcap) {
+        size_t cap = g->mcap ? g->mcap * 2 : 1024;
+        const stax_lval **k = calloc(cap, sizeof(*k));
+        LLVMValueRef *vv = calloc(cap, sizeof(*vv));
+        unsigned *gg = calloc(cap, sizeof(*gg));
+        if (k == NULL || vv == NULL || gg == NULL) {
+            free(k);
+            free(vv);
+            free(gg);
+            return;
+        }
+        for (size_t i = 0; i < g->mcap; i++) {
+            if (g->mgen[i] == g->gen && g->mkeys[i] != NULL) {
+                size_t j = ((uintptr_t)g->mkeys[i] >> 4) & (cap - 1);
+                while (gg[j] == g->gen && k[j] != NULL) {
+                    j = (j + 1) & (cap - 1);
+                }
+                k[j] = g->mkeys[i];
+                vv[j] = g->mvals[i];
+                gg[j] = g->gen;
+            }
+        }
+        free(g->mkeys);
+        free(g->mvals);
+        free(g->mgen);
+        g->mkeys = k;
+        g->mvals = vv;
+        g->mgen = gg;
+        g->mcap = cap;
+    }
+    size_t i = ((uintptr_t)v >> 4) & (g->mcap - 1);
+    while (g->mgen[i] == g->gen && g->mkeys[i] != NULL) {
+        i = (i + 1) & (g->mcap - 1);
+    }
+    g->mkeys[i] = v;
+    g->mvals[i] = r;
+    g->mgen[i] = g->gen;
+    g->mn++;
+}
 
 /* ------------------------------------------------------------- types */
 static LLVMTypeRef
@@ -593,8 +666,25 @@ gen_prim(cg_t *g, const stax_lval *v)
     }
 }
 
+static LLVMValueRef gen_val_(cg_t *g, const stax_lval *v);
+
 static LLVMValueRef
 gen_val(cg_t *g, const stax_lval *v)
+{
+    /* accumulator reads change within a block (folds store to them) */
+    if (v->kind == STAX_LV_ACC || v->kind == STAX_LV_CONST) {
+        return gen_val_(g, v);
+    }
+    LLVMValueRef r = memo_get(g, v);
+    if (r == NULL) {
+        r = gen_val_(g, v);
+        memo_put(g, v, r);
+    }
+    return r;
+}
+
+static LLVMValueRef
+gen_val_(cg_t *g, const stax_lval *v)
 {
     switch (v->kind) {
     case STAX_LV_LOAD:
@@ -635,6 +725,7 @@ loop_begin(cg_t *g, loop_t *l, LLVMValueRef lo, LLVMValueRef hi, int var)
     LLVMValueRef i = LLVMBuildLoad2(g->b, g->i64, l->iv, "i");
     LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, i, hi, ""), body, l->exit);
     LLVMPositionBuilderAtEnd(g->b, body);
+    memo_reset(g);
     if (var >= 0) {
         g->vars[var] = i;
     }
@@ -656,6 +747,7 @@ loop_end(cg_t *g, loop_t *l, LLVMValueRef step)
     LLVMBuildStore(g->b, n, l->iv);
     LLVMBuildBr(g->b, l->header);
     LLVMPositionBuilderAtEnd(g->b, l->exit);
+    memo_reset(g);
 }
 
 static int
@@ -866,6 +958,7 @@ static void
 emit_stage(cg_t *g, const stax_stage *st)
 {
     const stax_kernel *k = g->k;
+    memo_reset(g);
     if (st->kind == STAX_STAGE_REDUCE) {
         int has_blocked = 0;
         for (int i = st->first; i < st->first + st->n; i++) {
@@ -1039,6 +1132,9 @@ stax_llvm_build_module(LLVMContextRef cx, LLVMModuleRef mod,
     LLVMBuildCall2(g.b, bt, g.fn, args, (unsigned)np, "");
     LLVMBuildRetVoid(g.b);
     LLVMDisposeBuilder(g.b);
+    free(g.mkeys);
+    free(g.mvals);
+    free(g.mgen);
     if (g.err) {
         *err = g.err;
         return -1;

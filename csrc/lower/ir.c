@@ -169,9 +169,14 @@ var_name(stax_strbuf *sb, int v, int nouter)
 
 static int render_nouter = -1;   /* printer context (GIL held) */
 
+#define RENDER_LIMIT (1 << 18)
+
 void
 stax_lower_ix_render(stax_strbuf *sb, const stax_ix *ix)
 {
+    if (sb->n > RENDER_LIMIT) {
+        return;
+    }
     switch (ix->kind) {
     case STAX_IX_CONST:
         stax_strbuf_printf(sb, "%lld", (long long)ix->v);
@@ -215,6 +220,12 @@ stax_lower_ix_render(stax_strbuf *sb, const stax_ix *ix)
 void
 stax_lower_lval_render(stax_strbuf *sb, const stax_lval *v)
 {
+    if (sb->n > RENDER_LIMIT) {
+        if (sb->n < RENDER_LIMIT + 8) {
+            stax_strbuf_printf(sb, " ...");
+        }
+        return;
+    }
     switch (v->kind) {
     case STAX_LV_LOAD:
         stax_strbuf_printf(sb, "buf%d[", v->buf);

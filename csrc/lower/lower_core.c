@@ -321,7 +321,10 @@ lw_rewrite_ix(lw_ctx *c, lw_rw *rw, const stax_ix *ix)
         return ix;
     case STAX_IX_VAR:
         if (rw->vars != NULL && ix->v < rw->nvars && rw->vars[ix->v] != NULL) {
-            return rw->vars[ix->v];
+            const stax_ix *r = rw->vars[ix->v];
+            /* an identity map keeps the original nodes (and so the DAG's
+             * sharing: x*x + x must not triple at every level) */
+            return (r->kind == STAX_IX_VAR && r->v == ix->v) ? ix : r;
         }
         return ix;
     case STAX_IX_VALUE: {
