@@ -164,3 +164,22 @@ def test_outputs_require_grad_only_where_eager_does():
     assert [t.requires_grad for t in c] == [t.requires_grad for t in e] == [True, False, False]
     with tp.no_grad():
         assert not any(t.requires_grad for t in g(w, tp.ones(3)))
+
+
+@pytest.mark.parametrize("backend", ["eager", BACKEND])
+def test_inplace_through_noop_conversion_writes_the_input(backend):
+    """Fuzz seed 527: `v = x.to(tp.float32); v.clamp_(min=2)` on a float32 x
+    writes x (eager returns x itself); compiled must too."""
+    m0 = tp.nn.LayerNorm(4)
+
+    def f(x0):
+        v1 = x0.to(tp.float32)
+        v1.clamp_(min=2.0)
+        return m0(x0)
+    e, c = tp.tensor([0.5, -1.0, 3.0, 1.0]), tp.tensor([0.5, -1.0, 3.0, 1.0])
+    want = f(e)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = tp.compile(f, backend=backend)(c)
+    assert np.allclose(got.detach().numpy(), want.detach().numpy(), atol=1e-5)
+    assert c.tolist() == e.tolist() == [2.0, 2.0, 3.0, 2.0]

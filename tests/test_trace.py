@@ -594,3 +594,27 @@ def test_replay_gate_read_before_a_later_mutation_keeps_its_value():
 def test_replay_without_mutations_is_unchanged():
     r = _C.trace(ex31, (tp.ones(4, 8),))
     assert _replay_targets(r) == ["sum", "gt"]
+
+
+@pytest.mark.parametrize("conv", ["to", "float", "contiguous", "type"])
+def test_noop_conversion_is_the_argument(conv):
+    """Fuzz seed 527: x.to(x.dtype) (x.float() on float32, x.contiguous() on
+    a contiguous x) returns x itself in eager, so a later in-place op on the
+    result writes x. The tracer records no node for it: the result is the
+    argument's proxy."""
+    def f(x):
+        if conv == "to":
+            v = x.to(tp.float32)
+        elif conv == "type":
+            v = x.type(tp.float32)
+        else:
+            v = getattr(x, conv)()
+        assert v is x
+        v.clamp_(min=2.0)
+        return x * 1
+    r = _C.trace(f, (tp.tensor([0.5, 3.0]),))
+    assert [n.target for n in r.graph_module.graph.nodes if n.op == "call_method"] == ["clamp_"]
+    assert r.mutated_inputs == [0]
+    # a real conversion still records its node
+    r2 = _C.trace(lambda x: x.to(tp.float64) + 1, (tp.ones(2),))
+    assert [n.target for n in r2.graph_module.graph.nodes if n.op == "call_method"] == ["to"]

@@ -617,6 +617,40 @@ done:
     return rc;
 }
 
+/* 1 when n is a conversion method whose sample run returned its own
+ * argument object (a no-op: same dtype, device, layout) and wrote nothing. */
+static int
+returns_self(StaxTracer *tr, StaxNode *n, PyObject *args)
+{
+    static const char *names[] = {
+        "to", "type", "float", "double", "half", "bfloat16", "int", "long",
+        "short", "char", "byte", "bool", "contiguous", "cpu", "type_as", NULL};
+    PyObject *p, *v, *pv;
+    const char *t;
+    if (n->op != STAX_NODE_CALL_METHOD || !PyUnicode_Check(n->target)
+        || !PyTuple_Check(args) || PyTuple_GET_SIZE(args) < 1) {
+        return 0;
+    }
+    p = PyTuple_GET_ITEM(args, 0);
+    if (!StaxProxy_Check(p) || ((StaxProxy *)p)->tracer != tr) {
+        return 0;
+    }
+    t = PyUnicode_AsUTF8(n->target);
+    if (t == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    for (int i = 0; names[i] != NULL; i++) {
+        if (strcmp(t, names[i]) == 0) {
+            v = PyDict_GetItemString(n->meta, "val");
+            pv = PyDict_GetItemString(((StaxProxy *)p)->node->meta, "val");
+            return v != NULL && v == pv
+                   && PyDict_GetItem(tr->mutations, (PyObject *)n) == NULL;
+        }
+    }
+    return 0;
+}
+
 PyObject *
 stax_trace_record(StaxTracer *tr, stax_node_op_t op, PyObject *target,
                   PyObject *args, PyObject *kwargs)
@@ -646,6 +680,17 @@ stax_trace_record(StaxTracer *tr, stax_node_op_t op, PyObject *target,
         goto done;
     }
     if (run_sample(tr, n, args, kwargs) < 0) {
+        goto done;
+    }
+    if (returns_self(tr, n, args)) {
+        /* x.to(x.dtype), x.float() on float32, x.contiguous() on a
+         * contiguous x: eager returns x itself, so later writes through
+         * the result are writes to x. The result IS the argument (sound:
+         * dtype and layout are in the signature): no node. */
+        if (stax_graph_erase_node(tr->graph, n) < 0) {
+            goto done;
+        }
+        res = Py_NewRef(PyTuple_GET_ITEM(args, 0));
         goto done;
     }
     res = stax_trace_proxy_new(tr, n);
