@@ -19,7 +19,7 @@ build: deps
 	@[ -f .stamp-editable ] || ($(PY) -m pip install -q --no-build-isolation --no-deps -e . && touch .stamp-editable)
 
 test: build
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest tests
 
 demo: build
 	$(PY) examples/quickstart.py

@@ -8,3 +8,5 @@ from tensorplay._tensor import *  # noqa: F401,F403
 from tensorplay._ops import *  # noqa: F401,F403
 from tensorplay import random, functional, ops, nn, graph, compiler  # noqa: F401
 from tensorplay._compile import *  # noqa: F401,F403
+
+__version__ = "0.1.0"
