@@ -269,3 +269,12 @@ def test_shared_subexpressions_stay_a_dag():
     cf = run(f, a, kernels=1, rtol=1e-5, atol=1e-6)
     assert time.perf_counter() - t0 < 10
     assert len(cf.versions[0].kernels[0].loop_ir) < (1 << 19)
+
+
+def test_leading_dim_reductions_tiled():
+    """reductions over leading dims of a row-major tensor run with a tile of
+    accumulators over the contiguous dim (innermost loop contiguous)"""
+    a = T(300, 130)
+    for fn in (lambda t: t.sum(0), lambda t: t.amax(0), lambda t: t.mean(0, keepdim=True),
+               lambda t: t.var(0), lambda t: (t > 0).any(0), lambda t: t.reshape(3, 100, 130).sum((0, 1))):
+        run(fn, a, kernels=1, rtol=1e-5, atol=1e-5)

@@ -40,7 +40,15 @@ typedef struct {
     unsigned *mgen;
     size_t mcap, mn;
     unsigned gen;
+    /* tiled reductions over leading dims: one accumulator per element of a
+     * tile of the last outer dim, the tile loop innermost (vectorized) */
+    int tiled;
+    LLVMValueRef tile_t, tile_end, tile_off;
+    LLVMValueRef acc_arr[64];
+    LLVMTypeRef acc_arr_ty[64];
 } cg_t;
+
+#define TILE_W 512
 
 static void
 memo_reset(cg_t *g)
@@ -316,6 +324,13 @@ static LLVMValueRef
 read_acc(cg_t *g, int a)
 {
     const stax_lacc *ac = &g->k->accs[a];
+    if (g->tiled) {
+        LLVMValueRef idx[2] = {LLVMConstInt(g->i64, 0, 0), g->tile_off};
+        LLVMValueRef p = LLVMBuildGEP2(g->b, g->acc_arr_ty[a], g->acc_arr[a], idx, 2, "");
+        LLVMTypeRef et = LLVMGetElementType(g->acc_arr_ty[a]);
+        LLVMValueRef v = LLVMBuildLoad2(g->b, et, p, "");
+        return et == reg_type(g, ac->dtype) ? v : LLVMBuildFPCast(g->b, v, reg_type(g, ac->dtype), "");
+    }
     if (ac->op == STAX_RED_ARGMAX || ac->op == STAX_RED_ARGMIN) {
         return LLVMBuildLoad2(g->b, g->i64, g->acc2[a], "");
     }
@@ -801,6 +816,9 @@ set_reassoc(LLVMValueRef v)
 }
 
 /* fold value into accumulator a (innermost loop body) */
+static void red_combine_store(cg_t *g, const stax_lacc *a, LLVMValueRef cur,
+                              LLVMValueRef v, LLVMValueRef ptr);
+
 static void
 red_fold(cg_t *g, int ai)
 {
@@ -810,6 +828,17 @@ red_fold(cg_t *g, int ai)
     int fp = is_fp(vdt);
     LLVMTypeRef t = reg_type(g, vdt);
     LLVMBuilderRef b = g->b;
+    if (g->tiled) {
+        LLVMValueRef idx[2] = {LLVMConstInt(g->i64, 0, 0), g->tile_off};
+        LLVMValueRef p = LLVMBuildGEP2(b, g->acc_arr_ty[ai], g->acc_arr[ai], idx, 2, "");
+        LLVMTypeRef et = LLVMGetElementType(g->acc_arr_ty[ai]);
+        LLVMValueRef cur = LLVMBuildLoad2(b, et, p, "");
+        if (et != t) {
+            v = LLVMBuildFPCast(b, v, et, "");
+        }
+        red_combine_store(g, a, cur, v, p);
+        return;
+    }
     if (blocked_sum(a)) {
         LLVMValueRef cur = LLVMBuildLoad2(b, t, g->acc_blk[ai], "");
         LLVMValueRef s = LLVMBuildFAdd(b, cur, v, "");
@@ -877,6 +906,51 @@ red_fold(cg_t *g, int ai)
         break;
     }
     LLVMBuildStore(b, r, g->acc[ai]);
+}
+
+static void
+red_combine_store(cg_t *g, const stax_lacc *a, LLVMValueRef cur, LLVMValueRef v,
+                  LLVMValueRef ptr)
+{
+    LLVMBuilderRef b = g->b;
+    LLVMTypeRef t = LLVMTypeOf(cur);
+    int fp = t == g->f32 || t == g->f64 || t == g->f16;
+    stax_dtype_t vdt = a->value->dtype;
+    LLVMValueRef r = NULL;
+    switch (a->op) {
+    case STAX_RED_SUM:
+        r = fp ? LLVMBuildFAdd(b, cur, v, "") : LLVMBuildAdd(b, cur, v, "");
+        break;
+    case STAX_RED_PROD:
+        r = fp ? LLVMBuildFMul(b, cur, v, "") : LLVMBuildMul(b, cur, v, "");
+        break;
+    case STAX_RED_MAX: case STAX_RED_MIN: {
+        int mx = a->op == STAX_RED_MAX;
+        LLVMValueRef xs[2] = {cur, v};
+        if (fp) {
+            r = intrinsic(g, mx ? "llvm.maximum" : "llvm.minimum", t, xs, 2);
+        }
+        else if (vdt == STAX_BOOL) {
+            r = mx ? LLVMBuildOr(b, cur, v, "") : LLVMBuildAnd(b, cur, v, "");
+        }
+        else {
+            int un = is_unsigned(vdt);
+            r = intrinsic(g, un ? (mx ? "llvm.umax" : "llvm.umin")
+                                : (mx ? "llvm.smax" : "llvm.smin"), t, xs, 2);
+        }
+        break;
+    }
+    case STAX_RED_ANY:
+        r = LLVMBuildOr(b, cur, v, "");
+        break;
+    case STAX_RED_ALL:
+        r = LLVMBuildAnd(b, cur, v, "");
+        break;
+    default:
+        g->err = "tiled reduction of an arg reduction";
+        return;
+    }
+    LLVMBuildStore(b, r, ptr);
 }
 
 static void
@@ -996,10 +1070,158 @@ emit_stage(cg_t *g, const stax_stage *st)
     }
 }
 
+/* first load of a value tree (for the tiling decision) */
+static const stax_lval *
+first_load(const stax_lval *v, int depth)
+{
+    if (v == NULL || depth > 64) {
+        return NULL;
+    }
+    if (v->kind == STAX_LV_LOAD) {
+        return v;
+    }
+    for (int i = 0; i < v->nargs; i++) {
+        const stax_lval *r = first_load(v->args[i], depth + 1);
+        if (r != NULL) {
+            return r;
+        }
+    }
+    return NULL;
+}
+
+static int
+coef_of(const stax_ix *ix, int var, int64_t mul, int64_t *out)
+{
+    switch (ix->kind) {
+    case STAX_IX_CONST: case STAX_IX_SYM:
+        return 1;
+    case STAX_IX_VAR:
+        if (ix->v == var) {
+            *out += mul;
+        }
+        return 1;
+    case STAX_IX_ADD:
+        return coef_of(ix->a, var, mul, out) && coef_of(ix->b, var, mul, out);
+    case STAX_IX_MUL:
+        if (ix->a->kind == STAX_IX_CONST) {
+            return coef_of(ix->b, var, mul * ix->a->v, out);
+        }
+        if (ix->b->kind == STAX_IX_CONST) {
+            return coef_of(ix->a, var, mul * ix->b->v, out);
+        }
+        return 0;
+    default:
+        return 0;
+    }
+}
+
+/* a reduction over leading dims whose last outer dim is the contiguous
+ * one: tile it (accumulator arrays) so the innermost loop is contiguous */
+static int
+tile_ok(const stax_kernel *k)
+{
+    if (k->nouter < 1 || k->ninner < 1 || k->naccs == 0 || k->naccs > 16) {
+        return 0;
+    }
+    for (int s = 0; s < k->nstages; s++) {
+        if (k->stages[s].kind == STAX_STAGE_INNER) {
+            return 0;
+        }
+    }
+    for (int a = 0; a < k->naccs; a++) {
+        if (k->accs[a].op == STAX_RED_ARGMAX || k->accs[a].op == STAX_RED_ARGMIN) {
+            return 0;
+        }
+    }
+    const stax_lval *l = first_load(k->accs[0].value, 0);
+    if (l == NULL) {
+        return 0;
+    }
+    int64_t co = 0, ci = 0;
+    if (!coef_of(l->index, k->nouter - 1, 1, &co)
+        || !coef_of(l->index, k->nouter + k->ninner - 1, 1, &ci)) {
+        return 0;
+    }
+    return co == 1 && ci != 1;
+}
+
+static void
+tile_j_loop_begin(cg_t *g, loop_t *l, int var)
+{
+    loop_begin(g, l, g->tile_t, g->tile_end, var);
+    g->tile_off = LLVMBuildNSWSub(g->b, g->vars[var], g->tile_t, "");
+}
+
+static void
+emit_inner_tiled(cg_t *g, const stax_stage *st, int d)
+{
+    const stax_kernel *k = g->k;
+    int var = k->nouter + d;
+    loop_t l;
+    loop_begin(g, &l, LLVMConstInt(g->i64, 0, 0), gen_ix(g, k->dims[var]), var);
+    if (d + 1 < k->ninner) {
+        emit_inner_tiled(g, st, d + 1);
+    }
+    else {
+        loop_t lj;
+        tile_j_loop_begin(g, &lj, k->nouter - 1);
+        for (int i = st->first; i < st->first + st->n; i++) {
+            red_fold(g, i);
+        }
+        loop_end(g, &lj, LLVMConstInt(g->i64, 1, 0));
+    }
+    loop_end(g, &l, LLVMConstInt(g->i64, 1, 0));
+}
+
+static void
+emit_tiled(cg_t *g, LLVMValueRef lo, LLVMValueRef hi)
+{
+    const stax_kernel *k = g->k;
+    int var = k->nouter - 1;
+    loop_t lt;
+    loop_begin(g, &lt, lo, hi, -1);
+    g->tile_t = loop_var(g, &lt);
+    LLVMValueRef e = LLVMBuildNSWAdd(g->b, g->tile_t, LLVMConstInt(g->i64, TILE_W, 0), "");
+    g->tile_end = LLVMBuildSelect(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, e, hi, ""), e, hi, "");
+    for (int s = 0; s < k->nstages; s++) {
+        const stax_stage *st = &k->stages[s];
+        memo_reset(g);
+        loop_t lj;
+        if (st->kind == STAX_STAGE_REDUCE) {
+            tile_j_loop_begin(g, &lj, var);
+            for (int i = st->first; i < st->first + st->n; i++) {
+                LLVMValueRef idx[2] = {LLVMConstInt(g->i64, 0, 0), g->tile_off};
+                LLVMValueRef p = LLVMBuildGEP2(g->b, g->acc_arr_ty[i], g->acc_arr[i], idx, 2, "");
+                LLVMValueRef init = red_init(g, &k->accs[i]);
+                LLVMTypeRef et = LLVMGetElementType(g->acc_arr_ty[i]);
+                if (LLVMTypeOf(init) != et) {
+                    init = LLVMBuildFPCast(g->b, init, et, "");
+                }
+                LLVMBuildStore(g->b, init, p);
+            }
+            loop_end(g, &lj, LLVMConstInt(g->i64, 1, 0));
+            emit_inner_tiled(g, st, 0);
+        }
+        else {
+            tile_j_loop_begin(g, &lj, var);
+            for (int i = st->first; i < st->first + st->n; i++) {
+                emit_store(g, &k->stores[i]);
+            }
+            loop_end(g, &lj, LLVMConstInt(g->i64, 1, 0));
+        }
+    }
+    loop_end(g, &lt, LLVMConstInt(g->i64, TILE_W, 0));
+}
+
 static void
 emit_outer(cg_t *g, int d, LLVMValueRef start, LLVMValueRef end)
 {
     const stax_kernel *k = g->k;
+    if (g->tiled && d == k->nouter - 1) {
+        emit_tiled(g, d == 0 ? start : LLVMConstInt(g->i64, 0, 0),
+                   d == 0 ? end : gen_ix(g, k->dims[d]));
+        return;
+    }
     if (d == k->nouter) {
         for (int s = 0; s < k->nstages; s++) {
             emit_stage(g, &k->stages[s]);
@@ -1104,6 +1326,20 @@ stax_llvm_build_module(LLVMContextRef cx, LLVMModuleRef mod,
         }
         else {
             g.acc[i] = entry_alloca(&g, reg_type(&g, a->dtype), "acc");
+        }
+    }
+    g.tiled = getenv("STAX_NO_TILE") == NULL && tile_ok(k);
+    if (g.tiled) {
+        for (int i = 0; i < k->naccs; i++) {
+            const stax_lacc *a = &k->accs[i];
+            LLVMTypeRef et = (a->op == STAX_RED_SUM && is_fp(a->dtype)) ? g.f64
+                             : reg_type(&g, a->op == STAX_RED_ANY || a->op == STAX_RED_ALL
+                                            ? STAX_BOOL : a->value->dtype);
+            if (a->op == STAX_RED_SUM && !is_fp(a->dtype)) {
+                et = reg_type(&g, a->dtype);
+            }
+            g.acc_arr_ty[i] = LLVMArrayType(et, TILE_W);
+            g.acc_arr[i] = entry_alloca(&g, g.acc_arr_ty[i], "tacc");
         }
     }
     LLVMValueRef start = LLVMGetParam(g.fn, (unsigned)k->nbufs + 1);
