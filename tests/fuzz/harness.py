@@ -280,6 +280,8 @@ class Recorder:
 
 
 def array_literal(a):
+    if a.size > 4096:
+        return f"BIG_ARRAY_{a.dtype.name}_{'x'.join(map(str, a.shape))}  # rerun the sweep seed (python3 -m fuzz --avoid big)"
     def rec(x):
         if isinstance(x, list):
             return "[" + ", ".join(rec(y) for y in x) + "]"

@@ -369,6 +369,8 @@ class Gen:
         base = []
         for _ in range(rank):
             base.append(d.weighted([(3, 3), (4, 3), (1, 1), (2, 2), (5, 2), (0, 1)]))
+        if "big" in self.avoid and rank >= 2:   # sweep option: kernels over the thread pool
+            base[-1], base[-2] = d.choice([129, 256, 1000]), d.choice([64, 65, 100])
         ps = []
         for i in range(d.int(1, 3)):
             drop = d.int(0, rank) if d.bool(0.3) else 0
