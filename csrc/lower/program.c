@@ -1012,6 +1012,9 @@ typedef struct {
     PyObject *index;
     const char *why;
     PyObject *vals;
+    int ncopy;                 /* functionalized input mutations: */
+    vbuf *copy_src[64];        /* an output that is the new value of a */
+    int copy_dst[64];          /* mutated input returns that input */
 } tmpl_ctx;
 
 static PyObject *node_val(PyObject *node, PyObject *vals);
@@ -1041,6 +1044,13 @@ make_template(tmpl_ctx *t, PyObject *o, int for_output)
         if (v == NULL) {
             PyErr_SetString(PyExc_RuntimeError, "stax: node without a value");
             return NULL;
+        }
+        if (for_output) {
+            for (int q = 0; q < t->ncopy; q++) {
+                if (t->copy_src[q] == v) {
+                    return slotref_new(t->copy_dst[q]);
+                }
+            }
         }
         if (v->kind == VB_PYOBJ) {
             return v->pbuf >= 0 ? slotref_new(v->pbuf) : Py_NewRef(v->obj ? v->obj : Py_None);
@@ -1560,7 +1570,7 @@ build_program(PyObject *gm, PyObject *ex, int strict, int dynamic, PyObject *val
             c->numpy_io = 1;
         }
     }
-    tmpl_ctx tc = {c, vb, index, NULL, vals};
+    tmpl_ctx tc = {c, vb, index, NULL, vals, 0, {NULL}, {0}};
     /* functionalized input mutations (copy_ into a placeholder) run after
      * everything that reads the old values */
     int copy_nodes[64], ncopies = 0;
@@ -1728,6 +1738,9 @@ build_program(PyObject *gm, PyObject *ex, int strict, int dynamic, PyObject *val
                 PyErr_Clear();
                 if (dv != NULL && sv != NULL && dv->kind == VB_TENSOR && sv->kind == VB_TENSOR
                     && dv->pbuf >= 0 && c->pbufs[dv->pbuf].kind == PB_INPUT) {
+                    tc.copy_src[tc.ncopy] = sv;
+                    tc.copy_dst[tc.ncopy] = dv->pbuf;
+                    tc.ncopy++;
                     copy_nodes[ncopies++] = (int)i;
                     v = sv;
                     Py_XDECREF(nm);
