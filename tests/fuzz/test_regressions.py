@@ -54,7 +54,6 @@ def test_no_crash(code):
 # ------------------------------------------------------------------ wrong results
 
 
-@pytest.mark.xfail(strict=True, reason="bug (trace/guards): guard replay ignores in-place ops before a gate: wrong branch")
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_gate_after_inplace_mutation_of_input(backend):
     """A data gate that reads an input after an in-place op on it: the guard
@@ -91,7 +90,6 @@ def test_identity_rewrite_then_inplace(backend):
         assert cf(x).tolist() == f(x).tolist() == [-100.0, -100.0]
 
 
-@pytest.mark.xfail(strict=True, reason="bug (trace/guards): replay ignores in-place ops: recompiles on every new tensor")
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_gate_after_inplace_no_extra_recompiles(backend):
     """Same program family: an in-place op before the gate also makes every
@@ -249,8 +247,6 @@ def test_slice_after_int_index_in_op_graph():
     assert tuple(tp.compile(f)(tp.ones(5)).shape) == (0,)
 
 
-@pytest.mark.xfail(strict=True, reason="bug (trace/passes): x.contiguous() of a contiguous x is x itself; "
-                                       "in-place ops on it must mutate x")
 def test_contiguous_of_contiguous_aliases():
     def f(x, y):
         v = x.contiguous()
