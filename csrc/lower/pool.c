@@ -75,9 +75,28 @@ worker(void *arg)
     return NULL;
 }
 
+/* a forked child has none of the parent's workers: start afresh */
+static void
+pool_atfork_child(void)
+{
+    pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+    pool_mu = m;
+    pool_busy = m;
+    pool_cv = cv;
+    pool_done_cv = cv;
+    pool_started = 0;
+    job.active = 0;
+}
+
 static int
 start_pool(void)
 {
+    static int atfork_done;
+    if (!atfork_done) {
+        atfork_done = 1;
+        pthread_atfork(NULL, NULL, pool_atfork_child);
+    }
     if (pool_started) {
         return pool_started > 0;
     }
