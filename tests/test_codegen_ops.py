@@ -278,3 +278,15 @@ def test_leading_dim_reductions_tiled():
     for fn in (lambda t: t.sum(0), lambda t: t.amax(0), lambda t: t.mean(0, keepdim=True),
                lambda t: t.var(0), lambda t: (t > 0).any(0), lambda t: t.reshape(3, 100, 130).sum((0, 1))):
         run(fn, a, kernels=1, rtol=1e-5, atol=1e-5)
+
+
+def test_mlp_block_kernel_count():
+    """linear -> gelu -> linear: two library calls, each epilogue (bias,
+    activation) one fused kernel"""
+    w1, b1, w2, b2 = T(16, 8), T(16), T(4, 16), T(4)
+
+    def mlp(a, w1, b1, w2, b2):
+        return F.linear(F.gelu(F.linear(a, w1, b1)), w2, b2)
+    cf = run(mlp, x, w1, b1, w2, b2, kernels=2, rtol=1e-5, atol=1e-5)
+    steps = cf.versions[0].artifact.steps
+    assert steps.count("library") == 2
