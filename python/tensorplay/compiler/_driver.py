@@ -89,13 +89,19 @@ def _gate_value(kind, v):
 
 def _run_replay(replay, flat):
     """Run a guard replay slice on the call's tensors, without recording
-    autograd history (the slice may clone and write copies of inputs)."""
+    autograd history (the slice may clone and write copies of inputs), and
+    on a fork of the generator: a gate on a random draw (`if tp.rand(()) >
+    0.5`) sees the very numbers the artifact then draws, and the caller's
+    stream moves only once, as in the eager call."""
+    from tensorplay import random as _random
     g = _C.is_grad_enabled()
+    st = _random.get_rng_state()
     if g:
         _C._set_grad_enabled(False)
     try:
         out = replay(*flat)
     finally:
+        _random.set_rng_state(st)
         if g:
             _C._set_grad_enabled(True)
     return out if isinstance(out, (tuple, list)) else (out,)
