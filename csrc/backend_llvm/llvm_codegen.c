@@ -1123,11 +1123,6 @@ tile_ok(const stax_kernel *k)
     if (k->nouter < 1 || k->ninner < 1 || k->naccs == 0 || k->naccs > 16) {
         return 0;
     }
-    for (int s = 0; s < k->nstages; s++) {
-        if (k->stages[s].kind == STAX_STAGE_INNER) {
-            return 0;
-        }
-    }
     for (int a = 0; a < k->naccs; a++) {
         if (k->accs[a].op == STAX_RED_ARGMAX || k->accs[a].op == STAX_RED_ARGMIN) {
             return 0;
@@ -1166,7 +1161,12 @@ emit_inner_tiled(cg_t *g, const stax_stage *st, int d)
         loop_t lj;
         tile_j_loop_begin(g, &lj, k->nouter - 1);
         for (int i = st->first; i < st->first + st->n; i++) {
-            red_fold(g, i);
+            if (st->kind == STAX_STAGE_REDUCE) {
+                red_fold(g, i);
+            }
+            else {
+                emit_store(g, &k->stores[i]);
+            }
         }
         loop_end(g, &lj, LLVMConstInt(g->i64, 1, 0));
     }
@@ -1200,6 +1200,9 @@ emit_tiled(cg_t *g, LLVMValueRef lo, LLVMValueRef hi)
                 LLVMBuildStore(g->b, init, p);
             }
             loop_end(g, &lj, LLVMConstInt(g->i64, 1, 0));
+            emit_inner_tiled(g, st, 0);
+        }
+        else if (st->kind == STAX_STAGE_INNER) {
             emit_inner_tiled(g, st, 0);
         }
         else {
