@@ -472,7 +472,7 @@ class Runner:
                 if not api.is_tensor(a):
                     continue
                 self.compare_tensor(j, f"input {prog.params[k].name} after the call", api.to_numpy(a),
-                                    api.to_numpy(b), api.dtype_name(a), api.dtype_name(b), None)
+                                    api.to_numpy(b), api.dtype_name(a), api.dtype_name(b), rec)
                 de = api.version(a) != ev0[k]
                 dc = api.version(b) != cv0[k]
                 if de != dc:
