@@ -202,7 +202,7 @@ data_ptr(PyObject *o)
 #define POOL_MIN_BYTES (1 << 16)
 #define POOL_CLASSES 32
 #define POOL_PER_CLASS 4
-#define POOL_MAX_BYTES ((size_t)768 << 20)
+#define POOL_MAX_BYTES ((size_t)512 << 20)
 
 typedef struct pool_blk {
     struct pool_blk *next;
