@@ -1672,6 +1672,16 @@ lower_pad(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
         UNSUPPORTED("pad widths");
     }
     double val = num(bound_arg(bound, in->op, "value"), 0.0);
+    int64_t numel = 1;
+    for (int d = 0; d < x->ndim; d++) {
+        numel *= x->sizes[d];
+    }
+    if (numel == 0) {
+        /* nothing to read: all padding (a masked load still needs a
+         * readable element 0) */
+        out->body = lw_const(c, out->dtype, val);
+        return out->body ? 1 : -1;
+    }
     const stax_ix *map[STAX_MAX_DIMS];
     const stax_lval *m = NULL;
     for (int d = 0; d < x->ndim; d++) {
