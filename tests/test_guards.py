@@ -542,3 +542,42 @@ def test_gate_on_random_draw_matches_eager_stream(backend):
             c, c2 = cf(tp.zeros(3)), tp.rand(1)
             assert c.tolist() == e.tolist() and c2.tolist() == e2.tolist(), s
     assert cf.stats()["versions"] == 2
+
+
+def test_input_aliasing_is_keyed(recompiles):
+    """f(x, x) and f(x, y) trace differently when f writes an input: which
+    tensor inputs share a storage is part of sigma (one guard line)."""
+    def f(a, b):
+        a.add_(1)
+        return b * 2
+    cf = comp(f, backend="eager")
+    x, xe = tp.ones(2), tp.ones(2)
+    assert cf(x, x).tolist() == f(xe, xe).tolist() == [4.0, 4.0]
+    assert cf(tp.ones(2), tp.ones(2)).tolist() == [2.0, 2.0]
+    assert cf.stats()["compiles"] == 2
+    assert recompiles == ["recompiling 'f': aliasing: inputs[0][1] shares inputs[0][0]'s storage"]
+    x = tp.ones(2)
+    assert cf(x, x).tolist() == [4.0, 4.0] and cf.stats()["compiles"] == 2
+    assert any(g.path == "aliasing" for g in cf.versions[0].guards)
+    assert not any(g.path == "aliasing" for g in cf.versions[1].guards)
+
+
+def test_aliased_inputs_written_run_eagerly_on_native_backend():
+    def g(a, b):
+        a.add_(1)
+        if b.sum() > 0:
+            return b * 2
+        return b * 3
+    cf = comp(g)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        for v in (-1.0, 0.5, -0.5, -3.0):
+            x, xe = tp.ones(2) * v, tp.ones(2) * v
+            assert cf(x, x).tolist() == g(xe, xe).tolist() and x.tolist() == xe.tolist(), v
+    assert any("share a storage" in str(m.message) for m in w)
+    assert cf.stats()["compiles"] == 2 and cf.stats()["fallbacks"] >= 2
+    with pytest.raises(tp.compiler.NativeCompileError, match="share a storage"):
+        x = tp.ones(2)
+        comp(g, strict_native=True)(x, x)
+    # without aliasing the native path is unchanged
+    assert comp(g, strict_native=True)(tp.ones(2), tp.ones(2)).tolist() == [2.0, 2.0]

@@ -618,3 +618,27 @@ def test_noop_conversion_is_the_argument(conv):
     # a real conversion still records its node
     r2 = _C.trace(lambda x: x.to(tp.float64) + 1, (tp.ones(2),))
     assert [n.target for n in r2.graph_module.graph.nodes if n.op == "call_method"] == ["to"]
+
+
+def test_replay_with_aliased_inputs_runs_on_aliasing_copies():
+    """f(x, x): a write through `a` must be seen by the gate reading `b`.
+    Separate clones would lose the aliasing: the trace result says so
+    (replay_copies_inputs) and _trace_stand_ins copies the inputs keeping it."""
+    def g(a, b):
+        a.add_(1)
+        if b.sum() > 0:
+            return b * 2
+        return b * 3
+    x = -tp.ones(2)
+    r = _C.trace(g, (x, x))
+    assert r.replay_copies_inputs and [v for _, _, v in r.gates] == [False]
+    assert "clone" not in _replay_targets(r)
+    cp = _C._trace_stand_ins([x, x.t(), x[1:]])
+    assert cp[0]._storage is cp[1]._storage is cp[2]._storage
+    assert cp[0]._storage is not x._storage and cp[2].storage_offset() == 1
+    assert [bool(t) for t in r.replay(*_C._trace_stand_ins([x, x]))] == [False]
+    y = tp.tensor([-0.5, -0.5])
+    assert [bool(t) for t in r.replay(*_C._trace_stand_ins([y, y]))] == [True]
+    assert y.tolist() == [-0.5, -0.5] and x.tolist() == [-1.0, -1.0]
+    r2 = _C.trace(g, (tp.ones(2), tp.ones(2)))
+    assert not r2.replay_copies_inputs

@@ -335,7 +335,69 @@ py_default_dtype(PyObject *self, PyObject *unused)
     return PyUnicode_FromString(stax_dtype_name(stax_default_dtype()));
 }
 
+/* _guard_aliasing(tensors): None when no two of the tensors share a
+ * storage (the common case), else a tuple giving, for each tensor, the
+ * index of the first tensor sharing its storage (its own index if none).
+ * The trace (and a back end) depends on which inputs alias: part of the key. */
+static PyObject *
+py_aliasing(PyObject *self, PyObject *seq)
+{
+    PyObject *fast = PySequence_Fast(seq, "_guard_aliasing expects a sequence");
+    PyObject *res = NULL;
+    Py_ssize_t n;
+    int any = 0;
+    (void)self;
+    if (fast == NULL) {
+        return NULL;
+    }
+    n = PySequence_Fast_GET_SIZE(fast);
+    for (Py_ssize_t i = 1; i < n && !any; i++) {
+        PyObject *a = PySequence_Fast_GET_ITEM(fast, i);
+        if (!StaxTensor_Check(a)) {
+            continue;
+        }
+        for (Py_ssize_t j = 0; j < i; j++) {
+            PyObject *b = PySequence_Fast_GET_ITEM(fast, j);
+            if (StaxTensor_Check(b) && ((StaxTensor *)a)->storage
+                                           == ((StaxTensor *)b)->storage) {
+                any = 1;
+                break;
+            }
+        }
+    }
+    if (!any) {
+        Py_DECREF(fast);
+        Py_RETURN_NONE;
+    }
+    res = PyTuple_New(n);
+    for (Py_ssize_t i = 0; res != NULL && i < n; i++) {
+        PyObject *a = PySequence_Fast_GET_ITEM(fast, i), *ix;
+        Py_ssize_t first = i;
+        if (StaxTensor_Check(a)) {
+            for (Py_ssize_t j = 0; j < i; j++) {
+                PyObject *b = PySequence_Fast_GET_ITEM(fast, j);
+                if (StaxTensor_Check(b) && ((StaxTensor *)a)->storage
+                                               == ((StaxTensor *)b)->storage) {
+                    first = j;
+                    break;
+                }
+            }
+        }
+        ix = PyLong_FromSsize_t(first);
+        if (ix == NULL) {
+            Py_CLEAR(res);
+            break;
+        }
+        PyTuple_SET_ITEM(res, i, ix);
+    }
+    Py_DECREF(fast);
+    return res;
+}
+
 static PyMethodDef signature_methods[] = {
+    {"_guard_aliasing", py_aliasing, METH_O,
+     "_guard_aliasing(tensors): None, or per tensor the index of the first "
+     "one sharing its storage"},
     {"_guard_default_dtype", py_default_dtype, METH_NOARGS,
      "_guard_default_dtype(): the default dtype's name, as keyed"},
     {"_guard_signature", (PyCFunction)(void (*)(void))py_signature,

@@ -970,7 +970,7 @@ append_clone(PyObject *g2, PyObject *c)
  * gate read it. Same placeholders as the graph; output = the gate values
  * in encounter order. */
 static PyObject *
-extract_replay(StaxTracer *tr, PyObject *consts)
+extract_replay(StaxTracer *tr, PyObject *consts, int *copies_inputs)
 {
     PyObject *needed = PySet_New(NULL), *env = PyDict_New(),
              *touch = PyDict_New(), *written = PySet_New(NULL),
@@ -1065,6 +1065,42 @@ extract_replay(StaxTracer *tr, PyObject *consts)
             }
         }
     }
+    /* placeholders viewing one written storage (f(x, x), f(x, x.t())):
+     * separate clones would lose the aliasing, so the caller runs the
+     * replay on copies of all inputs that keep it (_trace_stand_ins) */
+    *copies_inputs = 0;
+    if (PySet_GET_SIZE(written) > 0) {
+        PyObject *seen = PySet_New(NULL);
+        if (seen == NULL) {
+            goto done;
+        }
+        for (Py_ssize_t i = 0; i < nn && !*copies_inputs; i++) {
+            StaxNode *n = (StaxNode *)PyList_GET_ITEM(nodes, i);
+            PyObject *val = PyDict_GetItemString(n->meta, "val"), *k;
+            int r;
+            if (n->op != STAX_NODE_PLACEHOLDER || val == NULL
+                || !is_tensor(val)) {
+                continue;
+            }
+            k = PyLong_FromVoidPtr(((StaxTensor *)val)->storage);
+            r = k ? PySet_Contains(written, k) : -1;
+            if (r == 1) {
+                r = PySet_Contains(seen, k);
+                if (r == 1) {
+                    *copies_inputs = 1;
+                }
+                else if (r == 0) {
+                    r = PySet_Add(seen, k);
+                }
+            }
+            Py_XDECREF(k);
+            if (r < 0) {
+                Py_DECREF(seen);
+                goto done;
+            }
+        }
+        Py_DECREF(seen);
+    }
     g2 = stax_graph_new();
     if (g2 == NULL) {
         goto done;
@@ -1083,10 +1119,16 @@ extract_replay(StaxTracer *tr, PyObject *consts)
             /* clones of the written placeholders come after all of them */
             for (Py_ssize_t j = 0; j < PyList_GET_SIZE(pend); j++) {
                 PyObject *p = PyList_GET_ITEM(pend, j);
-                PyObject *cl = append_clone(g2, PyDict_GetItem(env, p));
-                if (cl == NULL || PyDict_SetItem(env, p, cl) < 0) {
-                    Py_XDECREF(cl);
-                    goto done;
+                PyObject *cl = PyDict_GetItem(env, p);
+                if (*copies_inputs) {
+                    Py_INCREF(cl);      /* the inputs are copies already */
+                }
+                else {
+                    cl = append_clone(g2, cl);
+                    if (cl == NULL || PyDict_SetItem(env, p, cl) < 0) {
+                        Py_XDECREF(cl);
+                        goto done;
+                    }
                 }
                 Py_DECREF(cl);
                 for (Py_ssize_t q = 0; q < ng; q++) {
@@ -1228,6 +1270,7 @@ typedef struct {
     PyObject *replay;
     PyObject *mutated_inputs;
     PyObject *constants;
+    int replay_copies_inputs;
 } TraceResult;
 
 static int
@@ -1278,6 +1321,10 @@ static PyMemberDef tres_members[] = {
      READONLY, "placeholder indices mutated in place"},
     {"constants", T_OBJECT, offsetof(TraceResult, constants), READONLY,
      "{get_attr name: tensor held by reference}"},
+    {"replay_copies_inputs", T_BOOL, offsetof(TraceResult,
+                                               replay_copies_inputs),
+     READONLY, "True: the replay writes inputs that alias each other; run "
+     "it on _C._trace_stand_ins(inputs) (copies keeping the aliasing)"},
     {NULL},
 };
 
@@ -1312,6 +1359,7 @@ py_trace(PyObject *mod, PyObject *args, PyObject *kwds)
              *hooks = NULL, *extents = NULL, *bases = NULL;
     StaxTracer *tr = NULL, *prev = current;
     TraceResult *tres = NULL;
+    int copies_inputs = 0;
     ph_ctx c;
     Py_ssize_t na;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|OO:trace", kwlist, &fn,
@@ -1480,7 +1528,7 @@ py_trace(PyObject *mod, PyObject *args, PyObject *kwds)
             Py_DECREF(ix);
         }
     }
-    replay = extract_replay(tr, tr->constants);
+    replay = extract_replay(tr, tr->constants, &copies_inputs);
     if (replay == NULL) {
         goto done;
     }
@@ -1505,6 +1553,7 @@ py_trace(PyObject *mod, PyObject *args, PyObject *kwds)
     tres->replay = Py_NewRef(replay);
     tres->mutated_inputs = Py_NewRef(mutated);
     tres->constants = PyDict_Copy(tr->constants);
+    tres->replay_copies_inputs = (char)copies_inputs;
     PyObject_GC_Track(tres);
     if (tres->shape_reads == NULL || tres->constants == NULL) {
         Py_CLEAR(tres);
@@ -1556,7 +1605,48 @@ py_is_tracing(PyObject *mod, PyObject *unused)
     return PyBool_FromLong(current != NULL);
 }
 
+/* _trace_stand_ins(tensors) -> list: layout-keeping copies of the tensors
+ * (the stand-ins of tracing), tensors that share a storage sharing one
+ * copied storage; used to run a guard replay that writes aliased inputs. */
+static PyObject *
+py_stand_ins(PyObject *mod, PyObject *seq)
+{
+    PyObject *fast = PySequence_Fast(seq, "_trace_stand_ins expects a sequence");
+    PyObject *ext = PyDict_New(), *bases = PyDict_New(), *res = NULL;
+    Py_ssize_t n;
+    (void)mod;
+    if (fast == NULL || ext == NULL || bases == NULL) {
+        goto done;
+    }
+    n = PySequence_Fast_GET_SIZE(fast);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (stax_trace_collect_extents(PySequence_Fast_GET_ITEM(fast, i),
+                                       ext) < 0) {
+            goto done;
+        }
+    }
+    res = PyList_New(n);
+    for (Py_ssize_t i = 0; res != NULL && i < n; i++) {
+        PyObject *t = PySequence_Fast_GET_ITEM(fast, i);
+        PyObject *si = is_tensor(t)
+            ? stax_trace_stand_in((StaxTensor *)t, ext, bases)
+            : Py_NewRef(t);
+        if (si == NULL) {
+            Py_CLEAR(res);
+            break;
+        }
+        PyList_SET_ITEM(res, i, si);
+    }
+done:
+    Py_XDECREF(fast);
+    Py_XDECREF(ext);
+    Py_XDECREF(bases);
+    return res;
+}
+
 static PyMethodDef trace_functions[] = {
+    {"_trace_stand_ins", (PyCFunction)py_stand_ins, METH_O,
+     "_trace_stand_ins(tensors) -> copies keeping layout and aliasing"},
     {"trace", (PyCFunction)(void (*)(void))py_trace,
      METH_VARARGS | METH_KEYWORDS,
      "trace(fn, args, kwargs=None, names=None) -> TraceResult"},

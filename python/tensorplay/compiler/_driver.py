@@ -116,14 +116,14 @@ def _tuplify(v):
 class _Call:
     """The parts of one call's key that the slow path computes."""
     __slots__ = ("args", "kwargs", "free", "sig_args", "sig_kwargs", "sig_free",
-                 "rho", "dtype", "flat", "paths", "gkey")
+                 "rho", "dtype", "flat", "paths", "gkey", "alias")
 
 
 class Version:
     """One specialization version: its key, guards, graphs and artifact."""
 
     def __init__(self, index, call, gm, artifact, replay, gate_kinds, gates0,
-                 shape_reads, eager_fallback, free_paths, dynamic):
+                 shape_reads, eager_fallback, free_paths, dynamic, replay_copies=False):
         self.index = index
         self.graph_module = gm
         self.artifact = artifact
@@ -135,6 +135,7 @@ class Version:
         if not self.shape_polymorphic:
             self.artifacts[_layout(call.flat)] = artifact
         self.replay = replay
+        self.replay_copies = replay_copies
         self.gate_kinds = gate_kinds
         self.gates = gates0
         self.shape_reads = shape_reads     # [(flat index, dim, size, path)]
@@ -144,9 +145,14 @@ class Version:
         self.sig_args, self.sig_kwargs, self.sig_free = call.sig_args, call.sig_kwargs, call.sig_free
         self.rho, self.dtype = call.rho, call.dtype
         self.gkey = call.gkey
+        self.alias = call.alias
+        self.alias_paths = call.paths
         self.ntensors = len(call.flat)
         gamma_s = tuple(s for _, _, s, _ in shape_reads)
-        self.key = ((call.sig_args, call.sig_kwargs, call.sig_free), gamma_s, gates0, call.rho)
+        sigma = (call.sig_args, call.sig_kwargs, call.sig_free)
+        if call.alias is not None:
+            sigma += (call.alias,)
+        self.key = (sigma, gamma_s, gates0, call.rho)
         self.guards = self._projection()
 
     # -- inspection -------------------------------------------------------
@@ -185,6 +191,8 @@ class Version:
             leaves_sig(s, f"inputs[1][{k!r}]", out)
         for p, s in zip(self.free_paths, self.sig_free):
             leaves_sig(s, p, out)
+        if self.alias is not None:
+            out.append(self._alias_guard(self.alias))
         out.append(Guard("grad_mode", f"grad_mode == {self.rho}", self.rho, self.rho))
         out.append(Guard("default_dtype", f"default_dtype == {self.dtype}", self.dtype, self.dtype))
         for _, d, s, p in self.shape_reads:
@@ -193,8 +201,21 @@ class Version:
             out.append(Guard("gates", GATE_TEXT, self.gates, self.gates))
         return out
 
+    def _alias_guard(self, actual):
+        """The aliasing component of sigma: which tensor inputs share a
+        storage (f(x, x) traces, and lowers, differently from f(x, y))."""
+        if self.alias is None:
+            cond = "no two tensor inputs share a storage"
+        else:
+            pairs = [f"{self.alias_paths[i]} shares {self.alias_paths[j]}'s storage"
+                     for i, j in enumerate(self.alias) if i != j]
+            cond = "aliasing: " + ", ".join(pairs)
+        return Guard("aliasing", cond, self.alias, actual)
+
     # -- the key components that need the call's data ---------------------
     def gate_outcomes(self, flat):
+        if self.replay_copies:
+            flat = _C._trace_stand_ins(flat)
         out = _run_replay(self.replay, flat)
         return tuple(_gate_value(k, v) for k, v in zip(self.gate_kinds, out))
 
@@ -232,6 +253,8 @@ class Version:
                 diff_sig(e, a, f"inputs[1][{k!r}]", out)
         for p, e, a in zip(self.free_paths, self.sig_free, call.sig_free):
             diff_sig(e, a, p, out)
+        if self.alias != call.alias:
+            out.append(self._alias_guard(call.alias))
         if self.rho != call.rho:
             out.append(Guard("grad_mode", f"grad_mode == {self.rho}", self.rho, call.rho))
         if self.dtype != call.dtype:
@@ -440,7 +463,8 @@ class Driver:
         for k, a in kwargs.items():
             _flatten(a, f"inputs[1][{k!r}]", flat, paths, T)
         c.flat, c.paths = flat, paths
-        c.gkey = (c.sig_args, c.sig_kwargs, c.sig_free, rho, dtype)
+        c.alias = _C._guard_aliasing(flat)
+        c.gkey = (c.sig_args, c.sig_kwargs, c.sig_free, rho, dtype, c.alias)
         return c
 
     def _lookup(self, call):
@@ -520,6 +544,21 @@ class Driver:
                               RuntimeWarning, stacklevel=5)
             return gm, True
 
+    def _aliased_writes(self, gm, tr):
+        """Tensor inputs that share a storage, one of them written in place
+        (f(x, x) with `a.add_(1); return b * 2`): back ends lower each input
+        as its own buffer, so a read through one alias would miss a write
+        through another. This version runs its GraphModule eagerly (exact
+        eager semantics); under strict_native it is an error."""
+        msg = (f"tensorplay.compile: '{self.name}' was called with tensor inputs that share a "
+               f"storage and writes input(s) {list(tr.mutated_inputs)} in place; back end "
+               f"{self.backend_name!r} cannot lower writes through aliased inputs")
+        if self.strict_native:
+            raise _C.NativeCompileError(msg)
+        if config.warn_on_fallback:
+            warnings.warn(msg + "; this version runs eagerly", RuntimeWarning, stacklevel=5)
+        return gm, True
+
     def _check_replay(self, replay, kinds, gates0, flat):
         """The replay slice must reproduce the traced gate outcomes on the
         very inputs it was traced on; if it does not, this version's gate
@@ -549,11 +588,17 @@ class Driver:
                     ent = (ph, dd, shape[dd], call.paths[ph])
                     if ent not in shape_reads:
                         shape_reads.append(ent)
+        replay_copies = bool(getattr(tr, "replay_copies_inputs", False))
         if gates and replay is not None:
-            self._check_replay(replay, gate_kinds, gates0, call.flat)
-        artifact, eager_fallback = self._lower(gm, call.flat)
+            self._check_replay(replay, gate_kinds, gates0,
+                               _C._trace_stand_ins(call.flat) if replay_copies else call.flat)
+        if (call.alias is not None and getattr(tr, "mutated_inputs", None)
+                and self.backend_name != "eager"):
+            artifact, eager_fallback = self._aliased_writes(gm, tr)
+        else:
+            artifact, eager_fallback = self._lower(gm, call.flat)
         v = Version(len(self.versions), call, gm, artifact, replay, gate_kinds, gates0,
-                    shape_reads, eager_fallback, plan.paths, self.dynamic)
+                    shape_reads, eager_fallback, plan.paths, self.dynamic, replay_copies)
         if _logs.enabled("guards"):
             _logs.logger("guards").info(f"guards of '{self.name}' version {v.index}: "
                                         + "; ".join(str(g) for g in v.guards))
