@@ -41,6 +41,8 @@ CRASHERS = [
     # ops: in-place op on a 0-d tensor whose other operand has a wider dtype
     ("inplace-0d-promoting-other", "a = tp.ones(()); a.add_(tp.ones((), dtype=tp.float64)); print(a)"),
     ("inplace-0d-promoting-mul", "a = tp.ones(()); a.mul_(tp.ones((), dtype=tp.float64)); print(a)"),
+    ("inplace-0d-uint8-int8", "a = tp.ones((), dtype=tp.uint8); a.add_(tp.ones((), dtype=tp.int8)); print(a)"),
+    ("inplace-0d-half-div", "a = tp.ones((), dtype=tp.float16); a.div_(tp.ones(())); print(a)"),
 ]
 
 
@@ -269,3 +271,16 @@ def test_inplace_broadcast_must_not_resize(shapes):
         f(tp.ones(*a), tp.ones(*b))
     with pytest.raises(RuntimeError):
         tp.compile(f)(tp.ones(*a), tp.ones(*b))
+
+
+@pytest.mark.xfail(strict=True, reason="bug (lower/llvm): the JIT cannot resolve __truncdfhf2: float64->float16 "
+                                       "kernels fail to link (RuntimeError under strict_native)")
+@pytest.mark.parametrize("case", ["to-half", "half-sum"])
+def test_float64_to_float16_kernels_link(case):
+    if case == "to-half":
+        fn, x = (lambda a: (a * 2).to(tp.float16)), tp.ones(4, dtype=tp.float64)
+    else:
+        fn, x = (lambda a: (a * 2).sum()), tp.ones(4, dtype=tp.float16)
+    want = fn(x).numpy().astype(np.float64)
+    got = tp.compile(fn, strict_native=True)(x).numpy().astype(np.float64)
+    assert np.allclose(got, want)
