@@ -290,3 +290,34 @@ def test_mlp_block_kernel_count():
     cf = run(mlp, x, w1, b1, w2, b2, kernels=2, rtol=1e-5, atol=1e-5)
     steps = cf.versions[0].artifact.steps
     assert steps.count("library") == 2
+
+
+@pytest.mark.parametrize("dt", ["float32", "float64"])
+def test_random_ops_native_same_stream_as_eager(dt):
+    """rand_like / randn_like / dropout compile to Philox in the kernel and
+    draw bit-identical numbers to eager, call after call"""
+    def f(t):
+        return tp.rand_like(t) * 2 + tp.randn_like(t), F.dropout(t, 0.3, True)
+    a = T(5, 7).to(getattr(tp, dt))
+    cf = tp.compile(f, strict_native=True)
+    tp.manual_seed(123)
+    e = [f(a), f(a)]
+    tp.manual_seed(123)
+    c = [cf(a), cf(a)]
+    for pe, pc in zip(e, c):
+        check(pc, pe, 0, 0)
+    assert len(cf.versions[0].kernels) == 1
+    assert cf.versions[0].artifact.fallbacks == 0
+
+
+def test_random_with_fallback_keeps_draw_order():
+    def f(t):
+        u = tp.rand_like(t)
+        v = (t * 2).cumsum(0)         # a fallback kernel
+        return u + tp.randn_like(t) + v
+    a = T(6)
+    cf = tp.compile(f)
+    tp.manual_seed(7)
+    e = f(a)
+    tp.manual_seed(7)
+    check(cf(a), e, 1e-6, 1e-6)

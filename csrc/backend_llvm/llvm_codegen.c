@@ -675,6 +675,43 @@ gen_prim(cg_t *g, const stax_lval *v)
         return LLVMBuildFCmp(b, v->prim == STAX_PRIM_ISINF ? LLVMRealOEQ : LLVMRealOLT,
                              a, fconst(g, t, INFINITY), "");
     }
+    case STAX_PRIM_PHILOX: {
+        LLVMValueRef i64_32 = LLVMConstInt(g->i64, 32, 0);
+        LLVMValueRef seed = x[0], off = x[1], j = x[2];
+        LLVMValueRef cc = LLVMBuildAdd(b, LLVMBuildLShr(b, off, LLVMConstInt(g->i64, 2, 0), ""),
+                                       LLVMBuildLShr(b, j, LLVMConstInt(g->i64, 2, 0), ""), "");
+        LLVMValueRef c0 = LLVMBuildTrunc(b, cc, g->i32, "");
+        LLVMValueRef c1 = LLVMBuildTrunc(b, LLVMBuildLShr(b, cc, i64_32, ""), g->i32, "");
+        LLVMValueRef c2 = LLVMConstInt(g->i32, 0, 0), c3 = LLVMConstInt(g->i32, 0, 0);
+        LLVMValueRef k0 = LLVMBuildTrunc(b, seed, g->i32, "");
+        LLVMValueRef k1 = LLVMBuildTrunc(b, LLVMBuildLShr(b, seed, i64_32, ""), g->i32, "");
+        for (int r = 0; r < 10; r++) {
+            LLVMValueRef p0 = LLVMBuildMul(b, LLVMBuildZExt(b, c0, g->i64, ""),
+                                           LLVMConstInt(g->i64, 0xD2511F53ULL, 0), "");
+            LLVMValueRef p1 = LLVMBuildMul(b, LLVMBuildZExt(b, c2, g->i64, ""),
+                                           LLVMConstInt(g->i64, 0xCD9E8D57ULL, 0), "");
+            LLVMValueRef hi0 = LLVMBuildTrunc(b, LLVMBuildLShr(b, p0, i64_32, ""), g->i32, "");
+            LLVMValueRef lo0 = LLVMBuildTrunc(b, p0, g->i32, "");
+            LLVMValueRef hi1 = LLVMBuildTrunc(b, LLVMBuildLShr(b, p1, i64_32, ""), g->i32, "");
+            LLVMValueRef lo1 = LLVMBuildTrunc(b, p1, g->i32, "");
+            LLVMValueRef n0 = LLVMBuildXor(b, LLVMBuildXor(b, hi1, c1, ""), k0, "");
+            LLVMValueRef n2 = LLVMBuildXor(b, LLVMBuildXor(b, hi0, c3, ""), k1, "");
+            c0 = n0;
+            c1 = lo1;
+            c2 = n2;
+            c3 = lo0;
+            k0 = LLVMBuildAdd(b, k0, LLVMConstInt(g->i32, 0x9E3779B9ULL, 0), "");
+            k1 = LLVMBuildAdd(b, k1, LLVMConstInt(g->i32, 0xBB67AE85ULL, 0), "");
+        }
+        LLVMValueRef sel = LLVMBuildAnd(b, j, LLVMConstInt(g->i64, 3, 0), "");
+        LLVMValueRef w = LLVMBuildSelect(
+            b, LLVMBuildICmp(b, LLVMIntEQ, sel, LLVMConstInt(g->i64, 0, 0), ""), c0,
+            LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntEQ, sel, LLVMConstInt(g->i64, 1, 0), ""), c1,
+                            LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntEQ, sel,
+                                                             LLVMConstInt(g->i64, 2, 0), ""),
+                                            c2, c3, ""), ""), "");
+        return LLVMBuildZExt(b, w, g->i64, "");
+    }
     default:
         g->err = "primitive not supported by the LLVM back end";
         return LLVMGetUndef(reg_type(g, v->dtype));

@@ -81,7 +81,14 @@
     X(XOR, "xor", 2) X(NOT, "not", 1) X(WHERE, "where", 3) \
     X(ISNAN, "isnan", 1) X(ISINF, "isinf", 1) X(ISFINITE, "isfinite", 1) \
     X(BITAND, "bitand", 2) X(BITOR, "bitor", 2) X(BITXOR, "bitxor", 2) \
-    X(BITNOT, "bitnot", 1) X(SIGMOID, "sigmoid", 1)
+    X(BITNOT, "bitnot", 1) X(SIGMOID, "sigmoid", 1) \
+    X(PHILOX, "philox", 3)
+/* philox(seed, offset, j): int64 args and result; word j (0, 1, 2, ...) of
+ * the Philox4x32-10 stream of docs/rng.md for a draw starting at `offset`
+ * (in words) of generator `seed`: key = (lo32(seed), hi32(seed)), counter
+ * c = offset/4 + j/4, result = philox4x32(key, (lo32(c), hi32(c), 0, 0))
+ * [j % 4], a value in [0, 2^32).  Random ops read seed and offset from two
+ * size arguments that the runtime fills per call (stax_generator_reserve). */
 
 typedef enum {
 #define STAX_PRIM_ENUM_(ID, name, arity) STAX_PRIM_##ID,

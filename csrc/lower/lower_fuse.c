@@ -495,7 +495,7 @@ static int
 sym_of(lw_ctx *c, int64_t v)
 {
     for (int i = 0; i < c->nsyms; i++) {
-        if (c->syms[i] == v) {
+        if (c->syms[i] == v && !c->sym_reserved[i]) {
             return i;
         }
     }

@@ -115,6 +115,13 @@ typedef struct lw_ctx {
     int nfallbacks;
     int ninputs;
     int kcount;
+    /* random draws, in node order: their seed/offset size arguments are
+     * filled per call from the default generator */
+    int no_random;
+    int nrand;
+    int rand_seed_sym[32], rand_off_sym[32];
+    int64_t rand_words[32];
+    unsigned char sym_reserved[LW_MAX_SYMS];
 } lw_ctx;
 
 /* construction (arena) */

@@ -494,7 +494,7 @@ run_chunk(void *ctx, int64_t s, int64_t e)
 }
 
 static int
-run_kernel(Program *p, step_t *s, PyObject **slots)
+run_kernel(Program *p, step_t *s, PyObject **slots, const int64_t *syms)
 {
     char *bufs[64];
     char **bp = bufs;
@@ -509,17 +509,17 @@ run_kernel(Program *p, step_t *s, PyObject **slots)
         bp[q] = data_ptr(slots[s->bufmap[q]]);
     }
     if (s->fn == NULL) {
-        int rc = p->c.be->launch(p->c.be, s->handle, bp, p->c.syms, 0, s->par_n);
+        int rc = p->c.be->launch(p->c.be, s->handle, bp, syms, 0, s->par_n);
         if (bp != bufs) {
             free(bp);
         }
         return rc;
     }
     if (s->work < STAX_GIL_RELEASE_WORK) {
-        s->fn(bp, p->c.syms, 0, s->par_n);
+        s->fn(bp, syms, 0, s->par_n);
     }
     else {
-        run_ctx r = {s->fn, bp, p->c.syms};
+        run_ctx r = {s->fn, bp, syms};
         Py_BEGIN_ALLOW_THREADS
         stax_lower_parallel_for(s->par_n, s->work, run_chunk, &r);
         Py_END_ALLOW_THREADS
@@ -569,7 +569,7 @@ input_ok(Program *p, int i, PyObject *o)
 }
 
 static PyObject *build_program(PyObject *gm, PyObject *ex, int strict,
-                               int dynamic, PyObject *vals);
+                               int dynamic, PyObject *vals, int no_random);
 static PyObject *shape_prop(PyObject *gm, PyObject *ex);
 
 /* dynamic mode: the variant compiled for these inputs' sizes (borrowed) */
@@ -602,7 +602,7 @@ find_variant(Program *p, PyObject *const *args, Py_ssize_t nargs)
         PyTuple_SET_ITEM(ex, i, Py_NewRef(args[i]));
     }
     PyObject *vals = shape_prop(p->gm, ex);
-    PyObject *q = vals ? build_program(p->gm, ex, p->strict, 0, vals) : NULL;
+    PyObject *q = vals ? build_program(p->gm, ex, p->strict, 0, vals, p->c.no_random) : NULL;
     Py_DECREF(ex);
     Py_XDECREF(vals);
     if (q == NULL) {
@@ -669,6 +669,23 @@ program_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
             slots[b] = Py_NewRef(pb->obj);
         }
     }
+    /* random draws reserve their words of the default generator now, in
+     * node order, as eager execution would */
+    const int64_t *syms = c->syms;
+    int64_t local_syms[LW_MAX_SYMS];
+    if (c->nrand > 0) {
+        StaxGenerator *g = stax_default_generator();
+        if (g == NULL) {
+            PyErr_SetString(PyExc_RuntimeError, "stax: no default generator");
+            goto done;
+        }
+        memcpy(local_syms, c->syms, sizeof(int64_t) * (size_t)c->nsyms);
+        for (int r = 0; r < c->nrand; r++) {
+            local_syms[c->rand_seed_sym[r]] = (int64_t)g->seed;
+            local_syms[c->rand_off_sym[r]] = (int64_t)stax_generator_reserve(g, c->rand_words[r]);
+        }
+        syms = local_syms;
+    }
     for (int i = 0; i < c->nsteps; i++) {
         step_t *s = &c->steps[i];
         for (int q = 0; q < s->nalloc; q++) {
@@ -680,7 +697,7 @@ program_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
         }
         switch (s->kind) {
         case ST_KERNEL:
-            if (run_kernel(p, s, slots) < 0) {
+            if (run_kernel(p, s, slots, syms) < 0) {
                 goto done;
             }
             for (int q = 0; q < s->nbump; q++) {
@@ -1502,7 +1519,12 @@ stax_backend_fn(PyObject *mod, PyObject *args, PyObject *kwargs)
             return NULL;
         }
     }
-    PyObject *r = build_program(gm, ex, strict, dynamic, vals);
+    PyObject *r = build_program(gm, ex, strict, dynamic, vals, 0);
+    if (r != NULL && ((Program *)r)->c.nrand > 0 && ((Program *)r)->c.nfallbacks > 0) {
+        /* a fallback kernel could draw from the generator between native
+         * draws: keep eager's order by running the random ops eagerly too */
+        Py_SETREF(r, build_program(gm, ex, strict, dynamic, vals, 1));
+    }
     if (r != NULL && gm != gm_in) {
         Py_XSETREF(((Program *)r)->op_graph, Py_NewRef(gm));
     }
@@ -1513,7 +1535,8 @@ stax_backend_fn(PyObject *mod, PyObject *args, PyObject *kwargs)
 }
 
 static PyObject *
-build_program(PyObject *gm, PyObject *ex, int strict, int dynamic, PyObject *vals)
+build_program(PyObject *gm, PyObject *ex, int strict, int dynamic, PyObject *vals,
+              int no_random)
 {
     PyObject *graph = NULL, *nodes = NULL, *index = NULL;
     Program *p = NULL;
@@ -1550,6 +1573,7 @@ build_program(PyObject *gm, PyObject *ex, int strict, int dynamic, PyObject *val
     c->arena = stax_arena_new();
     c->be = be;
     c->strict = strict;
+    c->no_random = no_random;
     if (c->arena == NULL) {
         goto error;
     }
