@@ -87,23 +87,23 @@ def _gate_value(kind, v):
     return _tuplify(v)
 
 
-def _run_replay(replay, flat):
-    """Run a guard replay slice on the call's tensors, without recording
-    autograd history (the slice may clone and write copies of inputs), and
-    on a fork of the generator: a gate on a random draw (`if tp.rand(()) >
-    0.5`) sees the very numbers the artifact then draws, and the caller's
-    stream moves only once, as in the eager call."""
-    from tensorplay import random as _random
-    g = _C.is_grad_enabled()
-    st = _random.get_rng_state()
-    if g:
-        _C._set_grad_enabled(False)
-    try:
+def _run_replay(replay, flat, fork=False):
+    """Run a guard replay slice on the call's tensors. fork: the slice draws
+    random numbers (found when the version was built): run it on a fork of
+    the default generator, so a gate on a random draw (`if tp.rand(()) >
+    0.5`) sees the very numbers the artifact then draws and the caller's
+    stream moves only once, as in the eager call. (Grad mode and the
+    generator are process-wide: they are left alone otherwise, so threads
+    calling compiled functions do not see them change.)"""
+    if not fork:
         out = replay(*flat)
-    finally:
-        _random.set_rng_state(st)
-        if g:
-            _C._set_grad_enabled(True)
+    else:
+        from tensorplay import random as _random
+        st = _random.get_rng_state()
+        try:
+            out = replay(*flat)
+        finally:
+            _random.set_rng_state(st)
     return out if isinstance(out, (tuple, list)) else (out,)
 
 
@@ -123,7 +123,8 @@ class Version:
     """One specialization version: its key, guards, graphs and artifact."""
 
     def __init__(self, index, call, gm, artifact, replay, gate_kinds, gates0,
-                 shape_reads, eager_fallback, free_paths, dynamic, replay_copies=False):
+                 shape_reads, eager_fallback, free_paths, dynamic, replay_copies=False,
+                 replay_random=False):
         self.index = index
         self.graph_module = gm
         self.artifact = artifact
@@ -136,6 +137,7 @@ class Version:
             self.artifacts[_layout(call.flat)] = artifact
         self.replay = replay
         self.replay_copies = replay_copies
+        self.replay_random = replay_random
         self.gate_kinds = gate_kinds
         self.gates = gates0
         self.shape_reads = shape_reads     # [(flat index, dim, size, path)]
@@ -216,7 +218,7 @@ class Version:
     def gate_outcomes(self, flat):
         if self.replay_copies:
             flat = _C._trace_stand_ins(flat)
-        out = _run_replay(self.replay, flat)
+        out = _run_replay(self.replay, flat, self.replay_random)
         return tuple(_gate_value(k, v) for k, v in zip(self.gate_kinds, out))
 
     def matches_data(self, call):
@@ -562,17 +564,26 @@ class Driver:
     def _check_replay(self, replay, kinds, gates0, flat):
         """The replay slice must reproduce the traced gate outcomes on the
         very inputs it was traced on; if it does not, this version's gate
-        guard can never hold (every later call recompiles): say so once."""
+        guard can never hold (every later call recompiles): say so once.
+        Returns whether the slice draws random numbers (the generator moved
+        while it ran; restored)."""
+        from tensorplay import random as _random
+        st = _random.get_rng_state()
+        drew = True
         try:
             out = _run_replay(replay, flat)
+            drew = _random.get_rng_state().tolist() != st.tolist()
             got = tuple(_gate_value(k, x) for k, x in zip(kinds, out))
         except Exception as e:  # noqa: BLE001
             got = f"replay failed: {type(e).__name__}: {e}"
+        finally:
+            _random.set_rng_state(st)
         if got != gates0 and not self._replay_warned:
             self._replay_warned = True
             warnings.warn(f"tensorplay.compile: the guard replay subgraph of '{self.name}' gives {got!r} "
                           f"on the traced inputs, not the traced gate outcomes {gates0!r}; versions of "
                           "this function cannot be reused on data gates", RuntimeWarning, stacklevel=5)
+        return drew
 
     def _build(self, call, plan):
         tr, gm = self._trace(call, plan)
@@ -589,16 +600,19 @@ class Driver:
                     if ent not in shape_reads:
                         shape_reads.append(ent)
         replay_copies = bool(getattr(tr, "replay_copies_inputs", False))
+        replay_random = False
         if gates and replay is not None:
-            self._check_replay(replay, gate_kinds, gates0,
-                               _C._trace_stand_ins(call.flat) if replay_copies else call.flat)
+            replay_random = self._check_replay(
+                replay, gate_kinds, gates0,
+                _C._trace_stand_ins(call.flat) if replay_copies else call.flat)
         if (call.alias is not None and getattr(tr, "mutated_inputs", None)
                 and self.backend_name != "eager"):
             artifact, eager_fallback = self._aliased_writes(gm, tr)
         else:
             artifact, eager_fallback = self._lower(gm, call.flat)
         v = Version(len(self.versions), call, gm, artifact, replay, gate_kinds, gates0,
-                    shape_reads, eager_fallback, plan.paths, self.dynamic, replay_copies)
+                    shape_reads, eager_fallback, plan.paths, self.dynamic, replay_copies,
+                    replay_random)
         if _logs.enabled("guards"):
             _logs.logger("guards").info(f"guards of '{self.name}' version {v.index}: "
                                         + "; ".join(str(g) for g in v.guards))
