@@ -12,6 +12,8 @@ deps: .stamp-deps
 	  echo "installing llvm-19-dev libxxhash-dev"; \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq llvm-19-dev libxxhash-dev ccache) >/dev/null; fi
 	$(PY) -m pip install -q numpy pytest hypothesis scikit-learn matplotlib setuptools wheel nvidia-cuda-nvrtc-cu12
+	@# parity tests compare with PyTorch's CPU build where it can be had (they skip without it)
+	$(PY) -m pip install -q torch==2.13.0 || echo "torch 2.13.0 not installed: PyTorch parity tests will skip"
 	touch $@
 
 build: deps
