@@ -321,3 +321,13 @@ def test_random_with_fallback_keeps_draw_order():
     e = f(a)
     tp.manual_seed(7)
     check(cf(a), e, 1e-6, 1e-6)
+
+
+def test_setitem_through_functionalization_is_native():
+    def f(a, b):
+        z = a * 2
+        z[1:5:2] = b[1:5:2] * 3
+        z[0] = 7
+        z[..., -1] = 0
+        return z * 2
+    run(f, T(6, 3), T(6, 3), kernels=(1, 2), **EXACT)

@@ -561,6 +561,9 @@ lower_formula(lw_ctx *c, struct lw_node_in *in, PyObject *bound,
 static int
 norm_dim(int64_t d, int n)
 {
+    if (n == 0) {
+        return (d == 0 || d == -1) ? 0 : -1;    /* a 0-d tensor: dim 0 / -1 */
+    }
     if (d < 0) {
         d += n;
     }
@@ -1862,6 +1865,100 @@ lower_matmul(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *out,
     return out->body ? 1 : -1;
 }
 
+/* functionalized writes into views: slice_scatter / select_scatter */
+static int
+lower_scatter(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
+              vbuf *out, const char **why)
+{
+    const char *name = in->op->name;
+    vbuf *src = arg_vb(in, PyTuple_GET_ITEM(bound, 1));
+    PyObject *dobj = bound_arg(bound, in->op, "dim");
+    if (src == NULL || src->kind != VB_TENSOR || x->ndim != out->ndim) {
+        UNSUPPORTED("scatter operands");
+    }
+    int d = dobj && PyLong_Check(dobj) ? norm_dim(PyLong_AsLongLong(dobj), out->ndim) : -1;
+    if (d < 0 || out->ndim == 0) {
+        UNSUPPORTED("scatter dim");
+    }
+    const stax_ix *ov[STAX_MAX_DIMS], *map[STAX_MAX_DIMS];
+    ident_vars(c, out->ndim, ov);
+    const stax_lval *v = lw_index(c, ov[d], STAX_INT64);
+    const stax_lval *mask;
+    int j = 0;
+    if (name[1] == 'l') {      /* slice_scatter */
+        PyObject *sl = PySlice_New(bound_arg(bound, in->op, "start"),
+                                   bound_arg(bound, in->op, "end"),
+                                   bound_arg(bound, in->op, "step"));
+        if (sl == NULL) {
+            return -1;
+        }
+        Py_ssize_t st, en, stp;
+        int rc = PySlice_Unpack(sl, &st, &en, &stp);
+        Py_DECREF(sl);
+        if (rc < 0) {
+            return -1;
+        }
+        Py_ssize_t len = PySlice_AdjustIndices((Py_ssize_t)out->sizes[d], &st, &en, stp);
+        if (stp <= 0) {
+            UNSUPPORTED("scatter step");
+        }
+        int64_t last = len > 0 ? st + (len - 1) * stp : st - 1;
+        mask = lw_prim(c, STAX_PRIM_AND, STAX_BOOL,
+                       lw_prim(c, STAX_PRIM_GE, STAX_BOOL, v, lw_const(c, STAX_INT64, (double)st), NULL),
+                       lw_prim(c, STAX_PRIM_LE, STAX_BOOL, v, lw_const(c, STAX_INT64, (double)last), NULL),
+                       NULL);
+        if (stp > 1) {
+            const stax_lval *rel = lw_prim(c, STAX_PRIM_SUB, STAX_INT64, v,
+                                           lw_const(c, STAX_INT64, (double)st), NULL);
+            mask = lw_prim(c, STAX_PRIM_AND, STAX_BOOL, mask,
+                           lw_prim(c, STAX_PRIM_EQ, STAX_BOOL,
+                                   lw_prim(c, STAX_PRIM_REMAINDER, STAX_INT64, rel,
+                                           lw_const(c, STAX_INT64, (double)stp), NULL),
+                                   lw_const(c, STAX_INT64, 0), NULL), NULL);
+        }
+        for (int k = 0; k < out->ndim; k++) {
+            map[k] = k != d ? ov[k]
+                     : lw_ix_bin(c, STAX_IX_DIV,
+                                 lw_ix_bin(c, STAX_IX_ADD, ov[k], lw_ix_const(c, -st)),
+                                 lw_ix_const(c, stp));
+        }
+        j = out->ndim;
+        if (src->ndim != out->ndim) {
+            UNSUPPORTED("slice_scatter source rank");
+        }
+    }
+    else {                     /* select_scatter */
+        int64_t idx = PyLong_AsLongLong(bound_arg(bound, in->op, "index"));
+        if (PyErr_Occurred()) {
+            return -1;
+        }
+        if (idx < 0) {
+            idx += out->sizes[d];
+        }
+        mask = lw_prim(c, STAX_PRIM_EQ, STAX_BOOL, v, lw_const(c, STAX_INT64, (double)idx), NULL);
+        for (int k = 0; k < out->ndim; k++) {
+            if (k != d) {
+                map[j++] = ov[k];
+            }
+        }
+        if (src->ndim != j) {
+            UNSUPPORTED("select_scatter source rank");
+        }
+    }
+    lw_rw rw = {0};
+    rw.vars = map;
+    rw.nvars = j;
+    /* broadcast-free: the source has the slice's shape */
+    const stax_lval *sb = lw_rewrite(c, &rw, src->body);
+    lw_rw_done(&rw);
+    if (sb == NULL || mask == NULL) {
+        return -1;
+    }
+    sb = masked(c, lw_cast(c, sb, out->dtype), mask);
+    out->body = lw_prim(c, STAX_PRIM_WHERE, out->dtype, mask, sb, lw_cast(c, x->body, out->dtype));
+    return out->body ? 1 : -1;
+}
+
 /* ----------------------------------------------------------------- random
  * The same Philox stream as eager (docs/rng.md): element i (C order) of a
  * draw of W words per element uses words i*W .. i*W+W-1 from the offset
@@ -2169,6 +2266,9 @@ lw_lower_node(lw_ctx *c, struct lw_node_in *in, vbuf **outp, const char **why)
         else if (!strcmp(name, "index_select") || !strcmp(name, "gather")
                  || !strcmp(name, "embedding")) {
             rc = lower_gather(c, in, bound, out, why);
+        }
+        else if ((!strcmp(name, "slice_scatter") || !strcmp(name, "select_scatter")) && x != NULL) {
+            rc = lower_scatter(c, in, bound, x, out, why);
         }
         else if (!strcmp(name, "zeros_like") || !strcmp(name, "ones_like")
                  || !strcmp(name, "full_like")) {

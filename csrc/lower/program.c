@@ -1507,6 +1507,12 @@ stax_backend_fn(PyObject *mod, PyObject *args, PyObject *kwargs)
             Py_XDECREF(v);
             k++;
         }
+        else if (op != NULL && PyUnicode_CompareWithASCIIString(op, "output") != 0) {
+            /* nodes a pass created without a value: propagate shapes */
+            PyObject *v = node_val(node, NULL);
+            differ |= v == NULL;
+            Py_XDECREF(v);
+        }
         Py_XDECREF(op);
     }
     PyErr_Clear();
