@@ -449,8 +449,6 @@ class Runner:
                 if exc_c is None:
                     self.fail(j, f"call {j} ({_sigtxt(sig)}): eager raised {type(exc_e).__name__}: "
                                  f"{str(exc_e)[:200]}; compiled returned a value")
-                if j == 0 and api.name != "torch":
-                    pass
                 if type(exc_e) is not type(exc_c) and not isinstance(exc_c, type(exc_e)) \
                         and self.dead_code_raised(e_args_copy, exc_c):
                     self.events["dead_code_error_swallowed"] += 1

@@ -658,10 +658,8 @@ class Gen:
                 tgt = [str(s) for s in shape]
                 if d.bool(0.5):
                     tgt[d.int(0, len(tgt) - 1)] = "-1"
-            form = d.choice([f"{v.name}.reshape({', '.join(tgt)})", f"{v.name}.view({', '.join(tgt)})"
-                             if not zs else f"{v.name}.reshape({', '.join(tgt)})"])
-            if ".view(" in form:
-                form = f"{v.name}.contiguous().view({', '.join(tgt)})"
+            # .view needs a viewable layout: take it of a contiguous() copy
+            form = d.choice([f"{v.name}.reshape({', '.join(tgt)})", f"{v.name}.contiguous().view({', '.join(tgt)})"])
         else:  # slice
             idx, shape = [], []
             dims = list(v.shape)
