@@ -45,6 +45,14 @@ def sample_args(name):
         "to": (x, tp.float64), "_to_copy": (x,), "alias": (x,), "max": (x,), "min": (x,),
         "var_mean": (x,), "std_mean": (x,), "div": (x, 2.0), "rsub": (x, 1.0),
         "floor_divide": (x, 0.3), "remainder": (x, 0.3), "fmod": (x, 0.3),
+        "allclose": (x, x), "isclose": (x, x), "flip": (x, [0]), "roll": (x, 1, 1),
+        "repeat": (x, [2, 1]), "topk": (x, 2), "cumprod": (x, 1),
+        "index_add": (x, 0, tp.tensor([0, 2]), tp.ones(2, 4)),
+        "index_add_": (x.clone(), 0, tp.tensor([0, 2]), tp.ones(2, 4)),
+        "einsum": ("ij->ji", [x]), "alpha_dropout": (x, 0.5, False),
+        "feature_alpha_dropout": (x, 0.5, False), "dropout1d": (x, 0.5, False),
+        "dropout2d": (x.unsqueeze(0), 0.5, False),
+        "dropout3d": (x.unsqueeze(0).unsqueeze(0), 0.5, False),
     }
     if name in special:
         return special[name]

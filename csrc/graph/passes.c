@@ -243,6 +243,214 @@ p_functional_target(PyObject *node, p_opcode_t op)
     return r;
 }
 
+/* dropout(x, p, training=False) and dropout(x, 0, ...) are x itself (as in
+ * PyTorch: the input object is returned). Any op with a `training` and a
+ * `p` argument (dropout, alpha_dropout, feature_alpha_dropout, ...)
+ * qualifies. Uses read x; an output use that would make a graph output
+ * alias a graph input (or another output) reads clone(x) instead, made
+ * just before the output node so that it sees every earlier mutation of
+ * x. Returns 1 when n was removed, 0 when not, -1 on error. */
+typedef struct {
+    PyObject *old;
+    PyObject *value;
+} p_swap;
+
+static PyObject *
+p_swap_fn(PyObject *node, void *ctx)
+{
+    p_swap *s = ctx;
+    return Py_NewRef(node == s->old ? s->value : node);
+}
+
+static int
+p_inactive_dropout(p_pass_ctx *c, PyObject *n, const p_opref *r,
+                   PyObject *args, PyObject *nodes)
+{
+    PyObject *kw = NULL, *bound = NULL, *x, *outn = NULL, *tr, *p, *cf;
+    PyObject *cl = NULL, *cargs = NULL, *oargs = NULL, *nargs = NULL;
+    int it = -1, ip = -1, rc = -1, ident = 0, len;
+    const stax_op_info *clone_op;
+    p_swap sw;
+    if (r->inplace || r->info == NULL || r->info->kind != STAX_OPK_RANDOM) {
+        return 0;
+    }
+    len = stax_graph_p_schema_len(r->info);
+    for (int i = 0; i < len; i++) {
+        const char *nm = stax_graph_p_schema_name(r->info, i);
+        if (nm != NULL && !strcmp(nm, "training")) {
+            it = i;
+        }
+        else if (nm != NULL && !strcmp(nm, "p")) {
+            ip = i;
+        }
+    }
+    if (it < 0 || ip < 0) {
+        return 0;
+    }
+    kw = PyObject_GetAttrString(n, "kwargs");
+    if (kw == NULL) {
+        return -1;
+    }
+    bound = stax_graph_p_bind(r->info, args, PyDict_Check(kw) ? kw : NULL);
+    if (bound == NULL || PyTuple_GET_SIZE(bound) <= (it > ip ? it : ip)) {
+        PyErr_Clear();
+        rc = 0;
+        goto done;
+    }
+    x = PyTuple_GET_ITEM(bound, 0);
+    tr = PyTuple_GET_ITEM(bound, it);
+    p = PyTuple_GET_ITEM(bound, ip);
+    if (!stax_graph_p_is_node(x)) {
+        rc = 0;
+        goto done;
+    }
+    if (tr == Py_False || (PyLong_Check(tr) && p_scalar_equals(tr, 0.0))) {
+        ident = 1;      /* not training */
+    }
+    else if (p_scalar_equals(p, 0.0)) {
+        ident = 2;      /* p == 0 */
+    }
+    if (!ident) {
+        rc = 0;
+        goto done;
+    }
+    if (p_used_by_output(n) && (!p_is_fresh(x) || p_used_by_output(x))) {
+        for (Py_ssize_t i = PyList_GET_SIZE(nodes) - 1; i >= 0; i--) {
+            if (stax_graph_p_opcode(PyList_GET_ITEM(nodes, i)) == P_OUTPUT) {
+                outn = PyList_GET_ITEM(nodes, i);
+                break;
+            }
+        }
+        PyErr_Clear();
+        clone_op = stax_graph_p_op_by_name("clone");
+        cf = clone_op ? stax_op_function(clone_op) : NULL;
+        if (outn == NULL || cf == NULL) {
+            rc = 0;
+            goto done;
+        }
+        cargs = PyTuple_Pack(1, x);
+        cl = cargs ? stax_graph_p_insert(c->graph, outn, "call_function", cf,
+                                         cargs, NULL, 1) : NULL;
+        if (cl == NULL || stax_graph_p_copy_stack(cl, n) < 0) {
+            goto done;
+        }
+        sw.old = n;
+        sw.value = cl;
+        oargs = PyObject_GetAttrString(outn, "args");
+        nargs = oargs ? stax_graph_p_map(oargs, p_swap_fn, &sw) : NULL;
+        if (nargs == NULL || stax_graph_p_set_args(outn, nargs, NULL) < 0) {
+            goto done;
+        }
+    }
+    if (stax_graph_p_note(c, "eliminated %%%s = %s(%%%s) with %s (the "
+                          "identity; its uses now read %%%s%s)", p_name(n),
+                          r->info->name, p_name(x),
+                          ident == 1 ? "training=False" : "p=0",
+                          p_name(x), cl ? ", the output a copy" : "") < 0
+        || stax_graph_p_replace_uses(n, x) < 0
+        || stax_graph_p_erase(c->graph, n) < 0) {
+        goto done;
+    }
+    rc = 1;
+done:
+    Py_XDECREF(kw);
+    Py_XDECREF(bound);
+    Py_XDECREF(cl);
+    Py_XDECREF(cargs);
+    Py_XDECREF(oargs);
+    Py_XDECREF(nargs);
+    return rc;
+}
+
+/* getattr(t, 'values') on a named-tuple result (max.dim, sort, topk,
+ * median.dim) -> operator.getitem(t, i): back ends see tuples. 1 when
+ * rewritten, 0 when not, -1 on error. */
+static int
+p_namedtuple_field(p_pass_ctx *c, PyObject *n, p_opcode_t op)
+{
+    PyObject *t = NULL, *bi = NULL, *ga = NULL, *args = NULL, *fields = NULL;
+    PyObject *opm = NULL, *gi = NULL, *nargs = NULL, *nn = NULL, *val;
+    Py_ssize_t idx = -1;
+    int rc = 0;
+    if (op != P_CALL_FUNCTION) {
+        return 0;
+    }
+    t = PyObject_GetAttrString(n, "target");
+    bi = t ? PyImport_ImportModule("builtins") : NULL;
+    ga = bi ? PyObject_GetAttrString(bi, "getattr") : NULL;
+    if (ga == NULL || t != ga || !p_kwargs_empty(n)) {
+        goto done;
+    }
+    args = p_args(n);
+    if (args == NULL || PyTuple_GET_SIZE(args) != 2
+        || !stax_graph_p_is_node(PyTuple_GET_ITEM(args, 0))
+        || !PyUnicode_Check(PyTuple_GET_ITEM(args, 1))) {
+        goto done;
+    }
+    val = stax_graph_p_val(PyTuple_GET_ITEM(args, 0));
+    if (val == NULL || !PyTuple_Check(val)) {
+        goto done;
+    }
+    fields = PyObject_GetAttrString(val, "_fields");
+    if (fields == NULL || !PyTuple_Check(fields)) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields); i++) {
+        int eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(fields, i),
+                                          PyTuple_GET_ITEM(args, 1), Py_EQ);
+        if (eq == 1) {
+            idx = i;
+            break;
+        }
+    }
+    if (idx < 0 || idx >= PyTuple_GET_SIZE(val)) {
+        goto done;
+    }
+    opm = PyImport_ImportModule("operator");
+    gi = opm ? PyObject_GetAttrString(opm, "getitem") : NULL;
+    nargs = gi ? Py_BuildValue("(On)", PyTuple_GET_ITEM(args, 0), idx) : NULL;
+    nn = nargs ? stax_graph_p_insert(c->graph, n, "call_function", gi, nargs,
+                                     NULL, 0) : NULL;
+    if (nn == NULL) {
+        rc = -1;
+        goto done;
+    }
+    {
+        PyObject *meta = PyObject_GetAttrString(nn, "meta");
+        if (meta == NULL
+            || PyMapping_SetItemString(meta, "val",
+                                       PyTuple_GET_ITEM(val, idx)) < 0) {
+            Py_XDECREF(meta);
+            rc = -1;
+            goto done;
+        }
+        Py_DECREF(meta);
+    }
+    if (stax_graph_p_copy_stack(nn, n) < 0
+        || stax_graph_p_note(c, "%%%s: .%S of a named tuple -> [%zd]",
+                             p_name(n), PyTuple_GET_ITEM(args, 1), idx) < 0
+        || stax_graph_p_replace_uses(n, nn) < 0
+        || stax_graph_p_erase(c->graph, n) < 0) {
+        rc = -1;
+        goto done;
+    }
+    rc = 1;
+done:
+    if (rc == 0) {
+        PyErr_Clear();
+    }
+    Py_XDECREF(t);
+    Py_XDECREF(bi);
+    Py_XDECREF(ga);
+    Py_XDECREF(args);
+    Py_XDECREF(fields);
+    Py_XDECREF(opm);
+    Py_XDECREF(gi);
+    Py_XDECREF(nargs);
+    Py_XDECREF(nn);
+    return rc;
+}
+
 static int
 p_normalize(p_pass_ctx *c)
 {
@@ -258,6 +466,16 @@ p_normalize(p_pass_ctx *c)
         p_opcode_t op = stax_graph_p_opcode(n);
         if (op == P_UNKNOWN) {
             goto error;
+        }
+        {
+            int g = p_namedtuple_field(c, n, op);
+            if (g < 0) {
+                goto error;
+            }
+            if (g > 0) {
+                changed = 1;
+                continue;
+            }
         }
         if (!stax_graph_p_node_opref(n, &r) || r.info == NULL) {
             continue;
@@ -328,6 +546,17 @@ p_normalize(p_pass_ctx *c)
                     || stax_graph_p_erase(c->graph, n) < 0) {
                     goto error;
                 }
+                changed = 1;
+                continue;
+            }
+        }
+        /* (2b) dropout that is not training (or p == 0): the identity */
+        {
+            int d = p_inactive_dropout(c, n, &r, args, nodes);
+            if (d < 0) {
+                goto error;
+            }
+            if (d > 0) {
                 changed = 1;
                 continue;
             }

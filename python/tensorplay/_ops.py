@@ -845,8 +845,14 @@ def _cumsum(input, dim, *, dtype=None):
 
 # --------------------------------------------------------------- composites
 
-def _softmax_dim(dim, ndim):
+def _softmax_dim(dim, ndim, name="softmax", stacklevel=4):
+    """PyTorch's implicit dim (deprecated, with the same UserWarning):
+    0 for 0-, 1- and 3-d inputs, else 1."""
     if dim is None:
+        import warnings
+        warnings.warn(f"Implicit dimension choice for {name} has been "
+                      f"deprecated. Change the call to include dim=X as an "
+                      f"argument.", UserWarning, stacklevel=stacklevel)
         return 0 if ndim in (0, 1, 3) else 1
     return dim
 
@@ -869,7 +875,7 @@ def _softmax_common(name, input, dim, dtype, log):
     if a.dtype.kind != "f":
         raise RuntimeError(f"\"{name}_lastdim_kernel_impl\" not implemented "
                            f"for '{_title(a.dtype)}'")
-    d = _wrap_dim(_softmax_dim(dim, a.ndim), a.ndim)
+    d = _wrap_dim(_softmax_dim(dim, a.ndim, name), a.ndim)
     if a.ndim == 0:
         return _wrap(np.asarray(0.0 if log else 1.0, a.dtype), input)
     work = np.float32 if a.dtype == np.float16 else a.dtype
@@ -985,7 +991,7 @@ def _rand_like(x, dtype=None):
 
 @_impl("dropout")
 def _dropout(input, p=0.5, training=True, inplace=False):
-    """keep = rand_like(x) >= p (tensor room's Philox stream); x * keep / (1 - p)."""
+    """keep = rand_like(x) >= p (the global Philox stream); x * keep / (1 - p)."""
     _check_tensor(input, "dropout")
     if p < 0 or p > 1:
         raise ValueError(f"dropout probability has to be between 0 and 1, but "
@@ -1477,6 +1483,398 @@ def _bernoulli(input, p=None, *, generator=None):
     return _wrap((u < pa).astype(_arr(input).dtype))
 
 
+# ------------------------------------------ sorting, selection, shuffles
+# (no formula: eager NumPy kernels; fallback kernels under tp.compile)
+
+return_types.sort = collections.namedtuple("sort", ["values", "indices"])
+return_types.topk = collections.namedtuple("topk", ["values", "indices"])
+return_types.median = collections.namedtuple("median", ["values", "indices"])
+
+
+def _int_list(args, name, argname):
+    """f(x, 1, 2) / f(x, (1, 2)) / f(x, [1, 2]) -> [1, 2]."""
+    if len(args) == 1 and isinstance(args[0], (list, tuple)):
+        args = tuple(args[0])
+    out = []
+    for v in args:
+        if hasattr(v, "__index__") and not isinstance(v, float):
+            out.append(int(v.__index__()))
+        else:
+            raise TypeError(f"{name}(): argument '{argname}' must be tuple of "
+                            f"ints, but found element of type "
+                            f"{type(v).__name__}")
+    return out
+
+
+@_impl("isclose")
+def _isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+    _check_tensor(input, "isclose")
+    _check_tensor(other, "isclose", "other", 2)
+    a, b = _arr(input), _arr(other)
+    if rtol < 0:
+        raise RuntimeError(f"rtol must be greater than or equal to zero, but "
+                           f"got {rtol}")
+    if atol < 0:
+        raise RuntimeError(f"atol must be greater than or equal to zero, but "
+                           f"got {atol}")
+    if a.dtype.kind == "b" or b.dtype.kind == "b":
+        r = np.equal(a, b)
+    else:
+        r = np.isclose(a, b, rtol=rtol, atol=atol, equal_nan=bool(equal_nan))
+    return _wrap(np.asarray(r, dtype=np.bool_))
+
+
+@_impl("allclose")
+def _allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+    _check_tensor(input, "allclose")
+    _check_tensor(other, "allclose", "other", 2)
+    return bool(np.all(_arr(_isclose(input, other, rtol, atol, equal_nan))))
+
+
+@_impl("flip")
+def _flip(input, *dims, **kw):
+    _check_tensor(input, "flip")
+    if "dims" in kw:
+        dims = (kw.pop("dims"),)
+    if kw:
+        raise TypeError(f"flip() got an unexpected keyword argument "
+                        f"'{next(iter(kw))}'")
+    a = _arr(input)
+    axes = _dims(_int_list(dims, "flip", "dims"), a.ndim) if dims else ()
+    if not dims:
+        axes = ()
+    return _wrap(np.flip(a, axes).copy() if axes else a.copy(), input)
+
+
+@_impl("roll")
+def _roll(input, shifts, dims=None):
+    _check_tensor(input, "roll")
+    a = _arr(input)
+    sh = _int_list((shifts,), "roll", "shifts")
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        if len(sh) != 1:
+            raise RuntimeError(f"shifts and dimensions must align. shifts: "
+                               f"{len(sh)}, dims:0")
+        return _wrap(np.roll(a, sh[0]), input)
+    dl = _int_list((dims,), "roll", "dims")
+    if len(sh) != len(dl):
+        raise RuntimeError(f"shifts and dimensions must align. shifts: "
+                           f"{len(sh)}, dims:{len(dl)}")
+    axes = tuple(_wrap_dim(d, a.ndim) for d in dl)
+    return _wrap(np.roll(a, tuple(sh), axis=axes) if a.ndim else a.copy(),
+                 input)
+
+
+def _tri(name, input, diagonal):
+    _check_tensor(input, name)
+    a = _arr(input)
+    if a.ndim < 2:
+        raise RuntimeError(f"{name}: input tensor must have at least 2 "
+                           f"dimensions")
+    f = np.tril if name == "tril" else np.triu
+    return _wrap(f(a, int(diagonal)), input)
+
+
+@_impl("tril")
+def _tril(input, diagonal=0):
+    return _tri("tril", input, diagonal)
+
+
+@_impl("triu")
+def _triu(input, diagonal=0):
+    return _tri("triu", input, diagonal)
+
+
+@_impl("repeat")
+def _repeat(input, *sizes, **kw):
+    _check_tensor(input, "repeat")
+    if "repeats" in kw:
+        sizes = (kw.pop("repeats"),)
+    reps = _int_list(sizes, "repeat", "repeats")
+    a = _arr(input)
+    if len(reps) < a.ndim:
+        raise RuntimeError("Number of dimensions of repeat dims can not be "
+                           "smaller than number of dimensions of tensor")
+    if _b.any(r < 0 for r in reps):
+        raise RuntimeError(f"Trying to create tensor with negative dimension "
+                           f"{_b.min(reps)}: {reps}")
+    return _wrap(np.tile(a, reps) if reps else a.copy(), input)
+
+
+def _sort_idx(a, d, descending):
+    """Stable sort indices along d; NaN is the largest value (as torch)."""
+    if not descending:
+        return np.argsort(a, axis=d, kind="stable")
+    n = a.shape[d]
+    r = np.argsort(np.flip(a, d), axis=d, kind="stable")
+    return np.flip(n - 1 - r, d)
+
+
+@_impl("sort")
+def _sort(input, dim=-1, descending=False, *, stable=False):
+    _check_tensor(input, "sort")
+    a = _arr(input)
+    if a.ndim == 0:
+        return return_types.sort(_wrap(a.copy(), input),
+                                 _wrap(np.zeros((), np.int64)))
+    d = _wrap_dim(dim, a.ndim)
+    idx = _sort_idx(a, d, descending)
+    return return_types.sort(_wrap(np.take_along_axis(a, idx, d), input),
+                             _wrap(idx.astype(np.int64)))
+
+
+@_impl("argsort")
+def _argsort(input, dim=-1, descending=False, *, stable=False):
+    return _sort(input, dim, descending, stable=stable).indices
+
+
+@_impl("topk")
+def _topk(input, k, dim=-1, largest=True, sorted=True):
+    _check_tensor(input, "topk")
+    a = _arr(input)
+    d = _wrap_dim(dim, a.ndim)
+    n = a.shape[d] if a.ndim else 1
+    k = int(k)
+    if k < 0 or k > n:
+        raise RuntimeError("selected index k out of range")
+    if a.ndim == 0:
+        return return_types.topk(_wrap(a.copy(), input),
+                                 _wrap(np.zeros((), np.int64)))
+    idx = np.take(_sort_idx(a, d, largest), np.arange(k), axis=d)
+    return return_types.topk(_wrap(np.take_along_axis(a, idx, d), input),
+                             _wrap(idx.astype(np.int64)))
+
+
+@_impl("median")
+def _median(input, dim=None, keepdim=False):
+    """The lower of the two middle values (as torch); NaN if any."""
+    _check_tensor(input, "median")
+    a = _arr(input)
+    if dim is None:
+        f = a.reshape(-1)
+        if f.size == 0:
+            return _wrap(np.asarray(np.nan, a.dtype) if a.dtype.kind == "f"
+                         else np.zeros((), a.dtype), input)
+        idx = _sort_idx(f, 0, False)
+        nnan = int(np.sum(np.isnan(f))) if f.dtype.kind == "f" else 0
+        k = f.size - nnan if nnan else (f.size - 1) // 2
+        return _wrap(np.asarray(f[idx[k]]), input)
+    d = _wrap_dim(dim, a.ndim)
+    if a.ndim == 0:
+        return return_types.median(_wrap(a.copy(), input),
+                                   _wrap(np.zeros((), np.int64)))
+    n = a.shape[d]
+    if n == 0:
+        raise IndexError(f"median(): Expected reduction dim {d} to have "
+                         f"non-zero size.")
+    idx = _sort_idx(a, d, False)
+    if a.dtype.kind == "f":
+        nnan = np.sum(np.isnan(a), axis=d, keepdims=True)
+    else:
+        nnan = np.zeros(a.shape[:d] + (1,) + a.shape[d + 1:], np.int64)
+    k = np.where(nnan > 0, n - nnan, (n - 1) // 2)
+    ind = np.take_along_axis(idx, k, d)
+    val = np.take_along_axis(a, ind, d)
+    if not keepdim:
+        ind, val = np.squeeze(ind, d), np.squeeze(val, d)
+    return return_types.median(_wrap(val, input), _wrap(ind.astype(np.int64)))
+
+
+@_impl("nonzero")
+def _nonzero(input, *, as_tuple=False):
+    _check_tensor(input, "nonzero")
+    a = _arr(input)
+    if as_tuple:
+        if a.ndim == 0:
+            return (_wrap(np.arange(1 if a else 0, dtype=np.int64)),)
+        return tuple(_wrap(np.asarray(i, np.int64)) for i in np.nonzero(a))
+    if a.ndim == 0:
+        return _wrap(np.zeros((1 if a else 0, 0), np.int64))
+    return _wrap(np.argwhere(a).astype(np.int64))
+
+
+@_impl("unique")
+def _unique(input, sorted=True, return_inverse=False, return_counts=False,
+            dim=None):
+    _check_tensor(input, "unique")
+    a = _arr(input)
+    if dim is None:
+        u, inv, cnt = np.unique(a.reshape(-1), return_inverse=True,
+                                return_counts=True)
+        inv = inv.reshape(a.shape)
+    else:
+        d = _wrap_dim(dim, a.ndim)
+        u, inv, cnt = np.unique(a, return_inverse=True, return_counts=True,
+                                axis=d)
+        inv = inv.reshape(-1)
+    out = [_wrap(u, input)]
+    if return_inverse:
+        out.append(_wrap(inv.astype(np.int64)))
+    if return_counts:
+        out.append(_wrap(cnt.astype(np.int64)))
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+@_impl("cumprod")
+def _cumprod(input, dim, *, dtype=None):
+    a = _red_prep(input, "cumprod")
+    d = _wrap_dim(dim, a.ndim)
+    out = _acc_dtype(a, dtype, "cumprod")
+    if a.ndim == 0:
+        return _wrap(np.asarray(a, out), input)
+    return _wrap(np.cumprod(a, axis=d, dtype=out), input)
+
+
+@_impl("diff")
+def _diff(input, n=1, dim=-1, prepend=None, append=None):
+    _check_tensor(input, "diff")
+    a = _arr(input)
+    if a.ndim == 0:
+        raise RuntimeError("diff expects input to be at least one-dimensional")
+    d = _wrap_dim(dim, a.ndim)
+    parts = [x for x in (prepend, a, append) if x is not None]
+    parts = [_arr(x) if _is_t(x) else np.asarray(x) for x in parts]
+    if len(parts) > 1:
+        a = np.concatenate(parts, axis=d)
+    if a.dtype.kind == "b":
+        r = a
+        for _ in range(int(n)):
+            r = np.not_equal(np.take(r, np.arange(1, r.shape[d]), d),
+                             np.take(r, np.arange(0, r.shape[d] - 1), d))
+        return _wrap(r, input)
+    return _wrap(np.diff(a, int(n), axis=d), input)
+
+
+@_impl("index_add")
+def _index_add(input, dim, index, source, *, alpha=1):
+    _check_tensor(input, "index_add")
+    a = _arr(input)
+    d = _wrap_dim(dim, a.ndim)
+    idx = _arr(index)
+    if idx.dtype.kind not in "iu" or idx.ndim > 1:
+        raise IndexError("index_add_(): Expected a 1-D long or int tensor "
+                         "for index")
+    out = np.array(a, copy=True)
+    src = np.asarray(_arr(source))
+    if alpha != 1:
+        src = src * alpha
+    if out.ndim == 0:
+        out = out + src.reshape(()) * idx.size
+        return _wrap(out.astype(a.dtype), input, source)
+    om = np.moveaxis(out, d, 0)
+    sm = np.moveaxis(src.reshape(src.shape if src.ndim else (1,)), d, 0)
+    np.add.at(om, idx.reshape(-1).astype(np.int64), sm.astype(a.dtype))
+    return _wrap(out, input, source)
+
+
+@_impl("einsum")
+def _einsum(equation, *operands):
+    if not isinstance(equation, str):
+        raise TypeError(f"einsum(): argument 'equation' must be str, not "
+                        f"{type(equation).__name__}")
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])
+    for i, t in enumerate(operands):
+        _check_tensor(t, "einsum", "operands", i + 2)
+    arrs = [_arr(t) for t in operands]
+    eq = equation.replace(" ", "")
+    try:
+        r = np.einsum(eq, *arrs, optimize=len(arrs) > 2)
+    except ValueError as e:
+        raise RuntimeError(f"einsum(): {e}") from None
+    return _wrap(np.asarray(r), *operands)
+
+
+# --------------------------------------------------- dropout variants
+
+def _check_p(p):
+    if p < 0 or p > 1:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but "
+                         f"got {p}")
+
+
+def _mask_dropout(input, p, inplace, mask_shape, alpha):
+    """keep ~ Bernoulli(1 - p) of mask_shape (broadcast over the rest)."""
+    import tensorplay
+    a = _arr(input)
+    if p == 1 and not alpha:
+        return _act_out(input, np.zeros_like(a), inplace)
+    keep = _arr(tensorplay.rand(*mask_shape, dtype=input.dtype)) >= p
+    keep = keep.astype(a.dtype)
+    if alpha:
+        al = 1.7580993408473766
+        sc = 1.0 / math.sqrt((al * al * p + 1) * (1 - p)) if p < 1 else 0.0
+        r = a * keep * sc + (keep - 1) * al * sc + al * sc * p
+    else:
+        r = a * keep / np.asarray(1 - p, a.dtype)
+    return _act_out(input, np.asarray(r, a.dtype), inplace)
+
+
+@_impl("alpha_dropout")
+def _alpha_dropout(input, p=0.5, training=False, inplace=False):
+    _check_tensor(input, "alpha_dropout")
+    _check_p(p)
+    if not training or p == 0:
+        return input
+    return _mask_dropout(input, p, inplace, tuple(input.shape), True)
+
+
+@_impl("feature_alpha_dropout")
+def _feature_alpha_dropout(input, p=0.5, training=False, inplace=False):
+    _check_tensor(input, "feature_alpha_dropout")
+    _check_p(p)
+    if not training or p == 0:
+        return input
+    sh = tuple(input.shape)
+    ms = sh[:2] + (1,) * (len(sh) - 2) if len(sh) >= 2 else sh
+    return _mask_dropout(input, p, inplace, ms, True)
+
+
+def _feature_dropout(k):
+    name = f"dropout{k}d"
+
+    def impl(input, p=0.5, training=True, inplace=False):
+        _check_tensor(input, name)
+        _check_p(p)
+        sh = tuple(input.shape)
+        if len(sh) not in (k + 1, k + 2):
+            raise RuntimeError(f"{name}: Expected {k + 1}D or {k + 2}D input, "
+                               f"but received a {len(sh)}D input")
+        if not training or p == 0:
+            return input
+        nb = len(sh) - k            # batch and channel dims (1 or 2)
+        ms = sh[:nb] + (1,) * k
+        return _mask_dropout(input, p, inplace, ms, False)
+    impl.__name__ = name
+    _C._ops_set_impl(name, impl)
+    _REG[name] = impl
+
+
+for _k in (1, 2, 3):
+    _feature_dropout(_k)
+
+
+class _MemoryFormat:
+    """tp.contiguous_format / tp.preserve_format / tp.channels_last: accepted
+    where PyTorch takes a memory_format (results are always contiguous)."""
+    __slots__ = ("_name",)
+
+    def __init__(self, name):
+        self._name = name
+
+    def __repr__(self):
+        return f"tensorplay.{self._name}"
+
+    def __reduce__(self):
+        return self._name
+
+
+contiguous_format = _MemoryFormat("contiguous_format")
+preserve_format = _MemoryFormat("preserve_format")
+channels_last = _MemoryFormat("channels_last")
+channels_last_3d = _MemoryFormat("channels_last_3d")
+
+
 # in-place twins computed out of place then written back (C covers the
 # plain pointwise ones itself)
 for _row in _C._op_table():
@@ -1497,4 +1895,6 @@ def _public():
 for _k, _v in _FUNCS.items():
     globals()[_k] = _v
 
-__all__ = sorted(set(_public()) | {"return_types"})
+__all__ = sorted(set(_public()) | {"return_types", "contiguous_format",
+                                    "preserve_format", "channels_last",
+                                    "channels_last_3d"})

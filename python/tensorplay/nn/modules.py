@@ -7,7 +7,8 @@ from tensorplay import _C
 import tensorplay.functional as F
 
 __all__ = ["Parameter", "Module", "Linear", "LayerNorm", "BatchNorm1d",
-           "Dropout", "Embedding", "ReLU", "GELU", "SiLU", "Tanh", "Sigmoid",
+           "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout",
+           "FeatureAlphaDropout", "Embedding", "ReLU", "GELU", "SiLU", "Tanh", "Sigmoid",
            "Softmax", "LogSoftmax", "Identity", "Sequential", "ModuleList",
            "ModuleDict", "MSELoss", "CrossEntropyLoss"]
 
@@ -449,6 +450,31 @@ class Dropout(Module):
 
     def extra_repr(self):
         return f"p={self.p}, inplace={self.inplace}"
+
+
+class Dropout1d(Dropout):
+    def forward(self, input):
+        return F.dropout1d(input, self.p, self.training, self.inplace)
+
+
+class Dropout2d(Dropout):
+    def forward(self, input):
+        return F.dropout2d(input, self.p, self.training, self.inplace)
+
+
+class Dropout3d(Dropout):
+    def forward(self, input):
+        return F.dropout3d(input, self.p, self.training, self.inplace)
+
+
+class AlphaDropout(Dropout):
+    def forward(self, input):
+        return F.alpha_dropout(input, self.p, self.training)
+
+
+class FeatureAlphaDropout(Dropout):
+    def forward(self, input):
+        return F.feature_alpha_dropout(input, self.p, self.training)
 
 
 class Embedding(Module):
