@@ -1,8 +1,8 @@
 """TensorPlay: a PyTorch-style tensor library on NumPy, with Stax, a JIT
 compiler (LLVM ORC JIT on CPU, NVRTC on GPU), behind ``tensorplay.compile``.
 
-Each submodule below belongs to one room (see docs/architecture.md); this
-file only gathers their public names."""
+This file only gathers the public names of the submodules (see
+docs/architecture.md for how the package and the C extension are laid out)."""
 from tensorplay import _C  # noqa: F401
 from tensorplay._tensor import *  # noqa: F401,F403
 from tensorplay._ops import *  # noqa: F401,F403
