@@ -264,7 +264,7 @@ class Recorder:
         self.gates.append(v)
         return v
 
-    def reduce(self, src, out):
+    def reduce(self, src, out, amp=None):
         api = self.api
         try:
             a = api.to_numpy(src).astype(np.float64)
@@ -273,7 +273,7 @@ class Recorder:
             return out
         fin = np.abs(a[np.isfinite(a)])
         s = float(fin.max()) if fin.size else 0.0
-        n = max(1, a.size // max(1, o.size))
+        n = max(1, a.size // max(1, o.size)) if amp is None else amp
         self.red = max(self.red, n * max(s, s * s))
         self.red_n = max(self.red_n, n)
         return out

@@ -183,12 +183,13 @@ class Stmt:
 
 
 class Assign(Stmt):
-    def __init__(self, name, expr, red_src=None):
-        self.name, self.expr, self.red_src = name, expr, red_src
+    def __init__(self, name, expr, red_src=None, red_amp=None):
+        self.name, self.expr, self.red_src, self.red_amp = name, expr, red_src, red_amp
 
     def lines(self, instrument):
         if instrument and self.red_src:
-            return [f"{self.name} = _red({self.red_src}, {self.expr})"]
+            amp = "" if self.red_amp is None else f", {self.red_amp}"
+            return [f"{self.name} = _red({self.red_src}, {self.expr}{amp})"]
         return [f"{self.name} = {self.expr}"]
 
 
@@ -355,9 +356,9 @@ class Gen:
             return Scalar(d.choice(INT_LITS))
         return Scalar(d.bool())
 
-    def add(self, expr, shape, dt, base=None, zstride=False, red_src=None):
+    def add(self, expr, shape, dt, base=None, zstride=False, red_src=None, red_amp=None):
         name = self.fresh()
-        self.body.append(Assign(name, expr, red_src))
+        self.body.append(Assign(name, expr, red_src, red_amp))
         v = Var(name, shape, dt, base or self.new_base(), zstride)
         self.vars.append(v)
         return v
@@ -726,7 +727,9 @@ class Gen:
         else:
             self.modules.append((name, f"tp.nn.LayerNorm({k})"))
             shape = v.shape
-        self.add(f"{name}({x})", shape, "float32")
+        # tolerance: a reduction of length k; layer_norm divides by sqrt(var + 1e-5) >= 1/316
+        amp = k if "Linear" in self.modules[-1][1] else k * 317
+        self.add(f"{name}({x})", shape, "float32", red_src=x, red_amp=amp)
         return True
 
     def inplace_target(self):
