@@ -284,6 +284,21 @@ has_zero(PyObject *x)
     return res;
 }
 
+
+/* Call a ufunc without out=; new reference to an ndarray (a ufunc over 0-d
+ * operands returns a NumPy scalar, which PyArray_CopyInto cannot take). */
+static PyObject *
+ufunc_array(PyObject *uf, PyObject *const *args, Py_ssize_t n)
+{
+    PyObject *res = PyObject_Vectorcall(uf, args, n, NULL);
+    PyObject *arr = NULL;
+    if (res != NULL) {
+        arr = PyArray_FromAny(res, NULL, 0, 0, 0, NULL);
+        Py_DECREF(res);
+    }
+    return arr;
+}
+
 static PyObject *binary_impl(const stax_op_info *op, PyObject *a,
                              PyObject *b, StaxTensor *inplace_out);
 
@@ -486,7 +501,7 @@ binary_impl(const stax_op_info *op, PyObject *a, PyObject *b,
     if (inplace_out != NULL && inplace_out->dtype != ot) {
         /* compute in ot, then cast into self */
         PyObject *args[2] = {xa, xb};
-        PyObject *tmp = PyObject_Vectorcall(uf, args, 2, NULL);
+        PyObject *tmp = ufunc_array(uf, args, 2);
         if (tmp == NULL || PyArray_CopyInto((PyArrayObject *)oarr,
                                             (PyArrayObject *)tmp) < 0) {
             Py_XDECREF(tmp);
@@ -660,7 +675,7 @@ stax_ops_unary(const stax_op_info *op, PyObject *a, StaxTensor *inplace_out)
     }
     else if (inplace_out != NULL && ot != ct) {
         PyObject *args[1] = {xa};
-        PyObject *t2 = PyObject_Vectorcall(uf, args, 1, NULL);
+        PyObject *t2 = ufunc_array(uf, args, 1);
         if (t2 != NULL && PyArray_CopyInto((PyArrayObject *)oarr,
                                            (PyArrayObject *)t2) < 0) {
             Py_CLEAR(t2);

@@ -46,7 +46,6 @@ CRASHERS = [
 ]
 
 
-@pytest.mark.xfail(strict=True, reason="bug (ops): segfault in in-place op on 0-d tensor with wider-dtype other")
 @pytest.mark.parametrize("code", [c for _, c in CRASHERS], ids=[i for i, _ in CRASHERS])
 def test_no_crash(code):
     rc, out = _run_isolated(code)
