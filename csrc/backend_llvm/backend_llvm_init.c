@@ -95,6 +95,23 @@ ensure_jit(void)
     return 0;
 }
 
+/* kernels compiled by the JIT since start (tensorplay._C._jit_compile_count) */
+static unsigned long long jit_compiles;
+
+static PyObject *
+jit_compile_count(PyObject *mod, PyObject *unused)
+{
+    (void)mod;
+    (void)unused;
+    return PyLong_FromUnsignedLongLong(jit_compiles);
+}
+
+static PyMethodDef llvm_methods[] = {
+    {"_jit_compile_count", jit_compile_count, METH_NOARGS,
+     "number of kernels the LLVM JIT has compiled in this process"},
+    {NULL, NULL, 0, NULL},
+};
+
 static void *
 llvm_compile_kernel(stax_backend *be, const stax_kernel *k, PyObject **source)
 {
@@ -167,6 +184,7 @@ llvm_compile_kernel(stax_backend *be, const stax_kernel *k, PyObject **source)
         goto error;
     }
     h->fn = (stax_kernel_fn)(uintptr_t)addr;
+    jit_compiles++;
     TMARK("codegen");
     return h;
 error:
@@ -236,7 +254,9 @@ static stax_backend llvm_backend = {
 int
 stax_llvm_module_init(PyObject *m)
 {
-    (void)m;
+    if (PyModule_AddFunctions(m, llvm_methods) < 0) {
+        return -1;
+    }
     return stax_lower_register_backend(&llvm_backend);
 }
 

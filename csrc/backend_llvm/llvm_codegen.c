@@ -27,7 +27,7 @@ typedef struct {
     LLVMTypeRef i1, i8, i16, i32, i64, f16, f32, f64, ptr;
     const stax_kernel *k;
     LLVMValueRef bufs[64];
-    LLVMValueRef syms[256];
+    LLVMValueRef syms[1024];
     int nsyms;
     LLVMValueRef sizes_arg;
     LLVMValueRef vars[2 * STAX_MAX_DIMS];
@@ -227,7 +227,7 @@ gen_ix(cg_t *g, const stax_ix *ix)
     case STAX_IX_VAR:
         return g->vars[ix->v];
     case STAX_IX_SYM:
-        if (ix->v < 0 || ix->v >= 256) {
+        if (ix->v < 0 || ix->v >= 1024) {
             g->err = "size argument out of range";
             return LLVMConstInt(g->i64, 0, 0);
         }

@@ -209,6 +209,16 @@ lw_acc(lw_ctx *c, int acc, stax_dtype_t dt)
 }
 
 const stax_lval *
+lw_size_const(lw_ctx *c, stax_dtype_t dt, int64_t n)
+{
+    if (!c->symbolic || n == 0 || n == 1) {
+        return lw_const(c, dt, (double)n);
+    }
+    /* an index constant: finalization turns it into a size argument */
+    return lw_index(c, lw_ix_const(c, n), dt);
+}
+
+const stax_lval *
 lw_index(lw_ctx *c, const stax_ix *ix, stax_dtype_t dt)
 {
     if (ix == NULL) {

@@ -494,7 +494,9 @@ done:
 static int
 sym_of(lw_ctx *c, int64_t v)
 {
-    for (int i = 0; i < c->nsyms; i++) {
+    /* symbolic mode: one size argument per use, so that which arguments
+     * coincide never depends on the sizes (4x4 vs 4x6) */
+    for (int i = 0; i < c->nsyms && !c->symbolic; i++) {
         if (c->syms[i] == v && !c->sym_reserved[i]) {
             return i;
         }
@@ -504,6 +506,304 @@ sym_of(lw_ctx *c, int64_t v)
     }
     c->syms[c->nsyms] = v;
     return c->nsyms++;
+}
+
+/* ------------------------------------------------- symbolic (dynamic) */
+/* A pointer set / numbering over the DAG of one kernel's expressions. */
+typedef struct {
+    const void **keys;
+    long *ids;
+    size_t cap, n;
+} pset;
+
+/* id of p (>= 0) if seen, else -1 after inserting it with a new id; -2 on
+ * memory error */
+static long
+ps_visit(pset *m, const void *p)
+{
+    if (m->n * 2 >= m->cap) {
+        size_t cap = m->cap ? m->cap * 2 : 256;
+        const void **k = calloc(cap, sizeof(void *));
+        long *id = calloc(cap, sizeof(long));
+        if (k == NULL || id == NULL) {
+            free(k);
+            free(id);
+            return -2;
+        }
+        for (size_t i = 0; i < m->cap; i++) {
+            if (m->keys[i] != NULL) {
+                size_t j = ((uintptr_t)m->keys[i] >> 4) & (cap - 1);
+                while (k[j] != NULL) {
+                    j = (j + 1) & (cap - 1);
+                }
+                k[j] = m->keys[i];
+                id[j] = m->ids[i];
+            }
+        }
+        free(m->keys);
+        free(m->ids);
+        m->keys = k;
+        m->ids = id;
+        m->cap = cap;
+    }
+    size_t j = ((uintptr_t)p >> 4) & (m->cap - 1);
+    while (m->keys[j] != NULL) {
+        if (m->keys[j] == p) {
+            return m->ids[j];
+        }
+        j = (j + 1) & (m->cap - 1);
+    }
+    m->keys[j] = p;
+    m->ids[j] = (long)m->n++;
+    return -1;
+}
+
+static void
+ps_free(pset *m)
+{
+    free(m->keys);
+    free(m->ids);
+    memset(m, 0, sizeof(*m));
+}
+
+typedef struct {
+    lw_ctx *c;
+    pset seen;
+    stax_strbuf *key;    /* NULL: symbolize pass; else: serialize */
+    int err;
+} symctx;
+
+static int
+new_sym(lw_ctx *c, int64_t v)
+{
+    if (c->nsyms == LW_MAX_SYMS) {
+        return -1;
+    }
+    c->syms[c->nsyms] = v;
+    c->sym_reserved[c->nsyms] = 1;
+    return c->nsyms++;
+}
+
+static void sym_lval(symctx *x, const stax_lval *v);
+
+/* Symbolize: every integer constant other than 0 and 1 of an index
+ * expression becomes a size argument holding its value (strides, offsets,
+ * div/mod operands, numel divisors).  0 and 1 stay constants (broadcast
+ * stride 0, unit stride: what vectorization needs), as in sigma's stride
+ * expressions.  Serialize: an exact text of the kernel's structure. */
+static void
+sym_ix(symctx *x, const stax_ix *cix)
+{
+    if (cix == NULL || x->err) {
+        if (x->key) {
+            stax_strbuf_printf(x->key, "_");
+        }
+        return;
+    }
+    long id = ps_visit(&x->seen, cix);
+    if (id == -2) {
+        x->err = 1;
+        return;
+    }
+    if (id >= 0) {
+        if (x->key) {
+            stax_strbuf_printf(x->key, "#%ld", id);
+        }
+        return;
+    }
+    stax_ix *ix = (stax_ix *)cix;
+    if (x->key == NULL) {
+        if (ix->kind == STAX_IX_CONST && ix->v != 0 && ix->v != 1) {
+            int sy = new_sym(x->c, ix->v);
+            if (sy < 0) {
+                x->err = 1;
+                return;
+            }
+            ix->kind = STAX_IX_SYM;
+            ix->v = sy;
+            return;
+        }
+    }
+    else {
+        stax_strbuf_printf(x->key, "(i%d %lld", (int)ix->kind, (long long)ix->v);
+    }
+    if (ix->kind == STAX_IX_ADD || ix->kind == STAX_IX_MUL
+        || ix->kind == STAX_IX_DIV || ix->kind == STAX_IX_MOD) {
+        sym_ix(x, ix->a);
+        sym_ix(x, ix->b);
+    }
+    if (ix->kind == STAX_IX_VALUE) {
+        sym_lval(x, ix->val);
+    }
+    if (x->key) {
+        stax_strbuf_printf(x->key, ")");
+    }
+}
+
+static void
+sym_lval(symctx *x, const stax_lval *cv)
+{
+    if (cv == NULL || x->err) {
+        if (x->key) {
+            stax_strbuf_printf(x->key, "_");
+        }
+        return;
+    }
+    long id = ps_visit(&x->seen, cv);
+    if (id == -2) {
+        x->err = 1;
+        return;
+    }
+    if (id >= 0) {
+        if (x->key) {
+            stax_strbuf_printf(x->key, "#%ld", id);
+        }
+        return;
+    }
+    stax_lval *v = (stax_lval *)cv;
+    if (x->key == NULL) {
+        /* integer constants (cat / pad / gather bounds) likewise */
+        if (v->kind == STAX_LV_CONST && v->dtype == STAX_INT64 && v->i != 0 && v->i != 1) {
+            stax_ix *ix = stax_arena_alloc(x->c->arena, sizeof(stax_ix));
+            int sy = ix ? new_sym(x->c, v->i) : -1;
+            if (sy < 0) {
+                x->err = 1;
+                return;
+            }
+            ix->kind = STAX_IX_SYM;
+            ix->v = sy;
+            v->kind = STAX_LV_INDEX;
+            v->index = ix;
+            return;
+        }
+    }
+    else {
+        stax_strbuf_printf(x->key, "(v%d d%d p%d b%d a%d f%a i%lld", (int)v->kind,
+                           (int)v->dtype, (int)v->prim, v->buf, v->acc, v->f,
+                           (long long)v->i);
+    }
+    for (int i = 0; i < v->nargs && i < 3; i++) {
+        sym_lval(x, v->args[i]);
+    }
+    if (v->kind == STAX_LV_LOAD || v->kind == STAX_LV_INDEX) {
+        sym_ix(x, v->index);
+    }
+    if (v->kind == STAX_LV_LOAD) {
+        sym_lval(x, v->mask);
+    }
+    if (x->key) {
+        stax_strbuf_printf(x->key, ")");
+    }
+}
+
+/* run the pass over every expression of k; 0 or -1 + exception */
+static int
+sym_kernel(lw_ctx *c, stax_kernel *k, stax_strbuf *key)
+{
+    symctx x = {c, {0}, key, 0};
+    if (key) {
+        stax_strbuf_printf(key, "K%d,%d|", k->nouter, k->ninner);
+        for (int i = 0; i < k->nbufs; i++) {
+            stax_strbuf_printf(key, "b%d,%d,%d|", (int)k->bufs[i].dtype,
+                               k->bufs[i].is_output, k->bufs[i].noalias);
+        }
+        for (int i = 0; i < k->nstages; i++) {
+            stax_strbuf_printf(key, "g%d,%d,%d|", (int)k->stages[i].kind,
+                               k->stages[i].first, k->stages[i].n);
+        }
+    }
+    for (int i = 0; i < k->nouter + k->ninner; i++) {
+        sym_ix(&x, k->dims[i]);
+    }
+    for (int i = 0; i < k->naccs; i++) {
+        if (key) {
+            stax_strbuf_printf(key, "|a%d,%d:", (int)k->accs[i].op, (int)k->accs[i].dtype);
+        }
+        sym_lval(&x, k->accs[i].value);
+        sym_ix(&x, k->accs[i].index);
+    }
+    for (int i = 0; i < k->nstores; i++) {
+        if (key) {
+            stax_strbuf_printf(key, "|s%d:", k->stores[i].buf);
+        }
+        sym_ix(&x, k->stores[i].index);
+        sym_lval(&x, k->stores[i].value);
+    }
+    ps_free(&x.seen);
+    if (x.err || (key && key->oom)) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_RuntimeError,
+                            "stax: too many size arguments in a dynamic kernel");
+        }
+        return -1;
+    }
+    return 0;
+}
+
+static void
+hcap_free(PyObject *cap)
+{
+    void *h = PyCapsule_GetPointer(cap, "stax.kernel");
+    stax_backend *be = PyCapsule_GetContext(cap);
+    if (h != NULL && be != NULL) {
+        be->free(be, h);
+    }
+}
+
+/* compile s->k through the kernel cache: a kernel of the same structure
+ * (another size of the class) reuses the machine code. 0 or -1 */
+static int
+compile_symbolic(lw_ctx *c, step_t *s)
+{
+    stax_strbuf key = {0};
+    if (sym_kernel(c, s->k, NULL) < 0 || sym_kernel(c, s->k, &key) < 0) {
+        free(key.p);
+        return -1;
+    }
+    PyObject *kb = PyBytes_FromStringAndSize(key.p ? key.p : "", (Py_ssize_t)key.n);
+    free(key.p);
+    if (kb == NULL) {
+        return -1;
+    }
+    PyObject *hit = PyDict_GetItemWithError(c->kcache, kb);
+    if (hit != NULL) {
+        s->hcap = Py_NewRef(PyTuple_GET_ITEM(hit, 0));
+        s->source = Py_XNewRef(PyTuple_GET_ITEM(hit, 1));
+        s->handle = NULL;
+        s->fn = NULL;
+        void *h = PyCapsule_GetPointer(s->hcap, "stax.kernel");
+        Py_DECREF(kb);
+        if (h == NULL) {
+            return -1;
+        }
+        s->fn = c->be->kernel_fn ? c->be->kernel_fn(c->be, h) : NULL;
+        s->handle = h;
+        return 0;
+    }
+    if (PyErr_Occurred()) {
+        Py_DECREF(kb);
+        return -1;
+    }
+    void *h = c->be->compile_kernel(c->be, s->k, &s->source);
+    if (h == NULL) {
+        Py_DECREF(kb);
+        return -1;
+    }
+    PyObject *cap = PyCapsule_New(h, "stax.kernel", hcap_free);
+    if (cap == NULL) {
+        c->be->free(c->be, h);
+        Py_DECREF(kb);
+        return -1;
+    }
+    PyCapsule_SetContext(cap, c->be);
+    s->hcap = cap;
+    s->handle = h;
+    s->fn = c->be->kernel_fn ? c->be->kernel_fn(c->be, h) : NULL;
+    PyObject *ent = PyTuple_Pack(2, cap, s->source ? s->source : Py_None);
+    int rc = ent ? PyDict_SetItem(c->kcache, kb, ent) : -1;
+    Py_XDECREF(ent);
+    Py_DECREF(kb);
+    return rc;
 }
 
 static int
@@ -811,6 +1111,12 @@ lw_finalize(lw_ctx *c, const int *outputs, int noutputs)
     for (int i = 0; i < c->nsteps; i++) {
         step_t *s = &c->steps[i];
         if (s->kind != ST_KERNEL) {
+            continue;
+        }
+        if (c->symbolic && c->kcache != NULL) {
+            if (compile_symbolic(c, s) < 0) {
+                return -1;
+            }
             continue;
         }
         s->handle = c->be->compile_kernel(c->be, s->k, &s->source);

@@ -8,7 +8,7 @@
 #define LW_MAX_STAGES 32
 #define LW_MAX_ACCS 64
 #define LW_MAX_STORES 64
-#define LW_MAX_SYMS 256
+#define LW_MAX_SYMS 1024
 
 /* what a graph node lowered to */
 typedef enum {
@@ -99,6 +99,9 @@ typedef struct {
     PyObject *stack;           /* fallback: the user's source line */
     PyObject *source;          /* ST_KERNEL: generated source (strong) */
     int nbump, *bump;          /* inputs written (version counters) */
+    PyObject *hcap;            /* symbolic (dynamic) mode: capsule owning
+                                  `handle`, shared through the kernel cache
+                                  (handle is then not freed by the step) */
 } step_t;
 
 typedef struct lw_ctx {
@@ -122,6 +125,13 @@ typedef struct lw_ctx {
     int rand_seed_sym[32], rand_off_sym[32];
     int64_t rand_words[32];
     unsigned char sym_reserved[LW_MAX_SYMS];
+    /* dynamic=True: every size-dependent quantity of a kernel (extents,
+     * strides, offsets, div/mod operands, numel divisors, cat/gather
+     * bounds) is a size argument, not a constant; compiled kernels are
+     * shared through `kcache` (borrowed; key: the kernel's structure with
+     * those quantities as size-argument slots) across the size variants */
+    int symbolic;
+    PyObject *kcache;
 } lw_ctx;
 
 /* construction (arena) */
@@ -139,6 +149,9 @@ const stax_lval *lw_prim(lw_ctx *c, stax_prim_t p, stax_dtype_t dt,
                          const stax_lval *d);
 const stax_lval *lw_acc(lw_ctx *c, int acc, stax_dtype_t dt);
 const stax_lval *lw_index(lw_ctx *c, const stax_ix *ix, stax_dtype_t dt);
+/* a size-derived number (mean's divisor, layer_norm's row length): a
+ * constant in static mode, a size argument in symbolic (dynamic) mode */
+const stax_lval *lw_size_const(lw_ctx *c, stax_dtype_t dt, int64_t n);
 
 /* rewriting: substitute vars, shift accs, replace loads */
 typedef struct lw_rw {

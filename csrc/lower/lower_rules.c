@@ -872,7 +872,7 @@ lower_reduction(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
         }
         const stax_lval *res = lw_acc(c, a0, ad);
         if (!strcmp(name, "mean")) {
-            res = lw_prim(c, STAX_PRIM_DIV, ad, res, lw_const(c, ad, n), NULL);
+            res = lw_prim(c, STAX_PRIM_DIV, ad, res, lw_size_const(c, ad, r.n), NULL);
         }
         return red_store(c, &r, x, mask, out, res, 0);
     }
@@ -931,7 +931,7 @@ lower_reduction(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
             return -1;
         }
         const stax_lval *mean = lw_prim(c, STAX_PRIM_DIV, fd, lw_acc(c, a0, fd),
-                                        lw_const(c, fd, n), NULL);
+                                        lw_size_const(c, fd, r.n), NULL);
         const stax_lval *dv = lw_prim(c, STAX_PRIM_SUB, fd, xv, mean, NULL);
         int a1 = add_acc(k, STAX_RED_SUM, fd, lw_prim(c, STAX_PRIM_MUL, fd, dv, dv, NULL), NULL);
         if (a1 < 0) {
@@ -939,7 +939,11 @@ lower_reduction(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
         }
         const stax_lval *var = n == 0 ? lw_const(c, fd, NAN)
                                : lw_prim(c, STAX_PRIM_DIV, fd, lw_acc(c, a1, fd),
-                                         lw_const(c, fd, n - corr), NULL);
+                                         c->symbolic && r.n > 1
+                                         ? lw_prim(c, STAX_PRIM_SUB, fd,
+                                                   lw_size_const(c, fd, r.n),
+                                                   lw_const(c, fd, corr), NULL)
+                                         : lw_const(c, fd, n - corr), NULL);
         int sd = name[0] == 's';
         if (sd) {
             var = lw_prim(c, STAX_PRIM_SQRT, fd, var, NULL, NULL);
@@ -1101,14 +1105,14 @@ lower_layer_norm(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
         return -1;
     }
     const stax_lval *mean = lw_prim(c, STAX_PRIM_DIV, fd, lw_acc(c, a0, fd),
-                                    lw_const(c, fd, (double)r.n), NULL);
+                                    lw_size_const(c, fd, r.n), NULL);
     const stax_lval *dv = lw_prim(c, STAX_PRIM_SUB, fd, xv, mean, NULL);
     int a1 = add_acc(r.k, STAX_RED_SUM, fd, lw_prim(c, STAX_PRIM_MUL, fd, dv, dv, NULL), NULL);
     if (a1 < 0) {
         return -1;
     }
     const stax_lval *var = lw_prim(c, STAX_PRIM_DIV, fd, lw_acc(c, a1, fd),
-                                   lw_const(c, fd, (double)r.n), NULL);
+                                   lw_size_const(c, fd, r.n), NULL);
     const stax_lval *rstd = lw_prim(c, STAX_PRIM_RSQRT, fd,
                                     lw_prim(c, STAX_PRIM_ADD, fd, var, lw_const(c, fd, eps), NULL),
                                     NULL, NULL);

@@ -94,6 +94,8 @@ typedef struct {
     int dynamic;              /* other sizes: a variant per size class */
     int strict;
     PyObject *variants;       /* list of Programs (dynamic) */
+    PyObject *kcache;         /* dynamic: kernel structure -> (capsule,
+                                 source), shared with the variants */
 } Program;
 
 static PyTypeObject *Program_Type;
@@ -103,6 +105,10 @@ ctx_clear(lw_ctx *c)
 {
     for (int i = 0; i < c->nsteps; i++) {
         step_t *s = &c->steps[i];
+        if (s->hcap != NULL) {
+            s->handle = NULL;   /* owned by the shared capsule */
+            Py_CLEAR(s->hcap);
+        }
         if (s->handle != NULL && c->be != NULL) {
             c->be->free(c->be, s->handle);
             s->handle = NULL;
@@ -140,6 +146,7 @@ program_traverse(Program *p, visitproc visit, void *arg)
     Py_VISIT(p->gm);
     Py_VISIT(p->op_graph);
     Py_VISIT(p->variants);
+    Py_VISIT(p->kcache);
     for (int i = 0; i < p->c.nsteps; i++) {
         Py_VISIT(p->c.steps[i].target);
         Py_VISIT(p->c.steps[i].args);
@@ -159,6 +166,7 @@ program_clear(Program *p)
     Py_CLEAR(p->gm);
     Py_CLEAR(p->op_graph);
     Py_CLEAR(p->variants);
+    Py_CLEAR(p->kcache);
     for (int i = 0; i < p->c.nsteps; i++) {
         Py_CLEAR(p->c.steps[i].target);
         Py_CLEAR(p->c.steps[i].args);
@@ -569,7 +577,8 @@ input_ok(Program *p, int i, PyObject *o)
 }
 
 static PyObject *build_program(PyObject *gm, PyObject *ex, int strict,
-                               int dynamic, PyObject *vals, int no_random);
+                               int dynamic, PyObject *vals, int no_random,
+                               PyObject *kcache);
 static PyObject *shape_prop(PyObject *gm, PyObject *ex);
 
 /* dynamic mode: the variant compiled for these inputs' sizes (borrowed) */
@@ -602,7 +611,8 @@ find_variant(Program *p, PyObject *const *args, Py_ssize_t nargs)
         PyTuple_SET_ITEM(ex, i, Py_NewRef(args[i]));
     }
     PyObject *vals = shape_prop(p->gm, ex);
-    PyObject *q = vals ? build_program(p->gm, ex, p->strict, 0, vals, p->c.no_random) : NULL;
+    PyObject *q = vals ? build_program(p->gm, ex, p->strict, 0, vals, p->c.no_random,
+                                        p->kcache) : NULL;
     Py_DECREF(ex);
     Py_XDECREF(vals);
     if (q == NULL) {
@@ -1525,11 +1535,11 @@ stax_backend_fn(PyObject *mod, PyObject *args, PyObject *kwargs)
             return NULL;
         }
     }
-    PyObject *r = build_program(gm, ex, strict, dynamic, vals, 0);
+    PyObject *r = build_program(gm, ex, strict, dynamic, vals, 0, NULL);
     if (r != NULL && ((Program *)r)->c.nrand > 0 && ((Program *)r)->c.nfallbacks > 0) {
         /* a fallback kernel could draw from the generator between native
          * draws: keep eager's order by running the random ops eagerly too */
-        Py_SETREF(r, build_program(gm, ex, strict, dynamic, vals, 1));
+        Py_SETREF(r, build_program(gm, ex, strict, dynamic, vals, 1, NULL));
     }
     if (r != NULL && gm != gm_in) {
         Py_XSETREF(((Program *)r)->op_graph, Py_NewRef(gm));
@@ -1542,7 +1552,7 @@ stax_backend_fn(PyObject *mod, PyObject *args, PyObject *kwargs)
 
 static PyObject *
 build_program(PyObject *gm, PyObject *ex, int strict, int dynamic, PyObject *vals,
-              int no_random)
+              int no_random, PyObject *kcache)
 {
     PyObject *graph = NULL, *nodes = NULL, *index = NULL;
     Program *p = NULL;
@@ -1580,6 +1590,20 @@ build_program(PyObject *gm, PyObject *ex, int strict, int dynamic, PyObject *val
     c->be = be;
     c->strict = strict;
     c->no_random = no_random;
+    if (dynamic && kcache == NULL) {
+        /* the first size of the class: its kernels start the cache that
+         * the variants (other sizes) share */
+        p->kcache = PyDict_New();
+        if (p->kcache == NULL) {
+            goto error;
+        }
+        kcache = p->kcache;
+    }
+    else if (kcache != NULL) {
+        p->kcache = Py_NewRef(kcache);
+    }
+    c->symbolic = kcache != NULL;
+    c->kcache = kcache;
     if (c->arena == NULL) {
         goto error;
     }

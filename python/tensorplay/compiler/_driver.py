@@ -535,6 +535,10 @@ class Driver:
         """backend(gm, example_inputs, **options) -> (artifact, eager_fallback)."""
         opts = dict(self.options)
         opts["strict_native"] = self.strict_native
+        if self.dynamic and self.backend_name == "stax":
+            # one artifact per version serves every size of the class: its
+            # kernels take sizes, strides and numel constants as arguments
+            opts.setdefault("dynamic", True)
         try:
             return self.backend(gm, list(flat), **opts), False
         except Exception as e:  # noqa: BLE001
