@@ -40,7 +40,7 @@ def test_render_needs_no_nvrtc():
 
 
 def _fake_gm():
-    """Example 1.1 as an FX-like graph, built without the trace room."""
+    """Example 1.1 as an FX-like graph, built without the tracer."""
     import operator
 
     def relu(x):
@@ -92,7 +92,7 @@ def test_compile_through_the_backend_vtable():
 def test_example_1_1_from_a_traced_graph():
     tp = pytest.importorskip("tensorplay")
     if not hasattr(C, "trace"):
-        pytest.skip("trace room not available")
+        pytest.skip("the tracer (_C.trace) is not available")
 
     def f(x, w):
         return (tp.relu(x + w) * 2).sum(-1)
@@ -272,7 +272,7 @@ def test_every_kernel_the_lower_room_makes_renders_and_compiles():
     finally:
         C.nvrtc_shadow(False)
     if not log:
-        pytest.skip("the lower room compiled no kernel")
+        pytest.skip("tp.compile compiled no kernel")
     bad = [(e["name"], e["error"]) for e in log if not e["ok"]]
     assert not bad, bad
     assert any("__shfl_down_sync" in e["source"] for e in log)

@@ -6,7 +6,7 @@
  *   launch          needs a GPU: copies the buffers to the device, runs a
  *                   CUBIN built for the device's arch, copies outputs back;
  *                   without a CUDA driver it raises a clear RuntimeError
- *   free, supports_op (every loop-IR primitive)
+ *   free, supports_op (the loop-IR primitives the renderer can render)
  * Nothing is loaded at import: libnvrtc / libcuda are dlopen()ed on first
  * use. */
 #include "backend_nvrtc/nvrtc_internal.h"
@@ -307,11 +307,13 @@ nvrtc_free(stax_backend *be, void *handle)
     handle_free(handle);
 }
 
+/* exactly the primitives the renderer can spell (nvrtc_render.c): anything
+ * else is for the caller to run another way */
 static int
 nvrtc_supports_op(stax_backend *be, int prim)
 {
     (void)be;
-    return prim >= 0 && prim < STAX_PRIM_COUNT;
+    return stax_nvrtc_renders_prim(prim);
 }
 
 PyObject *
@@ -685,6 +687,31 @@ nvrtc_py_shadow(PyObject *self, PyObject *args)
 
 /* ------------------------------------------------------------ Python */
 
+static PyObject *
+nvrtc_py_supported_prims(PyObject *self, PyObject *unused)
+{
+    PyObject *t = PyList_New(0), *r = NULL;
+    (void)self;
+    (void)unused;
+    if (t == NULL) {
+        return NULL;
+    }
+    for (int p = 0; p < STAX_PRIM_COUNT; p++) {
+        if (nvrtc_supports_op(&stax_nvrtc_backend, p)) {
+            PyObject *n = PyUnicode_FromString(stax_prim_name((stax_prim_t)p));
+            if (n == NULL || PyList_Append(t, n) < 0) {
+                Py_XDECREF(n);
+                goto done;
+            }
+            Py_DECREF(n);
+        }
+    }
+    r = PyList_AsTuple(t);
+done:
+    Py_DECREF(t);
+    return r;
+}
+
 static PyMethodDef nvrtc_methods[] = {
     {"nvrtc_available", stax_nvrtc_py_available, METH_NOARGS,
      "nvrtc_available() -> bool: libnvrtc could be loaded."},
@@ -730,14 +757,19 @@ static PyMethodDef nvrtc_methods[] = {
      "kernel records (.name, .source, .loop_ir, .grid, .block, ...)."},
     {"nvrtc_shadow", nvrtc_py_shadow, METH_VARARGS,
      "nvrtc_shadow(on=True, gpu=False) -> list\n--\n\nWhile on, every "
-     "kernel the lower room compiles with the \"llvm\" back end is also "
-     "rendered as CUDA C and compiled to PTX by NVRTC; the returned list "
+     "kernel that tp.compile's native back end (LLVM) compiles for the CPU "
+     "is also rendered as CUDA C and compiled to PTX by NVRTC; the returned "
+     "list "
      "collects {name, loop_ir, source, ok, error} per kernel. With gpu=True "
      "(needs a GPU) each launch also runs the CUDA kernel on copies of the "
      "buffers and records gpu_max_err (max |gpu-cpu|/(1+|cpu|)), "
      "gpu_launches or gpu_error. CPU results are unchanged. Built without "
      "LLVM, gpu=True instead makes the NVRTC back end run tp.compile's "
      "programs on the GPU (entries get mode='gpu'; it stays so)."},
+    {"nvrtc_supported_prims", nvrtc_py_supported_prims, METH_NOARGS,
+     "nvrtc_supported_prims() -> tuple of str: the loop-IR primitives the "
+     "CUDA C renderer can render (what the NVRTC back end's supports_op "
+     "accepts); kernels using any other primitive must run another way."},
     {"nvrtc_launch", (PyCFunction)(void (*)(void))stax_nvrtc_py_launch,
      METH_VARARGS | METH_KEYWORDS,
      "nvrtc_launch(kernel, inputs, arch=None)\n--\n\nCompile a kernel record "

@@ -35,6 +35,9 @@ int stax_nvrtc_max_sym(const stax_ix *ix);
  *                                        int64_t start, int64_t end)
  * with stax_sizes { int64_t v[max(nsizes, 1)]; } passed by value. */
 PyObject *stax_nvrtc_render_kernel(const stax_kernel *k, int nsizes);
+/* 1 if the renderer can render loop-IR primitive prim (what the vtable's
+ * supports_op answers), else 0 */
+int stax_nvrtc_renders_prim(int prim);
 /* interval bounds of an index expression, loop variable v in
  * [vlo[v], vhi[v]]; -1 + exception if data-dependent */
 int stax_nvrtc_ix_bounds(const stax_ix *ix, const int64_t *sizes,

@@ -192,6 +192,11 @@ typedef struct {
 static int
 unsupported(const char *what, int v)
 {
+    if (strcmp(what, "primitive") == 0 && v >= 0 && v < STAX_PRIM_COUNT) {
+        PyErr_Format(PyExc_NotImplementedError, "NVRTC renderer: primitive "
+                     "'%s' not supported", stax_prim_name((stax_prim_t)v));
+        return -1;
+    }
     PyErr_Format(PyExc_NotImplementedError, "NVRTC renderer: %s %d not "
                  "supported", what, v);
     return -1;
@@ -343,6 +348,57 @@ math_name(stax_prim_t p)
     }
 }
 
+/* How the renderer spells each loop-IR primitive. A primitive that is not
+ * listed here is not rendered (NotImplementedError), and the vtable's
+ * supports_op says so, so a new entry of STAX_PRIM_LIST never turns into
+ * a call of a helper the preamble lacks. */
+typedef enum {
+    R_NONE = 0,     /* cannot render */
+    R_INFIX,        /* a OP b */
+    R_MATH,         /* CUDA math library: exp / expf, ... */
+    R_SPECIAL,      /* its own case in emit_prim */
+    R_HELPER        /* stax_<name>(...) from the preamble */
+} prim_rendering;
+
+static prim_rendering
+prim_kind(int p)
+{
+    if (p < 0 || p >= STAX_PRIM_COUNT) {
+        return R_NONE;
+    }
+    if (math_name((stax_prim_t)p) != NULL) {
+        return R_MATH;
+    }
+    switch ((stax_prim_t)p) {
+    case STAX_PRIM_ADD: case STAX_PRIM_SUB: case STAX_PRIM_MUL:
+    case STAX_PRIM_DIV: case STAX_PRIM_EQ: case STAX_PRIM_NE:
+    case STAX_PRIM_LT: case STAX_PRIM_LE: case STAX_PRIM_GT:
+    case STAX_PRIM_GE: case STAX_PRIM_AND: case STAX_PRIM_OR:
+    case STAX_PRIM_XOR: case STAX_PRIM_BITAND: case STAX_PRIM_BITOR:
+    case STAX_PRIM_BITXOR:
+        return R_INFIX;
+    case STAX_PRIM_NEG: case STAX_PRIM_NOT: case STAX_PRIM_BITNOT:
+    case STAX_PRIM_WHERE: case STAX_PRIM_SIGMOID:
+        return R_SPECIAL;
+    /* each has a definition in the preamble below */
+    case STAX_PRIM_ABS: case STAX_PRIM_SIGN: case STAX_PRIM_FLOOR:
+    case STAX_PRIM_CEIL: case STAX_PRIM_ROUND: case STAX_PRIM_TRUNC:
+    case STAX_PRIM_POW: case STAX_PRIM_FMOD: case STAX_PRIM_REMAINDER:
+    case STAX_PRIM_FLOORDIV: case STAX_PRIM_MAX: case STAX_PRIM_MIN:
+    case STAX_PRIM_MAXNAN: case STAX_PRIM_MINNAN: case STAX_PRIM_ISNAN:
+    case STAX_PRIM_ISINF: case STAX_PRIM_ISFINITE: case STAX_PRIM_PHILOX:
+        return R_HELPER;
+    default:
+        return R_NONE;
+    }
+}
+
+int
+stax_nvrtc_renders_prim(int prim)
+{
+    return prim_kind(prim) != R_NONE;
+}
+
 static int
 emit_prim(emitter *m, const stax_lval *v)
 {
@@ -353,6 +409,16 @@ emit_prim(emitter *m, const stax_lval *v)
     int rh = v->dtype == STAX_FLOAT16;   /* round each op to half */
     const char *op2 = NULL;
 
+    if (!stax_nvrtc_renders_prim(v->prim)) {
+        return unsupported("primitive", v->prim);
+    }
+    if (v->nargs != stax_prim_arity(v->prim)) {
+        PyErr_Format(PyExc_NotImplementedError, "NVRTC renderer: "
+                     "primitive '%s' with %d operands (it takes %d)",
+                     stax_prim_name(v->prim), v->nargs,
+                     stax_prim_arity(v->prim));
+        return -1;
+    }
     if (rh) {
         put(b, "stax_rh(");
     }
@@ -427,7 +493,7 @@ emit_prim(emitter *m, const stax_lval *v)
         ref(m, v->args[0]);
         put(b, "))");
     }
-    else if (v->prim < STAX_PRIM_COUNT) {
+    else if (prim_kind(v->prim) == R_HELPER) {
         /* overloaded helpers of the preamble: stax_<prim>(...) */
         put(b, "stax_%s(", stax_prim_name(v->prim));
         for (int i = 0; i < v->nargs; i++) {
@@ -621,6 +687,39 @@ static const char preamble[] =
 "  return r; }\n"
 "STAX_D float stax_pow(float a, float b) { return powf(a, b); }\n"
 "STAX_D double stax_pow(double a, double b) { return pow(a, b); }\n"
+"/* philox(seed, offset, j): word j of the Philox4x32-10 stream of a draw\n"
+" * that starts at word `offset` of generator `seed` (docs/rng.md), the\n"
+" * same words as the CPU (csrc/tensor/philox.c): key = (lo32(seed),\n"
+" * hi32(seed)), counter = (lo32(c), hi32(c), 0, 0) with c = offset/4 +\n"
+" * j/4, ten rounds, then word j % 4 of the block. Plain C: the 32x32->64\n"
+" * products become mul.wide.u32. */\n"
+"#define STAX_PHILOX_M0 0xD2511F53u\n"
+"#define STAX_PHILOX_M1 0xCD9E8D57u\n"
+"#define STAX_PHILOX_W0 0x9E3779B9u\n"
+"#define STAX_PHILOX_W1 0xBB67AE85u\n"
+"#define STAX_PHILOX_ROUNDS 10\n"
+"STAX_D long long stax_philox(long long seed, long long offset, long long j)\n"
+"{\n"
+"    const unsigned long long c = ((unsigned long long)offset >> 2)\n"
+"                                 + ((unsigned long long)j >> 2);\n"
+"    unsigned int c0 = (unsigned int)c, c1 = (unsigned int)(c >> 32);\n"
+"    unsigned int c2 = 0u, c3 = 0u;\n"
+"    unsigned int k0 = (unsigned int)seed;\n"
+"    unsigned int k1 = (unsigned int)((unsigned long long)seed >> 32);\n"
+"#pragma unroll\n"
+"    for (int r = 0; r < STAX_PHILOX_ROUNDS; r++) {\n"
+"        const unsigned long long p0 = (unsigned long long)STAX_PHILOX_M0 * c0;\n"
+"        const unsigned long long p1 = (unsigned long long)STAX_PHILOX_M1 * c2;\n"
+"        c0 = (unsigned int)(p1 >> 32) ^ c1 ^ k0;\n"
+"        c1 = (unsigned int)p1;\n"
+"        c2 = (unsigned int)(p0 >> 32) ^ c3 ^ k1;\n"
+"        c3 = (unsigned int)p0;\n"
+"        k0 += STAX_PHILOX_W0;\n"
+"        k1 += STAX_PHILOX_W1;\n"
+"    }\n"
+"    const long long w = j & 3;\n"
+"    return (long long)(w == 0 ? c0 : (w == 1 ? c1 : (w == 2 ? c2 : c3)));\n"
+"}\n"
 "/* block-level tree reduction: warp shuffles, one partial per warp in\n"
 " * shared memory, a last shuffle round in warp 0; every thread gets the\n"
 " * result. blockDim.x is a multiple of 32. */\n"

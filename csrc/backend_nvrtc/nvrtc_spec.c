@@ -56,6 +56,7 @@ stax_nvrtc_find_reduction(const char *name)
 #define PF_BOOL 1u    /* result is bool */
 #define PF_FLOAT 2u   /* integer operands compute in float32 */
 #define PF_LOGIC 4u   /* operands are bool */
+#define PF_INT64 8u   /* operands and result are int64 (philox) */
 
 static unsigned
 prim_flags(stax_prim_t p)
@@ -68,6 +69,8 @@ prim_flags(stax_prim_t p)
     case STAX_PRIM_AND: case STAX_PRIM_OR: case STAX_PRIM_XOR:
     case STAX_PRIM_NOT:
         return PF_BOOL | PF_LOGIC;
+    case STAX_PRIM_PHILOX:
+        return PF_INT64;
     case STAX_PRIM_ADD: case STAX_PRIM_SUB: case STAX_PRIM_MUL:
     case STAX_PRIM_NEG: case STAX_PRIM_ABS: case STAX_PRIM_SIGN:
     case STAX_PRIM_FLOOR: case STAX_PRIM_CEIL: case STAX_PRIM_ROUND:
@@ -122,6 +125,10 @@ compute_dtype(const xnode *e, int *weak)
     if (prim_flags(e->prim) & PF_LOGIC) {
         *weak = 0;
         return STAX_BOOL;
+    }
+    if (prim_flags(e->prim) & PF_INT64) {
+        *weak = 0;
+        return STAX_INT64;
     }
     for (int i = first + 1; i < e->nargs; i++) {
         dt = promote(dt, w, e->args[i]->dtype, e->args[i]->weak);
@@ -182,6 +189,11 @@ new_prim(spec_t *k, stax_prim_t p, int nargs, xnode **args)
         PyErr_Format(PyExc_ValueError, "loop-IR primitive '%s' takes %d "
                      "operands, got %d", stax_prim_name(p), stax_prim_arity(p),
                      nargs);
+        return NULL;
+    }
+    if (!stax_nvrtc_renders_prim(p)) {
+        PyErr_Format(PyExc_NotImplementedError, "NVRTC renderer: primitive "
+                     "'%s' not supported", stax_prim_name(p));
         return NULL;
     }
     /* x * 1 (a scalar, e.g. add's alpha=1) is x */

@@ -112,8 +112,8 @@ EX11 = "(mul (maxnan (add a b) 0) 2)"
 
 
 def lowered_kernels_on_gpu(dry):
-    """The lower room's own kernels (the loop IR tp.compile makes for the
-    CPU) rendered as CUDA C; with a GPU each launch also runs on the GPU on
+    """The kernels tp.compile lowers (the loop IR it makes for the CPU)
+    rendered as CUDA C; with a GPU each launch also runs on the GPU on
     copies of the buffers and is compared with the CPU kernel."""
     import tensorplay as tp
     F = tp.nn.functional
@@ -156,6 +156,23 @@ def lowered_kernels_on_gpu(dry):
                                 fn(a, b)))
         except Exception as e:
             print(f"skip dynamic: {e!r}"[:200])
+        # random ops (philox in the kernel): the same numbers as eager
+        for label, fn in [
+                ("dropout(p=0.5, training)",
+                 lambda x: F.dropout(x, 0.5, training=True)),
+                ("rand_like", lambda x: tp.rand_like(x)),
+                ("randn_like", lambda x: tp.randn_like(x)),
+                ("randn_like float64", lambda x: tp.randn_like(x.double()))]:
+            try:
+                cf = tp.compile(fn)
+                cf(x)
+                tp.manual_seed(7)
+                want = fn(x)
+                tp.manual_seed(7)
+                got = cf(x)
+                results.append((f"{label} (bit-identical)", got, want))
+            except Exception as e:
+                print(f"skip {label}: {e!r}"[:200])
     finally:
         _C.nvrtc_shadow(False)
     ok = True
@@ -166,7 +183,8 @@ def lowered_kernels_on_gpu(dry):
         g = np.asarray(got.numpy(), dtype=np.float64)
         r = np.asarray(want.numpy(), dtype=np.float64)
         err = float(np.nanmax(np.abs(g - r) / (1 + np.abs(r)))) if r.size else 0
-        good = g.shape == r.shape and err <= 1e-4 and (
+        tol = 0.0 if "bit-identical" in label else 1e-4
+        good = g.shape == r.shape and err <= tol and (
             np.isnan(g) == np.isnan(r)).all()
         ok &= good
         print(f"{'ok  ' if good else 'FAIL'} tp.compile {label} {where}: "
