@@ -123,11 +123,12 @@ def numel(shape):
 
 
 class Var:
-    __slots__ = ("name", "shape", "dt", "base", "zstride", "kind")
+    __slots__ = ("name", "shape", "dt", "base", "zstride", "kind", "inexact")
 
     def __init__(self, name, shape, dt, base, zstride=False, kind="tensor"):
         self.name, self.shape, self.dt, self.base = name, tuple(shape), dt, base
         self.zstride, self.kind = zstride, kind
+        self.inexact = False   # computed through a not bit-exact op (exp, float reduction, module)
 
     @property
     def cat(self):
@@ -308,6 +309,10 @@ class Program:
 # ---------------------------------------------------------------- generator
 
 
+import re as _re
+_NAMES = _re.compile(r"\b[vxsnm]\d+\b")
+
+
 def _slice_len(d, sl):
     return len(range(d)[sl])
 
@@ -356,12 +361,27 @@ class Gen:
             return Scalar(d.choice(INT_LITS))
         return Scalar(d.bool())
 
+    def is_inexact(self, text):
+        """Does an expression read a value that compiled code may round differently?"""
+        if any(w in text for w in ("exp", "tanh", "sigmoid")):
+            return True
+        byname = {v.name: v for v in self.vars}
+        return any(byname[n].inexact for n in _NAMES.findall(text) if n in byname)
+
     def add(self, expr, shape, dt, base=None, zstride=False, red_src=None, red_amp=None):
         name = self.fresh()
         self.body.append(Assign(name, expr, red_src, red_amp))
         v = Var(name, shape, dt, base or self.new_base(), zstride)
+        v.inexact = red_src is not None or self.is_inexact(expr)
         self.vars.append(v)
         return v
+
+    def taint_base(self, base, text):
+        """An in-place write of an inexact value: every alias of the storage is inexact."""
+        if self.is_inexact(text):
+            for v in self.vars:
+                if v.base == base:
+                    v.inexact = True
 
     # ---- params
     def params(self):
@@ -469,6 +489,8 @@ class Gen:
         a, b = self.operand_pair()
         if a.kind != "tensor" and b.kind != "tensor":
             return False
+        if any(getattr(o, "inexact", False) for o in (a, b)):
+            return False   # a comparison may flip on a 1-ulp difference
         op = d.choice([">", "<", "==", "!=", ">=", "<="])
         if a.kind != "tensor":  # keep the tensor on the left for readability
             a, b = b, a
@@ -487,9 +509,9 @@ class Gen:
 
     def st_where(self):
         d = self.d
-        c = self.pick(lambda v: v.cat == "b")
+        c = self.pick(lambda v: v.cat == "b" and not v.inexact)
         if c is None:
-            x = self.pick(lambda v: v.cat != "b")
+            x = self.pick(lambda v: v.cat != "b" and not v.inexact)
             if x is None:
                 return False
             cond = f"({x.name} > {self.scalar(x.cat).name if x.cat == 'i' else '0.0'})"
@@ -704,6 +726,8 @@ class Gen:
         choices = {"b": ["int64", "float32", "float64"], "i": ["float32", "float64", "bool"],
                    "f": ["float64", "float32", "bool"]}[v.cat]
         dt = d.choice(choices)
+        if dt == "bool" and v.inexact:
+            dt = choices[0]
         form = d.weighted([(f"{v.name}.to(tp.{dt})", 3),
                            ({"float32": f"{v.name}.float()", "float64": f"{v.name}.double()",
                              "int64": f"{v.name}.long()", "bool": f"{v.name}.bool()"}[dt], 2)])
@@ -797,13 +821,14 @@ class Gen:
                 op = "add_"
             self.body.append(Line(f"{view}.{op}({val.name})", t.base))
         self.mutated.add(t.base)
+        self.taint_base(t.base, self.body[-1].text)
         return True
 
     def st_if(self):
         d = self.d
         if "inplace_then_gate" in self.avoid and self.mutated:
             return False
-        a = self.pick(lambda v: v.cat != "b")
+        a = self.pick(lambda v: v.cat != "b" and not v.inexact)
         if a is None:
             return False
         form = d.choice(["count", "amax", "any"])
@@ -823,14 +848,16 @@ class Gen:
         other = [Assign(name, f"{b.name} * {c2.name}")]
         dt = promote([b.operand(), c1.operand(), c2.operand()])
         self.body.append(If(cond, then, other))
-        self.vars.append(Var(name, b.shape, dt, self.new_base()))
+        nv = Var(name, b.shape, dt, self.new_base())
+        nv.inexact = b.inexact
+        self.vars.append(nv)
         return True
 
     def st_intgate(self):
         d = self.d
         if "inplace_then_gate" in self.avoid and self.mutated:
             return False
-        a = self.pick(lambda v: v.cat != "b")
+        a = self.pick(lambda v: v.cat != "b" and not v.inexact)
         if a is None:
             return False
         if a.cat == "i" and numel(a.shape) > 0 and d.bool(0.5):
