@@ -45,6 +45,31 @@ check(LLVMErrorRef e, const char *what)
     return -1;
 }
 
+
+/* fptrunc double -> half lowers to a call of compiler-rt/libgcc's
+ * __truncdfhf2 on CPUs without AVX512-FP16. libgcc links it into this
+ * extension with hidden visibility, where the process symbol generator
+ * cannot see it: hand the JIT its address. */
+static _Float16
+stax_llvm_truncdfhf2(double d)
+{
+    return (_Float16)d;
+}
+
+static int
+define_runtime_helpers(LLVMOrcLLJITRef j)
+{
+    LLVMOrcCSymbolMapPair sym = {
+        LLVMOrcLLJITMangleAndIntern(j, "__truncdfhf2"),
+        {(LLVMOrcJITTargetAddress)(uintptr_t)&stax_llvm_truncdfhf2,
+         {LLVMJITSymbolGenericFlagsExported
+              | LLVMJITSymbolGenericFlagsCallable, 0}},
+    };
+    LLVMOrcMaterializationUnitRef mu = LLVMOrcAbsoluteSymbols(&sym, 1);
+    return check(LLVMOrcJITDylibDefine(LLVMOrcLLJITGetMainJITDylib(j), mu),
+                 "runtime helper symbols") ? -1 : 0;
+}
+
 static int
 ensure_jit(void)
 {
@@ -91,6 +116,10 @@ ensure_jit(void)
         return -1;
     }
     LLVMOrcJITDylibAddGenerator(LLVMOrcLLJITGetMainJITDylib(j), gen);
+    if (define_runtime_helpers(j) < 0) {
+        LLVMOrcDisposeLLJIT(j);
+        return -1;
+    }
     jit = j;
     return 0;
 }

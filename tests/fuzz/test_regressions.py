@@ -272,10 +272,6 @@ def test_inplace_broadcast_must_not_resize(shapes):
         tp.compile(f)(tp.ones(*a), tp.ones(*b))
 
 
-# under scripts/asan.sh the sanitizer runtimes bring libgcc's __truncdfhf2 into the process and it links
-@pytest.mark.xfail(strict=not os.environ.get("TENSORPLAY_ASAN"),
-                   reason="bug (lower/llvm): the JIT cannot resolve __truncdfhf2: float64->float16 "
-                          "kernels fail to link (RuntimeError under strict_native)")
 @pytest.mark.parametrize("case", ["to-half", "half-sum"])
 def test_float64_to_float16_kernels_link(case):
     if case == "to-half":
