@@ -162,7 +162,10 @@ def lowered_kernels_on_gpu(dry):
                  lambda x: F.dropout(x, 0.5, training=True)),
                 ("rand_like", lambda x: tp.rand_like(x)),
                 ("randn_like", lambda x: tp.randn_like(x)),
-                ("randn_like float64", lambda x: tp.randn_like(x.double()))]:
+                # same Philox words; CUDA's double log/sqrt/cos may differ
+                # from the host libm by an ulp
+                ("randn_like float64 (ulps)",
+                 lambda x: tp.randn_like(x.double()))]:
             try:
                 cf = tp.compile(fn)
                 cf(x)
@@ -170,7 +173,8 @@ def lowered_kernels_on_gpu(dry):
                 want = fn(x)
                 tp.manual_seed(7)
                 got = cf(x)
-                results.append((f"{label} (bit-identical)", got, want))
+                results.append((label if "ulps" in label
+                                else f"{label} (bit-identical)", got, want))
             except Exception as e:
                 print(f"skip {label}: {e!r}"[:200])
     finally:
@@ -183,7 +187,8 @@ def lowered_kernels_on_gpu(dry):
         g = np.asarray(got.numpy(), dtype=np.float64)
         r = np.asarray(want.numpy(), dtype=np.float64)
         err = float(np.nanmax(np.abs(g - r) / (1 + np.abs(r)))) if r.size else 0
-        tol = 0.0 if "bit-identical" in label else 1e-4
+        tol = 0.0 if "bit-identical" in label else (
+            1e-15 if "ulps" in label else 1e-4)
         good = g.shape == r.shape and err <= tol and (
             np.isnan(g) == np.isnan(r)).all()
         ok &= good
