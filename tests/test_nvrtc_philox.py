@@ -280,3 +280,9 @@ def test_every_supported_prim_renders_and_compiles():
             continue
         k = C.nvrtc_render_expr(expr, ops, name="p_" + name)
         assert ".entry p_" + name in C.nvrtc_compile(k.source, k.name), name
+
+
+@pytest.mark.parametrize("expr", ["(bitand a b)", "(bitnot a)"])
+def test_bitwise_on_floats_is_not_implemented_not_invalid_cuda(expr):
+    with pytest.raises(NotImplementedError, match="float32"):
+        C.nvrtc_render_expr(expr, [("float32", (4,))] * 2)

@@ -419,6 +419,19 @@ emit_prim(emitter *m, const stax_lval *v)
                      stax_prim_arity(v->prim));
         return -1;
     }
+    if (v->prim == STAX_PRIM_BITAND || v->prim == STAX_PRIM_BITOR
+        || v->prim == STAX_PRIM_BITXOR || v->prim == STAX_PRIM_BITNOT) {
+        /* C has no bitwise operators on floating types */
+        for (int i = 0; i < v->nargs; i++) {
+            if (stax_nvrtc_is_float(v->args[i]->dtype)) {
+                PyErr_Format(PyExc_NotImplementedError, "NVRTC renderer: "
+                             "primitive '%s' of a %s operand",
+                             stax_prim_name(v->prim),
+                             stax_nvrtc_dtype_name(v->args[i]->dtype));
+                return -1;
+            }
+        }
+    }
     if (rh) {
         put(b, "stax_rh(");
     }
