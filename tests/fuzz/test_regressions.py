@@ -281,3 +281,26 @@ def test_float64_to_float16_kernels_link(case):
     want = fn(x).numpy().astype(np.float64)
     got = tp.compile(fn, strict_native=True)(x).numpy().astype(np.float64)
     assert np.allclose(got, want)
+
+
+@pytest.mark.xfail(strict=True, reason="bug (ops, eager): an in-place op with an operand that requires grad "
+                                       "does not set requires_grad on its target (PyTorch does)")
+def test_inplace_propagates_requires_grad_eager():
+    a, b = tp.ones(3), tp.ones(3)
+    w = tp.ones(3, requires_grad=True)
+    a.copy_(w * 2)
+    b.add_(w)
+    assert a.requires_grad and b.requires_grad
+
+
+@pytest.mark.xfail(strict=True, reason="bug (lower): output read before a copy_ into an input loses requires_grad")
+def test_output_before_copy_into_input_keeps_requires_grad():
+    tp.manual_seed(0)
+    ln = tp.nn.LayerNorm(5)
+
+    def f(x):
+        v = ln(x)
+        x.copy_(v)
+        return v
+    assert f(tp.ones(5)).requires_grad
+    assert tp.compile(f)(tp.ones(5)).requires_grad
