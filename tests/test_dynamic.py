@@ -116,8 +116,52 @@ def test_sizes_zero_and_one():
     assert _count() - c0 == 0
 
 
+def test_symbolic_sizes_arguments_read_at_call_time():
+    # the artifact itself (no guards in between) takes a new size of the
+    # class without a JIT compile
+    f = lambda x: F.softmax(x, -1)
+    cf = tp.compile(f, dynamic=True)
+    cf(tp.randn(4, 5))
+    art = cf.versions[0].artifact
+    assert art.dynamic
+    c0 = _count()
+    for s in ((7, 3), (2, 129), (64, 64)):
+        x = tp.randn(*s)
+        np.testing.assert_allclose(art(x).numpy(), f(x).numpy(), rtol=1e-5, atol=1e-6)
+    assert _count() == c0
+
+
 def test_static_keeps_constants():
     cf = tp.compile(lambda x: x.mean(1))
     cf(tp.randn(4, 8))
     ir = cf.versions[0].kernels[0].loop_ir
     assert "x0*8" in ir and ", 8)" in ir
+
+
+_FUNCS = {
+    "cat": lambda x: tp.cat([x, x * 2], 1) + 1,
+    "pad": lambda x: F.pad(x, (1, 2)) * 3,
+    "reshape_t": lambda x: x.t().reshape(-1) + 1,
+    "slice_offset": lambda x: x[1:, 2:] * x[:-1, :-2],
+    "flip_sum": lambda x: x.flip(0).sum(0),
+    "col_sum": lambda x: x.sum(0),
+    "amax_argmax": lambda x: (x.amax(1), x.argmax(1)),
+    "index_select": lambda x: tp.index_select(x, 0, tp.tensor([0, 2, 1])) + 1,
+    "unsqueeze_bcast": lambda x: x.unsqueeze(0) + x.unsqueeze(1).sum(-1, keepdim=True),
+    "inplace": lambda x: x.clone().add_(1).mul_(x),
+    "std_mean": lambda x: (x.std(0), x.mean()),
+    "where": lambda x: tp.where(x > 0, x, x.sum(1, keepdim=True)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_FUNCS))
+def test_ops_across_sizes(name):
+    f = _FUNCS[name]
+    cf = tp.compile(f, dynamic=True)
+    sizes = ((3, 4), (5, 7), (6, 9), (9, 6), (17, 33))
+    c0 = _count()
+    _check(cf, f, [(tp.randn(*s),) for s in sizes])
+    n = _count() - c0
+    kernels = sum(len(v.kernels) for v in cf.versions)
+    # the first size compiles; the others reuse its kernels
+    assert n == kernels, (n, kernels)

@@ -1146,6 +1146,15 @@ coef_of(const stax_ix *ix, int var, int64_t mul, int64_t *out)
         if (ix->b->kind == STAX_IX_CONST) {
             return coef_of(ix->a, var, mul * ix->b->v, out);
         }
+        /* dynamic mode: a stride is a size argument (never 0 or 1 there);
+         * any large stand-in serves the tiling decision, which only picks a
+         * loop order (results do not depend on it) */
+        if (ix->a->kind == STAX_IX_SYM) {
+            return coef_of(ix->b, var, mul * ((int64_t)1 << 32), out);
+        }
+        if (ix->b->kind == STAX_IX_SYM) {
+            return coef_of(ix->a, var, mul * ((int64_t)1 << 32), out);
+        }
         return 0;
     default:
         return 0;

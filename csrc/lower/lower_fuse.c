@@ -674,13 +674,30 @@ sym_lval(symctx *x, const stax_lval *cv)
             ix->v = sy;
             v->kind = STAX_LV_INDEX;
             v->index = ix;
+            v->i = 0;
+            v->f = 0;
             return;
         }
     }
     else {
-        stax_strbuf_printf(x->key, "(v%d d%d p%d b%d a%d f%a i%lld", (int)v->kind,
-                           (int)v->dtype, (int)v->prim, v->buf, v->acc, v->f,
-                           (long long)v->i);
+        /* only the fields the kind uses (others may be stale) */
+        stax_strbuf_printf(x->key, "(v%d d%d", (int)v->kind, (int)v->dtype);
+        switch (v->kind) {
+        case STAX_LV_LOAD:
+            stax_strbuf_printf(x->key, " b%d", v->buf);
+            break;
+        case STAX_LV_CONST:
+            stax_strbuf_printf(x->key, " f%a i%lld", v->f, (long long)v->i);
+            break;
+        case STAX_LV_ACC:
+            stax_strbuf_printf(x->key, " a%d", v->acc);
+            break;
+        case STAX_LV_PRIM:
+            stax_strbuf_printf(x->key, " p%d n%d", (int)v->prim, v->nargs);
+            break;
+        default:
+            break;
+        }
     }
     for (int i = 0; i < v->nargs && i < 3; i++) {
         sym_lval(x, v->args[i]);

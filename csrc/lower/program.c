@@ -1590,7 +1590,12 @@ build_program(PyObject *gm, PyObject *ex, int strict, int dynamic, PyObject *val
     c->be = be;
     c->strict = strict;
     c->no_random = no_random;
-    if (dynamic && kcache == NULL) {
+    static int force_symbolic = -1;
+    if (force_symbolic < 0) {
+        /* testing knob: lower static programs symbolically too */
+        force_symbolic = getenv("STAX_SYMBOLIC") != NULL;
+    }
+    if ((dynamic || force_symbolic) && kcache == NULL) {
         /* the first size of the class: its kernels start the cache that
          * the variants (other sizes) share */
         p->kcache = PyDict_New();
