@@ -37,6 +37,7 @@ def test_square_and_transposed_two_versions_two_compiles():
     _check(cf, f, inputs)
     assert len(cf.versions) == 2
     assert _count() - c0 == 2
+    assert cf.stats()["artifacts"] == 2 and cf.stats()["compiles"] == 2
     # sizes and strides are size arguments, not constants
     ir = cf.versions[0].kernels[0].loop_ir
     assert "*4" not in ir and "s" in ir
