@@ -527,9 +527,12 @@ p_normalize(p_pass_ctx *c)
                 && (!p_is_fresh(x) || p_used_by_output(x))) {
                 ident = 0;
             }
-            /* with mutation in the graph, x must stay unaliased */
+            /* with mutation in the graph, x must stay unaliased: neither
+             * x nor n (which would come to alias x) may be mutated in
+             * place or viewed afterwards (seed 4.2, aliasing) */
             if (ident && has_inplace
-                && (!p_is_fresh(x) || p_has_mutating_or_view_user(x))) {
+                && (!p_is_fresh(x) || p_has_mutating_or_view_user(x)
+                    || p_has_mutating_or_view_user(n))) {
                 ident = 0;
             }
             if (ident) {

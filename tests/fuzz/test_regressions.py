@@ -74,7 +74,6 @@ def test_gate_after_inplace_mutation_of_input(backend):
             assert got == want, (v, got, want)
 
 
-@pytest.mark.xfail(strict=True, reason="bug (passes): x - 0 -> x rewrite aliases a tensor later mutated in place")
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_identity_rewrite_then_inplace(backend):
     """`b = a - 0` is a new tensor: rewriting it to `a` and then running
