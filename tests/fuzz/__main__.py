@@ -36,6 +36,7 @@ def main(argv=None):
     ap.add_argument("--api", default="tensorplay")
     ap.add_argument("--show", type=int, default=1, help="repros printed per failure group")
     ap.add_argument("--nonstrict", action="store_true")
+    ap.add_argument("--dynamic", action="store_true", help="tp.compile(dynamic=True)")
     ap.add_argument("--backend", default=None, help="tp.compile backend (default stax)")
     ap.add_argument("--shrink", action="store_true", help="greedily shrink each failure")
     ap.add_argument("--brief", action="store_true", help="repros without the check helper")
@@ -43,7 +44,7 @@ def main(argv=None):
     ap.add_argument("--trace", action="store_true", help="print each seed before running it (crash hunting)")
     ap.add_argument("--torch", action="store_true", help="eager tensorplay vs eager PyTorch instead")
     a = ap.parse_args(argv)
-    api = API(a.api, a.backend)
+    api = API(a.api, a.backend, a.dynamic)
     if a.api == "tensorplay":   # the limit is process-wide (reported): lift it for the sweep
         api.tp.compiler.config.accumulated_cache_size_limit = 1 << 30
     groups = collections.OrderedDict()

@@ -303,3 +303,16 @@ def test_output_before_copy_into_input_keeps_requires_grad():
         return v
     assert f(tp.ones(5)).requires_grad
     assert tp.compile(f)(tp.ones(5)).requires_grad
+
+
+@pytest.mark.xfail(strict=True, reason="bug (guards/lower): dynamic=True: the first call of a new size in a size "
+                                       "class applies an in-place op on an input twice")
+def test_dynamic_new_size_applies_inplace_once():
+    def f(x, y):
+        x.mul_(0.5)
+        return y.sigmoid()
+    cf = tp.compile(f, dynamic=True)
+    for n in (3, 4, 4):
+        a = tp.ones(())
+        cf(a, tp.ones(n))
+        assert a.item() == 0.5, n
