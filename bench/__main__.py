@@ -13,15 +13,15 @@ import csv
 import json
 import os
 import platform
-import statistics
-import subprocess
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
+sys.path.insert(0, HERE)
 import numpy as np  # noqa: E402
 
+from _timing import cpu_model, median_time, stream_gbs  # noqa: E402
 import tensorplay as tp  # noqa: E402
 import tensorplay.nn.functional as F  # noqa: E402
 
@@ -35,35 +35,7 @@ except Exception:  # torch is optional
 RESULTS = os.path.join(HERE, "results")
 
 
-def median_time(fn, reps=7, inner=1, warm=2):
-    for _ in range(warm):
-        fn()
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        ts.append((time.perf_counter() - t) / inner)
-    return statistics.median(ts)
 
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def stream_gbs():
-    exe = os.path.join(RESULTS, "stream")
-    if not os.path.exists(exe):
-        subprocess.run(["gcc", "-O3", "-march=native", "-fopenmp", os.path.join(HERE, "stream.c"),
-                        "-o", exe], check=True)
-    return float(subprocess.run([exe], capture_output=True, text=True, check=True).stdout)
 
 
 def chain(m, x, w):

@@ -9,24 +9,13 @@ shape every call (signature + specialization cache). Baselines: the eager op,
 the artifact called directly (so level 1's own overhead is the difference),
 and torch.compile's per-call cost when torch is installed. Medians; not a test."""
 import os
-import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tensorplay as tp  # noqa: E402
+from _timing import median_time  # noqa: E402
 
-
-def median_time(fn, reps=9, inner=2000, warm=2):
-    for _ in range(warm):
-        fn()
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        ts.append((time.perf_counter() - t) / inner)
-    return statistics.median(ts)
 
 
 def main():

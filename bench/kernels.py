@@ -7,37 +7,19 @@ run of Example 1.1 (goal <= 50 ms); `x + 1` on one element compiled vs eager
 (goal <= 1.5x); softmax and layer_norm 4096x4096; with --torch the same
 against torch.compile."""
 import os
-import statistics
-import subprocess
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
+sys.path.insert(0, HERE)
 import numpy as np  # noqa: E402
 
 import tensorplay as tp  # noqa: E402
+from _timing import median_time, stream_gbs  # noqa: E402
 import tensorplay.nn.functional as F  # noqa: E402
 
 
-def median_time(fn, reps=7, inner=1, warm=2):
-    for _ in range(warm):
-        fn()
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        ts.append((time.perf_counter() - t) / inner)
-    return statistics.median(ts)
-
-
-def stream_gbs():
-    exe = "/tmp/tensorplay-stream-copy"
-    if not os.path.exists(exe):
-        subprocess.run(["gcc", "-O3", "-march=native", "-fopenmp",
-                        os.path.join(HERE, "stream.c"), "-o", exe], check=True)
-    return float(subprocess.run([exe], capture_output=True, text=True).stdout.strip())
 
 
 def main():

@@ -1,0 +1,43 @@
+"""Timing helpers shared by every benchmark in bench/: medians of repeated
+calls after warm-up, the streaming-copy bandwidth reference, the CPU model."""
+import os
+import platform
+import statistics
+import subprocess
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def median_time(fn, reps=7, inner=1, warm=2):
+    """Median seconds per call of fn over `reps` timings of `inner` calls each."""
+    for _ in range(warm):
+        fn()
+    ts = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        ts.append((time.perf_counter() - t) / inner)
+    return statistics.median(ts)
+
+
+def stream_gbs():
+    """GB/s (bytes read + written) of bench/stream.c on every core, best of 10."""
+    exe = os.path.join(HERE, "results", "stream")
+    if not os.path.exists(exe):
+        os.makedirs(os.path.dirname(exe), exist_ok=True)
+        subprocess.run(["gcc", "-O3", "-march=native", "-fopenmp", os.path.join(HERE, "stream.c"),
+                        "-o", exe], check=True)
+    return float(subprocess.run([exe], capture_output=True, text=True, check=True).stdout)
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
