@@ -17,9 +17,9 @@ PY=${PY:-python3}
 CC_BIN=${ASAN_CC:-gcc}
 
 mkdir -p "$TREE"
-# copy the sources (not build outputs) into the separate tree
-(cd "$ROOT" && git ls-files -co --exclude-standard -- setup.py pyproject.toml stax_module csrc python tests \
-   | grep -v '\.so$' | tar -cf - -T -) | (cd "$TREE" && tar -xf -)
+# copy the working tree (tracked and untracked, not ignored build outputs) into the separate tree
+(cd "$ROOT" && git ls-files -co --exclude-standard | grep -v '\.so$' \
+   | while read -r f; do [ -f "$f" ] && echo "$f"; done | tar -cf - -T -) | (cd "$TREE" && tar -xf -)
 
 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize=vptr"
 cd "$TREE"
