@@ -267,6 +267,30 @@ def test_deferred_sample_error():
     assert ei.value.__cause__ is not None
 
 
+def test_failed_write_raises_at_trace_time():
+    """A write (in-place op, setitem) that raises on the sample raises the
+    user's error right there, as eager does: the target's later value is
+    unknown to the graph. The failed write leaves no node, so fn's own
+    try/except sees the eager error and goes on."""
+    def f(x, y):
+        x.add_(y)               # (1,) += (3,): would resize x
+        return x * 1
+
+    with pytest.raises(RuntimeError, match="broadcast shape"):
+        _C.trace(f, (tp.ones(1), tp.ones(3)))
+
+    def g(x, y):
+        try:
+            x.add_(y)
+        except RuntimeError:
+            x.mul_(5)
+        return x * 1
+
+    gm = _C.trace(g, (tp.ones(1), tp.ones(3))).graph_module
+    assert [n.target for n in gm.graph.nodes if n.op == "call_method"] == ["mul_"]
+    assert tp.compile(g)(tp.ones(1), tp.ones(3)).tolist() == g(tp.ones(1), tp.ones(3)).tolist() == [5.0]
+
+
 def test_sample_failure_not_needed_is_symbolic():
     def f(x):
         bad = x + tp.ones(5)     # fails on the sample, result unused

@@ -651,6 +651,43 @@ returns_self(StaxTracer *tr, StaxNode *n, PyObject *args)
     return 0;
 }
 
+/* 1 when node n writes a tensor argument: an in-place method (x.add_(y),
+ * x += y), a trailing-underscore function, setitem, or an out= call. */
+static int
+node_writes(StaxNode *n)
+{
+    const char *nm = NULL;
+    PyObject *name = NULL;
+    int r = 0;
+    if (n->kwargs != NULL && PyDict_Check(n->kwargs)
+        && PyDict_GetItemString(n->kwargs, "out") != NULL) {
+        return 1;
+    }
+    if (n->op == STAX_NODE_CALL_METHOD && PyUnicode_Check(n->target)) {
+        name = Py_NewRef(n->target);
+    }
+    else if (n->op == STAX_NODE_CALL_FUNCTION) {
+        name = PyObject_GetAttrString(n->target, "__name__");
+        if (name == NULL || !PyUnicode_Check(name)) {
+            PyErr_Clear();
+            Py_CLEAR(name);
+        }
+    }
+    nm = name ? PyUnicode_AsUTF8(name) : NULL;
+    if (nm == NULL) {
+        PyErr_Clear();
+    }
+    else {
+        size_t len = strlen(nm);
+        r = !strcmp(nm, "setitem") || !strcmp(nm, "__setitem__")
+            || (len > 1 && nm[0] != '_' && nm[len - 1] == '_'
+                && strcmp(nm, "and_") && strcmp(nm, "or_")
+                && strcmp(nm, "not_"));
+    }
+    Py_XDECREF(name);
+    return r;
+}
+
 PyObject *
 stax_trace_record(StaxTracer *tr, stax_node_op_t op, PyObject *target,
                   PyObject *args, PyObject *kwargs)
@@ -680,6 +717,24 @@ stax_trace_record(StaxTracer *tr, stax_node_op_t op, PyObject *target,
         goto done;
     }
     if (run_sample(tr, n, args, kwargs) < 0) {
+        goto done;
+    }
+    if (PyDict_GetItemString(n->meta, "val") == NULL && node_writes(n)) {
+        /* a write that raised on the sample (x.add_(y) whose broadcast
+         * would resize x): eager raises here, and later reads of the
+         * target would see a value the graph cannot give. Raise the
+         * user's error now, as eager does (try/except in fn sees it). */
+        PyObject *se = PyDict_GetItemString(n->meta, "sample_error");
+        /* the write did not happen: no node (fn may catch the error) */
+        if (stax_graph_erase_node(tr->graph, n) < 0) {
+            goto done;
+        }
+        if (se != NULL) {
+            PyErr_SetObject((PyObject *)Py_TYPE(se), se);
+        }
+        else {
+            stax_trace_raise_deferred(n);
+        }
         goto done;
     }
     if (returns_self(tr, n, args)) {

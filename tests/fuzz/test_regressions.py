@@ -257,8 +257,6 @@ def test_contiguous_of_contiguous_aliases():
     assert tp.compile(f)(b, 2 * tp.ones(2, 3)).tolist()[0] == [2.0, 2.0, 2.0]
 
 
-@pytest.mark.xfail(strict=True, reason="bug (trace/passes): compiled accepts an in-place op whose broadcast "
-                                       "would resize its target (eager raises) and returns the wrong shape")
 @pytest.mark.parametrize("shapes", [((1,), (3,)), ((2, 1), (2, 3)), ((1,), (0,))])
 def test_inplace_broadcast_must_not_resize(shapes):
     def f(x, y):
