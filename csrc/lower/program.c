@@ -581,6 +581,115 @@ static PyObject *build_program(PyObject *gm, PyObject *ex, int strict,
                                PyObject *kcache);
 static PyObject *shape_prop(PyObject *gm, PyObject *ex);
 
+/* A 1-d tensor over a copy of t's whole storage (same dtype). */
+static PyObject *
+storage_clone(StaxTensor *t)
+{
+    int isz = stax_dtype_itemsize(t->dtype);
+    int64_t n = isz > 0 ? t->storage->nbytes / isz : 0;
+    StaxTensor *flat = stax_tensor_empty(1, &n, t->dtype);
+    if (flat != NULL && n > 0) {
+        memcpy(flat->storage->data, t->storage->data, (size_t)(n * isz));
+    }
+    return (PyObject *)flat;
+}
+
+/* shape_prop over the call's real inputs, without its side effects: the
+ * graph may write its inputs in place (functionalized copy_ write-backs)
+ * and draw random numbers, and the variant's kernels will do both again
+ * when they run. So propagate over layout-preserving clones of the tensor
+ * inputs (inputs sharing a storage share one clone) with the default
+ * generator's state restored afterwards. */
+static PyObject *
+shape_prop_isolated(PyObject *gm, PyObject *ex)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(ex);
+    PyObject *cex = PyTuple_New(n);
+    PyObject *clones = PyDict_New();   /* storage -> flat clone tensor */
+    PyObject *rnd = PyImport_ImportModule("tensorplay.random");
+    PyObject *state = rnd ? PyObject_CallMethod(rnd, "get_rng_state", NULL) : NULL;
+    PyObject *vals = NULL;
+    if (cex == NULL || clones == NULL || state == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *a = PyTuple_GET_ITEM(ex, i);
+        PyObject *c = NULL;
+        if (StaxTensor_Check(a)) {
+            StaxTensor *t = (StaxTensor *)a;
+            PyObject *key = (PyObject *)t->storage;
+            PyObject *flat = PyDict_GetItemWithError(clones, key); /* borrowed */
+            if (flat == NULL && PyErr_Occurred()) {
+                goto done;
+            }
+            if (flat == NULL) {
+                PyObject *f = storage_clone(t);
+                if (f == NULL || PyDict_SetItem(clones, key, f) < 0) {
+                    Py_XDECREF(f);
+                    goto done;
+                }
+                Py_DECREF(f);
+                flat = f;
+            }
+            c = (PyObject *)stax_tensor_as_strided((StaxTensor *)flat, t->ndim,
+                                                   t->sizes, t->strides,
+                                                   t->offset);
+        }
+        else {
+            c = Py_NewRef(a);
+        }
+        if (c == NULL) {
+            goto done;
+        }
+        PyTuple_SET_ITEM(cex, i, c);
+    }
+    vals = shape_prop(gm, cex);
+    if (vals != NULL) {
+        /* placeholders keep the real inputs (their layout is the same) */
+        PyObject *graph = PyObject_GetAttrString(gm, "graph");
+        PyObject *nl = graph ? PyObject_GetAttrString(graph, "nodes") : NULL;
+        PyObject *nodes = nl ? PySequence_List(nl) : NULL;
+        Py_XDECREF(graph);
+        Py_XDECREF(nl);
+        Py_ssize_t k = 0;
+        for (Py_ssize_t i = 0; nodes && i < PyList_GET_SIZE(nodes); i++) {
+            StaxNode *node = (StaxNode *)PyList_GET_ITEM(nodes, i);
+            if (node->op == STAX_NODE_PLACEHOLDER && k < n) {
+                if (PyDict_SetItem(vals, (PyObject *)node,
+                                   PyTuple_GET_ITEM(ex, k++)) < 0) {
+                    Py_CLEAR(vals);
+                    break;
+                }
+            }
+        }
+        if (nodes == NULL) {
+            Py_CLEAR(vals);
+        }
+        Py_XDECREF(nodes);
+    }
+done:
+    if (state != NULL) {
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        PyObject *r = PyObject_CallMethod(rnd, "set_rng_state", "O", state);
+        if (r == NULL) {
+            Py_CLEAR(vals);
+            Py_XDECREF(et);
+            Py_XDECREF(ev);
+            Py_XDECREF(tb);
+        }
+        else {
+            Py_DECREF(r);
+            PyErr_Restore(et, ev, tb);
+        }
+    }
+    Py_XDECREF(state);
+    Py_XDECREF(rnd);
+    Py_XDECREF(clones);
+    Py_XDECREF(cex);
+    return vals;
+}
+
 /* dynamic mode: the variant compiled for these inputs' sizes (borrowed) */
 static Program *
 find_variant(Program *p, PyObject *const *args, Py_ssize_t nargs)
@@ -610,7 +719,7 @@ find_variant(Program *p, PyObject *const *args, Py_ssize_t nargs)
     for (Py_ssize_t i = 0; i < nargs; i++) {
         PyTuple_SET_ITEM(ex, i, Py_NewRef(args[i]));
     }
-    PyObject *vals = shape_prop(p->gm, ex);
+    PyObject *vals = shape_prop_isolated(p->gm, ex);
     PyObject *q = vals ? build_program(p->gm, ex, p->strict, 0, vals, p->c.no_random,
                                         p->kcache) : NULL;
     Py_DECREF(ex);
