@@ -395,3 +395,18 @@ def test_traced_alias_or_copy_decided_on_samples(h):
     if not hasattr(C, "trace"):
         pytest.skip("tracer not landed")
     _traced(h, (3, 4))
+
+
+@pytest.mark.parametrize("idx", [(0, slice(-2, 3)), (0, slice(1, 3)), (0, slice(None)),
+                                 (1, Ellipsis, slice(1, None)), (None, 1, slice(None, 2)),
+                                 (slice(None), 0, slice(None))])
+def test_index_chain_judged_after_each_step(idx):
+    """A slice after an int index is sized against the shape after the
+    select (x.unsqueeze(0)[0, -2:3] on 5 elements is empty), not against the
+    dim the select removed (where it looked like a full slice and was dropped)."""
+    def f(x):
+        x.add_(1)                         # a mutating graph: lowered from the op graph
+        return x.reshape(2, 3, 2)[idx] if len(idx) != 2 else x.reshape(2, 6)[idx]
+    want = f(tp.arange(12.0))
+    got = tp.compile(f)(tp.arange(12.0))
+    assert tuple(got.shape) == tuple(want.shape) and got.tolist() == want.tolist()

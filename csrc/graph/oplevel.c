@@ -530,6 +530,7 @@ p_lower_index(p_op_ctx *c, PyObject *n, PyObject *x, PyObject *idx)
     for (Py_ssize_t i = 0; i < nitems; i++) {
         PyObject *it = PyTuple_GET_ITEM(items, i), *tail = NULL;
         const char *op = NULL, *ovl = NULL;
+        Py_ssize_t sdim = dim, slen = 0;   /* this step's dim, slice len */
         if (it == Py_Ellipsis) {
             dim += ndim - nreal;
             continue;
@@ -558,6 +559,7 @@ p_lower_index(p_op_ctx *c, PyObject *n, PyObject *x, PyObject *idx)
                 continue;     /* a full slice: no view op */
             }
             tail = Py_BuildValue("(nnnn)", dim, st, en, step);
+            slen = len;
             op = "slice";
             ovl = "Tensor";
             dim++;
@@ -565,25 +567,60 @@ p_lower_index(p_op_ctx *c, PyObject *n, PyObject *x, PyObject *idx)
         if (tail == NULL) {
             goto done;
         }
-        /* the last step is n itself; the ones before get their own key */
+        /* the last step is n itself; the ones before get their own key.
+         * Later items are judged against the shape AFTER this step (a
+         * select removes its dim: x[0, -2:3] slices what was dim 1). */
         int is_last = 1;
-        for (Py_ssize_t j = i + 1; j < nitems; j++) {
-            PyObject *nx = PyTuple_GET_ITEM(items, j);
-            if (nx != Py_Ellipsis) {
-                if (!PySlice_Check(nx)) {
-                    is_last = 0;
-                    break;
-                }
-                Py_ssize_t sz = p_dim_size(curval, dim), a, b, s2, l2;
-                /* a later full slice does not count */
-                if (sz < 0 || PySlice_GetIndicesEx(nx, sz, &a, &b, &s2, &l2) < 0
-                    || !(a == 0 && b == sz && s2 == 1)) {
-                    PyErr_Clear();
-                    is_last = 0;
-                    break;
-                }
+        PyObject *shp = NULL;
+        {
+            PyObject *s0 = curval ? PyObject_GetAttrString(curval, "shape")
+                                  : NULL;
+            shp = s0 ? PySequence_List(s0) : NULL;
+            Py_XDECREF(s0);
+            int bad = shp == NULL || sdim > PyList_GET_SIZE(shp);
+            if (!bad && op[0] == 's' && op[1] == 'e') {          /* select */
+                bad = sdim >= PyList_GET_SIZE(shp)
+                      || PySequence_DelItem(shp, sdim) < 0;
+            }
+            else if (!bad && op[0] == 'u') {                     /* unsqueeze */
+                PyObject *one = PyLong_FromLong(1);
+                bad = one == NULL || PyList_Insert(shp, sdim, one) < 0;
+                Py_XDECREF(one);
+            }
+            else if (!bad) {                                     /* slice */
+                PyObject *l = PyLong_FromSsize_t(slen);
+                bad = l == NULL || sdim >= PyList_GET_SIZE(shp)
+                      || PyList_SetItem(shp, sdim, l) < 0;
+            }
+            if (bad) {
+                PyErr_Clear();
+                Py_CLEAR(shp);
             }
         }
+        Py_ssize_t d2 = dim;
+        for (Py_ssize_t j = i + 1; j < nitems; j++) {
+            PyObject *nx = PyTuple_GET_ITEM(items, j);
+            if (nx == Py_Ellipsis) {
+                d2 += ndim - nreal;
+                continue;
+            }
+            if (!PySlice_Check(nx) || shp == NULL || d2 < 0
+                || d2 >= PyList_GET_SIZE(shp)) {
+                is_last = 0;
+                break;
+            }
+            Py_ssize_t sz = PyLong_AsSsize_t(PyList_GET_ITEM(shp, d2));
+            Py_ssize_t a, b, s2, l2;
+            /* a later full slice does not count */
+            if (sz < 0 || PySlice_GetIndicesEx(nx, sz, &a, &b, &s2, &l2) < 0
+                || !(a == 0 && b == sz && s2 == 1)) {
+                PyErr_Clear();
+                is_last = 0;
+                break;
+            }
+            d2++;
+        }
+        Py_XDECREF(shp);
         PyObject *key = is_last ? Py_NewRef(n)
                                 : Py_BuildValue("(On)", n, i);
         Py_XSETREF(last, key ? p_view_step(c, key, parent, op, ovl, tail,

@@ -237,8 +237,6 @@ def test_copy_into_grad_tensor_keeps_requires_grad():
     assert tp.compile(f)(x).requires_grad
 
 
-@pytest.mark.xfail(strict=True, reason="bug (passes, op graph): getitem's slice after an int index normalized "
-                                       "against the removed dim and dropped")
 def test_slice_after_int_index_in_op_graph():
     def f(x):
         x.add_(1)                        # a mutating graph is lowered from the op graph
