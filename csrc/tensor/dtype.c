@@ -388,22 +388,7 @@ size_numel(PyObject *self, PyObject *unused)
     return PyLong_FromLongLong(n);
 }
 
-static PyObject *
-size_subscript(PyObject *self, PyObject *key)
-{
-    PyObject *r = PyTuple_Type.tp_as_mapping->mp_subscript(self, key);
-    if (r != NULL && PySlice_Check(key) && PyTuple_CheckExact(r)) {
-        PyObject *args = PyTuple_Pack(1, r);
-        Py_DECREF(r);
-        if (args == NULL) {
-            return NULL;
-        }
-        r = PyTuple_Type.tp_new(&StaxSize_TypeObj, args, NULL);
-        Py_DECREF(args);
-    }
-    return r;
-}
-
+/* a plain tuple result (steals r) as a Size; anything else as it is */
 static PyObject *
 size_wrap_tuple(PyObject *r)
 {
@@ -417,6 +402,13 @@ size_wrap_tuple(PyObject *r)
         Py_DECREF(args);
     }
     return r;
+}
+
+static PyObject *
+size_subscript(PyObject *self, PyObject *key)
+{
+    PyObject *r = PyTuple_Type.tp_as_mapping->mp_subscript(self, key);
+    return PySlice_Check(key) ? size_wrap_tuple(r) : r;
 }
 
 static PyObject *
