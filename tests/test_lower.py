@@ -139,3 +139,27 @@ def test_requires_grad_follows_differentiable_inputs():
     r = cf(w, x)
     e = (w * x, (w > 0).float() + x, x + 1)
     assert [t.requires_grad for t in r] == [t.requires_grad for t in e]
+
+
+def test_overwritten_grad_output_keeps_requires_grad():
+    """copy_/fill_/setitem into a value created from a grad input: eager's
+    value keeps requires_grad though the op graph's value (clone of the
+    source) no longer reads the grad input; other outputs stay as eager."""
+    tp.manual_seed(0)
+    m = tp.nn.Linear(3, 3)
+
+    def f(x):
+        v = m(x)
+        v.copy_(x)
+        u = (x > 0).float()
+        u.zero_()
+        w = m(x)
+        w[:] = 1.0
+        return [v, u, x * 2], {"w": w}
+
+    x = tp.ones(2, 3)
+    e, c = f(x), tp.compile(f)(x)
+    flags = lambda r: [t.requires_grad for t in r[0]] + [r[1]["w"].requires_grad]  # noqa: E731
+    assert flags(c) == flags(e) == [True, False, False, True]
+    with tp.no_grad():
+        assert not tp.compile(f)(x)[0][0].requires_grad

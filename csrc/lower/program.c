@@ -96,6 +96,9 @@ typedef struct {
     PyObject *variants;       /* list of Programs (dynamic) */
     PyObject *kcache;         /* dynamic: kernel structure -> (capsule,
                                  source), shared with the variants */
+    PyObject *rg_extra;       /* op graph: output pytree of input masks
+                                 (int) for outputs written in place, or
+                                 NULL: see rg_extra_template */
 } Program;
 
 static PyTypeObject *Program_Type;
@@ -147,6 +150,7 @@ program_traverse(Program *p, visitproc visit, void *arg)
     Py_VISIT(p->op_graph);
     Py_VISIT(p->variants);
     Py_VISIT(p->kcache);
+    Py_VISIT(p->rg_extra);
     for (int i = 0; i < p->c.nsteps; i++) {
         Py_VISIT(p->c.steps[i].target);
         Py_VISIT(p->c.steps[i].args);
@@ -167,6 +171,7 @@ program_clear(Program *p)
     Py_CLEAR(p->op_graph);
     Py_CLEAR(p->variants);
     Py_CLEAR(p->kcache);
+    Py_CLEAR(p->rg_extra);
     for (int i = 0; i < p->c.nsteps; i++) {
         Py_CLEAR(p->c.steps[i].target);
         Py_CLEAR(p->c.steps[i].args);
@@ -727,12 +732,187 @@ find_variant(Program *p, PyObject *const *args, Py_ssize_t nargs)
     if (q == NULL) {
         return NULL;
     }
+    Py_XSETREF(((Program *)q)->rg_extra, Py_XNewRef(p->rg_extra));
     if (PyList_GET_SIZE(p->variants) >= 16) {
         PySequence_DelItem(p->variants, 0);
     }
     int rc = PyList_Append(p->variants, q);
     Py_DECREF(q);
     return rc < 0 ? NULL : (Program *)q;
+}
+
+/* Outputs written in place (v = f(w); v.copy_(x); return v): eager's v
+ * keeps requires_grad from its creation, but the op graph's value of v is
+ * the write's (clone(x)), whose buffer depends on x alone. The mask of
+ * inputs each such output leaf was created from, from the Python-level
+ * graph; a leaf whose mask meets a grad input gets requires_grad. */
+static void
+rg_extra_apply(PyObject *t, PyObject *r, uint64_t rg, PyObject *const *args,
+               Py_ssize_t nargs)
+{
+    if (PyLong_Check(t)) {
+        uint64_t m = PyLong_AsUnsignedLongLong(t);
+        if (PyErr_Occurred()) {
+            PyErr_Clear();
+            return;
+        }
+        if ((m & rg) == 0 || !StaxTensor_Check(r)
+            || !lw_is_float(((StaxTensor *)r)->dtype)) {
+            return;
+        }
+        for (Py_ssize_t i = 0; i < nargs; i++) {
+            if (args[i] == r) {
+                return;        /* an input itself keeps its own flag */
+            }
+        }
+        ((StaxTensor *)r)->requires_grad = 1;
+        return;
+    }
+    if ((PyTuple_Check(t) || PyList_Check(t))
+        && (PyTuple_Check(r) || PyList_Check(r))
+        && PySequence_Fast_GET_SIZE(t) == PySequence_Fast_GET_SIZE(r)) {
+        for (Py_ssize_t k = 0; k < PySequence_Fast_GET_SIZE(t); k++) {
+            rg_extra_apply(PySequence_Fast_GET_ITEM(t, k),
+                           PySequence_Fast_GET_ITEM(r, k), rg, args, nargs);
+        }
+    }
+    else if (PyDict_Check(t) && PyDict_Check(r)) {
+        PyObject *k, *v;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(t, &pos, &k, &v)) {
+            PyObject *rv = PyDict_GetItemWithError(r, k);
+            if (rv != NULL) {
+                rg_extra_apply(v, rv, rg, args, nargs);
+            }
+            PyErr_Clear();
+        }
+    }
+}
+
+static PyObject *target_name(PyObject *node, int *is_method);
+
+static PyObject *
+rg_extra_map(PyObject *o, PyObject *masks, PyObject *written, int *any)
+{
+    if (StaxNode_Type != NULL && PyObject_TypeCheck(o, StaxNode_Type)) {
+        PyObject *m = PySet_Contains(written, o) == 1
+                      ? PyDict_GetItemWithError(masks, o) : NULL;
+        if (m != NULL && PyObject_IsTrue(m) == 1) {
+            *any = 1;
+            return Py_NewRef(m);
+        }
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    if (PyTuple_Check(o) || PyList_Check(o)) {
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
+        PyObject *r = PyTuple_Check(o) ? PyTuple_New(n) : PyList_New(n);
+        for (Py_ssize_t k = 0; r != NULL && k < n; k++) {
+            PyObject *e = rg_extra_map(PySequence_Fast_GET_ITEM(o, k), masks,
+                                       written, any);
+            if (e == NULL) {
+                Py_CLEAR(r);
+                break;
+            }
+            if (PyTuple_Check(r)) {
+                PyTuple_SET_ITEM(r, k, e);
+            }
+            else {
+                PyList_SET_ITEM(r, k, e);
+            }
+        }
+        return r;
+    }
+    if (PyDict_Check(o)) {
+        PyObject *r = PyDict_New(), *k, *v;
+        Py_ssize_t pos = 0;
+        while (r != NULL && PyDict_Next(o, &pos, &k, &v)) {
+            PyObject *e = rg_extra_map(v, masks, written, any);
+            if (e == NULL || PyDict_SetItem(r, k, e) < 0) {
+                Py_CLEAR(r);
+            }
+            Py_XDECREF(e);
+        }
+        return r;
+    }
+    Py_RETURN_NONE;
+}
+
+/* new reference: the rg_extra pytree of the Python-level graph gm, or NULL
+ * (none, no exception) */
+static PyObject *
+rg_extra_template(PyObject *gm)
+{
+    PyObject *g = PyObject_GetAttrString(gm, "graph");
+    PyObject *l = g ? PyObject_GetAttrString(g, "nodes") : NULL;
+    PyObject *nodes = l ? PySequence_List(l) : NULL;
+    PyObject *masks = PyDict_New(), *written = PySet_New(NULL), *r = NULL;
+    int k = 0, any = 0;
+    Py_XDECREF(g);
+    Py_XDECREF(l);
+    for (Py_ssize_t i = 0; nodes && masks && written && i < PyList_GET_SIZE(nodes); i++) {
+        PyObject *node = PyList_GET_ITEM(nodes, i);
+        PyObject *op = PyObject_GetAttrString(node, "op");
+        const char *opc = op ? PyUnicode_AsUTF8(op) : NULL;
+        uint64_t m = 0;
+        if (opc == NULL) {
+            Py_XDECREF(op);
+            goto done;
+        }
+        if (!strcmp(opc, "output")) {
+            PyObject *a = PyObject_GetAttrString(node, "args");
+            PyObject *o = a && PyTuple_Check(a) && PyTuple_GET_SIZE(a) == 1
+                          ? PyTuple_GET_ITEM(a, 0) : a;
+            r = o ? rg_extra_map(o, masks, written, &any) : NULL;
+            Py_XDECREF(a);
+            Py_DECREF(op);
+            break;
+        }
+        if (!strcmp(opc, "placeholder")) {
+            m = 1ULL << (k < 63 ? k : 63);
+            k++;
+        }
+        else {
+            PyObject *ins = PyObject_GetAttrString(node, "all_input_nodes");
+            PyObject *il = ins ? PySequence_List(ins) : NULL;
+            Py_XDECREF(ins);
+            for (Py_ssize_t j = 0; il && j < PyList_GET_SIZE(il); j++) {
+                PyObject *mm = PyDict_GetItemWithError(masks, PyList_GET_ITEM(il, j));
+                m |= mm ? PyLong_AsUnsignedLongLong(mm) : 0;
+            }
+            Py_XDECREF(il);
+            int im = 0;
+            PyObject *nm = target_name(node, &im);
+            const char *sn = nm ? PyUnicode_AsUTF8(nm) : NULL;
+            size_t sl = sn ? strlen(sn) : 0;
+            if (sn && ((sl > 1 && sn[sl - 1] == '_' && sn[sl - 2] != '_')
+                       || strstr(sn, "setitem") != NULL)) {
+                PyObject *a = PyObject_GetAttrString(node, "args");
+                if (a && PyTuple_Check(a) && PyTuple_GET_SIZE(a) > 0) {
+                    PySet_Add(written, PyTuple_GET_ITEM(a, 0));
+                }
+                Py_XDECREF(a);
+            }
+            Py_XDECREF(nm);
+            PyErr_Clear();
+        }
+        Py_DECREF(op);
+        PyObject *pm = PyLong_FromUnsignedLongLong(m);
+        if (pm == NULL || PyDict_SetItem(masks, node, pm) < 0) {
+            Py_XDECREF(pm);
+            goto done;
+        }
+        Py_DECREF(pm);
+    }
+done:
+    Py_XDECREF(nodes);
+    Py_XDECREF(masks);
+    Py_XDECREF(written);
+    PyErr_Clear();
+    if (r != NULL && !any) {
+        Py_CLEAR(r);
+    }
+    return r;
 }
 
 static PyObject *
@@ -912,6 +1092,9 @@ program_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
     }
     else {
         result = instantiate(p->out_template, slots);
+    }
+    if (result != NULL && rg != 0 && p->rg_extra != NULL && stax_grad_enabled()) {
+        rg_extra_apply(p->rg_extra, result, rg, args, nargs);
     }
 done:
     for (int b = 0; b < c->npbufs; b++) {
@@ -1652,6 +1835,7 @@ stax_backend_fn(PyObject *mod, PyObject *args, PyObject *kwargs)
     }
     if (r != NULL && gm != gm_in) {
         Py_XSETREF(((Program *)r)->op_graph, Py_NewRef(gm));
+        Py_XSETREF(((Program *)r)->rg_extra, rg_extra_template(gm_in));
     }
     Py_XDECREF(vals);
     Py_DECREF(ex);

@@ -223,7 +223,6 @@ def test_reduction_of_empty_reduction(which):
     assert float(tp.compile(fn, strict_native=True)(x)) == 1.0
 
 
-@pytest.mark.xfail(strict=True, reason="bug (lower): copy_ into a tensor that requires grad drops requires_grad")
 def test_copy_into_grad_tensor_keeps_requires_grad():
     tp.manual_seed(0)
     m = tp.nn.LayerNorm(3)
