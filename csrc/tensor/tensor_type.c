@@ -675,28 +675,29 @@ scalar_of(PyObject *self)
     return stax_tensor_item(t);
 }
 
+/* int(t) / float(t): the one element converted by conv */
 static PyObject *
-tensor_int(PyObject *self)
+scalar_as(PyObject *self, PyObject *(*conv)(PyObject *))
 {
     PyObject *v = scalar_of(self), *r;
     if (v == NULL) {
         return NULL;
     }
-    r = PyNumber_Long(v);
+    r = conv(v);
     Py_DECREF(v);
     return r;
 }
 
 static PyObject *
+tensor_int(PyObject *self)
+{
+    return scalar_as(self, PyNumber_Long);
+}
+
+static PyObject *
 tensor_float(PyObject *self)
 {
-    PyObject *v = scalar_of(self), *r;
-    if (v == NULL) {
-        return NULL;
-    }
-    r = PyNumber_Float(v);
-    Py_DECREF(v);
-    return r;
+    return scalar_as(self, PyNumber_Float);
 }
 
 static PyObject *
@@ -910,8 +911,9 @@ get_true(PyObject *self, void *c)
     Py_RETURN_TRUE;
 }
 
+/* t.data and t.detach(): a view of the same storage outside autograd */
 static PyObject *
-get_data(PyObject *self, void *c)
+detached_view(PyObject *self)
 {
     StaxTensor *t = stax_tensor_view(SELF, SELF->ndim, SELF->sizes,
                                      SELF->strides, SELF->offset);
@@ -920,6 +922,12 @@ get_data(PyObject *self, void *c)
         t->nonleaf = 0;
     }
     return (PyObject *)t;
+}
+
+static PyObject *
+get_data(PyObject *self, void *c)
+{
+    return detached_view(self);
 }
 
 static int
@@ -997,6 +1005,24 @@ static PyGetSetDef tensor_getset[] = {
 
 /* ---- methods ---------------------------------------------------------- */
 
+/* the dim argument of size(dim) / stride(dim), wrapped into *d; -1 with an
+ * exception set */
+static int
+method_dim(PyObject *self, PyObject *dim, int *d)
+{
+    int64_t dv = PyLong_AsLongLong(dim);
+    if ((dv == -1 && PyErr_Occurred()) || stax_wrap_dim(dv, SELF->ndim, d) < 0) {
+        return -1;
+    }
+    if (SELF->ndim == 0) {
+        PyErr_SetString(PyExc_IndexError,
+                        "dimension specified as 0 but tensor has no "
+                        "dimensions");
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *
 m_size(PyObject *self, PyObject *args, PyObject *kw)
 {
@@ -1009,14 +1035,7 @@ m_size(PyObject *self, PyObject *args, PyObject *kw)
     if (dim == Py_None) {
         return stax_size_new(SELF->ndim, SELF->sizes);
     }
-    int64_t dv = PyLong_AsLongLong(dim);
-    if ((dv == -1 && PyErr_Occurred()) || stax_wrap_dim(dv, SELF->ndim, &d) < 0) {
-        return NULL;
-    }
-    if (SELF->ndim == 0) {
-        PyErr_SetString(PyExc_IndexError,
-                        "dimension specified as 0 but tensor has no "
-                        "dimensions");
+    if (method_dim(self, dim, &d) < 0) {
         return NULL;
     }
     return PyLong_FromLongLong(SELF->sizes[d]);
@@ -1038,14 +1057,7 @@ m_stride(PyObject *self, PyObject *args, PyObject *kw)
         }
         return r;
     }
-    int64_t dv = PyLong_AsLongLong(dim);
-    if ((dv == -1 && PyErr_Occurred()) || stax_wrap_dim(dv, SELF->ndim, &d) < 0) {
-        return NULL;
-    }
-    if (SELF->ndim == 0) {
-        PyErr_SetString(PyExc_IndexError,
-                        "dimension specified as 0 but tensor has no "
-                        "dimensions");
+    if (method_dim(self, dim, &d) < 0) {
         return NULL;
     }
     return PyLong_FromLongLong(SELF->strides[d]);
@@ -1278,13 +1290,7 @@ m_contiguous(PyObject *self, PyObject *args, PyObject *kw)
 static PyObject *
 m_detach(PyObject *self, PyObject *unused)
 {
-    StaxTensor *t = stax_tensor_view(SELF, SELF->ndim, SELF->sizes,
-                                     SELF->strides, SELF->offset);
-    if (t != NULL) {
-        t->requires_grad = 0;
-        t->nonleaf = 0;
-    }
-    return (PyObject *)t;
+    return detached_view(self);
 }
 
 static PyObject *
@@ -1322,11 +1328,25 @@ m_requires_grad_(PyObject *self, PyObject *args, PyObject *kw)
     return Py_NewRef(self);
 }
 
+/* copy_(src) / fill_(value) once the argument is checked: write it into
+ * self, bump self's version, return self */
+static PyObject *
+copy_in_place(PyObject *self, PyObject *src)
+{
+    PyObject *r = stax_tensor_copy_into(SELF, src);
+    if (r == NULL) {
+        return NULL;
+    }
+    Py_DECREF(r);
+    stax_tensor_bump_version(SELF);
+    return Py_NewRef(self);
+}
+
 static PyObject *
 m_copy_(PyObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"src", "non_blocking", NULL};
-    PyObject *src = NULL, *nb = NULL, *r;
+    PyObject *src = NULL, *nb = NULL;
     STAX_OVERRIDE_VARARGS("copy_");
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:copy_", kwlist, &src,
                                      &nb)) {
@@ -1338,13 +1358,7 @@ m_copy_(PyObject *self, PyObject *args, PyObject *kw)
                      "not %.100s", Py_TYPE(src)->tp_name);
         return NULL;
     }
-    r = stax_tensor_copy_into(SELF, src);
-    if (r == NULL) {
-        return NULL;
-    }
-    Py_DECREF(r);
-    stax_tensor_bump_version(SELF);
-    return Py_NewRef(self);
+    return copy_in_place(self, src);
 }
 
 static PyObject *
@@ -1364,13 +1378,7 @@ m_fill_(PyObject *self, PyObject *value)
                      "not %.100s", Py_TYPE(value)->tp_name);
         return NULL;
     }
-    PyObject *r = stax_tensor_copy_into(SELF, value);
-    if (r == NULL) {
-        return NULL;
-    }
-    Py_DECREF(r);
-    stax_tensor_bump_version(SELF);
-    return Py_NewRef(self);
+    return copy_in_place(self, value);
 }
 
 static PyObject *
