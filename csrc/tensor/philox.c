@@ -348,17 +348,29 @@ check_float(StaxTensor *t, const char *what)
     return 0;
 }
 
+/* the arguments (t, a, b[, generator]) of _fill_uniform / _fill_normal; t
+ * must be floating (what names the kernel in the error); -1 with an
+ * exception set */
+static int
+parse_float_fill(PyObject *args, const char *what, StaxTensor **t, double *a,
+                 double *b, StaxGenerator **g)
+{
+    PyObject *go = Py_None;
+    if (!PyArg_ParseTuple(args, "O!dd|O", &StaxTensor_TypeObj, t, a, b, &go)
+        || (*g = gen_arg(go)) == NULL || check_float(*t, what) < 0) {
+        return -1;
+    }
+    return 0;
+}
+
 /* _C._fill_uniform(t, low, high, generator) -> t */
 static PyObject *
 py_fill_uniform(PyObject *self, PyObject *args)
 {
     StaxTensor *t;
     double a, b;
-    PyObject *go = Py_None;
     StaxGenerator *g;
-    if (!PyArg_ParseTuple(args, "O!dd|O", &StaxTensor_TypeObj, &t, &a, &b,
-                          &go) || (g = gen_arg(go)) == NULL
-        || check_float(t, "check_uniform_bounds") < 0) {
+    if (parse_float_fill(args, "check_uniform_bounds", &t, &a, &b, &g) < 0) {
         return NULL;
     }
     if (a > b) {
@@ -379,11 +391,8 @@ py_fill_normal(PyObject *self, PyObject *args)
 {
     StaxTensor *t;
     double a, b;
-    PyObject *go = Py_None;
     StaxGenerator *g;
-    if (!PyArg_ParseTuple(args, "O!dd|O", &StaxTensor_TypeObj, &t, &a, &b,
-                          &go) || (g = gen_arg(go)) == NULL
-        || check_float(t, "normal_kernel_cpu") < 0) {
+    if (parse_float_fill(args, "normal_kernel_cpu", &t, &a, &b, &g) < 0) {
         return NULL;
     }
     if (b < 0) {
