@@ -17,6 +17,10 @@ from tensorplay._C import (Tensor, Size, device, dtype, Generator,  # noqa: F401
 from tensorplay._C import (bool, uint8, int8, int16, int32, int64,  # noqa: F401,A004
                            float16, float32, float64, half, float, double,
                            long, int, short)
+# tp.manual_seed is tp.random.manual_seed (likewise seed, initial_seed,
+# get_rng_state, set_rng_state), as in torch
+from tensorplay.random import (manual_seed, seed, initial_seed,  # noqa: F401
+                               get_rng_state, set_rng_state)
 
 _bool = __builtins__["bool"] if isinstance(__builtins__, dict) else __builtins__.bool
 _int = __builtins__["int"] if isinstance(__builtins__, dict) else __builtins__.int
@@ -536,27 +540,6 @@ def randint_like(input, low=0, high=None, *, dtype=None, device=None, requires_g
 
 
 # ---- randomness (Philox4x32-10 in C; stream in docs/rng.md) ----------------
-
-def manual_seed(seed):
-    """Seed the default generator; returns it."""
-    return default_generator.manual_seed(_int(seed))
-
-
-def seed():
-    return default_generator.seed()
-
-
-def initial_seed():
-    return default_generator.initial_seed()
-
-
-def get_rng_state():
-    return default_generator.get_state()
-
-
-def set_rng_state(new_state):
-    default_generator.set_state(new_state)
-
 
 def _float_dtype(dtype, fn):
     dt = _as_dtype(dtype) if dtype is not None else get_default_dtype()

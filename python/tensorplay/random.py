@@ -13,6 +13,7 @@ default_generator = _C.default_generator
 
 
 def manual_seed(seed):
+    """Seed the default generator; returns it."""
     return default_generator.manual_seed(int(seed))
 
 
