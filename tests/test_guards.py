@@ -581,3 +581,71 @@ def test_aliased_inputs_written_run_eagerly_on_native_backend():
         comp(g, strict_native=True)(x, x)
     # without aliasing the native path is unchanged
     assert comp(g, strict_native=True)(tp.ones(2), tp.ones(2)).tolist() == [2.0, 2.0]
+
+
+_effect_calls = []
+
+
+def test_effect_only_global_container_is_not_in_the_key():
+    """A global list the function only appends to: its contents are not a
+    key component (the trace never reads them), the append still happens on
+    every call (replayed), and no call recompiles."""
+    _effect_calls.clear()
+
+    def f(x):
+        _effect_calls.append(1)
+        return x * 2
+    cf = comp(f)
+    for _ in range(4):
+        assert cf(tp.ones(2)).tolist() == [2.0, 2.0]
+    assert _effect_calls == [1, 1, 1, 1]
+    assert cf.stats()["compiles"] == 1
+    assert not any("len(globals['_effect_calls']" in str(g) for g in cf.versions[0].guards)
+
+
+def test_effect_only_closure_container_follows_the_traced_branch():
+    evs, seen = [], {}
+
+    def f(x):
+        evs.append("call")
+        seen.update(last=1)
+        if x.sum() > 0:
+            evs.append(("pos", 2))
+        return x + 1
+    cf = comp(f)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for v in (1.0, -1.0, 1.0, -1.0):
+            cf(tp.ones(1) * v)
+    assert evs == ["call", ("pos", 2), "call", "call", ("pos", 2), "call"]
+    assert seen == {"last": 1}
+    assert cf.stats()["compiles"] == 2
+
+
+def test_read_container_stays_in_the_key():
+    """len() of the container is a read: its contents are a key component
+    (the result depends on it), so each append recompiles, as before."""
+    log = []
+
+    def f(x):
+        log.append(1)
+        return x * len(log)
+    cf = comp(f)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = [cf(tp.ones(1)).item() for _ in range(3)]
+    assert got == [1.0, 2.0, 3.0] and len(log) == 3
+    assert cf.stats()["compiles"] == 3
+
+
+def test_effect_with_a_tensor_argument_runs_eagerly():
+    keep = []
+
+    def f(x):
+        keep.append(x)
+        return x + 1
+    cf = comp(f)
+    a, b = tp.ones(1), tp.zeros(1)
+    cf(a)
+    cf(b)
+    assert len(keep) == 2 and keep[0] is a and keep[1] is b

@@ -116,7 +116,7 @@ def _tuplify(v):
 class _Call:
     """The parts of one call's key that the slow path computes."""
     __slots__ = ("args", "kwargs", "free", "sig_args", "sig_kwargs", "sig_free",
-                 "rho", "dtype", "flat", "paths", "gkey", "alias")
+                 "rho", "dtype", "flat", "paths", "gkey", "alias", "effects")
 
 
 class Version:
@@ -156,6 +156,7 @@ class Version:
             sigma += (call.alias,)
         self.key = (sigma, gamma_s, gates0, call.rho)
         self.guards = self._projection()
+        self.effects, self.effects_eager = (), False   # set by Driver._build
 
     # -- inspection -------------------------------------------------------
     @property
@@ -434,11 +435,15 @@ class Driver:
         return art
 
     def _run(self, v, flat, args, kwargs, plan, free):
+        if v.effects_eager:
+            return self._eager(args, kwargs)
+        for i, name, a, k in v.effects:     # the traced calls' side effects
+            getattr(free[i], name)(*a, **k)
         art = self._artifact(v, flat, args, kwargs, plan, free)
         out = art(*flat)
         cf = self._cf() if self._cf is not None else None
         if cf is not None:
-            if (not v.gate_kinds and not kwargs
+            if (not v.gate_kinds and not kwargs and not v.effects
                     and all(type(a) in _SCALARS or isinstance(a, _tensor_type()) for a in args)
                     and all(not isinstance(x, (list, dict, tuple)) for x in free)):
                 cf._set_level1(art, tuple(args), plan.tuples(free), tuple(free))
@@ -453,7 +458,11 @@ class Driver:
         c.args, c.kwargs, c.free = args, kwargs, free
         c.sig_args = tuple(sig(a, dyn) for a in args)
         c.sig_kwargs = tuple((k, sig(v, dyn)) for k, v in kwargs.items())
-        c.sig_free = tuple(sig(v, dyn) for v in free)
+        # an effect-only container (only appended to, never read: _lift):
+        # its identity, not its contents
+        eff = plan.effect_idx
+        c.sig_free = tuple((type(v), id(v)) if i in eff else sig(v, dyn)
+                           for i, v in enumerate(free))
         c.rho, c.dtype = rho, dtype
         flat, paths = [], []
         for p, x in zip(plan.paths, free):
@@ -521,6 +530,7 @@ class Driver:
                 names.append(params[i] if i < len(params) else f"arg{i}")
         lifted = tuple(x for x in call.free if isinstance(x, _tensor_type()))
         tr = _C.trace(wrapper, lifted + tuple(call.args), dict(call.kwargs), names)
+        call.effects = getattr(wrapper, "effects", None)
         passes_log = None
         if _logs.enabled("passes"):
             lg = _logs.logger("passes")
@@ -617,6 +627,11 @@ class Driver:
         v = Version(len(self.versions), call, gm, artifact, replay, gate_kinds, gates0,
                     shape_reads, eager_fallback, plan.paths, self.dynamic, replay_copies,
                     replay_random)
+        # calls on effect-only containers, replayed by every call of v; a
+        # call with a non-constant argument (a traced tensor): v runs eagerly
+        eff = getattr(call, "effects", None)
+        v.effects = tuple(eff or ())
+        v.effects_eager = eff is not None and not eff.replayable
         if _logs.enabled("guards"):
             _logs.logger("guards").info(f"guards of '{self.name}' version {v.index}: "
                                         + "; ".join(str(g) for g in v.guards))

@@ -23,11 +23,24 @@ What becomes a source:
 - an attribute chain read in the bytecode (``cfg.flag``, ``math.pi``,
   ``self.eps``): the value at the end of the longest prefix that is a tensor
   (lifted) or a None/bool/int/float/str (guarded by value).
+- a mutable container (list, dict, set, deque) that the bytecode only
+  writes through side-effect methods (``calls.append(1)``: append, extend,
+  insert, add, update, clear, discard, appendleft, extendleft; no other
+  load of the name, no store to it): *effect-only*. Its contents are never
+  used by the trace, so they are not part of the key (Prop. 2.1 holds: a
+  value the trace did not read cannot be a constant of the graph); it is
+  guarded by identity. While tracing the name reads as a recorder that
+  logs the calls; each call of the version replays the log on the real
+  container (arguments are constants of the key: None/bool/int/float/str/
+  bytes and tuples of them; any other argument, a traced tensor say, makes
+  the version run eagerly). Any read (``len(calls)``, ``calls[-1]``,
+  ``x in calls``, passing it to a function) keeps the contents in the key.
 Not covered: values read by other Python functions the traced code calls
 (helpers in other code objects, the bodies of library functions), items of
 global containers (a global list of tensors), attributes read through
 ``getattr`` with a computed name.
 """
+import collections
 import dis
 import types
 
@@ -35,6 +48,69 @@ __all__ = ["Plan", "analyze"]
 
 _SCALARS = (type(None), bool, int, float, str)
 _LOAD_ATTR = ("LOAD_ATTR", "LOAD_METHOD")
+_WRITE_ONLY = frozenset(("append", "extend", "insert", "add", "update", "clear", "discard",
+                         "appendleft", "extendleft"))
+_CONTAINERS = (list, dict, set, collections.deque)
+_CONST = (type(None), bool, int, float, complex, str, bytes)
+
+
+def _effect_only_names(code):
+    """{('global'|'closure', name)} whose every use in the bytecode (nested
+    code objects included) is a call of a write-only method."""
+    ok, bad = set(), set()
+    for co in _code_objects(code):
+        ins = list(dis.get_instructions(co))
+        for i, x in enumerate(ins):
+            if x.opname == "LOAD_GLOBAL":
+                key = ("global", x.argval)
+            elif x.opname in ("LOAD_DEREF", "LOAD_CLASSDEREF", "LOAD_CLOSURE"):
+                key = ("closure", x.argval)
+            elif x.opname in ("STORE_GLOBAL", "DELETE_GLOBAL"):
+                bad.add(("global", x.argval))
+                continue
+            elif x.opname in ("STORE_DEREF", "DELETE_DEREF"):
+                bad.add(("closure", x.argval))
+                continue
+            else:
+                continue
+            nxt = ins[i + 1] if i + 1 < len(ins) else None
+            if (x.opname != "LOAD_CLOSURE" and (co is code or key[0] == "global")
+                    and nxt is not None and nxt.opname in _LOAD_ATTR and nxt.argval in _WRITE_ONLY):
+                ok.add(key)
+            else:
+                bad.add(key)
+    return ok - bad
+
+
+def _replayable(v):
+    if isinstance(v, _CONST):
+        return True
+    if type(v) is tuple:
+        return all(_replayable(x) for x in v)
+    return False
+
+
+class _EffectRecorder:
+    """Stands for an effect-only container while tracing: logs the calls."""
+    __slots__ = ("_log", "_index", "_type")
+
+    def __init__(self, log, index, typ):
+        self._log, self._index, self._type = log, index, typ
+
+    def __getattr__(self, name):
+        if name not in _WRITE_ONLY or not hasattr(self._type, name):
+            raise AttributeError(f"{self._type.__name__!r} object has no attribute {name!r}")
+        log, index = self._log, self._index
+
+        def record(*a, **k):
+            if not (all(_replayable(x) for x in a) and all(_replayable(x) for x in k.values())):
+                log.replayable = False
+            log.append((index, name, a, dict(k)))
+        return record
+
+
+class _EffectLog(list):
+    replayable = True
 
 
 def _tensor_type():
@@ -93,11 +169,12 @@ def _chains(code, self_name):
 
 
 class Source:
-    __slots__ = ("kind", "root", "attrs", "path", "name", "lifted")
+    __slots__ = ("kind", "root", "attrs", "path", "name", "lifted", "effect_only")
 
     def __init__(self, kind, root, attrs, path, name):
         self.kind, self.root, self.attrs, self.path, self.name = kind, root, attrs, path, name
         self.lifted = False
+        self.effect_only = False
 
     def read(self):
         if self.kind == 0:
@@ -129,6 +206,8 @@ class Plan:
         self.self_obj = self_obj
         self.sources = sources
         self.paths = tuple(s.path for s in sources)
+        # indices of the effect-only containers (signature: identity)
+        self.effect_idx = frozenset(i for i, s in enumerate(sources) if s.effect_only)
         self.self_in_args = False   # a method compiled on the class: self is args[0]
 
     def tuples(self, values):
@@ -149,6 +228,9 @@ class Plan:
         instance attributes on objects (modules) for attribute chains."""
         lifted_idx = [i for i, v in enumerate(values) if _is_tensor(v)]
         target, self_obj = self.target, self.self_obj
+        log = _EffectLog()
+        effects = [(i, _EffectRecorder(log, i, type(values[i]))) for i in sorted(self.effect_idx)
+                   if isinstance(values[i], _CONTAINERS)]
         if target is None:
             return self.fn, []
         code = target.__code__
@@ -162,6 +244,15 @@ class Plan:
             cells = list(target.__closure__ or ())
             restore = []
             try:
+                for i, p in effects:
+                    s = sources[i]
+                    if s.kind == 0:
+                        if new_globals is None:
+                            new_globals = dict(target.__globals__)
+                        new_globals[s.attrs[0]] = p
+                    else:
+                        k = next(j for j, c in enumerate(cells) if c is s.root)
+                        cells[k] = types.CellType(p)
                 for p, i in zip(proxies, lifted_idx):
                     s = sources[i]
                     if s.kind == 0 and len(s.attrs) == 1:
@@ -191,6 +282,7 @@ class Plan:
                         d.pop(name, None)
 
         names = [sources[i].name for i in lifted_idx]
+        wrapper.effects = log
         return wrapper, names
 
 
@@ -283,6 +375,7 @@ def analyze(fn, self_arg=None):
     self_name = code.co_varnames[0] if self_obj is not None and code.co_argcount else None
     cells = dict(zip(code.co_freevars, target.__closure__ or ()))
     g = target.__globals__
+    effect_only = _effect_only_names(code)
     out, seen = [], set()
     for kind_name, root_name, attrs in _chains(code, self_name):
         if kind_name == "global":
@@ -311,7 +404,9 @@ def analyze(fn, self_arg=None):
             if isinstance(value, types.ModuleType) or base_path in seen:
                 continue
             seen.add(base_path)
-            out.append(Source(kind, root, base_attrs, base_path, _ident(root_name)))
+            src = Source(kind, root, base_attrs, base_path, _ident(root_name))
+            src.effect_only = (kind_name, root_name) in effect_only and isinstance(value, _CONTAINERS)
+            out.append(src)
             if _is_module(value):
                 _module_sources(kind, root, base_attrs, base_path, value, out, seen)
             continue
