@@ -742,7 +742,8 @@ class Gen:
             return False
         k = v.shape[-1]
         name = f"m{len(self.modules)}"
-        x = v.name if v.dt == "float32" else f"{v.name}.float()"
+        # always .float(): other signatures may make v float64 (PyTorch rejects mixed dtypes; bug 21)
+        x = f"{v.name}.float()"
         if d.bool(0.5):
             out = d.int(1, 4)
             bias = d.bool(0.8)
