@@ -682,7 +682,7 @@ node_writes(StaxNode *n)
         r = !strcmp(nm, "setitem") || !strcmp(nm, "__setitem__")
             || (len > 1 && nm[0] != '_' && nm[len - 1] == '_'
                 && strcmp(nm, "and_") && strcmp(nm, "or_")
-                && strcmp(nm, "not_"));
+                && strcmp(nm, "not_") && strcmp(nm, "is_"));
     }
     Py_XDECREF(name);
     return r;
