@@ -21,7 +21,6 @@ N = int(os.environ.get("TENSORPLAY_FUZZ_N", "300"))
 # XPASS the bug is fixed and the entry must go (`python3 -m fuzz` sweeps with
 # --avoid '' to fuzz everything).
 KNOWN = {
-    "identity_then_inplace": "bug (passes): x - 0 -> x rewrite aliases a tensor later mutated in place",
 }
 
 
