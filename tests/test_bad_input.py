@@ -12,48 +12,13 @@ import sys
 
 import numpy as np
 import pytest
+from _helpers import isolate_compile_budget, skip_unless_landed  # noqa: F401 (autouse fixture)
 
 tp = pytest.importorskip("tensorplay")
 F = getattr(getattr(tp, "nn", None), "functional", None)
 
 
-def _missing_pieces():
-    """Names of the public API this file needs that have not landed yet."""
-    need = ["where", "relu", "exp", "compile", "nn.Linear", "nn.LayerNorm", "_C.trace", "Tensor.__getitem__",
-            "Tensor.sum", "Tensor.add_", "Tensor.__mul__"]
-    miss = []
-    for n in need:
-        o = tp
-        for part in n.split("."):
-            o = getattr(o, part, None)
-        if o is None:
-            miss.append(n)
-    return miss
-
-
-if _missing_pieces():
-    pytest.skip(f"pieces not landed yet: {_missing_pieces()}", allow_module_level=True)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _isolate_compile_budget():
-    """These tests compile many functions: lift the process-wide
-    accumulated_cache_size_limit while they run and give the compile count
-    back afterwards, so later tests of other rooms see the budget they had
-    (while the limit was process-wide; harmless now that it is per code object)."""
-    try:
-        from tensorplay.compiler import _driver, config
-    except Exception:  # noqa: BLE001
-        yield
-        return
-    total = getattr(_driver, "_total", {})
-    saved = (config.accumulated_cache_size_limit, dict(total))
-    config.accumulated_cache_size_limit = 1 << 30
-    try:
-        yield
-    finally:
-        config.accumulated_cache_size_limit = saved[0]
-        total.update(saved[1])
+skip_unless_landed(tp)
 
 
 def _t(*shape, dtype=None):

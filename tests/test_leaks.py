@@ -12,28 +12,14 @@ import weakref
 
 import numpy as np
 import pytest
+from _helpers import skip_unless_landed
 
 tp = pytest.importorskip("tensorplay")
 if os.environ.get("TENSORPLAY_ASAN"):
     pytest.skip("resident memory is meaningless under ASan (quarantine)", allow_module_level=True)
 
 
-def _missing_pieces():
-    """Names of the public API this file needs that have not landed yet."""
-    need = ["where", "relu", "exp", "compile", "nn.Linear", "nn.LayerNorm", "_C.trace", "Tensor.__getitem__",
-            "Tensor.sum", "Tensor.add_", "Tensor.__mul__"]
-    miss = []
-    for n in need:
-        o = tp
-        for part in n.split("."):
-            o = getattr(o, part, None)
-        if o is None:
-            miss.append(n)
-    return miss
-
-
-if _missing_pieces():
-    pytest.skip(f"pieces not landed yet: {_missing_pieces()}", allow_module_level=True)
+skip_unless_landed(tp)
 
 N = int(os.environ.get("TENSORPLAY_LEAK_N", "20000"))
 PAGE = os.sysconf("SC_PAGE_SIZE")

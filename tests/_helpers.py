@@ -1,0 +1,47 @@
+"""Helpers shared by test modules (pytest puts tests/ on sys.path: import
+them as ``from _helpers import ...``)."""
+import pytest
+
+# the public API that test_bad_input.py and test_leaks.py need
+PIECES = ["where", "relu", "exp", "compile", "nn.Linear", "nn.LayerNorm", "_C.trace", "Tensor.__getitem__",
+          "Tensor.sum", "Tensor.add_", "Tensor.__mul__"]
+
+
+def missing_pieces(tp, need=PIECES):
+    """Names of the public API in `need` that have not landed yet."""
+    miss = []
+    for n in need:
+        o = tp
+        for part in n.split("."):
+            o = getattr(o, part, None)
+        if o is None:
+            miss.append(n)
+    return miss
+
+
+def skip_unless_landed(tp, need=PIECES):
+    """Skip the calling test module while any of `need` is missing."""
+    if missing_pieces(tp, need):
+        pytest.skip(f"pieces not landed yet: {missing_pieces(tp, need)}", allow_module_level=True)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def isolate_compile_budget():
+    """These tests compile many functions: lift the process-wide
+    accumulated_cache_size_limit while they run and give the compile count
+    back afterwards, so later tests of other rooms see the budget they had
+    (while the limit was process-wide; harmless now that it is per code object).
+    Autouse: importing it into a test module or conftest applies it there."""
+    try:
+        from tensorplay.compiler import _driver, config
+    except Exception:  # noqa: BLE001
+        yield
+        return
+    total = getattr(_driver, "_total", {})
+    saved = (config.accumulated_cache_size_limit, dict(total))
+    config.accumulated_cache_size_limit = 1 << 30
+    try:
+        yield
+    finally:
+        config.accumulated_cache_size_limit = saved[0]
+        total.update(saved[1])
