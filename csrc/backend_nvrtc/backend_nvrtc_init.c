@@ -618,22 +618,10 @@ gpu_program_compile(stax_backend *be, const stax_kernel *k,
     return h;
 }
 
-static int
-gpu_program_launch(stax_backend *be, void *handle, char **bufs,
-                   const int64_t *sizes, int64_t start, int64_t end)
-{
-    PyGILState_STATE st = PyGILState_Ensure();
-    int rc;
-    (void)be;
-    rc = launch_locked(handle, bufs, sizes, start, end);
-    PyGILState_Release(st);
-    return rc;
-}
-
 static stax_backend gpu_program_backend = {
     .name = "llvm",
     .compile_kernel = gpu_program_compile,
-    .launch = gpu_program_launch,
+    .launch = nvrtc_launch,
     .free = nvrtc_free,
     .supports_op = nvrtc_supports_op,
     .kernel_fn = NULL,
