@@ -680,16 +680,25 @@ done:
 
 /* ------------------------------------------------------------ records */
 
+/* the ints of sequence v into out[cap], their count in *n; attr names the
+ * kernel record's attribute in the errors (NULL: a plain sequence) */
 static int
-get_i64s_obj(PyObject *v, int64_t *out, int cap, int *n)
+get_i64s_seq(PyObject *v, const char *attr, int64_t *out, int cap, int *n)
 {
-    PyObject *seq = PySequence_Fast(v, "expected a sequence of ints");
+    PyObject *seq = PySequence_Fast(v, attr ? "kernel attribute must be a "
+                                              "sequence"
+                                            : "expected a sequence of ints");
     int rc = -1;
     if (seq == NULL) {
         return -1;
     }
     if (PySequence_Fast_GET_SIZE(seq) > cap) {
-        PyErr_SetString(PyExc_ValueError, "sequence too long");
+        if (attr) {
+            PyErr_Format(PyExc_ValueError, "kernel.%s too long", attr);
+        }
+        else {
+            PyErr_SetString(PyExc_ValueError, "sequence too long");
+        }
         goto done;
     }
     *n = (int)PySequence_Fast_GET_SIZE(seq);
@@ -706,31 +715,20 @@ done:
 }
 
 static int
+get_i64s_obj(PyObject *v, int64_t *out, int cap, int *n)
+{
+    return get_i64s_seq(v, NULL, out, cap, n);
+}
+
+static int
 get_i64s(PyObject *o, const char *attr, int64_t *out, int cap, int *n)
 {
-    PyObject *v = PyObject_GetAttrString(o, attr), *seq = NULL;
-    int rc = -1;
+    PyObject *v = PyObject_GetAttrString(o, attr);
+    int rc;
     if (v == NULL) {
         return -1;
     }
-    seq = PySequence_Fast(v, "kernel attribute must be a sequence");
-    if (seq == NULL) {
-        goto done;
-    }
-    if (PySequence_Fast_GET_SIZE(seq) > cap) {
-        PyErr_Format(PyExc_ValueError, "kernel.%s too long", attr);
-        goto done;
-    }
-    *n = (int)PySequence_Fast_GET_SIZE(seq);
-    for (int i = 0; i < *n; i++) {
-        out[i] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, i));
-        if (out[i] == -1 && PyErr_Occurred()) {
-            goto done;
-        }
-    }
-    rc = 0;
-done:
-    Py_XDECREF(seq);
+    rc = get_i64s_seq(v, attr, out, cap, n);
     Py_DECREF(v);
     return rc;
 }
