@@ -12,6 +12,26 @@
 
 /* ------------------------------------------------------------ render_expr */
 
+/* the inputs a .. h of a hand-written kernel (render_expr, render_stages):
+ * each one's layout, label and load node; *nd = the largest rank */
+static int
+read_lettered_inputs(spec_t *k, PyObject *seq, xnode **ops, int *nd)
+{
+    *nd = 0;
+    for (int i = 0; i < k->ninputs; i++) {
+        if (stax_nvrtc_read_layout(PySequence_Fast_GET_ITEM(seq, i),
+                                   &k->in[i]) < 0) {
+            return -1;
+        }
+        snprintf(k->in[i].label, NAME_LEN, "%c", 'a' + i);
+        *nd = k->in[i].ndim > *nd ? k->in[i].ndim : *nd;
+        if ((ops[i] = stax_nvrtc_new_load(k, i)) == NULL) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
 PyObject *
 stax_nvrtc_py_render_expr(PyObject *self, PyObject *args, PyObject *kwargs)
 {
@@ -19,7 +39,7 @@ stax_nvrtc_py_render_expr(PyObject *self, PyObject *args, PyObject *kwargs)
                              "name", "compile", NULL};
     const char *expr = NULL, *reduce = NULL, *name = "stax_kernel";
     PyObject *inputs = NULL, *dims = Py_None, *seq = NULL, *res = NULL;
-    int keepdim = 0, compile = 0, red[STAX_MAX_DIMS] = {0};
+    int keepdim = 0, compile = 0, nd = 0, red[STAX_MAX_DIMS] = {0};
     spec_t *k = NULL;
     xnode *ops[MAX_INPUTS];
     (void)self;
@@ -46,28 +66,15 @@ stax_nvrtc_py_render_expr(PyObject *self, PyObject *args, PyObject *kwargs)
         PyErr_SetString(PyExc_ValueError, "at most 8 inputs (a .. h)");
         goto done;
     }
-    for (int i = 0; i < k->ninputs; i++) {
-        if (stax_nvrtc_read_layout(PySequence_Fast_GET_ITEM(seq, i),
-                                   &k->in[i]) < 0) {
-            goto done;
-        }
-        snprintf(k->in[i].label, NAME_LEN, "%c", 'a' + i);
-        if ((ops[i] = stax_nvrtc_new_load(k, i)) == NULL) {
-            goto done;
-        }
+    if (read_lettered_inputs(k, seq, ops, &nd) < 0) {
+        goto done;
     }
     k->body = stax_nvrtc_parse_formula(k, expr, ops, k->ninputs, NULL, NULL);
     if (k->body == NULL) {
         goto done;
     }
-    {
-        int nd = 0;
-        for (int i = 0; i < k->ninputs; i++) {
-            nd = k->in[i].ndim > nd ? k->in[i].ndim : nd;
-        }
-        if (reduce != NULL && stax_nvrtc_read_dims(dims, nd, red) < 0) {
-            goto done;
-        }
+    if (reduce != NULL && stax_nvrtc_read_dims(dims, nd, red) < 0) {
+        goto done;
     }
     if (stax_nvrtc_layout_kernel(k, reduce ? red : NULL, keepdim) < 0) {
         goto done;
@@ -130,16 +137,8 @@ stax_nvrtc_py_render_stages(PyObject *self, PyObject *args, PyObject *kwargs)
                         "stages");
         goto done;
     }
-    for (int i = 0; i < k->ninputs; i++) {
-        if (stax_nvrtc_read_layout(PySequence_Fast_GET_ITEM(seq, i),
-                                   &k->in[i]) < 0) {
-            goto done;
-        }
-        snprintf(k->in[i].label, NAME_LEN, "%c", 'a' + i);
-        nd = k->in[i].ndim > nd ? k->in[i].ndim : nd;
-        if ((ops[i] = stax_nvrtc_new_load(k, i)) == NULL) {
-            goto done;
-        }
+    if (read_lettered_inputs(k, seq, ops, &nd) < 0) {
+        goto done;
     }
     if (dims == NULL) {
         dims = PyLong_FromLong(-1);
