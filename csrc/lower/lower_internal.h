@@ -213,4 +213,50 @@ int lw_body_reads(lw_ctx *c, const stax_lval *body, int buf);
 int lw_val_info(PyObject *val, int *ndim, int64_t *sizes, int64_t *strides,
                 stax_dtype_t *dt);
 
+/* the CompiledProgram (program.c: type and call path; program_build.c:
+ * building one from a graph; program_shapes.c: shape propagation and the
+ * dynamic size variants; bufpool.c: its output/temporary buffers) */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    lw_ctx c;
+    PyObject *kernels;        /* list of StaxKernel */
+    PyObject *out_template;   /* output pytree with SlotRefs */
+    int out_single;           /* template is one SlotRef: its index */
+    PyObject *gm;             /* the GraphModule (for op_graph) */
+    PyObject *op_graph;       /* lazily */
+    int64_t lower_bound;
+    int64_t *in_sizes;        /* per input: ndim, sizes, strides (checked) */
+    int *in_ndim;
+    stax_dtype_t *in_dtype;
+    int dynamic;              /* other sizes: a variant per size class */
+    int strict;
+    PyObject *variants;       /* list of Programs (dynamic) */
+    PyObject *kcache;         /* dynamic: kernel structure -> (capsule,
+                                 source), shared with the variants */
+    PyObject *rg_extra;       /* op graph: output pytree of input masks
+                                 (int) for outputs written in place, or
+                                 NULL: see rg_extra_template */
+} Program;
+extern PyTypeObject *lw_program_type;
+extern PyTypeObject *lw_kernel_info_type;
+PyObject *lw_slotref_new(int i);
+/* a SlotRef's slot index, or -1 if o is not a SlotRef */
+int stax_lower_slotref_index(PyObject *o);
+PyObject *lw_program_vectorcall(PyObject *self, PyObject *const *args,
+                                size_t nargsf, PyObject *kwnames);
+/* 0 if input i of the call matches p's example, -1 if not */
+int lw_input_ok(Program *p, int i, PyObject *o);
+/* a fresh buffer for program buffer b (bufpool.c) */
+PyObject *lw_new_buffer(Program *p, pbuf_t *b);
+/* run the graph eagerly on ex: node -> value (new dict) */
+PyObject *lw_shape_prop(PyObject *gm, PyObject *ex);
+/* dynamic mode: the variant compiled for these inputs' sizes (borrowed) */
+Program *lw_find_variant(Program *p, PyObject *const *args, Py_ssize_t nargs);
+PyObject *lw_build_program(PyObject *gm, PyObject *ex, int strict,
+                           int dynamic, PyObject *vals, int no_random,
+                           PyObject *kcache);
+PyObject *lw_stax_backend_fn(PyObject *mod, PyObject *args,
+                             PyObject *kwargs);
+
 #endif

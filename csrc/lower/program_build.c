@@ -1,0 +1,1060 @@
+/* Building a CompiledProgram from a graph: the stax_backend entry point
+ * (picks the Python-level or op-level graph, propagates shapes when the
+ * examples differ from the traced ones) and lw_build_program, which lowers
+ * every node (native rule, library call or fallback kernel), makes the
+ * output template, finalizes (fusion, buffer plan, compile) and collects
+ * the kernels' descriptions. */
+#include "lower/lower_internal.h"
+#include "graph/graph.h"
+#include "stax_numpy.h"
+
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------- driver */
+static const char *
+operator_alias(const char *n)
+{
+    static const char *const map[][2] = {
+        {"truediv", "div"}, {"floordiv", "floor_divide"}, {"mod", "remainder"},
+        {"and_", "bitwise_and"}, {"or_", "bitwise_or"}, {"xor", "bitwise_xor"},
+        {"invert", "bitwise_not"}, {"pos", "clone"}, {"concat", "cat"},
+        {"concatenate", "cat"}, {"absolute", "abs"}, {"clamp_", "clamp_"},
+        {"divide", "div"}, {"multiply", "mul"}, {"subtract", "sub"},
+        {"greater", "gt"}, {"less", "lt"}, {"permute", "permute"},
+        {"float", "to"}, {"double", "to"}, {"half", "to"}, {"int", "to"},
+        {"long", "to"}, {"bool", "to"}, {"short", "to"}, {"byte", "to"},
+        {"char", "to"}, {"type", "to"}, {"type_as", "to"},
+        {NULL, NULL}};
+    for (int i = 0; map[i][0]; i++) {
+        if (!strcmp(map[i][0], n)) {
+            return map[i][1];
+        }
+    }
+    return n;
+}
+
+/* the op name of a node's target (new str) or NULL (no exception) */
+static PyObject *
+target_name(PyObject *node, int *is_method)
+{
+    PyObject *op = PyObject_GetAttrString(node, "op");
+    PyObject *tg = PyObject_GetAttrString(node, "target");
+    PyObject *r = NULL;
+    *is_method = 0;
+    if (op == NULL || tg == NULL) {
+        goto done;
+    }
+    if (PyUnicode_Check(tg)) {
+        *is_method = PyUnicode_CompareWithASCIIString(op, "call_method") == 0;
+        r = Py_NewRef(tg);
+        goto done;
+    }
+    r = PyObject_GetAttrString(tg, "_stax_op");
+    if (r == NULL) {
+        PyErr_Clear();
+        r = PyObject_GetAttrString(tg, "__name__");
+    }
+    if (r != NULL && !PyUnicode_Check(r)) {
+        Py_CLEAR(r);
+    }
+done:
+    PyErr_Clear();
+    Py_XDECREF(op);
+    Py_XDECREF(tg);
+    return r;
+}
+
+static PyObject *
+node_stack(PyObject *node)
+{
+    PyObject *meta = PyObject_GetAttrString(node, "meta");
+    PyObject *st = meta && PyDict_Check(meta) ? PyDict_GetItemString(meta, "stack") : NULL;
+    PyObject *r = st ? PyObject_Str(st) : PyUnicode_FromString("<unknown source line>");
+    Py_XDECREF(meta);
+    return r;
+}
+
+static PyObject *
+node_val(PyObject *node, PyObject *vals)
+{
+    if (vals != NULL) {
+        PyObject *v = PyDict_GetItemWithError(vals, node);
+        PyErr_Clear();
+        return Py_XNewRef(v);
+    }
+    PyObject *meta = PyObject_GetAttrString(node, "meta");
+    PyObject *v = NULL;
+    if (meta != NULL && PyDict_Check(meta)) {
+        v = PyDict_GetItemString(meta, "val");
+        Py_XINCREF(v);
+    }
+    Py_XDECREF(meta);
+    PyErr_Clear();
+    return v;
+}
+
+typedef struct {
+    lw_ctx *c;
+    vbuf **vb;
+    PyObject *index;
+    const char *why;
+    PyObject *vals;
+    int ncopy;                 /* functionalized input mutations: */
+    vbuf *copy_src[64];        /* an output that is the new value of a */
+    int copy_dst[64];          /* mutated input returns that input */
+} tmpl_ctx;
+
+static PyObject *node_val(PyObject *node, PyObject *vals);
+
+static void
+mark_output(tmpl_ctx *t, int pb, PyObject *val)
+{
+    t->c->pbufs[pb].is_output = 1;
+    if (val != NULL && StaxTensor_Check(val) && ((StaxTensor *)val)->requires_grad) {
+        t->c->pbufs[pb].requires_grad = 1;
+    }
+}
+
+/* replace Nodes by SlotRefs (materializing what a value needs) */
+static PyObject *
+make_template(tmpl_ctx *t, PyObject *o, int for_output)
+{
+    if (StaxNode_Type != NULL && PyObject_TypeCheck(o, StaxNode_Type)) {
+        PyObject *ix = PyDict_GetItemWithError(t->index, o);
+        if (ix == NULL) {
+            if (!PyErr_Occurred()) {
+                PyErr_SetString(PyExc_RuntimeError, "stax: node used before definition");
+            }
+            return NULL;
+        }
+        vbuf *v = t->vb[PyLong_AsLong(ix)];
+        if (v == NULL) {
+            PyErr_SetString(PyExc_RuntimeError, "stax: node without a value");
+            return NULL;
+        }
+        if (for_output) {
+            for (int q = 0; q < t->ncopy; q++) {
+                if (t->copy_src[q] == v) {
+                    return lw_slotref_new(t->copy_dst[q]);
+                }
+            }
+        }
+        if (v->kind == VB_PYOBJ) {
+            return v->pbuf >= 0 ? lw_slotref_new(v->pbuf) : Py_NewRef(v->obj ? v->obj : Py_None);
+        }
+        if (v->kind == VB_TUPLE) {
+            PyObject *tup = PyTuple_New(v->nitems);
+            for (int i = 0; tup && i < v->nitems; i++) {
+                int pb = lw_materialize(t->c, v->items[i]);
+                PyObject *e = pb < 0 ? NULL : lw_slotref_new(pb);
+                if (e == NULL) {
+                    Py_CLEAR(tup);
+                    break;
+                }
+                if (for_output) {
+                    PyObject *nv = node_val(o, t->vals);
+                    PyObject *iv = nv && PyTuple_Check(nv) && i < PyTuple_GET_SIZE(nv)
+                                       ? PyTuple_GET_ITEM(nv, i) : NULL;
+                    mark_output(t, pb, iv);
+                    Py_XDECREF(nv);
+                }
+                PyTuple_SET_ITEM(tup, i, e);
+            }
+            return tup;
+        }
+        int pb = lw_materialize(t->c, v);
+        if (pb < 0) {
+            return NULL;
+        }
+        if (for_output) {
+            PyObject *nv = node_val(o, t->vals);
+            mark_output(t, pb, nv);
+            Py_XDECREF(nv);
+        }
+        return lw_slotref_new(pb);
+    }
+    if (PyTuple_CheckExact(o) || PyList_CheckExact(o)) {
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
+        PyObject *r = PyTuple_CheckExact(o) ? PyTuple_New(n) : PyList_New(n);
+        for (Py_ssize_t i = 0; r && i < n; i++) {
+            PyObject *e = make_template(t, PySequence_Fast_GET_ITEM(o, i), for_output);
+            if (e == NULL) {
+                Py_CLEAR(r);
+                break;
+            }
+            if (PyTuple_CheckExact(r)) {
+                PyTuple_SET_ITEM(r, i, e);
+            }
+            else {
+                PyList_SET_ITEM(r, i, e);
+            }
+        }
+        return r;
+    }
+    if (PyDict_CheckExact(o)) {
+        PyObject *r = PyDict_New(), *k, *v;
+        Py_ssize_t pos = 0;
+        while (r && PyDict_Next(o, &pos, &k, &v)) {
+            PyObject *e = make_template(t, v, for_output);
+            if (e == NULL || PyDict_SetItem(r, k, e) < 0) {
+                Py_XDECREF(e);
+                Py_CLEAR(r);
+                break;
+            }
+            Py_DECREF(e);
+        }
+        return r;
+    }
+    return Py_NewRef(o);
+}
+
+static int
+make_fallback(lw_ctx *c, tmpl_ctx *t, PyObject *node, PyObject *val, int is_method,
+              vbuf **out)
+{
+    PyObject *args = PyObject_GetAttrString(node, "args");
+    PyObject *kwargs = args ? PyObject_GetAttrString(node, "kwargs") : NULL;
+    PyObject *target = kwargs ? PyObject_GetAttrString(node, "target") : NULL;
+    PyObject *ta = NULL, *tk = NULL;
+    int rc = -1;
+    if (target == NULL) {
+        goto done;
+    }
+    ta = make_template(t, args, 0);
+    tk = ta ? make_template(t, kwargs == Py_None ? NULL : kwargs, 0) : NULL;
+    if (ta != NULL && kwargs != NULL && tk == NULL && !PyErr_Occurred()) {
+        tk = PyDict_New();
+    }
+    if (tk == NULL || tk == Py_None) {
+        Py_XDECREF(tk);
+        tk = ta ? PyDict_New() : NULL;
+        if (tk == NULL) {
+            goto done;
+        }
+    }
+    if (!PyTuple_Check(ta)) {
+        PyObject *x = PySequence_Tuple(ta);
+        Py_SETREF(ta, x);
+        if (ta == NULL) {
+            goto done;
+        }
+    }
+    step_t *s = lw_new_step(c, ST_FALLBACK);
+    if (s == NULL) {
+        goto done;
+    }
+    s->target = Py_NewRef(target);
+    s->is_method = is_method;
+    s->args = ta;
+    s->kwargs = tk;
+    ta = tk = NULL;
+    s->stack = node_stack(node);
+    vbuf *v = stax_arena_alloc(c->arena, sizeof(vbuf));
+    if (v == NULL) {
+        goto done;
+    }
+    v->pbuf = -1;
+    int nd;
+    int64_t sz[STAX_MAX_DIMS], st[STAX_MAX_DIMS];
+    stax_dtype_t dt;
+    int step_index = c->nsteps - 1;
+    if (val != NULL && lw_val_info(val, &nd, sz, st, &dt)) {
+        int pb = lw_new_pbuf(c, PB_EXTERN, nd, sz, dt);
+        if (pb < 0) {
+            goto done;
+        }
+        c->steps[step_index].out = pb;
+        v->kind = VB_TENSOR;
+        v->ndim = nd;
+        memcpy(v->sizes, sz, sizeof(int64_t) * (size_t)nd);
+        v->dtype = dt;
+        v->pbuf = pb;
+        v->body = lw_contig_load(c, pb);
+    }
+    else if (val != NULL && PyTuple_Check(val)) {
+        int pb = lw_new_pbuf(c, PB_EXTERN, 0, sz, STAX_FLOAT32);
+        if (pb < 0) {
+            goto done;
+        }
+        c->pbufs[pb].ndim = -1;   /* an object, not a tensor */
+        c->steps[step_index].out = pb;
+        Py_ssize_t n = PyTuple_GET_SIZE(val);
+        v->kind = VB_TUPLE;
+        v->nitems = (int)n;
+        v->items = stax_arena_alloc(c->arena, sizeof(vbuf *) * (size_t)(n ? n : 1));
+        if (v->items == NULL) {
+            goto done;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            vbuf *it = stax_arena_alloc(c->arena, sizeof(vbuf));
+            if (it == NULL) {
+                goto done;
+            }
+            it->pbuf = -1;
+            v->items[i] = it;
+            PyObject *e = PyTuple_GET_ITEM(val, i);
+            if (!lw_val_info(e, &nd, sz, st, &dt)) {
+                it->kind = VB_PYOBJ;
+                it->obj = e;
+                continue;
+            }
+            int ob = lw_new_pbuf(c, PB_EXTERN, nd, sz, dt);
+            step_t *x = ob < 0 ? NULL : lw_new_step(c, ST_EXTRACT);
+            if (x == NULL) {
+                goto done;
+            }
+            x->src = pb;
+            x->index = i;
+            x->out = ob;
+            it->kind = VB_TENSOR;
+            it->ndim = nd;
+            memcpy(it->sizes, sz, sizeof(int64_t) * (size_t)nd);
+            it->dtype = dt;
+            it->pbuf = ob;
+            it->body = lw_contig_load(c, ob);
+        }
+    }
+    else {
+        int pb = lw_new_pbuf(c, PB_EXTERN, 0, sz, STAX_FLOAT32);
+        if (pb < 0) {
+            goto done;
+        }
+        c->pbufs[pb].ndim = -1;
+        c->steps[step_index].out = pb;
+        v->kind = VB_PYOBJ;
+        v->pbuf = pb;
+    }
+    c->nfallbacks++;
+    *out = v;
+    rc = 0;
+done:
+    Py_XDECREF(args);
+    Py_XDECREF(kwargs);
+    Py_XDECREF(target);
+    Py_XDECREF(ta);
+    Py_XDECREF(tk);
+    return rc;
+}
+
+static int
+strict_error(PyObject *node, const char *opname, const char *why)
+{
+    PyObject *name = PyObject_GetAttrString(node, "name");
+    PyObject *stack = node_stack(node);
+    PyErr_Clear();
+    PyErr_Format(stax_lower_NativeCompileError,
+                 "strict_native: node '%U' (op %s) has no native lowering "
+                 "(%s); at %U",
+                 name ? name : Py_None, opname ? opname : "?", why,
+                 stack ? stack : Py_None);
+    Py_XDECREF(name);
+    Py_XDECREF(stack);
+    return -1;
+}
+
+static int64_t
+val_bytes(PyObject *v)
+{
+    int nd;
+    int64_t sz[STAX_MAX_DIMS], st[STAX_MAX_DIMS];
+    stax_dtype_t dt;
+    if (!lw_val_info(v, &nd, sz, st, &dt)) {
+        return 0;
+    }
+    int64_t n = lw_dtype_size(dt);
+    for (int d = 0; d < nd; d++) {
+        n *= sz[d];
+    }
+    return n;
+}
+
+static PyObject *
+rg_extra_map(PyObject *o, PyObject *masks, PyObject *written, int *any)
+{
+    if (StaxNode_Type != NULL && PyObject_TypeCheck(o, StaxNode_Type)) {
+        PyObject *m = PySet_Contains(written, o) == 1
+                      ? PyDict_GetItemWithError(masks, o) : NULL;
+        if (m != NULL && PyObject_IsTrue(m) == 1) {
+            *any = 1;
+            return Py_NewRef(m);
+        }
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    if (PyTuple_Check(o) || PyList_Check(o)) {
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
+        PyObject *r = PyTuple_Check(o) ? PyTuple_New(n) : PyList_New(n);
+        for (Py_ssize_t k = 0; r != NULL && k < n; k++) {
+            PyObject *e = rg_extra_map(PySequence_Fast_GET_ITEM(o, k), masks,
+                                       written, any);
+            if (e == NULL) {
+                Py_CLEAR(r);
+                break;
+            }
+            if (PyTuple_Check(r)) {
+                PyTuple_SET_ITEM(r, k, e);
+            }
+            else {
+                PyList_SET_ITEM(r, k, e);
+            }
+        }
+        return r;
+    }
+    if (PyDict_Check(o)) {
+        PyObject *r = PyDict_New(), *k, *v;
+        Py_ssize_t pos = 0;
+        while (r != NULL && PyDict_Next(o, &pos, &k, &v)) {
+            PyObject *e = rg_extra_map(v, masks, written, any);
+            if (e == NULL || PyDict_SetItem(r, k, e) < 0) {
+                Py_CLEAR(r);
+            }
+            Py_XDECREF(e);
+        }
+        return r;
+    }
+    Py_RETURN_NONE;
+}
+
+/* new reference: the rg_extra pytree of the Python-level graph gm, or NULL
+ * (none, no exception) */
+static PyObject *
+rg_extra_template(PyObject *gm)
+{
+    PyObject *g = PyObject_GetAttrString(gm, "graph");
+    PyObject *l = g ? PyObject_GetAttrString(g, "nodes") : NULL;
+    PyObject *nodes = l ? PySequence_List(l) : NULL;
+    PyObject *masks = PyDict_New(), *written = PySet_New(NULL), *r = NULL;
+    int k = 0, any = 0;
+    Py_XDECREF(g);
+    Py_XDECREF(l);
+    for (Py_ssize_t i = 0; nodes && masks && written && i < PyList_GET_SIZE(nodes); i++) {
+        PyObject *node = PyList_GET_ITEM(nodes, i);
+        PyObject *op = PyObject_GetAttrString(node, "op");
+        const char *opc = op ? PyUnicode_AsUTF8(op) : NULL;
+        uint64_t m = 0;
+        if (opc == NULL) {
+            Py_XDECREF(op);
+            goto done;
+        }
+        if (!strcmp(opc, "output")) {
+            PyObject *a = PyObject_GetAttrString(node, "args");
+            PyObject *o = a && PyTuple_Check(a) && PyTuple_GET_SIZE(a) == 1
+                          ? PyTuple_GET_ITEM(a, 0) : a;
+            r = o ? rg_extra_map(o, masks, written, &any) : NULL;
+            Py_XDECREF(a);
+            Py_DECREF(op);
+            break;
+        }
+        if (!strcmp(opc, "placeholder")) {
+            m = 1ULL << (k < 63 ? k : 63);
+            k++;
+        }
+        else {
+            PyObject *ins = PyObject_GetAttrString(node, "all_input_nodes");
+            PyObject *il = ins ? PySequence_List(ins) : NULL;
+            Py_XDECREF(ins);
+            for (Py_ssize_t j = 0; il && j < PyList_GET_SIZE(il); j++) {
+                PyObject *mm = PyDict_GetItemWithError(masks, PyList_GET_ITEM(il, j));
+                m |= mm ? PyLong_AsUnsignedLongLong(mm) : 0;
+            }
+            Py_XDECREF(il);
+            int im = 0;
+            PyObject *nm = target_name(node, &im);
+            const char *sn = nm ? PyUnicode_AsUTF8(nm) : NULL;
+            size_t sl = sn ? strlen(sn) : 0;
+            if (sn && ((sl > 1 && sn[sl - 1] == '_' && sn[sl - 2] != '_')
+                       || strstr(sn, "setitem") != NULL)) {
+                PyObject *a = PyObject_GetAttrString(node, "args");
+                if (a && PyTuple_Check(a) && PyTuple_GET_SIZE(a) > 0) {
+                    PySet_Add(written, PyTuple_GET_ITEM(a, 0));
+                }
+                Py_XDECREF(a);
+            }
+            Py_XDECREF(nm);
+            PyErr_Clear();
+        }
+        Py_DECREF(op);
+        PyObject *pm = PyLong_FromUnsignedLongLong(m);
+        if (pm == NULL || PyDict_SetItem(masks, node, pm) < 0) {
+            Py_XDECREF(pm);
+            goto done;
+        }
+        Py_DECREF(pm);
+    }
+done:
+    Py_XDECREF(nodes);
+    Py_XDECREF(masks);
+    Py_XDECREF(written);
+    PyErr_Clear();
+    if (r != NULL && !any) {
+        Py_CLEAR(r);
+    }
+    return r;
+}
+
+PyObject *
+lw_stax_backend_fn(PyObject *mod, PyObject *args, PyObject *kwargs)
+{
+    (void)mod;
+    PyObject *gm = NULL, *examples = NULL;
+    int strict = 0, dynamic = 0;
+    if (!PyArg_ParseTuple(args, "OO:stax_backend", &gm, &examples)) {
+        return NULL;
+    }
+    if (kwargs != NULL) {
+        PyObject *s = PyDict_GetItemString(kwargs, "strict_native");
+        if (s != NULL && (strict = PyObject_IsTrue(s)) < 0) {
+            return NULL;
+        }
+        s = PyDict_GetItemString(kwargs, "dynamic");
+        if (s != NULL && (dynamic = PyObject_IsTrue(s)) < 0) {
+            return NULL;
+        }
+    }
+    PyObject *ex = PySequence_Tuple(examples);
+    if (ex == NULL) {
+        return NULL;
+    }
+    /* a graph that mutates (in-place ops) is lowered from its op-level
+     * graph, where functionalization turned mutations into values and
+     * copy_ into the mutated inputs; others from the Python-level graph
+     * (same semantics, no pass cost on the first call) */
+    PyObject *gm_in = gm;
+    gm = NULL;
+    {
+        PyObject *g0 = PyObject_GetAttrString(gm_in, "graph");
+        PyObject *l0 = g0 ? PyObject_GetAttrString(g0, "nodes") : NULL;
+        PyObject *n0 = l0 ? PySequence_List(l0) : NULL;
+        Py_XDECREF(g0);
+        Py_XDECREF(l0);
+        int mut = 0;
+        for (Py_ssize_t i = 0; n0 && i < PyList_GET_SIZE(n0) && !mut; i++) {
+            int im = 0;
+            PyObject *nm = target_name(PyList_GET_ITEM(n0, i), &im);
+            if (nm != NULL) {
+                const char *sname = PyUnicode_AsUTF8(nm);
+                size_t l = sname ? strlen(sname) : 0;
+                mut = l > 1 && sname[l - 1] == '_' && sname[l - 2] != '_';
+                mut |= sname && strstr(sname, "setitem") != NULL;
+            }
+            Py_XDECREF(nm);
+        }
+        Py_XDECREF(n0);
+        PyErr_Clear();
+        if (mut) {
+            PyObject *m = PyImport_ImportModule("tensorplay._C");
+            PyObject *f = m ? PyObject_GetAttrString(m, "make_op_graph") : NULL;
+            Py_XDECREF(m);
+            gm = f ? PyObject_CallOneArg(f, gm_in) : NULL;
+            Py_XDECREF(f);
+            if (gm == NULL) {
+                PyErr_Clear();
+            }
+        }
+        if (gm == NULL) {
+            gm = Py_NewRef(gm_in);
+        }
+    }
+    /* the graph's meta['val'] describe the traced sizes: other example
+     * sizes (a per-layout artifact) need their own values */
+    PyObject *vals = NULL;
+    PyObject *graph = PyObject_GetAttrString(gm, "graph");
+    PyObject *nl = graph ? PyObject_GetAttrString(graph, "nodes") : NULL;
+    PyObject *nodes = nl ? PySequence_List(nl) : NULL;
+    Py_XDECREF(graph);
+    Py_XDECREF(nl);
+    if (nodes == NULL) {
+        Py_DECREF(ex);
+        Py_DECREF(gm);
+        return NULL;
+    }
+    int k = 0, differ = 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(nodes) && !differ; i++) {
+        PyObject *node = PyList_GET_ITEM(nodes, i);
+        PyObject *op = PyObject_GetAttrString(node, "op");
+        if (op != NULL && PyUnicode_CompareWithASCIIString(op, "placeholder") == 0) {
+            PyObject *v = node_val(node, NULL);
+            int n1, n2;
+            int64_t s1[STAX_MAX_DIMS], s2[STAX_MAX_DIMS], t1[STAX_MAX_DIMS], t2[STAX_MAX_DIMS];
+            stax_dtype_t d1, d2;
+            if (v != NULL && k < PyTuple_GET_SIZE(ex)
+                && lw_val_info(v, &n1, s1, t1, &d1)
+                && lw_val_info(PyTuple_GET_ITEM(ex, k), &n2, s2, t2, &d2)) {
+                differ = n1 != n2 || d1 != d2
+                         || memcmp(s1, s2, sizeof(int64_t) * (size_t)n1) != 0;
+            }
+            Py_XDECREF(v);
+            k++;
+        }
+        else if (op != NULL && PyUnicode_CompareWithASCIIString(op, "output") != 0) {
+            /* nodes a pass created without a value: propagate shapes */
+            PyObject *v = node_val(node, NULL);
+            differ |= v == NULL;
+            Py_XDECREF(v);
+        }
+        Py_XDECREF(op);
+    }
+    PyErr_Clear();
+    Py_DECREF(nodes);
+    if (differ) {
+        vals = lw_shape_prop(gm, ex);
+        if (vals == NULL) {
+            Py_DECREF(ex);
+            Py_DECREF(gm);
+            return NULL;
+        }
+    }
+    PyObject *r = lw_build_program(gm, ex, strict, dynamic, vals, 0, NULL);
+    if (r != NULL && ((Program *)r)->c.nrand > 0 && ((Program *)r)->c.nfallbacks > 0) {
+        /* a fallback kernel could draw from the generator between native
+         * draws: keep eager's order by running the random ops eagerly too */
+        Py_SETREF(r, lw_build_program(gm, ex, strict, dynamic, vals, 1, NULL));
+    }
+    if (r != NULL && gm != gm_in) {
+        Py_XSETREF(((Program *)r)->op_graph, Py_NewRef(gm));
+        Py_XSETREF(((Program *)r)->rg_extra, rg_extra_template(gm_in));
+    }
+    Py_XDECREF(vals);
+    Py_DECREF(ex);
+    Py_DECREF(gm);
+    return r;
+}
+
+PyObject *
+lw_build_program(PyObject *gm, PyObject *ex, int strict, int dynamic, PyObject *vals,
+              int no_random, PyObject *kcache)
+{
+    PyObject *graph = NULL, *nodes = NULL, *index = NULL;
+    Program *p = NULL;
+    vbuf **vb = NULL;
+    Py_INCREF(ex);
+    stax_backend *be = stax_lower_get_backend("llvm");
+    if (be == NULL) {
+        Py_DECREF(ex);
+        PyErr_SetString(PyExc_RuntimeError,
+                        "the Stax CPU back end needs LLVM: tensorplay was built "
+                        "without it; install llvm-19-dev (apt-get install "
+                        "llvm-19-dev) and rebuild with `make build`");
+        return NULL;
+    }
+    graph = PyObject_GetAttrString(gm, "graph");
+    PyObject *nl = graph ? PyObject_GetAttrString(graph, "nodes") : NULL;
+    nodes = nl ? PySequence_List(nl) : NULL;
+    Py_XDECREF(nl);
+    index = nodes ? PyDict_New() : NULL;
+    if (index == NULL) {
+        goto error;
+    }
+    p = PyObject_GC_New(Program, lw_program_type);
+    if (p == NULL) {
+        goto error;
+    }
+    memset(((char *)p) + sizeof(PyObject), 0, sizeof(Program) - sizeof(PyObject));
+    p->vectorcall = lw_program_vectorcall;
+    p->out_single = -1;
+    p->gm = Py_NewRef(gm);
+    p->dynamic = dynamic;
+    p->strict = strict;
+    lw_ctx *c = &p->c;
+    c->arena = stax_arena_new();
+    c->be = be;
+    c->strict = strict;
+    c->no_random = no_random;
+    static int force_symbolic = -1;
+    if (force_symbolic < 0) {
+        /* testing knob: lower static programs symbolically too */
+        force_symbolic = getenv("STAX_SYMBOLIC") != NULL;
+    }
+    if ((dynamic || force_symbolic) && kcache == NULL) {
+        /* the first size of the class: its kernels start the cache that
+         * the variants (other sizes) share */
+        p->kcache = PyDict_New();
+        if (p->kcache == NULL) {
+            goto error;
+        }
+        kcache = p->kcache;
+    }
+    else if (kcache != NULL) {
+        p->kcache = Py_NewRef(kcache);
+    }
+    c->symbolic = kcache != NULL;
+    c->kcache = kcache;
+    if (c->arena == NULL) {
+        goto error;
+    }
+    Py_ssize_t nn = PyList_GET_SIZE(nodes);
+    vb = calloc((size_t)(nn ? nn : 1), sizeof(vbuf *));
+    Py_ssize_t nin = PyTuple_GET_SIZE(ex);
+    p->in_sizes = calloc((size_t)(nin ? nin : 1) * 2 * STAX_MAX_DIMS, sizeof(int64_t));
+    p->in_ndim = calloc((size_t)(nin ? nin : 1), sizeof(int));
+    p->in_dtype = calloc((size_t)(nin ? nin : 1), sizeof(stax_dtype_t));
+    if (vb == NULL || p->in_sizes == NULL || p->in_ndim == NULL || p->in_dtype == NULL) {
+        PyErr_NoMemory();
+        goto error;
+    }
+    c->ninputs = (int)nin;
+    for (Py_ssize_t i = 0; i < nin; i++) {
+        p->in_ndim[i] = -1;
+        if (PyArray_Check(PyTuple_GET_ITEM(ex, i))) {
+            c->numpy_io = 1;
+        }
+    }
+    tmpl_ctx tc = {c, vb, index, NULL, vals, 0, {NULL}, {0}};
+    /* functionalized input mutations (copy_ into a placeholder) run after
+     * everything that reads the old values */
+    int copy_nodes[64], ncopies = 0;
+    PyObject *output_t = NULL;
+    int nph = 0;
+    for (Py_ssize_t i = 0; i < nn; i++) {
+        PyObject *node = PyList_GET_ITEM(nodes, i);
+        PyObject *ii = PyLong_FromSsize_t(i);
+        if (ii == NULL || PyDict_SetItem(index, node, ii) < 0) {
+            Py_XDECREF(ii);
+            goto error;
+        }
+        Py_DECREF(ii);
+        PyObject *ops = PyObject_GetAttrString(node, "op");
+        if (ops == NULL) {
+            goto error;
+        }
+        const char *opc = PyUnicode_AsUTF8(ops);
+        if (opc == NULL) {
+            Py_DECREF(ops);
+            goto error;
+        }
+        vbuf *v = NULL;
+        if (!strcmp(opc, "placeholder")) {
+            int k = nph++;
+            if (k >= nin) {
+                Py_DECREF(ops);
+                PyErr_SetString(PyExc_TypeError, "stax_backend: fewer example inputs than placeholders");
+                goto error;
+            }
+            PyObject *e = PyTuple_GET_ITEM(ex, k);
+            v = stax_arena_alloc(c->arena, sizeof(vbuf));
+            if (v == NULL) {
+                Py_DECREF(ops);
+                goto error;
+            }
+            int nd;
+            int64_t sz[STAX_MAX_DIMS], st[STAX_MAX_DIMS];
+            stax_dtype_t dt;
+            if (lw_val_info(e, &nd, sz, st, &dt)) {
+                int pb = lw_new_pbuf(c, PB_INPUT, nd, sz, dt);
+                if (pb < 0) {
+                    Py_DECREF(ops);
+                    goto error;
+                }
+                c->pbufs[pb].input = k;
+                memcpy(c->pbufs[pb].strides, st, sizeof(int64_t) * (size_t)nd);
+                p->in_ndim[k] = nd;
+                p->in_dtype[k] = dt;
+                memcpy(p->in_sizes + (size_t)k * 2 * STAX_MAX_DIMS, sz, sizeof(int64_t) * (size_t)nd);
+                memcpy(p->in_sizes + (size_t)k * 2 * STAX_MAX_DIMS + STAX_MAX_DIMS, st,
+                       sizeof(int64_t) * (size_t)nd);
+                v->kind = VB_TENSOR;
+                v->ndim = nd;
+                memcpy(v->sizes, sz, sizeof(int64_t) * (size_t)nd);
+                v->dtype = dt;
+                v->pbuf = pb;
+                v->body = lw_contig_load(c, pb);
+                p->lower_bound += val_bytes(e);
+            }
+            else {
+                int pb = lw_new_pbuf(c, PB_INPUT, 0, sz, STAX_FLOAT32);
+                if (pb < 0) {
+                    Py_DECREF(ops);
+                    goto error;
+                }
+                c->pbufs[pb].input = k;
+                c->pbufs[pb].ndim = -1;
+                v->kind = VB_PYOBJ;
+                v->pbuf = pb;
+            }
+        }
+        else if (!strcmp(opc, "get_attr")) {
+            PyObject *tg = PyObject_GetAttrString(node, "target");
+            PyObject *obj = Py_NewRef(gm);
+            if (tg != NULL && PyUnicode_Check(tg)) {
+                PyObject *parts = PyUnicode_Split(tg, PyUnicode_FromString("."), -1);
+                for (Py_ssize_t q = 0; parts && obj && q < PyList_GET_SIZE(parts); q++) {
+                    Py_SETREF(obj, PyObject_GetAttr(obj, PyList_GET_ITEM(parts, q)));
+                }
+                Py_XDECREF(parts);
+            }
+            Py_XDECREF(tg);
+            v = stax_arena_alloc(c->arena, sizeof(vbuf));
+            if (obj == NULL || v == NULL) {
+                Py_XDECREF(obj);
+                Py_DECREF(ops);
+                goto error;
+            }
+            int nd;
+            int64_t sz[STAX_MAX_DIMS], st[STAX_MAX_DIMS];
+            stax_dtype_t dt;
+            if (lw_val_info(obj, &nd, sz, st, &dt)) {
+                int pb = lw_new_pbuf(c, PB_CONST, nd, sz, dt);
+                if (pb < 0) {
+                    Py_DECREF(obj);
+                    Py_DECREF(ops);
+                    goto error;
+                }
+                memcpy(c->pbufs[pb].strides, st, sizeof(int64_t) * (size_t)nd);
+                c->pbufs[pb].obj = obj;
+                v->kind = VB_TENSOR;
+                v->ndim = nd;
+                memcpy(v->sizes, sz, sizeof(int64_t) * (size_t)nd);
+                v->dtype = dt;
+                v->pbuf = pb;
+                v->body = lw_contig_load(c, pb);
+            }
+            else {
+                int pb = lw_new_pbuf(c, PB_CONST, 0, sz, STAX_FLOAT32);
+                if (pb < 0) {
+                    Py_DECREF(obj);
+                    Py_DECREF(ops);
+                    goto error;
+                }
+                c->pbufs[pb].ndim = -1;
+                c->pbufs[pb].obj = obj;
+                v->kind = VB_PYOBJ;
+                v->pbuf = pb;
+            }
+            v->pbuf = v->pbuf;
+        }
+        else if (!strcmp(opc, "output")) {
+            PyObject *a = PyObject_GetAttrString(node, "args");
+            if (a == NULL) {
+                Py_DECREF(ops);
+                goto error;
+            }
+            PyObject *o = PyTuple_Check(a) && PyTuple_GET_SIZE(a) == 1 ? PyTuple_GET_ITEM(a, 0) : a;
+            Py_XSETREF(output_t, make_template(&tc, o, 1));
+            Py_DECREF(a);
+            if (output_t == NULL) {
+                Py_DECREF(ops);
+                goto error;
+            }
+        }
+        else {
+            int is_method = 0;
+            PyObject *nm = target_name(node, &is_method);
+            const char *opname = nm ? PyUnicode_AsUTF8(nm) : NULL;
+            if (opname == NULL) {
+                PyErr_Clear();
+            }
+            const char *alias = opname ? operator_alias(opname) : NULL;
+            char base[96] = "";
+            if (alias) {
+                /* "add.Tensor" (op overloads) -> "add" */
+                snprintf(base, sizeof(base), "%s", alias);
+                char *dot = strchr(base, '.');
+                if (dot) {
+                    *dot = 0;
+                }
+            }
+            const stax_op_info *op = base[0] ? stax_op_by_name(base) : NULL;
+            if (!strcmp(base, "copy_") && ncopies < 64) {
+                PyObject *ca = PyObject_GetAttrString(node, "args");
+                vbuf *dv = NULL, *sv = NULL;
+                if (ca != NULL && PyTuple_Check(ca) && PyTuple_GET_SIZE(ca) >= 2) {
+                    PyObject *i0 = PyDict_GetItem(index, PyTuple_GET_ITEM(ca, 0));
+                    PyObject *i1 = PyDict_GetItem(index, PyTuple_GET_ITEM(ca, 1));
+                    dv = i0 ? vb[PyLong_AsLong(i0)] : NULL;
+                    sv = i1 ? vb[PyLong_AsLong(i1)] : NULL;
+                }
+                Py_XDECREF(ca);
+                PyErr_Clear();
+                if (dv != NULL && sv != NULL && dv->kind == VB_TENSOR && sv->kind == VB_TENSOR
+                    && dv->pbuf >= 0 && c->pbufs[dv->pbuf].kind == PB_INPUT) {
+                    tc.copy_src[tc.ncopy] = sv;
+                    tc.copy_dst[tc.ncopy] = dv->pbuf;
+                    tc.ncopy++;
+                    copy_nodes[ncopies++] = (int)i;
+                    v = sv;
+                    Py_XDECREF(nm);
+                    Py_DECREF(ops);
+                    vb[i] = v;
+                    continue;
+                }
+            }
+            PyObject *val = node_val(node, vals);
+            PyObject *nargs = PyObject_GetAttrString(node, "args");
+            PyObject *nkw = nargs ? PyObject_GetAttrString(node, "kwargs") : NULL;
+            const char *why = NULL;
+            int rc = 0;
+            if (nargs == NULL || nkw == NULL) {
+                PyErr_Clear();
+                why = "node without args";
+            }
+            else if (val == NULL) {
+                why = "node without meta['val']";
+            }
+            else if (op == NULL) {
+                why = "no op of the op table matches the node's target";
+            }
+            else {
+                struct lw_node_in in = {base, op, node, nargs,
+                                        nkw == Py_None ? NULL : nkw, val, vb, index};
+                rc = lw_lower_node(c, &in, &v, &why);
+                if (rc < 0) {
+                    /* an internal lowering problem: report, then fall back */
+                    PyObject *et, *ev, *etb;
+                    PyErr_Fetch(&et, &ev, &etb);
+                    PyObject *msg = ev ? PyObject_Str(ev) : NULL;
+                    static char buf[256];
+                    snprintf(buf, sizeof(buf), "lowering failed: %s",
+                             msg ? PyUnicode_AsUTF8(msg) : "?");
+                    PyErr_Clear();
+                    Py_XDECREF(msg);
+                    Py_XDECREF(et);
+                    Py_XDECREF(ev);
+                    Py_XDECREF(etb);
+                    why = buf;
+                    rc = 0;
+                }
+            }
+            Py_XDECREF(nargs);
+            Py_XDECREF(nkw);
+            if (rc == 0) {
+                if (strict) {
+                    strict_error(node, opname ? opname : "?", why ? why : "unsupported");
+                    Py_XDECREF(val);
+                    Py_XDECREF(nm);
+                    Py_DECREF(ops);
+                    goto error;
+                }
+                if (make_fallback(c, &tc, node, val, is_method, &v) < 0) {
+                    Py_XDECREF(val);
+                    Py_XDECREF(nm);
+                    Py_DECREF(ops);
+                    goto error;
+                }
+            }
+            Py_XDECREF(val);
+            Py_XDECREF(nm);
+        }
+        Py_DECREF(ops);
+        vb[i] = v;
+    }
+    if (output_t == NULL) {
+        output_t = Py_NewRef(Py_None);
+    }
+    /* a copy's source that reads an input another copy writes is
+     * materialized before any input is written */
+    for (int q = 0; q < ncopies; q++) {
+        PyObject *ca = PyObject_GetAttrString(PyList_GET_ITEM(nodes, copy_nodes[q]), "args");
+        if (ca == NULL) {
+            goto error;
+        }
+        vbuf *sv = vb[PyLong_AsLong(PyDict_GetItem(index, PyTuple_GET_ITEM(ca, 1)))];
+        Py_DECREF(ca);
+        for (int r = 0; r < ncopies && sv->pbuf < 0; r++) {
+            PyObject *cb = PyObject_GetAttrString(PyList_GET_ITEM(nodes, copy_nodes[r]), "args");
+            if (cb == NULL) {
+                goto error;
+            }
+            vbuf *dv = vb[PyLong_AsLong(PyDict_GetItem(index, PyTuple_GET_ITEM(cb, 0)))];
+            Py_DECREF(cb);
+            int hit = r == q ? 0 : lw_body_reads(c, sv->body, dv->pbuf);
+            if (hit < 0 || (hit > 0 && lw_materialize(c, sv) < 0)) {
+                goto error;
+            }
+        }
+    }
+    for (int q = 0; q < ncopies; q++) {
+        PyObject *node = PyList_GET_ITEM(nodes, copy_nodes[q]);
+        PyObject *ca = PyObject_GetAttrString(node, "args");
+        if (ca == NULL) {
+            goto error;
+        }
+        vbuf *dv = vb[PyLong_AsLong(PyDict_GetItem(index, PyTuple_GET_ITEM(ca, 0)))];
+        vbuf *sv = vb[PyLong_AsLong(PyDict_GetItem(index, PyTuple_GET_ITEM(ca, 1)))];
+        Py_DECREF(ca);
+        int rc = lw_lower_copy_into(c, dv, sv);
+        if (rc < 0) {
+            goto error;
+        }
+        if (rc == 0) {
+            if (strict) {
+                strict_error(node, "copy_", "mutation of an expanded input");
+                goto error;
+            }
+            vbuf *fv = NULL;
+            if (make_fallback(c, &tc, node, NULL, 0, &fv) < 0) {
+                goto error;
+            }
+        }
+    }
+    p->out_template = output_t;
+    if (stax_lower_slotref_index(output_t) >= 0) {
+        p->out_single = stax_lower_slotref_index(output_t);
+    }
+    /* outputs */
+    int outs[256], nouts = 0;
+    for (int b = 0; b < c->npbufs && nouts < 256; b++) {
+        if (c->pbufs[b].is_output) {
+            outs[nouts++] = b;
+            if (c->pbufs[b].ndim >= 0) {
+                pbuf_t *pb = &c->pbufs[b];
+                int64_t n = lw_dtype_size(pb->dtype);
+                for (int d = 0; d < pb->ndim; d++) {
+                    n *= pb->sizes[d];
+                }
+                p->lower_bound += n;
+            }
+        }
+    }
+    if (lw_finalize(c, outs, nouts) < 0) {
+        goto error;
+    }
+    p->kernels = PyList_New(0);
+    if (p->kernels == NULL) {
+        goto error;
+    }
+    for (int i = 0; i < c->nsteps; i++) {
+        step_t *s = &c->steps[i];
+        if (s->kind != ST_KERNEL) {
+            continue;
+        }
+        PyObject *ki = PyStructSequence_New(lw_kernel_info_type);
+        PyObject *lir = stax_lower_kernel_str(s->k);
+        if (ki == NULL || lir == NULL) {
+            Py_XDECREF(ki);
+            Py_XDECREF(lir);
+            goto error;
+        }
+        PyStructSequence_SET_ITEM(ki, 0, PyUnicode_FromString(s->k->name));
+        PyStructSequence_SET_ITEM(ki, 1, Py_NewRef(s->source ? s->source : Py_None));
+        PyStructSequence_SET_ITEM(ki, 2, lir);
+        PyStructSequence_SET_ITEM(ki, 3, PyLong_FromLongLong(s->k->bytes_read));
+        PyStructSequence_SET_ITEM(ki, 4, PyLong_FromLongLong(s->k->bytes_written));
+        int rc = PyList_Append(p->kernels, ki);
+        Py_DECREF(ki);
+        if (rc < 0) {
+            goto error;
+        }
+    }
+    free(vb);
+    Py_DECREF(ex);
+    Py_DECREF(graph);
+    Py_DECREF(nodes);
+    Py_DECREF(index);
+    PyObject_GC_Track(p);
+    return (PyObject *)p;
+error:
+    free(vb);
+    Py_XDECREF(ex);
+    Py_XDECREF(graph);
+    Py_XDECREF(nodes);
+    Py_XDECREF(index);
+    if (p != NULL) {
+        if (p->kernels == NULL) {
+            p->kernels = PyList_New(0);
+        }
+        Py_DECREF(p);
+    }
+    return NULL;
+}

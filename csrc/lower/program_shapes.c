@@ -1,0 +1,282 @@
+/* Shape propagation and dynamic-mode variants: running a graph eagerly
+ * over example inputs to get every node's value (when the traced meta['val']
+ * sizes do not describe the examples), the same without side effects over
+ * the call's real inputs, and the dynamic CompiledProgram's lookup/compile
+ * of the size variant for a call's inputs. */
+#include "lower/lower_internal.h"
+#include "graph/graph.h"
+#include "stax_numpy.h"
+
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* run the graph eagerly on ex: node -> value (new dict) */
+static PyObject *
+subst_vals(PyObject *o, PyObject *vals)
+{
+    if (StaxNode_Type != NULL && PyObject_TypeCheck(o, StaxNode_Type)) {
+        PyObject *v = PyDict_GetItemWithError(vals, o);
+        if (v == NULL && !PyErr_Occurred()) {
+            PyErr_SetString(PyExc_RuntimeError, "shape propagation: node used before definition");
+        }
+        return Py_XNewRef(v);
+    }
+    if (PyTuple_CheckExact(o) || PyList_CheckExact(o)) {
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
+        PyObject *r = PyTuple_CheckExact(o) ? PyTuple_New(n) : PyList_New(n);
+        for (Py_ssize_t i = 0; r && i < n; i++) {
+            PyObject *e = subst_vals(PySequence_Fast_GET_ITEM(o, i), vals);
+            if (e == NULL) {
+                Py_CLEAR(r);
+                break;
+            }
+            if (PyTuple_CheckExact(r)) {
+                PyTuple_SET_ITEM(r, i, e);
+            }
+            else {
+                PyList_SET_ITEM(r, i, e);
+            }
+        }
+        return r;
+    }
+    if (PyDict_CheckExact(o)) {
+        PyObject *r = PyDict_New(), *k, *v;
+        Py_ssize_t pos = 0;
+        while (r && PyDict_Next(o, &pos, &k, &v)) {
+            PyObject *e = subst_vals(v, vals);
+            if (e == NULL || PyDict_SetItem(r, k, e) < 0) {
+                Py_XDECREF(e);
+                Py_CLEAR(r);
+            }
+            Py_XDECREF(e);
+        }
+        return r;
+    }
+    return Py_NewRef(o);
+}
+
+PyObject *
+lw_shape_prop(PyObject *gm, PyObject *ex)
+{
+    PyObject *graph = PyObject_GetAttrString(gm, "graph");
+    PyObject *nl = graph ? PyObject_GetAttrString(graph, "nodes") : NULL;
+    PyObject *nodes = nl ? PySequence_List(nl) : NULL;
+    PyObject *vals = nodes ? PyDict_New() : NULL;
+    Py_XDECREF(graph);
+    Py_XDECREF(nl);
+    int k = 0;
+    for (Py_ssize_t i = 0; vals && i < PyList_GET_SIZE(nodes); i++) {
+        PyObject *node = PyList_GET_ITEM(nodes, i);
+        PyObject *op = PyObject_GetAttrString(node, "op");
+        PyObject *tg = op ? PyObject_GetAttrString(node, "target") : NULL;
+        PyObject *a = tg ? PyObject_GetAttrString(node, "args") : NULL;
+        PyObject *kw = a ? PyObject_GetAttrString(node, "kwargs") : NULL;
+        PyObject *r = NULL;
+        const char *o = op ? PyUnicode_AsUTF8(op) : NULL;
+        if (kw != NULL && o != NULL) {
+            if (!strcmp(o, "placeholder")) {
+                r = k < PyTuple_GET_SIZE(ex) ? Py_NewRef(PyTuple_GET_ITEM(ex, k)) : Py_NewRef(Py_None);
+                k++;
+            }
+            else if (!strcmp(o, "output")) {
+                r = Py_NewRef(Py_None);
+            }
+            else if (!strcmp(o, "get_attr")) {
+                r = PyObject_GetAttr(gm, tg);
+            }
+            else {
+                PyObject *sa = subst_vals(a, vals);
+                PyObject *sk = sa ? subst_vals(kw == Py_None ? Py_None : kw, vals) : NULL;
+                if (sk != NULL && sk != Py_None && !PyDict_Check(sk)) {
+                    Py_CLEAR(sk);
+                }
+                if (sa != NULL && !PyTuple_Check(sa)) {
+                    Py_SETREF(sa, PySequence_Tuple(sa));
+                }
+                if (sa != NULL && (sk != NULL || kw == Py_None || PyErr_Occurred() == NULL)) {
+                    PyObject *kwd = (sk == NULL || sk == Py_None) ? NULL : sk;
+                    if (!strcmp(o, "call_method")) {
+                        PyObject *m = PyObject_GetAttr(PyTuple_GET_ITEM(sa, 0), tg);
+                        PyObject *rest = m ? PyTuple_GetSlice(sa, 1, PyTuple_GET_SIZE(sa)) : NULL;
+                        r = rest ? PyObject_Call(m, rest, kwd) : NULL;
+                        Py_XDECREF(m);
+                        Py_XDECREF(rest);
+                    }
+                    else {
+                        r = PyObject_Call(tg, sa, kwd);
+                    }
+                }
+                Py_XDECREF(sa);
+                Py_XDECREF(sk);
+            }
+        }
+        Py_XDECREF(op);
+        Py_XDECREF(tg);
+        Py_XDECREF(a);
+        Py_XDECREF(kw);
+        if (r == NULL || PyDict_SetItem(vals, node, r) < 0) {
+            Py_XDECREF(r);
+            Py_CLEAR(vals);
+            break;
+        }
+        Py_DECREF(r);
+    }
+    Py_XDECREF(nodes);
+    return vals;
+}
+
+/* A 1-d tensor over a copy of t's whole storage (same dtype). */
+static PyObject *
+storage_clone(StaxTensor *t)
+{
+    int isz = stax_dtype_itemsize(t->dtype);
+    int64_t n = isz > 0 ? t->storage->nbytes / isz : 0;
+    StaxTensor *flat = stax_tensor_empty(1, &n, t->dtype);
+    if (flat != NULL && n > 0) {
+        memcpy(flat->storage->data, t->storage->data, (size_t)(n * isz));
+    }
+    return (PyObject *)flat;
+}
+
+/* lw_shape_prop over the call's real inputs, without its side effects: the
+ * graph may write its inputs in place (functionalized copy_ write-backs)
+ * and draw random numbers, and the variant's kernels will do both again
+ * when they run. So propagate over layout-preserving clones of the tensor
+ * inputs (inputs sharing a storage share one clone) with the default
+ * generator's state restored afterwards. */
+static PyObject *
+shape_prop_isolated(PyObject *gm, PyObject *ex)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(ex);
+    PyObject *cex = PyTuple_New(n);
+    PyObject *clones = PyDict_New();   /* storage -> flat clone tensor */
+    PyObject *rnd = PyImport_ImportModule("tensorplay.random");
+    PyObject *state = rnd ? PyObject_CallMethod(rnd, "get_rng_state", NULL) : NULL;
+    PyObject *vals = NULL;
+    if (cex == NULL || clones == NULL || state == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *a = PyTuple_GET_ITEM(ex, i);
+        PyObject *c = NULL;
+        if (StaxTensor_Check(a)) {
+            StaxTensor *t = (StaxTensor *)a;
+            PyObject *key = (PyObject *)t->storage;
+            PyObject *flat = PyDict_GetItemWithError(clones, key); /* borrowed */
+            if (flat == NULL && PyErr_Occurred()) {
+                goto done;
+            }
+            if (flat == NULL) {
+                PyObject *f = storage_clone(t);
+                if (f == NULL || PyDict_SetItem(clones, key, f) < 0) {
+                    Py_XDECREF(f);
+                    goto done;
+                }
+                Py_DECREF(f);
+                flat = f;
+            }
+            c = (PyObject *)stax_tensor_as_strided((StaxTensor *)flat, t->ndim,
+                                                   t->sizes, t->strides,
+                                                   t->offset);
+        }
+        else {
+            c = Py_NewRef(a);
+        }
+        if (c == NULL) {
+            goto done;
+        }
+        PyTuple_SET_ITEM(cex, i, c);
+    }
+    vals = lw_shape_prop(gm, cex);
+    if (vals != NULL) {
+        /* placeholders keep the real inputs (their layout is the same) */
+        PyObject *graph = PyObject_GetAttrString(gm, "graph");
+        PyObject *nl = graph ? PyObject_GetAttrString(graph, "nodes") : NULL;
+        PyObject *nodes = nl ? PySequence_List(nl) : NULL;
+        Py_XDECREF(graph);
+        Py_XDECREF(nl);
+        Py_ssize_t k = 0;
+        for (Py_ssize_t i = 0; nodes && i < PyList_GET_SIZE(nodes); i++) {
+            StaxNode *node = (StaxNode *)PyList_GET_ITEM(nodes, i);
+            if (node->op == STAX_NODE_PLACEHOLDER && k < n) {
+                if (PyDict_SetItem(vals, (PyObject *)node,
+                                   PyTuple_GET_ITEM(ex, k++)) < 0) {
+                    Py_CLEAR(vals);
+                    break;
+                }
+            }
+        }
+        if (nodes == NULL) {
+            Py_CLEAR(vals);
+        }
+        Py_XDECREF(nodes);
+    }
+done:
+    if (state != NULL) {
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        PyObject *r = PyObject_CallMethod(rnd, "set_rng_state", "O", state);
+        if (r == NULL) {
+            Py_CLEAR(vals);
+            Py_XDECREF(et);
+            Py_XDECREF(ev);
+            Py_XDECREF(tb);
+        }
+        else {
+            Py_DECREF(r);
+            PyErr_Restore(et, ev, tb);
+        }
+    }
+    Py_XDECREF(state);
+    Py_XDECREF(rnd);
+    Py_XDECREF(clones);
+    Py_XDECREF(cex);
+    return vals;
+}
+
+/* dynamic mode: the variant compiled for these inputs' sizes (borrowed) */
+Program *
+lw_find_variant(Program *p, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (p->variants != NULL) {
+        for (Py_ssize_t v = 0; v < PyList_GET_SIZE(p->variants); v++) {
+            Program *q = (Program *)PyList_GET_ITEM(p->variants, v);
+            int ok = 1;
+            for (int i = 0; i < nargs && ok; i++) {
+                ok = lw_input_ok(q, i, args[i]) == 0;
+            }
+            if (ok) {
+                return q;
+            }
+        }
+    }
+    else {
+        p->variants = PyList_New(0);
+        if (p->variants == NULL) {
+            return NULL;
+        }
+    }
+    PyObject *ex = PyTuple_New(nargs);
+    if (ex == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        PyTuple_SET_ITEM(ex, i, Py_NewRef(args[i]));
+    }
+    PyObject *vals = shape_prop_isolated(p->gm, ex);
+    PyObject *q = vals ? lw_build_program(p->gm, ex, p->strict, 0, vals, p->c.no_random,
+                                        p->kcache) : NULL;
+    Py_DECREF(ex);
+    Py_XDECREF(vals);
+    if (q == NULL) {
+        return NULL;
+    }
+    Py_XSETREF(((Program *)q)->rg_extra, Py_XNewRef(p->rg_extra));
+    if (PyList_GET_SIZE(p->variants) >= 16) {
+        PySequence_DelItem(p->variants, 0);
+    }
+    int rc = PyList_Append(p->variants, q);
+    Py_DECREF(q);
+    return rc < 0 ? NULL : (Program *)q;
+}
