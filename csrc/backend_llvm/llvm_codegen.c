@@ -852,6 +852,25 @@ set_reassoc(LLVMValueRef v)
     }
 }
 
+/* max (mx) or min of cur and v of type t (value dtype vdt): NaN-propagating
+ * for floats, or / and for bool, signed or unsigned integer max / min */
+static LLVMValueRef
+red_minmax(cg_t *g, int mx, int fp, stax_dtype_t vdt, LLVMTypeRef t,
+           LLVMValueRef cur, LLVMValueRef v)
+{
+    LLVMBuilderRef b = g->b;
+    LLVMValueRef xs[2] = {cur, v};
+    if (fp) {
+        return intrinsic(g, mx ? "llvm.maximum" : "llvm.minimum", t, xs, 2);
+    }
+    if (vdt == STAX_BOOL) {
+        return mx ? LLVMBuildOr(b, cur, v, "") : LLVMBuildAnd(b, cur, v, "");
+    }
+    int un = is_unsigned(vdt);
+    return intrinsic(g, un ? (mx ? "llvm.umax" : "llvm.umin")
+                           : (mx ? "llvm.smax" : "llvm.smin"), t, xs, 2);
+}
+
 /* fold value into accumulator a (innermost loop body) */
 static void red_combine_store(cg_t *g, const stax_lacc *a, LLVMValueRef cur,
                               LLVMValueRef v, LLVMValueRef ptr);
@@ -917,22 +936,9 @@ red_fold(cg_t *g, int ai)
         r = fp ? LLVMBuildFMul(b, cur, v, "") : LLVMBuildMul(b, cur, v, "");
         set_reassoc(r);
         break;
-    case STAX_RED_MAX: case STAX_RED_MIN: {
-        int mx = a->op == STAX_RED_MAX;
-        LLVMValueRef xs[2] = {cur, v};
-        if (fp) {
-            r = intrinsic(g, mx ? "llvm.maximum" : "llvm.minimum", t, xs, 2);
-        }
-        else if (vdt == STAX_BOOL) {
-            r = mx ? LLVMBuildOr(b, cur, v, "") : LLVMBuildAnd(b, cur, v, "");
-        }
-        else {
-            int un = is_unsigned(vdt);
-            r = intrinsic(g, un ? (mx ? "llvm.umax" : "llvm.umin")
-                                : (mx ? "llvm.smax" : "llvm.smin"), t, xs, 2);
-        }
+    case STAX_RED_MAX: case STAX_RED_MIN:
+        r = red_minmax(g, a->op == STAX_RED_MAX, fp, vdt, t, cur, v);
         break;
-    }
     case STAX_RED_ANY:
         r = LLVMBuildOr(b, cur, v, "");
         break;
@@ -961,22 +967,9 @@ red_combine_store(cg_t *g, const stax_lacc *a, LLVMValueRef cur, LLVMValueRef v,
     case STAX_RED_PROD:
         r = fp ? LLVMBuildFMul(b, cur, v, "") : LLVMBuildMul(b, cur, v, "");
         break;
-    case STAX_RED_MAX: case STAX_RED_MIN: {
-        int mx = a->op == STAX_RED_MAX;
-        LLVMValueRef xs[2] = {cur, v};
-        if (fp) {
-            r = intrinsic(g, mx ? "llvm.maximum" : "llvm.minimum", t, xs, 2);
-        }
-        else if (vdt == STAX_BOOL) {
-            r = mx ? LLVMBuildOr(b, cur, v, "") : LLVMBuildAnd(b, cur, v, "");
-        }
-        else {
-            int un = is_unsigned(vdt);
-            r = intrinsic(g, un ? (mx ? "llvm.umax" : "llvm.umin")
-                                : (mx ? "llvm.smax" : "llvm.smin"), t, xs, 2);
-        }
+    case STAX_RED_MAX: case STAX_RED_MIN:
+        r = red_minmax(g, a->op == STAX_RED_MAX, fp, vdt, t, cur, v);
         break;
-    }
     case STAX_RED_ANY:
         r = LLVMBuildOr(b, cur, v, "");
         break;
