@@ -1,4 +1,5 @@
-/* Private to csrc/trace: the tracer state shared by proxy.c and tracer.c. */
+/* Private to csrc/trace: the tracer state shared by proxy.c, tracer.c and
+ * the tracer's parts (trace_record.c, trace_gates.c, trace_replay.c). */
 #ifndef STAX_TRACE_INTERNAL_H
 #define STAX_TRACE_INTERNAL_H
 
@@ -61,6 +62,18 @@ PyObject *stax_trace_hooks_install(StaxTracer *tr);
 void stax_trace_hooks_remove(PyObject *saved);
 int stax_trace_demote_constants(StaxTracer *tr);
 int stax_trace_isolation_init(PyObject *m);
+
+/* split of the tracer (tracer.c, trace_record.c, trace_replay.c) */
+int stax_trace_is_tensor(PyObject *o);
+/* mode 0: proxies -> nodes, tensors -> get_attr constants;
+ * mode 1: proxies -> sample values (*missing set to the node lacking one) */
+PyObject *stax_trace_map_args(StaxTracer *tr, PyObject *o, int mode,
+                              StaxNode **missing);
+/* Add the address of the storage of every tensor leaf of o to `set`. */
+int stax_trace_storage_keys(PyObject *o, PyObject *set);
+/* Algorithm 3.1: the guard replay GraphModule (trace_replay.c) */
+PyObject *stax_trace_extract_replay(StaxTracer *tr, PyObject *consts,
+                                    int *copies_inputs);
 
 int stax_trace_proxy_init(PyObject *m);
 int stax_trace_tracer_init(PyObject *m);

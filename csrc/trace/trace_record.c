@@ -1,0 +1,422 @@
+/* Recording: node creation with run-time sampling (seed 3.3).  Every
+ * recorded call's arguments are mapped to nodes (real tensors become
+ * get_attr constants held by reference), the node is run on the samples
+ * under no_grad, its writes to tensor arguments are noted, and a new Proxy
+ * is returned. */
+#include "trace/trace_internal.h"
+#include "structmember.h"
+#include <string.h>
+
+/* ------------------------------------------------------------------ */
+/* recording                                                           */
+
+PyObject *
+stax_trace_const_node(StaxTracer *tr, PyObject *t)
+{
+    PyObject *key = PyLong_FromVoidPtr(t), *n, *name;
+    if (key == NULL) {
+        return NULL;
+    }
+    n = PyDict_GetItemWithError(tr->const_nodes, key);
+    if (n != NULL || PyErr_Occurred()) {
+        Py_DECREF(key);
+        return Py_XNewRef(n);
+    }
+    name = PyUnicode_FromFormat("_tensor_constant%zd",
+                                PyDict_GET_SIZE(tr->constants));
+    if (name == NULL) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    n = (PyObject *)stax_graph_create_node(tr->graph, STAX_NODE_GET_ATTR,
+                                           name, NULL, NULL, NULL);
+    if (n == NULL || PyDict_SetItemString(((StaxNode *)n)->meta, "val", t) < 0
+        || PyDict_SetItem(tr->constants, name, t) < 0
+        || PyDict_SetItem(tr->const_nodes, key, n) < 0
+        || stax_trace_snapshot_add(tr->const_snap, t) < 0) {
+        Py_XDECREF(n);
+        n = NULL;
+    }
+    Py_DECREF(key);
+    Py_DECREF(name);
+    return n;
+}
+
+/* mode 0: proxies -> nodes, tensors -> get_attr constants;
+ * mode 1: proxies -> sample values (*missing set to the node lacking one) */
+PyObject *
+stax_trace_map_args(StaxTracer *tr, PyObject *o, int mode, StaxNode **missing)
+{
+    if (StaxProxy_Check(o)) {
+        StaxProxy *p = (StaxProxy *)o;
+        if (p->tracer != tr) {
+            PyErr_Format(PyExc_RuntimeError,
+                         "tracing: proxy %%%U belongs to another (finished "
+                         "or outer) trace", p->node->name);
+            return NULL;
+        }
+        if (mode == 0) {
+            return Py_NewRef(p->node);
+        }
+        PyObject *v = PyDict_GetItemString(p->node->meta, "val");
+        if (v == NULL) {
+            if (*missing == NULL) {
+                *missing = p->node;
+            }
+            Py_RETURN_NONE;
+        }
+        return Py_NewRef(v);
+    }
+    if (mode == 0 && stax_trace_is_tensor(o)) {
+        return stax_trace_const_node(tr, o);
+    }
+    if (PyTuple_CheckExact(o) || PyList_CheckExact(o)) {
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
+        PyObject *res = PyTuple_Check(o) ? PyTuple_New(n) : PyList_New(n);
+        if (res == NULL) {
+            return NULL;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *v = stax_trace_map_args(tr, PySequence_Fast_GET_ITEM(o, i), mode,
+                                   missing);
+            if (v == NULL) {
+                Py_DECREF(res);
+                return NULL;
+            }
+            if (PyTuple_Check(res)) {
+                PyTuple_SET_ITEM(res, i, v);
+            }
+            else {
+                PyList_SET_ITEM(res, i, v);
+            }
+        }
+        return res;
+    }
+    if (PyDict_CheckExact(o)) {
+        PyObject *res = PyDict_New(), *k, *v;
+        Py_ssize_t pos = 0;
+        if (res == NULL) {
+            return NULL;
+        }
+        while (PyDict_Next(o, &pos, &k, &v)) {
+            PyObject *m = stax_trace_map_args(tr, v, mode, missing);
+            if (m == NULL || PyDict_SetItem(res, k, m) < 0) {
+                Py_XDECREF(m);
+                Py_DECREF(res);
+                return NULL;
+            }
+            Py_DECREF(m);
+        }
+        return res;
+    }
+    if (PySlice_Check(o)) {
+        PySliceObject *s = (PySliceObject *)o;
+        PyObject *a = stax_trace_map_args(tr, s->start, mode, missing);
+        PyObject *b = a ? stax_trace_map_args(tr, s->stop, mode, missing) : NULL;
+        PyObject *c = b ? stax_trace_map_args(tr, s->step, mode, missing) : NULL;
+        PyObject *r = c ? PySlice_New(a, b, c) : NULL;
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        Py_XDECREF(c);
+        return r;
+    }
+    return Py_NewRef(o);
+}
+
+/* Append every tensor leaf of o (inside tuples, lists, dict values) to
+ * the list `out`. */
+static int
+tensor_leaves(PyObject *o, PyObject *out)
+{
+    if (stax_trace_is_tensor(o)) {
+        return PyList_Append(out, o);
+    }
+    if (PyTuple_Check(o) || PyList_Check(o)) {
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); i++) {
+            if (tensor_leaves(PySequence_Fast_GET_ITEM(o, i), out) < 0) {
+                return -1;
+            }
+        }
+    }
+    else if (PyDict_Check(o)) {
+        PyObject *k, *v;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(o, &pos, &k, &v)) {
+            if (tensor_leaves(v, out) < 0) {
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Add the address of the storage of every tensor leaf of o to `set`. */
+int
+stax_trace_storage_keys(PyObject *o, PyObject *set)
+{
+    PyObject *leaves = PyList_New(0);
+    int rc = leaves ? tensor_leaves(o, leaves) : -1;
+    for (Py_ssize_t i = 0; rc == 0 && i < PyList_GET_SIZE(leaves); i++) {
+        StaxTensor *t = (StaxTensor *)PyList_GET_ITEM(leaves, i);
+        PyObject *k = PyLong_FromVoidPtr(t->storage);
+        rc = (k != NULL && PySet_Add(set, k) == 0) ? 0 : -1;
+        Py_XDECREF(k);
+    }
+    Py_XDECREF(leaves);
+    return rc;
+}
+
+/* Run the node on the sample under no_grad; fills meta 'val' or
+ * 'sample_error'. 0 ok (even when the sample failed), -1 internal error. */
+static int
+run_sample(StaxTracer *tr, StaxNode *n, PyObject *args, PyObject *kwargs)
+{
+    StaxNode *missing = NULL;
+    PyObject *va = NULL, *vk = NULL, *res = NULL, *leaves = NULL;
+    uint64_t *vers = NULL;
+    Py_ssize_t nl = 0;
+    int grad, rc = -1;
+    va = stax_trace_map_args(tr, args, 1, &missing);
+    vk = va ? (kwargs ? stax_trace_map_args(tr, kwargs, 1, &missing) : PyDict_New())
+            : NULL;
+    if (vk == NULL) {
+        goto done;
+    }
+    if (missing != NULL) {
+        PyObject *o = PyDict_GetItemString(missing->meta,
+                                           "sample_error_origin");
+        rc = PyDict_SetItemString(n->meta, "sample_error_origin",
+                                  o ? o : (PyObject *)missing);
+        goto done;
+    }
+    /* the versions of every tensor argument's storage: a node whose run
+     * moves one wrote it (in place, setitem, copy_, out=, through a view) */
+    leaves = PyList_New(0);
+    if (leaves == NULL || tensor_leaves(va, leaves) < 0
+        || tensor_leaves(vk, leaves) < 0) {
+        goto done;
+    }
+    nl = PyList_GET_SIZE(leaves);
+    vers = PyMem_Malloc(sizeof(uint64_t) * (size_t)(nl > 0 ? nl : 1));
+    if (vers == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < nl; i++) {
+        vers[i] = ((StaxTensor *)PyList_GET_ITEM(leaves, i))->storage->version;
+    }
+    grad = stax_grad_enabled();
+    stax_set_grad_enabled(0);
+    if (n->op == STAX_NODE_CALL_METHOD) {
+        PyObject *m = NULL, *rest = NULL;
+        if (PyTuple_GET_SIZE(va) < 1) {
+            PyErr_SetString(PyExc_TypeError, "method call without self");
+        }
+        else {
+            m = PyObject_GetAttr(PyTuple_GET_ITEM(va, 0), n->target);
+            rest = m ? PyTuple_GetSlice(va, 1, PY_SSIZE_T_MAX) : NULL;
+            res = rest ? PyObject_Call(m, rest, vk) : NULL;
+        }
+        Py_XDECREF(m);
+        Py_XDECREF(rest);
+    }
+    else {
+        res = PyObject_Call(n->target, va, vk);
+    }
+    stax_set_grad_enabled(grad);
+    if (nl > 0) {
+        PyObject *et, *ev, *tb, *wrote = PySet_New(NULL);
+        int bad = wrote == NULL;
+        PyErr_Fetch(&et, &ev, &tb);
+        for (Py_ssize_t i = 0; !bad && i < nl; i++) {
+            StaxTensor *t = (StaxTensor *)PyList_GET_ITEM(leaves, i);
+            if (t->storage->version != vers[i]) {
+                PyObject *k = PyLong_FromVoidPtr(t->storage);
+                bad = k == NULL || PySet_Add(wrote, k) < 0;
+                Py_XDECREF(k);
+            }
+        }
+        if (!bad && PySet_GET_SIZE(wrote) > 0) {
+            PyObject *fs = PyFrozenSet_New(wrote);
+            bad = fs == NULL
+                  || PyDict_SetItem(tr->mutations, (PyObject *)n, fs) < 0;
+            Py_XDECREF(fs);
+        }
+        Py_XDECREF(wrote);
+        if (bad) {
+            Py_XDECREF(et);
+            Py_XDECREF(ev);
+            Py_XDECREF(tb);
+            Py_XDECREF(res);
+            res = NULL;
+            goto done;
+        }
+        PyErr_Restore(et, ev, tb);
+    }
+    if (res != NULL) {
+        rc = PyDict_SetItemString(n->meta, "val", res);
+    }
+    else {
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        PyErr_NormalizeException(&et, &ev, &tb);
+        Py_XDECREF(tb);
+        if (ev != NULL) {
+            PyException_SetTraceback(ev, Py_None);
+            rc = PyDict_SetItemString(n->meta, "sample_error", ev);
+        }
+        else {
+            rc = 0;
+        }
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+    }
+done:
+    Py_XDECREF(va);
+    Py_XDECREF(vk);
+    Py_XDECREF(res);
+    Py_XDECREF(leaves);
+    PyMem_Free(vers);
+    return rc;
+}
+
+/* 1 when n is a conversion method whose sample run returned its own
+ * argument object (a no-op: same dtype, device, layout) and wrote nothing. */
+static int
+returns_self(StaxTracer *tr, StaxNode *n, PyObject *args)
+{
+    static const char *names[] = {
+        "to", "type", "float", "double", "half", "bfloat16", "int", "long",
+        "short", "char", "byte", "bool", "contiguous", "cpu", "type_as", NULL};
+    PyObject *p, *v, *pv;
+    const char *t;
+    if (n->op != STAX_NODE_CALL_METHOD || !PyUnicode_Check(n->target)
+        || !PyTuple_Check(args) || PyTuple_GET_SIZE(args) < 1) {
+        return 0;
+    }
+    p = PyTuple_GET_ITEM(args, 0);
+    if (!StaxProxy_Check(p) || ((StaxProxy *)p)->tracer != tr) {
+        return 0;
+    }
+    t = PyUnicode_AsUTF8(n->target);
+    if (t == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    for (int i = 0; names[i] != NULL; i++) {
+        if (strcmp(t, names[i]) == 0) {
+            v = PyDict_GetItemString(n->meta, "val");
+            pv = PyDict_GetItemString(((StaxProxy *)p)->node->meta, "val");
+            return v != NULL && v == pv
+                   && PyDict_GetItem(tr->mutations, (PyObject *)n) == NULL;
+        }
+    }
+    return 0;
+}
+
+/* 1 when node n writes a tensor argument: an in-place method (x.add_(y),
+ * x += y), a trailing-underscore function, setitem, or an out= call. */
+static int
+node_writes(StaxNode *n)
+{
+    const char *nm = NULL;
+    PyObject *name = NULL;
+    int r = 0;
+    if (n->kwargs != NULL && PyDict_Check(n->kwargs)
+        && PyDict_GetItemString(n->kwargs, "out") != NULL) {
+        return 1;
+    }
+    if (n->op == STAX_NODE_CALL_METHOD && PyUnicode_Check(n->target)) {
+        name = Py_NewRef(n->target);
+    }
+    else if (n->op == STAX_NODE_CALL_FUNCTION) {
+        name = PyObject_GetAttrString(n->target, "__name__");
+        if (name == NULL || !PyUnicode_Check(name)) {
+            PyErr_Clear();
+            Py_CLEAR(name);
+        }
+    }
+    nm = name ? PyUnicode_AsUTF8(name) : NULL;
+    if (nm == NULL) {
+        PyErr_Clear();
+    }
+    else {
+        size_t len = strlen(nm);
+        r = !strcmp(nm, "setitem") || !strcmp(nm, "__setitem__")
+            || (len > 1 && nm[0] != '_' && nm[len - 1] == '_'
+                && strcmp(nm, "and_") && strcmp(nm, "or_")
+                && strcmp(nm, "not_") && strcmp(nm, "is_"));
+    }
+    Py_XDECREF(name);
+    return r;
+}
+
+PyObject *
+stax_trace_record(StaxTracer *tr, stax_node_op_t op, PyObject *target,
+                  PyObject *args, PyObject *kwargs)
+{
+    PyObject *na = NULL, *nk = NULL, *stack = NULL, *res = NULL;
+    StaxNode *n = NULL;
+    if (!tr->active) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "tracing: a proxy was used after its trace ended "
+                        "(a traced tensor escaped the traced function)");
+        return NULL;
+    }
+    if (kwargs != NULL && PyDict_GET_SIZE(kwargs) == 0) {
+        kwargs = NULL;
+    }
+    na = stax_trace_map_args(tr, args, 0, NULL);
+    nk = na && kwargs ? stax_trace_map_args(tr, kwargs, 0, NULL) : NULL;
+    if (na == NULL || (kwargs && nk == NULL)) {
+        goto done;
+    }
+    n = stax_graph_create_node(tr->graph, op, target, na, nk, NULL);
+    if (n == NULL) {
+        goto done;
+    }
+    stack = stax_trace_user_stack();
+    if (stack == NULL || PyDict_SetItemString(n->meta, "stack", stack) < 0) {
+        goto done;
+    }
+    if (run_sample(tr, n, args, kwargs) < 0) {
+        goto done;
+    }
+    if (PyDict_GetItemString(n->meta, "val") == NULL && node_writes(n)) {
+        /* a write that raised on the sample (x.add_(y) whose broadcast
+         * would resize x): eager raises here, and later reads of the
+         * target would see a value the graph cannot give. Raise the
+         * user's error now, as eager does (try/except in fn sees it). */
+        PyObject *se = PyDict_GetItemString(n->meta, "sample_error");
+        /* the write did not happen: no node (fn may catch the error) */
+        if (stax_graph_erase_node(tr->graph, n) < 0) {
+            goto done;
+        }
+        if (se != NULL) {
+            PyErr_SetObject((PyObject *)Py_TYPE(se), se);
+        }
+        else {
+            stax_trace_raise_deferred(n);
+        }
+        goto done;
+    }
+    if (returns_self(tr, n, args)) {
+        /* x.to(x.dtype), x.float() on float32, x.contiguous() on a
+         * contiguous x: eager returns x itself, so later writes through
+         * the result are writes to x. The result IS the argument (sound:
+         * dtype and layout are in the signature): no node. */
+        if (stax_graph_erase_node(tr->graph, n) < 0) {
+            goto done;
+        }
+        res = Py_NewRef(PyTuple_GET_ITEM(args, 0));
+        goto done;
+    }
+    res = stax_trace_proxy_new(tr, n);
+done:
+    Py_XDECREF(na);
+    Py_XDECREF(nk);
+    Py_XDECREF(stack);
+    Py_XDECREF(n);
+    return res;
+}
+
