@@ -586,6 +586,32 @@ new_sym(lw_ctx *c, int64_t v)
 
 static void sym_lval(symctx *x, const stax_lval *v);
 
+/* entry of sym_ix / sym_lval on node p: 1 when there is nothing more to do
+ * (no node or an error: "_"; seen before: its back-reference "#id"), 0 when
+ * p is new */
+static int
+sym_enter(symctx *x, const void *p)
+{
+    if (p == NULL || x->err) {
+        if (x->key) {
+            stax_strbuf_printf(x->key, "_");
+        }
+        return 1;
+    }
+    long id = ps_visit(&x->seen, p);
+    if (id == -2) {
+        x->err = 1;
+        return 1;
+    }
+    if (id >= 0) {
+        if (x->key) {
+            stax_strbuf_printf(x->key, "#%ld", id);
+        }
+        return 1;
+    }
+    return 0;
+}
+
 /* Symbolize: every integer constant other than 0 and 1 of an index
  * expression becomes a size argument holding its value (strides, offsets,
  * div/mod operands, numel divisors).  0 and 1 stay constants (broadcast
@@ -594,21 +620,7 @@ static void sym_lval(symctx *x, const stax_lval *v);
 static void
 sym_ix(symctx *x, const stax_ix *cix)
 {
-    if (cix == NULL || x->err) {
-        if (x->key) {
-            stax_strbuf_printf(x->key, "_");
-        }
-        return;
-    }
-    long id = ps_visit(&x->seen, cix);
-    if (id == -2) {
-        x->err = 1;
-        return;
-    }
-    if (id >= 0) {
-        if (x->key) {
-            stax_strbuf_printf(x->key, "#%ld", id);
-        }
+    if (sym_enter(x, cix)) {
         return;
     }
     stax_ix *ix = (stax_ix *)cix;
@@ -643,21 +655,7 @@ sym_ix(symctx *x, const stax_ix *cix)
 static void
 sym_lval(symctx *x, const stax_lval *cv)
 {
-    if (cv == NULL || x->err) {
-        if (x->key) {
-            stax_strbuf_printf(x->key, "_");
-        }
-        return;
-    }
-    long id = ps_visit(&x->seen, cv);
-    if (id == -2) {
-        x->err = 1;
-        return;
-    }
-    if (id >= 0) {
-        if (x->key) {
-            stax_strbuf_printf(x->key, "#%ld", id);
-        }
+    if (sym_enter(x, cv)) {
         return;
     }
     stax_lval *v = (stax_lval *)cv;
