@@ -1063,6 +1063,25 @@ lower_softmax(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
     return red_store(c, &r, x, mask, out, res, 1);
 }
 
+/* layer_norm's weight or bias w at the current point, cast to fd: w is
+ * broadcast against the last nk dims, whose index variables are wv */
+static const stax_lval *
+trailing_operand(lw_ctx *c, const vbuf *w, int nk, const stax_ix **wv,
+                 stax_dtype_t fd)
+{
+    lw_rw rw = {0};
+    const stax_ix *map[STAX_MAX_DIMS];
+    for (int d = 0; d < w->ndim; d++) {
+        int od = nk - w->ndim + d;
+        map[d] = w->sizes[d] == 1 || od < 0 ? lw_ix_const(c, 0) : wv[od];
+    }
+    rw.vars = map;
+    rw.nvars = w->ndim;
+    const stax_lval *v = lw_cast(c, lw_rewrite(c, &rw, w->body), fd);
+    lw_rw_done(&rw);
+    return v;
+}
+
 static int
 lower_layer_norm(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
                  vbuf *out, int native, const char **why)
@@ -1124,28 +1143,10 @@ lower_layer_norm(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
         wv[d] = r.ivars[base + d];
     }
     if (w != NULL) {
-        lw_rw rw = {0};
-        const stax_ix *map[STAX_MAX_DIMS];
-        for (int d = 0; d < w->ndim; d++) {
-            int od = (int)nk - w->ndim + d;
-            map[d] = w->sizes[d] == 1 || od < 0 ? lw_ix_const(c, 0) : wv[od];
-        }
-        rw.vars = map;
-        rw.nvars = w->ndim;
-        y = lw_prim(c, STAX_PRIM_MUL, fd, y, lw_cast(c, lw_rewrite(c, &rw, w->body), fd), NULL);
-        lw_rw_done(&rw);
+        y = lw_prim(c, STAX_PRIM_MUL, fd, y, trailing_operand(c, w, (int)nk, wv, fd), NULL);
     }
     if (b != NULL) {
-        lw_rw rw = {0};
-        const stax_ix *map[STAX_MAX_DIMS];
-        for (int d = 0; d < b->ndim; d++) {
-            int od = (int)nk - b->ndim + d;
-            map[d] = b->sizes[d] == 1 || od < 0 ? lw_ix_const(c, 0) : wv[od];
-        }
-        rw.vars = map;
-        rw.nvars = b->ndim;
-        y = lw_prim(c, STAX_PRIM_ADD, fd, y, lw_cast(c, lw_rewrite(c, &rw, b->body), fd), NULL);
-        lw_rw_done(&rw);
+        y = lw_prim(c, STAX_PRIM_ADD, fd, y, trailing_operand(c, b, (int)nk, wv, fd), NULL);
     }
     if (red_store(c, &r, x, mask, res, y, 1) < 0) {
         return -1;
