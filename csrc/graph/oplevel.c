@@ -12,12 +12,14 @@
  *
  * Default basis: every op with a scalar formula, every reduction, view,
  * extern, random and "other" op, and every composite op without a
- * decomposition (native_layer_norm, ...). */
+ * decomposition (native_layer_norm, ...).
+ *
+ * This file holds the targets, emitting one op and lowering one node, and
+ * make_op_graph itself; overload selection is in oplevel_overload.c,
+ * indexing lowering in oplevel_index.c, the printer in oplevel_print.c. */
 #include "graph/passes_internal.h"
 
 #include <string.h>
-
-static PyObject *p_opgm_type = NULL;   /* OpGraphModule, made once */
 
 /* ---- targets --------------------------------------------------------- */
 
@@ -146,233 +148,6 @@ done:
     return node;
 }
 
-/* ---- basis, overloads, argument lists -------------------------------- */
-
-static int
-p_in_basis(p_op_ctx *c, const stax_op_info *op)
-{
-    if (c->basis != NULL) {
-        PyObject *s = PyUnicode_FromString(op->name);
-        int r = s ? PySequence_Contains(c->basis, s) : -1;
-        Py_XDECREF(s);
-        if (r < 0) {
-            PyErr_Clear();
-            r = 0;
-        }
-        return r;
-    }
-    if (op->formula != NULL) {
-        return 1;
-    }
-    switch (op->kind) {
-    case STAX_OPK_COMPOSITE:
-        return op->decomp == NULL;
-    case STAX_OPK_POINTWISE:
-        return op->decomp == NULL;
-    default:
-        return 1;
-    }
-}
-
-static int
-p_has_ovl(const stax_op_info *op, const char *ovl)
-{
-    const char *p = op->overloads ? op->overloads : "";
-    size_t n = strlen(ovl);
-    while (*p) {
-        const char *e = strchr(p, ',');
-        size_t len = e ? (size_t)(e - p) : strlen(p);
-        if (len == n && strncmp(p, ovl, n) == 0) {
-            return 1;
-        }
-        p += len + (e ? 1 : 0);
-    }
-    return 0;
-}
-
-static void
-p_first_ovl(const stax_op_info *op, char *buf, size_t n)
-{
-    const char *p = op->overloads ? op->overloads : "default";
-    const char *e = strchr(p, ',');
-    size_t len = e ? (size_t)(e - p) : strlen(p);
-    if (len >= n) {
-        len = n - 1;
-    }
-    memcpy(buf, p, len);
-    buf[len] = '\0';
-    if (len == 0) {
-        snprintf(buf, n, "default");
-    }
-}
-
-static int
-p_is_number(PyObject *o)
-{
-    return PyLong_Check(o) || PyFloat_Check(o);
-}
-
-static int
-p_is_tensor_type(const stax_op_info *op, int i)
-{
-    return strncmp(stax_graph_p_schema_type(op, i), "Tensor", 6) == 0;
-}
-
-static int
-p_at_default(const stax_op_info *op, int i, PyObject *v)
-{
-    PyObject *d = stax_graph_p_schema_default(op, i);
-    if (d == NULL) {
-        return 0;
-    }
-    if (stax_graph_p_is_node(v)) {
-        return 0;
-    }
-    int eq = PyObject_RichCompareBool(v, d, Py_EQ);
-    if (eq < 0) {
-        PyErr_Clear();
-        return 0;
-    }
-    return eq && Py_TYPE(v) == Py_TYPE(d);
-}
-
-static void
-p_choose_overload(const stax_op_info *op, PyObject *bound, char *buf,
-                  size_t n)
-{
-    int np = (int)PyTuple_GET_SIZE(bound), nscal = 0, ntens = 0, k = 0;
-    int scal_pos[8] = {0};
-    if (!strchr(op->overloads ? op->overloads : "", ',')) {
-        p_first_ovl(op, buf, n);
-        return;
-    }
-    for (int i = 0; i < np; i++) {
-        if (p_is_tensor_type(op, i)) {
-            int s = p_is_number(PyTuple_GET_ITEM(bound, i));
-            if (k < 8) {
-                scal_pos[k] = s;
-            }
-            k++;
-            nscal += s;
-            ntens++;
-        }
-    }
-    if (strcmp(op->name, "where") == 0 && ntens == 3) {
-        const char *o = scal_pos[1] && scal_pos[2] ? "Scalar"
-                        : scal_pos[1] ? "ScalarSelf"
-                        : scal_pos[2] ? "ScalarOther" : "self";
-        if (p_has_ovl(op, o)) {
-            snprintf(buf, n, "%s", o);
-            return;
-        }
-    }
-    if (ntens >= 2 && p_has_ovl(op, "Tensor_Scalar")) {   /* pow */
-        snprintf(buf, n, "%s", scal_pos[0] ? "Scalar"
-                 : scal_pos[1] ? "Tensor_Scalar" : "Tensor_Tensor");
-        return;
-    }
-    if (nscal > 0 && p_has_ovl(op, "Scalar")) {
-        snprintf(buf, n, "Scalar");
-        return;
-    }
-    if (p_has_ovl(op, "Tensor") && ntens >= 2 && nscal == 0) {
-        snprintf(buf, n, "Tensor");
-        return;
-    }
-    /* a dim argument given: the dim overload (sum.dim_IntList, mean.dim) */
-    for (int i = 0; i < np; i++) {
-        if (!strcmp(stax_graph_p_schema_name(op, i), "dim")
-            && !p_at_default(op, i, PyTuple_GET_ITEM(bound, i))) {
-            const char *p = op->overloads;
-            while (*p) {
-                const char *e = strchr(p, ',');
-                size_t len = e ? (size_t)(e - p) : strlen(p);
-                if (len >= 3 && !strncmp(p, "dim", 3) && len < n) {
-                    memcpy(buf, p, len);
-                    buf[len] = '\0';
-                    return;
-                }
-                p += len + (e ? 1 : 0);
-            }
-        }
-    }
-    if (p_has_ovl(op, "default")) {
-        snprintf(buf, n, "default");
-        return;
-    }
-    if (p_has_ovl(op, "Tensor")) {
-        snprintf(buf, n, "Tensor");
-        return;
-    }
-    p_first_ovl(op, buf, n);
-}
-
-/* int[] arguments print as lists: (8,) -> [8] */
-static PyObject *
-p_norm_arg(const stax_op_info *op, int i, PyObject *v)
-{
-    const char *t = stax_graph_p_schema_type(op, i);
-    if (PyTuple_Check(v) && strchr(t, '[') != NULL) {
-        return PySequence_List(v);
-    }
-    if (PyLong_Check(v) && !PyBool_Check(v) && strstr(t, "[]") != NULL) {
-        return Py_BuildValue("[O]", v);
-    }
-    return Py_NewRef(v);
-}
-
-/* positional args and kwargs of the call, trailing defaults dropped */
-static int
-p_call_args(const stax_op_info *op, const char *ovl, PyObject *bound,
-            PyObject **pargs, PyObject **pkw)
-{
-    int np = (int)PyTuple_GET_SIZE(bound), last = -1;
-    int all_pos = 0;
-    (void)ovl;
-    PyObject *l = PyList_New(0), *kw = PyDict_New();
-    if (l == NULL || kw == NULL) {
-        goto error;
-    }
-    for (int i = 0; i < np; i++) {
-        if ((!stax_graph_p_schema_kwonly(op, i) || all_pos)
-            && (all_pos || !p_at_default(op, i, PyTuple_GET_ITEM(bound, i)))) {
-            last = i;
-        }
-    }
-    for (int i = 0; i < np; i++) {
-        PyObject *v = p_norm_arg(op, i, PyTuple_GET_ITEM(bound, i));
-        int e;
-        if (v == NULL) {
-            goto error;
-        }
-        if (!stax_graph_p_schema_kwonly(op, i) || all_pos) {
-            e = i <= last ? PyList_Append(l, v) : 0;
-        }
-        else if (!p_at_default(op, i, v)) {
-            e = PyDict_SetItemString(kw, stax_graph_p_schema_name(op, i), v);
-        }
-        else {
-            e = 0;
-        }
-        Py_DECREF(v);
-        if (e < 0) {
-            goto error;
-        }
-    }
-    *pargs = PyList_AsTuple(l);
-    Py_DECREF(l);
-    if (*pargs == NULL) {
-        Py_DECREF(kw);
-        return -1;
-    }
-    *pkw = kw;
-    return 0;
-error:
-    Py_XDECREF(l);
-    Py_XDECREF(kw);
-    return -1;
-}
-
 /* ---- emitting one op (with decomposition against the basis) ---------- */
 
 static PyObject *p_emit_op(p_op_ctx *c, const stax_op_info *op,
@@ -405,7 +180,7 @@ p_emit_op(p_op_ctx *c, const stax_op_info *op, PyObject *bound)
 {
     char ovl[64];
     PyObject *args = NULL, *kw = NULL, *r = NULL;
-    if (!p_in_basis(c, op) && !stax_graph_p_is_random(op) && c->depth < 64) {
+    if (!stax_graph_p_in_basis(c, op) && !stax_graph_p_is_random(op) && c->depth < 64) {
         const p_sexp *t = stax_graph_p_decomp(op);
         if (t != NULL && stax_graph_p_decomp_applicable(op, t, bound)) {
             c->depth++;
@@ -414,8 +189,8 @@ p_emit_op(p_op_ctx *c, const stax_op_info *op, PyObject *bound)
             return r;
         }
     }
-    p_choose_overload(op, bound, ovl, sizeof(ovl));
-    if (p_call_args(op, ovl, bound, &args, &kw) < 0) {
+    stax_graph_p_choose_overload(op, bound, ovl, sizeof(ovl));
+    if (stax_graph_p_call_args(op, ovl, bound, &args, &kw) < 0) {
         return NULL;
     }
     r = stax_graph_p_emit(c, op->name, ovl, args, kw, 0);
@@ -441,28 +216,6 @@ p_is_tensor_val(PyObject *v)
         && PyObject_HasAttrString(v, "shape");
 }
 
-static Py_ssize_t
-p_ndim(PyObject *v)
-{
-    PyObject *s = v ? PyObject_GetAttrString(v, "shape") : NULL;
-    Py_ssize_t n = s ? PyObject_Length(s) : -1;
-    Py_XDECREF(s);
-    PyErr_Clear();
-    return n;
-}
-
-static Py_ssize_t
-p_dim_size(PyObject *v, Py_ssize_t d)
-{
-    PyObject *s = v ? PyObject_GetAttrString(v, "shape") : NULL;
-    PyObject *x = s ? PySequence_GetItem(s, d) : NULL;
-    Py_ssize_t n = x ? PyLong_AsSsize_t(x) : -1;
-    Py_XDECREF(s);
-    Py_XDECREF(x);
-    PyErr_Clear();
-    return n;
-}
-
 /* 1 if the two sample tensors share storage, 0 if not, -1 unknown */
 static int
 p_shares_storage(PyObject *a, PyObject *b)
@@ -477,178 +230,6 @@ p_shares_storage(PyObject *a, PyObject *b)
     Py_XDECREF(sb);
     PyErr_Clear();
     return r;
-}
-
-/* one view step: value = op(current(parent), *tail); registers key */
-static PyObject *
-p_view_step(p_op_ctx *c, PyObject *key, PyObject *parent, const char *op,
-            const char *ovl, PyObject *tail, PyObject *view_val)
-{
-    PyObject *pv = stax_graph_fz_current(c, parent);
-    if (pv == NULL) {
-        return NULL;
-    }
-    PyObject *head = PyTuple_Pack(1, pv);
-    PyObject *args = head ? PySequence_Concat(head, tail) : NULL;
-    PyObject *v = args ? stax_graph_p_emit(c, op, ovl, args, NULL, 0) : NULL;
-    Py_DECREF(pv);
-    Py_XDECREF(head);
-    Py_XDECREF(args);
-    if (v != NULL && stax_graph_fz_view(c, key, parent, op, ovl, tail, v,
-                                        view_val) < 0) {
-        Py_CLEAR(v);
-    }
-    return v;
-}
-
-/* x[idx] on a tensor: a chain of select / slice / unsqueeze views */
-static int
-p_lower_index(p_op_ctx *c, PyObject *n, PyObject *x, PyObject *idx)
-{
-    PyObject *xv = stax_graph_p_val(stax_graph_fz_resolve(c, x));
-    PyObject *items = PyTuple_Check(idx) ? Py_NewRef(idx)
-                                         : PyTuple_Pack(1, idx);
-    PyObject *parent = Py_NewRef(x), *last = NULL;
-    Py_ssize_t ndim = p_ndim(xv), nitems, dim = 0, nreal = 0;
-    int rc = -1;
-    if (items == NULL) {
-        goto done;
-    }
-    nitems = PyTuple_GET_SIZE(items);
-    for (Py_ssize_t i = 0; i < nitems; i++) {
-        PyObject *it = PyTuple_GET_ITEM(items, i);
-        if (stax_graph_p_is_node(it) || !(PyLong_Check(it) || PySlice_Check(it)
-                                          || it == Py_None
-                                          || it == Py_Ellipsis)) {
-            PyErr_SetString(PyExc_NotImplementedError, "tensor index");
-            goto done;
-        }
-        nreal += PyLong_Check(it) || PySlice_Check(it);
-    }
-    /* the current (view) value of x while the chain is taken */
-    PyObject *curval = xv;
-    for (Py_ssize_t i = 0; i < nitems; i++) {
-        PyObject *it = PyTuple_GET_ITEM(items, i), *tail = NULL;
-        const char *op = NULL, *ovl = NULL;
-        Py_ssize_t sdim = dim, slen = 0;   /* this step's dim, slice len */
-        if (it == Py_Ellipsis) {
-            dim += ndim - nreal;
-            continue;
-        }
-        if (PyLong_Check(it)) {
-            tail = Py_BuildValue("(nO)", dim, it);
-            op = "select";
-            ovl = "int";
-        }
-        else if (it == Py_None) {
-            tail = Py_BuildValue("(n)", dim);
-            op = "unsqueeze";
-            ovl = "default";
-            dim++;
-        }
-        else {
-            Py_ssize_t size = p_dim_size(curval, dim), st, en, step, len;
-            if (size < 0 || PySlice_GetIndicesEx(it, size, &st, &en, &step,
-                                                 &len) < 0) {
-                PyErr_Clear();
-                PyErr_SetString(PyExc_NotImplementedError, "slice index");
-                goto done;
-            }
-            if (st == 0 && en == size && step == 1) {
-                dim++;
-                continue;     /* a full slice: no view op */
-            }
-            tail = Py_BuildValue("(nnnn)", dim, st, en, step);
-            slen = len;
-            op = "slice";
-            ovl = "Tensor";
-            dim++;
-        }
-        if (tail == NULL) {
-            goto done;
-        }
-        /* the last step is n itself; the ones before get their own key.
-         * Later items are judged against the shape AFTER this step (a
-         * select removes its dim: x[0, -2:3] slices what was dim 1). */
-        int is_last = 1;
-        PyObject *shp = NULL;
-        {
-            PyObject *s0 = curval ? PyObject_GetAttrString(curval, "shape")
-                                  : NULL;
-            shp = s0 ? PySequence_List(s0) : NULL;
-            Py_XDECREF(s0);
-            int bad = shp == NULL || sdim > PyList_GET_SIZE(shp);
-            if (!bad && op[0] == 's' && op[1] == 'e') {          /* select */
-                bad = sdim >= PyList_GET_SIZE(shp)
-                      || PySequence_DelItem(shp, sdim) < 0;
-            }
-            else if (!bad && op[0] == 'u') {                     /* unsqueeze */
-                PyObject *one = PyLong_FromLong(1);
-                bad = one == NULL || PyList_Insert(shp, sdim, one) < 0;
-                Py_XDECREF(one);
-            }
-            else if (!bad) {                                     /* slice */
-                PyObject *l = PyLong_FromSsize_t(slen);
-                bad = l == NULL || sdim >= PyList_GET_SIZE(shp)
-                      || PyList_SetItem(shp, sdim, l) < 0;
-            }
-            if (bad) {
-                PyErr_Clear();
-                Py_CLEAR(shp);
-            }
-        }
-        Py_ssize_t d2 = dim;
-        for (Py_ssize_t j = i + 1; j < nitems; j++) {
-            PyObject *nx = PyTuple_GET_ITEM(items, j);
-            if (nx == Py_Ellipsis) {
-                d2 += ndim - nreal;
-                continue;
-            }
-            if (!PySlice_Check(nx) || shp == NULL || d2 < 0
-                || d2 >= PyList_GET_SIZE(shp)) {
-                is_last = 0;
-                break;
-            }
-            Py_ssize_t sz = PyLong_AsSsize_t(PyList_GET_ITEM(shp, d2));
-            Py_ssize_t a, b, s2, l2;
-            /* a later full slice does not count */
-            if (sz < 0 || PySlice_GetIndicesEx(nx, sz, &a, &b, &s2, &l2) < 0
-                || !(a == 0 && b == sz && s2 == 1)) {
-                PyErr_Clear();
-                is_last = 0;
-                break;
-            }
-            d2++;
-        }
-        Py_XDECREF(shp);
-        PyObject *key = is_last ? Py_NewRef(n)
-                                : Py_BuildValue("(On)", n, i);
-        Py_XSETREF(last, key ? p_view_step(c, key, parent, op, ovl, tail,
-                                           is_last ? stax_graph_p_val(n)
-                                                   : NULL) : NULL);
-        Py_DECREF(tail);
-        if (last == NULL) {
-            Py_XDECREF(key);
-            goto done;
-        }
-        curval = stax_graph_p_val(last);
-        Py_SETREF(parent, key);
-        if (is_last) {
-            break;
-        }
-    }
-    if (last == NULL || parent != n) {
-        /* no view op at all (x[...], x[:]) or trailing full slices */
-        if (stax_graph_fz_alias(c, n, parent) < 0) {
-            goto done;
-        }
-    }
-    rc = 0;
-done:
-    Py_XDECREF(items);
-    Py_XDECREF(parent);
-    Py_XDECREF(last);
-    return rc;
 }
 
 static int
@@ -671,7 +252,7 @@ p_attr_shape_eq(PyObject *a, PyObject *b)
 static PyObject *
 p_fill_value(p_op_ctx *c, PyObject *like, PyObject *src)
 {
-    if (p_is_number(src)) {
+    if (stax_graph_p_is_number(src)) {
         PyObject *args = PyTuple_Pack(2, like, src);
         PyObject *r = args ? stax_graph_p_emit(c, "full_like", "default", args,
                                                NULL, 0) : NULL;
@@ -759,7 +340,7 @@ p_lower_inplace(p_op_ctx *c, PyObject *n, p_opref *r, PyObject *args,
             Py_XDECREF(key);
             goto done;
         }
-        if (p_lower_index(c, key, m, PyTuple_GET_ITEM(args, 1)) < 0) {
+        if (stax_graph_p_lower_index(c, key, m, PyTuple_GET_ITEM(args, 1)) < 0) {
             Py_DECREF(key);
             if (!PyErr_ExceptionMatches(PyExc_NotImplementedError)) {
                 goto done;
@@ -795,7 +376,7 @@ p_lower_inplace(p_op_ctx *c, PyObject *n, p_opref *r, PyObject *args,
             if (a3 == NULL) {
                 goto done;
             }
-            if (is_mask && p_is_number(src)) {
+            if (is_mask && stax_graph_p_is_number(src)) {
                 v = stax_graph_p_emit(c, "masked_fill", "Scalar", a3, NULL, 0);
             }
             else {
@@ -945,7 +526,7 @@ p_lower_call(p_op_ctx *c, PyObject *n, p_opcode_t opc)
         PyObject *xv = stax_graph_p_is_node(x)
                        ? stax_graph_p_val(stax_graph_fz_resolve(c, x)) : NULL;
         if (p_is_tensor_val(xv)) {
-            rc = p_lower_index(c, n, x, PyTuple_GET_ITEM(args, 1));
+            rc = stax_graph_p_lower_index(c, n, x, PyTuple_GET_ITEM(args, 1));
             if (rc == 0 || !PyErr_ExceptionMatches(PyExc_NotImplementedError)) {
                 goto done;
             }
@@ -1024,8 +605,8 @@ p_lower_call(p_op_ctx *c, PyObject *n, p_opcode_t opc)
             && stax_graph_p_is_node(PyTuple_GET_ITEM(args, 0))) {
             char ovl[64];
             PyObject *cargs = NULL, *ckw = NULL;
-            p_choose_overload(r.info, bound, ovl, sizeof(ovl));
-            if (p_call_args(r.info, ovl, bound, &cargs, &ckw) < 0) {
+            stax_graph_p_choose_overload(r.info, bound, ovl, sizeof(ovl));
+            if (stax_graph_p_call_args(r.info, ovl, bound, &cargs, &ckw) < 0) {
                 goto done;
             }
             PyObject *tail = PyTuple_GetSlice(cargs, 1, PyTuple_GET_SIZE(cargs));
@@ -1039,14 +620,14 @@ p_lower_call(p_op_ctx *c, PyObject *n, p_opcode_t opc)
             if (!strcmp(vname, "view") && !strcmp(ovl, "default")) {
                 vname = "reshape";
             }
-            v = p_view_step(c, n, PyTuple_GET_ITEM(args, 0), vname, ovl,
-                            tail, stax_graph_p_val(n));
+            v = stax_graph_p_view_step(c, n, PyTuple_GET_ITEM(args, 0), vname, ovl,
+                                       tail, stax_graph_p_val(n));
             Py_DECREF(tail);
             rc = v ? 0 : -1;
             goto done;
         }
         if (any_tensor && r.is_operator && PyTuple_GET_SIZE(mapped) == 2
-            && p_is_number(PyTuple_GET_ITEM(mapped, 0))
+            && stax_graph_p_is_number(PyTuple_GET_ITEM(mapped, 0))
             && stax_graph_p_is_node(PyTuple_GET_ITEM(mapped, 1))
             && strcmp(r.info->name, "pow") != 0) {
             v = p_scalar_first(c, n, r.info, mapped);
@@ -1090,295 +671,6 @@ done:
     Py_XDECREF(v);
     Py_XDECREF(target);
     return rc;
-}
-
-/* ---- the printer ----------------------------------------------------- */
-
-static int
-p_fmt_arg(PyObject *o, PyObject *out)
-{
-    PyObject *s = NULL;
-    int rc = -1;
-    if (stax_graph_p_is_node(o)) {
-        s = PyObject_GetAttrString(o, "name");
-    }
-    else if (PyList_Check(o) || PyTuple_Check(o)) {
-        int lst = PyList_Check(o);
-        Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
-        PyObject *sub = PyList_New(0);
-        if (sub == NULL) {
-            return -1;
-        }
-        for (Py_ssize_t i = 0; i < n; i++) {
-            if (p_fmt_arg(PySequence_Fast_GET_ITEM(o, i), sub) < 0) {
-                Py_DECREF(sub);
-                return -1;
-            }
-        }
-        PyObject *sep = PyUnicode_FromString(", ");
-        PyObject *j = sep ? PyUnicode_Join(sep, sub) : NULL;
-        Py_XDECREF(sep);
-        Py_DECREF(sub);
-        if (j == NULL) {
-            return -1;
-        }
-        s = PyUnicode_FromFormat(lst ? "[%U]" : (n == 1 ? "(%U,)" : "(%U)"),
-                                 j);
-        Py_DECREF(j);
-    }
-    else {
-        s = PyObject_Repr(o);
-    }
-    if (s != NULL) {
-        rc = PyList_Append(out, s);
-        Py_DECREF(s);
-    }
-    return rc;
-}
-
-static int
-p_collect_leaves(PyObject *o, PyObject *out)
-{
-    if (PyList_Check(o) || PyTuple_Check(o)) {
-        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); i++) {
-            if (p_collect_leaves(PySequence_Fast_GET_ITEM(o, i), out) < 0) {
-                return -1;
-            }
-        }
-        return 0;
-    }
-    if (PyDict_Check(o)) {
-        PyObject *k, *v;
-        Py_ssize_t pos = 0;
-        while (PyDict_Next(o, &pos, &k, &v)) {
-            if (p_collect_leaves(v, out) < 0) {
-                return -1;
-            }
-        }
-        return 0;
-    }
-    return PyList_Append(out, o);
-}
-
-static PyObject *
-p_op_graph_str(PyObject *module, PyObject *gm)
-{
-    PyObject *graph = NULL, *nodes = NULL, *lines = NULL, *names = NULL;
-    PyObject *rhs = NULL, *res = NULL;
-    Py_ssize_t width = 0;
-    (void)module;
-    graph = PyObject_GetAttrString(gm, "graph");
-    if (graph == NULL || stax_graph_p_learn_node_type(graph) < 0) {
-        goto done;
-    }
-    nodes = stax_graph_p_nodes(graph);
-    names = PyList_New(0);
-    rhs = PyList_New(0);
-    lines = PyList_New(0);
-    if (nodes == NULL || names == NULL || rhs == NULL || lines == NULL) {
-        goto done;
-    }
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(nodes); i++) {
-        PyObject *n = PyList_GET_ITEM(nodes, i), *s = NULL;
-        p_opcode_t op = stax_graph_p_opcode(n);
-        PyObject *a = PyObject_GetAttrString(n, "args");
-        PyObject *k = a ? PyObject_GetAttrString(n, "kwargs") : NULL;
-        PyObject *parts = k ? PyList_New(0) : NULL;
-        if (parts == NULL) {
-            Py_XDECREF(a);
-            Py_XDECREF(k);
-            goto done;
-        }
-        if (op == P_OUTPUT) {
-            PyObject *leaves = PyList_New(0);
-            int e = leaves && PyTuple_GET_SIZE(a) > 0
-                    ? p_collect_leaves(PyTuple_GET_ITEM(a, 0), leaves) : -1;
-            PyObject *t = e == 0 ? PyList_AsTuple(leaves) : NULL;
-            PyObject *txt = PyList_New(0);
-            if (t && txt && p_fmt_arg(t, txt) == 0) {
-                s = PyUnicode_FromFormat("return %U", PyList_GET_ITEM(txt, 0));
-            }
-            Py_XDECREF(leaves);
-            Py_XDECREF(t);
-            Py_XDECREF(txt);
-            if (s == NULL || PyList_Append(names, Py_None) < 0
-                || PyList_Append(rhs, s) < 0) {
-                Py_XDECREF(s);
-                Py_DECREF(a);
-                Py_DECREF(k);
-                Py_DECREF(parts);
-                goto done;
-            }
-            Py_DECREF(s);
-            Py_DECREF(a);
-            Py_DECREF(k);
-            Py_DECREF(parts);
-            continue;
-        }
-        if (op != P_CALL_FUNCTION && op != P_CALL_METHOD
-            && op != P_GET_ATTR) {
-            PyErr_Clear();
-            Py_DECREF(a);
-            Py_DECREF(k);
-            Py_DECREF(parts);
-            continue;
-        }
-        int err = 0;
-        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(a) && !err; j++) {
-            err = p_fmt_arg(PyTuple_GET_ITEM(a, j), parts) < 0;
-        }
-        /* add.Scalar / sub.Scalar print their full schema (self, other,
-         * alpha), as the seed's Example 4.4 does */
-        PyObject *meta0 = PyObject_GetAttrString(n, "meta");
-        PyObject *ov0 = meta0 && PyDict_Check(meta0)
-                        ? PyDict_GetItemString(meta0, "op_overload") : NULL;
-        const char *ovs = ov0 ? PyUnicode_AsUTF8(ov0) : NULL;
-        if (!err && ovs && (!strcmp(ovs, "add.Scalar")
-                            || !strcmp(ovs, "sub.Scalar"))
-            && PyTuple_GET_SIZE(a) == 2 && PyDict_Check(k)) {
-            PyObject *al = PyDict_GetItemString(k, "alpha");
-            PyObject *one = PyLong_FromLong(1);
-            err = one == NULL || p_fmt_arg(al ? al : one, parts) < 0;
-            Py_XDECREF(one);
-            if (!err && al != NULL) {
-                PyObject *k2 = PyDict_Copy(k);
-                err = k2 == NULL || PyDict_DelItemString(k2, "alpha") < 0;
-                if (k2 != NULL) {
-                    Py_SETREF(k, k2);
-                }
-            }
-        }
-        Py_XDECREF(meta0);
-        PyErr_Clear();
-        if (PyDict_Check(k)) {
-            PyObject *kk, *vv;
-            Py_ssize_t pos = 0;
-            while (!err && PyDict_Next(k, &pos, &kk, &vv)) {
-                PyObject *tmp = PyList_New(0);
-                err = tmp == NULL || p_fmt_arg(vv, tmp) < 0;
-                PyObject *kv = err ? NULL : PyUnicode_FromFormat(
-                    "%U=%U", kk, PyList_GET_ITEM(tmp, 0));
-                err = err || kv == NULL || PyList_Append(parts, kv) < 0;
-                Py_XDECREF(kv);
-                Py_XDECREF(tmp);
-            }
-        }
-        PyObject *self_txt = NULL;
-        if (!err && op == P_CALL_METHOD && PyList_GET_SIZE(parts) > 0) {
-            /* x.method(rest) */
-            self_txt = Py_NewRef(PyList_GET_ITEM(parts, 0));
-            err = PyList_SetSlice(parts, 0, 1, NULL) < 0;
-        }
-        PyObject *sep = err ? NULL : PyUnicode_FromString(", ");
-        PyObject *j = sep ? PyUnicode_Join(sep, parts) : NULL;
-        Py_XDECREF(sep);
-        Py_DECREF(parts);
-        Py_DECREF(a);
-        Py_DECREF(k);
-        if (j == NULL) {
-            Py_XDECREF(self_txt);
-            goto done;
-        }
-        PyObject *meta = PyObject_GetAttrString(n, "meta");
-        PyObject *ovl = meta && PyDict_Check(meta)
-                        ? PyDict_GetItemString(meta, "op_overload") : NULL;
-        PyObject *target = PyObject_GetAttrString(n, "target");
-        if (op == P_GET_ATTR) {
-            s = PyUnicode_FromFormat("self.%S", target);
-        }
-        else if (ovl != NULL) {
-            s = PyUnicode_FromFormat("tp.%U(%U)", ovl, j);
-        }
-        else if (op == P_CALL_METHOD) {
-            s = self_txt ? PyUnicode_FromFormat("%U.%S(%U)", self_txt, target, j)
-                         : PyUnicode_FromFormat("%S(%U)", target, j);
-        }
-        else {
-            PyObject *tn = target ? PyObject_GetAttrString(target, "__name__")
-                                  : NULL;
-            PyErr_Clear();
-            s = PyUnicode_FromFormat("%S(%U)", tn ? tn : target, j);
-            Py_XDECREF(tn);
-        }
-        Py_XDECREF(meta);
-        Py_XDECREF(target);
-        Py_XDECREF(self_txt);
-        Py_DECREF(j);
-        PyObject *nm = PyObject_GetAttrString(n, "name");
-        if (s == NULL || nm == NULL || PyList_Append(names, nm) < 0
-            || PyList_Append(rhs, s) < 0) {
-            Py_XDECREF(s);
-            Py_XDECREF(nm);
-            goto done;
-        }
-        if (PyUnicode_GET_LENGTH(nm) > width) {
-            width = PyUnicode_GET_LENGTH(nm);
-        }
-        Py_DECREF(s);
-        Py_DECREF(nm);
-    }
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(names); i++) {
-        PyObject *nm = PyList_GET_ITEM(names, i), *line;
-        if (nm == Py_None) {
-            line = Py_NewRef(PyList_GET_ITEM(rhs, i));
-        }
-        else {
-            PyObject *sp = PyUnicode_FromString(" ");
-            PyObject *pad = sp ? PySequence_Repeat(sp, width -
-                                                   PyUnicode_GET_LENGTH(nm))
-                               : NULL;
-            Py_XDECREF(sp);
-            line = pad ? PyUnicode_FromFormat("%U%U = %U", nm, pad,
-                                              PyList_GET_ITEM(rhs, i)) : NULL;
-            Py_XDECREF(pad);
-        }
-        if (line == NULL || PyList_Append(lines, line) < 0) {
-            Py_XDECREF(line);
-            goto done;
-        }
-        Py_DECREF(line);
-    }
-    {
-        PyObject *sep = PyUnicode_FromString("\n");
-        res = sep ? PyUnicode_Join(sep, lines) : NULL;
-        Py_XDECREF(sep);
-    }
-done:
-    Py_XDECREF(graph);
-    Py_XDECREF(nodes);
-    Py_XDECREF(lines);
-    Py_XDECREF(names);
-    Py_XDECREF(rhs);
-    return res;
-}
-
-static PyMethodDef p_str_def = {
-    "__str__", (PyCFunction)p_op_graph_str, METH_O,
-    "The op-level graph in the seed's style (Examples 4.3, 4.4)."};
-
-static PyObject *
-p_opgm(void)
-{
-    PyObject *mod = NULL, *base = NULL, *fn = NULL, *meth = NULL, *ns = NULL;
-    if (p_opgm_type != NULL) {
-        return p_opgm_type;
-    }
-    mod = PyImport_ImportModule("tensorplay._C");
-    base = mod ? PyObject_GetAttrString(mod, "GraphModule") : NULL;
-    fn = base ? PyCFunction_New(&p_str_def, NULL) : NULL;
-    meth = fn ? PyInstanceMethod_New(fn) : NULL;
-    ns = meth ? Py_BuildValue("{sOsOss}", "__str__", meth, "__repr__", meth,
-                              "__module__", "tensorplay._C") : NULL;
-    if (ns != NULL) {
-        p_opgm_type = PyObject_CallFunction((PyObject *)&PyType_Type, "s(O)O",
-                                            "OpGraphModule", base, ns);
-    }
-    Py_XDECREF(mod);
-    Py_XDECREF(base);
-    Py_XDECREF(fn);
-    Py_XDECREF(meth);
-    Py_XDECREF(ns);
-    return p_opgm_type;   /* borrowed (kept for the process) */
 }
 
 /* ---- make_op_graph --------------------------------------------------- */
@@ -1567,7 +859,7 @@ placeholder:
         }
     }
     {
-        PyObject *tp = p_opgm();
+        PyObject *tp = stax_graph_p_opgm();
         res = tp ? PyObject_CallFunction(tp, "OO", gm, c.graph) : NULL;
         if (res == NULL && tp != NULL) {
             PyErr_Clear();

@@ -122,7 +122,7 @@ int stax_graph_p_cse(p_pass_ctx *c);
 /* message helpers */
 int stax_graph_p_note(p_pass_ctx *c, const char *fmt, ...);
 
-/* ---- op level (oplevel.c, functionalize.c) --------------------------- */
+/* ---- op level (oplevel*.c, functionalize.c) -------------------------- */
 PyObject *stax_graph_p_make_op_graph(PyObject *self, PyObject *args,
                                      PyObject *kwargs);
 
@@ -141,6 +141,26 @@ typedef struct {
  * the node writes into args[0] (no val computed by running it). */
 PyObject *stax_graph_p_emit(p_op_ctx *c, const char *opname, const char *ovl,
                             PyObject *args, PyObject *kwargs, int mutating);
+/* oplevel_overload.c: basis, overloads, argument lists */
+int stax_graph_p_in_basis(p_op_ctx *c, const stax_op_info *op);
+int stax_graph_p_is_number(PyObject *o);
+void stax_graph_p_choose_overload(const stax_op_info *op, PyObject *bound,
+                                  char *buf, size_t n);
+/* positional args and kwargs of the call, trailing defaults dropped */
+int stax_graph_p_call_args(const stax_op_info *op, const char *ovl,
+                           PyObject *bound, PyObject **pargs,
+                           PyObject **pkw);
+/* oplevel_print.c: the OpGraphModule type (borrowed, made once) */
+PyObject *stax_graph_p_opgm(void);
+/* oplevel_index.c */
+/* one view step: value = op(current(parent), *tail); registers key */
+PyObject *stax_graph_p_view_step(p_op_ctx *c, PyObject *key,
+                                 PyObject *parent, const char *op,
+                                 const char *ovl, PyObject *tail,
+                                 PyObject *view_val);
+/* x[idx] on a tensor: a chain of select / slice / unsqueeze views */
+int stax_graph_p_lower_index(p_op_ctx *c, PyObject *n, PyObject *x,
+                             PyObject *idx);
 /* functionalize.c */
 int stax_graph_fz_root(p_op_ctx *c, PyObject *key, PyObject *value);
 int stax_graph_fz_view(p_op_ctx *c, PyObject *key, PyObject *parent,

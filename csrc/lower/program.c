@@ -465,7 +465,7 @@ rg_extra_apply(PyObject *t, PyObject *r, uint64_t rg, PyObject *const *args,
 
 PyObject *
 lw_program_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
-                   PyObject *kwnames)
+                      PyObject *kwnames)
 {
     Program *p = (Program *)self;
     lw_ctx *c = &p->c;

@@ -624,7 +624,7 @@ lw_stax_backend_fn(PyObject *mod, PyObject *args, PyObject *kwargs)
 
 PyObject *
 lw_build_program(PyObject *gm, PyObject *ex, int strict, int dynamic, PyObject *vals,
-              int no_random, PyObject *kcache)
+                 int no_random, PyObject *kcache)
 {
     PyObject *graph = NULL, *nodes = NULL, *index = NULL;
     Program *p = NULL;

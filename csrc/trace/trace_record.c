@@ -78,7 +78,7 @@ stax_trace_map_args(StaxTracer *tr, PyObject *o, int mode, StaxNode **missing)
         }
         for (Py_ssize_t i = 0; i < n; i++) {
             PyObject *v = stax_trace_map_args(tr, PySequence_Fast_GET_ITEM(o, i), mode,
-                                   missing);
+                                              missing);
             if (v == NULL) {
                 Py_DECREF(res);
                 return NULL;
