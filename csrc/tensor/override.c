@@ -42,6 +42,22 @@ any_override(PyObject *o, int depth)
            && _PyType_Lookup(Py_TYPE(o), tf_name) != NULL;
 }
 
+/* whether a call's arguments (args a tuple, NULL for none; kwargs a dict or
+ * NULL) hold an object whose type overrides __tensor_function__ */
+static int
+any_override_call(PyObject *args, PyObject *kwargs)
+{
+    int found = args != NULL && any_override(args, 0);
+    if (!found && kwargs != NULL) {
+        PyObject *k, *v;
+        Py_ssize_t pos = 0;
+        while (!found && PyDict_Next(kwargs, &pos, &k, &v)) {
+            found = any_override(v, 1);
+        }
+    }
+    return found;
+}
+
 /* append overriding types of o to types (a list); -1 on error */
 static int
 collect(PyObject *o, PyObject *types, int depth)
@@ -79,15 +95,7 @@ stax_tensor_override(PyObject *func, PyObject *args, PyObject *kwargs,
                      int *handled)
 {
     *handled = 0;
-    int found = any_override(args, 0);
-    if (!found && kwargs != NULL) {
-        PyObject *k, *v;
-        Py_ssize_t pos = 0;
-        while (!found && PyDict_Next(kwargs, &pos, &k, &v)) {
-            found = any_override(v, 1);
-        }
-    }
-    if (!found) {
+    if (!any_override_call(args, kwargs)) {
         return NULL;
     }
     PyObject *types = PyList_New(0), *tt = NULL, *r = NULL;
@@ -150,15 +158,7 @@ stax_tensor_override_method(const char *name, PyObject *self,
                             PyObject *args, PyObject *kw, int *handled)
 {
     *handled = 0;
-    int found = args != NULL && any_override(args, 0);
-    if (!found && kw != NULL) {
-        PyObject *k, *v;
-        Py_ssize_t pos = 0;
-        while (!found && PyDict_Next(kw, &pos, &k, &v)) {
-            found = any_override(v, 1);
-        }
-    }
-    if (!found) {
+    if (!any_override_call(args, kw)) {
         return NULL;
     }
     Py_ssize_t n = args ? PyTuple_GET_SIZE(args) : 0;
