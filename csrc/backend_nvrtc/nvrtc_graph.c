@@ -12,6 +12,23 @@
 
 /* ------------------------------------------------------------ render_expr */
 
+/* the zeroed spec of a hand-written kernel (render_expr, render_stages)
+ * named name over the inputs in seq (a fast sequence), no reduction yet;
+ * NULL with MemoryError */
+static spec_t *
+new_spec(const char *name, PyObject *seq)
+{
+    spec_t *k = PyMem_Calloc(1, sizeof(*k));
+    if (k == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    snprintf(k->name, sizeof(k->name), "%s", name);
+    k->reduce = -1;
+    k->ninputs = (int)PySequence_Fast_GET_SIZE(seq);
+    return k;
+}
+
 /* the inputs a .. h of a hand-written kernel (render_expr, render_stages):
  * each one's layout, label and load node; *nd = the largest rank */
 static int
@@ -54,14 +71,10 @@ stax_nvrtc_py_render_expr(PyObject *self, PyObject *args, PyObject *kwargs)
     if (seq == NULL) {
         return NULL;
     }
-    k = PyMem_Calloc(1, sizeof(*k));
+    k = new_spec(name, seq);
     if (k == NULL) {
-        PyErr_NoMemory();
         goto done;
     }
-    snprintf(k->name, sizeof(k->name), "%s", name);
-    k->reduce = -1;
-    k->ninputs = (int)PySequence_Fast_GET_SIZE(seq);
     if (k->ninputs > 8) {
         PyErr_SetString(PyExc_ValueError, "at most 8 inputs (a .. h)");
         goto done;
@@ -123,14 +136,10 @@ stax_nvrtc_py_render_stages(PyObject *self, PyObject *args, PyObject *kwargs)
     if (sseq == NULL) {
         goto done;
     }
-    k = PyMem_Calloc(1, sizeof(*k));
+    k = new_spec(name, seq);
     if (k == NULL) {
-        PyErr_NoMemory();
         goto done;
     }
-    snprintf(k->name, sizeof(k->name), "%s", name);
-    k->reduce = -1;
-    k->ninputs = (int)PySequence_Fast_GET_SIZE(seq);
     if (k->ninputs > 8 || PySequence_Fast_GET_SIZE(sseq) > MAX_STAGES
         || PySequence_Fast_GET_SIZE(sseq) == 0) {
         PyErr_SetString(PyExc_ValueError, "1 to 8 inputs (a .. h) and 1 to 8 "
