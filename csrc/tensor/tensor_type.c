@@ -126,6 +126,37 @@ storage_new(PyObject *owner, char *data, int64_t nbytes)
     return s;
 }
 
+/* a new tensor of dtype dt and rank ndim on storage st (a new reference,
+ * given up on failure; NULL: an error already set); sizes and strides are
+ * the caller's to fill */
+static StaxTensor *
+tensor_on_storage(StaxStorage *st, stax_dtype_t dt, int ndim)
+{
+    if (st == NULL) {
+        return NULL;
+    }
+    StaxTensor *t = stax_tensor_alloc(&StaxTensor_TypeObj);
+    if (t == NULL) {
+        Py_DECREF(st);
+        return NULL;
+    }
+    t->storage = st;
+    t->dtype = dt;
+    t->ndim = ndim;
+    return t;
+}
+
+/* row-major strides for t's sizes (a dim of size 0 or 1 counts as 1) */
+static void
+contiguous_strides(StaxTensor *t)
+{
+    int64_t s = 1;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        t->strides[i] = s;
+        s *= t->sizes[i] > 1 ? t->sizes[i] : 1;
+    }
+}
+
 /* ---- core C API ----------------------------------------------------- */
 
 StaxTensor *
@@ -197,25 +228,16 @@ stax_tensor_empty(int ndim, const int64_t *sizes, stax_dtype_t dt)
     if (arr == NULL) {
         return NULL;
     }
-    StaxStorage *st = storage_new(arr, PyArray_DATA((PyArrayObject *)arr),
-                                  (int64_t)n * stax_dtype_itemsize(dt));
-    if (st == NULL) {
-        return NULL;
-    }
-    StaxTensor *t = stax_tensor_alloc(&StaxTensor_TypeObj);
+    StaxTensor *t = tensor_on_storage(
+        storage_new(arr, PyArray_DATA((PyArrayObject *)arr),
+                    (int64_t)n * stax_dtype_itemsize(dt)), dt, ndim);
     if (t == NULL) {
-        Py_DECREF(st);
         return NULL;
     }
-    t->storage = st;
-    t->dtype = dt;
-    t->ndim = ndim;
-    int64_t s = 1;
-    for (int i = ndim - 1; i >= 0; i--) {
+    for (int i = 0; i < ndim; i++) {
         t->sizes[i] = sizes[i];
-        t->strides[i] = s;
-        s *= sizes[i] > 1 ? sizes[i] : 1;
     }
+    contiguous_strides(t);
     return t;
 }
 
@@ -321,29 +343,18 @@ stax_tensor_from_array(PyObject *obj)
             extent += (PyArray_DIM(arr, i) - 1) * (st / isz);
         }
     }
-    StaxStorage *s = storage_new(Py_NewRef(obj), PyArray_DATA(arr),
-                                 empty ? 0 : extent * isz);
-    if (s == NULL) {
-        return NULL;
-    }
-    StaxTensor *t = stax_tensor_alloc(&StaxTensor_TypeObj);
+    StaxTensor *t = tensor_on_storage(
+        storage_new(Py_NewRef(obj), PyArray_DATA(arr),
+                    empty ? 0 : extent * isz), dt, ndim);
     if (t == NULL) {
-        Py_DECREF(s);
         return NULL;
     }
-    t->storage = s;
-    t->dtype = dt;
-    t->ndim = ndim;
     for (int i = 0; i < ndim; i++) {
         t->sizes[i] = PyArray_DIM(arr, i);
         t->strides[i] = PyArray_STRIDE(arr, i) / isz;
     }
     if (empty) {   /* torch gives empty tensors contiguous strides */
-        int64_t s = 1;
-        for (int i = ndim - 1; i >= 0; i--) {
-            t->strides[i] = s;
-            s *= t->sizes[i] > 1 ? t->sizes[i] : 1;
-        }
+        contiguous_strides(t);
     }
     return t;
 }
