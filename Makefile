@@ -2,7 +2,6 @@
 PY ?= python3
 export PYTHONPATH := $(CURDIR)/python:$(PYTHONPATH)
 # ccache (when present) keeps rebuilds of unchanged rooms cheap
-CC ?= gcc
 export CC := $(shell command -v ccache >/dev/null 2>&1 && echo "ccache gcc" || echo gcc)
 
 .PHONY: deps build test demo bench fuzz asan clean
@@ -25,7 +24,7 @@ test: build
 
 demo: build
 	$(PY) examples/quickstart.py
-	@if [ -f examples/digits.py ]; then $(PY) examples/digits.py; fi
+	$(PY) examples/digits.py
 
 bench: build
 	$(PY) -m bench
