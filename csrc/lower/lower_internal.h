@@ -191,7 +191,9 @@ kdraft *lw_new_kernel(lw_ctx *c, const char *label);
 int lw_finalize(lw_ctx *c, const int *outputs, int noutputs);
 void lw_ctx_clear(lw_ctx *c);
 
-/* node rules (lower_rules.c): 1 lowered, 0 unsupported (reason set in
+/* node rules (lower_rules.c: dispatch and shared helpers; per op kind in
+ * lower_pointwise.c, lower_reduce.c, lower_view.c, lower_movement.c,
+ * lower_extern.c, lower_random.c): 1 lowered, 0 unsupported (reason set in
  * *why), -1 error */
 struct lw_node_in {
     const char *opname;
@@ -212,6 +214,51 @@ int lw_lower_copy_into(lw_ctx *c, vbuf *dest, vbuf *src);
 int lw_body_reads(lw_ctx *c, const stax_lval *body, int buf);
 int lw_val_info(PyObject *val, int *ndim, int64_t *sizes, int64_t *strides,
                 stax_dtype_t *dt);
+
+/* shared by the rule files (lower_rules.c) */
+#define UNSUPPORTED(msg) do { *why = (msg); return 0; } while (0)
+vbuf *lw_vb_new(lw_ctx *c);
+/* the vbuf of a Node argument, or NULL (not a node) */
+vbuf *lw_arg_vb(struct lw_node_in *in, PyObject *o);
+PyObject *lw_bound_arg(PyObject *bound, const stax_op_info *op,
+                       const char *name);
+/* body of v, broadcast to an output of ndim dims (right aligned) */
+const stax_lval *lw_bcast(lw_ctx *c, vbuf *v, int ndim, const int64_t *sizes,
+                          const stax_ix *const *ovars);
+void lw_ident_vars(lw_ctx *c, int n, const stax_ix **vars);
+int lw_norm_dim(int64_t d, int n);
+double lw_num(PyObject *o, double dflt);
+/* a stage of a kernel draft (lower_reduce.c) */
+int lw_add_stage(kdraft *k, stax_stage_kind_t kind, int first, int n);
+/* views (lower_view.c): out dims -> input var map, then rewrite x's body */
+int lw_view_map(lw_ctx *c, vbuf *x, vbuf *out, const stax_ix *const *map);
+int lw_int_list(PyObject *o, int64_t *v, int max);
+
+/* the rule of each op kind, called by lw_lower_node */
+int lw_lower_formula(lw_ctx *c, struct lw_node_in *in, PyObject *bound,
+                     const char *formula, vbuf *out, const char **why);
+int lw_lower_reduction(lw_ctx *c, struct lw_node_in *in, PyObject *bound,
+                       vbuf *x, vbuf *out, const char **why);
+int lw_lower_softmax(lw_ctx *c, struct lw_node_in *in, PyObject *bound,
+                     vbuf *x, vbuf *out, int logsm, const char **why);
+int lw_lower_layer_norm(lw_ctx *c, struct lw_node_in *in, PyObject *bound,
+                        vbuf *x, vbuf *out, int native, const char **why);
+int lw_lower_batch_norm(lw_ctx *c, struct lw_node_in *in, PyObject *bound,
+                        vbuf *x, vbuf *out, const char **why);
+int lw_lower_view(lw_ctx *c, struct lw_node_in *in, PyObject *bound,
+                  vbuf *x, vbuf *out, const char **why);
+int lw_lower_cat(lw_ctx *c, struct lw_node_in *in, PyObject *bound,
+                 vbuf *out, int stack, const char **why);
+int lw_lower_pad(lw_ctx *c, struct lw_node_in *in, PyObject *bound,
+                 vbuf *x, vbuf *out, const char **why);
+int lw_lower_gather(lw_ctx *c, struct lw_node_in *in, PyObject *bound,
+                    vbuf *out, const char **why);
+int lw_lower_scatter(lw_ctx *c, struct lw_node_in *in, PyObject *bound,
+                     vbuf *x, vbuf *out, const char **why);
+int lw_lower_matmul(lw_ctx *c, struct lw_node_in *in, PyObject *bound,
+                    vbuf *out, const char **why);
+int lw_lower_random(lw_ctx *c, struct lw_node_in *in, PyObject *bound,
+                    vbuf *x, vbuf *out, const char **why);
 
 /* the CompiledProgram (program.c: type and call path; program_build.c:
  * building one from a graph; program_shapes.c: shape propagation and the

@@ -1,0 +1,330 @@
+/* Data movement lowering: cat / stack and pad (masked loads of each arm),
+ * index_select / gather / embedding (loads at a data-dependent, clamped
+ * index) and the functionalized writes into views (slice_scatter /
+ * select_scatter). */
+#include "lower/lower_internal.h"
+#include "graph/graph.h"
+#include "stax_numpy.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* mask every load of body (cat / pad arms) */
+typedef struct {
+    lw_ctx *c;
+    const stax_lval *mask;
+} mask_ctx;
+
+static int
+mask_hook(lw_rw *rw, const stax_lval *load, const stax_lval **out)
+{
+    mask_ctx *m = rw->hook_ctx;
+    lw_rw inner = {0};
+    const stax_ix *ix = lw_rewrite_ix(m->c, &inner, load->index);
+    lw_rw_done(&inner);
+    const stax_lval *mk = m->mask;
+    if (load->mask != NULL) {
+        mk = lw_prim(m->c, STAX_PRIM_AND, STAX_BOOL, mk, load->mask, NULL);
+    }
+    *out = lw_load(m->c, load->buf, ix, mk);
+    return *out ? 1 : -1;
+}
+
+static const stax_lval *
+masked(lw_ctx *c, const stax_lval *body, const stax_lval *mask)
+{
+    mask_ctx m = {c, mask};
+    lw_rw rw = {0};
+    rw.load_hook = mask_hook;
+    rw.hook_ctx = &m;
+    const stax_lval *r = lw_rewrite(c, &rw, body);
+    lw_rw_done(&rw);
+    return r;
+}
+
+static const stax_lval *
+in_range(lw_ctx *c, const stax_ix *v, int64_t lo, int64_t hi)
+{
+    const stax_lval *iv = lw_index(c, v, STAX_INT64);
+    return lw_prim(c, STAX_PRIM_AND, STAX_BOOL,
+                   lw_prim(c, STAX_PRIM_GE, STAX_BOOL, iv, lw_const(c, STAX_INT64, (double)lo), NULL),
+                   lw_prim(c, STAX_PRIM_LT, STAX_BOOL, iv, lw_const(c, STAX_INT64, (double)hi), NULL),
+                   NULL);
+}
+
+int
+lw_lower_cat(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *out,
+             int stack, const char **why)
+{
+    PyObject *ts = PyTuple_GET_ITEM(bound, 0);
+    PyObject *dobj = lw_bound_arg(bound, in->op, "dim");
+    if (!PyList_Check(ts) && !PyTuple_Check(ts)) {
+        UNSUPPORTED("cat of a non-list");
+    }
+    int d = dobj && PyLong_Check(dobj) ? lw_norm_dim(PyLong_AsLongLong(dobj), out->ndim) : -1;
+    if (d < 0) {
+        UNSUPPORTED("cat dim");
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(ts);
+    const stax_lval *acc = NULL;
+    int64_t off = 0;
+    const stax_ix *ov[STAX_MAX_DIMS];
+    lw_ident_vars(c, out->ndim, ov);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        vbuf *v = lw_arg_vb(in, PySequence_Fast_GET_ITEM(ts, i));
+        if (v == NULL || v->kind != VB_TENSOR) {
+            UNSUPPORTED("cat of a non-tensor");
+        }
+        if (!stack && v->ndim == 1 && v->sizes[0] == 0 && out->ndim != 1) {
+            continue;   /* legacy empty tensors */
+        }
+        int64_t len = stack ? 1 : v->sizes[d];
+        if (len == 0) {
+            continue;
+        }
+        const stax_ix *map[STAX_MAX_DIMS];
+        int j = 0;
+        for (int k = 0; k < out->ndim; k++) {
+            if (k == d) {
+                if (!stack) {
+                    map[j++] = lw_ix_bin(c, STAX_IX_ADD, ov[k], lw_ix_const(c, -off));
+                }
+            }
+            else {
+                map[j++] = ov[k];
+            }
+        }
+        lw_rw rw = {0};
+        rw.vars = map;
+        rw.nvars = v->ndim;
+        const stax_lval *b = lw_cast(c, lw_rewrite(c, &rw, v->body), out->dtype);
+        lw_rw_done(&rw);
+        if (b == NULL) {
+            return -1;
+        }
+        const stax_lval *m = in_range(c, ov[d], off, off + len);
+        b = masked(c, b, m);
+        acc = acc == NULL ? b : lw_prim(c, STAX_PRIM_WHERE, out->dtype, m, b, acc);
+        off += len;
+    }
+    out->body = acc ? acc : lw_const(c, out->dtype, 0);
+    return out->body ? 1 : -1;
+}
+
+int
+lw_lower_pad(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
+             vbuf *out, const char **why)
+{
+    PyObject *mode = lw_bound_arg(bound, in->op, "mode");
+    if (mode && PyUnicode_Check(mode) && PyUnicode_CompareWithASCIIString(mode, "constant")) {
+        UNSUPPORTED("pad mode other than constant");
+    }
+    int64_t p[2 * STAX_MAX_DIMS];
+    PyObject *po = lw_bound_arg(bound, in->op, "pad");
+    int np = po ? lw_int_list(po, p, 2 * STAX_MAX_DIMS) : -1;
+    if (np < 0 || np % 2 || np / 2 > x->ndim) {
+        UNSUPPORTED("pad widths");
+    }
+    double val = lw_num(lw_bound_arg(bound, in->op, "value"), 0.0);
+    int64_t numel = 1;
+    for (int d = 0; d < x->ndim; d++) {
+        numel *= x->sizes[d];
+    }
+    if (numel == 0) {
+        /* nothing to read: all padding (a masked load still needs a
+         * readable element 0) */
+        out->body = lw_const(c, out->dtype, val);
+        return out->body ? 1 : -1;
+    }
+    const stax_ix *map[STAX_MAX_DIMS];
+    const stax_lval *m = NULL;
+    for (int d = 0; d < x->ndim; d++) {
+        int k = x->ndim - 1 - d;     /* pad pairs start at the last dim */
+        const stax_ix *v = lw_ix_var(c, d);
+        if (2 * k + 1 < np) {
+            int64_t left = p[2 * k];
+            map[d] = lw_ix_bin(c, STAX_IX_ADD, v, lw_ix_const(c, -left));
+            const stax_lval *r = in_range(c, v, left, left + x->sizes[d]);
+            m = m ? lw_prim(c, STAX_PRIM_AND, STAX_BOOL, m, r, NULL) : r;
+        }
+        else {
+            map[d] = v;
+        }
+    }
+    lw_rw rw = {0};
+    rw.vars = map;
+    rw.nvars = x->ndim;
+    const stax_lval *b = lw_rewrite(c, &rw, x->body);
+    lw_rw_done(&rw);
+    if (b == NULL) {
+        return -1;
+    }
+    if (m != NULL) {
+        b = lw_prim(c, STAX_PRIM_WHERE, out->dtype, m, masked(c, b, m), lw_const(c, out->dtype, val));
+    }
+    out->body = lw_cast(c, b, out->dtype);
+    return out->body ? 1 : -1;
+}
+
+/* an index value, wrapped (negative) and clamped into [0, n) */
+static const stax_ix *
+safe_index(lw_ctx *c, const stax_lval *iv, int64_t n)
+{
+    iv = lw_cast(c, iv, STAX_INT64);
+    const stax_lval *nn = lw_const(c, STAX_INT64, (double)n);
+    const stax_lval *z = lw_const(c, STAX_INT64, 0);
+    iv = lw_prim(c, STAX_PRIM_WHERE, STAX_INT64,
+                 lw_prim(c, STAX_PRIM_LT, STAX_BOOL, iv, z, NULL),
+                 lw_prim(c, STAX_PRIM_ADD, STAX_INT64, iv, nn, NULL), iv);
+    iv = lw_prim(c, STAX_PRIM_MIN, STAX_INT64,
+                 lw_prim(c, STAX_PRIM_MAX, STAX_INT64, iv, z, NULL),
+                 lw_const(c, STAX_INT64, (double)(n > 0 ? n - 1 : 0)), NULL);
+    return iv ? lw_ix_value(c, iv) : NULL;
+}
+
+int
+lw_lower_gather(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *out,
+                const char **why)
+{
+    const char *name = in->op->name;
+    const stax_ix *map[STAX_MAX_DIMS], *ov[STAX_MAX_DIMS];
+    lw_ident_vars(c, out->ndim, ov);
+    if (!strcmp(name, "embedding")) {
+        vbuf *idx = lw_arg_vb(in, PyTuple_GET_ITEM(bound, 0));
+        vbuf *w = lw_arg_vb(in, PyTuple_GET_ITEM(bound, 1));
+        if (!idx || !w || w->ndim != 2 || out->ndim != idx->ndim + 1) {
+            UNSUPPORTED("embedding shapes");
+        }
+        lw_rw rw = {0};
+        rw.vars = ov;
+        rw.nvars = idx->ndim;
+        const stax_lval *iv = lw_rewrite(c, &rw, idx->body);
+        lw_rw_done(&rw);
+        map[0] = safe_index(c, iv, w->sizes[0]);
+        map[1] = ov[idx->ndim];
+        return lw_view_map(c, w, out, map);
+    }
+    vbuf *x = lw_arg_vb(in, PyTuple_GET_ITEM(bound, 0));
+    PyObject *dobj = lw_bound_arg(bound, in->op, "dim");
+    vbuf *idx = lw_arg_vb(in, lw_bound_arg(bound, in->op, "index"));
+    if (!x || !idx || !dobj || !PyLong_Check(dobj)) {
+        UNSUPPORTED("index_select/gather operands");
+    }
+    int d = lw_norm_dim(PyLong_AsLongLong(dobj), x->ndim);
+    if (d < 0) {
+        UNSUPPORTED("index dim");
+    }
+    const stax_lval *iv;
+    lw_rw rw = {0};
+    if (!strcmp(name, "index_select")) {
+        const stax_ix *m1[1] = {ov[d]};
+        rw.vars = m1;
+        rw.nvars = 1;
+        iv = lw_rewrite(c, &rw, idx->body);
+    }
+    else {
+        rw.vars = ov;
+        rw.nvars = idx->ndim;
+        iv = lw_rewrite(c, &rw, idx->body);
+    }
+    lw_rw_done(&rw);
+    for (int j = 0; j < x->ndim; j++) {
+        map[j] = j == d ? safe_index(c, iv, x->sizes[d]) : ov[j];
+    }
+    return lw_view_map(c, x, out, map);
+}
+
+/* functionalized writes into views: slice_scatter / select_scatter */
+int
+lw_lower_scatter(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
+                 vbuf *out, const char **why)
+{
+    const char *name = in->op->name;
+    vbuf *src = lw_arg_vb(in, PyTuple_GET_ITEM(bound, 1));
+    PyObject *dobj = lw_bound_arg(bound, in->op, "dim");
+    if (src == NULL || src->kind != VB_TENSOR || x->ndim != out->ndim) {
+        UNSUPPORTED("scatter operands");
+    }
+    int d = dobj && PyLong_Check(dobj) ? lw_norm_dim(PyLong_AsLongLong(dobj), out->ndim) : -1;
+    if (d < 0 || out->ndim == 0) {
+        UNSUPPORTED("scatter dim");
+    }
+    const stax_ix *ov[STAX_MAX_DIMS], *map[STAX_MAX_DIMS];
+    lw_ident_vars(c, out->ndim, ov);
+    const stax_lval *v = lw_index(c, ov[d], STAX_INT64);
+    const stax_lval *mask;
+    int j = 0;
+    if (name[1] == 'l') {      /* slice_scatter */
+        PyObject *sl = PySlice_New(lw_bound_arg(bound, in->op, "start"),
+                                   lw_bound_arg(bound, in->op, "end"),
+                                   lw_bound_arg(bound, in->op, "step"));
+        if (sl == NULL) {
+            return -1;
+        }
+        Py_ssize_t st, en, stp;
+        int rc = PySlice_Unpack(sl, &st, &en, &stp);
+        Py_DECREF(sl);
+        if (rc < 0) {
+            return -1;
+        }
+        Py_ssize_t len = PySlice_AdjustIndices((Py_ssize_t)out->sizes[d], &st, &en, stp);
+        if (stp <= 0) {
+            UNSUPPORTED("scatter step");
+        }
+        int64_t last = len > 0 ? st + (len - 1) * stp : st - 1;
+        mask = lw_prim(c, STAX_PRIM_AND, STAX_BOOL,
+                       lw_prim(c, STAX_PRIM_GE, STAX_BOOL, v, lw_const(c, STAX_INT64, (double)st), NULL),
+                       lw_prim(c, STAX_PRIM_LE, STAX_BOOL, v, lw_const(c, STAX_INT64, (double)last), NULL),
+                       NULL);
+        if (stp > 1) {
+            const stax_lval *rel = lw_prim(c, STAX_PRIM_SUB, STAX_INT64, v,
+                                           lw_const(c, STAX_INT64, (double)st), NULL);
+            mask = lw_prim(c, STAX_PRIM_AND, STAX_BOOL, mask,
+                           lw_prim(c, STAX_PRIM_EQ, STAX_BOOL,
+                                   lw_prim(c, STAX_PRIM_REMAINDER, STAX_INT64, rel,
+                                           lw_const(c, STAX_INT64, (double)stp), NULL),
+                                   lw_const(c, STAX_INT64, 0), NULL), NULL);
+        }
+        for (int k = 0; k < out->ndim; k++) {
+            map[k] = k != d ? ov[k]
+                     : lw_ix_bin(c, STAX_IX_DIV,
+                                 lw_ix_bin(c, STAX_IX_ADD, ov[k], lw_ix_const(c, -st)),
+                                 lw_ix_const(c, stp));
+        }
+        j = out->ndim;
+        if (src->ndim != out->ndim) {
+            UNSUPPORTED("slice_scatter source rank");
+        }
+    }
+    else {                     /* select_scatter */
+        int64_t idx = PyLong_AsLongLong(lw_bound_arg(bound, in->op, "index"));
+        if (PyErr_Occurred()) {
+            return -1;
+        }
+        if (idx < 0) {
+            idx += out->sizes[d];
+        }
+        mask = lw_prim(c, STAX_PRIM_EQ, STAX_BOOL, v, lw_const(c, STAX_INT64, (double)idx), NULL);
+        for (int k = 0; k < out->ndim; k++) {
+            if (k != d) {
+                map[j++] = ov[k];
+            }
+        }
+        if (src->ndim != j) {
+            UNSUPPORTED("select_scatter source rank");
+        }
+    }
+    lw_rw rw = {0};
+    rw.vars = map;
+    rw.nvars = j;
+    /* broadcast-free: the source has the slice's shape */
+    const stax_lval *sb = lw_rewrite(c, &rw, src->body);
+    lw_rw_done(&rw);
+    if (sb == NULL || mask == NULL) {
+        return -1;
+    }
+    sb = masked(c, lw_cast(c, sb, out->dtype), mask);
+    out->body = lw_prim(c, STAX_PRIM_WHERE, out->dtype, mask, sb, lw_cast(c, x->body, out->dtype));
+    return out->body ? 1 : -1;
+}

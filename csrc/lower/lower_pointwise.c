@@ -1,0 +1,396 @@
+/* Pointwise lowering: a node whose op has a scalar formula in the op table
+ * (an S-expression) becomes a virtual buffer whose body evaluates that
+ * formula on its broadcast operands, with torch's type promotion
+ * (result_type) over tensor operands and Python scalars. */
+#include "lower/lower_internal.h"
+#include "graph/graph.h"
+#include "stax_numpy.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int
+is_number(PyObject *o)
+{
+    return PyLong_Check(o) || PyFloat_Check(o) || PyBool_Check(o);
+}
+
+/* ------------------------------------------------------------ promotion */
+static int
+dt_cat(stax_dtype_t d)
+{
+    return d == STAX_BOOL ? 0 : (lw_is_float(d) ? 2 : 1);
+}
+
+/* torch.result_type over tensor operands (vbufs) and Python scalars */
+static stax_dtype_t
+result_type(vbuf **vs, PyObject **scal, int n)
+{
+    int have_t = 0, have_z = 0, scat = -1;
+    stax_dtype_t dt = STAX_BOOL, dz = STAX_BOOL;
+    for (int i = 0; i < n; i++) {
+        if (vs[i] != NULL) {
+            if (vs[i]->ndim > 0) {
+                dt = have_t ? stax_promote_types(dt, vs[i]->dtype) : vs[i]->dtype;
+                have_t = 1;
+            }
+            else {
+                dz = have_z ? stax_promote_types(dz, vs[i]->dtype) : vs[i]->dtype;
+                have_z = 1;
+            }
+        }
+        else if (scal[i] != NULL) {
+            int k = PyBool_Check(scal[i]) ? 0 : (PyFloat_Check(scal[i]) ? 2 : 1);
+            scat = k > scat ? k : scat;
+        }
+    }
+    if (!have_t) {
+        dt = dz;
+        have_t = have_z;
+    }
+    else if (have_z && dt_cat(dz) > dt_cat(dt)) {
+        dt = dz;
+    }
+    if (!have_t) {
+        return scat == 2 ? stax_default_dtype() : (scat == 1 ? STAX_INT64 : STAX_BOOL);
+    }
+    if (scat > dt_cat(dt)) {
+        dt = scat == 2 ? stax_default_dtype() : STAX_INT64;
+    }
+    return dt;
+}
+
+/* ------------------------------------------------------------- formulas */
+typedef struct {
+    lw_ctx *c;
+    struct lw_node_in *in;
+    PyObject *bound;
+    const stax_op_info *op;
+    int nout;
+    int64_t osizes[STAX_MAX_DIMS];
+    const stax_ix *ovars[STAX_MAX_DIMS];
+    stax_dtype_t cd;             /* computation dtype */
+    const char *p;               /* parse position */
+    const char *why;
+} fctx;
+
+typedef struct {
+    const stax_lval *v;
+    int none;
+    int weak;                    /* a literal / Python scalar */
+    PyObject *str;               /* a string argument (case) */
+} fval;
+
+static void
+skip_ws(fctx *f)
+{
+    while (*f->p == ' ' || *f->p == '\n' || *f->p == '\t') {
+        f->p++;
+    }
+}
+
+static int
+read_tok(fctx *f, char *buf, size_t n)
+{
+    skip_ws(f);
+    size_t i = 0;
+    while (*f->p && *f->p != ' ' && *f->p != '(' && *f->p != ')' && i + 1 < n) {
+        buf[i++] = *f->p++;
+    }
+    buf[i] = 0;
+    return (int)i;
+}
+
+static fval f_eval(fctx *f);
+
+static fval
+f_operand(fctx *f, PyObject *o)
+{
+    fval r = {0};
+    vbuf *v = lw_arg_vb(f->in, o);
+    if (v != NULL) {
+        if (v->kind != VB_TENSOR) {
+            f->why = "operand is not a tensor";
+            return r;
+        }
+        r.v = lw_bcast(f->c, v, f->nout, f->osizes, f->ovars);
+        return r;
+    }
+    if (o == Py_None) {
+        r.none = 1;
+        return r;
+    }
+    if (PyUnicode_Check(o)) {
+        r.str = o;
+        return r;
+    }
+    if (is_number(o)) {
+        double x = PyFloat_Check(o) ? PyFloat_AS_DOUBLE(o) : (double)PyLong_AsLongLong(o);
+        stax_dtype_t dt = PyBool_Check(o) ? STAX_BOOL
+                          : PyFloat_Check(o) ? STAX_FLOAT64 : STAX_INT64;
+        r.v = lw_const(f->c, dt, x);
+        r.weak = 1;
+        return r;
+    }
+    if (StaxTensor_Type != NULL && StaxTensor_Check(o) && ((StaxTensor *)o)->ndim == 0) {
+        /* a 0-d constant tensor: its value */
+        PyObject *item = PyObject_CallMethod(o, "item", NULL);
+        if (item != NULL && is_number(item)) {
+            fval q = f_operand(f, item);
+            Py_DECREF(item);
+            return q;
+        }
+        Py_XDECREF(item);
+        PyErr_Clear();
+    }
+    f->why = "unsupported operand";
+    return r;
+}
+
+static stax_dtype_t
+pair_type(fval *a, fval *b)
+{
+    if (a->weak && !b->weak) {
+        stax_dtype_t bt = b->v->dtype, at = a->v->dtype;
+        return dt_cat(at) > dt_cat(bt) ? (at == STAX_FLOAT64 ? stax_default_dtype() : at) : bt;
+    }
+    if (b->weak && !a->weak) {
+        return pair_type(b, a);
+    }
+    if (a->weak && b->weak) {
+        stax_dtype_t t = stax_promote_types(a->v->dtype, b->v->dtype);
+        return t == STAX_FLOAT64 ? stax_default_dtype() : t;
+    }
+    return stax_promote_types(a->v->dtype, b->v->dtype);
+}
+
+static fval
+f_prim(fctx *f, int prim, fval *x, int n)
+{
+    fval r = {0};
+    lw_ctx *c = f->c;
+    stax_prim_t p = (stax_prim_t)prim;
+    /* None operands: min/max with None is the identity (clamp) */
+    if ((p == STAX_PRIM_MAXNAN || p == STAX_PRIM_MINNAN || p == STAX_PRIM_MAX
+         || p == STAX_PRIM_MIN) && n == 2 && (x[0].none || x[1].none)) {
+        return x[0].none ? x[1] : x[0];
+    }
+    for (int i = 0; i < n; i++) {
+        if (x[i].v == NULL) {
+            if (f->why == NULL) {
+                f->why = "missing operand";
+            }
+            return r;
+        }
+    }
+    const stax_lval *a[3] = {NULL, NULL, NULL};
+    stax_dtype_t rt = f->cd;
+    switch (p) {
+    case STAX_PRIM_EQ: case STAX_PRIM_NE: case STAX_PRIM_LT:
+    case STAX_PRIM_LE: case STAX_PRIM_GT: case STAX_PRIM_GE: {
+        stax_dtype_t t = pair_type(&x[0], &x[1]);
+        a[0] = lw_cast(c, x[0].v, t);
+        a[1] = lw_cast(c, x[1].v, t);
+        rt = STAX_BOOL;
+        break;
+    }
+    case STAX_PRIM_AND: case STAX_PRIM_OR: case STAX_PRIM_XOR: case STAX_PRIM_NOT:
+        for (int i = 0; i < n; i++) {
+            a[i] = lw_cast(c, x[i].v, STAX_BOOL);
+        }
+        rt = STAX_BOOL;
+        break;
+    case STAX_PRIM_ISNAN: case STAX_PRIM_ISINF: case STAX_PRIM_ISFINITE:
+        a[0] = x[0].v;
+        rt = STAX_BOOL;
+        break;
+    case STAX_PRIM_WHERE:
+        a[0] = lw_cast(c, x[0].v, STAX_BOOL);
+        a[1] = lw_cast(c, x[1].v, f->cd);
+        a[2] = lw_cast(c, x[2].v, f->cd);
+        break;
+    default:
+        for (int i = 0; i < n; i++) {
+            a[i] = lw_cast(c, x[i].v, f->cd);
+        }
+        if (!lw_is_float(f->cd)) {
+            switch (p) {
+            case STAX_PRIM_EXP: case STAX_PRIM_LOG: case STAX_PRIM_SQRT:
+            case STAX_PRIM_SIN: case STAX_PRIM_COS: case STAX_PRIM_TANH:
+            case STAX_PRIM_ERF: case STAX_PRIM_RSQRT: case STAX_PRIM_EXPM1:
+            case STAX_PRIM_LOG1P: case STAX_PRIM_SIGMOID:
+                f->why = "transcendental primitive on an integer dtype";
+                return r;
+            default:
+                break;
+            }
+        }
+        break;
+    }
+    r.v = lw_prim(c, p, rt, a[0], a[1], a[2]);
+    return r;
+}
+
+static fval
+f_eval(fctx *f)
+{
+    fval r = {0};
+    char tok[64];
+    skip_ws(f);
+    if (*f->p == '(') {
+        f->p++;
+        read_tok(f, tok, sizeof(tok));
+        if (strcmp(tok, "case") == 0) {
+            fval sel = f_eval(f);
+            fval chosen = {0};
+            int found = 0;
+            for (;;) {
+                skip_ws(f);
+                if (*f->p == ')' || *f->p == 0) {
+                    break;
+                }
+                char key[64];
+                read_tok(f, key, sizeof(key));
+                int match = 0;
+                if (strcmp(key, "None") == 0) {
+                    match = sel.none;
+                }
+                else if (sel.str != NULL) {
+                    match = PyUnicode_CompareWithASCIIString(sel.str, key) == 0;
+                }
+                if (match && !found) {
+                    chosen = f_eval(f);
+                    found = 1;
+                }
+                else {
+                    /* skip the expression */
+                    skip_ws(f);
+                    if (*f->p == '(') {
+                        int depth = 0;
+                        do {
+                            if (*f->p == '(') depth++;
+                            if (*f->p == ')') depth--;
+                            f->p++;
+                        } while (depth > 0 && *f->p);
+                    }
+                    else {
+                        read_tok(f, key, sizeof(key));
+                    }
+                }
+            }
+            if (*f->p == ')') {
+                f->p++;
+            }
+            if (!found) {
+                f->why = "no case of the formula matches the argument";
+            }
+            return chosen;
+        }
+        int prim = stax_prim_from_name(tok);
+        if (prim < 0) {
+            f->why = "formula uses an unknown primitive";
+            return r;
+        }
+        fval x[3] = {{0}};
+        int n = 0;
+        for (;;) {
+            skip_ws(f);
+            if (*f->p == ')' || *f->p == 0) {
+                break;
+            }
+            if (n == 3) {
+                f->why = "formula arity";
+                return r;
+            }
+            x[n++] = f_eval(f);
+            if (f->why != NULL) {
+                return r;
+            }
+        }
+        if (*f->p == ')') {
+            f->p++;
+        }
+        if (n != stax_prim_arity((stax_prim_t)prim)) {
+            f->why = "formula arity mismatch";
+            return r;
+        }
+        return f_prim(f, prim, x, n);
+    }
+    read_tok(f, tok, sizeof(tok));
+    if (tok[0] >= 'a' && tok[0] <= 'd' && tok[1] == 0) {
+        int i = tok[0] - 'a';
+        if (i >= PyTuple_GET_SIZE(f->bound)) {
+            f->why = "formula operand out of range";
+            return r;
+        }
+        return f_operand(f, PyTuple_GET_ITEM(f->bound, i));
+    }
+    if (tok[0] == '$') {
+        PyObject *o = lw_bound_arg(f->bound, f->op, tok + 1);
+        if (o == NULL) {
+            f->why = "formula names an unknown argument";
+            return r;
+        }
+        return f_operand(f, o);
+    }
+    double x;
+    if (strcmp(tok, "inf") == 0) {
+        x = INFINITY;
+    }
+    else if (strcmp(tok, "-inf") == 0) {
+        x = -INFINITY;
+    }
+    else if (strcmp(tok, "nan") == 0) {
+        x = NAN;
+    }
+    else {
+        char *end;
+        x = strtod(tok, &end);
+        if (end == tok) {
+            f->why = "bad formula token";
+            return r;
+        }
+    }
+    r.v = lw_const(f->c, f->cd, x);
+    r.weak = 1;
+    return r;
+}
+
+int
+lw_lower_formula(lw_ctx *c, struct lw_node_in *in, PyObject *bound,
+                 const char *formula, vbuf *out, const char **why)
+{
+    fctx f;
+    memset(&f, 0, sizeof(f));
+    f.c = c;
+    f.in = in;
+    f.bound = bound;
+    f.op = in->op;
+    f.nout = out->ndim;
+    memcpy(f.osizes, out->sizes, sizeof(int64_t) * (size_t)out->ndim);
+    lw_ident_vars(c, out->ndim, f.ovars);
+    f.cd = out->dtype;
+    if (in->op->flags & STAX_OPF_COMPARISON) {
+        vbuf *vs[4] = {NULL};
+        PyObject *sc[4] = {NULL};
+        int n = in->op->arity < 4 ? in->op->arity : 4;
+        for (int i = 0; i < n && i < PyTuple_GET_SIZE(bound); i++) {
+            PyObject *o = PyTuple_GET_ITEM(bound, i);
+            vs[i] = lw_arg_vb(in, o);
+            sc[i] = (vs[i] == NULL && is_number(o)) ? o : NULL;
+        }
+        f.cd = result_type(vs, sc, n);
+    }
+    f.p = formula;
+    fval r = f_eval(&f);
+    if (PyErr_Occurred()) {
+        return -1;
+    }
+    if (f.why != NULL || r.v == NULL) {
+        *why = f.why ? f.why : "formula did not produce a value";
+        return 0;
+    }
+    out->body = lw_cast(c, r.v, out->dtype);
+    return out->body ? 1 : -1;
+}

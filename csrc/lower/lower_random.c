@@ -1,0 +1,199 @@
+/* Random op lowering: rand_like, randn_like and dropout (the other random
+ * ops have no native lowering) draw from the same Philox stream as eager;
+ * each draw reserves words of the default generator's offset, passed to
+ * the kernel as size arguments per call. */
+#include "lower/lower_internal.h"
+#include "graph/graph.h"
+#include "stax_numpy.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ----------------------------------------------------------------- random
+ * The same Philox stream as eager (docs/rng.md): element i (C order) of a
+ * draw of W words per element uses words i*W .. i*W+W-1 from the offset
+ * the runtime reserves for this draw, in node order. */
+static const stax_lval *
+sym_value(lw_ctx *c, int k)
+{
+    stax_ix *ix = stax_arena_alloc(c->arena, sizeof(stax_ix));
+    if (ix == NULL) {
+        return NULL;
+    }
+    ix->kind = STAX_IX_SYM;
+    ix->v = k;
+    return lw_index(c, ix, STAX_INT64);
+}
+
+typedef struct {
+    const stax_lval *seed, *off, *base;   /* base = i * W */
+} rdraw;
+
+static int
+rand_draw(lw_ctx *c, vbuf *out, int W, rdraw *r)
+{
+    if (c->nrand == 32 || c->nsyms + 2 > LW_MAX_SYMS) {
+        return 0;
+    }
+    int s0 = c->nsyms++, s1 = c->nsyms++;
+    c->sym_reserved[s0] = c->sym_reserved[s1] = 1;
+    c->syms[s0] = c->syms[s1] = 0;
+    int64_t numel = 1;
+    for (int d = 0; d < out->ndim; d++) {
+        numel *= out->sizes[d];
+    }
+    c->rand_seed_sym[c->nrand] = s0;
+    c->rand_off_sym[c->nrand] = s1;
+    c->rand_words[c->nrand] = numel * W;
+    c->nrand++;
+    const stax_ix *ov[STAX_MAX_DIMS];
+    lw_ident_vars(c, out->ndim, ov);
+    const stax_ix *lin = lw_contig_index(c, out->ndim, out->sizes, ov);
+    r->seed = sym_value(c, s0);
+    r->off = sym_value(c, s1);
+    r->base = lw_prim(c, STAX_PRIM_MUL, STAX_INT64, lw_index(c, lin, STAX_INT64),
+                      lw_const(c, STAX_INT64, W), NULL);
+    return r->seed && r->off && r->base ? 1 : -1;
+}
+
+static const stax_lval *
+rword(lw_ctx *c, rdraw *r, int k)
+{
+    const stax_lval *j = k ? lw_prim(c, STAX_PRIM_ADD, STAX_INT64, r->base,
+                                     lw_const(c, STAX_INT64, k), NULL)
+                           : r->base;
+    return lw_prim(c, STAX_PRIM_PHILOX, STAX_INT64, r->seed, r->off, j);
+}
+
+/* (double)(w >> 8) * 2^-24 */
+static const stax_lval *
+u24(lw_ctx *c, const stax_lval *w)
+{
+    const stax_lval *h = lw_prim(c, STAX_PRIM_FLOORDIV, STAX_INT64, w,
+                                 lw_const(c, STAX_INT64, 256), NULL);
+    return lw_prim(c, STAX_PRIM_MUL, STAX_FLOAT64, lw_cast(c, h, STAX_FLOAT64),
+                   lw_const(c, STAX_FLOAT64, 1.0 / 16777216.0), NULL);
+}
+
+/* ((double)(a >> 5) * 67108864.0 + (double)(b >> 6)) * 2^-53 */
+static const stax_lval *
+u53(lw_ctx *c, const stax_lval *a, const stax_lval *b)
+{
+    const stax_lval *ha = lw_cast(c, lw_prim(c, STAX_PRIM_FLOORDIV, STAX_INT64, a,
+                                             lw_const(c, STAX_INT64, 32), NULL), STAX_FLOAT64);
+    const stax_lval *hb = lw_cast(c, lw_prim(c, STAX_PRIM_FLOORDIV, STAX_INT64, b,
+                                             lw_const(c, STAX_INT64, 64), NULL), STAX_FLOAT64);
+    const stax_lval *s = lw_prim(c, STAX_PRIM_ADD, STAX_FLOAT64,
+                                 lw_prim(c, STAX_PRIM_MUL, STAX_FLOAT64, ha,
+                                         lw_const(c, STAX_FLOAT64, 67108864.0), NULL),
+                                 hb, NULL);
+    return lw_prim(c, STAX_PRIM_MUL, STAX_FLOAT64, s,
+                   lw_const(c, STAX_FLOAT64, 1.0 / 9007199254740992.0), NULL);
+}
+
+/* uniform [0, 1) in out's dtype (float32: W=1, float64: W=2) */
+static const stax_lval *
+rand_uniform(lw_ctx *c, vbuf *out, stax_dtype_t dt, int *ok)
+{
+    rdraw r;
+    int w = dt == STAX_FLOAT64 ? 2 : 1;
+    *ok = rand_draw(c, out, w, &r);
+    if (*ok <= 0) {
+        return NULL;
+    }
+    if (dt == STAX_FLOAT64) {
+        const stax_lval *u = u53(c, rword(c, &r, 0), rword(c, &r, 1));
+        return lw_prim(c, STAX_PRIM_ADD, STAX_FLOAT64, lw_const(c, STAX_FLOAT64, 0.0), u, NULL);
+    }
+    const stax_lval *u = u24(c, rword(c, &r, 0));
+    u = lw_prim(c, STAX_PRIM_ADD, STAX_FLOAT64, lw_const(c, STAX_FLOAT64, 0.0), u, NULL);
+    return lw_cast(c, u, STAX_FLOAT32);
+}
+
+int
+lw_lower_random(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
+                vbuf *out, const char **why)
+{
+    const char *name = in->op->name;
+    PyObject *gen = lw_bound_arg(bound, in->op, "generator");
+    if (c->no_random) {
+        UNSUPPORTED("random op next to a fallback kernel (draw order)");
+    }
+    if (gen != NULL && gen != Py_None) {
+        UNSUPPORTED("random op with an explicit generator");
+    }
+    if (out->kind != VB_TENSOR || (out->dtype != STAX_FLOAT32 && out->dtype != STAX_FLOAT64)) {
+        UNSUPPORTED("random op of a non-float dtype");
+    }
+    int ok = 0;
+    if (!strcmp(name, "rand_like")) {
+        out->body = rand_uniform(c, out, out->dtype, &ok);
+    }
+    else if (!strcmp(name, "randn_like")) {
+        rdraw r;
+        int f64 = out->dtype == STAX_FLOAT64;
+        ok = rand_draw(c, out, f64 ? 4 : 2, &r);
+        if (ok > 0) {
+            const stax_lval *u1, *u2;
+            if (f64) {
+                u1 = u53(c, rword(c, &r, 0), rword(c, &r, 1));
+                u2 = u53(c, rword(c, &r, 2), rword(c, &r, 3));
+            }
+            else {
+                u1 = u24(c, rword(c, &r, 0));
+                u2 = u24(c, rword(c, &r, 1));
+            }
+            stax_dtype_t D = STAX_FLOAT64;
+            const stax_lval *lg = lw_prim(c, STAX_PRIM_LOG, D,
+                                          lw_prim(c, STAX_PRIM_SUB, D, lw_const(c, D, 1.0), u1, NULL),
+                                          NULL, NULL);
+            const stax_lval *rad = lw_prim(c, STAX_PRIM_SQRT, D,
+                                           lw_prim(c, STAX_PRIM_MUL, D, lw_const(c, D, -2.0), lg, NULL),
+                                           NULL, NULL);
+            const stax_lval *cs = lw_prim(c, STAX_PRIM_COS, D,
+                                          lw_prim(c, STAX_PRIM_MUL, D,
+                                                  lw_const(c, D, 2.0 * 3.14159265358979323846), u2, NULL),
+                                          NULL, NULL);
+            const stax_lval *z = lw_prim(c, STAX_PRIM_MUL, D, rad, cs, NULL);
+            z = lw_prim(c, STAX_PRIM_ADD, D, lw_const(c, D, 0.0), z, NULL);
+            out->body = lw_cast(c, z, out->dtype);
+        }
+    }
+    else if (!strcmp(name, "dropout") && x != NULL) {
+        double p = lw_num(lw_bound_arg(bound, in->op, "p"), 0.5);
+        PyObject *tr = lw_bound_arg(bound, in->op, "training");
+        PyObject *ip = lw_bound_arg(bound, in->op, "inplace");
+        if (ip != NULL && PyObject_IsTrue(ip)) {
+            UNSUPPORTED("in-place dropout");
+        }
+        if (p < 0 || p > 1) {
+            UNSUPPORTED("dropout probability out of range (eager raises)");
+        }
+        if ((tr != NULL && !PyObject_IsTrue(tr)) || p == 0) {
+            out->body = x->body;
+            return 1;
+        }
+        if (p == 1) {
+            out->body = lw_const(c, out->dtype, 0.0);
+            return 1;
+        }
+        const stax_lval *u = rand_uniform(c, out, out->dtype, &ok);
+        if (ok > 0) {
+            stax_dtype_t dt = out->dtype;
+            const stax_lval *keep = lw_prim(c, STAX_PRIM_GE, STAX_BOOL, u, lw_const(c, dt, p), NULL);
+            const stax_lval *sc = lw_prim(c, STAX_PRIM_DIV, dt, lw_cast(c, x->body, dt),
+                                          lw_const(c, dt, (double)(dt == STAX_FLOAT32
+                                                                       ? (double)(float)(1.0 - p)
+                                                                       : 1.0 - p)), NULL);
+            out->body = lw_prim(c, STAX_PRIM_WHERE, dt, keep, sc, lw_const(c, dt, 0.0));
+        }
+    }
+    else {
+        UNSUPPORTED("random op without a native lowering");
+    }
+    if (ok == 0) {
+        UNSUPPORTED("too many random draws in one program");
+    }
+    return out->body ? 1 : -1;
+}

@@ -1,0 +1,629 @@
+/* Reduction kernels: the helpers that build a kernel reducing some dims of
+ * its (inlined) input, the reductions of the op table (sum, mean, amax,
+ * var, argmax, ...) and the normalizations fused on them: softmax /
+ * log_softmax, layer_norm and batch_norm in inference form. */
+#include "lower/lower_internal.h"
+#include "graph/graph.h"
+#include "stax_numpy.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* dims argument -> mask; None / empty list: all dims */
+static int
+dims_mask(PyObject *o, int n, int *mask)
+{
+    for (int d = 0; d < n; d++) {
+        mask[d] = 0;
+    }
+    if (o == NULL || o == Py_None
+        || ((PyList_Check(o) || PyTuple_Check(o)) && PySequence_Size(o) == 0)) {
+        for (int d = 0; d < n; d++) {
+            mask[d] = 1;
+        }
+        return 0;
+    }
+    if (PyLong_Check(o)) {
+        int d = lw_norm_dim(PyLong_AsLongLong(o), n);
+        if (d < 0) {
+            return -1;
+        }
+        if (n) {
+            mask[d] = 1;
+        }
+        return 0;
+    }
+    if (PyList_Check(o) || PyTuple_Check(o)) {
+        Py_ssize_t k = PySequence_Fast_GET_SIZE(o);
+        for (Py_ssize_t i = 0; i < k; i++) {
+            PyObject *e = PySequence_Fast_GET_ITEM(o, i);
+            if (!PyLong_Check(e)) {
+                return -1;
+            }
+            int d = lw_norm_dim(PyLong_AsLongLong(e), n);
+            if (d < 0) {
+                return -1;
+            }
+            if (n) {
+                mask[d] = 1;
+            }
+        }
+        return 0;
+    }
+    return -1;
+}
+
+typedef struct {
+    kdraft *k;
+    const stax_ix *ivars[STAX_MAX_DIMS];   /* input dim -> loop var */
+    const stax_ix *ovars_keep[STAX_MAX_DIMS]; /* keepdim output dims */
+    int64_t n;                             /* reduced element count */
+    const stax_ix *rlinear;                /* linear index of reduced dims */
+} redk;
+
+/* a kernel reducing the dims of `in` selected by mask */
+static int
+red_begin(lw_ctx *c, vbuf *in, const int *mask, const char *label, redk *r)
+{
+    char buf[48];
+    if (in->label != NULL && in->pbuf < 0) {
+        snprintf(buf, sizeof(buf), "%s_%s", in->label, label);
+        label = buf;
+    }
+    kdraft *k = lw_new_kernel(c, label);
+    if (k == NULL) {
+        return -1;
+    }
+    int no = 0, ni = 0;
+    for (int d = 0; d < in->ndim; d++) {
+        if (!mask[d]) {
+            k->dimv[no++] = in->sizes[d];
+        }
+    }
+    r->n = 1;
+    for (int d = 0; d < in->ndim; d++) {
+        if (mask[d]) {
+            k->dimv[no + ni++] = in->sizes[d];
+            r->n *= in->sizes[d];
+        }
+    }
+    k->nouter = no;
+    k->ninner = ni;
+    int oi = 0, ii = 0;
+    r->rlinear = lw_ix_const(c, 0);
+    for (int d = 0; d < in->ndim; d++) {
+        if (!mask[d]) {
+            r->ivars[d] = lw_ix_var(c, oi);
+            r->ovars_keep[d] = r->ivars[d];
+            oi++;
+        }
+        else {
+            r->ivars[d] = lw_ix_var(c, no + ii);
+            r->ovars_keep[d] = lw_ix_const(c, 0);
+            r->rlinear = lw_ix_bin(c, STAX_IX_ADD,
+                                   lw_ix_bin(c, STAX_IX_MUL, r->rlinear,
+                                             lw_ix_const(c, in->sizes[d])),
+                                   r->ivars[d]);
+            ii++;
+        }
+    }
+    r->k = k;
+    return 0;
+}
+
+static const stax_lval *
+red_value(lw_ctx *c, vbuf *in, redk *r)
+{
+    lw_rw rw = {0};
+    rw.vars = r->ivars;
+    rw.nvars = in->ndim;
+    const stax_lval *v = lw_rewrite(c, &rw, in->body);
+    lw_rw_done(&rw);
+    return v;
+}
+
+int
+lw_add_stage(kdraft *k, stax_stage_kind_t kind, int first, int n)
+{
+    if (k->nstages == LW_MAX_STAGES) {
+        PyErr_SetString(PyExc_RuntimeError, "too many kernel stages");
+        return -1;
+    }
+    k->stages[k->nstages].kind = kind;
+    k->stages[k->nstages].first = first;
+    k->stages[k->nstages].n = n;
+    k->nstages++;
+    return 0;
+}
+
+static int
+add_acc(kdraft *k, stax_red_t op, stax_dtype_t dt, const stax_lval *v,
+        const stax_ix *ix)
+{
+    if (v == NULL) {
+        return -1;
+    }
+    if (k->naccs == LW_MAX_ACCS) {
+        PyErr_SetString(PyExc_RuntimeError, "too many accumulators");
+        return -1;
+    }
+    int i = k->naccs++;
+    k->accs[i].op = op;
+    k->accs[i].dtype = dt;
+    k->accs[i].value = v;
+    k->accs[i].index = ix;
+    if (lw_add_stage(k, STAX_STAGE_REDUCE, i, 1) < 0) {
+        return -1;
+    }
+    return i;
+}
+
+/* accumulators in the same REDUCE stage as the previous one */
+static int
+add_acc_same(kdraft *k, stax_red_t op, stax_dtype_t dt, const stax_lval *v,
+             const stax_ix *ix)
+{
+    if (v == NULL) {
+        return -1;
+    }
+    int i = k->naccs++;
+    k->accs[i].op = op;
+    k->accs[i].dtype = dt;
+    k->accs[i].value = v;
+    k->accs[i].index = ix;
+    k->stages[k->nstages - 1].n++;
+    return i;
+}
+
+/* a materialized output of a reduction kernel (OUTER store) */
+static int
+red_store(lw_ctx *c, redk *r, vbuf *in, const int *mask, vbuf *out,
+          const stax_lval *value, int inner)
+{
+    int pb = lw_new_pbuf(c, PB_TEMP, out->ndim, out->sizes, out->dtype);
+    if (pb < 0 || value == NULL) {
+        return -1;
+    }
+    const stax_ix *ov[STAX_MAX_DIMS];
+    if (inner) {
+        /* same shape as the input: every dim */
+        for (int d = 0; d < in->ndim; d++) {
+            ov[d] = r->ivars[d];
+        }
+    }
+    else if (out->ndim == in->ndim) {
+        for (int d = 0; d < in->ndim; d++) {
+            ov[d] = r->ovars_keep[d];
+        }
+    }
+    else {
+        int j = 0;
+        for (int d = 0; d < in->ndim; d++) {
+            if (!mask[d]) {
+                ov[j++] = r->ivars[d];
+            }
+        }
+        if (j != out->ndim) {
+            PyErr_SetString(PyExc_ValueError, "reduction output rank mismatch");
+            return -1;
+        }
+    }
+    kdraft *k = r->k;
+    if (k->nstores == LW_MAX_STORES) {
+        PyErr_SetString(PyExc_RuntimeError, "too many stores");
+        return -1;
+    }
+    int s = k->nstores++;
+    k->stores[s].buf = pb;
+    k->stores[s].index = lw_contig_index(c, out->ndim, out->sizes, ov);
+    k->stores[s].value = lw_cast(c, value, out->dtype);
+    if (lw_add_stage(k, inner ? STAX_STAGE_INNER : STAX_STAGE_OUTER, s, 1) < 0) {
+        return -1;
+    }
+    out->pbuf = pb;
+    out->body = lw_contig_load(c, pb);
+    return out->body ? 0 : -1;
+}
+
+static stax_dtype_t
+acc_float(stax_dtype_t dt)
+{
+    return lw_is_float(dt) ? dt : stax_default_dtype();
+}
+
+/* ------------------------------------------------------------ reductions */
+static int
+tuple_out(lw_ctx *c, struct lw_node_in *in, vbuf *out, int n, vbuf **items)
+{
+    if (!PyTuple_Check(in->val) || PyTuple_GET_SIZE(in->val) != n) {
+        PyErr_SetString(PyExc_ValueError, "multi-output node without a tuple meta['val']");
+        return -1;
+    }
+    out->kind = VB_TUPLE;
+    out->nitems = n;
+    out->items = stax_arena_alloc(c->arena, sizeof(vbuf *) * (size_t)n);
+    if (out->items == NULL) {
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        items[i] = lw_vb_new(c);
+        if (items[i] == NULL) {
+            return -1;
+        }
+        int64_t st[STAX_MAX_DIMS];
+        items[i]->kind = VB_TENSOR;
+        if (!lw_val_info(PyTuple_GET_ITEM(in->val, i), &items[i]->ndim,
+                         items[i]->sizes, st, &items[i]->dtype)) {
+            PyErr_SetString(PyExc_ValueError, "tuple item is not a tensor");
+            return -1;
+        }
+        out->items[i] = items[i];
+    }
+    return 0;
+}
+
+int
+lw_lower_reduction(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
+                   vbuf *out, const char **why)
+{
+    const char *name = in->op->name;
+    int mask[STAX_MAX_DIMS];
+    PyObject *dim = lw_bound_arg(bound, in->op, "dim");
+    if (strcmp(name, "max") == 0 || strcmp(name, "min") == 0) {
+        if (dim != NULL && dim != Py_None && !PyLong_Check(dim)) {
+            UNSUPPORTED("max/min with a tensor second operand");
+        }
+    }
+    if (dims_mask(dim, x->ndim, mask) < 0) {
+        UNSUPPORTED("reduction dims not understood");
+    }
+    redk r;
+    if (red_begin(c, x, mask, name, &r) < 0) {
+        return -1;
+    }
+    kdraft *k = r.k;
+    const stax_lval *v = red_value(c, x, &r);
+    if (v == NULL) {
+        return -1;
+    }
+    stax_dtype_t odt = out->kind == VB_TENSOR ? out->dtype : x->dtype;
+    double n = (double)r.n;
+    int a0;
+    if (!strcmp(name, "sum") || !strcmp(name, "mean")) {
+        stax_dtype_t ad = odt;
+        a0 = add_acc(k, STAX_RED_SUM, ad, lw_cast(c, v, ad), NULL);
+        if (a0 < 0) {
+            return -1;
+        }
+        const stax_lval *res = lw_acc(c, a0, ad);
+        if (!strcmp(name, "mean")) {
+            res = lw_prim(c, STAX_PRIM_DIV, ad, res, lw_size_const(c, ad, r.n), NULL);
+        }
+        return red_store(c, &r, x, mask, out, res, 0);
+    }
+    if (!strcmp(name, "prod")) {
+        a0 = add_acc(k, STAX_RED_PROD, odt, lw_cast(c, v, odt), NULL);
+        return a0 < 0 ? -1 : red_store(c, &r, x, mask, out, lw_acc(c, a0, odt), 0);
+    }
+    if (!strcmp(name, "amax") || !strcmp(name, "amin")
+        || ((!strcmp(name, "max") || !strcmp(name, "min")) && (dim == NULL || dim == Py_None))) {
+        int mx = !strcmp(name, "amax") || !strcmp(name, "max");
+        a0 = add_acc(k, mx ? STAX_RED_MAX : STAX_RED_MIN, x->dtype, v, NULL);
+        return a0 < 0 ? -1 : red_store(c, &r, x, mask, out, lw_acc(c, a0, x->dtype), 0);
+    }
+    if (!strcmp(name, "max") || !strcmp(name, "min")) {
+        vbuf *items[2];
+        if (tuple_out(c, in, out, 2, items) < 0) {
+            return -1;
+        }
+        int mx = !strcmp(name, "max");
+        a0 = add_acc(k, mx ? STAX_RED_MAX : STAX_RED_MIN, x->dtype, v, NULL);
+        int a1 = a0 < 0 ? -1 : add_acc_same(k, mx ? STAX_RED_ARGMAX : STAX_RED_ARGMIN,
+                                            STAX_INT64, v, r.rlinear);
+        if (a1 < 0) {
+            return -1;
+        }
+        if (red_store(c, &r, x, mask, items[0], lw_acc(c, a0, x->dtype), 0) < 0) {
+            return -1;
+        }
+        return red_store(c, &r, x, mask, items[1], lw_acc(c, a1, STAX_INT64), 0);
+    }
+    if (!strcmp(name, "argmax") || !strcmp(name, "argmin")) {
+        a0 = add_acc(k, name[3] == 'm' && name[4] == 'a' ? STAX_RED_ARGMAX : STAX_RED_ARGMIN,
+                     STAX_INT64, v, r.rlinear);
+        return a0 < 0 ? -1 : red_store(c, &r, x, mask, out, lw_acc(c, a0, STAX_INT64), 0);
+    }
+    if (!strcmp(name, "any") || !strcmp(name, "all")) {
+        a0 = add_acc(k, name[1] == 'n' ? STAX_RED_ANY : STAX_RED_ALL, STAX_BOOL,
+                     lw_cast(c, v, STAX_BOOL), NULL);
+        return a0 < 0 ? -1 : red_store(c, &r, x, mask, out, lw_acc(c, a0, STAX_BOOL), 0);
+    }
+    if (!strcmp(name, "var") || !strcmp(name, "std") || !strcmp(name, "var_mean")
+        || !strcmp(name, "std_mean")) {
+        stax_dtype_t fd = acc_float(x->dtype);
+        double corr = 1.0;
+        PyObject *unb = lw_bound_arg(bound, in->op, "unbiased");
+        PyObject *co = lw_bound_arg(bound, in->op, "correction");
+        if (unb != NULL && unb != Py_None) {
+            corr = PyObject_IsTrue(unb) ? 1.0 : 0.0;
+        }
+        if (co != NULL && co != Py_None) {
+            corr = lw_num(co, 1.0);
+        }
+        const stax_lval *xv = lw_cast(c, v, fd);
+        a0 = add_acc(k, STAX_RED_SUM, fd, xv, NULL);
+        if (a0 < 0) {
+            return -1;
+        }
+        const stax_lval *mean = lw_prim(c, STAX_PRIM_DIV, fd, lw_acc(c, a0, fd),
+                                        lw_size_const(c, fd, r.n), NULL);
+        const stax_lval *dv = lw_prim(c, STAX_PRIM_SUB, fd, xv, mean, NULL);
+        int a1 = add_acc(k, STAX_RED_SUM, fd, lw_prim(c, STAX_PRIM_MUL, fd, dv, dv, NULL), NULL);
+        if (a1 < 0) {
+            return -1;
+        }
+        const stax_lval *var = n == 0 ? lw_const(c, fd, NAN)
+                               : lw_prim(c, STAX_PRIM_DIV, fd, lw_acc(c, a1, fd),
+                                         c->symbolic && r.n > 1
+                                         ? lw_prim(c, STAX_PRIM_SUB, fd,
+                                                   lw_size_const(c, fd, r.n),
+                                                   lw_const(c, fd, corr), NULL)
+                                         : lw_const(c, fd, n - corr), NULL);
+        int sd = name[0] == 's';
+        if (sd) {
+            var = lw_prim(c, STAX_PRIM_SQRT, fd, var, NULL, NULL);
+        }
+        if (strstr(name, "_mean")) {
+            vbuf *items[2];
+            if (tuple_out(c, in, out, 2, items) < 0) {
+                return -1;
+            }
+            if (red_store(c, &r, x, mask, items[0], var, 0) < 0) {
+                return -1;
+            }
+            return red_store(c, &r, x, mask, items[1], mean, 0);
+        }
+        return red_store(c, &r, x, mask, out, var, 0);
+    }
+    if (!strcmp(name, "logsumexp")) {
+        stax_dtype_t fd = acc_float(x->dtype);
+        const stax_lval *xv = lw_cast(c, v, fd);
+        a0 = add_acc(k, STAX_RED_MAX, fd, xv, NULL);
+        if (a0 < 0) {
+            return -1;
+        }
+        const stax_lval *m = lw_acc(c, a0, fd);
+        m = lw_prim(c, STAX_PRIM_WHERE, fd, lw_prim(c, STAX_PRIM_ISINF, STAX_BOOL, m, NULL, NULL),
+                    lw_const(c, fd, 0.0), m);
+        const stax_lval *e = lw_prim(c, STAX_PRIM_EXP, fd,
+                                     lw_prim(c, STAX_PRIM_SUB, fd, xv, m, NULL), NULL, NULL);
+        int a1 = add_acc(k, STAX_RED_SUM, fd, e, NULL);
+        if (a1 < 0) {
+            return -1;
+        }
+        const stax_lval *res = lw_prim(c, STAX_PRIM_ADD, fd,
+                                       lw_prim(c, STAX_PRIM_LOG, fd, lw_acc(c, a1, fd), NULL, NULL),
+                                       m, NULL);
+        return red_store(c, &r, x, mask, out, res, 0);
+    }
+    if (!strcmp(name, "norm")) {
+        stax_dtype_t fd = acc_float(x->dtype);
+        PyObject *po = lw_bound_arg(bound, in->op, "p");
+        double p = lw_num(po, 2.0);
+        const stax_lval *xv = lw_cast(c, v, fd);
+        const stax_lval *ax = lw_prim(c, STAX_PRIM_ABS, fd, xv, NULL, NULL);
+        const stax_lval *res;
+        if (isinf(p)) {
+            a0 = add_acc(k, p > 0 ? STAX_RED_MAX : STAX_RED_MIN, fd, ax, NULL);
+            res = a0 < 0 ? NULL : lw_acc(c, a0, fd);
+        }
+        else if (p == 0) {
+            a0 = add_acc(k, STAX_RED_SUM, fd, lw_cast(c, lw_cast(c, xv, STAX_BOOL), fd), NULL);
+            res = a0 < 0 ? NULL : lw_acc(c, a0, fd);
+        }
+        else if (p == 1) {
+            a0 = add_acc(k, STAX_RED_SUM, fd, ax, NULL);
+            res = a0 < 0 ? NULL : lw_acc(c, a0, fd);
+        }
+        else if (p == 2) {
+            a0 = add_acc(k, STAX_RED_SUM, fd, lw_prim(c, STAX_PRIM_MUL, fd, xv, xv, NULL), NULL);
+            res = a0 < 0 ? NULL : lw_prim(c, STAX_PRIM_SQRT, fd, lw_acc(c, a0, fd), NULL, NULL);
+        }
+        else {
+            a0 = add_acc(k, STAX_RED_SUM, fd,
+                         lw_prim(c, STAX_PRIM_POW, fd, ax, lw_const(c, fd, p), NULL), NULL);
+            res = a0 < 0 ? NULL : lw_prim(c, STAX_PRIM_POW, fd, lw_acc(c, a0, fd),
+                                          lw_const(c, fd, 1.0 / p), NULL);
+        }
+        if (res == NULL) {
+            return -1;
+        }
+        return red_store(c, &r, x, mask, out, res, 0);
+    }
+    UNSUPPORTED("reduction without a lowering rule");
+}
+
+/* softmax / log_softmax over one dim: max, sum(exp), normalize: 1 kernel */
+int
+lw_lower_softmax(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
+                 vbuf *out, int logsm, const char **why)
+{
+    PyObject *dim = lw_bound_arg(bound, in->op, "dim");
+    if (dim == NULL || !PyLong_Check(dim)) {
+        UNSUPPORTED("softmax without an int dim");
+    }
+    int mask[STAX_MAX_DIMS];
+    if (dims_mask(dim, x->ndim, mask) < 0) {
+        UNSUPPORTED("softmax dim out of range");
+    }
+    redk r;
+    if (red_begin(c, x, mask, logsm ? "log_softmax" : "softmax", &r) < 0) {
+        return -1;
+    }
+    stax_dtype_t fd = out->dtype;
+    const stax_lval *xv = lw_cast(c, red_value(c, x, &r), fd);
+    int a0 = add_acc(r.k, STAX_RED_MAX, fd, xv, NULL);
+    if (a0 < 0) {
+        return -1;
+    }
+    const stax_lval *m = lw_acc(c, a0, fd);
+    /* an all -inf row: subtract 0 (gives nan like eager) */
+    const stax_lval *sh = lw_prim(c, STAX_PRIM_SUB, fd, xv, m, NULL);
+    const stax_lval *e = lw_prim(c, STAX_PRIM_EXP, fd, sh, NULL, NULL);
+    int a1 = add_acc(r.k, STAX_RED_SUM, fd, e, NULL);
+    if (a1 < 0) {
+        return -1;
+    }
+    const stax_lval *s = lw_acc(c, a1, fd);
+    const stax_lval *res;
+    if (logsm) {
+        res = lw_prim(c, STAX_PRIM_SUB, fd, sh,
+                      lw_prim(c, STAX_PRIM_LOG, fd, s, NULL, NULL), NULL);
+    }
+    else {
+        /* one division per row, a multiply per element */
+        res = lw_prim(c, STAX_PRIM_MUL, fd, e,
+                      lw_prim(c, STAX_PRIM_DIV, fd, lw_const(c, fd, 1.0), s, NULL), NULL);
+    }
+    return red_store(c, &r, x, mask, out, res, 1);
+}
+
+/* layer_norm's weight or bias w at the current point, cast to fd: w is
+ * broadcast against the last nk dims, whose index variables are wv */
+static const stax_lval *
+trailing_operand(lw_ctx *c, const vbuf *w, int nk, const stax_ix **wv,
+                 stax_dtype_t fd)
+{
+    lw_rw rw = {0};
+    const stax_ix *map[STAX_MAX_DIMS];
+    for (int d = 0; d < w->ndim; d++) {
+        int od = nk - w->ndim + d;
+        map[d] = w->sizes[d] == 1 || od < 0 ? lw_ix_const(c, 0) : wv[od];
+    }
+    rw.vars = map;
+    rw.nvars = w->ndim;
+    const stax_lval *v = lw_cast(c, lw_rewrite(c, &rw, w->body), fd);
+    lw_rw_done(&rw);
+    return v;
+}
+
+int
+lw_lower_layer_norm(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
+                    vbuf *out, int native, const char **why)
+{
+    PyObject *ns = lw_bound_arg(bound, in->op, "normalized_shape");
+    PyObject *wo = lw_bound_arg(bound, in->op, "weight");
+    PyObject *bo = lw_bound_arg(bound, in->op, "bias");
+    double eps = lw_num(lw_bound_arg(bound, in->op, "eps"), 1e-5);
+    Py_ssize_t nk = ns == NULL ? -1 : (PyLong_Check(ns) ? 1 : PySequence_Size(ns));
+    if (nk < 0) {
+        PyErr_Clear();
+        UNSUPPORTED("layer_norm normalized_shape not understood");
+    }
+    if (nk > x->ndim) {
+        UNSUPPORTED("layer_norm normalized_shape longer than the input");
+    }
+    int mask[STAX_MAX_DIMS];
+    for (int d = 0; d < x->ndim; d++) {
+        mask[d] = d >= x->ndim - nk;
+    }
+    vbuf *w = wo ? lw_arg_vb(in, wo) : NULL, *b = bo ? lw_arg_vb(in, bo) : NULL;
+    if ((wo && wo != Py_None && w == NULL) || (bo && bo != Py_None && b == NULL)) {
+        UNSUPPORTED("layer_norm weight/bias not a tensor");
+    }
+    vbuf *res = out, *items[3] = {NULL, NULL, NULL};
+    if (native) {
+        if (tuple_out(c, in, out, 3, items) < 0) {
+            return -1;
+        }
+        res = items[0];
+    }
+    redk r;
+    if (red_begin(c, x, mask, "layer_norm", &r) < 0) {
+        return -1;
+    }
+    stax_dtype_t fd = acc_float(x->dtype);
+    const stax_lval *xv = lw_cast(c, red_value(c, x, &r), fd);
+    int a0 = add_acc(r.k, STAX_RED_SUM, fd, xv, NULL);
+    if (a0 < 0) {
+        return -1;
+    }
+    const stax_lval *mean = lw_prim(c, STAX_PRIM_DIV, fd, lw_acc(c, a0, fd),
+                                    lw_size_const(c, fd, r.n), NULL);
+    const stax_lval *dv = lw_prim(c, STAX_PRIM_SUB, fd, xv, mean, NULL);
+    int a1 = add_acc(r.k, STAX_RED_SUM, fd, lw_prim(c, STAX_PRIM_MUL, fd, dv, dv, NULL), NULL);
+    if (a1 < 0) {
+        return -1;
+    }
+    const stax_lval *var = lw_prim(c, STAX_PRIM_DIV, fd, lw_acc(c, a1, fd),
+                                   lw_size_const(c, fd, r.n), NULL);
+    const stax_lval *rstd = lw_prim(c, STAX_PRIM_RSQRT, fd,
+                                    lw_prim(c, STAX_PRIM_ADD, fd, var, lw_const(c, fd, eps), NULL),
+                                    NULL, NULL);
+    const stax_lval *y = lw_prim(c, STAX_PRIM_MUL, fd, dv, rstd, NULL);
+    /* weight / bias over the normalized dims */
+    const stax_ix *wv[STAX_MAX_DIMS];
+    int base = x->ndim - (int)nk;
+    for (int d = 0; d < nk; d++) {
+        wv[d] = r.ivars[base + d];
+    }
+    if (w != NULL) {
+        y = lw_prim(c, STAX_PRIM_MUL, fd, y, trailing_operand(c, w, (int)nk, wv, fd), NULL);
+    }
+    if (b != NULL) {
+        y = lw_prim(c, STAX_PRIM_ADD, fd, y, trailing_operand(c, b, (int)nk, wv, fd), NULL);
+    }
+    if (red_store(c, &r, x, mask, res, y, 1) < 0) {
+        return -1;
+    }
+    if (native) {
+        if (red_store(c, &r, x, mask, items[1], mean, 0) < 0) {
+            return -1;
+        }
+        return red_store(c, &r, x, mask, items[2], rstd, 0);
+    }
+    return 1;
+}
+
+/* batch_norm in inference form (running statistics): pointwise */
+int
+lw_lower_batch_norm(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
+                    vbuf *out, const char **why)
+{
+    PyObject *tr = lw_bound_arg(bound, in->op, "training");
+    if (tr == NULL || PyObject_IsTrue(tr)) {
+        UNSUPPORTED("batch_norm in training mode (updates running statistics)");
+    }
+    vbuf *rm = lw_arg_vb(in, lw_bound_arg(bound, in->op, "running_mean"));
+    vbuf *rv = lw_arg_vb(in, lw_bound_arg(bound, in->op, "running_var"));
+    PyObject *wo = lw_bound_arg(bound, in->op, "weight"), *bo = lw_bound_arg(bound, in->op, "bias");
+    vbuf *w = wo ? lw_arg_vb(in, wo) : NULL, *b = bo ? lw_arg_vb(in, bo) : NULL;
+    if (rm == NULL || rv == NULL || x->ndim < 2) {
+        UNSUPPORTED("batch_norm without running statistics");
+    }
+    double eps = lw_num(lw_bound_arg(bound, in->op, "eps"), 1e-5);
+    stax_dtype_t fd = out->dtype;
+    const stax_ix *ov[STAX_MAX_DIMS];
+    lw_ident_vars(c, x->ndim, ov);
+    const stax_ix *cv[1] = {ov[1]};
+    const stax_lval *xv = lw_cast(c, x->body, fd);
+    lw_rw rw = {0};
+    rw.vars = cv;
+    rw.nvars = 1;
+    const stax_lval *m = lw_cast(c, lw_rewrite(c, &rw, rm->body), fd);
+    const stax_lval *va = lw_cast(c, lw_rewrite(c, &rw, rv->body), fd);
+    const stax_lval *y = lw_prim(c, STAX_PRIM_MUL, fd, lw_prim(c, STAX_PRIM_SUB, fd, xv, m, NULL),
+                                 lw_prim(c, STAX_PRIM_RSQRT, fd,
+                                         lw_prim(c, STAX_PRIM_ADD, fd, va, lw_const(c, fd, eps), NULL),
+                                         NULL, NULL), NULL);
+    if (w != NULL) {
+        y = lw_prim(c, STAX_PRIM_MUL, fd, y, lw_cast(c, lw_rewrite(c, &rw, w->body), fd), NULL);
+    }
+    if (b != NULL) {
+        y = lw_prim(c, STAX_PRIM_ADD, fd, y, lw_cast(c, lw_rewrite(c, &rw, b->body), fd), NULL);
+    }
+    lw_rw_done(&rw);
+    out->body = y;
+    return y ? 1 : -1;
+}

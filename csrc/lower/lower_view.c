@@ -1,0 +1,372 @@
+/* View lowering: views (view / reshape / flatten, t / transpose / permute,
+ * expand, select / narrow / slice, getitem, split / chunk / unbind) are
+ * index maps: the output's loop vars are rewritten into the input's and the
+ * input body is reused; nothing is copied. */
+#include "lower/lower_internal.h"
+#include "graph/graph.h"
+#include "stax_numpy.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ----------------------------------------------------------------- views */
+/* out dims -> input var map, then rewrite x's body */
+int
+lw_view_map(lw_ctx *c, vbuf *x, vbuf *out, const stax_ix *const *map)
+{
+    lw_rw rw = {0};
+    rw.vars = map;
+    rw.nvars = x->ndim;
+    out->body = lw_rewrite(c, &rw, x->body);
+    lw_rw_done(&rw);
+    return out->body ? 1 : -1;
+}
+
+/* torch's computeStride: strides of a view of (shape, stride) as newshape */
+static int
+view_strides(int on, const int64_t *os, const int64_t *ost, int nn,
+             const int64_t *ns, int64_t *nst)
+{
+    if (on == 0) {
+        for (int d = 0; d < nn; d++) {
+            nst[d] = 1;
+        }
+        return 1;
+    }
+    int view_d = nn - 1;
+    int64_t chunk = ost[on - 1], tn = 1, vn = 1;
+    for (int td = on - 1; td >= 0; td--) {
+        tn *= os[td];
+        if (td == 0 || (os[td - 1] != 1 && ost[td - 1] != tn * chunk)) {
+            while (view_d >= 0 && (vn < tn || ns[view_d] == 1)) {
+                nst[view_d] = vn * chunk;
+                vn *= ns[view_d];
+                view_d--;
+            }
+            if (vn != tn) {
+                return 0;
+            }
+            if (td > 0) {
+                chunk = ost[td - 1];
+                tn = 1;
+                vn = 1;
+            }
+        }
+    }
+    return view_d == -1;
+}
+
+static int
+lower_reshape(lw_ctx *c, vbuf *x, vbuf *out)
+{
+    int64_t coef[STAX_MAX_DIMS], cst, nst[STAX_MAX_DIMS];
+    const stax_lval *b = x->body;
+    if (b->kind == STAX_LV_LOAD && b->mask == NULL
+        && lw_ix_affine(b->index, x->ndim, coef, &cst)) {
+        int64_t numel = 1;
+        for (int d = 0; d < x->ndim; d++) {
+            numel *= x->sizes[d];
+        }
+        if (numel > 0 && view_strides(x->ndim, x->sizes, coef, out->ndim, out->sizes, nst)) {
+            const stax_ix *ix = lw_ix_const(c, cst);
+            for (int d = out->ndim - 1; d >= 0; d--) {
+                if (out->sizes[d] != 1) {
+                    ix = lw_ix_bin(c, STAX_IX_ADD,
+                                   lw_ix_bin(c, STAX_IX_MUL, lw_ix_var(c, d),
+                                             lw_ix_const(c, nst[d])), ix);
+                }
+            }
+            out->body = lw_load(c, b->buf, ix, NULL);
+            return out->body ? 1 : -1;
+        }
+    }
+    /* general: through the linear index (div / mod) */
+    const stax_ix *ov[STAX_MAX_DIMS], *map[STAX_MAX_DIMS];
+    lw_ident_vars(c, out->ndim, ov);
+    const stax_ix *lin = lw_contig_index(c, out->ndim, out->sizes, ov);
+    int64_t st = 1;
+    for (int d = x->ndim - 1; d >= 0; d--) {
+        map[d] = x->sizes[d] == 1 ? lw_ix_const(c, 0)
+                 : lw_ix_bin(c, STAX_IX_MOD, lw_ix_bin(c, STAX_IX_DIV, lin, lw_ix_const(c, st)),
+                             lw_ix_const(c, x->sizes[d]));
+        st *= x->sizes[d];
+    }
+    return lw_view_map(c, x, out, map);
+}
+
+int
+lw_int_list(PyObject *o, int64_t *v, int max)
+{
+    if (PyLong_Check(o)) {
+        v[0] = PyLong_AsLongLong(o);
+        return 1;
+    }
+    if (!PyList_Check(o) && !PyTuple_Check(o)) {
+        return -1;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
+    if (n > max) {
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *e = PySequence_Fast_GET_ITEM(o, i);
+        if (!PyLong_Check(e)) {
+            return -1;
+        }
+        v[i] = PyLong_AsLongLong(e);
+    }
+    return (int)n;
+}
+
+/* getitem with ints, slices, None, Ellipsis */
+static int
+lower_getitem(lw_ctx *c, vbuf *x, PyObject *idx, vbuf *out, const char **why)
+{
+    PyObject *items[2 * STAX_MAX_DIMS];
+    Py_ssize_t n;
+    if (PyTuple_Check(idx)) {
+        n = PyTuple_GET_SIZE(idx);
+        if (n > 2 * STAX_MAX_DIMS) {
+            UNSUPPORTED("index too long");
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            items[i] = PyTuple_GET_ITEM(idx, i);
+        }
+    }
+    else {
+        n = 1;
+        items[0] = idx;
+    }
+    int consumed = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (PyLong_Check(items[i]) || PySlice_Check(items[i])) {
+            consumed++;
+        }
+        else if (items[i] != Py_None && items[i] != Py_Ellipsis) {
+            UNSUPPORTED("advanced (tensor) indexing");
+        }
+    }
+    const stax_ix *map[STAX_MAX_DIMS];
+    int xd = 0, od = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *it = items[i];
+        if (it == Py_Ellipsis) {
+            int skip = x->ndim - consumed;
+            for (int j = 0; j < skip; j++) {
+                map[xd++] = lw_ix_var(c, od++);
+            }
+            consumed = x->ndim;   /* only one ellipsis */
+        }
+        else if (it == Py_None) {
+            od++;
+        }
+        else if (PyLong_Check(it)) {
+            if (xd >= x->ndim) {
+                UNSUPPORTED("too many indices");
+            }
+            int64_t k = PyLong_AsLongLong(it);
+            if (k < 0) {
+                k += x->sizes[xd];
+            }
+            map[xd++] = lw_ix_const(c, k);
+        }
+        else {
+            if (xd >= x->ndim) {
+                UNSUPPORTED("too many indices");
+            }
+            Py_ssize_t start, stop, step;
+            if (PySlice_Unpack(it, &start, &stop, &step) < 0) {
+                return -1;
+            }
+            PySlice_AdjustIndices((Py_ssize_t)x->sizes[xd], &start, &stop, step);
+            if (step <= 0) {
+                UNSUPPORTED("non-positive slice step");
+            }
+            map[xd++] = lw_ix_bin(c, STAX_IX_ADD, lw_ix_const(c, start),
+                                  lw_ix_bin(c, STAX_IX_MUL, lw_ix_var(c, od++),
+                                            lw_ix_const(c, step)));
+        }
+    }
+    while (xd < x->ndim) {
+        map[xd++] = lw_ix_var(c, od++);
+    }
+    if (od != out->ndim) {
+        UNSUPPORTED("index result rank mismatch");
+    }
+    return lw_view_map(c, x, out, map);
+}
+
+int
+lw_lower_view(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
+              vbuf *out, const char **why)
+{
+    const char *name = in->op->name;
+    const stax_ix *map[STAX_MAX_DIMS];
+    if (!strcmp(name, "view") || !strcmp(name, "reshape") || !strcmp(name, "flatten")
+        || !strcmp(name, "unflatten") || !strcmp(name, "squeeze") || !strcmp(name, "unsqueeze")) {
+        if (out->kind != VB_TENSOR || (!strcmp(name, "view") && out->dtype != x->dtype)) {
+            UNSUPPORTED("view as another dtype");
+        }
+        return lower_reshape(c, x, out);
+    }
+    if (!strcmp(name, "detach") || !strcmp(name, "alias")) {
+        out->body = x->body;
+        return 1;
+    }
+    if (!strcmp(name, "t") || !strcmp(name, "transpose") || !strcmp(name, "permute")) {
+        int perm[STAX_MAX_DIMS];
+        for (int d = 0; d < x->ndim; d++) {
+            perm[d] = d;
+        }
+        if (!strcmp(name, "t")) {
+            if (x->ndim == 2) {
+                perm[0] = 1;
+                perm[1] = 0;
+            }
+        }
+        else if (!strcmp(name, "transpose")) {
+            PyObject *d0 = lw_bound_arg(bound, in->op, "dim0"), *d1 = lw_bound_arg(bound, in->op, "dim1");
+            if (!d0 || !d1 || !PyLong_Check(d0) || !PyLong_Check(d1)) {
+                UNSUPPORTED("transpose dims");
+            }
+            int a = lw_norm_dim(PyLong_AsLongLong(d0), x->ndim);
+            int b = lw_norm_dim(PyLong_AsLongLong(d1), x->ndim);
+            if (a < 0 || b < 0) {
+                UNSUPPORTED("transpose dims");
+            }
+            perm[a] = b;
+            perm[b] = a;
+        }
+        else {
+            int64_t p[STAX_MAX_DIMS];
+            PyObject *dims = lw_bound_arg(bound, in->op, "dims");
+            if (dims == NULL || lw_int_list(dims, p, STAX_MAX_DIMS) != x->ndim) {
+                UNSUPPORTED("permute dims");
+            }
+            for (int d = 0; d < x->ndim; d++) {
+                perm[d] = lw_norm_dim(p[d], x->ndim);
+                if (perm[d] < 0) {
+                    UNSUPPORTED("permute dims");
+                }
+            }
+        }
+        /* out dim k reads input dim perm[k] */
+        for (int k = 0; k < x->ndim; k++) {
+            map[perm[k]] = lw_ix_var(c, k);
+        }
+        return lw_view_map(c, x, out, map);
+    }
+    if (!strcmp(name, "expand") || !strcmp(name, "expand_as")) {
+        int off = out->ndim - x->ndim;
+        for (int d = 0; d < x->ndim; d++) {
+            map[d] = (x->sizes[d] == 1) ? lw_ix_const(c, 0) : lw_ix_var(c, off + d);
+        }
+        return lw_view_map(c, x, out, map);
+    }
+    if (!strcmp(name, "select") || !strcmp(name, "narrow") || !strcmp(name, "slice")) {
+        PyObject *dobj = lw_bound_arg(bound, in->op, "dim");
+        int d = dobj && PyLong_Check(dobj) ? lw_norm_dim(PyLong_AsLongLong(dobj), x->ndim) : -1;
+        if (d < 0) {
+            UNSUPPORTED("select/narrow dim");
+        }
+        int od = 0;
+        for (int j = 0; j < x->ndim; j++) {
+            if (j != d) {
+                map[j] = lw_ix_var(c, od++);
+            }
+            else if (name[0] == 's' && name[1] == 'e') {
+                int64_t i = PyLong_AsLongLong(lw_bound_arg(bound, in->op, "index"));
+                map[j] = lw_ix_const(c, i < 0 ? i + x->sizes[d] : i);
+            }
+            else if (name[0] == 'n') {
+                int64_t s = PyLong_AsLongLong(lw_bound_arg(bound, in->op, "start"));
+                map[j] = lw_ix_bin(c, STAX_IX_ADD, lw_ix_const(c, s < 0 ? s + x->sizes[d] : s),
+                                   lw_ix_var(c, od++));
+            }
+            else {
+                PyObject *so = lw_bound_arg(bound, in->op, "start");
+                PyObject *eo = lw_bound_arg(bound, in->op, "end");
+                PyObject *sto = lw_bound_arg(bound, in->op, "step");
+                PyObject *sl = PySlice_New(so, eo, sto);
+                if (sl == NULL) {
+                    return -1;
+                }
+                Py_ssize_t s, e, st;
+                int rc = PySlice_Unpack(sl, &s, &e, &st);
+                Py_DECREF(sl);
+                if (rc < 0) {
+                    return -1;
+                }
+                PySlice_AdjustIndices((Py_ssize_t)x->sizes[d], &s, &e, st);
+                map[j] = lw_ix_bin(c, STAX_IX_ADD, lw_ix_const(c, s),
+                                   lw_ix_bin(c, STAX_IX_MUL, lw_ix_var(c, od++),
+                                             lw_ix_const(c, st)));
+            }
+        }
+        if (PyErr_Occurred()) {
+            return -1;
+        }
+        return lw_view_map(c, x, out, map);
+    }
+    if (!strcmp(name, "getitem")) {
+        PyObject *idx = lw_bound_arg(bound, in->op, "index");
+        if (idx == NULL) {
+            UNSUPPORTED("getitem index");
+        }
+        return lower_getitem(c, x, idx, out, why);
+    }
+    if (!strcmp(name, "split") || !strcmp(name, "chunk") || !strcmp(name, "unbind")) {
+        if (!PyTuple_Check(in->val) && !PyList_Check(in->val)) {
+            UNSUPPORTED("split without a tuple value");
+        }
+        PyObject *dobj = lw_bound_arg(bound, in->op, "dim");
+        int d = dobj && PyLong_Check(dobj) ? lw_norm_dim(PyLong_AsLongLong(dobj), x->ndim) : 0;
+        if (d < 0) {
+            UNSUPPORTED("split dim");
+        }
+        PyObject *seq = PySequence_Tuple(in->val);
+        if (seq == NULL) {
+            return -1;
+        }
+        Py_ssize_t n = PyTuple_GET_SIZE(seq);
+        out->kind = VB_TUPLE;
+        out->nitems = (int)n;
+        out->items = stax_arena_alloc(c->arena, sizeof(vbuf *) * (size_t)(n ? n : 1));
+        int64_t off = 0;
+        int unbind = !strcmp(name, "unbind");
+        for (Py_ssize_t i = 0; i < n; i++) {
+            vbuf *it = lw_vb_new(c);
+            int64_t st[STAX_MAX_DIMS];
+            if (it == NULL || out->items == NULL
+                || !lw_val_info(PyTuple_GET_ITEM(seq, i), &it->ndim, it->sizes, st, &it->dtype)) {
+                Py_DECREF(seq);
+                if (!PyErr_Occurred()) {
+                    UNSUPPORTED("split item");
+                }
+                return -1;
+            }
+            it->kind = VB_TENSOR;
+            int od = 0;
+            for (int j = 0; j < x->ndim; j++) {
+                if (j == d) {
+                    map[j] = unbind ? lw_ix_const(c, off)
+                                    : lw_ix_bin(c, STAX_IX_ADD, lw_ix_const(c, off),
+                                                lw_ix_var(c, od++));
+                }
+                else {
+                    map[j] = lw_ix_var(c, od++);
+                }
+            }
+            off += unbind ? 1 : it->sizes[d];
+            if (lw_view_map(c, x, it, map) < 0) {
+                Py_DECREF(seq);
+                return -1;
+            }
+            out->items[i] = it;
+        }
+        Py_DECREF(seq);
+        return 1;
+    }
+    UNSUPPORTED("view without a lowering rule");
+}
