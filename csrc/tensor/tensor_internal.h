@@ -36,13 +36,17 @@ int stax_parse_int_seq(PyObject *o, int64_t *vals, int *n, const char *what);
 
 /* tensor_type.c */
 int stax_tensor_type_init(PyObject *m);
+extern PyObject *stax_repr_hook;
+/* tensor_api.c */
 StaxTensor *stax_tensor_alloc(PyTypeObject *tp);
 PyObject *stax_tensor_copy_into(StaxTensor *dst, PyObject *src); /* -> None */
 StaxTensor *stax_tensor_to_dtype(StaxTensor *t, stax_dtype_t dt, int copy);
 PyObject *stax_tensor_item(StaxTensor *t);
 double stax_half_to_double(uint16_t h);
 uint16_t stax_double_to_half(double d);
-extern PyObject *stax_repr_hook;
+/* tensor_methods.c: the Tensor type's getset and method tables */
+extern PyGetSetDef stax_tensor_getset[];
+extern PyMethodDef stax_tensor_methods[];
 
 /* gradmode.c */
 int stax_tensor_gradmode_init(PyObject *m);

@@ -1,0 +1,501 @@
+/* The tensor room's C API on tensors: half precision conversions, new
+ * tensors on fresh storages, views, construction from/to NumPy without
+ * copies, copies with broadcasting (copy_into), dtype conversions, item,
+ * and the public wrappers declared in tensor.h. */
+#include "tensor/tensor_internal.h"
+#include "stax_numpy.h"
+#include <structmember.h>
+
+/* ---- half precision conversions ------------------------------------- */
+
+double
+stax_half_to_double(uint16_t h)
+{
+    int sign = (h >> 15) & 1, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+    double v;
+    if (exp == 0) {
+        v = ldexp((double)man, -24);
+    }
+    else if (exp == 31) {
+        v = man ? NAN : INFINITY;
+    }
+    else {
+        v = ldexp((double)(man | 0x400), exp - 25);
+    }
+    return sign ? -v : v;
+}
+
+uint16_t
+stax_double_to_half(double d)
+{
+    /* round to nearest even, directly from the double (no double rounding) */
+    uint16_t sign = signbit(d) ? 0x8000 : 0;
+    double a = fabs(d);
+    if (isnan(d)) {
+        return (uint16_t)(sign | 0x7e00);
+    }
+    if (a >= 65520.0) {
+        return (uint16_t)(sign | 0x7c00);
+    }
+    if (a < 6.103515625e-05) {                /* subnormal: m * 2^-24 */
+        return (uint16_t)(sign | (uint16_t)nearbyint(a * 16777216.0));
+    }
+    int e;
+    frexp(a, &e);                             /* a = f * 2^e, f in [0.5, 1) */
+    double m = nearbyint(ldexp(a, 11 - e));   /* 1.m * 2^10, in [1024, 2048] */
+    int E = e - 1;
+    if (m >= 2048.0) {
+        m = 1024.0;
+        E++;
+    }
+    if (E > 15) {
+        return (uint16_t)(sign | 0x7c00);
+    }
+    return (uint16_t)(sign | ((E + 15) << 10) | ((uint16_t)m - 1024));
+}
+
+/* steals owner */
+static StaxStorage *
+storage_new(PyObject *owner, char *data, int64_t nbytes)
+{
+    StaxStorage *s = PyObject_New(StaxStorage, &StaxStorage_TypeObj);
+    if (s == NULL) {
+        Py_DECREF(owner);
+        return NULL;
+    }
+    s->owner = owner;
+    s->data = data;
+    s->nbytes = nbytes;
+    s->version = 0;
+    return s;
+}
+
+/* a new tensor of dtype dt and rank ndim on storage st (a new reference,
+ * given up on failure; NULL: an error already set); sizes and strides are
+ * the caller's to fill */
+static StaxTensor *
+tensor_on_storage(StaxStorage *st, stax_dtype_t dt, int ndim)
+{
+    if (st == NULL) {
+        return NULL;
+    }
+    StaxTensor *t = stax_tensor_alloc(&StaxTensor_TypeObj);
+    if (t == NULL) {
+        Py_DECREF(st);
+        return NULL;
+    }
+    t->storage = st;
+    t->dtype = dt;
+    t->ndim = ndim;
+    return t;
+}
+
+/* row-major strides for t's sizes (a dim of size 0 or 1 counts as 1) */
+static void
+contiguous_strides(StaxTensor *t)
+{
+    int64_t s = 1;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        t->strides[i] = s;
+        s *= t->sizes[i] > 1 ? t->sizes[i] : 1;
+    }
+}
+
+/* ---- core C API ----------------------------------------------------- */
+
+StaxTensor *
+stax_tensor_alloc(PyTypeObject *tp)
+{
+    return (StaxTensor *)tp->tp_alloc(tp, 0);
+}
+
+int64_t
+stax_tensor_numel(StaxTensor *t)
+{
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++) {
+        n *= t->sizes[i];
+    }
+    return n;
+}
+
+int
+stax_tensor_is_contiguous(StaxTensor *t)
+{
+    int64_t expected = 1;
+    for (int i = 0; i < t->ndim; i++) {
+        if (t->sizes[i] == 0) {
+            return 1;
+        }
+    }
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        if (t->sizes[i] != 1 && t->strides[i] != expected) {
+            return 0;
+        }
+        expected *= t->sizes[i];
+    }
+    return 1;
+}
+
+void
+stax_tensor_bump_version(StaxTensor *t)
+{
+    t->storage->version++;
+}
+
+StaxTensor *
+stax_tensor_empty(int ndim, const int64_t *sizes, stax_dtype_t dt)
+{
+    npy_intp n = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (sizes[i] < 0) {
+            PyErr_Format(PyExc_RuntimeError,
+                         "Trying to create tensor with negative dimension "
+                         "%lld: [%lld]", (long long)sizes[i],
+                         (long long)sizes[i]);
+            return NULL;
+        }
+        if (__builtin_mul_overflow(n, (npy_intp)sizes[i], &n)
+            || n > ((npy_intp)1 << 60)) {
+            PyObject *l = PyList_New(ndim);
+            for (int j = 0; l && j < ndim; j++) {
+                PyList_SET_ITEM(l, j, PyLong_FromLongLong(sizes[j]));
+            }
+            PyErr_Format(PyExc_RuntimeError,
+                         "Storage size calculation overflowed with sizes=%S",
+                         l);
+            Py_XDECREF(l);
+            return NULL;
+        }
+    }
+    PyObject *arr = PyArray_SimpleNew(1, &n, stax_dtype_to_npy(dt));
+    if (arr == NULL) {
+        return NULL;
+    }
+    StaxTensor *t = tensor_on_storage(
+        storage_new(arr, PyArray_DATA((PyArrayObject *)arr),
+                    (int64_t)n * stax_dtype_itemsize(dt)), dt, ndim);
+    if (t == NULL) {
+        return NULL;
+    }
+    for (int i = 0; i < ndim; i++) {
+        t->sizes[i] = sizes[i];
+    }
+    contiguous_strides(t);
+    return t;
+}
+
+StaxTensor *
+stax_tensor_view(StaxTensor *base, int ndim, const int64_t *sizes,
+                 const int64_t *strides, int64_t offset)
+{
+    if (ndim > STAX_MAX_DIMS) {
+        PyErr_Format(PyExc_RuntimeError, "at most %d dimensions are "
+                     "supported", STAX_MAX_DIMS);
+        return NULL;
+    }
+    StaxTensor *t = stax_tensor_alloc(&StaxTensor_TypeObj);
+    if (t == NULL) {
+        return NULL;
+    }
+    t->storage = (StaxStorage *)Py_NewRef(base->storage);
+    t->offset = offset;
+    t->ndim = ndim;
+    memcpy(t->sizes, sizes, ndim * sizeof(int64_t));
+    memcpy(t->strides, strides, ndim * sizeof(int64_t));
+    t->dtype = base->dtype;
+    if (base->requires_grad && stax_grad_enabled()) {
+        t->requires_grad = 1;
+        t->nonleaf = 1;
+    }
+    return t;
+}
+
+void
+stax_tensor_set_result_requires_grad(StaxTensor *out, int rg)
+{
+    out->requires_grad = rg ? 1 : 0;
+    out->nonleaf = rg ? 1 : 0;
+}
+
+int
+stax_result_requires_grad(PyObject *const *operands, Py_ssize_t n)
+{
+    if (!stax_grad_enabled()) {
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (operands[i] != NULL && StaxTensor_Check(operands[i])
+            && ((StaxTensor *)operands[i])->requires_grad) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+StaxTensor *
+stax_tensor_from_array(PyObject *obj)
+{
+    if (!PyArray_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "expected np.ndarray (got %.100s)",
+                     Py_TYPE(obj)->tp_name);
+        return NULL;
+    }
+    PyArrayObject *arr = (PyArrayObject *)obj;
+    stax_dtype_t dt;
+    if (stax_dtype_from_npy(PyArray_TYPE(arr), &dt) < 0) {
+        return NULL;
+    }
+    if (!PyArray_ISNBO(PyArray_DESCR(arr)->byteorder)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "given numpy array has byte order different from the "
+                        "native byte order. Conversion between byte orders "
+                        "is currently not supported.");
+        return NULL;
+    }
+    int ndim = PyArray_NDIM(arr);
+    if (ndim > STAX_MAX_DIMS) {
+        PyErr_Format(PyExc_ValueError, "at most %d dimensions are supported",
+                     STAX_MAX_DIMS);
+        return NULL;
+    }
+    int isz = stax_dtype_itemsize(dt);
+    int64_t extent = 1;
+    int empty = PyArray_SIZE(arr) == 0;
+    for (int i = 0; i < ndim; i++) {
+        npy_intp st = PyArray_STRIDE(arr, i);
+        if (st < 0) {
+            PyErr_SetString(PyExc_ValueError,
+                            "At least one stride in the given numpy array is "
+                            "negative, and tensors with negative strides are "
+                            "not currently supported. (You can probably work "
+                            "around this by making a copy of your array  with "
+                            "array.copy().) ");
+            return NULL;
+        }
+        if (st % isz != 0) {
+            PyErr_SetString(PyExc_ValueError,
+                            "given numpy array strides not a multiple of the "
+                            "element byte size. Copy the numpy array to "
+                            "reallocate the memory.");
+            return NULL;
+        }
+        if (PyArray_DIM(arr, i) == 0) {
+            empty = 1;
+        }
+        else {
+            extent += (PyArray_DIM(arr, i) - 1) * (st / isz);
+        }
+    }
+    StaxTensor *t = tensor_on_storage(
+        storage_new(Py_NewRef(obj), PyArray_DATA(arr),
+                    empty ? 0 : extent * isz), dt, ndim);
+    if (t == NULL) {
+        return NULL;
+    }
+    for (int i = 0; i < ndim; i++) {
+        t->sizes[i] = PyArray_DIM(arr, i);
+        t->strides[i] = PyArray_STRIDE(arr, i) / isz;
+    }
+    if (empty) {   /* torch gives empty tensors contiguous strides */
+        contiguous_strides(t);
+    }
+    return t;
+}
+
+PyObject *
+stax_tensor_as_array(StaxTensor *t)
+{
+    npy_intp dims[STAX_MAX_DIMS], strides[STAX_MAX_DIMS];
+    int isz = stax_dtype_itemsize(t->dtype);
+    for (int i = 0; i < t->ndim; i++) {
+        dims[i] = t->sizes[i];
+        strides[i] = t->strides[i] * isz;
+    }
+    PyArray_Descr *d = PyArray_DescrFromType(stax_dtype_to_npy(t->dtype));
+    if (d == NULL) {
+        return NULL;
+    }
+    PyObject *arr = PyArray_NewFromDescr(&PyArray_Type, d, t->ndim, dims,
+                                         strides, STAX_TENSOR_DATA(t),
+                                         NPY_ARRAY_WRITEABLE, NULL);
+    if (arr == NULL) {
+        return NULL;
+    }
+    if (PyArray_SetBaseObject((PyArrayObject *)arr,
+                              Py_NewRef(t->storage)) < 0) {
+        Py_DECREF(arr);
+        return NULL;
+    }
+    return arr;
+}
+
+static PyObject *
+shape_str(StaxTensor *t)
+{
+    PyObject *l = PyList_New(t->ndim);
+    if (l == NULL) {
+        return NULL;
+    }
+    for (int i = 0; i < t->ndim; i++) {
+        PyList_SET_ITEM(l, i, PyLong_FromLongLong(t->sizes[i]));
+    }
+    return l;
+}
+
+/* copy src (Tensor, array, scalar, nested list) into dst with broadcasting
+ * and casting; does not bump the version. Returns None. */
+PyObject *
+stax_tensor_copy_into(StaxTensor *dst, PyObject *src)
+{
+    PyObject *darr = NULL, *sarr = NULL, *res = NULL;
+    darr = stax_tensor_as_array(dst);
+    if (darr == NULL) {
+        goto done;
+    }
+    if (StaxTensor_Check(src)) {
+        StaxTensor *s = (StaxTensor *)src, *e;
+        if (s->ndim > dst->ndim) {
+            PyObject *ls = shape_str(s), *ld = shape_str(dst);
+            if (ls && ld) {
+                PyErr_Format(PyExc_RuntimeError,
+                             "output with shape %R doesn't match the "
+                             "broadcast shape %R", ld, ls);
+            }
+            Py_XDECREF(ls);
+            Py_XDECREF(ld);
+            goto done;
+        }
+        e = stax_tensor_expand(s, dst->ndim, dst->sizes);
+        if (e == NULL) {
+            goto done;
+        }
+        sarr = stax_tensor_as_array(e);
+        Py_DECREF(e);
+    }
+    else {
+        sarr = PyArray_FromAny(src, NULL, 0, 0, 0, NULL);
+    }
+    if (sarr == NULL) {
+        goto done;
+    }
+    if (PyArray_CopyInto((PyArrayObject *)darr, (PyArrayObject *)sarr) < 0) {
+        if (PyErr_ExceptionMatches(PyExc_ValueError)) {
+            PyObject *ld = shape_str(dst), *ls = NULL;
+            PyErr_Clear();
+            ls = PyArray_NDIM((PyArrayObject *)sarr) >= 0 ? PyList_New(0) : NULL;
+            for (int i = 0; ls && i < PyArray_NDIM((PyArrayObject *)sarr); i++) {
+                PyObject *v = PyLong_FromSsize_t(
+                    PyArray_DIM((PyArrayObject *)sarr, i));
+                if (v == NULL || PyList_Append(ls, v) < 0) {
+                    Py_XDECREF(v);
+                    Py_CLEAR(ls);
+                    break;
+                }
+                Py_DECREF(v);
+            }
+            if (ld && ls) {
+                PyErr_Format(PyExc_RuntimeError,
+                             "shape mismatch: value tensor of shape %R cannot "
+                             "be broadcast to indexing result of shape %R",
+                             ls, ld);
+            }
+            Py_XDECREF(ld);
+            Py_XDECREF(ls);
+        }
+        goto done;
+    }
+    res = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(darr);
+    Py_XDECREF(sarr);
+    return res;
+}
+
+StaxTensor *
+stax_tensor_to_dtype(StaxTensor *t, stax_dtype_t dt, int copy)
+{
+    if (dt == t->dtype && !copy) {
+        return (StaxTensor *)Py_NewRef(t);
+    }
+    StaxTensor *r = stax_tensor_empty(t->ndim, t->sizes, dt);
+    if (r == NULL) {
+        return NULL;
+    }
+    PyObject *ok = stax_tensor_copy_into(r, (PyObject *)t);
+    if (ok == NULL) {
+        Py_DECREF(r);
+        return NULL;
+    }
+    Py_DECREF(ok);
+    if (t->requires_grad && stax_dtype_is_floating(dt)
+        && stax_grad_enabled()) {
+        stax_tensor_set_result_requires_grad(r, 1);
+    }
+    return r;
+}
+
+PyObject *
+stax_tensor_item(StaxTensor *t)
+{
+    int64_t n = stax_tensor_numel(t);
+    if (n != 1) {
+        PyErr_Format(PyExc_RuntimeError,
+                     "a Tensor with %lld elements cannot be converted to "
+                     "Scalar", (long long)n);
+        return NULL;
+    }
+    char *p = STAX_TENSOR_DATA(t);
+    switch (t->dtype) {
+    case STAX_BOOL: return PyBool_FromLong(*(npy_bool *)p != 0);
+    case STAX_UINT8: return PyLong_FromLong(*(uint8_t *)p);
+    case STAX_INT8: return PyLong_FromLong(*(int8_t *)p);
+    case STAX_INT16: return PyLong_FromLong(*(int16_t *)p);
+    case STAX_INT32: return PyLong_FromLong(*(int32_t *)p);
+    case STAX_INT64: return PyLong_FromLongLong(*(int64_t *)p);
+    case STAX_FLOAT16: return PyFloat_FromDouble(stax_half_to_double(*(uint16_t *)p));
+    case STAX_FLOAT32: return PyFloat_FromDouble(*(float *)p);
+    case STAX_FLOAT64: return PyFloat_FromDouble(*(double *)p);
+    default: break;
+    }
+    PyErr_SetString(PyExc_SystemError, "bad dtype");
+    return NULL;
+}
+
+/* ---- public wrappers (tensor.h) ----------------------------------- */
+
+PyObject *
+stax_tensor_item_object(StaxTensor *t)
+{
+    return stax_tensor_item(t);
+}
+
+PyObject *
+stax_tensor_size_object(int ndim, const int64_t *sizes)
+{
+    return stax_size_new(ndim, sizes);
+}
+
+int
+stax_tensor_wrap_dim(int64_t dim, int ndim, int *out)
+{
+    return stax_wrap_dim(dim, ndim, out);
+}
+
+int
+stax_tensor_copy_from(StaxTensor *t, PyObject *src)
+{
+    PyObject *r = stax_tensor_copy_into(t, src);
+    if (r == NULL) {
+        return -1;
+    }
+    Py_DECREF(r);
+    stax_tensor_bump_version(t);
+    return 0;
+}
+
+StaxTensor *
+stax_tensor_to(StaxTensor *t, stax_dtype_t dt, int copy)
+{
+    return stax_tensor_to_dtype(t, dt, copy);
+}

@@ -1,0 +1,708 @@
+/* Tensor attributes and methods: the getters and setters (shape, dtype,
+ * requires_grad, grad, data, T, ...) and the small methods every tensor
+ * has (size, stride, numpy, to, the cast methods, clone, copy_, fill_,
+ * ...), with the getset and method tables the Tensor type uses. */
+#include "tensor/tensor_internal.h"
+#include "stax_numpy.h"
+#include <structmember.h>
+
+/* ---- getters ------------------------------------------------------------- */
+
+#define SELF ((StaxTensor *)self)
+
+static PyObject *
+get_shape(PyObject *self, void *c)
+{
+    return stax_size_new(SELF->ndim, SELF->sizes);
+}
+
+static PyObject *
+get_dtype(PyObject *self, void *c)
+{
+    return Py_NewRef(stax_dtype_object(SELF->dtype));
+}
+
+static PyObject *
+get_device(PyObject *self, void *c)
+{
+    return Py_NewRef(stax_cpu_device());
+}
+
+static PyObject *
+get_ndim(PyObject *self, void *c)
+{
+    return PyLong_FromLong(SELF->ndim);
+}
+
+static PyObject *
+get_version(PyObject *self, void *c)
+{
+    return PyLong_FromUnsignedLongLong(SELF->storage->version);
+}
+
+static PyObject *
+get_requires_grad(PyObject *self, void *c)
+{
+    return PyBool_FromLong(SELF->requires_grad);
+}
+
+static int
+set_requires_grad_value(StaxTensor *t, int v)
+{
+    if (v && !stax_dtype_is_floating(t->dtype)) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "only Tensors of floating point dtype can require "
+                        "gradients");
+        return -1;
+    }
+    if (!v && t->nonleaf) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "you can only change requires_grad flags of leaf "
+                        "variables. If you want to use a computed variable in "
+                        "a subgraph that doesn't require differentiation use "
+                        "var_no_grad = var.detach().");
+        return -1;
+    }
+    t->requires_grad = v;
+    return 0;
+}
+
+static int
+set_requires_grad(PyObject *self, PyObject *v, void *c)
+{
+    if (v == NULL || !PyBool_Check(v)) {
+        PyErr_SetString(PyExc_TypeError, "requires_grad must be a bool");
+        return -1;
+    }
+    return set_requires_grad_value(SELF, v == Py_True);
+}
+
+static PyObject *
+get_is_leaf(PyObject *self, void *c)
+{
+    return PyBool_FromLong(!SELF->nonleaf);
+}
+
+static PyObject *
+get_grad(PyObject *self, void *c)
+{
+    return Py_NewRef(SELF->grad ? SELF->grad : Py_None);
+}
+
+static int
+set_grad(PyObject *self, PyObject *v, void *c)
+{
+    if (v != NULL && v != Py_None && !StaxTensor_Check(v)) {
+        PyErr_Format(PyExc_TypeError,
+                     "assigned grad expected to be a Tensor or None but got "
+                     "grad of type %.100s", Py_TYPE(v)->tp_name);
+        return -1;
+    }
+    Py_XSETREF(SELF->grad, (v == NULL || v == Py_None) ? NULL : Py_NewRef(v));
+    return 0;
+}
+
+static PyObject *
+get_none(PyObject *self, void *c)
+{
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+get_false(PyObject *self, void *c)
+{
+    Py_RETURN_FALSE;
+}
+
+static PyObject *
+get_true(PyObject *self, void *c)
+{
+    Py_RETURN_TRUE;
+}
+
+/* t.data and t.detach(): a view of the same storage outside autograd */
+static PyObject *
+detached_view(PyObject *self)
+{
+    StaxTensor *t = stax_tensor_view(SELF, SELF->ndim, SELF->sizes,
+                                     SELF->strides, SELF->offset);
+    if (t != NULL) {
+        t->requires_grad = 0;
+        t->nonleaf = 0;
+    }
+    return (PyObject *)t;
+}
+
+static PyObject *
+get_data(PyObject *self, void *c)
+{
+    return detached_view(self);
+}
+
+static int
+set_data(PyObject *self, PyObject *v, void *c)
+{
+    if (v == NULL || !StaxTensor_Check(v)) {
+        PyErr_SetString(PyExc_TypeError, "data must be a Tensor");
+        return -1;
+    }
+    StaxTensor *o = (StaxTensor *)v;
+    Py_SETREF(SELF->storage, (StaxStorage *)Py_NewRef(o->storage));
+    SELF->offset = o->offset;
+    SELF->ndim = o->ndim;
+    SELF->dtype = o->dtype;
+    memcpy(SELF->sizes, o->sizes, sizeof(o->sizes));
+    memcpy(SELF->strides, o->strides, sizeof(o->strides));
+    return 0;
+}
+
+static PyObject *
+get_itemsize(PyObject *self, void *c)
+{
+    return PyLong_FromLong(stax_dtype_itemsize(SELF->dtype));
+}
+
+static PyObject *
+get_nbytes(PyObject *self, void *c)
+{
+    return PyLong_FromLongLong(stax_tensor_numel(SELF)
+                               * stax_dtype_itemsize(SELF->dtype));
+}
+
+static PyObject *
+get_storage(PyObject *self, void *c)
+{
+    return Py_NewRef(SELF->storage);
+}
+
+static PyObject *
+get_T(PyObject *self, void *c)
+{
+    return (PyObject *)stax_tensor_T(SELF);
+}
+
+static PyObject *
+get_mT(PyObject *self, void *c)
+{
+    return (PyObject *)stax_tensor_mT(SELF);
+}
+
+PyGetSetDef stax_tensor_getset[] = {
+    {"shape", get_shape, NULL, NULL, NULL},
+    {"dtype", get_dtype, NULL, NULL, NULL},
+    {"device", get_device, NULL, NULL, NULL},
+    {"ndim", get_ndim, NULL, NULL, NULL},
+    {"_version", get_version, NULL, NULL, NULL},
+    {"requires_grad", get_requires_grad, set_requires_grad, NULL, NULL},
+    {"is_leaf", get_is_leaf, NULL, NULL, NULL},
+    {"grad", get_grad, set_grad, NULL, NULL},
+    {"grad_fn", get_none, NULL, NULL, NULL},
+    {"is_cuda", get_false, NULL, NULL, NULL},
+    {"is_cpu", get_true, NULL, NULL, NULL},
+    {"is_sparse", get_false, NULL, NULL, NULL},
+    {"is_quantized", get_false, NULL, NULL, NULL},
+    {"is_meta", get_false, NULL, NULL, NULL},
+    {"data", get_data, set_data, NULL, NULL},
+    {"itemsize", get_itemsize, NULL, NULL, NULL},
+    {"nbytes", get_nbytes, NULL, NULL, NULL},
+    {"_storage", get_storage, NULL, NULL, NULL},
+    {"T", get_T, NULL, NULL, NULL},
+    {"mT", get_mT, NULL, NULL, NULL},
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL},
+};
+
+/* ---- methods ---------------------------------------------------------- */
+
+/* the dim argument of size(dim) / stride(dim), wrapped into *d; -1 with an
+ * exception set */
+static int
+method_dim(PyObject *self, PyObject *dim, int *d)
+{
+    int64_t dv = PyLong_AsLongLong(dim);
+    if ((dv == -1 && PyErr_Occurred()) || stax_wrap_dim(dv, SELF->ndim, d) < 0) {
+        return -1;
+    }
+    if (SELF->ndim == 0) {
+        PyErr_SetString(PyExc_IndexError,
+                        "dimension specified as 0 but tensor has no "
+                        "dimensions");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+m_size(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"dim", NULL};
+    PyObject *dim = Py_None;
+    int d;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:size", kwlist, &dim)) {
+        return NULL;
+    }
+    if (dim == Py_None) {
+        return stax_size_new(SELF->ndim, SELF->sizes);
+    }
+    if (method_dim(self, dim, &d) < 0) {
+        return NULL;
+    }
+    return PyLong_FromLongLong(SELF->sizes[d]);
+}
+
+static PyObject *
+m_stride(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"dim", NULL};
+    PyObject *dim = Py_None;
+    int d;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:stride", kwlist, &dim)) {
+        return NULL;
+    }
+    if (dim == Py_None) {
+        PyObject *r = PyTuple_New(SELF->ndim);
+        for (int i = 0; r && i < SELF->ndim; i++) {
+            PyTuple_SET_ITEM(r, i, PyLong_FromLongLong(SELF->strides[i]));
+        }
+        return r;
+    }
+    if (method_dim(self, dim, &d) < 0) {
+        return NULL;
+    }
+    return PyLong_FromLongLong(SELF->strides[d]);
+}
+
+static PyObject *
+m_dim(PyObject *self, PyObject *unused)
+{
+    return PyLong_FromLong(SELF->ndim);
+}
+
+static PyObject *
+m_numel(PyObject *self, PyObject *unused)
+{
+    return PyLong_FromLongLong(stax_tensor_numel(SELF));
+}
+
+static PyObject *
+m_storage_offset(PyObject *self, PyObject *unused)
+{
+    return PyLong_FromLongLong(SELF->offset);
+}
+
+static PyObject *
+m_is_contiguous(PyObject *self, PyObject *args, PyObject *kw)
+{
+    return PyBool_FromLong(stax_tensor_is_contiguous(SELF));
+}
+
+static PyObject *
+m_is_floating_point(PyObject *self, PyObject *unused)
+{
+    return PyBool_FromLong(stax_dtype_is_floating(SELF->dtype));
+}
+
+static PyObject *
+m_element_size(PyObject *self, PyObject *unused)
+{
+    return PyLong_FromLong(stax_dtype_itemsize(SELF->dtype));
+}
+
+static PyObject *
+m_data_ptr(PyObject *self, PyObject *unused)
+{
+    return PyLong_FromVoidPtr(STAX_TENSOR_DATA(SELF));
+}
+
+static PyObject *
+m_numpy(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"force", NULL};
+    int force = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$p:numpy", kwlist, &force)) {
+        return NULL;
+    }
+    if (SELF->requires_grad && !force) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "Can't call numpy() on Tensor that requires grad. Use "
+                        "tensor.detach().numpy() instead.");
+        return NULL;
+    }
+    return stax_tensor_as_array(SELF);
+}
+
+static PyObject *
+m_array(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"dtype", "copy", NULL};
+    PyObject *dtype = Py_None, *copy = Py_None, *arr, *r;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OO:__array__", kwlist,
+                                     &dtype, &copy)) {
+        return NULL;
+    }
+    arr = stax_tensor_as_array(SELF);
+    if (arr == NULL) {
+        return NULL;
+    }
+    if (dtype != Py_None) {
+        r = PyObject_CallMethod(arr, "astype", "O", dtype);
+        Py_DECREF(arr);
+        return r;
+    }
+    if (copy == Py_True) {
+        r = PyArray_NewCopy((PyArrayObject *)arr, NPY_KEEPORDER);
+        Py_DECREF(arr);
+        return r;
+    }
+    return arr;
+}
+
+static PyObject *
+m_item(PyObject *self, PyObject *unused)
+{
+    return stax_tensor_item(SELF);
+}
+
+static PyObject *
+m_tolist(PyObject *self, PyObject *unused)
+{
+    PyObject *arr = stax_tensor_as_array(SELF), *r;
+    if (arr == NULL) {
+        return NULL;
+    }
+    r = PyArray_ToList((PyArrayObject *)arr);
+    Py_DECREF(arr);
+    return r;
+}
+
+static PyObject *
+m_to(PyObject *self, PyObject *args, PyObject *kw)
+{
+    STAX_OVERRIDE_VARARGS("to");
+    stax_dtype_t dt = SELF->dtype;
+    int copy = 0;
+    Py_ssize_t n = PyTuple_GET_SIZE(args);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *a = PyTuple_GET_ITEM(args, i);
+        if (StaxTensor_Check(a)) {
+            dt = ((StaxTensor *)a)->dtype;
+        }
+        else if (PyUnicode_Check(a) || Py_IS_TYPE(a, &StaxDevice_TypeObj)) {
+            PyObject *s = PyObject_Str(a);
+            if (s == NULL) {
+                return NULL;
+            }
+            int ok = PyUnicode_CompareWithASCIIString(s, "cpu") == 0;
+            Py_DECREF(s);
+            if (!ok) {
+                stax_dtype_t tmp;
+                if (PyUnicode_Check(a) && stax_dtype_from_object(a, &tmp) == 0) {
+                    dt = tmp;
+                    continue;
+                }
+                PyErr_Clear();
+                PyErr_Format(PyExc_RuntimeError,
+                             "tensorplay tensors live on the cpu device; "
+                             "cannot move to %R", a);
+                return NULL;
+            }
+        }
+        else if (PyBool_Check(a)) {
+            continue;   /* non_blocking */
+        }
+        else if (stax_dtype_from_object(a, &dt) < 0) {
+            return NULL;
+        }
+    }
+    if (kw != NULL) {
+        PyObject *v = PyDict_GetItemString(kw, "dtype");
+        if (v != NULL && v != Py_None && stax_dtype_from_object(v, &dt) < 0) {
+            return NULL;
+        }
+        v = PyDict_GetItemString(kw, "copy");
+        if (v != NULL) {
+            copy = PyObject_IsTrue(v);
+        }
+        v = PyDict_GetItemString(kw, "device");
+        if (v != NULL && v != Py_None) {
+            PyObject *s = PyObject_Str(v);
+            if (s == NULL) {
+                return NULL;
+            }
+            int ok = PyUnicode_CompareWithASCIIString(s, "cpu") == 0;
+            Py_DECREF(s);
+            if (!ok) {
+                PyErr_Format(PyExc_RuntimeError,
+                             "tensorplay tensors live on the cpu device; "
+                             "cannot move to %R", v);
+                return NULL;
+            }
+        }
+    }
+    return (PyObject *)stax_tensor_to_dtype(SELF, dt, copy);
+}
+
+#define CAST_METHOD(NAME, DT)                                           \
+    static PyObject *                                                   \
+    m_##NAME(PyObject *self, PyObject *args, PyObject *kw)              \
+    {                                                                   \
+        return (PyObject *)stax_tensor_to_dtype(SELF, DT, 0);           \
+    }
+CAST_METHOD(float, STAX_FLOAT32)
+CAST_METHOD(double, STAX_FLOAT64)
+CAST_METHOD(half, STAX_FLOAT16)
+CAST_METHOD(long, STAX_INT64)
+CAST_METHOD(int, STAX_INT32)
+CAST_METHOD(short, STAX_INT16)
+CAST_METHOD(char, STAX_INT8)
+CAST_METHOD(byte, STAX_UINT8)
+CAST_METHOD(bool, STAX_BOOL)
+
+static PyObject *
+m_type(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"dtype", "non_blocking", NULL};
+    PyObject *dtype = Py_None, *nb = NULL;
+    stax_dtype_t dt;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OO:type", kwlist, &dtype,
+                                     &nb)) {
+        return NULL;
+    }
+    if (dtype == Py_None) {
+        static const char *names[STAX_NUM_DTYPES] = {
+            "BoolTensor", "ByteTensor", "CharTensor", "ShortTensor",
+            "IntTensor", "LongTensor", "HalfTensor", "FloatTensor",
+            "DoubleTensor"};
+        return PyUnicode_FromFormat("tensorplay.%s", names[SELF->dtype]);
+    }
+    if (stax_dtype_from_object(dtype, &dt) < 0) {
+        return NULL;
+    }
+    return (PyObject *)stax_tensor_to_dtype(SELF, dt, 0);
+}
+
+static PyObject *
+m_clone(PyObject *self, PyObject *args, PyObject *kw)
+{
+    return (PyObject *)stax_tensor_to_dtype(SELF, SELF->dtype, 1);
+}
+
+static PyObject *
+m_contiguous(PyObject *self, PyObject *args, PyObject *kw)
+{
+    if (stax_tensor_is_contiguous(SELF)) {
+        return Py_NewRef(self);
+    }
+    return (PyObject *)stax_tensor_to_dtype(SELF, SELF->dtype, 1);
+}
+
+static PyObject *
+m_detach(PyObject *self, PyObject *unused)
+{
+    return detached_view(self);
+}
+
+static PyObject *
+m_detach_(PyObject *self, PyObject *unused)
+{
+    SELF->requires_grad = 0;
+    SELF->nonleaf = 0;
+    return Py_NewRef(self);
+}
+
+static PyObject *
+m_untyped_storage(PyObject *self, PyObject *unused)
+{
+    return Py_NewRef(SELF->storage);
+}
+
+static PyObject *
+m_cpu(PyObject *self, PyObject *unused)
+{
+    return Py_NewRef(self);
+}
+
+static PyObject *
+m_requires_grad_(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"requires_grad", NULL};
+    int v = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|p:requires_grad_", kwlist,
+                                     &v)) {
+        return NULL;
+    }
+    if (set_requires_grad_value(SELF, v) < 0) {
+        return NULL;
+    }
+    return Py_NewRef(self);
+}
+
+/* copy_(src) / fill_(value) once the argument is checked: write it into
+ * self, bump self's version, return self */
+static PyObject *
+copy_in_place(PyObject *self, PyObject *src)
+{
+    PyObject *r = stax_tensor_copy_into(SELF, src);
+    if (r == NULL) {
+        return NULL;
+    }
+    Py_DECREF(r);
+    stax_tensor_bump_version(SELF);
+    return Py_NewRef(self);
+}
+
+static PyObject *
+m_copy_(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"src", "non_blocking", NULL};
+    PyObject *src = NULL, *nb = NULL;
+    STAX_OVERRIDE_VARARGS("copy_");
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:copy_", kwlist, &src,
+                                     &nb)) {
+        return NULL;
+    }
+    if (!StaxTensor_Check(src)) {
+        PyErr_Format(PyExc_TypeError,
+                     "copy_(): argument 'src' (position 1) must be Tensor, "
+                     "not %.100s", Py_TYPE(src)->tp_name);
+        return NULL;
+    }
+    return copy_in_place(self, src);
+}
+
+static PyObject *
+m_fill_(PyObject *self, PyObject *value)
+{
+    STAX_OVERRIDE_O("fill_", value);
+    if (StaxTensor_Check(value) && ((StaxTensor *)value)->ndim != 0) {
+        PyErr_Format(PyExc_RuntimeError,
+                     "fill_ only supports 0-dimension value tensor but got "
+                     "tensor with %d dimensions.",
+                     ((StaxTensor *)value)->ndim);
+        return NULL;
+    }
+    if (!StaxTensor_Check(value) && !PyNumber_Check(value)) {
+        PyErr_Format(PyExc_TypeError,
+                     "fill_(): argument 'value' (position 1) must be Number, "
+                     "not %.100s", Py_TYPE(value)->tp_name);
+        return NULL;
+    }
+    return copy_in_place(self, value);
+}
+
+static PyObject *
+m_zero_(PyObject *self, PyObject *unused)
+{
+    PyObject *zero = PyLong_FromLong(0);
+    PyObject *r = zero ? m_fill_(self, zero) : NULL;
+    Py_XDECREF(zero);
+    return r;
+}
+
+static PyObject *
+m_make_subclass(PyObject *unused, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"cls", "data", "require_grad", NULL};
+    PyObject *cls = NULL, *data = NULL;
+    int rg = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO!|p:_make_subclass", kwlist,
+                                     &cls, &StaxTensor_TypeObj, &data, &rg)) {
+        return NULL;
+    }
+    if (!PyType_Check(cls)
+        || !PyType_IsSubtype((PyTypeObject *)cls, &StaxTensor_TypeObj)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "_make_subclass: cls must be a Tensor subclass");
+        return NULL;
+    }
+    StaxTensor *src = (StaxTensor *)data;
+    StaxTensor *t = stax_tensor_alloc((PyTypeObject *)cls);
+    if (t == NULL) {
+        return NULL;
+    }
+    t->storage = (StaxStorage *)Py_NewRef(src->storage);
+    t->offset = src->offset;
+    t->ndim = src->ndim;
+    t->dtype = src->dtype;
+    memcpy(t->sizes, src->sizes, sizeof(t->sizes));
+    memcpy(t->strides, src->strides, sizeof(t->strides));
+    if (rg && set_requires_grad_value(t, 1) < 0) {
+        Py_DECREF(t);
+        return NULL;
+    }
+    return (PyObject *)t;
+}
+
+static PyObject *
+m_reduce_ex(PyObject *self, PyObject *proto)
+{
+    PyObject *arr = stax_tensor_as_array(SELF), *cp = NULL, *mod, *fn, *r;
+    if (arr == NULL) {
+        return NULL;
+    }
+    cp = PyArray_NewCopy((PyArrayObject *)arr, NPY_CORDER);
+    Py_DECREF(arr);
+    if (cp == NULL) {
+        return NULL;
+    }
+    mod = PyImport_ImportModule("tensorplay._tensor");
+    fn = mod ? PyObject_GetAttrString(mod, "_rebuild_tensor") : NULL;
+    Py_XDECREF(mod);
+    if (fn == NULL) {
+        Py_DECREF(cp);
+        return NULL;
+    }
+    if (SELF->dict != NULL && PyDict_GET_SIZE(SELF->dict) > 0) {
+        r = Py_BuildValue("(N(NOO)O)", fn, cp, (PyObject *)Py_TYPE(self),
+                          SELF->requires_grad ? Py_True : Py_False,
+                          SELF->dict);
+    }
+    else {
+        r = Py_BuildValue("(N(NOO))", fn, cp, (PyObject *)Py_TYPE(self),
+                          SELF->requires_grad ? Py_True : Py_False);
+    }
+    return r;
+}
+
+PyMethodDef stax_tensor_methods[] = {
+    {"size", (PyCFunction)(void (*)(void))m_size, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"stride", (PyCFunction)(void (*)(void))m_stride, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"dim", m_dim, METH_NOARGS, NULL},
+    {"ndimension", m_dim, METH_NOARGS, NULL},
+    {"numel", m_numel, METH_NOARGS, NULL},
+    {"nelement", m_numel, METH_NOARGS, NULL},
+    {"storage_offset", m_storage_offset, METH_NOARGS, NULL},
+    {"is_contiguous", (PyCFunction)(void (*)(void))m_is_contiguous, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"is_floating_point", m_is_floating_point, METH_NOARGS, NULL},
+    {"element_size", m_element_size, METH_NOARGS, NULL},
+    {"data_ptr", m_data_ptr, METH_NOARGS, NULL},
+    {"numpy", (PyCFunction)(void (*)(void))m_numpy, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"__array__", (PyCFunction)(void (*)(void))m_array, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"item", m_item, METH_NOARGS, NULL},
+    {"tolist", m_tolist, METH_NOARGS, NULL},
+    {"to", (PyCFunction)(void (*)(void))m_to, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"float", (PyCFunction)(void (*)(void))m_float, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"double", (PyCFunction)(void (*)(void))m_double, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"half", (PyCFunction)(void (*)(void))m_half, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"long", (PyCFunction)(void (*)(void))m_long, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"int", (PyCFunction)(void (*)(void))m_int, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"short", (PyCFunction)(void (*)(void))m_short, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"char", (PyCFunction)(void (*)(void))m_char, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"byte", (PyCFunction)(void (*)(void))m_byte, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"bool", (PyCFunction)(void (*)(void))m_bool, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"type", (PyCFunction)(void (*)(void))m_type, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"clone", (PyCFunction)(void (*)(void))m_clone, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"contiguous", (PyCFunction)(void (*)(void))m_contiguous, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"detach", m_detach, METH_NOARGS, NULL},
+    {"detach_", m_detach_, METH_NOARGS, NULL},
+    {"cpu", m_cpu, METH_NOARGS, NULL},
+    {"untyped_storage", m_untyped_storage, METH_NOARGS,
+     "the Storage (shared by every view; ._version, .data_ptr(), .nbytes())"},
+    {"requires_grad_", (PyCFunction)(void (*)(void))m_requires_grad_, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"copy_", (PyCFunction)(void (*)(void))m_copy_, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"fill_", m_fill_, METH_O, NULL},
+    {"zero_", m_zero_, METH_NOARGS, NULL},
+    {"_make_subclass", (PyCFunction)(void (*)(void))m_make_subclass, METH_VARARGS | METH_KEYWORDS | METH_STATIC, NULL},
+    {"__reduce_ex__", m_reduce_ex, METH_O, NULL},
+    {NULL},
+};
