@@ -415,6 +415,16 @@ lw_input_ok(Program *p, int i, PyObject *o)
     return -1;
 }
 
+/* p->rg_extra (built from the Python-level graph of a mutating function,
+ * program_build.c: rg_extra_template) is NULL or a 3-tuple
+ * (written, fresh, mutated), each None or:
+ * written: output pytree, see rg_extra_apply;
+ * fresh: output pytree with, for every leaf whose eager value is not an
+ *   input itself, the mask of inputs it comes from: see fresh_apply;
+ * mutated: per input, the mask of inputs its in-place writes read: an input
+ *   not requiring grad whose mask meets a grad input (grad mode on) gets
+ *   requires_grad, as eager's in-place ops give it. */
+
 /* Outputs written in place (v = f(w); v.copy_(x); return v): eager's v
  * keeps requires_grad from its creation, but the op graph's value of v is
  * the write's (clone(x)), whose buffer depends on x alone. The mask of
@@ -459,6 +469,121 @@ rg_extra_apply(PyObject *t, PyObject *r, uint64_t rg, PyObject *const *args,
                 rg_extra_apply(v, rv, rg, args, nargs);
             }
             PyErr_Clear();
+        }
+    }
+}
+
+/* new reference: r with every leaf that fresh marks as not an input but
+ * that is one of the call's inputs (the op graph returns the mutated input
+ * when a value equals its new value: v = f(x); x.copy_(v); return v)
+ * replaced by a copy, requiring grad as eager's v would */
+static PyObject *
+fresh_apply(PyObject *t, PyObject *r, uint64_t rg, PyObject *const *args,
+            Py_ssize_t nargs)
+{
+    if (PyLong_Check(t)) {
+        Py_ssize_t i = 0;
+        while (i < nargs && args[i] != r) {
+            i++;
+        }
+        if (i == nargs) {
+            return Py_NewRef(r);
+        }
+        if (StaxTensor_Check(r)) {
+            StaxTensor *x = (StaxTensor *)r;
+            StaxTensor *c = stax_tensor_empty(x->ndim, x->sizes, x->dtype);
+            uint64_t m = PyLong_AsUnsignedLongLong(t);
+            if (PyErr_Occurred()) {
+                PyErr_Clear();
+                m = 0;
+            }
+            if (c == NULL || stax_tensor_copy_from(c, r) < 0) {
+                Py_XDECREF(c);
+                return NULL;
+            }
+            if ((m & rg) != 0 && stax_grad_enabled() && lw_is_float(c->dtype)) {
+                stax_tensor_set_result_requires_grad(c, 1);
+            }
+            return (PyObject *)c;
+        }
+        if (PyArray_Check(r)) {
+            return PyArray_NewCopy((PyArrayObject *)r, NPY_ANYORDER);
+        }
+        return Py_NewRef(r);
+    }
+    if ((PyTuple_CheckExact(t) || PyList_CheckExact(t))
+        && (PyTuple_CheckExact(r) || PyList_CheckExact(r))
+        && PySequence_Fast_GET_SIZE(t) == PySequence_Fast_GET_SIZE(r)) {
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(r);
+        PyObject *o = PyTuple_CheckExact(r) ? PyTuple_New(n) : PyList_New(n);
+        int changed = 0;
+        for (Py_ssize_t k = 0; o != NULL && k < n; k++) {
+            PyObject *rk = PySequence_Fast_GET_ITEM(r, k);
+            PyObject *e = fresh_apply(PySequence_Fast_GET_ITEM(t, k), rk, rg,
+                                      args, nargs);
+            if (e == NULL) {
+                Py_CLEAR(o);
+                return NULL;
+            }
+            changed |= e != rk;
+            if (PyTuple_Check(o)) {
+                PyTuple_SET_ITEM(o, k, e);
+            }
+            else {
+                PyList_SET_ITEM(o, k, e);
+            }
+        }
+        if (o != NULL && !changed) {
+            Py_SETREF(o, Py_NewRef(r));
+        }
+        return o;
+    }
+    if (PyDict_Check(t) && PyDict_CheckExact(r)) {
+        PyObject *o = NULL, *k, *v;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(t, &pos, &k, &v)) {
+            PyObject *rv = PyDict_GetItemWithError(r, k);
+            PyObject *e;
+            if (rv == NULL) {
+                if (PyErr_Occurred()) {
+                    Py_XDECREF(o);
+                    return NULL;
+                }
+                continue;
+            }
+            e = fresh_apply(v, rv, rg, args, nargs);
+            if (e == NULL) {
+                Py_XDECREF(o);
+                return NULL;
+            }
+            if (e != rv && o == NULL) {
+                o = PyDict_Copy(r);
+            }
+            if (e != rv && (o == NULL || PyDict_SetItem(o, k, e) < 0)) {
+                Py_DECREF(e);
+                Py_XDECREF(o);
+                return NULL;
+            }
+            Py_DECREF(e);
+        }
+        return o != NULL ? o : Py_NewRef(r);
+    }
+    return Py_NewRef(r);
+}
+
+/* mutated inputs: see p->rg_extra above */
+static void
+mutated_apply(PyObject *mt, uint64_t rg, PyObject *const *args, Py_ssize_t nargs)
+{
+    for (Py_ssize_t q = 0; q < PyTuple_GET_SIZE(mt) && q < nargs; q++) {
+        uint64_t m = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(mt, q));
+        StaxTensor *x = StaxTensor_Check(args[q]) ? (StaxTensor *)args[q] : NULL;
+        if (PyErr_Occurred()) {
+            PyErr_Clear();
+            continue;
+        }
+        if ((m & rg) != 0 && x != NULL && !x->requires_grad && lw_is_float(x->dtype)) {
+            stax_tensor_set_result_requires_grad(x, 1);
         }
     }
 }
@@ -641,8 +766,22 @@ lw_program_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
     else {
         result = instantiate(p->out_template, slots);
     }
-    if (result != NULL && rg != 0 && p->rg_extra != NULL && stax_grad_enabled()) {
-        rg_extra_apply(p->rg_extra, result, rg, args, nargs);
+    if (result != NULL && p->rg_extra != NULL && PyTuple_Check(p->rg_extra)
+        && PyTuple_GET_SIZE(p->rg_extra) == 3) {
+        PyObject *wt = PyTuple_GET_ITEM(p->rg_extra, 0);
+        PyObject *ft = PyTuple_GET_ITEM(p->rg_extra, 1);
+        PyObject *mt = PyTuple_GET_ITEM(p->rg_extra, 2);
+        if (ft != Py_None) {
+            Py_SETREF(result, fresh_apply(ft, result, rg, args, nargs));
+        }
+        if (result != NULL && rg != 0 && stax_grad_enabled()) {
+            if (wt != Py_None) {
+                rg_extra_apply(wt, result, rg, args, nargs);
+            }
+            if (mt != Py_None && PyTuple_Check(mt)) {
+                mutated_apply(mt, rg, args, nargs);
+            }
+        }
     }
 done:
     for (int b = 0; b < c->npbufs; b++) {

@@ -370,13 +370,17 @@ val_bytes(PyObject *v)
     return n;
 }
 
+/* one output pytree of the Python-level graph, Nodes replaced: fresh = 0,
+ * a written output leaf (in `sel`) -> its input mask when nonzero; fresh = 1,
+ * a leaf that is not an input itself (not in `sel`) -> its input mask
+ * (possibly 0); everything else None */
 static PyObject *
-rg_extra_map(PyObject *o, PyObject *masks, PyObject *written, int *any)
+rg_extra_map(PyObject *o, PyObject *masks, PyObject *sel, int fresh, int *any)
 {
     if (StaxNode_Type != NULL && PyObject_TypeCheck(o, StaxNode_Type)) {
-        PyObject *m = PySet_Contains(written, o) == 1
-                      ? PyDict_GetItemWithError(masks, o) : NULL;
-        if (m != NULL && PyObject_IsTrue(m) == 1) {
+        int in = (PyDict_Check(sel) ? PyDict_Contains(sel, o) : PySet_Contains(sel, o)) == 1;
+        PyObject *m = in != fresh ? PyDict_GetItemWithError(masks, o) : NULL;
+        if (m != NULL && (fresh || PyObject_IsTrue(m) == 1)) {
             *any = 1;
             return Py_NewRef(m);
         }
@@ -388,7 +392,7 @@ rg_extra_map(PyObject *o, PyObject *masks, PyObject *written, int *any)
         PyObject *r = PyTuple_Check(o) ? PyTuple_New(n) : PyList_New(n);
         for (Py_ssize_t k = 0; r != NULL && k < n; k++) {
             PyObject *e = rg_extra_map(PySequence_Fast_GET_ITEM(o, k), masks,
-                                       written, any);
+                                       sel, fresh, any);
             if (e == NULL) {
                 Py_CLEAR(r);
                 break;
@@ -406,7 +410,7 @@ rg_extra_map(PyObject *o, PyObject *masks, PyObject *written, int *any)
         PyObject *r = PyDict_New(), *k, *v;
         Py_ssize_t pos = 0;
         while (r != NULL && PyDict_Next(o, &pos, &k, &v)) {
-            PyObject *e = rg_extra_map(v, masks, written, any);
+            PyObject *e = rg_extra_map(v, masks, sel, fresh, any);
             if (e == NULL || PyDict_SetItem(r, k, e) < 0) {
                 Py_CLEAR(r);
             }
@@ -417,8 +421,11 @@ rg_extra_map(PyObject *o, PyObject *masks, PyObject *written, int *any)
     Py_RETURN_NONE;
 }
 
-/* new reference: the rg_extra pytree of the Python-level graph gm, or NULL
- * (none, no exception) */
+/* new reference: the rg_extra of the Python-level graph gm (see program.c:
+ * rg_extra_apply), or NULL (none, no exception). Per node the mask of the
+ * inputs its value comes from (0 for detach and non-floating values); an
+ * in-place node adds its mask to the input it writes (through a chain of
+ * in-place nodes: `alias`), so later readers of that input see it. */
 static PyObject *
 rg_extra_template(PyObject *gm)
 {
@@ -426,10 +433,16 @@ rg_extra_template(PyObject *gm)
     PyObject *l = g ? PyObject_GetAttrString(g, "nodes") : NULL;
     PyObject *nodes = l ? PySequence_List(l) : NULL;
     PyObject *masks = PyDict_New(), *written = PySet_New(NULL), *r = NULL;
-    int k = 0, any = 0;
+    PyObject *alias = PyDict_New();          /* node -> the placeholder it is */
+    PyObject *roots = PyDict_New();          /* in-place node -> its target */
+    PyObject *phs = PyList_New(0);
+    PyObject *rgt = NULL, *fresht = NULL, *mut = NULL;
+    uint64_t mutm[64] = {0};
+    int k = 0, any = 0, anyf = 0, anym = 0;
     Py_XDECREF(g);
     Py_XDECREF(l);
-    for (Py_ssize_t i = 0; nodes && masks && written && i < PyList_GET_SIZE(nodes); i++) {
+    for (Py_ssize_t i = 0; nodes && masks && written && alias && roots && phs
+                           && i < PyList_GET_SIZE(nodes); i++) {
         PyObject *node = PyList_GET_ITEM(nodes, i);
         PyObject *op = PyObject_GetAttrString(node, "op");
         const char *opc = op ? PyUnicode_AsUTF8(op) : NULL;
@@ -442,7 +455,8 @@ rg_extra_template(PyObject *gm)
             PyObject *a = PyObject_GetAttrString(node, "args");
             PyObject *o = a && PyTuple_Check(a) && PyTuple_GET_SIZE(a) == 1
                           ? PyTuple_GET_ITEM(a, 0) : a;
-            r = o ? rg_extra_map(o, masks, written, &any) : NULL;
+            rgt = o ? rg_extra_map(o, masks, written, 0, &any) : NULL;
+            fresht = o ? rg_extra_map(o, masks, alias, 1, &anyf) : NULL;
             Py_XDECREF(a);
             Py_DECREF(op);
             break;
@@ -450,6 +464,10 @@ rg_extra_template(PyObject *gm)
         if (!strcmp(opc, "placeholder")) {
             m = 1ULL << (k < 63 ? k : 63);
             k++;
+            if (PyDict_SetItem(alias, node, node) < 0 || PyList_Append(phs, node) < 0) {
+                Py_DECREF(op);
+                goto done;
+            }
         }
         else {
             PyObject *ins = PyObject_GetAttrString(node, "all_input_nodes");
@@ -464,11 +482,49 @@ rg_extra_template(PyObject *gm)
             PyObject *nm = target_name(node, &im);
             const char *sn = nm ? PyUnicode_AsUTF8(nm) : NULL;
             size_t sl = sn ? strlen(sn) : 0;
-            if (sn && ((sl > 1 && sn[sl - 1] == '_' && sn[sl - 2] != '_')
-                       || strstr(sn, "setitem") != NULL)) {
+            PyObject *val = node_val(node, NULL);
+            if ((sn && !strcmp(sn, "detach"))
+                || (val != NULL && StaxTensor_Check(val)
+                    && !lw_is_float(((StaxTensor *)val)->dtype))) {
+                m = 0;
+            }
+            Py_XDECREF(val);
+            int inpl = sn && sl > 1 && sn[sl - 1] == '_' && sn[sl - 2] != '_';
+            if (sn && (inpl || strstr(sn, "setitem") != NULL)) {
                 PyObject *a = PyObject_GetAttrString(node, "args");
                 if (a && PyTuple_Check(a) && PyTuple_GET_SIZE(a) > 0) {
-                    PySet_Add(written, PyTuple_GET_ITEM(a, 0));
+                    PyObject *a0 = PyTuple_GET_ITEM(a, 0);
+                    PyObject *ph = NULL;
+                    PySet_Add(written, a0);
+                    if (inpl && StaxNode_Type != NULL
+                        && PyObject_TypeCheck(a0, StaxNode_Type)) {
+                        ph = PyDict_GetItemWithError(roots, a0);
+                        ph = ph != NULL ? ph : a0;
+                    }
+                    if (ph != NULL) {
+                        /* eager: the target now requires grad when the
+                         * write's operands do (ops' inplace_requires_grad);
+                         * later readers of it see that */
+                        Py_ssize_t pk = PyDict_Contains(alias, ph) == 1
+                                        ? PySequence_Index(phs, ph) : -1;
+                        PyObject *pm = PyDict_GetItemWithError(masks, ph);
+                        uint64_t cur = pm ? PyLong_AsUnsignedLongLong(pm) : 0;
+                        PyObject *nm2 = PyLong_FromUnsignedLongLong(cur | m);
+                        if (nm2 == NULL || PyDict_SetItem(masks, ph, nm2) < 0
+                            || PyDict_SetItem(roots, node, ph) < 0
+                            || (pk >= 0 && PyDict_SetItem(alias, node, ph) < 0)) {
+                            Py_XDECREF(nm2);
+                            Py_XDECREF(nm);
+                            Py_DECREF(a);
+                            Py_DECREF(op);
+                            goto done;
+                        }
+                        Py_DECREF(nm2);
+                        if (pk >= 0 && pk < 64) {
+                            mutm[pk] |= m | cur;
+                            anym = 1;
+                        }
+                    }
                 }
                 Py_XDECREF(a);
             }
@@ -483,14 +539,33 @@ rg_extra_template(PyObject *gm)
         }
         Py_DECREF(pm);
     }
+    if (anym && k > 0) {
+        mut = PyTuple_New(k < 64 ? k : 64);
+        for (int q = 0; mut != NULL && q < PyTuple_GET_SIZE(mut); q++) {
+            PyObject *e = PyLong_FromUnsignedLongLong(mutm[q]);
+            if (e == NULL) {
+                Py_CLEAR(mut);
+                break;
+            }
+            PyTuple_SET_ITEM(mut, q, e);
+        }
+    }
+    if ((any && rgt) || (anyf && fresht) || mut) {
+        r = PyTuple_Pack(3, any && rgt ? rgt : Py_None,
+                         anyf && fresht ? fresht : Py_None,
+                         mut ? mut : Py_None);
+    }
 done:
     Py_XDECREF(nodes);
     Py_XDECREF(masks);
     Py_XDECREF(written);
+    Py_XDECREF(alias);
+    Py_XDECREF(roots);
+    Py_XDECREF(phs);
+    Py_XDECREF(rgt);
+    Py_XDECREF(fresht);
+    Py_XDECREF(mut);
     PyErr_Clear();
-    if (r != NULL && !any) {
-        Py_CLEAR(r);
-    }
     return r;
 }
 

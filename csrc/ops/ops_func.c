@@ -186,6 +186,28 @@ done:
 
 /* ---- calling an op ------------------------------------------------------ */
 
+/* In-place ops follow PyTorch: with grad mode on, a target that does not
+ * require grad and is written from an operand that does (positional or
+ * keyword) requires grad afterwards (and is no longer a leaf). A target that
+ * already requires grad keeps its flags. One place for every in-place op. */
+static void
+inplace_requires_grad(PyObject *const *args, Py_ssize_t nargs,
+                      PyObject *kwnames)
+{
+    Py_ssize_t nkw = kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0;
+    StaxTensor *self;
+    if (nargs < 1 || !StaxTensor_Check(args[0])) {
+        return;
+    }
+    self = (StaxTensor *)args[0];
+    if (self->requires_grad || !stax_dtype_is_floating(self->dtype)) {
+        return;
+    }
+    if (stax_result_requires_grad(args + 1, nargs - 1 + nkw)) {
+        stax_tensor_set_result_requires_grad(self, 1);
+    }
+}
+
 static PyObject *
 run_op(const stax_op_info *op, PyObject *func, PyObject *const *args,
        size_t nargsf, PyObject *kwnames)
@@ -203,30 +225,41 @@ run_op(const stax_op_info *op, PyObject *func, PyObject *const *args,
         return res;
     }
     res = stax_ops_eager_c(op, args, nargs, kwnames);
-    if (res != Py_NotImplemented) {
-        return res;
-    }
-    Py_DECREF(res);
-    impl = inplace ? py_inplace_impls[op->id] : py_impls[op->id];
-    if (impl != NULL) {
-        return PyObject_Vectorcall(impl, args, nargsf, kwnames);
-    }
-    /* a method the tensor room implements (views, to, ...) */
-    if (nargs >= 1 && StaxTensor_Check(args[0])) {
-        PyObject *m = PyObject_GetAttrString((PyObject *)Py_TYPE(args[0]),
-                                             op->name);
-        if (m != NULL && Py_TYPE(m) != OpFunc_Type) {
-            res = PyObject_Vectorcall(m, args, nargsf, kwnames);
-            Py_DECREF(m);
-            return res;
+    if (res == Py_NotImplemented) {
+        Py_DECREF(res);
+        res = NULL;
+        impl = inplace ? py_inplace_impls[op->id] : py_impls[op->id];
+        if (impl != NULL) {
+            res = PyObject_Vectorcall(impl, args, nargsf, kwnames);
         }
-        Py_XDECREF(m);
-        PyErr_Clear();
+        else if (nargs >= 1 && StaxTensor_Check(args[0])) {
+            /* a method the tensor room implements (views, to, copy_ ...) */
+            PyObject *m = PyObject_GetAttrString(
+                (PyObject *)Py_TYPE(args[0]), op->name);
+            if (m != NULL && Py_TYPE(m) != OpFunc_Type) {
+                res = PyObject_Vectorcall(m, args, nargsf, kwnames);
+                Py_DECREF(m);
+            }
+            else {
+                Py_XDECREF(m);
+                PyErr_Clear();
+                PyErr_Format(PyExc_NotImplementedError,
+                             "tensorplay: op '%s' has no eager implementation "
+                             "for these arguments", op->name);
+                return NULL;
+            }
+        }
+        else {
+            PyErr_Format(PyExc_NotImplementedError,
+                         "tensorplay: op '%s' has no eager implementation for "
+                         "these arguments", op->name);
+            return NULL;
+        }
     }
-    PyErr_Format(PyExc_NotImplementedError,
-                 "tensorplay: op '%s' has no eager implementation for these "
-                 "arguments", op->name);
-    return NULL;
+    if (res != NULL && (inplace || op->name[strlen(op->name) - 1] == '_')) {
+        inplace_requires_grad(args, nargs, kwnames);
+    }
+    return res;
 }
 
 static PyObject *

@@ -548,6 +548,12 @@ copy_in_place(PyObject *self, PyObject *src)
     }
     Py_DECREF(r);
     stax_tensor_bump_version(SELF);
+    /* torch: written from a value that requires grad (grad mode on), the
+     * target requires grad too (and is no longer a leaf) */
+    if (!SELF->requires_grad && stax_dtype_is_floating(SELF->dtype)
+        && stax_result_requires_grad(&src, 1)) {
+        stax_tensor_set_result_requires_grad(SELF, 1);
+    }
     return Py_NewRef(self);
 }
 

@@ -277,8 +277,6 @@ def test_float64_to_float16_kernels_link(case):
     assert np.allclose(got, want)
 
 
-@pytest.mark.xfail(strict=True, reason="bug (ops, eager): an in-place op with an operand that requires grad "
-                                       "does not set requires_grad on its target (PyTorch does)")
 def test_inplace_propagates_requires_grad_eager():
     a, b = tp.ones(3), tp.ones(3)
     w = tp.ones(3, requires_grad=True)
@@ -287,7 +285,6 @@ def test_inplace_propagates_requires_grad_eager():
     assert a.requires_grad and b.requires_grad
 
 
-@pytest.mark.xfail(strict=True, reason="bug (lower): output read before a copy_ into an input loses requires_grad")
 def test_output_before_copy_into_input_keeps_requires_grad():
     tp.manual_seed(0)
     ln = tp.nn.LayerNorm(5)
