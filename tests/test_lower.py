@@ -163,3 +163,27 @@ def test_overwritten_grad_output_keeps_requires_grad():
     assert flags(c) == flags(e) == [True, False, False, True]
     with tp.no_grad():
         assert not tp.compile(f)(x)[0][0].requires_grad
+
+
+def test_mutated_input_and_fresh_output_requires_grad_like_eager():
+    w = tp.ones(3, requires_grad=True)
+
+    def f(x, y, w):
+        x.add_(w)
+        y.add_(x)
+        return x * 2
+
+    def g(x, w):
+        v = (x + w).exp()
+        x.copy_(v)
+        return v, x
+
+    for fn, n in ((f, 2), (g, 1)):
+        got = []
+        for run in (fn, tp.compile(fn)):
+            ins = [tp.ones(3) for _ in range(n)]
+            out = run(*ins, w)
+            outs = out if isinstance(out, tuple) else (out,)
+            got.append(([t.requires_grad for t in ins], [o.requires_grad for o in outs],
+                        [any(o is t for t in ins) for o in outs]))
+        assert got[0] == got[1], fn.__name__

@@ -88,3 +88,30 @@ def test_every_row_runs(row):
             np.testing.assert_allclose(res.detach().numpy().astype(np.float64),
                                        res2.detach().numpy().astype(np.float64),
                                        equal_nan=True)
+
+
+def test_inplace_target_requires_grad_like_torch():
+    """with grad mode on, an in-place op whose other operand requires grad
+    makes its target require grad (and a non-leaf); no_grad, integer targets
+    and targets that already require grad are left alone"""
+    w = tp.ones(3, requires_grad=True)
+    a, b, c, d = tp.ones(3), tp.ones(3), tp.ones(3), tp.zeros(())
+    a.add_(w)
+    b.copy_(w * 2)
+    c += w
+    d.fill_(w.sum())
+    assert all(t.requires_grad and not t.is_leaf for t in (a, b, c, d))
+    e = tp.ones(3)
+    e.add_(1)
+    assert not e.requires_grad and e.is_leaf
+    with tp.no_grad():
+        f = tp.ones(3)
+        f.add_(w)
+        f.copy_(w)
+    assert not f.requires_grad
+    g = tp.ones(3, dtype=tp.int64)
+    g.add_(tp.ones(3, dtype=tp.int64))
+    assert not g.requires_grad
+    w2 = tp.ones(3, requires_grad=True)
+    w2.add_(1)
+    assert w2.requires_grad and w2.is_leaf
