@@ -281,9 +281,10 @@ typedef struct {
     PyObject *variants;       /* list of Programs (dynamic) */
     PyObject *kcache;         /* dynamic: kernel structure -> (capsule,
                                  source), shared with the variants */
-    PyObject *rg_extra;       /* op graph: output pytree of input masks
-                                 (int) for outputs written in place, or
-                                 NULL: see rg_extra_template */
+    PyObject *rg_extra;       /* mutating graphs: NULL or the 3-tuple
+                                 (written, fresh, mutated) of input masks
+                                 described above rg_extra_apply
+                                 (program.c), built by rg_extra_template */
 } Program;
 extern PyTypeObject *lw_program_type;
 extern PyTypeObject *lw_kernel_info_type;
