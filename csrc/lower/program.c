@@ -291,6 +291,18 @@ instantiate(PyObject *t, PyObject **slots)
         }
         return r;
     }
+    if (PySlice_Check(t)) {
+        /* templates map Nodes inside slices too (stax_graph_map_arg) */
+        PySliceObject *sl = (PySliceObject *)t;
+        PyObject *a = instantiate(sl->start, slots);
+        PyObject *b = a ? instantiate(sl->stop, slots) : NULL;
+        PyObject *c = b ? instantiate(sl->step, slots) : NULL;
+        PyObject *r = c ? PySlice_New(a, b, c) : NULL;
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        Py_XDECREF(c);
+        return r;
+    }
     return Py_NewRef(t);
 }
 

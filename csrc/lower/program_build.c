@@ -117,97 +117,78 @@ mark_output(tmpl_ctx *t, int pb, PyObject *val)
     }
 }
 
+typedef struct {
+    tmpl_ctx *t;
+    int for_output;
+} template_arg;
+
+/* one Node of a template: its SlotRef (or constant), materializing what
+ * its value needs */
+static PyObject *
+template_node(PyObject *o, void *ctx)
+{
+    tmpl_ctx *t = ((template_arg *)ctx)->t;
+    int for_output = ((template_arg *)ctx)->for_output;
+    PyObject *ix = PyDict_GetItemWithError(t->index, o);
+    if (ix == NULL) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_RuntimeError, "stax: node used before definition");
+        }
+        return NULL;
+    }
+    vbuf *v = t->vb[PyLong_AsLong(ix)];
+    if (v == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "stax: node without a value");
+        return NULL;
+    }
+    if (for_output) {
+        for (int q = 0; q < t->ncopy; q++) {
+            if (t->copy_src[q] == v) {
+                return lw_slotref_new(t->copy_dst[q]);
+            }
+        }
+    }
+    if (v->kind == VB_PYOBJ) {
+        return v->pbuf >= 0 ? lw_slotref_new(v->pbuf) : Py_NewRef(v->obj ? v->obj : Py_None);
+    }
+    if (v->kind == VB_TUPLE) {
+        PyObject *tup = PyTuple_New(v->nitems);
+        for (int i = 0; tup && i < v->nitems; i++) {
+            int pb = lw_materialize(t->c, v->items[i]);
+            PyObject *e = pb < 0 ? NULL : lw_slotref_new(pb);
+            if (e == NULL) {
+                Py_CLEAR(tup);
+                break;
+            }
+            if (for_output) {
+                PyObject *nv = node_val(o, t->vals);
+                PyObject *iv = nv && PyTuple_Check(nv) && i < PyTuple_GET_SIZE(nv)
+                                   ? PyTuple_GET_ITEM(nv, i) : NULL;
+                mark_output(t, pb, iv);
+                Py_XDECREF(nv);
+            }
+            PyTuple_SET_ITEM(tup, i, e);
+        }
+        return tup;
+    }
+    int pb = lw_materialize(t->c, v);
+    if (pb < 0) {
+        return NULL;
+    }
+    if (for_output) {
+        PyObject *nv = node_val(o, t->vals);
+        mark_output(t, pb, nv);
+        Py_XDECREF(nv);
+    }
+    return lw_slotref_new(pb);
+}
+
 /* replace Nodes by SlotRefs (materializing what a value needs) */
 static PyObject *
 make_template(tmpl_ctx *t, PyObject *o, int for_output)
 {
-    if (StaxNode_Type != NULL && PyObject_TypeCheck(o, StaxNode_Type)) {
-        PyObject *ix = PyDict_GetItemWithError(t->index, o);
-        if (ix == NULL) {
-            if (!PyErr_Occurred()) {
-                PyErr_SetString(PyExc_RuntimeError, "stax: node used before definition");
-            }
-            return NULL;
-        }
-        vbuf *v = t->vb[PyLong_AsLong(ix)];
-        if (v == NULL) {
-            PyErr_SetString(PyExc_RuntimeError, "stax: node without a value");
-            return NULL;
-        }
-        if (for_output) {
-            for (int q = 0; q < t->ncopy; q++) {
-                if (t->copy_src[q] == v) {
-                    return lw_slotref_new(t->copy_dst[q]);
-                }
-            }
-        }
-        if (v->kind == VB_PYOBJ) {
-            return v->pbuf >= 0 ? lw_slotref_new(v->pbuf) : Py_NewRef(v->obj ? v->obj : Py_None);
-        }
-        if (v->kind == VB_TUPLE) {
-            PyObject *tup = PyTuple_New(v->nitems);
-            for (int i = 0; tup && i < v->nitems; i++) {
-                int pb = lw_materialize(t->c, v->items[i]);
-                PyObject *e = pb < 0 ? NULL : lw_slotref_new(pb);
-                if (e == NULL) {
-                    Py_CLEAR(tup);
-                    break;
-                }
-                if (for_output) {
-                    PyObject *nv = node_val(o, t->vals);
-                    PyObject *iv = nv && PyTuple_Check(nv) && i < PyTuple_GET_SIZE(nv)
-                                       ? PyTuple_GET_ITEM(nv, i) : NULL;
-                    mark_output(t, pb, iv);
-                    Py_XDECREF(nv);
-                }
-                PyTuple_SET_ITEM(tup, i, e);
-            }
-            return tup;
-        }
-        int pb = lw_materialize(t->c, v);
-        if (pb < 0) {
-            return NULL;
-        }
-        if (for_output) {
-            PyObject *nv = node_val(o, t->vals);
-            mark_output(t, pb, nv);
-            Py_XDECREF(nv);
-        }
-        return lw_slotref_new(pb);
-    }
-    if (PyTuple_CheckExact(o) || PyList_CheckExact(o)) {
-        Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
-        PyObject *r = PyTuple_CheckExact(o) ? PyTuple_New(n) : PyList_New(n);
-        for (Py_ssize_t i = 0; r && i < n; i++) {
-            PyObject *e = make_template(t, PySequence_Fast_GET_ITEM(o, i), for_output);
-            if (e == NULL) {
-                Py_CLEAR(r);
-                break;
-            }
-            if (PyTuple_CheckExact(r)) {
-                PyTuple_SET_ITEM(r, i, e);
-            }
-            else {
-                PyList_SET_ITEM(r, i, e);
-            }
-        }
-        return r;
-    }
-    if (PyDict_CheckExact(o)) {
-        PyObject *r = PyDict_New(), *k, *v;
-        Py_ssize_t pos = 0;
-        while (r && PyDict_Next(o, &pos, &k, &v)) {
-            PyObject *e = make_template(t, v, for_output);
-            if (e == NULL || PyDict_SetItem(r, k, e) < 0) {
-                Py_XDECREF(e);
-                Py_CLEAR(r);
-                break;
-            }
-            Py_DECREF(e);
-        }
-        return r;
-    }
-    return Py_NewRef(o);
+    template_arg ctx = {t, for_output};
+    return stax_graph_map_arg(o, template_node, &ctx);
 }
 
 static int

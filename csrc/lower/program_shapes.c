@@ -11,51 +11,25 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* run the graph eagerly on ex: node -> value (new dict) */
+/* a node's value during shape propagation (new reference) */
+static PyObject *
+val_of(PyObject *node, void *vals)
+{
+    PyObject *v = PyDict_GetItemWithError((PyObject *)vals, node);
+    if (v == NULL && !PyErr_Occurred()) {
+        PyErr_SetString(PyExc_RuntimeError, "shape propagation: node used before definition");
+    }
+    return Py_XNewRef(v);
+}
+
+/* o with every Node replaced by its value in vals */
 static PyObject *
 subst_vals(PyObject *o, PyObject *vals)
 {
-    if (StaxNode_Type != NULL && PyObject_TypeCheck(o, StaxNode_Type)) {
-        PyObject *v = PyDict_GetItemWithError(vals, o);
-        if (v == NULL && !PyErr_Occurred()) {
-            PyErr_SetString(PyExc_RuntimeError, "shape propagation: node used before definition");
-        }
-        return Py_XNewRef(v);
-    }
-    if (PyTuple_CheckExact(o) || PyList_CheckExact(o)) {
-        Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
-        PyObject *r = PyTuple_CheckExact(o) ? PyTuple_New(n) : PyList_New(n);
-        for (Py_ssize_t i = 0; r && i < n; i++) {
-            PyObject *e = subst_vals(PySequence_Fast_GET_ITEM(o, i), vals);
-            if (e == NULL) {
-                Py_CLEAR(r);
-                break;
-            }
-            if (PyTuple_CheckExact(r)) {
-                PyTuple_SET_ITEM(r, i, e);
-            }
-            else {
-                PyList_SET_ITEM(r, i, e);
-            }
-        }
-        return r;
-    }
-    if (PyDict_CheckExact(o)) {
-        PyObject *r = PyDict_New(), *k, *v;
-        Py_ssize_t pos = 0;
-        while (r && PyDict_Next(o, &pos, &k, &v)) {
-            PyObject *e = subst_vals(v, vals);
-            if (e == NULL || PyDict_SetItem(r, k, e) < 0) {
-                Py_XDECREF(e);
-                Py_CLEAR(r);
-            }
-            Py_XDECREF(e);
-        }
-        return r;
-    }
-    return Py_NewRef(o);
+    return stax_graph_map_arg(o, val_of, vals);
 }
 
+/* run the graph eagerly on ex: node -> value (new dict) */
 PyObject *
 lw_shape_prop(PyObject *gm, PyObject *ex)
 {
