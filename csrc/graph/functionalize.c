@@ -306,6 +306,17 @@ fz_scatter(p_op_ctx *c, PyObject *st, PyObject *pv, PyObject *v)
             r = stax_graph_p_emit(c, "transpose", "int", args, NULL, 0);
         }
     }
+    else if (strcmp(op, "as_strided") == 0 && PyTuple_Check(tail)
+             && PyTuple_GET_SIZE(tail) == 3) {
+        /* (size, stride, offset) relative to the parent's value */
+        PyObject *head = PyTuple_Pack(2, pv, v);
+        args = head ? PySequence_Concat(head, tail) : NULL;
+        Py_XDECREF(head);
+        if (args != NULL) {
+            r = stax_graph_p_emit(c, "as_strided_scatter", "default", args,
+                                  NULL, 0);
+        }
+    }
     else if (strcmp(op, "t") == 0) {
         args = PyTuple_Pack(1, v);
         if (args != NULL) {

@@ -96,6 +96,9 @@ PyObject *stax_graph_map_arg(PyObject *obj,
 int stax_graph_collect_nodes(PyObject *obj, PyObject *out);
 /* 0 ok, -1 + RuntimeError describing the first inconsistency */
 int stax_graph_lint(StaxGraph *g);
+/* 1 if the node writes its first argument: an in-place op (add_, setitem,
+ * zero_ ...) or a functional op called with inplace=True; else 0 */
+int stax_graph_node_is_inplace(PyObject *node);
 
 /* GraphModule over a graph (borrowed); new reference. */
 PyObject *stax_graph_module_new(PyObject *graph);

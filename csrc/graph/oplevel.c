@@ -317,6 +317,34 @@ p_fill_value(p_op_ctx *c, PyObject *like, PyObject *src)
     return r;
 }
 
+/* an in-place op without a functional twin (uniform_, random_, setitem
+ * with tensor indices ...): one node that records what it mutates (the
+ * back end runs it as a fallback kernel, the eager op itself, on its first
+ * argument's buffer); its value is the new value. p_private_copies gives
+ * it a copy of that buffer where another node still reads it. */
+static PyObject *
+p_emit_mutating(p_op_ctx *c, p_opref *r, PyObject *mapped, PyObject *mkw)
+{
+    if (r->info != NULL) {
+        return stax_graph_p_emit(c, r->info->name, "default", mapped, mkw, 1);
+    }
+    PyObject *tg = PyUnicode_FromString(r->name);
+    PyObject *node = tg ? p_create(c, "call_method", tg, mapped, mkw, r->name)
+                        : NULL;
+    Py_XDECREF(tg);
+    if (node != NULL) {
+        PyObject *z = PyLong_FromLong(0);
+        PyObject *a0 = PyTuple_GET_ITEM(mapped, 0);
+        PyObject *cv = stax_graph_p_is_node(a0) ? stax_graph_p_val(a0) : NULL;
+        if (z == NULL || p_meta_set(node, "mutates", z) < 0
+            || (cv != NULL && p_meta_set(node, "val", cv) < 0)) {
+            Py_CLEAR(node);
+        }
+        Py_XDECREF(z);
+    }
+    return node;
+}
+
 static int
 p_lower_inplace(p_op_ctx *c, PyObject *n, p_opref *r, PyObject *args,
                 PyObject *kwargs)
@@ -380,7 +408,9 @@ p_lower_inplace(p_op_ctx *c, PyObject *n, p_opref *r, PyObject *args,
                 v = stax_graph_p_emit(c, "masked_fill", "Scalar", a3, NULL, 0);
             }
             else {
-                v = stax_graph_p_emit(c, "setitem", "default", a3, NULL, 1);
+                p_opref sr = *r;
+                sr.info = stax_graph_p_op_by_name("setitem");
+                v = sr.info ? p_emit_mutating(c, &sr, a3, NULL) : NULL;
             }
             Py_DECREF(a3);
             if (v == NULL || stax_graph_fz_assign(c, m, v) < 0) {
@@ -408,6 +438,24 @@ p_lower_inplace(p_op_ctx *c, PyObject *n, p_opref *r, PyObject *args,
         /* the functional twin: add_ -> add */
         bound = stax_graph_p_bind(r->info, mapped,
                                   PyDict_Check(mkw) ? mkw : NULL);
+        if (bound != NULL && r->inplace_arg) {
+            /* F.relu(x, inplace=True): x <- relu(x) */
+            for (int i = 0; i < stax_graph_p_schema_len(r->info); i++) {
+                if (strcmp(stax_graph_p_schema_name(r->info, i), "inplace") == 0
+                    && i < PyTuple_GET_SIZE(bound)) {
+                    Py_ssize_t nbn = PyTuple_GET_SIZE(bound);
+                    PyObject *nb = PyTuple_New(nbn);
+                    if (nb == NULL) {
+                        goto done;
+                    }
+                    for (Py_ssize_t j = 0; j < nbn; j++) {
+                        PyTuple_SET_ITEM(nb, j, Py_NewRef(
+                            j == i ? Py_False : PyTuple_GET_ITEM(bound, j)));
+                    }
+                    Py_SETREF(bound, nb);
+                }
+            }
+        }
         v = bound ? p_emit_op(c, r->info, bound) : NULL;
         /* an in-place op keeps the mutated tensor's dtype: x.mul_(double)
          * on a float32 x computes, then rounds to float32 */
@@ -430,12 +478,28 @@ p_lower_inplace(p_op_ctx *c, PyObject *n, p_opref *r, PyObject *args,
             PyErr_Clear();
         }
     }
+    else if (r->info == NULL && (strcmp(r->name, "zero_") == 0
+                                 || strcmp(r->name, "fill_") == 0)) {
+        /* methods of the tensor room without a row: their values */
+        PyObject *fv = NULL;
+        if (r->name[0] == 'z') {
+            fv = PyLong_FromLong(0);
+        }
+        else if (PyTuple_GET_SIZE(mapped) >= 2) {
+            fv = Py_NewRef(PyTuple_GET_ITEM(mapped, 1));
+        }
+        else if (PyDict_Check(mkw)) {
+            fv = Py_XNewRef(PyDict_GetItemString(mkw, "value"));
+        }
+        if (fv == NULL && !PyErr_Occurred()) {
+            PyErr_SetString(PyExc_TypeError, "fill_() missing argument 'value'");
+        }
+        v = fv ? p_fill_value(c, PyTuple_GET_ITEM(mapped, 0), fv) : NULL;
+        Py_XDECREF(fv);
+    }
     else {
-        /* no functional overload: one node that records what it mutates */
-        char name[80];
-        snprintf(name, sizeof(name), "%s", r->name);
-        v = stax_graph_p_emit(c, name, "default", mapped,
-                              PyDict_Check(mkw) ? mkw : NULL, 1);
+        /* no functional overload (uniform_, random_, bernoulli_, ...) */
+        v = p_emit_mutating(c, r, mapped, PyDict_Check(mkw) ? mkw : NULL);
     }
     if (v == NULL || stax_graph_fz_assign(c, m, v) < 0
         || stax_graph_fz_alias(c, n, m) < 0) {
@@ -500,6 +564,46 @@ p_scalar_first(p_op_ctx *c, PyObject *n, const stax_op_info *op,
     r = bound ? p_emit_op(c, op, bound) : NULL;
     Py_XDECREF(sw);
     Py_XDECREF(bound);
+    return r;
+}
+
+/* (size, stride, offset) of the sample of n inside the sample of its
+ * argument x when n is a view of x (same storage) and x's sample is
+ * contiguous, so the numbers hold for x's functional value too; NULL (no
+ * exception) when not */
+static PyObject *
+p_generic_view_tail(p_op_ctx *c, PyObject *n, PyObject *x)
+{
+    PyObject *vn = stax_graph_p_val(n);
+    PyObject *vx = stax_graph_p_val(stax_graph_fz_resolve(c, x));
+    PyObject *size = NULL, *stride = NULL, *on = NULL, *ox = NULL;
+    PyObject *rel = NULL, *cont = NULL, *r = NULL;
+    if (!p_is_tensor_val(vn) || !p_is_tensor_val(vx)
+        || p_shares_storage(vn, vx) != 1) {
+        return NULL;
+    }
+    cont = PyObject_CallMethod(vx, "is_contiguous", NULL);
+    if (cont == NULL || PyObject_IsTrue(cont) != 1) {
+        goto done;
+    }
+    PyObject *sh = PyObject_GetAttrString(vn, "shape");
+    size = sh ? PySequence_List(sh) : NULL;
+    Py_XDECREF(sh);
+    PyObject *st = size ? PyObject_CallMethod(vn, "stride", NULL) : NULL;
+    stride = st ? PySequence_List(st) : NULL;
+    Py_XDECREF(st);
+    on = stride ? PyObject_CallMethod(vn, "storage_offset", NULL) : NULL;
+    ox = on ? PyObject_CallMethod(vx, "storage_offset", NULL) : NULL;
+    rel = ox ? PyNumber_Subtract(on, ox) : NULL;
+    r = rel ? PyTuple_Pack(3, size, stride, rel) : NULL;
+done:
+    Py_XDECREF(cont);
+    Py_XDECREF(size);
+    Py_XDECREF(stride);
+    Py_XDECREF(on);
+    Py_XDECREF(ox);
+    Py_XDECREF(rel);
+    PyErr_Clear();
     return r;
 }
 
@@ -643,6 +747,24 @@ p_lower_call(p_op_ctx *c, PyObject *n, p_opcode_t opc)
             goto done;
         }
     }
+    /* a view outside the table (diagonal, movedim, unfold ...): on the
+     * samples it shares the argument's storage; a write through it must
+     * reach the argument, so it is taken as as_strided of the argument */
+    if (PyTuple_GET_SIZE(args) > 0
+        && stax_graph_p_is_node(PyTuple_GET_ITEM(args, 0))) {
+        PyObject *tail = p_generic_view_tail(c, n, PyTuple_GET_ITEM(args, 0));
+        if (tail == NULL && PyErr_Occurred()) {
+            goto done;
+        }
+        if (tail != NULL) {
+            v = stax_graph_p_view_step(c, n, PyTuple_GET_ITEM(args, 0),
+                                       "as_strided", "default", tail,
+                                       stax_graph_p_val(n));
+            Py_DECREF(tail);
+            rc = v ? 0 : -1;
+            goto done;
+        }
+    }
     /* not an op of the table (or scalar arithmetic): copied as it is */
     target = PyObject_GetAttrString(n, "target");
     if (target == NULL) {
@@ -674,6 +796,107 @@ done:
 }
 
 /* ---- make_op_graph --------------------------------------------------- */
+
+/* 1 if `user` writes its first argument back into the input `ph` (the
+ * write-back copy_ of functionalization) */
+static int
+p_is_writeback_of(PyObject *user, PyObject *ph)
+{
+    PyObject *m = PyObject_GetAttrString(user, "meta");
+    PyObject *ov = m && PyDict_Check(m) ? PyDict_GetItemString(m, "op_overload")
+                                        : NULL;
+    int r = ov != NULL && PyUnicode_Check(ov)
+            && PyUnicode_CompareWithASCIIString(ov, "copy_.default") == 0;
+    Py_XDECREF(m);
+    if (r) {
+        PyObject *a = PyObject_GetAttrString(user, "args");
+        r = a && PyTuple_Check(a) && PyTuple_GET_SIZE(a) >= 1
+            && PyTuple_GET_ITEM(a, 0) == ph
+            && stax_graph_p_opcode(ph) == P_PLACEHOLDER;
+        Py_XDECREF(a);
+    }
+    PyErr_Clear();
+    return r;
+}
+
+/* A node that mutates its first argument's buffer (a fallback kernel)
+ * must not change a value another node still reads, nor an input before
+ * its write-back: such an argument is cloned first (the clone is the
+ * buffer the op writes). */
+static int
+p_private_copies(PyObject *graph)
+{
+    PyObject *nodes = stax_graph_p_nodes(graph);
+    PyObject *target = NULL;
+    int rc = -1;
+    if (nodes == NULL) {
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(nodes); i++) {
+        PyObject *n = PyList_GET_ITEM(nodes, i);
+        PyObject *meta = PyObject_GetAttrString(n, "meta");
+        int mut = meta && PyDict_Check(meta)
+                  && PyDict_GetItemString(meta, "mutates") != NULL;
+        Py_XDECREF(meta);
+        PyObject *args = mut ? PyObject_GetAttrString(n, "args") : NULL;
+        PyErr_Clear();
+        if (args == NULL || !PyTuple_Check(args) || PyTuple_GET_SIZE(args) < 1
+            || !stax_graph_p_is_node(PyTuple_GET_ITEM(args, 0))
+            || p_is_writeback_of(n, PyTuple_GET_ITEM(args, 0))) {
+            Py_XDECREF(args);
+            continue;
+        }
+        PyObject *a0 = PyTuple_GET_ITEM(args, 0);
+        PyObject *users = PyObject_GetAttrString(a0, "users");
+        PyObject *ul = users ? PySequence_List(users) : NULL;
+        Py_XDECREF(users);
+        if (ul == NULL) {
+            Py_DECREF(args);
+            goto done;
+        }
+        int other = 0;
+        for (Py_ssize_t k = 0; k < PyList_GET_SIZE(ul); k++) {
+            PyObject *u = PyList_GET_ITEM(ul, k);
+            other |= u != n && !p_is_writeback_of(u, a0);
+        }
+        Py_DECREF(ul);
+        if (!other) {
+            Py_DECREF(args);
+            continue;
+        }
+        if (target == NULL && (target = p_op_target("clone", "default")) == NULL) {
+            Py_DECREF(args);
+            goto done;
+        }
+        PyObject *ca = PyTuple_Pack(1, a0);
+        PyObject *cl = ca ? stax_graph_p_insert(graph, n, "call_function",
+                                                target, ca, NULL, 0) : NULL;
+        Py_XDECREF(ca);
+        PyObject *tag = cl ? PyUnicode_FromString("clone.default") : NULL;
+        PyObject *v0 = stax_graph_p_val(a0);
+        int e = tag == NULL || p_meta_set(cl, "op_overload", tag) < 0
+                || (v0 != NULL && p_meta_set(cl, "val", v0) < 0)
+                || stax_graph_p_copy_stack(cl, n) < 0;
+        Py_XDECREF(tag);
+        PyObject *na = e ? NULL : PyTuple_GetSlice(args, 1, PyTuple_GET_SIZE(args));
+        PyObject *head = na ? PyTuple_Pack(1, cl) : NULL;
+        PyObject *full = head ? PySequence_Concat(head, na) : NULL;
+        Py_XDECREF(na);
+        Py_XDECREF(head);
+        Py_XDECREF(cl);
+        Py_DECREF(args);
+        if (full == NULL || stax_graph_p_set_args(n, full, NULL) < 0) {
+            Py_XDECREF(full);
+            goto done;
+        }
+        Py_DECREF(full);
+    }
+    rc = 0;
+done:
+    Py_XDECREF(target);
+    Py_DECREF(nodes);
+    return rc;
+}
 
 /* views taken but never read, values superseded by a scatter: dead code
  * of the op graph (mutating nodes and placeholders stay) */
@@ -720,6 +943,10 @@ stax_graph_p_make_op_graph(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *res = NULL, *mod = NULL, *gtype = NULL, *outv = NULL;
     p_op_ctx c = {0};
     int nph = 0;
+    /* emitting a random op runs it on the samples: the op graph is built
+     * at compile time and must leave the generator where it was */
+    StaxGenerator *gen = stax_default_generator();
+    uint64_t gen_seed = gen ? gen->seed : 0, gen_off = gen ? gen->offset : 0;
     (void)self;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O:make_op_graph", kwlist,
                                      &gm, &basis)) {
@@ -854,7 +1081,7 @@ placeholder:
         pc.msg = PyList_New(0);
         int e = pc.msg ? stax_graph_p_cse(&pc) : -1;
         Py_XDECREF(pc.msg);
-        if (e < 0 || p_op_dce(c.graph) < 0) {
+        if (e < 0 || p_op_dce(c.graph) < 0 || p_private_copies(c.graph) < 0) {
             goto done;
         }
     }
@@ -867,6 +1094,10 @@ placeholder:
         }
     }
 done:
+    if (gen != NULL) {
+        gen->seed = gen_seed;
+        gen->offset = gen_off;
+    }
     Py_XDECREF(graph);
     Py_XDECREF(nodes);
     Py_XDECREF(mod);

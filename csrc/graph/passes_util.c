@@ -206,6 +206,47 @@ p_overload_name(PyObject *target, char *buf, size_t n)
     return ok;
 }
 
+/* 1 if the node's call passes a true `inplace` argument (by keyword or by
+ * position) to an op whose schema has one, else 0 */
+static int
+p_inplace_kwarg(PyObject *node, const stax_op_info *info)
+{
+    int k = -1, n = stax_graph_p_schema_len(info), r = 0;
+    for (int i = 0; i < n; i++) {
+        if (strcmp(stax_graph_p_schema_name(info, i), "inplace") == 0) {
+            k = i;
+        }
+    }
+    if (k < 0) {
+        return 0;
+    }
+    PyObject *kw = PyObject_GetAttrString(node, "kwargs");
+    PyObject *a = kw ? PyObject_GetAttrString(node, "args") : NULL;
+    PyObject *v = NULL;
+    if (kw != NULL && PyDict_Check(kw)) {
+        v = PyDict_GetItemString(kw, "inplace");
+    }
+    if (v == NULL && a != NULL && PyTuple_Check(a) && k < PyTuple_GET_SIZE(a)
+        && !stax_graph_p_schema_kwonly(info, k)) {
+        v = PyTuple_GET_ITEM(a, k);
+    }
+    if (v != NULL && !stax_graph_p_is_node(v)) {
+        r = PyObject_IsTrue(v) == 1;
+    }
+    Py_XDECREF(kw);
+    Py_XDECREF(a);
+    PyErr_Clear();
+    return r;
+}
+
+int
+stax_graph_node_is_inplace(PyObject *node)
+{
+    p_opref r;
+    stax_graph_p_node_opref(node, &r);
+    return r.inplace;
+}
+
 int
 stax_graph_p_node_opref(PyObject *node, p_opref *out)
 {
@@ -281,6 +322,10 @@ stax_graph_p_node_opref(PyObject *node, p_opref *out)
         }
         if (info->flags & STAX_OPF_INPLACE) {
             out->inplace = 1;
+        }
+        else if (p_inplace_kwarg(node, info) == 1) {
+            out->inplace = 1;   /* F.relu(x, inplace=True) writes x */
+            out->inplace_arg = 1;
         }
         return 1;
     }

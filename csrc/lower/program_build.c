@@ -596,6 +596,7 @@ lw_stax_backend_fn(PyObject *mod, PyObject *args, PyObject *kwargs)
                 mut |= sname && strstr(sname, "setitem") != NULL;
             }
             Py_XDECREF(nm);
+            mut |= stax_graph_node_is_inplace(PyList_GET_ITEM(n0, i));
         }
         Py_XDECREF(n0);
         PyErr_Clear();

@@ -11,3 +11,26 @@ _F = _C._op_functions()
 globals().update(_F)
 __all__ = sorted(_F)
 del _F
+
+
+def threshold(input, threshold, value, inplace=False):
+    """y = input where input > threshold, else value (torch.nn.functional.threshold).
+
+    input: a tensor of any shape and dtype; threshold, value: Python numbers.
+    Returns a tensor of input's shape and dtype; with inplace=True the result
+    is written into input, which is returned."""
+    out = _F_where(input > threshold, input, value)
+    if out.dtype != input.dtype:
+        out = out.to(input.dtype)
+    if inplace:
+        return input.copy_(out)
+    return out
+
+
+def threshold_(input, threshold, value):
+    """In-place threshold: threshold(input, threshold, value, inplace=True)."""
+    return globals()["threshold"](input, threshold, value, inplace=True)
+
+
+_F_where = where  # noqa: F821  (installed from the op table above)
+__all__ = sorted(__all__ + ["threshold", "threshold_"])

@@ -8,7 +8,9 @@ import tensorplay.functional as F
 
 __all__ = ["Parameter", "Module", "Linear", "LayerNorm", "BatchNorm1d",
            "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout",
-           "FeatureAlphaDropout", "Embedding", "ReLU", "GELU", "SiLU", "Tanh", "Sigmoid",
+           "FeatureAlphaDropout", "Embedding", "ReLU", "ReLU6", "LeakyReLU", "ELU", "CELU",
+           "SELU", "Hardtanh", "Threshold", "GELU", "SiLU", "Mish", "Hardswish",
+           "Hardsigmoid", "Tanh", "Sigmoid",
            "Softmax", "LogSoftmax", "Identity", "Sequential", "ModuleList",
            "ModuleDict", "MSELoss", "CrossEntropyLoss"]
 
@@ -519,9 +521,23 @@ def _act(name, fn, args=()):
 
 
 _INPLACE_OK = set()
-ReLU = _act("ReLU", lambda input, inplace=False: F.relu(input), [("inplace", False)])
+# modules with inplace= write their input as torch's do (the F function
+# gets inplace= and returns the input itself)
+ReLU = _act("ReLU", F.relu, [("inplace", False)])
+ReLU6 = _act("ReLU6", F.relu6, [("inplace", False)])
+LeakyReLU = _act("LeakyReLU", F.leaky_relu, [("negative_slope", 0.01), ("inplace", False)])
+ELU = _act("ELU", F.elu, [("alpha", 1.0), ("inplace", False)])
+CELU = _act("CELU", F.celu, [("alpha", 1.0), ("inplace", False)])
+SELU = _act("SELU", F.selu, [("inplace", False)])
+Hardtanh = _act("Hardtanh", F.hardtanh, [("min_val", -1.0), ("max_val", 1.0), ("inplace", False)])
+Threshold = _act("Threshold", F.threshold, [("threshold", None), ("value", None), ("inplace", False)])
 GELU = _act("GELU", F.gelu, [("approximate", "none")])
-SiLU = _act("SiLU", lambda input, inplace=False: F.silu(input), [("inplace", False)])
+SiLU = _act("SiLU", F.silu, [("inplace", False)])
+Mish = _act("Mish", F.mish, [("inplace", False)])
+Hardswish = _act("Hardswish", F.hardswish, [("inplace", False)])
+Hardsigmoid = _act("Hardsigmoid", F.hardsigmoid, [("inplace", False)])
+_INPLACE_OK.update([F.relu, F.relu6, F.leaky_relu, F.elu, F.celu, F.selu, F.hardtanh,
+                    F.threshold, F.silu, F.mish, F.hardswish, F.hardsigmoid])
 Tanh = _act("Tanh", F.tanh)
 Sigmoid = _act("Sigmoid", F.sigmoid)
 

@@ -1,0 +1,261 @@
+"""Issue 13 (reliability, round 2), mutation bullets: writes through views,
+inplace= activations, view outputs keep their aliasing, traced tensors
+stored into Python state. Each case runs compiled and eagerly on copies of
+the same inputs; outputs and inputs afterwards must agree, and with torch's
+semantics where torch is installed."""
+import numpy as np
+import pytest
+
+import tensorplay as tp
+import tensorplay.nn as nn
+import tensorplay.nn.functional as F
+from _helpers import isolate_compile_budget  # noqa: F401
+
+try:
+    import torch
+except Exception:  # noqa: BLE001
+    torch = None
+
+
+def _np(t):
+    return t.detach().numpy() if hasattr(t, "detach") else t.numpy()
+
+
+def _same(a, b):
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, tp.Tensor):
+        return (isinstance(b, tp.Tensor) and tuple(a.shape) == tuple(b.shape)
+                and a.dtype == b.dtype
+                and (np.array_equal(_np(a), _np(b), equal_nan=True)
+                     or (a.dtype.is_floating_point
+                         and np.allclose(_np(a), _np(b), rtol=1e-5, atol=1e-6, equal_nan=True))))
+    return a == b
+
+
+def check(fn, *inputs, seed=None, calls=2):
+    """compiled == eager on outputs and on the (possibly mutated) inputs."""
+    cf = tp.compile(fn)
+    for _ in range(calls):
+        ei = [x.clone() for x in inputs]
+        ci = [x.clone() for x in inputs]
+        if seed is not None:
+            tp.manual_seed(seed)
+        e = fn(*ei)
+        if seed is not None:
+            tp.manual_seed(seed)
+        c = cf(*ci)
+        assert _same(e, c), (e, c)
+        for a, b in zip(ei, ci):
+            assert _same(a, b), ("input", a, b)
+    return cf
+
+
+X = tp.arange(12, dtype=tp.float32).reshape(3, 4) - 5.0
+
+
+# ---- bullet 1: writes through views --------------------------------------
+
+def _zero_select(x):
+    y = x * 1
+    y[0].zero_()
+    return y
+
+
+def _fill_slice(x):
+    y = x * 1
+    y[:, 1:3].fill_(2.5)
+    return y
+
+
+def _fill_tensor_value(x):
+    y = x * 1
+    y[1].fill_(x.sum())
+    return y
+
+
+def _add_transpose(x):
+    y = x * 1
+    y.t()[1].add_(5)
+    return y + 1
+
+
+def _mul_narrow(x):
+    y = x * 1
+    y.narrow(1, 1, 2).mul_(3)
+    return y
+
+
+def _copy_view_reshape(x):
+    y = x * 1
+    v = y.view(12)
+    v[3:5].copy_(tp.ones(2))
+    return y
+
+
+def _zero_diagonal(x):
+    y = x[:, :3] * 1
+    y.diagonal().zero_()
+    return y
+
+
+def _setitem_then_reads(x):
+    y = x * 1
+    a = y[1]          # a view taken before the write sees it afterwards
+    y[1, 2:] = 7.0
+    return y, a * 2, y.sum()
+
+
+def _chain_of_views(x):
+    y = x * 1
+    y.t()[1:3][0].fill_(-1.0)
+    return y
+
+
+def _zero_input_row(x):
+    x[0].zero_()
+    return x * 2
+
+
+def _fill_input_col(x):
+    x[:, 2].fill_(9.0)
+    return x.sum(0)
+
+
+def _add_input_transpose(x):
+    x.t()[0].add_(100.0)
+    return x + 0
+
+
+def _copy_input_view(x, w):
+    x[1:].copy_(w)
+    return x
+
+
+def _read_old_then_write(x):
+    a = x + 1          # read before the write: keeps the old values
+    x[0].zero_()
+    return a
+
+
+def _int_zero(x):
+    y = x * 1
+    y[1].zero_()
+    return y
+
+
+@pytest.mark.parametrize("fn", [
+    _zero_select, _fill_slice, _fill_tensor_value, _add_transpose, _mul_narrow,
+    _copy_view_reshape, _zero_diagonal, _setitem_then_reads, _chain_of_views,
+    _zero_input_row, _fill_input_col, _add_input_transpose, _read_old_then_write,
+])
+def test_write_through_view_is_kept_compiled(fn):
+    check(fn, X)
+
+
+def test_write_through_view_of_input_copy_(fn=_copy_input_view):
+    check(fn, X, tp.ones(2, 4))
+
+
+def test_write_through_view_int_dtype():
+    check(_int_zero, tp.arange(12).reshape(3, 4))
+
+
+def test_write_through_view_zero_is_native_under_strict():
+    cf = tp.compile(_zero_select, strict_native=True)
+    assert _same(cf(X.clone()), _zero_select(X.clone()))
+
+
+def _random_(x):
+    y = x * 1
+    y[0].random_(0, 10)
+    return y
+
+
+def _bernoulli_(x):
+    y = x * 1
+    y[:, 1].bernoulli_(0.5)
+    return y
+
+
+def _uniform_(x):
+    y = x * 1
+    y[1:].uniform_(-1, 1)
+    return y
+
+
+def _normal_input(x):
+    x.t()[0].normal_()
+    return x + 1
+
+
+@pytest.mark.parametrize("fn", [_random_, _bernoulli_, _uniform_, _normal_input])
+def test_random_write_through_view_is_kept_compiled(fn):
+    check(fn, X, seed=3)
+
+
+# ---- bullet 2: inplace= activations --------------------------------------
+
+@pytest.mark.parametrize("act", [
+    lambda y: F.relu(y, inplace=True),
+    lambda y: F.relu(y, True),
+    lambda y: F.leaky_relu(y, 0.2, inplace=True),
+    lambda y: F.hardtanh(y, -2.0, 2.0, inplace=True),
+    lambda y: F.elu(y, inplace=True),
+    lambda y: F.relu6(y, inplace=True),
+    lambda y: F.celu(y, inplace=True),
+    lambda y: F.selu(y, inplace=True),
+    lambda y: F.threshold(y, 0.5, -3.0, inplace=True),
+], ids=["relu", "relu_pos", "leaky_relu", "hardtanh", "elu", "relu6", "celu", "selu",
+        "threshold"])
+def test_inplace_activation_writes_compiled(act):
+    def f(x):
+        y = x * 1
+        act(y)
+        return y
+
+    def g(x):
+        act(x[1])
+        return x.sum()
+    check(f, X)
+    check(g, X)
+
+
+def test_inplace_dropout_writes_compiled():
+    def f(x):
+        y = x * 1
+        F.dropout(y, 0.5, True, inplace=True)
+        return y
+    check(f, X, seed=5)
+
+
+@pytest.mark.parametrize("mod", [
+    lambda: nn.ReLU(inplace=True), lambda: nn.ReLU6(inplace=True),
+    lambda: nn.LeakyReLU(0.1, inplace=True), lambda: nn.ELU(inplace=True),
+    lambda: nn.CELU(inplace=True), lambda: nn.SELU(inplace=True),
+    lambda: nn.Hardtanh(inplace=True), lambda: nn.Threshold(0.1, 20.0, inplace=True),
+    lambda: nn.SiLU(inplace=True), lambda: nn.Mish(inplace=True),
+    lambda: nn.Hardswish(inplace=True), lambda: nn.Hardsigmoid(inplace=True),
+], ids=["ReLU", "ReLU6", "LeakyReLU", "ELU", "CELU", "SELU", "Hardtanh", "Threshold", "SiLU",
+        "Mish", "Hardswish", "Hardsigmoid"])
+def test_inplace_activation_module_eager_and_compiled(mod):
+    m = mod()
+    y = X.clone()
+    r = m(y)
+    assert r is y
+    assert not np.array_equal(_np(y), _np(X))
+    if torch is not None:
+        tname = type(m).__name__
+        tm = getattr(torch.nn, tname)(*([0.1, 20.0] if tname == "Threshold" else []),
+                                      inplace=True)
+        if tname == "LeakyReLU":
+            tm = torch.nn.LeakyReLU(0.1, inplace=True)
+        ty = torch.tensor(_np(X))
+        tm(ty)
+        np.testing.assert_allclose(_np(y), ty.numpy(), rtol=1e-6, atol=1e-6)
+
+    def f(x):
+        y = x * 1
+        m(y)
+        return y
+    check(f, X)
