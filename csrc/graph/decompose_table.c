@@ -11,12 +11,8 @@
 #include <ctype.h>
 #include <string.h>
 
-static const stax_op_info p_rows[] = {
-#define STAX_OP(ID, nm, KIND, arity, schema, ovl, inpl, formula, decomp, flags) \
-    {STAX_OP_##ID, #nm, KIND, arity, schema, ovl, inpl, formula, decomp, flags},
-#include "ops/ops.def"
-};
-#define P_NROWS ((int)(sizeof(p_rows) / sizeof(p_rows[0])))
+#define p_rows stax_op_table
+#define P_NROWS STAX_OP_COUNT
 
 static p_sexp *p_trees[P_NROWS > 0 ? P_NROWS : 1];
 static int p_parsed[P_NROWS > 0 ? P_NROWS : 1];
@@ -80,15 +76,15 @@ bad:
     return NULL;
 }
 
+/* the row of op; -1 for an in-place twin's info (add_ has no rule) */
 static int
 p_row_index(const stax_op_info *op)
 {
-    for (int i = 0; i < P_NROWS; i++) {
-        if (strcmp(p_rows[i].name, op->name) == 0) {
-            return i;
-        }
+    int i = (int)op->id;
+    if (i < 0 || i >= P_NROWS || strcmp(p_rows[i].name, op->name) != 0) {
+        return -1;
     }
-    return -1;
+    return i;
 }
 
 const p_sexp *

@@ -455,86 +455,41 @@ done:
     return res;
 }
 
-static const struct {
-    const char *name;
-    const char *sym;
-    int arity;
-} infix_ops[] = {
-    {"add", "+", 2}, {"sub", "-", 2}, {"mul", "*", 2}, {"truediv", "/", 2},
-    {"floordiv", "//", 2}, {"mod", "%", 2}, {"pow", "**", 2},
-    {"matmul", "@", 2}, {"and_", "&", 2}, {"or_", "|", 2},
-    {"xor", "^", 2}, {"lshift", "<<", 2}, {"rshift", ">>", 2},
-    {"lt", "<", 2}, {"le", "<=", 2}, {"gt", ">", 2}, {"ge", ">=", 2},
-    {"eq", "==", 2}, {"ne", "!=", 2}, {"neg", "-", 1}, {"pos", "+", 1},
-    {"invert", "~", 1}, {NULL, NULL, 0},
-};
-
-/* New reference or NULL without exception when not an infix operator. */
+/* New reference or NULL without exception when not an infix operator
+ * (the spelling is the Python operator rows' symbol, ops.def). */
 static PyObject *
 infix_expr(StaxNode *n, PyObject *globals)
 {
-    PyObject *mod, *name;
-    const char *nm;
     Py_ssize_t na = PyTuple_GET_SIZE(n->args);
-    if (PyDict_GET_SIZE(n->kwargs) != 0 || !PyCFunction_Check(n->target)) {
+    int ip = 0;
+    const stax_pyop_info *po;
+    PyObject *a = NULL, *b = NULL, *r = NULL;
+    if (PyDict_GET_SIZE(n->kwargs) != 0) {
         return NULL;
     }
-    mod = PyObject_GetAttrString(n->target, "__module__");
-    if (mod == NULL || !PyUnicode_Check(mod)
-        || PyUnicode_CompareWithASCIIString(mod, "_operator") != 0) {
-        PyErr_Clear();
-        Py_XDECREF(mod);
+    po = stax_pyop_for_target(n->target, &ip);
+    if (po == NULL || ip || po->arity != na
+        || (po->sym == NULL && po->key != STAX_PYOP_GETITEM)) {
         return NULL;
     }
-    Py_DECREF(mod);
-    name = PyObject_GetAttrString(n->target, "__name__");
-    if (name == NULL) {
-        PyErr_Clear();
+    a = arg_expr(PyTuple_GET_ITEM(n->args, 0), globals);
+    if (a == NULL) {
         return NULL;
     }
-    nm = PyUnicode_AsUTF8(name);
-    if (nm == NULL) {
-        PyErr_Clear();
-        Py_DECREF(name);
-        return NULL;
+    if (na == 1) {
+        r = PyUnicode_FromFormat("%s%U", po->sym, a);
     }
-    if (strcmp(nm, "getitem") == 0 && na == 2) {
-        PyObject *a = arg_expr(PyTuple_GET_ITEM(n->args, 0), globals);
-        PyObject *b = a ? arg_expr(PyTuple_GET_ITEM(n->args, 1), globals)
-                        : NULL;
-        PyObject *r = b ? PyUnicode_FromFormat("%U[%U]", a, b) : NULL;
-        Py_DECREF(name);
-        Py_XDECREF(a);
-        Py_XDECREF(b);
-        return r;
-    }
-    for (int i = 0; infix_ops[i].name; i++) {
-        if (strcmp(nm, infix_ops[i].name) != 0 || infix_ops[i].arity != na) {
-            continue;
-        }
-        Py_DECREF(name);
-        if (na == 1) {
-            PyObject *a = arg_expr(PyTuple_GET_ITEM(n->args, 0), globals);
-            PyObject *r = a ? PyUnicode_FromFormat("%s%U", infix_ops[i].sym,
-                                                   a)
-                            : NULL;
-            Py_XDECREF(a);
-            return r;
-        }
-        else {
-            PyObject *a = arg_expr(PyTuple_GET_ITEM(n->args, 0), globals);
-            PyObject *b = a ? arg_expr(PyTuple_GET_ITEM(n->args, 1), globals)
-                            : NULL;
-            PyObject *r = b ? PyUnicode_FromFormat("%U %s %U", a,
-                                                   infix_ops[i].sym, b)
-                            : NULL;
-            Py_XDECREF(a);
-            Py_XDECREF(b);
-            return r;
+    else {
+        b = arg_expr(PyTuple_GET_ITEM(n->args, 1), globals);
+        if (b != NULL) {
+            r = po->key == STAX_PYOP_GETITEM
+                    ? PyUnicode_FromFormat("%U[%U]", a, b)
+                    : PyUnicode_FromFormat("%U %s %U", a, po->sym, b);
         }
     }
-    Py_DECREF(name);
-    return NULL;
+    Py_DECREF(a);
+    Py_XDECREF(b);
+    return r;
 }
 
 /* New reference: "a, b, k=v" for a call. skip: leading args to drop. */

@@ -203,12 +203,6 @@ p_is_const_tensor_node(PyObject *o, double v)
 
 /* ---- NormalizeOperators ---------------------------------------------- */
 
-static const char *p_inplace_operator[][2] = {
-    {"iadd", "add"}, {"isub", "sub"}, {"imul", "mul"}, {"itruediv", "truediv"},
-    {"ifloordiv", "floordiv"}, {"imod", "mod"}, {"ipow", "pow"},
-    {"iand", "and_"}, {"ior", "or_"}, {"ixor", "xor"}, {NULL, NULL},
-};
-
 /* out-of-place (opcode, target) of an in-place call; NULL if none */
 static PyObject *
 p_functional_target(PyObject *node, p_opcode_t op)
@@ -227,14 +221,10 @@ p_functional_target(PyObject *node, p_opcode_t op)
     else if (op == P_CALL_FUNCTION) {
         PyObject *nm = PyObject_GetAttrString(t, "__name__");
         const char *s = nm && PyUnicode_Check(nm) ? PyUnicode_AsUTF8(nm) : NULL;
-        for (int i = 0; s && p_inplace_operator[i][0]; i++) {
-            if (strcmp(s, p_inplace_operator[i][0]) == 0) {
-                PyObject *opm = PyImport_ImportModule("operator");
-                r = opm ? PyObject_GetAttrString(opm, p_inplace_operator[i][1])
-                        : NULL;
-                Py_XDECREF(opm);
-                break;
-            }
+        int ip = 0;
+        const stax_pyop_info *po = s ? stax_pyop_by_fn(s, &ip) : NULL;
+        if (po != NULL && ip) {
+            r = Py_NewRef(stax_pyop_function(po, 0));   /* iadd -> add */
         }
         Py_XDECREF(nm);
     }
@@ -623,12 +613,6 @@ error:
 
 /* ---- ConstFold ------------------------------------------------------- */
 
-static const char *p_foldable[] = {
-    "add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "neg", "pos",
-    "abs", "lt", "le", "gt", "ge", "eq", "ne", "not_", "and_", "or_", "xor",
-    "invert", "getitem", NULL,
-};
-
 static int
 p_is_const_leaf(PyObject *o, int allow_seq)
 {
@@ -676,10 +660,9 @@ p_constfold(p_pass_ctx *c)
         PyObject *t = PyObject_GetAttrString(n, "target");
         PyObject *nm = t ? PyObject_GetAttrString(t, "__name__") : NULL;
         const char *s = nm && PyUnicode_Check(nm) ? PyUnicode_AsUTF8(nm) : NULL;
-        int ok = 0;
-        for (int k = 0; s && p_foldable[k]; k++) {
-            ok |= strcmp(s, p_foldable[k]) == 0;
-        }
+        int ip = 0;
+        const stax_pyop_info *po = s ? stax_pyop_by_fn(s, &ip) : NULL;
+        int ok = po != NULL && !ip && (po->flags & STAX_PYOPF_FOLD);
         int is_getitem = s && strcmp(s, "getitem") == 0;
         Py_XDECREF(nm);
         PyObject *args = ok ? p_args(n) : NULL;

@@ -27,16 +27,6 @@ p_kept_whole(const char *name)
     return 0;
 }
 
-/* op-table name -> the `operator` function used for it */
-static const char *p_operator_of[][2] = {
-    {"add", "add"}, {"sub", "sub"}, {"mul", "mul"}, {"div", "truediv"},
-    {"floor_divide", "floordiv"}, {"remainder", "mod"}, {"pow", "pow"},
-    {"neg", "neg"}, {"gt", "gt"}, {"lt", "lt"}, {"ge", "ge"}, {"le", "le"},
-    {"eq", "eq"}, {"ne", "ne"}, {"matmul", "matmul"},
-    {"bitwise_and", "and_"}, {"bitwise_or", "or_"}, {"bitwise_xor", "xor"},
-    {"bitwise_not", "invert"}, {"abs", "abs"}, {NULL, NULL},
-};
-
 typedef struct {
     PyObject *graph;
     PyObject *before;     /* the node being expanded */
@@ -65,13 +55,13 @@ p_emit_py(const char *opname, PyObject *args, void *vctx)
     Py_ssize_t na = PyTuple_GET_SIZE(args);
     unsigned fl = op ? op->flags : (STAX_OPF_FUNCTION | STAX_OPF_METHOD);
 
-    if ((fl & STAX_OPF_OPERATOR) && (na == 2 || (na == 1 && (
-            !strcmp(opname, "neg") || !strcmp(opname, "abs")
-            || !strcmp(opname, "bitwise_not"))))) {
-        for (int i = 0; p_operator_of[i][0] && target == NULL; i++) {
-            if (strcmp(p_operator_of[i][0], opname) == 0) {
-                target = p_module_attr("operator", p_operator_of[i][1]);
-            }
+    /* an op a Python operator means, with that operator's operand count:
+     * operator.<fn> (the graph reads as the user would have written it) */
+    if (op != NULL && (fl & STAX_OPF_OPERATOR)) {
+        const stax_pyop_info *po = stax_pyop_of_op(op->id);
+        if (po != NULL && po->arity == na
+            && (po->flags & STAX_PYOPF_SLOT)) {
+            target = Py_NewRef(stax_pyop_function(po, 0));
         }
     }
     /* a method when the op's first parameter is `self` (exp, clamp);

@@ -1,5 +1,5 @@
 /* Helpers shared by the graph transformations: node access through the
- * FX-like Python API, the op table seen through ops.def, schema binding,
+ * FX-like Python API, op lookup in the ops room's table, schema binding,
  * running calls on sample values, and graph edits. */
 #include "graph/passes_internal.h"
 
@@ -7,14 +7,6 @@
 #include <string.h>
 
 PyTypeObject *stax_graph_p_node_type = NULL;
-
-/* Our own view of THE op table: the same rows, read at compile time. */
-static const stax_op_info p_ops[] = {
-#define STAX_OP(ID, nm, KIND, arity, schema, ovl, inpl, formula, decomp, flags) \
-    {STAX_OP_##ID, #nm, KIND, arity, schema, ovl, inpl, formula, decomp, flags},
-#include "ops/ops.def"
-};
-#define P_NOPS ((int)(sizeof(p_ops) / sizeof(p_ops[0])))
 
 int
 stax_graph_p_learn_node_type(PyObject *graph)
@@ -138,26 +130,8 @@ stax_graph_p_val(PyObject *node)
 const stax_op_info *
 stax_graph_p_op_by_name(const char *name)
 {
-    for (int i = 0; i < P_NOPS; i++) {
-        if (strcmp(p_ops[i].name, name) == 0) {
-            return &p_ops[i];
-        }
-    }
-    return NULL;
+    return stax_op_row(name);
 }
-
-/* operator.<fn> -> op-table name */
-static const char *p_operator_alias[][2] = {
-    {"truediv", "div"}, {"floordiv", "floor_divide"}, {"mod", "remainder"},
-    {"iadd", "add_"}, {"isub", "sub_"}, {"imul", "mul_"},
-    {"itruediv", "div_"}, {"ipow", "pow_"}, {"ifloordiv", "floor_divide_"},
-    {"imod", "remainder_"}, {"and_", "bitwise_and"}, {"or_", "bitwise_or"},
-    {"xor", "bitwise_xor"}, {"invert", "bitwise_not"},
-    {"inv", "bitwise_not"}, {"iand", "bitwise_and_"},
-    {"ior", "bitwise_or_"}, {"ixor", "bitwise_xor_"},
-    {"pos", "positive"}, {"imatmul", "matmul_"},
-    {NULL, NULL},
-};
 
 static int
 p_is_operator_fn(PyObject *target)
@@ -279,11 +253,16 @@ stax_graph_p_node_opref(PyObject *node, p_opref *out)
             Py_DECREF(target);
             return 0;
         }
-        for (int i = 0; p_operator_alias[i][0]; i++) {
-            if (strcmp(out->name, p_operator_alias[i][0]) == 0) {
-                snprintf(out->name, sizeof(out->name), "%s",
-                         p_operator_alias[i][1]);
-                break;
+        {
+            /* operator.iadd -> add_; operator.imatmul -> matmul_ (no twin:
+             * an unknown in-place op below) */
+            int ip = 0;
+            const stax_pyop_info *po = stax_pyop_by_fn(out->name, &ip);
+            if (po != NULL && po->op != STAX_OP_NONE) {
+                const stax_op_info *o = &stax_op_table[po->op];
+                snprintf(out->name, sizeof(out->name), "%s%s",
+                         ip && o->inplace ? o->inplace : o->name,
+                         ip && !o->inplace ? "_" : "");
             }
         }
         if (strcmp(out->name, "getitem") == 0) {
@@ -330,12 +309,11 @@ stax_graph_p_node_opref(PyObject *node, p_opref *out)
         return 1;
     }
     /* an in-place twin without a row of its own: add_ -> add */
-    for (int i = 0; i < P_NOPS; i++) {
-        if (p_ops[i].inplace && strcmp(p_ops[i].inplace, out->name) == 0) {
-            out->info = &p_ops[i];
-            out->inplace = 1;
-            return 1;
-        }
+    info = stax_op_by_name(out->name);
+    if (info != NULL && (info->flags & STAX_OPF_INPLACE)) {
+        out->info = &stax_op_table[info->id];
+        out->inplace = 1;
+        return 1;
     }
     size_t L = strlen(out->name);
     if (L > 1 && out->name[L - 1] == '_' && out->name[L - 2] != '_') {
@@ -389,16 +367,12 @@ p_parse_default(const char *s)
 static p_schema *
 p_get_schema(const stax_op_info *op)
 {
-    int idx = (int)(op - p_ops);
-    if (idx < 0 || idx >= P_NOPS) {
-        /* a row of the ops room's table: find ours by name */
-        const stax_op_info *o = stax_graph_p_op_by_name(op->name);
-        if (o == NULL) {
-            return NULL;
-        }
-        idx = (int)(o - p_ops);
-        op = o;
+    /* rows only: an in-place twin's info (add_) has no schema here */
+    op = stax_op_row(op->name);
+    if (op == NULL) {
+        return NULL;
     }
+    int idx = (int)op->id;
     p_schema *s = &p_schemas[idx];
     if (s->parsed) {
         return s;

@@ -210,7 +210,8 @@ lw_lower_view(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
         }
         return lower_reshape(c, x, out);
     }
-    if (!strcmp(name, "detach") || !strcmp(name, "alias")) {
+    if (!strcmp(name, "detach") || !strcmp(name, "alias")
+        || !strcmp(name, "positive")) {
         out->body = x->body;
         return 1;
     }

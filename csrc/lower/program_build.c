@@ -13,13 +13,13 @@
 #include <string.h>
 
 /* ------------------------------------------------------------- driver */
+/* other spellings of an op a node may call (Python operators are read
+ * from ops.def in target_name) */
 static const char *
-operator_alias(const char *n)
+method_alias(const char *n)
 {
     static const char *const map[][2] = {
-        {"truediv", "div"}, {"floordiv", "floor_divide"}, {"mod", "remainder"},
-        {"and_", "bitwise_and"}, {"or_", "bitwise_or"}, {"xor", "bitwise_xor"},
-        {"invert", "bitwise_not"}, {"pos", "clone"}, {"concat", "cat"},
+        {"concat", "cat"},
         {"concatenate", "cat"}, {"absolute", "abs"}, {"clamp_", "clamp_"},
         {"divide", "div"}, {"multiply", "mul"}, {"subtract", "sub"},
         {"greater", "gt"}, {"less", "lt"}, {"permute", "permute"},
@@ -50,6 +50,16 @@ target_name(PyObject *node, int *is_method)
         *is_method = PyUnicode_CompareWithASCIIString(op, "call_method") == 0;
         r = Py_NewRef(tg);
         goto done;
+    }
+    {
+        /* operator.truediv -> div, operator.iadd -> add_ (ops.def's rows) */
+        int ip = 0;
+        const stax_pyop_info *po = stax_pyop_for_target(tg, &ip);
+        const stax_op_info *o = po ? stax_pyop_op(po, ip) : NULL;
+        if (o != NULL) {
+            r = PyUnicode_FromString(o->name);
+            goto done;
+        }
     }
     r = PyObject_GetAttrString(tg, "_stax_op");
     if (r == NULL) {
@@ -902,7 +912,7 @@ lw_build_program(PyObject *gm, PyObject *ex, int strict, int dynamic, PyObject *
             if (opname == NULL) {
                 PyErr_Clear();
             }
-            const char *alias = opname ? operator_alias(opname) : NULL;
+            const char *alias = opname ? method_alias(opname) : NULL;
             char base[96] = "";
             if (alias) {
                 /* "add.Tensor" (op overloads) -> "add" */

@@ -79,7 +79,8 @@ typedef enum {
 typedef enum {
 #define STAX_OP(ID, name, KIND, arity, schema, ovl, inpl, formula, decomp, flags) STAX_OP_##ID,
 #include "ops/ops.def"
-    STAX_OP_COUNT
+    STAX_OP_COUNT,
+    STAX_OP_NONE = -1      /* a Python operator no op means (lshift) */
 } stax_op_id_t;
 
 typedef struct {
@@ -118,6 +119,49 @@ PyObject *stax_op_call(const stax_op_info *op, PyObject *args, PyObject *kwargs)
 /* The public function object of an op (tensorplay.functional.<name>), or
  * the tp.ops.<name> packet; borrowed, NULL (no exception) if none. */
 PyObject *stax_op_function(const stax_op_info *op);
+
+/* The row named name itself (never an in-place twin's info); NULL if none.
+ * "copy_" finds its row, "add_" does not (add_ is add's twin). */
+const stax_op_info *stax_op_row(const char *name);
+/* The in-place twin's info of a row ("add" -> "add_"), NULL if none. */
+const stax_op_info *stax_op_inplace(const stax_op_info *op);
+
+/* ---- Python operators (the STAX_PYOP rows of ops.def) ---- */
+#define STAX_PYOPF_FOLD     (1u << 0)  /* ConstFold may run it on constants */
+#define STAX_PYOPF_SLOT     (1u << 1)  /* a number slot / rich comparison   */
+
+typedef enum {
+#define STAX_PYOP(KEY, fn, ifn, OP, sym, arity, flags) STAX_PYOP_##KEY,
+#include "ops/ops.def"
+    STAX_PYOP_COUNT
+} stax_pyop_key_t;
+
+typedef struct {
+    stax_pyop_key_t key;
+    const char *fn;        /* operator.<fn>: "add", "and_", "pos" */
+    const char *ifn;       /* operator.<ifn>, the in-place form, or NULL */
+    stax_op_id_t op;       /* the op it means, STAX_OP_NONE if none */
+    const char *sym;       /* "+", "//", "~": how printers spell it; or NULL */
+    int arity;             /* operands of operator.<fn> */
+    unsigned flags;        /* STAX_PYOPF_* */
+} stax_pyop_info;
+
+extern const stax_pyop_info stax_pyop_table[STAX_PYOP_COUNT];
+
+/* The row of operator.<name>; *inplace (may be NULL) set when name is the
+ * in-place form ("iadd"). NULL if name is no operator of the table. */
+const stax_pyop_info *stax_pyop_by_fn(const char *name, int *inplace);
+/* The row of the function object operator.<fn> (identity); NULL if none. */
+const stax_pyop_info *stax_pyop_for_target(PyObject *target, int *inplace);
+/* The first row meaning op (out of place), NULL if none: bitwise_not ->
+ * invert, div -> truediv. */
+const stax_pyop_info *stax_pyop_of_op(stax_op_id_t op);
+/* operator.<fn> (or operator.<ifn> when inplace), borrowed; NULL when the
+ * row has no such form. */
+PyObject *stax_pyop_function(const stax_pyop_info *p, int inplace);
+/* The op a row means: the out-of-place row, or its in-place twin's info
+ * when inplace; NULL if none (lshift, imatmul). */
+const stax_op_info *stax_pyop_op(const stax_pyop_info *p, int inplace);
 
 int stax_ops_module_init(PyObject *m);
 

@@ -30,30 +30,6 @@ static PyObject *tensor_function_str;              /* "__tensor_function__" */
 static PyObject *base_tensor_function;             /* borrowed from Tensor */
 static PyObject *op_name_str;                      /* "_stax_op" */
 
-/* operator module functions mapped to ops */
-typedef struct {
-    const char *opname;   /* operator.<opname> */
-    const char *target;   /* op name */
-    PyObject *obj;
-} oper_map_t;
-
-static oper_map_t oper_map[] = {
-    {"add", "add", NULL}, {"sub", "sub", NULL}, {"mul", "mul", NULL},
-    {"truediv", "div", NULL}, {"floordiv", "floor_divide", NULL},
-    {"mod", "remainder", NULL}, {"pow", "pow", NULL},
-    {"matmul", "matmul", NULL}, {"neg", "neg", NULL}, {"abs", "abs", NULL},
-    {"invert", "bitwise_not", NULL}, {"and_", "bitwise_and", NULL},
-    {"or_", "bitwise_or", NULL}, {"xor", "bitwise_xor", NULL},
-    {"eq", "eq", NULL}, {"ne", "ne", NULL}, {"lt", "lt", NULL},
-    {"le", "le", NULL}, {"gt", "gt", NULL}, {"ge", "ge", NULL},
-    {"getitem", "getitem", NULL}, {"setitem", "setitem", NULL},
-    {"iadd", "add_", NULL}, {"isub", "sub_", NULL}, {"imul", "mul_", NULL},
-    {"itruediv", "div_", NULL}, {"ifloordiv", "floor_divide_", NULL},
-    {"imod", "remainder_", NULL}, {"ipow", "pow_", NULL},
-    {"iand", "bitwise_and_", NULL}, {"ior", "bitwise_or_", NULL},
-    {"ixor", "bitwise_xor_", NULL},
-};
-#define N_OPER ((int)(sizeof(oper_map) / sizeof(oper_map[0])))
 static PyObject *builtin_abs;
 
 /* ---- __tensor_function__ ------------------------------------------------ */
@@ -495,9 +471,11 @@ stax_op_for_target(const char *opcode, PyObject *target)
     if (Py_TYPE(target) == OpFunc_Type) {
         return ((StaxOpFunc *)target)->op;
     }
-    for (int i = 0; i < N_OPER; i++) {
-        if (oper_map[i].obj == target) {
-            return stax_op_by_name(oper_map[i].target);
+    {
+        int inplace = 0;
+        const stax_pyop_info *p = stax_pyop_for_target(target, &inplace);
+        if (p != NULL) {
+            return stax_pyop_op(p, inplace);
         }
     }
     if (target == builtin_abs) {
@@ -519,126 +497,110 @@ stax_op_for_target(const char *opcode, PyObject *target)
 
 /* ---- number slots -------------------------------------------------------- */
 
-static const stax_op_info *slot_ops[STAX_OP_COUNT];
+/* Tensor's number slots and rich comparison, generated from the Python
+ * operator rows of ops.def: a row whose op exists fills nb_<NB> (and
+ * nb_inplace_<NB> when the op has an in-place twin). */
 
-#define BIN_SLOT(fname, ID)                                                  \
-    static PyObject *fname(PyObject *a, PyObject *b)                         \
-    {                                                                        \
-        PyObject *args[2] = {a, b};                                          \
-        const stax_op_info *op = &stax_op_table[STAX_OP_##ID];              \
-        if ((!StaxTensor_Check(a) && !PyFloat_Check(a) && !PyLong_Check(a) \
-             && !stax_ops_is_numpy_scalar(a))                                \
-            || (!StaxTensor_Check(b) && !PyFloat_Check(b)                   \
-                && !PyLong_Check(b) && !stax_ops_is_numpy_scalar(b))) {      \
-            Py_RETURN_NOTIMPLEMENTED;                                        \
-        }                                                                    \
-        if (Py_TYPE(a) != StaxTensor_Type || Py_TYPE(b) != StaxTensor_Type) {\
-            PyObject *types = NULL;                                          \
-            if (find_overrides(args, 2, NULL, &types) < 0) {                 \
-                return NULL;                                                 \
-            }                                                                \
-            if (types != NULL) {                                             \
-                PyObject *r = dispatch_override(oper_obj_##ID(), types,     \
-                                                args, 2, NULL);              \
-                Py_DECREF(types);                                            \
-                return r;                                                    \
-            }                                                                \
-        }                                                                    \
-        {                                                                    \
-            PyObject *r_;                                                    \
-            int saved_ = stax_ops_reflected;                                 \
-            stax_ops_reflected = !StaxTensor_Check(a);                       \
-            r_ = run_op(op, functions[STAX_OP_##ID], args, 2, NULL);        \
-            stax_ops_reflected = saved_;                                     \
-            return r_;                                                       \
-        }                                                                    \
-    }
-
-#define INPL_SLOT(fname, ID)                                                 \
-    static PyObject *fname(PyObject *a, PyObject *b)                         \
-    {                                                                        \
-        PyObject *args[2] = {a, b};                                          \
-        const stax_op_info *op = stax_ops_inplace_of(                       \
-            &stax_op_table[STAX_OP_##ID]);                                   \
-        if (!StaxTensor_Check(b) && !PyFloat_Check(b) && !PyLong_Check(b) \
-            && !stax_ops_is_numpy_scalar(b)) {                               \
-            Py_RETURN_NOTIMPLEMENTED;                                        \
-        }                                                                    \
-        return run_op(op, inplace_methods[STAX_OP_##ID], args, 2, NULL);    \
-    }
-
-static PyObject *oper_objs[STAX_OP_COUNT];
-#define OPER_OBJ(ID)                                                         \
-    static PyObject *oper_obj_##ID(void) { return oper_objs[STAX_OP_##ID]; }
-OPER_OBJ(ADD) OPER_OBJ(SUB) OPER_OBJ(MUL) OPER_OBJ(DIV) OPER_OBJ(FLOOR_DIVIDE)
-OPER_OBJ(REMAINDER) OPER_OBJ(POW) OPER_OBJ(MATMUL) OPER_OBJ(BITWISE_AND)
-OPER_OBJ(BITWISE_OR) OPER_OBJ(BITWISE_XOR)
-
-BIN_SLOT(nb_add, ADD)
-BIN_SLOT(nb_sub, SUB)
-BIN_SLOT(nb_mul, MUL)
-BIN_SLOT(nb_div, DIV)
-BIN_SLOT(nb_floordiv, FLOOR_DIVIDE)
-BIN_SLOT(nb_rem, REMAINDER)
-BIN_SLOT(nb_matmul, MATMUL)
-BIN_SLOT(nb_and, BITWISE_AND)
-BIN_SLOT(nb_or, BITWISE_OR)
-BIN_SLOT(nb_xor, BITWISE_XOR)
-BIN_SLOT(nb_pow2, POW)
-INPL_SLOT(nb_iadd, ADD)
-INPL_SLOT(nb_isub, SUB)
-INPL_SLOT(nb_imul, MUL)
-INPL_SLOT(nb_idiv, DIV)
-INPL_SLOT(nb_ifloordiv, FLOOR_DIVIDE)
-INPL_SLOT(nb_irem, REMAINDER)
-INPL_SLOT(nb_iand, BITWISE_AND)
-INPL_SLOT(nb_ior, BITWISE_OR)
-INPL_SLOT(nb_ixor, BITWISE_XOR)
-INPL_SLOT(nb_ipow2, POW)
-
-static PyObject *
-nb_pow(PyObject *a, PyObject *b, PyObject *mod)
+static int
+slot_operand(PyObject *o)
 {
-    if (mod != Py_None) {
-        Py_RETURN_NOTIMPLEMENTED;
-    }
-    return nb_pow2(a, b);
+    return StaxTensor_Check(o) || PyFloat_Check(o) || PyLong_Check(o)
+           || stax_ops_is_numpy_scalar(o);
 }
 
 static PyObject *
-nb_ipow(PyObject *a, PyObject *b, PyObject *mod)
+binary_slot(stax_pyop_key_t key, PyObject *a, PyObject *b)
 {
-    if (mod != Py_None) {
+    PyObject *args[2] = {a, b};
+    const stax_pyop_info *p = &stax_pyop_table[key];
+    const stax_op_info *op = &stax_op_table[p->op];
+    PyObject *r;
+    int saved;
+    if (!slot_operand(a) || !slot_operand(b)) {
         Py_RETURN_NOTIMPLEMENTED;
     }
-    return nb_ipow2(a, b);
+    if (Py_TYPE(a) != StaxTensor_Type || Py_TYPE(b) != StaxTensor_Type) {
+        PyObject *types = NULL;
+        if (find_overrides(args, 2, NULL, &types) < 0) {
+            return NULL;
+        }
+        if (types != NULL) {
+            r = dispatch_override(stax_pyop_function(p, 0), types, args, 2,
+                                  NULL);
+            Py_DECREF(types);
+            return r;
+        }
+    }
+    saved = stax_ops_reflected;
+    stax_ops_reflected = !StaxTensor_Check(a);
+    r = run_op(op, functions[p->op], args, 2, NULL);
+    stax_ops_reflected = saved;
+    return r;
 }
 
 static PyObject *
-unary_slot(PyObject *a, stax_op_id_t id)
+inplace_slot(stax_pyop_key_t key, PyObject *a, PyObject *b)
+{
+    PyObject *args[2] = {a, b};
+    stax_op_id_t id = stax_pyop_table[key].op;
+    if (!slot_operand(b)) {
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    return run_op(stax_ops_inplace_of(&stax_op_table[id]),
+                  inplace_methods[id], args, 2, NULL);
+}
+
+static PyObject *
+unary_slot(stax_pyop_key_t key, PyObject *a)
 {
     PyObject *args[1] = {a};
+    stax_op_id_t id = stax_pyop_table[key].op;
     return run_op(&stax_op_table[id], functions[id] ? functions[id]
                                                      : methods[id],
                   args, 1, NULL);
 }
 
-static PyObject *nb_neg(PyObject *a) { return unary_slot(a, STAX_OP_NEG); }
-static PyObject *nb_abs(PyObject *a) { return unary_slot(a, STAX_OP_ABS); }
-static PyObject *nb_inv(PyObject *a)
-{
-    return unary_slot(a, STAX_OP_BITWISE_NOT);
-}
+#define STAX_PYOP_BIN(KEY, fn, ifn, OP, sym, NB, flags)                     \
+    static PyObject *slot_##KEY(PyObject *a, PyObject *b)                   \
+    {                                                                       \
+        return binary_slot(STAX_PYOP_##KEY, a, b);                          \
+    }                                                                       \
+    static PyObject *islot_##KEY(PyObject *a, PyObject *b)                  \
+    {                                                                       \
+        return inplace_slot(STAX_PYOP_##KEY, a, b);                         \
+    }                                                                       \
+    static PyObject *slot3_##KEY(PyObject *a, PyObject *b, PyObject *m)     \
+    {                                                                       \
+        if (m != Py_None) {                                                 \
+            Py_RETURN_NOTIMPLEMENTED;                                       \
+        }                                                                   \
+        return binary_slot(STAX_PYOP_##KEY, a, b);                          \
+    }                                                                       \
+    static PyObject *islot3_##KEY(PyObject *a, PyObject *b, PyObject *m)    \
+    {                                                                       \
+        if (m != Py_None) {                                                 \
+            Py_RETURN_NOTIMPLEMENTED;                                       \
+        }                                                                   \
+        return inplace_slot(STAX_PYOP_##KEY, a, b);                         \
+    }
+#define STAX_PYOP_UN(KEY, fn, OP, sym, NB, flags)                           \
+    static PyObject *slot_##KEY(PyObject *a)                                \
+    {                                                                       \
+        return unary_slot(STAX_PYOP_##KEY, a);                              \
+    }
+#include "ops/ops.def"
+
+static const stax_pyop_key_t richcompare_keys[6] = {
+#define STAX_PYOP_CMP(KEY, fn, OP, sym, PYCMP, flags) [PYCMP] = STAX_PYOP_##KEY,
+#include "ops/ops.def"
+};
 
 static PyObject *
 tensor_richcompare(PyObject *a, PyObject *b, int cmp)
 {
-    static const stax_op_id_t ids[6] = {STAX_OP_LT, STAX_OP_LE, STAX_OP_EQ,
-                                        STAX_OP_NE, STAX_OP_GT, STAX_OP_GE};
+    stax_op_id_t id = stax_pyop_table[richcompare_keys[cmp]].op;
     PyObject *args[2] = {a, b};
-    stax_op_id_t id = ids[cmp];
-    if (!StaxTensor_Check(b) && !PyFloat_Check(b) && !PyLong_Check(b)
-        && !stax_ops_is_numpy_scalar(b)) {
+    if (!slot_operand(b)) {
         Py_RETURN_NOTIMPLEMENTED;
     }
     return run_op(&stax_op_table[id], functions[id], args, 2, NULL);
@@ -652,30 +614,26 @@ install_slots(void)
         PyErr_SetString(PyExc_SystemError, "Tensor has no tp_as_number");
         return -1;
     }
-    nm->nb_add = nb_add;
-    nm->nb_subtract = nb_sub;
-    nm->nb_multiply = nb_mul;
-    nm->nb_true_divide = nb_div;
-    nm->nb_floor_divide = nb_floordiv;
-    nm->nb_remainder = nb_rem;
-    nm->nb_power = nb_pow;
-    nm->nb_matrix_multiply = nb_matmul;
-    nm->nb_and = nb_and;
-    nm->nb_or = nb_or;
-    nm->nb_xor = nb_xor;
-    nm->nb_negative = nb_neg;
-    nm->nb_absolute = nb_abs;
-    nm->nb_invert = nb_inv;
-    nm->nb_inplace_add = nb_iadd;
-    nm->nb_inplace_subtract = nb_isub;
-    nm->nb_inplace_multiply = nb_imul;
-    nm->nb_inplace_true_divide = nb_idiv;
-    nm->nb_inplace_floor_divide = nb_ifloordiv;
-    nm->nb_inplace_remainder = nb_irem;
-    nm->nb_inplace_power = nb_ipow;
-    nm->nb_inplace_and = nb_iand;
-    nm->nb_inplace_or = nb_ior;
-    nm->nb_inplace_xor = nb_ixor;
+#define HAS_OP(KEY) (stax_pyop_table[STAX_PYOP_##KEY].op != STAX_OP_NONE)
+/* nb_power takes a modulo: _Generic picks the slot of the field's type */
+#define STAX_PYOP_BIN(KEY, fn, ifn, OP, sym, NB, flags)                     \
+    if (HAS_OP(KEY)) {                                                      \
+        const stax_op_info *op_ = &stax_op_table[stax_pyop_table[          \
+            STAX_PYOP_##KEY].op];                                           \
+        nm->nb_##NB = _Generic(nm->nb_##NB, ternaryfunc: slot3_##KEY,       \
+                               default: slot_##KEY);                        \
+        if (stax_ops_inplace_of(op_) != NULL) {                             \
+            nm->nb_inplace_##NB = _Generic(nm->nb_inplace_##NB,             \
+                                           ternaryfunc: islot3_##KEY,       \
+                                           default: islot_##KEY);           \
+        }                                                                   \
+    }
+#define STAX_PYOP_UN(KEY, fn, OP, sym, NB, flags)                           \
+    if (HAS_OP(KEY)) {                                                      \
+        nm->nb_##NB = slot_##KEY;                                           \
+    }
+#include "ops/ops.def"
+#undef HAS_OP
     StaxTensor_Type->tp_richcompare = tensor_richcompare;
     PyType_Modified(StaxTensor_Type);
     return 0;
@@ -874,7 +832,42 @@ py_functions(PyObject *m, PyObject *unused)
     return d;
 }
 
+/* _C._pyop_table(): the Python operator rows as dicts (for the tests
+ * that check every derived table against them) */
+static PyObject *
+py_pyop_table(PyObject *m, PyObject *unused)
+{
+    PyObject *l = PyList_New(STAX_PYOP_COUNT);
+    (void)m;
+    (void)unused;
+    if (l == NULL) {
+        return NULL;
+    }
+    for (int i = 0; i < STAX_PYOP_COUNT; i++) {
+        const stax_pyop_info *p = &stax_pyop_table[i];
+        const stax_op_info *ip = stax_pyop_op(p, 1);
+        PyObject *d = Py_BuildValue(
+            "{s:s,s:z,s:z,s:z,s:z,s:i,s:O,s:O,s:O,s:O}", "fn", p->fn,
+            "ifn", p->ifn,
+            "op", p->op == STAX_OP_NONE ? NULL : stax_op_table[p->op].name,
+            "inplace_op", ip ? ip->name : NULL, "sym", p->sym,
+            "arity", p->arity, "fold",
+            (p->flags & STAX_PYOPF_FOLD) ? Py_True : Py_False, "slot",
+            (p->flags & STAX_PYOPF_SLOT) ? Py_True : Py_False, "function",
+            stax_pyop_function(p, 0), "ifunction",
+            stax_pyop_function(p, 1) ? stax_pyop_function(p, 1) : Py_None);
+        if (d == NULL) {
+            Py_DECREF(l);
+            return NULL;
+        }
+        PyList_SET_ITEM(l, i, d);
+    }
+    return l;
+}
+
 static PyMethodDef ops_methods[] = {
+    {"_pyop_table", py_pyop_table, METH_NOARGS,
+     "the Python operator rows of ops.def as dicts"},
     {"_ops_set_impl", py_set_impl, METH_VARARGS, "register an eager impl"},
     {"_op_table", py_op_table, METH_NOARGS, "the op table as dicts"},
     {"_op_info", py_op_info, METH_O, "one op's row as a dict"},
@@ -905,7 +898,7 @@ install_method(PyObject *tdict, const char *name, PyObject *obj)
 int
 stax_ops_func_init(PyObject *m)
 {
-    PyObject *oper = NULL, *bi = NULL, *tdict;
+    PyObject *bi = NULL, *tdict;
     int rc = -1;
 
     OpFunc_Type = (PyTypeObject *)PyType_FromSpec(&opfunc_spec);
@@ -924,22 +917,9 @@ stax_ops_func_init(PyObject *m)
     }
     base_tensor_function = _PyType_Lookup(StaxTensor_Type,
                                           tensor_function_str);
-    oper = PyImport_ImportModule("operator");
     bi = PyImport_ImportModule("builtins");
-    if (oper == NULL || bi == NULL) {
+    if (bi == NULL) {
         goto done;
-    }
-    for (int i = 0; i < N_OPER; i++) {
-        oper_map[i].obj = PyObject_GetAttrString(oper, oper_map[i].opname);
-        if (oper_map[i].obj == NULL) {
-            goto done;
-        }
-        {
-            const stax_op_info *op = stax_op_by_name(oper_map[i].target);
-            if (op && !stax_ops_is_inplace_info(op) && !oper_objs[op->id]) {
-                oper_objs[op->id] = oper_map[i].obj;
-            }
-        }
     }
     builtin_abs = PyObject_GetAttrString(bi, "abs");
     if (builtin_abs == NULL) {
@@ -969,7 +949,6 @@ stax_ops_func_init(PyObject *m)
                 goto done;
             }
         }
-        slot_ops[i] = op;
     }
     PyType_Modified(StaxTensor_Type);
     if (install_slots() < 0) {
@@ -980,7 +959,6 @@ stax_ops_func_init(PyObject *m)
     }
     rc = 0;
 done:
-    Py_XDECREF(oper);
     Py_XDECREF(bi);
     return rc;
 }

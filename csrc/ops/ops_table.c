@@ -5,11 +5,23 @@
 #include "ops/ops.h"
 #include "ops/ops_internal.h"
 
-const stax_op_info stax_op_table[STAX_OP_COUNT] = {
+const stax_op_info stax_op_table[] = {
 #define STAX_OP(ID, name, KIND, arity, schema, ovl, inpl, formula, decomp, flags) \
     {STAX_OP_##ID, #name, KIND, arity, schema, ovl, inpl, formula, decomp, flags},
 #include "ops/ops.def"
 };
+_Static_assert(sizeof(stax_op_table) / sizeof(stax_op_table[0]) == STAX_OP_COUNT,
+               "stax_op_table: one row per op id");
+
+const stax_pyop_info stax_pyop_table[] = {
+#define STAX_PYOP(KEY, fn, ifn, OP, sym, arity, flags) \
+    {STAX_PYOP_##KEY, fn, ifn, STAX_OP_##OP, sym, arity, flags},
+#include "ops/ops.def"
+};
+_Static_assert(sizeof(stax_pyop_table) / sizeof(stax_pyop_table[0])
+               == STAX_PYOP_COUNT, "stax_pyop_table: one row per key");
+
+static PyObject *pyop_fns[STAX_PYOP_COUNT][2];   /* strong: operator.<fn>/<ifn> */
 
 /* in-place twins: info copies of the out-of-place rows */
 static stax_op_info inplace_infos[STAX_OP_COUNT];
@@ -379,6 +391,125 @@ stax_op_bind(const stax_op_info *op, PyObject *args, PyObject *kwargs)
     return res;
 }
 
+/* ---- Python operators --------------------------------------------------- */
+
+const stax_op_info *
+stax_op_row(const char *name)
+{
+    const stax_op_info *op = stax_op_by_name(name);
+    return op != NULL && !stax_ops_is_inplace_info(op) ? op : NULL;
+}
+
+const stax_op_info *
+stax_op_inplace(const stax_op_info *op)
+{
+    return stax_ops_inplace_of(op);
+}
+
+const stax_pyop_info *
+stax_pyop_by_fn(const char *name, int *inplace)
+{
+    for (int i = 0; i < STAX_PYOP_COUNT; i++) {
+        const stax_pyop_info *p = &stax_pyop_table[i];
+        int ip = p->ifn != NULL && strcmp(p->ifn, name) == 0;
+        if (ip || strcmp(p->fn, name) == 0) {
+            if (inplace != NULL) {
+                *inplace = ip;
+            }
+            return p;
+        }
+    }
+    return NULL;
+}
+
+const stax_pyop_info *
+stax_pyop_for_target(PyObject *target, int *inplace)
+{
+    for (int i = 0; i < STAX_PYOP_COUNT; i++) {
+        for (int ip = 0; ip < 2; ip++) {
+            if (pyop_fns[i][ip] != NULL && pyop_fns[i][ip] == target) {
+                if (inplace != NULL) {
+                    *inplace = ip;
+                }
+                return &stax_pyop_table[i];
+            }
+        }
+    }
+    return NULL;
+}
+
+const stax_pyop_info *
+stax_pyop_of_op(stax_op_id_t op)
+{
+    for (int i = 0; i < STAX_PYOP_COUNT; i++) {
+        if (stax_pyop_table[i].op == op) {
+            return &stax_pyop_table[i];
+        }
+    }
+    return NULL;
+}
+
+PyObject *
+stax_pyop_function(const stax_pyop_info *p, int inplace)
+{
+    return pyop_fns[p->key][inplace ? 1 : 0];
+}
+
+const stax_op_info *
+stax_pyop_op(const stax_pyop_info *p, int inplace)
+{
+    if (p->op == STAX_OP_NONE) {
+        return NULL;
+    }
+    return inplace ? stax_ops_inplace_of(&stax_op_table[p->op])
+                   : &stax_op_table[p->op];
+}
+
+/* The operator functions, and the checks that keep the two halves of
+ * ops.def in step: a row's STAX_OPF_OPERATOR flag says exactly that some
+ * Python operator means it. */
+static int
+pyop_init(void)
+{
+    PyObject *opm = PyImport_ImportModule("operator");
+    int rc = -1;
+    if (opm == NULL) {
+        return -1;
+    }
+    for (int i = 0; i < STAX_PYOP_COUNT; i++) {
+        const stax_pyop_info *p = &stax_pyop_table[i];
+        if ((int)p->key != i || p->op < STAX_OP_NONE
+            || p->op >= STAX_OP_COUNT) {
+            PyErr_SetString(PyExc_SystemError,
+                            "ops.def: Python operator rows out of order");
+            goto done;
+        }
+        for (int ip = 0; ip < 2; ip++) {
+            const char *fn = ip ? p->ifn : p->fn;
+            if (fn != NULL) {
+                Py_XSETREF(pyop_fns[i][ip], PyObject_GetAttrString(opm, fn));
+                if (pyop_fns[i][ip] == NULL) {
+                    goto done;
+                }
+            }
+        }
+    }
+    for (int i = 0; i < STAX_OP_COUNT; i++) {
+        int flagged = (stax_op_table[i].flags & STAX_OPF_OPERATOR) != 0;
+        if (flagged != (stax_pyop_of_op((stax_op_id_t)i) != NULL)) {
+            PyErr_Format(PyExc_SystemError,
+                         "ops.def: op %s %s STAX_OPF_OPERATOR but %s Python "
+                         "operator row names it", stax_op_table[i].name,
+                         flagged ? "has" : "lacks", flagged ? "no" : "a");
+            goto done;
+        }
+    }
+    rc = 0;
+done:
+    Py_DECREF(opm);
+    return rc;
+}
+
 /* ---- init -------------------------------------------------------------- */
 
 int
@@ -414,5 +545,5 @@ stax_ops_table_init(void)
         }
         name_insert(&inplace_infos[i]);
     }
-    return 0;
+    return pyop_init();
 }

@@ -7,18 +7,6 @@
 PyTypeObject *StaxProxy_Type = NULL;
 static PyTypeObject *ProxyMethod_Type = NULL;
 
-static PyObject *op_fn[32];   /* operator.<name> functions, see op_names */
-enum {
-    OP_ADD, OP_SUB, OP_MUL, OP_TRUEDIV, OP_FLOORDIV, OP_MOD, OP_POW,
-    OP_MATMUL, OP_AND, OP_OR, OP_XOR, OP_LSHIFT, OP_RSHIFT, OP_NEG, OP_POS,
-    OP_INVERT, OP_ABS, OP_LT, OP_LE, OP_EQ, OP_NE, OP_GT, OP_GE,
-    OP_GETITEM, OP_SETITEM, OP_CONTAINS, OP_N
-};
-static const char *op_names[] = {
-    "add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul",
-    "and_", "or_", "xor", "lshift", "rshift", "neg", "pos", "invert", "abs",
-    "lt", "le", "eq", "ne", "gt", "ge", "getitem", "setitem", "contains",
-};
 static PyObject *builtin_getattr = NULL;
 
 static int
@@ -162,24 +150,31 @@ record_fn(StaxTracer *tr, PyObject *fn, PyObject *args)
 static PyObject *
 binop(PyObject *a, PyObject *b, int op)
 {
-    return record_fn(tracer_of(a, b), op_fn[op], PyTuple_Pack(2, a, b));
+    return record_fn(tracer_of(a, b),
+                     stax_pyop_function(&stax_pyop_table[op], 0),
+                     PyTuple_Pack(2, a, b));
 }
 
 static PyObject *
 unop(PyObject *a, int op)
 {
-    return record_fn(tracer_of(a, NULL), op_fn[op], PyTuple_Pack(1, a));
+    return record_fn(tracer_of(a, NULL),
+                     stax_pyop_function(&stax_pyop_table[op], 0),
+                     PyTuple_Pack(1, a));
 }
 
+/* a += b on a Proxy records the in-place method (add_) where the op has
+ * one, else a + b */
 static PyObject *
-inplace(PyObject *a, PyObject *b, int op, const char *method)
+inplace(PyObject *a, PyObject *b, int op)
 {
+    const stax_op_info *ip = stax_pyop_op(&stax_pyop_table[op], 1);
     PyObject *args, *name, *r;
-    if (!StaxProxy_Check(a) || method == NULL) {
+    if (!StaxProxy_Check(a) || ip == NULL) {
         return binop(a, b, op);
     }
     args = PyTuple_Pack(2, a, b);
-    name = PyUnicode_InternFromString(method);
+    name = PyUnicode_InternFromString(ip->name);
     if (args == NULL || name == NULL) {
         Py_XDECREF(args);
         Py_XDECREF(name);
@@ -192,66 +187,46 @@ inplace(PyObject *a, PyObject *b, int op, const char *method)
     return r;
 }
 
-#define BIN(fname, OP) \
-    static PyObject *fname(PyObject *a, PyObject *b) { return binop(a, b, OP); }
-#define INPL(fname, OP, M) \
-    static PyObject *fname(PyObject *a, PyObject *b) \
-    { return inplace(a, b, OP, M); }
-#define UN(fname, OP) \
-    static PyObject *fname(PyObject *a) { return unop(a, OP); }
-
-BIN(p_add, OP_ADD)
-BIN(p_sub, OP_SUB)
-BIN(p_mul, OP_MUL)
-BIN(p_truediv, OP_TRUEDIV)
-BIN(p_floordiv, OP_FLOORDIV)
-BIN(p_mod, OP_MOD)
-BIN(p_matmul, OP_MATMUL)
-BIN(p_and, OP_AND)
-BIN(p_or, OP_OR)
-BIN(p_xor, OP_XOR)
-BIN(p_lshift, OP_LSHIFT)
-BIN(p_rshift, OP_RSHIFT)
-INPL(p_iadd, OP_ADD, "add_")
-INPL(p_isub, OP_SUB, "sub_")
-INPL(p_imul, OP_MUL, "mul_")
-INPL(p_itruediv, OP_TRUEDIV, "div_")
-INPL(p_ifloordiv, OP_FLOORDIV, "floor_divide_")
-INPL(p_imod, OP_MOD, "remainder_")
-INPL(p_iand, OP_AND, "bitwise_and_")
-INPL(p_ior, OP_OR, "bitwise_or_")
-INPL(p_ixor, OP_XOR, "bitwise_xor_")
-INPL(p_ilshift, OP_LSHIFT, "bitwise_left_shift_")
-INPL(p_irshift, OP_RSHIFT, "bitwise_right_shift_")
-INPL(p_imatmul, OP_MATMUL, NULL)
-UN(p_neg, OP_NEG)
-UN(p_pos, OP_POS)
-UN(p_invert, OP_INVERT)
-UN(p_abs, OP_ABS)
-
-static PyObject *
-p_pow(PyObject *a, PyObject *b, PyObject *m)
-{
-    if (m != Py_None) {
-        Py_RETURN_NOTIMPLEMENTED;
+/* the number slots, one per Python operator row of ops.def */
+#define STAX_PYOP_BIN(KEY, fn, ifn, OP, sym, NB, flags)                     \
+    static PyObject *p_##KEY(PyObject *a, PyObject *b)                      \
+    {                                                                       \
+        return binop(a, b, STAX_PYOP_##KEY);                                \
+    }                                                                       \
+    static PyObject *pi_##KEY(PyObject *a, PyObject *b)                     \
+    {                                                                       \
+        return inplace(a, b, STAX_PYOP_##KEY);                              \
+    }                                                                       \
+    static PyObject *p3_##KEY(PyObject *a, PyObject *b, PyObject *m)        \
+    {                                                                       \
+        if (m != Py_None) {                                                 \
+            Py_RETURN_NOTIMPLEMENTED;                                       \
+        }                                                                   \
+        return binop(a, b, STAX_PYOP_##KEY);                                \
+    }                                                                       \
+    static PyObject *pi3_##KEY(PyObject *a, PyObject *b, PyObject *m)       \
+    {                                                                       \
+        if (m != Py_None) {                                                 \
+            Py_RETURN_NOTIMPLEMENTED;                                       \
+        }                                                                   \
+        return inplace(a, b, STAX_PYOP_##KEY);                              \
     }
-    return binop(a, b, OP_POW);
-}
-
-static PyObject *
-p_ipow(PyObject *a, PyObject *b, PyObject *m)
-{
-    if (m != Py_None) {
-        Py_RETURN_NOTIMPLEMENTED;
+#define STAX_PYOP_UN(KEY, fn, OP, sym, NB, flags)                           \
+    static PyObject *p_##KEY(PyObject *a)                                   \
+    {                                                                       \
+        return unop(a, STAX_PYOP_##KEY);                                    \
     }
-    return inplace(a, b, OP_POW, "pow_");
-}
+#include "ops/ops.def"
+
+static const stax_pyop_key_t richcompare_keys[6] = {
+#define STAX_PYOP_CMP(KEY, fn, OP, sym, PYCMP, flags) [PYCMP] = STAX_PYOP_##KEY,
+#include "ops/ops.def"
+};
 
 static PyObject *
 proxy_richcompare(PyObject *a, PyObject *b, int op)
 {
-    static const int map[] = {OP_LT, OP_LE, OP_EQ, OP_NE, OP_GT, OP_GE};
-    return binop(a, b, map[op]);
+    return binop(a, b, richcompare_keys[op]);
 }
 
 /* data gates ---------------------------------------------------------- */
@@ -379,7 +354,7 @@ pm_numpy(PyObject *self, PyObject *args, PyObject *kw)
 static PyObject *
 p_getitem(PyObject *self, PyObject *key)
 {
-    return binop(self, key, OP_GETITEM);
+    return binop(self, key, STAX_PYOP_GETITEM);
 }
 
 static int
@@ -396,7 +371,7 @@ p_setitem(PyObject *self, PyObject *key, PyObject *value)
         return -1;
     }
     r = stax_trace_record(((StaxProxy *)self)->tracer,
-                          STAX_NODE_CALL_FUNCTION, op_fn[OP_SETITEM], args,
+                          STAX_NODE_CALL_FUNCTION, stax_pyop_function(&stax_pyop_table[STAX_PYOP_SETITEM], 0), args,
                           NULL);
     Py_DECREF(args);
     if (r == NULL) {
@@ -464,7 +439,7 @@ p_iter(PyObject *self)
 static int
 p_contains(PyObject *self, PyObject *v)
 {
-    PyObject *r = binop(self, v, OP_CONTAINS);
+    PyObject *r = binop(self, v, STAX_PYOP_CONTAINS);
     int b;
     if (r == NULL) {
         return -1;
@@ -992,36 +967,15 @@ static PyType_Slot proxy_slots[] = {
     {Py_tp_iter, p_iter},
     {Py_tp_methods, proxy_methods},
     {Py_tp_getset, proxy_getset},
-    {Py_nb_add, p_add},
-    {Py_nb_subtract, p_sub},
-    {Py_nb_multiply, p_mul},
-    {Py_nb_true_divide, p_truediv},
-    {Py_nb_floor_divide, p_floordiv},
-    {Py_nb_remainder, p_mod},
-    {Py_nb_power, p_pow},
-    {Py_nb_matrix_multiply, p_matmul},
-    {Py_nb_and, p_and},
-    {Py_nb_or, p_or},
-    {Py_nb_xor, p_xor},
-    {Py_nb_lshift, p_lshift},
-    {Py_nb_rshift, p_rshift},
-    {Py_nb_inplace_add, p_iadd},
-    {Py_nb_inplace_subtract, p_isub},
-    {Py_nb_inplace_multiply, p_imul},
-    {Py_nb_inplace_true_divide, p_itruediv},
-    {Py_nb_inplace_floor_divide, p_ifloordiv},
-    {Py_nb_inplace_remainder, p_imod},
-    {Py_nb_inplace_power, p_ipow},
-    {Py_nb_inplace_matrix_multiply, p_imatmul},
-    {Py_nb_inplace_and, p_iand},
-    {Py_nb_inplace_or, p_ior},
-    {Py_nb_inplace_xor, p_ixor},
-    {Py_nb_inplace_lshift, p_ilshift},
-    {Py_nb_inplace_rshift, p_irshift},
-    {Py_nb_negative, p_neg},
-    {Py_nb_positive, p_pos},
-    {Py_nb_invert, p_invert},
-    {Py_nb_absolute, p_abs},
+#define NB_SLOT(NB, f, f3)                                                  \
+    _Generic(((PyNumberMethods *)0)->nb_##NB, ternaryfunc: (void *)f3,      \
+             default: (void *)f)
+#define STAX_PYOP_BIN(KEY, fn, ifn, OP, sym, NB, flags)                     \
+    {Py_nb_##NB, NB_SLOT(NB, p_##KEY, p3_##KEY)},                          \
+    {Py_nb_inplace_##NB, NB_SLOT(inplace_##NB, pi_##KEY, pi3_##KEY)},
+#define STAX_PYOP_UN(KEY, fn, OP, sym, NB, flags) {Py_nb_##NB, p_##KEY},
+#include "ops/ops.def"
+#undef NB_SLOT
     {Py_nb_bool, p_bool},
     {Py_nb_int, p_int},
     {Py_nb_float, p_float},
@@ -1045,18 +999,7 @@ static PyType_Spec proxy_spec = {
 int
 stax_trace_proxy_init(PyObject *m)
 {
-    PyObject *opm = PyImport_ImportModule("operator"), *bi;
-    if (opm == NULL) {
-        return -1;
-    }
-    for (int i = 0; i < OP_N; i++) {
-        op_fn[i] = PyObject_GetAttrString(opm, op_names[i]);
-        if (op_fn[i] == NULL) {
-            Py_DECREF(opm);
-            return -1;
-        }
-    }
-    Py_DECREF(opm);
+    PyObject *bi;
     bi = PyImport_ImportModule("builtins");
     if (bi == NULL) {
         return -1;

@@ -1394,6 +1394,15 @@ def _alias(input):
     return input.view(tuple(input.shape))
 
 
+@_impl("positive")
+def _positive(input):
+    # PyTorch: +x is x itself; bool has no unary plus
+    _check_tensor(input, "positive")
+    if _arr(input).dtype == np.bool_:
+        raise RuntimeError("The `+` operator, on a bool tensor is not supported.")
+    return input
+
+
 @_impl("getitem")
 def _getitem(input, index):
     return input[index]

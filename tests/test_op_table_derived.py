@@ -1,0 +1,163 @@
+"""The Python-operator rows of ops.def are the one table of Python's operator
+syntax: Tensor's and Proxy's number slots, stax_op_for_target, the graph
+printer, ConstFold, NormalizeOperators and DecomposePass all derive from them.
+These tests check every derived view against the rows (issue 12, item 1) and
+that `+x` means PyTorch's `positive` (x itself) everywhere."""
+import operator
+
+import numpy as np
+import pytest
+import torch
+
+import tensorplay as tp
+from tensorplay import _C
+
+PYOPS = _C._pyop_table()
+BY_FN = {r["fn"]: r for r in PYOPS}
+OPS = {r["name"]: r for r in _C._op_table()}
+
+# slot rows: (dunder base, operand count) by operator function
+DUNDER = {
+    "add": "add", "sub": "sub", "mul": "mul", "truediv": "truediv",
+    "floordiv": "floordiv", "mod": "mod", "pow": "pow", "matmul": "matmul",
+    "and_": "and", "or_": "or", "xor": "xor", "lshift": "lshift",
+    "rshift": "rshift", "neg": "neg", "pos": "pos", "invert": "invert",
+    "abs": "abs", "lt": "lt", "le": "le", "eq": "eq", "ne": "ne", "gt": "gt",
+    "ge": "ge",
+}
+
+
+def test_rows_are_consistent():
+    fns = [r["fn"] for r in PYOPS]
+    assert len(fns) == len(set(fns))
+    for r in PYOPS:
+        assert r["function"] is getattr(operator, r["fn"])
+        if r["ifn"] is not None:
+            assert r["ifunction"] is getattr(operator, r["ifn"])
+        if r["op"] is not None:
+            assert r["op"] in OPS
+        if r["slot"]:
+            assert r["fn"] in DUNDER
+    # the op table's OPERATOR flag is exactly "some Python operator means it"
+    meant = {r["op"] for r in PYOPS if r["op"] is not None}
+    STAX_OPF_OPERATOR = 1 << 7   # ops.h
+    flagged = {n for n, r in OPS.items() if r["flags"] & STAX_OPF_OPERATOR}
+    assert flagged == meant
+
+
+@pytest.mark.parametrize("row", [r for r in PYOPS if r["slot"]], ids=lambda r: r["fn"])
+def test_slots_follow_the_rows(row):
+    base = DUNDER[row["fn"]]
+    assert f"__{base}__" in vars(_C.Proxy) or base in ("lt", "le", "eq", "ne", "gt", "ge")
+    x = tp.tensor([[1, 2], [3, 4]])
+    args = (x,) if row["arity"] == 1 else (x, x)
+    if row["op"] is None:
+        # no op means it: Tensor's slot is empty (Python's own TypeError)
+        with pytest.raises(TypeError):
+            row["function"](*args)
+        return
+    if row["ifn"] is not None:
+        y = x.float() if row["fn"] in ("truediv", "pow", "matmul") else x.clone()
+        r = row["ifunction"](y, y.clone())
+        # an op with an in-place twin mutates; otherwise Python falls back
+        assert (r is y) == (row["inplace_op"] is not None)
+
+
+@pytest.mark.parametrize("row", [r for r in PYOPS if r["op"] is not None],
+                         ids=lambda r: r["fn"])
+def test_op_for_target_follows_the_rows(row):
+    assert _C._op_for_target("call_function", row["function"]) == row["op"]
+    if row["ifn"] is not None:
+        assert _C._op_for_target("call_function", row["ifunction"]) == row["inplace_op"]
+
+
+def _sample(row):
+    x = tp.tensor([[1, 2], [3, 4]])
+    if row["fn"] in ("truediv", "pow", "matmul", "neg", "pos", "abs"):
+        x = x.float()
+    return x
+
+
+@pytest.mark.parametrize("row", [r for r in PYOPS if r["slot"] and r["op"] is not None],
+                         ids=lambda r: r["fn"])
+def test_eager_slot_matches_torch(row):
+    f = row["function"]
+    x = _sample(row)
+    t = torch.tensor(np.asarray(x.numpy()))
+    args, targs = ((x,), (t,)) if row["arity"] == 1 else ((x, x), (t, t))
+    r, e = f(*args), f(*targs)
+    np.testing.assert_allclose(np.asarray(r.numpy(), dtype=np.float64),
+                               e.double().numpy())
+
+
+@pytest.mark.parametrize("row", [r for r in PYOPS if r["sym"] is not None],
+                         ids=lambda r: r["fn"])
+def test_printer_spells_the_symbol(row):
+    g = _C.Graph()
+    a = g.placeholder("a")
+    b = g.placeholder("b")
+    n = g.call_function(row["function"], (a,) if row["arity"] == 1 else (a, b))
+    g.output(n)
+    code = _C.GraphModule(g).code
+    want = f"{row['sym']}a" if row["arity"] == 1 else f"a {row['sym']} b"
+    assert want in code, code
+
+
+def test_traced_operators_print_their_symbols():
+    def f(x, y):
+        return (x + y, x - y, x * y, x / y, x // y, x % y, x ** y, -x, +x,
+                x < y, x <= y, x == y, x != y, x > y, x >= y)
+    x = tp.tensor([1.0, 2.0])
+    code = _C.trace(f, (x, x + 1)).graph_module.code
+    for sym in ("+", "-", "*", "/", "//", "%", "**", "<", "<=", "==", "!=",
+                ">", ">="):
+        assert f"x {sym} y" in code, (sym, code)
+    assert "-x" in code and "+x" in code
+
+
+# ---- +x means positive (PyTorch: x itself) everywhere ---------------------
+
+def test_pos_eager_is_positive():
+    x = tp.tensor([1.0, -2.0])
+    assert (+x) is x
+    assert tp.positive(x) is x and x.positive() is x
+    t = torch.tensor([1.0, -2.0])
+    assert (+t) is t   # the meaning we follow
+    with pytest.raises(RuntimeError, match="on a bool tensor is not supported"):
+        +tp.tensor([True])
+    with pytest.raises(RuntimeError, match="on a bool tensor is not supported"):
+        +torch.tensor([True])
+
+
+def test_pos_in_the_graph_room():
+    assert _C._op_for_target("call_function", operator.pos) == "positive"
+    assert BY_FN["pos"]["op"] == "positive" and BY_FN["pos"]["sym"] == "+"
+    assert BY_FN["pos"]["fold"]
+
+
+def test_pos_compiled_aliases_like_eager():
+    def f(x):
+        y = +x
+        y.add_(1)
+        return y * 2, +(x - 1)
+    a, b = tp.tensor([1.0, 2.0]), tp.tensor([1.0, 2.0])
+    e = f(a)
+    c = tp.compile(f)(b)
+    for u, v in zip(e, c):
+        np.testing.assert_array_equal(u.numpy(), v.numpy())
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
+    np.testing.assert_array_equal(b.numpy(), [2.0, 3.0])
+
+
+def test_inplace_operators_on_proxy_record_the_twin():
+    def f(x):
+        x += 1
+        x /= 2
+        x **= 2
+        return x
+    x = tp.tensor([1.0, 3.0])
+    gm = _C.trace(f, (x.clone(),)).graph_module
+    meths = [n.target for n in gm.graph.nodes if n.op == "call_method"]
+    assert meths == ["add_", "div_", "pow_"]
+    y = x.clone()
+    np.testing.assert_array_equal(tp.compile(f)(y).numpy(), f(x.clone()).numpy())
