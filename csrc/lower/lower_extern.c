@@ -14,7 +14,7 @@ int
 lw_lower_matmul(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *out,
                 const char **why)
 {
-    const char *name = in->op->name;
+    stax_op_id_t id = in->op->id;
     vbuf *a = lw_arg_vb(in, PyTuple_GET_ITEM(bound, 0));
     vbuf *b = lw_arg_vb(in, PyTuple_GET_ITEM(bound, 1));
     if (!a || !b || a->kind != VB_TENSOR || b->kind != VB_TENSOR) {
@@ -23,7 +23,7 @@ lw_lower_matmul(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *out,
     if (!lw_is_float(a->dtype) || a->dtype != b->dtype) {
         UNSUPPORTED("matmul of non-float or mixed dtypes");
     }
-    int lin = !strcmp(name, "linear");
+    int lin = (id == STAX_OP_LINEAR);
     vbuf *bias = NULL;
     if (lin) {
         PyObject *bo = lw_bound_arg(bound, in->op, "bias");

@@ -187,10 +187,10 @@ int
 lw_lower_gather(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *out,
                 const char **why)
 {
-    const char *name = in->op->name;
+    stax_op_id_t id = in->op->id;
     const stax_ix *map[STAX_MAX_DIMS], *ov[STAX_MAX_DIMS];
     lw_ident_vars(c, out->ndim, ov);
-    if (!strcmp(name, "embedding")) {
+    if ((id == STAX_OP_EMBEDDING)) {
         vbuf *idx = lw_arg_vb(in, PyTuple_GET_ITEM(bound, 0));
         vbuf *w = lw_arg_vb(in, PyTuple_GET_ITEM(bound, 1));
         if (!idx || !w || w->ndim != 2 || out->ndim != idx->ndim + 1) {
@@ -217,7 +217,7 @@ lw_lower_gather(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *out,
     }
     const stax_lval *iv;
     lw_rw rw = {0};
-    if (!strcmp(name, "index_select")) {
+    if ((id == STAX_OP_INDEX_SELECT)) {
         const stax_ix *m1[1] = {ov[d]};
         rw.vars = m1;
         rw.nvars = 1;
@@ -240,7 +240,7 @@ int
 lw_lower_scatter(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
                  vbuf *out, const char **why)
 {
-    const char *name = in->op->name;
+    stax_op_id_t id = in->op->id;
     vbuf *src = lw_arg_vb(in, PyTuple_GET_ITEM(bound, 1));
     PyObject *dobj = lw_bound_arg(bound, in->op, "dim");
     if (src == NULL || src->kind != VB_TENSOR || x->ndim != out->ndim) {
@@ -255,7 +255,7 @@ lw_lower_scatter(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
     const stax_lval *v = lw_index(c, ov[d], STAX_INT64);
     const stax_lval *mask;
     int j = 0;
-    if (name[1] == 'l') {      /* slice_scatter */
+    if (id == STAX_OP_SLICE_SCATTER) {
         PyObject *sl = PySlice_New(lw_bound_arg(bound, in->op, "start"),
                                    lw_bound_arg(bound, in->op, "end"),
                                    lw_bound_arg(bound, in->op, "step"));

@@ -115,7 +115,7 @@ int
 lw_lower_random(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
                 vbuf *out, const char **why)
 {
-    const char *name = in->op->name;
+    stax_op_id_t id = in->op->id;
     PyObject *gen = lw_bound_arg(bound, in->op, "generator");
     if (c->no_random) {
         UNSUPPORTED("random op next to a fallback kernel (draw order)");
@@ -127,10 +127,10 @@ lw_lower_random(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
         UNSUPPORTED("random op of a non-float dtype");
     }
     int ok = 0;
-    if (!strcmp(name, "rand_like")) {
+    if ((id == STAX_OP_RAND_LIKE)) {
         out->body = rand_uniform(c, out, out->dtype, &ok);
     }
-    else if (!strcmp(name, "randn_like")) {
+    else if ((id == STAX_OP_RANDN_LIKE)) {
         rdraw r;
         int f64 = out->dtype == STAX_FLOAT64;
         ok = rand_draw(c, out, f64 ? 4 : 2, &r);
@@ -160,7 +160,7 @@ lw_lower_random(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
             out->body = lw_cast(c, z, out->dtype);
         }
     }
-    else if (!strcmp(name, "dropout") && x != NULL) {
+    else if ((id == STAX_OP_DROPOUT) && x != NULL) {
         double p = lw_num(lw_bound_arg(bound, in->op, "p"), 0.5);
         PyObject *tr = lw_bound_arg(bound, in->op, "training");
         PyObject *ip = lw_bound_arg(bound, in->op, "inplace");

@@ -267,10 +267,10 @@ int
 lw_lower_reduction(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
                    vbuf *out, const char **why)
 {
-    const char *name = in->op->name;
+    stax_op_id_t id = in->op->id;
     int mask[STAX_MAX_DIMS];
     PyObject *dim = lw_bound_arg(bound, in->op, "dim");
-    if (strcmp(name, "max") == 0 || strcmp(name, "min") == 0) {
+    if ((id == STAX_OP_MAX) || (id == STAX_OP_MIN)) {
         if (dim != NULL && dim != Py_None && !PyLong_Check(dim)) {
             UNSUPPORTED("max/min with a tensor second operand");
         }
@@ -279,7 +279,7 @@ lw_lower_reduction(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
         UNSUPPORTED("reduction dims not understood");
     }
     redk r;
-    if (red_begin(c, x, mask, name, &r) < 0) {
+    if (red_begin(c, x, mask, in->op->name, &r) < 0) {
         return -1;
     }
     kdraft *k = r.k;
@@ -290,34 +290,34 @@ lw_lower_reduction(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
     stax_dtype_t odt = out->kind == VB_TENSOR ? out->dtype : x->dtype;
     double n = (double)r.n;
     int a0;
-    if (!strcmp(name, "sum") || !strcmp(name, "mean")) {
+    if ((id == STAX_OP_SUM) || (id == STAX_OP_MEAN)) {
         stax_dtype_t ad = odt;
         a0 = add_acc(k, STAX_RED_SUM, ad, lw_cast(c, v, ad), NULL);
         if (a0 < 0) {
             return -1;
         }
         const stax_lval *res = lw_acc(c, a0, ad);
-        if (!strcmp(name, "mean")) {
+        if ((id == STAX_OP_MEAN)) {
             res = lw_prim(c, STAX_PRIM_DIV, ad, res, lw_size_const(c, ad, r.n), NULL);
         }
         return red_store(c, &r, x, mask, out, res, 0);
     }
-    if (!strcmp(name, "prod")) {
+    if ((id == STAX_OP_PROD)) {
         a0 = add_acc(k, STAX_RED_PROD, odt, lw_cast(c, v, odt), NULL);
         return a0 < 0 ? -1 : red_store(c, &r, x, mask, out, lw_acc(c, a0, odt), 0);
     }
-    if (!strcmp(name, "amax") || !strcmp(name, "amin")
-        || ((!strcmp(name, "max") || !strcmp(name, "min")) && (dim == NULL || dim == Py_None))) {
-        int mx = !strcmp(name, "amax") || !strcmp(name, "max");
+    if ((id == STAX_OP_AMAX) || (id == STAX_OP_AMIN)
+        || (((id == STAX_OP_MAX) || (id == STAX_OP_MIN)) && (dim == NULL || dim == Py_None))) {
+        int mx = (id == STAX_OP_AMAX) || (id == STAX_OP_MAX);
         a0 = add_acc(k, mx ? STAX_RED_MAX : STAX_RED_MIN, x->dtype, v, NULL);
         return a0 < 0 ? -1 : red_store(c, &r, x, mask, out, lw_acc(c, a0, x->dtype), 0);
     }
-    if (!strcmp(name, "max") || !strcmp(name, "min")) {
+    if ((id == STAX_OP_MAX) || (id == STAX_OP_MIN)) {
         vbuf *items[2];
         if (tuple_out(c, in, out, 2, items) < 0) {
             return -1;
         }
-        int mx = !strcmp(name, "max");
+        int mx = (id == STAX_OP_MAX);
         a0 = add_acc(k, mx ? STAX_RED_MAX : STAX_RED_MIN, x->dtype, v, NULL);
         int a1 = a0 < 0 ? -1 : add_acc_same(k, mx ? STAX_RED_ARGMAX : STAX_RED_ARGMIN,
                                             STAX_INT64, v, r.rlinear);
@@ -329,18 +329,18 @@ lw_lower_reduction(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
         }
         return red_store(c, &r, x, mask, items[1], lw_acc(c, a1, STAX_INT64), 0);
     }
-    if (!strcmp(name, "argmax") || !strcmp(name, "argmin")) {
-        a0 = add_acc(k, name[3] == 'm' && name[4] == 'a' ? STAX_RED_ARGMAX : STAX_RED_ARGMIN,
+    if ((id == STAX_OP_ARGMAX) || (id == STAX_OP_ARGMIN)) {
+        a0 = add_acc(k, id == STAX_OP_ARGMAX ? STAX_RED_ARGMAX : STAX_RED_ARGMIN,
                      STAX_INT64, v, r.rlinear);
         return a0 < 0 ? -1 : red_store(c, &r, x, mask, out, lw_acc(c, a0, STAX_INT64), 0);
     }
-    if (!strcmp(name, "any") || !strcmp(name, "all")) {
-        a0 = add_acc(k, name[1] == 'n' ? STAX_RED_ANY : STAX_RED_ALL, STAX_BOOL,
+    if ((id == STAX_OP_ANY) || (id == STAX_OP_ALL)) {
+        a0 = add_acc(k, id == STAX_OP_ANY ? STAX_RED_ANY : STAX_RED_ALL, STAX_BOOL,
                      lw_cast(c, v, STAX_BOOL), NULL);
         return a0 < 0 ? -1 : red_store(c, &r, x, mask, out, lw_acc(c, a0, STAX_BOOL), 0);
     }
-    if (!strcmp(name, "var") || !strcmp(name, "std") || !strcmp(name, "var_mean")
-        || !strcmp(name, "std_mean")) {
+    if ((id == STAX_OP_VAR) || (id == STAX_OP_STD) || (id == STAX_OP_VAR_MEAN)
+        || (id == STAX_OP_STD_MEAN)) {
         stax_dtype_t fd = acc_float(x->dtype);
         double corr = 1.0;
         PyObject *unb = lw_bound_arg(bound, in->op, "unbiased");
@@ -370,11 +370,11 @@ lw_lower_reduction(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
                                                    lw_size_const(c, fd, r.n),
                                                    lw_const(c, fd, corr), NULL)
                                          : lw_const(c, fd, n - corr), NULL);
-        int sd = name[0] == 's';
+        int sd = id == STAX_OP_STD || id == STAX_OP_STD_MEAN;
         if (sd) {
             var = lw_prim(c, STAX_PRIM_SQRT, fd, var, NULL, NULL);
         }
-        if (strstr(name, "_mean")) {
+        if (id == STAX_OP_VAR_MEAN || id == STAX_OP_STD_MEAN) {
             vbuf *items[2];
             if (tuple_out(c, in, out, 2, items) < 0) {
                 return -1;
@@ -386,7 +386,7 @@ lw_lower_reduction(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
         }
         return red_store(c, &r, x, mask, out, var, 0);
     }
-    if (!strcmp(name, "logsumexp")) {
+    if ((id == STAX_OP_LOGSUMEXP)) {
         stax_dtype_t fd = acc_float(x->dtype);
         const stax_lval *xv = lw_cast(c, v, fd);
         a0 = add_acc(k, STAX_RED_MAX, fd, xv, NULL);
@@ -407,7 +407,7 @@ lw_lower_reduction(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
                                        m, NULL);
         return red_store(c, &r, x, mask, out, res, 0);
     }
-    if (!strcmp(name, "norm")) {
+    if ((id == STAX_OP_NORM)) {
         stax_dtype_t fd = acc_float(x->dtype);
         PyObject *po = lw_bound_arg(bound, in->op, "p");
         double p = lw_num(po, 2.0);

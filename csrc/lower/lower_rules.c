@@ -214,9 +214,7 @@ lw_lower_node(lw_ctx *c, struct lw_node_in *in, vbuf **outp, const char **why)
     if (op == NULL) {
         UNSUPPORTED("no op of the op table matches the node's target");
     }
-    size_t nl = strlen(in->opname);
-    if ((op->flags & STAX_OPF_INPLACE)
-        || (nl > 1 && in->opname[nl - 1] == '_' && in->opname[nl - 2] != '_')) {
+    if (op->flags & STAX_OPF_INPLACE) {
         UNSUPPORTED("in-place op (functionalization did not remove it)");
     }
     bound = stax_op_bind(op, in->args, in->kwargs);
@@ -231,19 +229,19 @@ lw_lower_node(lw_ctx *c, struct lw_node_in *in, vbuf **outp, const char **why)
         }
     }
     vbuf *x = PyTuple_GET_SIZE(bound) > 0 ? lw_arg_vb(in, PyTuple_GET_ITEM(bound, 0)) : NULL;
-    if (x != NULL && x->kind != VB_TENSOR && strcmp(op->name, "getitem") != 0) {
+    if (x != NULL && x->kind != VB_TENSOR && op->id != STAX_OP_GETITEM) {
         Py_DECREF(bound);
         UNSUPPORTED("operand is not a lowered tensor");
     }
-    const char *name = op->name;
+    stax_op_id_t id = op->id;
     switch (op->kind) {
     case STAX_OPK_POINTWISE:
         if (op->formula == NULL) {
             *why = "pointwise op without a formula";
             rc = 0;
         }
-        else if (!strcmp(name, "to") || !strcmp(name, "_to_copy") || !strcmp(name, "clone")
-                 || !strcmp(name, "contiguous")) {
+        else if ((id == STAX_OP_TO) || (id == STAX_OP_TO_COPY) || (id == STAX_OP_CLONE)
+                 || (id == STAX_OP_CONTIGUOUS)) {
             out->body = x ? lw_cast(c, x->body, out->dtype) : NULL;
             rc = out->body ? 1 : 0;
             if (!rc) {
@@ -266,15 +264,15 @@ lw_lower_node(lw_ctx *c, struct lw_node_in *in, vbuf **outp, const char **why)
         if (x == NULL) {
             *why = "composite of a non-tensor";
         }
-        else if (!strcmp(name, "softmax") || !strcmp(name, "log_softmax")) {
-            rc = lw_lower_softmax(c, in, bound, x, out, name[0] == 'l', why);
+        else if ((id == STAX_OP_SOFTMAX) || (id == STAX_OP_LOG_SOFTMAX)) {
+            rc = lw_lower_softmax(c, in, bound, x, out, id == STAX_OP_LOG_SOFTMAX, why);
             rc = rc < 0 ? -1 : (*why ? 0 : 1);
         }
-        else if (!strcmp(name, "layer_norm") || !strcmp(name, "native_layer_norm")) {
-            rc = lw_lower_layer_norm(c, in, bound, x, out, name[0] == 'n', why);
+        else if ((id == STAX_OP_LAYER_NORM) || (id == STAX_OP_NATIVE_LAYER_NORM)) {
+            rc = lw_lower_layer_norm(c, in, bound, x, out, id == STAX_OP_NATIVE_LAYER_NORM, why);
             rc = rc < 0 ? -1 : (*why ? 0 : 1);
         }
-        else if (!strcmp(name, "batch_norm")) {
+        else if ((id == STAX_OP_BATCH_NORM)) {
             rc = lw_lower_batch_norm(c, in, bound, x, out, why);
         }
         else {
@@ -285,7 +283,7 @@ lw_lower_node(lw_ctx *c, struct lw_node_in *in, vbuf **outp, const char **why)
         if (x == NULL) {
             *why = "view of a non-tensor";
         }
-        else if (!strcmp(name, "getitem") && x->kind == VB_TUPLE) {
+        else if ((id == STAX_OP_GETITEM) && x->kind == VB_TUPLE) {
             PyObject *i = lw_bound_arg(bound, op, "index");
             Py_ssize_t k = i && PyLong_Check(i) ? PyLong_AsSsize_t(i) : -1;
             if (k < 0) {
@@ -310,22 +308,22 @@ lw_lower_node(lw_ctx *c, struct lw_node_in *in, vbuf **outp, const char **why)
         rc = lw_lower_matmul(c, in, bound, out, why);
         break;
     case STAX_OPK_OTHER:
-        if (!strcmp(name, "cat") || !strcmp(name, "stack")) {
-            rc = lw_lower_cat(c, in, bound, out, name[0] == 's', why);
+        if ((id == STAX_OP_CAT) || (id == STAX_OP_STACK)) {
+            rc = lw_lower_cat(c, in, bound, out, id == STAX_OP_STACK, why);
         }
-        else if (!strcmp(name, "pad") && x != NULL) {
+        else if ((id == STAX_OP_PAD) && x != NULL) {
             rc = lw_lower_pad(c, in, bound, x, out, why);
         }
-        else if (!strcmp(name, "index_select") || !strcmp(name, "gather")
-                 || !strcmp(name, "embedding")) {
+        else if ((id == STAX_OP_INDEX_SELECT) || (id == STAX_OP_GATHER)
+                 || (id == STAX_OP_EMBEDDING)) {
             rc = lw_lower_gather(c, in, bound, out, why);
         }
-        else if ((!strcmp(name, "slice_scatter") || !strcmp(name, "select_scatter")) && x != NULL) {
+        else if (((id == STAX_OP_SLICE_SCATTER) || (id == STAX_OP_SELECT_SCATTER)) && x != NULL) {
             rc = lw_lower_scatter(c, in, bound, x, out, why);
         }
-        else if (!strcmp(name, "zeros_like") || !strcmp(name, "ones_like")
-                 || !strcmp(name, "full_like")) {
-            double v = name[0] == 'z' ? 0.0 : name[0] == 'o' ? 1.0
+        else if ((id == STAX_OP_ZEROS_LIKE) || (id == STAX_OP_ONES_LIKE)
+                 || (id == STAX_OP_FULL_LIKE)) {
+            double v = id == STAX_OP_ZEROS_LIKE ? 0.0 : id == STAX_OP_ONES_LIKE ? 1.0
                        : lw_num(lw_bound_arg(bound, op, "fill_value"), 0.0);
             out->body = lw_const(c, out->dtype, v);
             rc = out->body ? 1 : -1;
@@ -356,8 +354,8 @@ lw_lower_node(lw_ctx *c, struct lw_node_in *in, vbuf **outp, const char **why)
                 }
             }
         }
-        if (op->kind != STAX_OPK_VIEW && n + strlen(name) + 2 < sizeof(lab)) {
-            snprintf(lab + n, sizeof(lab) - n, "%s%s", n ? "_" : "", name);
+        if (op->kind != STAX_OPK_VIEW && n + strlen(op->name) + 2 < sizeof(lab)) {
+            snprintf(lab + n, sizeof(lab) - n, "%s%s", n ? "_" : "", op->name);
         }
         char *l = stax_arena_alloc(c->arena, strlen(lab) + 1);
         if (l != NULL) {

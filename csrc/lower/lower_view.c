@@ -201,32 +201,32 @@ int
 lw_lower_view(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
               vbuf *out, const char **why)
 {
-    const char *name = in->op->name;
+    stax_op_id_t id = in->op->id;
     const stax_ix *map[STAX_MAX_DIMS];
-    if (!strcmp(name, "view") || !strcmp(name, "reshape") || !strcmp(name, "flatten")
-        || !strcmp(name, "unflatten") || !strcmp(name, "squeeze") || !strcmp(name, "unsqueeze")) {
-        if (out->kind != VB_TENSOR || (!strcmp(name, "view") && out->dtype != x->dtype)) {
+    if ((id == STAX_OP_VIEW) || (id == STAX_OP_RESHAPE) || (id == STAX_OP_FLATTEN)
+        || (id == STAX_OP_UNFLATTEN) || (id == STAX_OP_SQUEEZE) || (id == STAX_OP_UNSQUEEZE)) {
+        if (out->kind != VB_TENSOR || ((id == STAX_OP_VIEW) && out->dtype != x->dtype)) {
             UNSUPPORTED("view as another dtype");
         }
         return lower_reshape(c, x, out);
     }
-    if (!strcmp(name, "detach") || !strcmp(name, "alias")
-        || !strcmp(name, "positive")) {
+    if ((id == STAX_OP_DETACH) || (id == STAX_OP_ALIAS)
+        || (id == STAX_OP_POSITIVE)) {
         out->body = x->body;
         return 1;
     }
-    if (!strcmp(name, "t") || !strcmp(name, "transpose") || !strcmp(name, "permute")) {
+    if ((id == STAX_OP_T) || (id == STAX_OP_TRANSPOSE) || (id == STAX_OP_PERMUTE)) {
         int perm[STAX_MAX_DIMS];
         for (int d = 0; d < x->ndim; d++) {
             perm[d] = d;
         }
-        if (!strcmp(name, "t")) {
+        if ((id == STAX_OP_T)) {
             if (x->ndim == 2) {
                 perm[0] = 1;
                 perm[1] = 0;
             }
         }
-        else if (!strcmp(name, "transpose")) {
+        else if ((id == STAX_OP_TRANSPOSE)) {
             PyObject *d0 = lw_bound_arg(bound, in->op, "dim0"), *d1 = lw_bound_arg(bound, in->op, "dim1");
             if (!d0 || !d1 || !PyLong_Check(d0) || !PyLong_Check(d1)) {
                 UNSUPPORTED("transpose dims");
@@ -258,14 +258,14 @@ lw_lower_view(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
         }
         return lw_view_map(c, x, out, map);
     }
-    if (!strcmp(name, "expand") || !strcmp(name, "expand_as")) {
+    if ((id == STAX_OP_EXPAND) || (id == STAX_OP_EXPAND_AS)) {
         int off = out->ndim - x->ndim;
         for (int d = 0; d < x->ndim; d++) {
             map[d] = (x->sizes[d] == 1) ? lw_ix_const(c, 0) : lw_ix_var(c, off + d);
         }
         return lw_view_map(c, x, out, map);
     }
-    if (!strcmp(name, "select") || !strcmp(name, "narrow") || !strcmp(name, "slice")) {
+    if ((id == STAX_OP_SELECT) || (id == STAX_OP_NARROW) || (id == STAX_OP_SLICE)) {
         PyObject *dobj = lw_bound_arg(bound, in->op, "dim");
         int d = dobj && PyLong_Check(dobj) ? lw_norm_dim(PyLong_AsLongLong(dobj), x->ndim) : -1;
         if (d < 0) {
@@ -276,11 +276,11 @@ lw_lower_view(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
             if (j != d) {
                 map[j] = lw_ix_var(c, od++);
             }
-            else if (name[0] == 's' && name[1] == 'e') {
+            else if (id == STAX_OP_SELECT) {
                 int64_t i = PyLong_AsLongLong(lw_bound_arg(bound, in->op, "index"));
                 map[j] = lw_ix_const(c, i < 0 ? i + x->sizes[d] : i);
             }
-            else if (name[0] == 'n') {
+            else if (id == STAX_OP_NARROW) {
                 int64_t s = PyLong_AsLongLong(lw_bound_arg(bound, in->op, "start"));
                 map[j] = lw_ix_bin(c, STAX_IX_ADD, lw_ix_const(c, s < 0 ? s + x->sizes[d] : s),
                                    lw_ix_var(c, od++));
@@ -310,14 +310,14 @@ lw_lower_view(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
         }
         return lw_view_map(c, x, out, map);
     }
-    if (!strcmp(name, "getitem")) {
+    if ((id == STAX_OP_GETITEM)) {
         PyObject *idx = lw_bound_arg(bound, in->op, "index");
         if (idx == NULL) {
             UNSUPPORTED("getitem index");
         }
         return lower_getitem(c, x, idx, out, why);
     }
-    if (!strcmp(name, "split") || !strcmp(name, "chunk") || !strcmp(name, "unbind")) {
+    if ((id == STAX_OP_SPLIT) || (id == STAX_OP_CHUNK) || (id == STAX_OP_UNBIND)) {
         if (!PyTuple_Check(in->val) && !PyList_Check(in->val)) {
             UNSUPPORTED("split without a tuple value");
         }
@@ -335,7 +335,7 @@ lw_lower_view(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
         out->nitems = (int)n;
         out->items = stax_arena_alloc(c->arena, sizeof(vbuf *) * (size_t)(n ? n : 1));
         int64_t off = 0;
-        int unbind = !strcmp(name, "unbind");
+        int unbind = (id == STAX_OP_UNBIND);
         for (Py_ssize_t i = 0; i < n; i++) {
             vbuf *it = lw_vb_new(c);
             int64_t st[STAX_MAX_DIMS];

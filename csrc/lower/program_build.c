@@ -923,7 +923,7 @@ lw_build_program(PyObject *gm, PyObject *ex, int strict, int dynamic, PyObject *
                 }
             }
             const stax_op_info *op = base[0] ? stax_op_by_name(base) : NULL;
-            if (!strcmp(base, "copy_") && ncopies < 64) {
+            if (op != NULL && op->id == STAX_OP_COPY_ && ncopies < 64) {
                 PyObject *ca = PyObject_GetAttrString(node, "args");
                 vbuf *dv = NULL, *sv = NULL;
                 if (ca != NULL && PyTuple_Check(ca) && PyTuple_GET_SIZE(ca) >= 2) {
