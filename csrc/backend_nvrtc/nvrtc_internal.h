@@ -1,13 +1,12 @@
 /* Private header of the backend_nvrtc room (other rooms: backend_nvrtc.h).
- * tinygrad's split of a back end:
- *   renderer  nvrtc_render.c   loop IR (lower.h stax_kernel) -> CUDA C
+ * A pure back end: it never lowers anything itself; it renders the loop IR
+ * that the lower room makes (lower.h's stax_kernel), in tinygrad's split:
+ *   renderer  nvrtc_render.c   loop IR -> CUDA C
  *   compiler  nvrtc_loader.c   CUDA C -> PTX / CUBIN through NVRTC
  *   runtime   nvrtc_loader.c   module load, alloc, copy, launch (libcuda)
- * plus a stand-in lowering (GraphModule / S-expression / stages -> loop
- * IR: nvrtc_spec.h, nvrtc_spec.c, nvrtc_graph.c) behind nvrtc_render_graph,
- * nvrtc_render_expr and nvrtc_render_stages, and
- * backend_nvrtc_init.c: the stax_backend vtable and the Python functions.
- * libnvrtc and libcuda are dlopen()ed on first use and never linked. */
+ * and backend_nvrtc_init.c: the stax_backend vtable and the Python
+ * functions. libnvrtc and libcuda are dlopen()ed on first use and never
+ * linked. */
 #ifndef STAX_NVRTC_INTERNAL_H
 #define STAX_NVRTC_INTERNAL_H
 
@@ -16,14 +15,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define STAX_NVRTC_MAX_BUFS 32
-#define STAX_NVRTC_MAX_SIZES 64
+/* kernel parameters: 8 bytes each, under CUDA's 4 KB */
+#define STAX_NVRTC_MAX_BUFS 96
+#define STAX_NVRTC_MAX_SIZES 256
 
 /* ---- dtypes (nvrtc_render.c) ---- */
 const char *stax_nvrtc_dtype_name(stax_dtype_t dt);
 int stax_nvrtc_dtype_size(stax_dtype_t dt);
 int stax_nvrtc_is_float(stax_dtype_t dt);
-int stax_nvrtc_dtype_parse(const char *s, stax_dtype_t *out); /* -1 + exc */
 
 /* ---- renderer (nvrtc_render.c) ---- */
 /* number of size arguments the kernel reads (1 + largest STAX_IX_SYM) */
@@ -65,21 +64,11 @@ int stax_nvrtc_launch_image(PyObject *image, const char *name, int nbufs,
                             int nsizes, int64_t start, int64_t end,
                             const int64_t grid[3], const int64_t block[3]);
 
-/* ---- stand-in lowering (nvrtc_graph.c, nvrtc_spec.c) ---- */
-PyObject *stax_nvrtc_py_render_graph(PyObject *self, PyObject *args,
-                                     PyObject *kwargs);
-PyObject *stax_nvrtc_py_render_expr(PyObject *self, PyObject *args,
-                                    PyObject *kwargs);
-PyObject *stax_nvrtc_py_render_stages(PyObject *self, PyObject *args,
-                                      PyObject *kwargs);
-/* launch configuration at given sizes */
+/* launch configuration of a kernel at these sizes (nvrtc_render.c);
+ * -1 + exception if an extent needs a size argument sizes lacks */
 int stax_nvrtc_launch_config(const stax_kernel *k, const int64_t *sizes,
                              int64_t start, int64_t end, int64_t grid[3],
                              int64_t block[3]);
-
-/* ---- the vtable's handles (backend_nvrtc_init.c) ---- */
-#define STAX_NVRTC_HANDLE_CAPSULE "tensorplay._C.nvrtc_kernel_handle"
-PyObject *stax_nvrtc_handle_ptx(void *handle);      /* borrowed str */
 
 /* ---- Python entry points (nvrtc_loader.c) ---- */
 PyObject *stax_nvrtc_py_available(PyObject *self, PyObject *unused);
@@ -89,7 +78,5 @@ PyObject *stax_nvrtc_py_compile(PyObject *self, PyObject *args,
                                 PyObject *kwargs);
 PyObject *stax_nvrtc_py_cuda_available(PyObject *self, PyObject *unused);
 PyObject *stax_nvrtc_py_last_kernel_ms(PyObject *self, PyObject *unused);
-PyObject *stax_nvrtc_py_launch(PyObject *self, PyObject *args,
-                               PyObject *kwargs);
 
 #endif

@@ -66,37 +66,6 @@ stax_nvrtc_is_float(stax_dtype_t dt)
     return dt == STAX_FLOAT16 || dt == STAX_FLOAT32 || dt == STAX_FLOAT64;
 }
 
-/* "float32", "tensorplay.float32", "torch.float32" */
-int
-stax_nvrtc_dtype_parse(const char *s, stax_dtype_t *out)
-{
-    static const char *const alias[][2] = {
-        {"float", "float32"}, {"double", "float64"}, {"half", "float16"},
-        {"long", "int64"}, {"int", "int32"}, {NULL, NULL},
-    };
-    const char *dot = s ? strrchr(s, '.') : NULL;
-    if (s == NULL) {
-        PyErr_SetString(PyExc_TypeError, "NVRTC back end: no dtype");
-        return -1;
-    }
-    if (dot != NULL) {
-        s = dot + 1;
-    }
-    for (int i = 0; alias[i][0] != NULL; i++) {
-        if (strcmp(s, alias[i][0]) == 0) {
-            s = alias[i][1];
-        }
-    }
-    for (int i = 0; i < STAX_NUM_DTYPES; i++) {
-        if (strcmp(s, dtype_names[i]) == 0) {
-            *out = (stax_dtype_t)i;
-            return 0;
-        }
-    }
-    PyErr_Format(PyExc_TypeError, "NVRTC back end: unknown dtype '%s'", s);
-    return -1;
-}
-
 /* ------------------------------------------------------------ text */
 
 typedef struct {
@@ -1251,6 +1220,13 @@ stax_nvrtc_ix_bounds(const stax_ix *ix, const int64_t *sizes,
         *lo = *hi = sizes[ix->v];
         return 0;
     case STAX_IX_VALUE:
+        /* a launch handle's copy holds the value's clamp bounds in a, b */
+        if (ix->a != NULL && ix->b != NULL && ix->a->kind == STAX_IX_CONST
+            && ix->b->kind == STAX_IX_CONST) {
+            *lo = ix->a->v;
+            *hi = ix->b->v;
+            return 0;
+        }
         PyErr_SetString(PyExc_NotImplementedError, "NVRTC launch: a "
                         "data-dependent index cannot be bounded");
         return -1;

@@ -259,6 +259,26 @@ typedef struct stax_backend {
 int stax_lower_register_backend(stax_backend *be);
 stax_backend *stax_lower_get_backend(const char *name);   /* NULL if none */
 
+/* Back ends are chosen by device (devices.c): a table maps the device type
+ * of a program's tensor inputs to the name of the back end that compiles
+ * its kernels ("cpu" -> "llvm"; the GPU runtime adds "cuda" -> "nvrtc").
+ * stax_lower_inputs_device: the device type shared by the tensors (and
+ * NumPy arrays: "cpu") among examples, "cpu" if there is none; NULL +
+ * RuntimeError if they differ.  stax_lower_backend_for_device: the back end
+ * registered for it; NULL + RuntimeError saying what is missing. */
+const char *stax_lower_inputs_device(PyObject *examples);
+stax_backend *stax_lower_backend_for_device(const char *device);
+
+/* Lower a GraphModule for its example inputs (a sequence) and compile every
+ * kernel with back end be: a CompiledProgram (callable; .kernels lists each
+ * kernel's name, back-end source and loop IR), or NULL + exception.
+ * strict: an op lowering cannot take is an error instead of a fallback
+ * step; dynamic: kernels take sizes as arguments.  _C.stax_backend calls it
+ * with the back end of the inputs' device; a back end's own test helpers
+ * may pass themselves. */
+PyObject *stax_lower_program(PyObject *gm, PyObject *examples,
+                             stax_backend *be, int strict, int dynamic);
+
 /* ------------------------------------------------------------ threads */
 /* Run fn(ctx, start, end) over [0, n) split across the pool
  * (TENSORPLAY_NUM_THREADS, default the core count); small n / work runs on

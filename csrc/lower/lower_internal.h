@@ -301,9 +301,11 @@ PyObject *lw_new_buffer(Program *p, pbuf_t *b);
 PyObject *lw_shape_prop(PyObject *gm, PyObject *ex);
 /* dynamic mode: the variant compiled for these inputs' sizes (borrowed) */
 Program *lw_find_variant(Program *p, PyObject *const *args, Py_ssize_t nargs);
-PyObject *lw_build_program(PyObject *gm, PyObject *ex, int strict,
-                           int dynamic, PyObject *vals, int no_random,
-                           PyObject *kcache);
+/* be: the back end that compiles the kernels (a size variant: its
+ * program's) */
+PyObject *lw_build_program(PyObject *gm, PyObject *ex, stax_backend *be,
+                           int strict, int dynamic, PyObject *vals,
+                           int no_random, PyObject *kcache);
 PyObject *lw_stax_backend_fn(PyObject *mod, PyObject *args,
                              PyObject *kwargs);
 

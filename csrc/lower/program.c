@@ -896,7 +896,17 @@ program_get_steps(Program *p, void *closure)
     return l;
 }
 
+static PyObject *
+program_get_backend(Program *p, void *closure)
+{
+    (void)closure;
+    return PyUnicode_FromString(p->c.be != NULL ? p->c.be->name : "");
+}
+
 static PyGetSetDef program_getset[] = {
+    {"backend", (getter)program_get_backend, NULL,
+     "name of the back end that compiled the kernels (chosen by the "
+     "inputs' device: 'llvm' for cpu)", NULL},
     {"kernels", (getter)program_get_kernels, NULL, "compiled kernels", NULL},
     {"op_graph", (getter)program_get_op_graph, NULL, "op-level graph", NULL},
     {"fallbacks", (getter)program_get_fallbacks, NULL, "nodes run eagerly", NULL},

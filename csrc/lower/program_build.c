@@ -579,6 +579,18 @@ lw_stax_backend_fn(PyObject *mod, PyObject *args, PyObject *kwargs)
             return NULL;
         }
     }
+    const char *device = stax_lower_inputs_device(examples);
+    stax_backend *be = device ? stax_lower_backend_for_device(device) : NULL;
+    if (be == NULL) {
+        return NULL;
+    }
+    return stax_lower_program(gm, examples, be, strict, dynamic);
+}
+
+PyObject *
+stax_lower_program(PyObject *gm, PyObject *examples, stax_backend *be,
+                   int strict, int dynamic)
+{
     PyObject *ex = PySequence_Tuple(examples);
     if (ex == NULL) {
         return NULL;
@@ -673,11 +685,11 @@ lw_stax_backend_fn(PyObject *mod, PyObject *args, PyObject *kwargs)
             return NULL;
         }
     }
-    PyObject *r = lw_build_program(gm, ex, strict, dynamic, vals, 0, NULL);
+    PyObject *r = lw_build_program(gm, ex, be, strict, dynamic, vals, 0, NULL);
     if (r != NULL && ((Program *)r)->c.nrand > 0 && ((Program *)r)->c.nfallbacks > 0) {
         /* a fallback kernel could draw from the generator between native
          * draws: keep eager's order by running the random ops eagerly too */
-        Py_SETREF(r, lw_build_program(gm, ex, strict, dynamic, vals, 1, NULL));
+        Py_SETREF(r, lw_build_program(gm, ex, be, strict, dynamic, vals, 1, NULL));
     }
     if (r != NULL && gm != gm_in) {
         Py_XSETREF(((Program *)r)->op_graph, Py_NewRef(gm));
@@ -690,22 +702,13 @@ lw_stax_backend_fn(PyObject *mod, PyObject *args, PyObject *kwargs)
 }
 
 PyObject *
-lw_build_program(PyObject *gm, PyObject *ex, int strict, int dynamic, PyObject *vals,
-                 int no_random, PyObject *kcache)
+lw_build_program(PyObject *gm, PyObject *ex, stax_backend *be, int strict, int dynamic,
+                 PyObject *vals, int no_random, PyObject *kcache)
 {
     PyObject *graph = NULL, *nodes = NULL, *index = NULL;
     Program *p = NULL;
     vbuf **vb = NULL;
     Py_INCREF(ex);
-    stax_backend *be = stax_lower_get_backend("llvm");
-    if (be == NULL) {
-        Py_DECREF(ex);
-        PyErr_SetString(PyExc_RuntimeError,
-                        "the Stax CPU back end needs LLVM: tensorplay was built "
-                        "without it; install llvm-19-dev (apt-get install "
-                        "llvm-19-dev) and rebuild with `make build`");
-        return NULL;
-    }
     graph = PyObject_GetAttrString(gm, "graph");
     PyObject *nl = graph ? PyObject_GetAttrString(graph, "nodes") : NULL;
     nodes = nl ? PySequence_List(nl) : NULL;

@@ -239,8 +239,8 @@ lw_find_variant(Program *p, PyObject *const *args, Py_ssize_t nargs)
         PyTuple_SET_ITEM(ex, i, Py_NewRef(args[i]));
     }
     PyObject *vals = shape_prop_isolated(p->gm, ex);
-    PyObject *q = vals ? lw_build_program(p->gm, ex, p->strict, 0, vals, p->c.no_random,
-                                        p->kcache) : NULL;
+    PyObject *q = vals ? lw_build_program(p->gm, ex, p->c.be, p->strict, 0, vals,
+                                        p->c.no_random, p->kcache) : NULL;
     Py_DECREF(ex);
     Py_XDECREF(vals);
     if (q == NULL) {

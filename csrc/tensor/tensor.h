@@ -78,6 +78,10 @@ int stax_result_type(PyObject *const *operands, Py_ssize_t n, stax_dtype_t *out)
 
 /* construction */
 StaxTensor *stax_tensor_from_array(PyObject *ndarray); /* no copy; negative strides -> ValueError */
+/* The device type of t's storage ("cpu"): one place to read it, so that
+ * what picks a back end by device (lower) learns of "cuda" tensors when the
+ * GPU runtime gives storages a device. */
+const char *stax_tensor_device_type(const StaxTensor *t);
 /* contiguous, uninitialized, exact type Tensor; negative size or an
  * overflowing element count -> RuntimeError */
 StaxTensor *stax_tensor_empty(int ndim, const int64_t *sizes, stax_dtype_t dt);

@@ -22,6 +22,13 @@ get_dtype(PyObject *self, void *c)
     return Py_NewRef(stax_dtype_object(SELF->dtype));
 }
 
+const char *
+stax_tensor_device_type(const StaxTensor *t)
+{
+    (void)t;     /* every storage is host memory (a NumPy array) today */
+    return "cpu";
+}
+
 static PyObject *
 get_device(PyObject *self, void *c)
 {

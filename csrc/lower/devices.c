@@ -1,0 +1,85 @@
+/* Back ends chosen by device: the program's inputs name a device type, the
+ * table below names the back end that compiles kernels for it.  Lowering
+ * itself is the same for every device; only the back end (the vtable of
+ * lower.h) differs. */
+#include "lower/lower.h"
+#include "stax_numpy.h"
+
+#include <string.h>
+
+/* One row per device type.  The GPU runtime, once tensors can live on the
+ * GPU (stax_tensor_device_type answers "cuda"), adds
+ *     {"cuda", "nvrtc", "..."},
+ * and nothing else here changes. */
+static const struct {
+    const char *device;
+    const char *backend;
+    const char *missing;     /* why none is registered, what to do */
+} device_backends[] = {
+    {"cpu", "llvm",
+     "the Stax CPU back end needs LLVM: tensorplay was built without it; "
+     "install llvm-19-dev (apt-get install llvm-19-dev) and rebuild with "
+     "`make build`"},
+};
+
+#define N_DEVICE_BACKENDS \
+    ((int)(sizeof(device_backends) / sizeof(device_backends[0])))
+
+stax_backend *
+stax_lower_backend_for_device(const char *device)
+{
+    for (int i = 0; i < N_DEVICE_BACKENDS; i++) {
+        if (strcmp(device_backends[i].device, device) == 0) {
+            stax_backend *be = stax_lower_get_backend(
+                device_backends[i].backend);
+            if (be == NULL) {
+                PyErr_SetString(PyExc_RuntimeError,
+                                device_backends[i].missing);
+            }
+            return be;
+        }
+    }
+    PyErr_Format(PyExc_RuntimeError, "Stax has no back end for device type "
+                 "'%s'", device);
+    return NULL;
+}
+
+static const char *
+value_device(PyObject *o)
+{
+    if (StaxTensor_Check(o)) {
+        return stax_tensor_device_type((StaxTensor *)o);
+    }
+    if (PyArray_Check(o)) {
+        return "cpu";
+    }
+    return NULL;             /* not a tensor: no device */
+}
+
+const char *
+stax_lower_inputs_device(PyObject *examples)
+{
+    PyObject *seq = PySequence_Fast(examples, "example inputs must be a "
+                                              "sequence");
+    const char *dev = NULL;
+    if (seq == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+        const char *d = value_device(PySequence_Fast_GET_ITEM(seq, i));
+        if (d == NULL) {
+            continue;
+        }
+        if (dev != NULL && strcmp(dev, d) != 0) {
+            /* PyTorch's words for the same mistake */
+            PyErr_Format(PyExc_RuntimeError, "Expected all tensors to be on "
+                         "the same device, but found at least two devices, "
+                         "%s and %s!", dev, d);
+            Py_DECREF(seq);
+            return NULL;
+        }
+        dev = d;
+    }
+    Py_DECREF(seq);
+    return dev != NULL ? dev : "cpu";
+}
