@@ -176,15 +176,13 @@ def test_pointwise_formula_compiles(label, fn, dtypes):
 
 @needs_nvrtc
 @pytest.mark.parametrize("dt", OP_DTYPES)
-@pytest.mark.parametrize("first", range(0, 160, 12))
+@pytest.mark.parametrize("first", range(0, len(pointwise_rows()), 12))
 def test_every_pointwise_op_of_the_op_table_compiles(dt, first):
     """Every pointwise row of the op table (in-place twins included), at
     every dtype eager accepts it, inside a chain: where -> op -> eq, its
     first operand transposed and the others broadcast. Lowered strictly
     (no fallback), fused into one kernel, compiled to PTX."""
     rows = pointwise_rows()[first:first + 12]
-    if not rows:
-        pytest.skip("past the end of the table")
     fn, args, names = pointwise_batch_case(rows, dt)
     if not names:
         pytest.skip(f"no op of this slice takes {dt}")

@@ -76,10 +76,10 @@ def test_program_on_gpu_matches_cpu(case):
 
 
 @pytest.mark.parametrize("dt", OP_DTYPES)
-@pytest.mark.parametrize("first", range(0, 160, 12))
+@pytest.mark.parametrize("first", range(0, len(pointwise_rows()), 12))
 def test_every_pointwise_op_on_gpu_matches_cpu(dt, first):
     rows = pointwise_rows()[first:first + 12]
-    fn, args, names = pointwise_batch_case(rows, dt) if rows else (0, 0, [])
+    fn, args, names = pointwise_batch_case(rows, dt)
     if not names:
         pytest.skip(f"no op of this slice takes {dt}")
     gpu, progs = nvrtc_compile(fn, *args, run_on_gpu=True)
