@@ -467,6 +467,13 @@ verf_f32(cg_t *g, LLVMValueRef x)
     return LLVMBuildSelect(b, nan, x, r, "");
 }
 
+static LLVMValueRef gen_prim_in(cg_t *g, const stax_lval *v, stax_dtype_t adt,
+                                LLVMValueRef *x);
+
+/* A primitive whose arithmetic type is float16 computes in float32 and
+ * rounds once (torch's opmath): libm has no half functions (a `half
+ * @tanh(half)` declaration would call the double one with garbage), and
+ * float32 has more than 2p+2 bits, so +-* / sqrt stay correctly rounded. */
 static LLVMValueRef
 gen_prim(cg_t *g, const stax_lval *v)
 {
@@ -479,6 +486,24 @@ gen_prim(cg_t *g, const stax_lval *v)
     if (v->prim == STAX_PRIM_WHERE) {
         return LLVMBuildSelect(g->b, x[0], x[1], x[2], "");
     }
+    if (adt != STAX_FLOAT16) {
+        return gen_prim_in(g, v, adt, x);
+    }
+    for (int i = 0; i < v->nargs; i++) {
+        if (v->args[i]->dtype == STAX_FLOAT16) {
+            x[i] = LLVMBuildFPExt(g->b, x[i], g->f32, "");
+        }
+    }
+    LLVMValueRef r = gen_prim_in(g, v, STAX_FLOAT32, x);
+    if (v->dtype == STAX_FLOAT16 && LLVMTypeOf(r) == g->f32) {
+        r = LLVMBuildFPTrunc(g->b, r, g->f16, "");
+    }
+    return r;
+}
+
+static LLVMValueRef
+gen_prim_in(cg_t *g, const stax_lval *v, stax_dtype_t adt, LLVMValueRef *x)
+{
     int fp = is_fp(adt), un = is_unsigned(adt);
     LLVMTypeRef t = reg_type(g, adt);
     LLVMBuilderRef b = g->b;
@@ -507,8 +532,28 @@ gen_prim(cg_t *g, const stax_lval *v)
         }
     case STAX_PRIM_FLOORDIV:
         if (fp) {
+            /* torch's div_floor: from fmod, so inf // 2 is nan and
+             * 1e4 // 1e-3 is 9999999 (the exact quotient's floor), not
+             * floor of the rounded quotient */
+            LLVMValueRef z = fconst(g, t, 0.0);
             LLVMValueRef q = LLVMBuildFDiv(b, x[0], x[1], "");
-            return intrinsic(g, "llvm.floor", t, &q, 1);
+            LLVMValueRef mod = LLVMBuildFRem(b, x[0], x[1], "");
+            LLVMValueRef d = LLVMBuildFDiv(b, LLVMBuildFSub(b, x[0], mod, ""), x[1], "");
+            LLVMValueRef mnz = LLVMBuildFCmp(b, LLVMRealUNE, mod, z, "");
+            LLVMValueRef sb = LLVMBuildFCmp(b, LLVMRealOLT, x[1], z, "");
+            LLVMValueRef sm = LLVMBuildFCmp(b, LLVMRealOLT, mod, z, "");
+            LLVMValueRef adj = LLVMBuildAnd(b, mnz, LLVMBuildXor(b, sb, sm, ""), "");
+            d = LLVMBuildSelect(b, adj, LLVMBuildFSub(b, d, fconst(g, t, 1.0), ""), d, "");
+            LLVMValueRef fl = intrinsic(g, "llvm.floor", t, &d, 1);
+            LLVMValueRef up = LLVMBuildFCmp(b, LLVMRealOGT, LLVMBuildFSub(b, d, fl, ""),
+                                            fconst(g, t, 0.5), "");
+            fl = LLVMBuildSelect(b, up, LLVMBuildFAdd(b, fl, fconst(g, t, 1.0), ""), fl, "");
+            LLVMValueRef cs[2] = {z, q};
+            LLVMValueRef sz = intrinsic(g, "llvm.copysign", t, cs, 2);
+            LLVMValueRef dz = LLVMBuildFCmp(b, LLVMRealOEQ, d, z, "");
+            LLVMValueRef r = LLVMBuildSelect(b, dz, sz, fl, "");
+            LLVMValueRef bz = LLVMBuildFCmp(b, LLVMRealOEQ, x[1], z, "");
+            return LLVMBuildSelect(b, bz, q, r, "");
         }
         else {
             LLVMValueRef z = LLVMConstInt(t, 0, 0);
@@ -576,9 +621,8 @@ gen_prim(cg_t *g, const stax_lval *v)
             LLVMValueRef z = fconst(g, t, 0.0);
             LLVMValueRef pos = LLVMBuildUIToFP(b, LLVMBuildFCmp(b, LLVMRealOGT, x[0], z, ""), t, "");
             LLVMValueRef neg = LLVMBuildUIToFP(b, LLVMBuildFCmp(b, LLVMRealOLT, x[0], z, ""), t, "");
-            LLVMValueRef s = LLVMBuildFSub(b, pos, neg, "");
-            LLVMValueRef nan = LLVMBuildFCmp(b, LLVMRealUNO, x[0], x[0], "");
-            return LLVMBuildSelect(b, nan, x[0], s, "");
+            /* ordered compares: sign(nan) = 0, as torch */
+            return LLVMBuildFSub(b, pos, neg, "");
         }
         else {
             LLVMValueRef z = LLVMConstInt(t, 0, 0);

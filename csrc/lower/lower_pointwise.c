@@ -216,6 +216,10 @@ f_prim(fctx *f, int prim, fval *x, int n)
         }
         if (!lw_is_float(f->cd)) {
             switch (p) {
+            case STAX_PRIM_FLOOR: case STAX_PRIM_CEIL: case STAX_PRIM_ROUND:
+            case STAX_PRIM_TRUNC:
+                r.v = a[0];    /* integers are already integral (torch: a copy) */
+                return r;
             case STAX_PRIM_EXP: case STAX_PRIM_LOG: case STAX_PRIM_SQRT:
             case STAX_PRIM_SIN: case STAX_PRIM_COS: case STAX_PRIM_TANH:
             case STAX_PRIM_ERF: case STAX_PRIM_RSQRT: case STAX_PRIM_EXPM1:
@@ -227,6 +231,26 @@ f_prim(fctx *f, int prim, fval *x, int n)
             }
         }
         break;
+    }
+    if (p == STAX_PRIM_NEG && a[0]->kind == STAX_LV_CONST) {
+        r.v = lw_const(c, rt, lw_is_float(rt) ? -a[0]->f : (double)-a[0]->i);
+        return r;
+    }
+    if (p == STAX_PRIM_POW && a[0]->kind == STAX_LV_CONST && a[1]->kind == STAX_LV_CONST) {
+        /* a power of two literals (round's 10**decimals): fold it, in
+         * double or exactly for integers, so no pow of the kernel's dtype */
+        if (lw_is_float(rt)) {
+            r.v = lw_const(c, rt, pow(a[0]->f, a[1]->f));
+            return r;
+        }
+        if (a[1]->i >= 0 && a[1]->i < 64) {
+            int64_t acc = 1;
+            for (int64_t k = 0; k < a[1]->i; k++) {
+                acc = (int64_t)((uint64_t)acc * (uint64_t)a[0]->i);
+            }
+            r.v = lw_const(c, rt, (double)acc);
+            return r;
+        }
     }
     r.v = lw_prim(c, p, rt, a[0], a[1], a[2]);
     return r;
@@ -335,6 +359,10 @@ f_eval(fctx *f)
         return f_operand(f, o);
     }
     double x;
+    /* a literal is a weak scalar of its own kind (a Python int or float),
+     * so comparisons promote as torch does: int32 == inf compares in
+     * floating point, not against inf cast to int32 */
+    stax_dtype_t ldt = strpbrk(tok, ".eEn") != NULL ? STAX_FLOAT64 : STAX_INT64;
     if (strcmp(tok, "inf") == 0) {
         x = INFINITY;
     }
@@ -352,7 +380,7 @@ f_eval(fctx *f)
             return r;
         }
     }
-    r.v = lw_const(f->c, f->cd, x);
+    r.v = lw_const(f->c, lw_is_float(f->cd) ? f->cd : ldt, x);
     r.weak = 1;
     return r;
 }
@@ -381,6 +409,12 @@ lw_lower_formula(lw_ctx *c, struct lw_node_in *in, PyObject *bound,
             sc[i] = (vs[i] == NULL && is_number(o)) ? o : NULL;
         }
         f.cd = result_type(vs, sc, n);
+    }
+    /* float16 computes the whole formula in float32 and rounds once at
+     * the end, as torch's opmath does (gelu, softplus, mish ... are one
+     * rounding, not one per primitive) */
+    if (f.cd == STAX_FLOAT16) {
+        f.cd = STAX_FLOAT32;
     }
     f.p = formula;
     fval r = f_eval(&f);

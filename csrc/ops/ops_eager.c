@@ -718,7 +718,9 @@ fast_axes(PyObject *dim, int ndim, int64_t *count, const int64_t *sizes)
     int seen[STAX_MAX_DIMS] = {0};
     Py_ssize_t n;
     *count = 1;
-    if (dim == Py_None || (PyTuple_Check(dim) && PyTuple_GET_SIZE(dim) == 0)) {
+    /* dim=None, () and [] all reduce every dimension (torch) */
+    if (dim == Py_None || (PyTuple_Check(dim) && PyTuple_GET_SIZE(dim) == 0)
+        || (PyList_Check(dim) && PyList_GET_SIZE(dim) == 0)) {
         t = PyTuple_New(ndim);
         for (int i = 0; t && i < ndim; i++) {
             PyTuple_SET_ITEM(t, i, PyLong_FromLong(i));

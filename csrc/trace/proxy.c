@@ -110,6 +110,29 @@ stax_trace_raise_deferred(StaxNode *n)
 }
 
 PyObject *
+stax_trace_raise_original(StaxNode *n)
+{
+    PyObject *origin = PyDict_GetItemString(n->meta, "sample_error_origin");
+    StaxNode *o = (origin && StaxNode_Check(origin)) ? (StaxNode *)origin : n;
+    PyObject *exc = PyDict_GetItemString(o->meta, "sample_error");
+    PyObject *stack = PyDict_GetItemString(o->meta, "stack");
+    PyObject *note, *r;
+    if (exc == NULL) {
+        return stax_trace_raise_deferred(n);
+    }
+    Py_INCREF(exc);
+    note = PyUnicode_FromFormat("(while compiling: node %%%U, at %S)", o->name,
+                                stack ? stack : Py_None);
+    r = note ? PyObject_CallMethod(exc, "add_note", "O", note) : NULL;
+    Py_XDECREF(note);
+    Py_XDECREF(r);
+    PyErr_Clear();    /* the note is a courtesy: the error is what counts */
+    PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+    Py_DECREF(exc);
+    return NULL;
+}
+
+PyObject *
 stax_trace_need_val(StaxProxy *p)
 {
     PyObject *v = PyDict_GetItemString(p->node->meta, "val");

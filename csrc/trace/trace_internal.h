@@ -20,6 +20,7 @@ struct StaxTracer {
                                 moved): in-place methods, setitem, copy_,
                                 out=, writes through views */
     int active;
+    int entry_depth;         /* Python frames below fn's when tracing began */
 };
 
 extern PyTypeObject *StaxTracer_Type;
@@ -34,6 +35,11 @@ PyObject *stax_trace_proxy_new(StaxTracer *tr, StaxNode *node);
 /* Borrowed sample value of a proxy, or NULL + the deferred error naming
  * the node, its source line and the original exception. */
 PyObject *stax_trace_need_val(StaxProxy *p);
+/* Number of Python frames on the current thread's stack. */
+int stax_trace_frame_depth(void);
+/* Raise node n's original sample error (same type and message as eager),
+ * with a note naming the node and its source line; returns NULL. */
+PyObject *stax_trace_raise_original(StaxNode *n);
 /* Set the deferred error of node n (meta['sample_error']); returns NULL. */
 PyObject *stax_trace_raise_deferred(StaxNode *n);
 /* Record a data gate. */

@@ -280,6 +280,75 @@ done:
     return rc;
 }
 
+/* 1 when the instruction a frame is executing lies inside an entry of its
+ * code's exception table (CPython 3.11+: a try block, or a with block, whose
+ * handler would see an exception raised there). The table is a sequence
+ * of entries (start, length, target, depth_lasti), each a varint of 6-bit
+ * chunks with bit 6 the continuation flag and bit 7 marking an entry's
+ * first byte; positions are in code units. */
+static int
+frame_in_handler(PyFrameObject *f)
+{
+    PyCodeObject *co = PyFrame_GetCode(f);
+    PyObject *tab = co ? PyObject_GetAttrString((PyObject *)co, "co_exceptiontable")
+                       : NULL;
+    int lasti = PyFrame_GetLasti(f), in = 0;
+    Py_XDECREF(co);
+    if (tab == NULL || !PyBytes_Check(tab) || lasti < 0) {
+        Py_XDECREF(tab);
+        PyErr_Clear();
+        return 0;
+    }
+    const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(tab);
+    Py_ssize_t n = PyBytes_GET_SIZE(tab), i = 0;
+    long idx = lasti / 2;
+    while (i < n && !in) {
+        long v[4];
+        for (int k = 0; k < 4; k++) {
+            long x = 0;
+            unsigned char c;
+            do {
+                c = i < n ? b[i++] : 0;
+                x = (x << 6) | (c & 63);
+            } while ((c & 64) && i < n);
+            v[k] = x;
+        }
+        in = v[0] <= idx && idx < v[0] + v[1];
+    }
+    Py_DECREF(tab);
+    return in;
+}
+
+/* 1 when a frame of the traced code (fn and what it calls, outside the
+ * tensorplay package) is inside a try or with block at this point. */
+static int
+user_try_active(StaxTracer *tr)
+{
+    int depth = stax_trace_frame_depth() - tr->entry_depth, in = 0;
+    PyFrameObject *f = PyEval_GetFrame();
+    Py_XINCREF(f);
+    for (; f != NULL && depth > 0 && !in; depth--) {
+        PyCodeObject *co = PyFrame_GetCode(f);
+        PyObject *fn = PyObject_GetAttrString((PyObject *)co, "co_filename");
+        int inside = 0;
+        Py_DECREF(co);
+        if (fn != NULL && stax_trace_pkg_dir != NULL && PyUnicode_Check(fn)) {
+            inside = PyUnicode_Tailmatch(fn, stax_trace_pkg_dir, 0, PY_SSIZE_T_MAX,
+                                         -1) == 1;
+        }
+        Py_XDECREF(fn);
+        PyErr_Clear();
+        if (!inside) {
+            in = frame_in_handler(f);
+        }
+        PyFrameObject *back = PyFrame_GetBack(f);
+        Py_DECREF(f);
+        f = back;
+    }
+    Py_XDECREF(f);
+    return in;
+}
+
 /* 1 when n is a conversion method whose sample run returned its own
  * argument object (a no-op: same dtype, device, layout) and wrote nothing. */
 static int
@@ -398,6 +467,18 @@ stax_trace_record(StaxTracer *tr, stax_node_op_t op, PyObject *target,
         else {
             stax_trace_raise_deferred(n);
         }
+        goto done;
+    }
+    if (PyDict_GetItemString(n->meta, "sample_error") != NULL
+        && user_try_active(tr)) {
+        /* the call fails on the sample inside a try (or with) block of the
+         * traced code: eager raises here and the handler decides what
+         * happens next, so raise the user's error now; no node */
+        Py_INCREF(n);
+        if (stax_graph_erase_node(tr->graph, n) == 0) {
+            stax_trace_raise_original(n);
+        }
+        Py_DECREF(n);
         goto done;
     }
     if (returns_self(tr, n, args)) {

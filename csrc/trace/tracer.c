@@ -126,6 +126,21 @@ tracer_new(void)
 /* ------------------------------------------------------------------ */
 /* user source line                                                    */
 
+int
+stax_trace_frame_depth(void)
+{
+    int d = 0;
+    PyFrameObject *f = PyEval_GetFrame();
+    Py_XINCREF(f);
+    while (f != NULL) {
+        PyFrameObject *back = PyFrame_GetBack(f);
+        Py_DECREF(f);
+        f = back;
+        d++;
+    }
+    return d;
+}
+
 PyObject *
 stax_trace_user_stack(void)
 {
@@ -497,6 +512,7 @@ py_trace(PyObject *mod, PyObject *args, PyObject *kwds)
         goto done;
     }
     tr->active = 1;
+    tr->entry_depth = stax_trace_frame_depth();
     /* placeholders: tensor leaves of args then kwargs, depth first */
     pnames = param_names(fn, &varargs);
     if (pnames == NULL) {
@@ -610,7 +626,7 @@ py_trace(PyObject *mod, PyObject *args, PyObject *kwds)
         bad = failed_output_input(tr->graph, (StaxNode *)on);
         Py_DECREF(on);
         if (bad != NULL) {
-            stax_trace_raise_deferred(bad);
+            stax_trace_raise_original(bad);
             goto done;
         }
     }

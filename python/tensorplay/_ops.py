@@ -179,18 +179,38 @@ def _binary_scalar_args(name, a, b):
                             f"{type(x).__name__}")
 
 
+def _alpha_op(name, input, other, alpha):
+    """input +- other * alpha with torch's rules: the result dtype is
+    input's and other's (alpha does not promote: bool + bool * 2 is bool)."""
+    if alpha == 1 and not isinstance(alpha, bool):
+        return _FUNCS[name](input, other)
+    _binary_scalar_args(name, input, other)
+    rt = _result_np(input, other)
+    if isinstance(alpha, bool) and rt != np.bool_:
+        raise RuntimeError("Boolean alpha only supported for Boolean results.")
+    if isinstance(alpha, float) and rt.kind in "biu":
+        raise RuntimeError("For integral input tensors, argument alpha must not "
+                           "be a floating point number.")
+    if name == "sub" and rt == np.bool_:
+        raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not "
+                           "supported. Use the `^` or `logical_xor()` operator instead.")
+    if rt == np.bool_:
+        o = _arr(other) if _is_t(other) else np.asarray(other)
+        i = _arr(input) if _is_t(input) else np.asarray(input)
+        return _wrap(np.logical_or(i, np.logical_and(o, bool(alpha))))
+    other = other * alpha if not _is_t(other) else _FUNCS["mul"](other, alpha)
+    r = _FUNCS[name](input, other)
+    return r if _arr(r).dtype == rt else _wrap(np.asarray(_arr(r), rt), input, other)
+
+
 @_impl("add")
 def _add(input, other, alpha=1):
-    if alpha != 1:
-        other = other * alpha if not _is_t(other) else _FUNCS["mul"](other, alpha)
-    return _FUNCS["add"](input, other)
+    return _alpha_op("add", input, other, alpha)
 
 
 @_impl("sub")
 def _sub(input, other, alpha=1):
-    if alpha != 1:
-        other = other * alpha if not _is_t(other) else _FUNCS["mul"](other, alpha)
-    return _FUNCS["sub"](input, other)
+    return _alpha_op("sub", input, other, alpha)
 
 
 @_impl("rsub")
@@ -268,8 +288,17 @@ def _round(input, *, decimals=0):
         return _FUNCS["round"](input)
     a = _arr(input)
     if a.dtype.kind != "f":
-        raise RuntimeError(f"\"round_cpu\" not implemented for '{_title(a.dtype)}'")
-    return _wrap(np.round(a, decimals), input)
+        raise NotImplementedError(f"\"round_cpu\" not implemented for '{_title(a.dtype)}'")
+    # torch: x * 10**d rounded half-even, / 10**d (d < 0: / then *), in
+    # float32 for float16
+    w = a.astype(np.float32) if a.dtype == np.float16 else a
+    if decimals >= 0:
+        p = np.asarray(10.0 ** decimals, w.dtype)
+        r = np.rint(w * p) / p
+    else:
+        p = np.asarray(10.0 ** -decimals, w.dtype)
+        r = np.rint(w / p) * p
+    return _wrap(np.asarray(r, a.dtype), input)
 
 
 @_impl("sign")
@@ -444,6 +473,8 @@ def _act_arr(input, name):
     a = _arr(input)
     if a.dtype.kind != "f":
         raise RuntimeError(f"\"{name}\" not implemented for '{_title(a.dtype)}'")
+    if a.dtype == np.float16:    # torch's opmath: compute in float32, round once
+        return a.astype(np.float32)
     return a
 
 
@@ -503,7 +534,7 @@ def _gelu(input, *, approximate="none"):
         r = 0.5 * a * (1 + np.tanh(0.7978845608028654 * (a + 0.044715 * a * a * a)))
     else:
         raise RuntimeError(f"approximate argument must be either none or tanh.")
-    return _wrap(np.asarray(r, a.dtype), input)
+    return _wrap(np.asarray(r, _arr(input).dtype), input)
 
 
 @_impl("silu")
@@ -525,13 +556,15 @@ def _mish(input, inplace=False):
 @_impl("softplus")
 def _softplus(input, beta=1, threshold=20):
     a = _act_arr(input, "softplus")
-    return _wrap(np.asarray(_softplus_np(a, beta, threshold), a.dtype), input)
+    return _wrap(np.asarray(_softplus_np(a, beta, threshold), _arr(input).dtype), input)
 
 
 @_impl("hardtanh")
 def _hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
     _check_tensor(input, "hardtanh")
     a = _arr(input)
+    if a.dtype == np.bool_:
+        raise RuntimeError("Bool inputs not supported for hardtanh")
     return _act_out(input, np.minimum(np.maximum(a, min_val), max_val), inplace)
 
 
@@ -822,14 +855,18 @@ def _norm(input, p="fro", dim=None, keepdim=False, *, dtype=None):
 @_impl("all")
 def _all(input, dim=None, keepdim=False):
     a = _red_prep(input, "all")
-    r = np.all(a, axis=_dims(dim, a.ndim), keepdims=keepdim)
+    # torch: an empty dim list reduces nothing here (sum and mean reduce all)
+    axes = () if isinstance(dim, (list, tuple)) and len(dim) == 0 else _dims(dim, a.ndim)
+    r = np.all(a, axis=axes, keepdims=keepdim)
     return _wrap(np.asarray(r, np.uint8 if a.dtype == np.uint8 else np.bool_))
 
 
 @_impl("any")
 def _any(input, dim=None, keepdim=False):
     a = _red_prep(input, "any")
-    r = np.any(a, axis=_dims(dim, a.ndim), keepdims=keepdim)
+    # torch: an empty dim list reduces nothing here (sum and mean reduce all)
+    axes = () if isinstance(dim, (list, tuple)) and len(dim) == 0 else _dims(dim, a.ndim)
+    r = np.any(a, axis=axes, keepdims=keepdim)
     return _wrap(np.asarray(r, np.uint8 if a.dtype == np.uint8 else np.bool_))
 
 

@@ -38,6 +38,18 @@ def reset():
         _code_compiles.clear()
 
 
+
+def _raise_sample_error(graph):
+    """A call that failed on the sample (the caller's own values) fails in
+    eager too, even when its result is never used (F.silu on int64): the
+    compiled call raises that same error, type and message, instead of
+    dropping the call with its dead result."""
+    for n in graph.nodes:
+        err = n.meta.get("sample_error")
+        if err is not None and "sample_error_origin" not in n.meta:
+            err.add_note(f"(while compiling: node %{n.name}, at {n.meta.get('stack')})")
+            raise err
+
 class RecompileLimitError(RuntimeError):
     """A compiled function passed cache_size_limit or
     accumulated_cache_size_limit under strict_native=True."""
@@ -530,6 +542,7 @@ class Driver:
                 names.append(params[i] if i < len(params) else f"arg{i}")
         lifted = tuple(x for x in call.free if isinstance(x, _tensor_type()))
         tr = _C.trace(wrapper, lifted + tuple(call.args), dict(call.kwargs), names)
+        _raise_sample_error(tr.graph_module.graph)
         call.effects = getattr(wrapper, "effects", None)
         passes_log = None
         if _logs.enabled("passes"):
