@@ -278,7 +278,7 @@ lw_lower_reduction(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
     if (dims_mask(dim, x->ndim, mask) < 0) {
         UNSUPPORTED("reduction dims not understood");
     }
-    if ((!strcmp(name, "any") || !strcmp(name, "all")) && dim != NULL
+    if ((id == STAX_OP_ANY || id == STAX_OP_ALL) && dim != NULL
         && (PyList_Check(dim) || PyTuple_Check(dim)) && PySequence_Size(dim) == 0) {
         /* torch: any/all over an empty dim list reduce nothing (sum and
          * mean reduce everything) */
