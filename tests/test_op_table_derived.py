@@ -161,3 +161,40 @@ def test_inplace_operators_on_proxy_record_the_twin():
     assert meths == ["add_", "div_", "pow_"]
     y = x.clone()
     np.testing.assert_array_equal(tp.compile(f)(y).numpy(), f(x.clone()).numpy())
+
+
+# ---- the C core never imports the package (issue 12, item 3) -------------
+
+def test_no_c_file_imports_the_package():
+    import pathlib
+    import re
+    root = pathlib.Path(__file__).resolve().parent.parent / "csrc"
+    bad = []
+    for f in root.rglob("*.c"):
+        for i, line in enumerate(f.read_text().splitlines(), 1):
+            if re.search(r'PyImport_\w*\(\s*"tensorplay', line):
+                bad.append(f"{f.relative_to(root)}:{i}")
+    assert not bad, bad
+
+
+def test_core_runs_with_package_modules_unimportable(monkeypatch):
+    import sys
+
+    def f(x):
+        y = x * 2
+        y.add_(1)
+        return y + tp.randn(3)
+
+    x = tp.tensor([1.0, 2.0, 3.0])
+    for name in ("tensorplay.ops", "tensorplay.random", "tensorplay._tensor",
+                 "tensorplay.functional"):
+        monkeypatch.setitem(sys.modules, name, None)
+    tr = _C.trace(f, (x,))
+    og = _C.make_op_graph(tr.graph_module)
+    assert any(getattr(n.target, "_stax_op", None) for n in og.graph.nodes
+               if n.op == "call_function")
+
+
+def test_register_rejects_unknown_names():
+    with pytest.raises(KeyError):
+        _C._register("tensorplay.nothing", object())

@@ -119,5 +119,15 @@ PyObject *stax_graph_codegen(StaxGraph *g, PyObject *globals);
  * Registers tensorplay._C.run_frontend_passes and make_op_graph and checks
  * the decomposition table for cycles; called by stax_graph_module_init. */
 int stax_graph_passes_init(PyObject *m);
+/* tensorplay._C.run_frontend_passes(gm, log, max_rounds, lint): rewrites gm
+ * (a GraphModule or a Graph) in place; log: callable taking one str per
+ * change, or NULL. New reference to gm or NULL. */
+PyObject *stax_graph_run_frontend_passes(PyObject *gm, PyObject *log,
+                                         int max_rounds, int lint);
+/* tensorplay._C.make_op_graph(gm, basis): the op-level graph (seed 4.8), a
+ * new GraphModule calling tp.ops overloads only, functionalized and
+ * decomposed against basis (an iterable of op names, or NULL/None for
+ * the op table's). New reference or NULL. */
+PyObject *stax_graph_make_op_graph(PyObject *gm, PyObject *basis);
 
 #endif

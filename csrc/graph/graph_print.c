@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+static PyObject *builtins_str;   /* "builtins" */
 static PyObject *operator_module = NULL;
 
 static int
@@ -94,7 +95,8 @@ fmt_target(PyObject *t)
         Py_XDECREF(name);
         return PyObject_Str(t);
     }
-    bi = PyImport_ImportModule("builtins");
+    /* the builtins module is in sys.modules from interpreter start */
+    bi = PyImport_GetModule(builtins_str);
     if (bi != NULL) {
         PyObject *b = PyObject_GetAttr(bi, name);
         if (b == t) {
@@ -402,7 +404,8 @@ target_expr(PyObject *t, PyObject *globals)
     }
     {
         /* walk top.sub....qual and check we land on t */
-        PyObject *m = PyImport_Import(mod), *parts, *dot;
+        /* t's module is loaded (t exists): look it up, never import */
+        PyObject *m = PyImport_GetModule(mod), *parts, *dot;
         Py_ssize_t i;
         if (m == NULL) {
             PyErr_Clear();
@@ -416,7 +419,7 @@ target_expr(PyObject *t, PyObject *globals)
         if (parts == NULL) {
             goto error;
         }
-        top = PyImport_Import(PyList_GET_ITEM(parts, 0));
+        top = PyImport_GetModule(PyList_GET_ITEM(parts, 0));
         obj = Py_XNewRef(top);
         for (i = 1; obj != NULL && i < PyList_GET_SIZE(parts); i++) {
             Py_SETREF(obj, PyObject_GetAttr(obj, PyList_GET_ITEM(parts, i)));
@@ -661,5 +664,6 @@ stax_graph_print_init(PyObject *m)
 {
     (void)m;
     operator_module = PyImport_ImportModule("operator");
-    return operator_module ? 0 : -1;
+    builtins_str = PyUnicode_InternFromString("builtins");
+    return operator_module && builtins_str ? 0 : -1;
 }

@@ -26,24 +26,22 @@
 static PyObject *
 p_op_target(const char *name, const char *ovl)
 {
-    PyObject *ops = PyImport_ImportModule("tensorplay.ops");
+    PyObject *ops = stax_py_registered(STAX_PY_OPS);
     PyObject *pk = ops ? PyObject_GetAttrString(ops, name) : NULL;
     PyObject *t = pk ? PyObject_GetAttrString(pk, ovl) : NULL;
-    Py_XDECREF(ops);
     Py_XDECREF(pk);
     if (t != NULL) {
         return t;
     }
     PyErr_Clear();
     /* tp.ops not there (yet): the public function runs the same op */
-    PyObject *m = PyImport_ImportModule("tensorplay.functional");
-    t = m ? PyObject_GetAttrString(m, name) : NULL;
-    Py_XDECREF(m);
+    const stax_op_info *op = stax_op_row(name);
+    t = op && (op->flags & STAX_OPF_FUNCTION)
+            ? Py_XNewRef(stax_op_function(op)) : NULL;
     if (t == NULL) {
-        PyErr_Clear();
-        m = PyImport_ImportModule("tensorplay");
+        PyObject *m = stax_py_registered(STAX_PY_PACKAGE);
         t = m ? PyObject_GetAttrString(m, name) : NULL;
-        Py_XDECREF(m);
+        PyErr_Clear();
     }
     if (t == NULL) {
         PyErr_Format(PyExc_LookupError, "make_op_graph: no tp.ops.%s.%s",
@@ -95,9 +93,8 @@ stax_graph_p_emit(p_op_ctx *c, const char *opname, const char *ovl,
 {
     PyObject *target = NULL, *node = NULL, *tag = NULL;
     if (strcmp(opname, "getitem") == 0) {
-        PyObject *opm = PyImport_ImportModule("operator");
-        target = opm ? PyObject_GetAttrString(opm, "getitem") : NULL;
-        Py_XDECREF(opm);
+        target = Py_NewRef(stax_pyop_function(
+            &stax_pyop_table[STAX_PYOP_GETITEM], 0));
     }
     else {
         target = p_op_target(opname, ovl);
@@ -385,9 +382,7 @@ p_lower_inplace(p_op_ctx *c, PyObject *n, p_opref *r, PyObject *args,
             PyObject *bdt = NULL;
             int is_mask = 0;
             if (idt != NULL) {
-                PyObject *tpm = PyImport_ImportModule("tensorplay");
-                bdt = tpm ? PyObject_GetAttrString(tpm, "bool") : NULL;
-                Py_XDECREF(tpm);
+                bdt = Py_XNewRef(stax_dtype_object(STAX_BOOL));
                 is_mask = bdt && PyObject_RichCompareBool(idt, bdt, Py_EQ) == 1
                           && mv != NULL && p_attr_shape_eq(iv, mv);
             }
@@ -939,27 +934,35 @@ PyObject *
 stax_graph_p_make_op_graph(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"gm", "basis", NULL};
-    PyObject *gm = NULL, *basis = Py_None, *graph = NULL, *nodes = NULL;
-    PyObject *res = NULL, *mod = NULL, *gtype = NULL, *outv = NULL;
+    PyObject *gm = NULL, *basis = Py_None;
+    (void)self;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O:make_op_graph", kwlist,
+                                     &gm, &basis)) {
+        return NULL;
+    }
+    return stax_graph_make_op_graph(gm, basis);
+}
+
+PyObject *
+stax_graph_make_op_graph(PyObject *gm, PyObject *basis)
+{
+    PyObject *graph = NULL, *nodes = NULL;
+    PyObject *res = NULL, *outv = NULL;
     p_op_ctx c = {0};
     int nph = 0;
     /* emitting a random op runs it on the samples: the op graph is built
      * at compile time and must leave the generator where it was */
     StaxGenerator *gen = stax_default_generator();
     uint64_t gen_seed = gen ? gen->seed : 0, gen_off = gen ? gen->offset : 0;
-    (void)self;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O:make_op_graph", kwlist,
-                                     &gm, &basis)) {
-        return NULL;
+    if (basis == NULL) {
+        basis = Py_None;
     }
     graph = PyObject_GetAttrString(gm, "graph");
     if (graph == NULL || stax_graph_p_learn_node_type(graph) < 0) {
         goto done;
     }
     nodes = stax_graph_p_nodes(graph);
-    mod = PyImport_ImportModule("tensorplay._C");
-    gtype = mod ? PyObject_GetAttrString(mod, "Graph") : NULL;
-    c.graph = gtype ? PyObject_CallNoArgs(gtype) : NULL;
+    c.graph = stax_graph_new();
     c.state = PyDict_New();
     c.ver = PyDict_New();
     c.alias = PyDict_New();
@@ -1100,8 +1103,6 @@ done:
     }
     Py_XDECREF(graph);
     Py_XDECREF(nodes);
-    Py_XDECREF(mod);
-    Py_XDECREF(gtype);
     Py_XDECREF(outv);
     Py_XDECREF(c.graph);
     Py_XDECREF(c.basis);

@@ -275,13 +275,12 @@ static PyMethodDef p_str_def = {
 PyObject *
 stax_graph_p_opgm(void)
 {
-    PyObject *mod = NULL, *base = NULL, *fn = NULL, *meth = NULL, *ns = NULL;
+    PyObject *base = NULL, *fn = NULL, *meth = NULL, *ns = NULL;
     if (p_opgm_type != NULL) {
         return p_opgm_type;
     }
-    mod = PyImport_ImportModule("tensorplay._C");
-    base = mod ? PyObject_GetAttrString(mod, "GraphModule") : NULL;
-    fn = base ? PyCFunction_New(&p_str_def, NULL) : NULL;
+    base = Py_NewRef((PyObject *)StaxGraphModule_Type);
+    fn = PyCFunction_New(&p_str_def, NULL);
     meth = fn ? PyInstanceMethod_New(fn) : NULL;
     ns = meth ? Py_BuildValue("{sOsOss}", "__str__", meth, "__repr__", meth,
                               "__module__", "tensorplay._C") : NULL;
@@ -289,7 +288,6 @@ stax_graph_p_opgm(void)
         p_opgm_type = PyObject_CallFunction((PyObject *)&PyType_Type, "s(O)O",
                                             "OpGraphModule", base, ns);
     }
-    Py_XDECREF(mod);
     Py_XDECREF(base);
     Py_XDECREF(fn);
     Py_XDECREF(meth);

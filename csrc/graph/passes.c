@@ -359,15 +359,15 @@ static int
 p_namedtuple_field(p_pass_ctx *c, PyObject *n, p_opcode_t op)
 {
     PyObject *t = NULL, *bi = NULL, *ga = NULL, *args = NULL, *fields = NULL;
-    PyObject *opm = NULL, *gi = NULL, *nargs = NULL, *nn = NULL, *val;
+    PyObject *gi = NULL, *nargs = NULL, *nn = NULL, *val;
     Py_ssize_t idx = -1;
     int rc = 0;
     if (op != P_CALL_FUNCTION) {
         return 0;
     }
     t = PyObject_GetAttrString(n, "target");
-    bi = t ? PyImport_ImportModule("builtins") : NULL;
-    ga = bi ? PyObject_GetAttrString(bi, "getattr") : NULL;
+    bi = t ? PyEval_GetBuiltins() : NULL;   /* borrowed */
+    ga = bi ? Py_XNewRef(PyDict_GetItemString(bi, "getattr")) : NULL;
     if (ga == NULL || t != ga || !p_kwargs_empty(n)) {
         goto done;
     }
@@ -396,8 +396,7 @@ p_namedtuple_field(p_pass_ctx *c, PyObject *n, p_opcode_t op)
     if (idx < 0 || idx >= PyTuple_GET_SIZE(val)) {
         goto done;
     }
-    opm = PyImport_ImportModule("operator");
-    gi = opm ? PyObject_GetAttrString(opm, "getitem") : NULL;
+    gi = Py_NewRef(stax_pyop_function(&stax_pyop_table[STAX_PYOP_GETITEM], 0));
     nargs = gi ? Py_BuildValue("(On)", PyTuple_GET_ITEM(args, 0), idx) : NULL;
     nn = nargs ? stax_graph_p_insert(c->graph, n, "call_function", gi, nargs,
                                      NULL, 0) : NULL;
@@ -430,11 +429,9 @@ done:
         PyErr_Clear();
     }
     Py_XDECREF(t);
-    Py_XDECREF(bi);
     Py_XDECREF(ga);
     Py_XDECREF(args);
     Py_XDECREF(fields);
-    Py_XDECREF(opm);
     Py_XDECREF(gi);
     Py_XDECREF(nargs);
     Py_XDECREF(nn);
@@ -1177,13 +1174,24 @@ static PyObject *
 p_run_frontend_passes(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"gm", "log", "max_rounds", "lint", NULL};
-    PyObject *gm = NULL, *log = Py_None, *graph = NULL;
+    PyObject *gm = NULL, *log = Py_None;
     int max_rounds = 16, lint = 0;
-    p_pass_ctx c = {0};
     (void)self;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|Oip:run_frontend_passes",
                                      kwlist, &gm, &log, &max_rounds, &lint)) {
         return NULL;
+    }
+    return stax_graph_run_frontend_passes(gm, log, max_rounds, lint);
+}
+
+PyObject *
+stax_graph_run_frontend_passes(PyObject *gm, PyObject *log, int max_rounds,
+                               int lint)
+{
+    PyObject *graph = NULL;
+    p_pass_ctx c = {0};
+    if (log == NULL) {
+        log = Py_None;
     }
     graph = PyObject_GetAttrString(gm, "graph");
     if (graph == NULL) {
@@ -1288,7 +1296,8 @@ static PyMethodDef p_methods[] = {
 int
 stax_graph_passes_init(PyObject *m)
 {
-    if (stax_graph_p_decomp_check_cycles() < 0) {
+    if (stax_graph_p_util_init() < 0
+        || stax_graph_p_decomp_check_cycles() < 0) {
         return -1;
     }
     return PyModule_AddFunctions(m, p_methods);

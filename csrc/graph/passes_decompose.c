@@ -34,11 +34,10 @@ typedef struct {
 } p_emit_ctx;
 
 static PyObject *
-p_module_attr(const char *mod, const char *name)
+p_module_attr(stax_py_key mod, const char *name)
 {
-    PyObject *m = PyImport_ImportModule(mod);
+    PyObject *m = stax_py_registered(mod);
     PyObject *r = m ? PyObject_GetAttrString(m, name) : NULL;
-    Py_XDECREF(m);
     if (r == NULL) {
         PyErr_Clear();
     }
@@ -75,10 +74,10 @@ p_emit_py(const char *opname, PyObject *args, void *vctx)
         opcode = "call_method";
     }
     if (target == NULL) {
-        target = p_module_attr("tensorplay.functional", opname);
+        target = p_module_attr(STAX_PY_FUNCTIONAL, opname);
     }
     if (target == NULL) {
-        target = p_module_attr("tensorplay", opname);
+        target = p_module_attr(STAX_PY_PACKAGE, opname);
     }
     if (target == NULL) {
         PyErr_Format(PyExc_LookupError, "decomposition: no callable for %s",

@@ -19,19 +19,8 @@ stax_graph_p_learn_node_type(PyObject *graph)
         stax_graph_p_node_type = Py_TYPE(PyList_GET_ITEM(nodes, 0));
     }
     else if (stax_graph_p_node_type == NULL) {
-        /* an empty graph: take tensorplay._C.Node */
-        PyObject *mod = PyImport_ImportModule("tensorplay._C");
-        PyObject *t = mod ? PyObject_GetAttrString(mod, "Node") : NULL;
-        Py_XDECREF(mod);
-        if (t == NULL) {
-            PyErr_Clear();
-        }
-        else if (PyType_Check(t)) {
-            stax_graph_p_node_type = (PyTypeObject *)t;  /* kept alive */
-        }
-        else {
-            Py_DECREF(t);
-        }
+        /* an empty graph: our Node */
+        stax_graph_p_node_type = StaxNode_Type;
     }
     Py_DECREF(nodes);
     return 0;
@@ -339,10 +328,12 @@ typedef struct {
 
 static p_schema p_schemas[STAX_OP_COUNT > 0 ? STAX_OP_COUNT : 1];
 
+static PyObject *literal_eval;   /* ast.literal_eval, from module init */
+
 static PyObject *
 p_parse_default(const char *s)
 {
-    PyObject *ast = NULL, *r = NULL;
+    PyObject *r = NULL;
     if (strcmp(s, "None") == 0) {
         Py_RETURN_NONE;
     }
@@ -352,16 +343,21 @@ p_parse_default(const char *s)
     if (strcmp(s, "Mean") == 0) {
         return PyUnicode_FromString("mean");
     }
-    ast = PyImport_ImportModule("ast");
-    if (ast != NULL) {
-        r = PyObject_CallMethod(ast, "literal_eval", "s", s);
-        Py_DECREF(ast);
-    }
+    r = PyObject_CallFunction(literal_eval, "s", s);
     if (r == NULL) {
         PyErr_Clear();
         r = PyUnicode_FromString(s);
     }
     return r;
+}
+
+int
+stax_graph_p_util_init(void)
+{
+    PyObject *ast = PyImport_ImportModule("ast");
+    literal_eval = ast ? PyObject_GetAttrString(ast, "literal_eval") : NULL;
+    Py_XDECREF(ast);
+    return literal_eval ? 0 : -1;
 }
 
 static p_schema *

@@ -810,15 +810,7 @@ program_get_op_graph(Program *p, void *closure)
 {
     (void)closure;
     if (p->op_graph == NULL) {
-        PyObject *mod = PyImport_ImportModule("tensorplay._C");
-        PyObject *f = mod ? PyObject_GetAttrString(mod, "make_op_graph") : NULL;
-        Py_XDECREF(mod);
-        if (f == NULL) {
-            PyErr_Clear();
-            return Py_NewRef(p->gm);
-        }
-        p->op_graph = PyObject_CallOneArg(f, p->gm);
-        Py_DECREF(f);
+        p->op_graph = stax_graph_make_op_graph(p->gm, NULL);
         if (p->op_graph == NULL) {
             PyErr_Clear();
             return Py_NewRef(p->gm);

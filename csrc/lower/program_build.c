@@ -623,11 +623,7 @@ stax_lower_program(PyObject *gm, PyObject *examples, stax_backend *be,
         Py_XDECREF(n0);
         PyErr_Clear();
         if (mut) {
-            PyObject *m = PyImport_ImportModule("tensorplay._C");
-            PyObject *f = m ? PyObject_GetAttrString(m, "make_op_graph") : NULL;
-            Py_XDECREF(m);
-            gm = f ? PyObject_CallOneArg(f, gm_in) : NULL;
-            Py_XDECREF(f);
+            gm = stax_graph_make_op_graph(gm_in, NULL);
             if (gm == NULL) {
                 PyErr_Clear();
             }

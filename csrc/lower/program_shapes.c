@@ -125,8 +125,8 @@ shape_prop_isolated(PyObject *gm, PyObject *ex)
     Py_ssize_t n = PyTuple_GET_SIZE(ex);
     PyObject *cex = PyTuple_New(n);
     PyObject *clones = PyDict_New();   /* storage -> flat clone tensor */
-    PyObject *rnd = PyImport_ImportModule("tensorplay.random");
-    PyObject *state = rnd ? PyObject_CallMethod(rnd, "get_rng_state", NULL) : NULL;
+    PyObject *state = PyObject_CallMethod((PyObject *)stax_default_generator(),
+                                          "get_state", NULL);
     PyObject *vals = NULL;
     if (cex == NULL || clones == NULL || state == NULL) {
         goto done;
@@ -190,7 +190,8 @@ done:
     if (state != NULL) {
         PyObject *et, *ev, *tb;
         PyErr_Fetch(&et, &ev, &tb);
-        PyObject *r = PyObject_CallMethod(rnd, "set_rng_state", "O", state);
+        PyObject *r = PyObject_CallMethod(
+            (PyObject *)stax_default_generator(), "set_state", "(O)", state);
         if (r == NULL) {
             Py_CLEAR(vals);
             Py_XDECREF(et);
@@ -203,7 +204,6 @@ done:
         }
     }
     Py_XDECREF(state);
-    Py_XDECREF(rnd);
     Py_XDECREF(clones);
     Py_XDECREF(cex);
     return vals;

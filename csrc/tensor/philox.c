@@ -551,13 +551,13 @@ gen_manual_seed(PyObject *self, PyObject *seed)
     return Py_NewRef(self);
 }
 
+static PyObject *os_urandom;   /* os.urandom, from init */
+
 static PyObject *
 gen_seed(PyObject *self, PyObject *unused)
 {
     StaxGenerator *g = (StaxGenerator *)self;
-    PyObject *os = PyImport_ImportModule("os"), *b = NULL;
-    b = os ? PyObject_CallMethod(os, "urandom", "i", 8) : NULL;
-    Py_XDECREF(os);
+    PyObject *b = PyObject_CallFunction(os_urandom, "i", 8);
     if (b == NULL) {
         return NULL;
     }
@@ -703,6 +703,14 @@ stax_tensor_random_init(PyObject *m)
         return -1;
     }
     StaxGenerator_Type = &StaxGenerator_TypeObj;
+    {
+        PyObject *os = PyImport_ImportModule("os");
+        os_urandom = os ? PyObject_GetAttrString(os, "urandom") : NULL;
+        Py_XDECREF(os);
+        if (os_urandom == NULL) {
+            return -1;
+        }
+    }
     default_gen = (StaxGenerator *)PyObject_CallNoArgs(
         (PyObject *)&StaxGenerator_TypeObj);
     if (default_gen == NULL) {

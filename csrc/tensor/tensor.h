@@ -207,6 +207,20 @@ extern PyTypeObject *StaxGenerator_Type;
 StaxGenerator *stax_default_generator(void);        /* borrowed */
 uint64_t stax_generator_reserve(StaxGenerator *g, int64_t nwords);
 
+/* ---- the Python side of the package (registry.c) ---------------------
+ * Objects of the tensorplay package the C core calls back into, handed
+ * over once by tensorplay/__init__.py (_C._register(name, obj)); C never
+ * imports tensorplay.* at run time. */
+typedef enum {
+    STAX_PY_PACKAGE,          /* the tensorplay module (creation hooks) */
+    STAX_PY_FUNCTIONAL,       /* tensorplay.functional (decompositions) */
+    STAX_PY_OPS,              /* tensorplay.ops: tp.ops.<name>.<overload> */
+    STAX_PY_REBUILD_TENSOR,   /* tensorplay._tensor._rebuild_tensor (pickle) */
+    STAX_PY_COUNT
+} stax_py_key;
+/* borrowed; NULL + RuntimeError when the package has not registered it */
+PyObject *stax_py_registered(stax_py_key key);
+
 /* room init: registers Tensor, dtype objects, creation functions, RNG. */
 int stax_tensor_module_init(PyObject *m);
 

@@ -53,6 +53,7 @@ int stax_tensor_gradmode_init(PyObject *m);
 
 /* philox.c */
 int stax_tensor_random_init(PyObject *m);
+int stax_tensor_registry_init(PyObject *m);
 
 /* slots.c: number-slot trampolines (see there) */
 #define STAX_TENSOR_BINARY_SLOTS(X)                                      \

@@ -649,7 +649,7 @@ m_make_subclass(PyObject *unused, PyObject *args, PyObject *kw)
 static PyObject *
 m_reduce_ex(PyObject *self, PyObject *proto)
 {
-    PyObject *arr = stax_tensor_as_array(SELF), *cp = NULL, *mod, *fn, *r;
+    PyObject *arr = stax_tensor_as_array(SELF), *cp = NULL, *fn, *r;
     if (arr == NULL) {
         return NULL;
     }
@@ -658,9 +658,7 @@ m_reduce_ex(PyObject *self, PyObject *proto)
     if (cp == NULL) {
         return NULL;
     }
-    mod = PyImport_ImportModule("tensorplay._tensor");
-    fn = mod ? PyObject_GetAttrString(mod, "_rebuild_tensor") : NULL;
-    Py_XDECREF(mod);
+    fn = Py_XNewRef(stax_py_registered(STAX_PY_REBUILD_TENSOR));
     if (fn == NULL) {
         Py_DECREF(cp);
         return NULL;

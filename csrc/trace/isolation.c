@@ -251,16 +251,8 @@ stax_trace_module_snapshot(PyObject *fn)
 PyObject *
 stax_trace_rng_save(void)
 {
-    PyObject *mod = PyImport_ImportModule("tensorplay.random"), *st = NULL;
-    if (mod == NULL) {
-        PyErr_Clear();
-        Py_RETURN_NONE;
-    }
-    if (PyObject_HasAttrString(mod, "get_rng_state")
-        && PyObject_HasAttrString(mod, "set_rng_state")) {
-        st = PyObject_CallMethod(mod, "get_rng_state", NULL);
-    }
-    Py_DECREF(mod);
+    PyObject *st = PyObject_CallMethod((PyObject *)stax_default_generator(),
+                                       "get_state", NULL);
     if (st == NULL) {
         PyErr_Clear();
         Py_RETURN_NONE;
@@ -271,18 +263,13 @@ stax_trace_rng_save(void)
 void
 stax_trace_rng_restore(PyObject *st)
 {
-    PyObject *mod, *r;
+    PyObject *r;
     if (st == NULL || st == Py_None) {
         return;
     }
-    mod = PyImport_ImportModule("tensorplay.random");
-    if (mod == NULL) {
-        PyErr_Clear();
-        return;
-    }
-    r = PyObject_CallMethod(mod, "set_rng_state", "(O)", st);
+    r = PyObject_CallMethod((PyObject *)stax_default_generator(), "set_state",
+                            "(O)", st);
     Py_XDECREF(r);
-    Py_DECREF(mod);
     if (r == NULL) {
         PyErr_Clear();
     }
@@ -424,7 +411,7 @@ static PyType_Spec hook_spec = {
 PyObject *
 stax_trace_hooks_install(StaxTracer *tr)
 {
-    PyObject *mod = PyImport_ImportModule("tensorplay"), *saved;
+    PyObject *mod = Py_XNewRef(stax_py_registered(STAX_PY_PACKAGE)), *saved;
     if (mod == NULL) {
         PyErr_Clear();
         return PyList_New(0);
@@ -479,7 +466,7 @@ stax_trace_hooks_remove(PyObject *saved)
         return;
     }
     PyErr_Fetch(&et, &ev, &tb);
-    mod = PyImport_ImportModule("tensorplay");
+    mod = Py_XNewRef(stax_py_registered(STAX_PY_PACKAGE));
     for (Py_ssize_t i = 0; mod && i < PyList_GET_SIZE(saved); i++) {
         PyObject *e = PyList_GET_ITEM(saved, i);
         if (PyObject_SetAttr(mod, PyTuple_GET_ITEM(e, 0),

@@ -297,26 +297,26 @@ wrap_arg(ph_ctx *c, PyObject *o, PyObject *base, Py_ssize_t *leaf,
 }
 
 /* New list of the positional parameter names of fn, and *varargs name */
+static PyObject *inspect_signature;   /* inspect.signature, from init */
+
 static PyObject *
 param_names(PyObject *fn, PyObject **varargs)
 {
-    PyObject *insp = NULL, *sig = NULL, *params = NULL, *vals = NULL,
+    PyObject *sig = NULL, *params = NULL, *vals = NULL,
              *res = PyList_New(0), *it = NULL, *p;
     *varargs = NULL;
     if (res == NULL) {
         return NULL;
     }
-    insp = PyImport_ImportModule("inspect");
     if (!PyFunction_Check(fn) && !PyMethod_Check(fn)
         && PyObject_HasAttrString(fn, "forward")) {
         /* an nn.Module: name the placeholders after forward's parameters */
         PyObject *fwd = PyObject_GetAttrString(fn, "forward");
-        sig = insp && fwd ? PyObject_CallMethod(insp, "signature", "O", fwd)
-                          : NULL;
+        sig = fwd ? PyObject_CallOneArg(inspect_signature, fwd) : NULL;
         Py_XDECREF(fwd);
     }
     else {
-        sig = insp ? PyObject_CallMethod(insp, "signature", "O", fn) : NULL;
+        sig = PyObject_CallOneArg(inspect_signature, fn);
     }
     params = sig ? PyObject_GetAttrString(sig, "parameters") : NULL;
     vals = params ? PyObject_CallMethod(params, "values", NULL) : NULL;
@@ -336,7 +336,6 @@ param_names(PyObject *fn, PyObject **varargs)
         Py_DECREF(p);
     }
     PyErr_Clear();
-    Py_XDECREF(insp);
     Py_XDECREF(sig);
     Py_XDECREF(params);
     Py_XDECREF(vals);
@@ -796,6 +795,15 @@ stax_trace_tracer_init(PyObject *m)
     linecache_getline = PyObject_GetAttrString(lc, "getline");
     Py_DECREF(lc);
     if (linecache_getline == NULL) {
+        return -1;
+    }
+    lc = PyImport_ImportModule("inspect");
+    if (lc == NULL) {
+        return -1;
+    }
+    inspect_signature = PyObject_GetAttrString(lc, "signature");
+    Py_DECREF(lc);
+    if (inspect_signature == NULL) {
         return -1;
     }
     file = PyModule_GetFilenameObject(m);

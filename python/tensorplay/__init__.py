@@ -8,5 +8,14 @@ from tensorplay._tensor import *  # noqa: F401,F403
 from tensorplay._ops import *  # noqa: F401,F403
 from tensorplay import random, functional, ops, nn, graph, compiler  # noqa: F401
 from tensorplay._compile import *  # noqa: F401,F403
+import sys as _sys
+from tensorplay import _tensor as _tensor_mod
+
+# what the C core calls back into, handed over once (C never imports us)
+_C._register("tensorplay", _sys.modules[__name__])
+_C._register("tensorplay.functional", functional)
+_C._register("tensorplay.ops", ops)
+_C._register("tensorplay._tensor._rebuild_tensor", _tensor_mod._rebuild_tensor)
+del _sys, _tensor_mod
 
 __version__ = "0.1.0"
