@@ -2,7 +2,9 @@
 
 Cases: Example 1.1 (64x128 and 4096x4096), softmax, layer_norm, a GELU-MLP
 block, a chain of 8 pointwise ops, `x + 1` on one element (dispatch cost) and
-the first call (trace + compile + run). Columns: tensorplay eager,
+the first call (trace + compile + run; the persistent compile cache off),
+and the cache section (bench/cache.py: first calls of new processes with
+an empty and a warm cache directory). Columns: tensorplay eager,
 tensorplay compiled, NumPy, torch eager and torch.compile when torch is
 installed. Times are medians of repeated calls after warm-up, measured side
 by side in one run. For each compiled case: bytes the kernels move, the
@@ -88,6 +90,9 @@ def kernel_bytes(cf):
 
 def main():
     os.makedirs(RESULTS, exist_ok=True)
+    # first_call_ms is a cold compile: the persistent compile cache is off
+    # here (its warm-cache first calls are the `cache` section below)
+    tp.compiler.config.cache = False
     rng = np.random.default_rng(0)
     copy = stream_gbs()
     print(f"# tensorplay bench — {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
@@ -187,6 +192,9 @@ def main():
     except Exception as e:  # matplotlib optional for the table
         print(f"(no chart: {e})")
     print(f"\nwrote {RESULTS}/bench.json, bench.csv, bench.png")
+    import cache as cache_bench
+    print()
+    cache_bench.main(["cache.py", "5"])
 
 
 if __name__ == "__main__":

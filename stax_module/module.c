@@ -14,6 +14,7 @@
 #include "guards/guards.h"
 #include "backend_llvm/backend_llvm.h"
 #include "backend_nvrtc/backend_nvrtc.h"
+#include "cache/cache.h"
 
 static int
 stax_exec(PyObject *m)
@@ -24,7 +25,8 @@ stax_exec(PyObject *m)
     if (stax_tensor_module_init(m) < 0 || stax_ops_module_init(m) < 0
         || stax_graph_module_init(m) < 0 || stax_trace_module_init(m) < 0
         || stax_lower_module_init(m) < 0 || stax_llvm_module_init(m) < 0
-        || stax_nvrtc_module_init(m) < 0 || stax_guards_module_init(m) < 0) {
+        || stax_nvrtc_module_init(m) < 0 || stax_guards_module_init(m) < 0
+        || stax_cache_module_init(m) < 0) {
         return -1;
     }
     return 0;

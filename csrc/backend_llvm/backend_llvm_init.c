@@ -22,13 +22,50 @@ static int timing = -1;
 #define TMARK(label) do { if (timing) { double t_ = now_ms(); \
     fprintf(stderr, "[stax llvm] %-10s %.2f ms\n", label, t_ - t0); t0 = t_; } } while (0)
 
-typedef struct {
+typedef struct llvm_handle {
     LLVMOrcResourceTrackerRef rt;
     stax_kernel_fn fn;
+    /* kernels of the persistent cache: their entry symbol is derived from
+     * the cache key, so one symbol = one kernel; a second program asking
+     * for it shares the loaded code (refs) -- defining it twice in the
+     * JIT's dylib would be a duplicate-symbol error */
+    char *sym;
+    int refs;
+    PyObject *source;
+    struct llvm_handle *next;
 } llvm_handle;
+
+#define LOADED_BUCKETS 512
+static llvm_handle *loaded[LOADED_BUCKETS];
+
+static unsigned
+sym_bucket(const char *s)
+{
+    unsigned h = 2166136261u;
+    for (; *s; s++) {
+        h = (h ^ (unsigned char)*s) * 16777619u;
+    }
+    return h % LOADED_BUCKETS;
+}
+
+static llvm_handle *
+find_loaded(const char *sym)
+{
+    for (llvm_handle *h = loaded[sym_bucket(sym)]; h != NULL; h = h->next) {
+        if (strcmp(h->sym, sym) == 0) {
+            return h;
+        }
+    }
+    return NULL;
+}
 
 static LLVMOrcLLJITRef jit;
 static LLVMTargetMachineRef tm;
+/* emits the object files of cached kernels: the same settings as the
+ * JIT's own code generator, so a cached kernel is the code the JIT would
+ * have produced */
+static LLVMTargetMachineRef otm;
+static int codegen_level;
 static char *host_cpu, *host_features, *host_triple;
 static LLVMTargetDataRef host_layout;
 static unsigned long kernel_counter;
@@ -96,10 +133,13 @@ ensure_jit(void)
     /* the JIT's own code generator: the IR is already O3-optimized, so a
      * lighter instruction-selection / register-allocation level keeps the
      * compile time of a first call low */
+    codegen_level = getenv("STAX_LLVM_CODEGEN_O2") ? LLVMCodeGenLevelDefault : LLVMCodeGenLevelLess;
     LLVMTargetMachineRef jtm = LLVMCreateTargetMachine(
-        target, host_triple, host_cpu, host_features,
-        getenv("STAX_LLVM_CODEGEN_O2") ? LLVMCodeGenLevelDefault : LLVMCodeGenLevelLess,
+        target, host_triple, host_cpu, host_features, (LLVMCodeGenOptLevel)codegen_level,
         LLVMRelocDefault, LLVMCodeModelJITDefault);
+    otm = LLVMCreateTargetMachine(target, host_triple, host_cpu, host_features,
+                                  (LLVMCodeGenOptLevel)codegen_level, LLVMRelocDefault,
+                                  LLVMCodeModelJITDefault);
     LLVMOrcJITTargetMachineBuilderRef jtmb =
         LLVMOrcJITTargetMachineBuilderCreateFromTargetMachine(jtm);
     LLVMOrcLLJITBuilderRef jb = LLVMOrcCreateLLJITBuilder();
@@ -137,25 +177,19 @@ jit_compile_count(PyObject *mod, PyObject *unused)
 
 static PyMethodDef llvm_methods[] = {
     {"_jit_compile_count", jit_compile_count, METH_NOARGS,
-     "number of kernels the LLVM JIT has compiled in this process"},
+     "number of kernels the LLVM JIT has compiled or loaded (from the persistent "
+     "compile cache) for programs of this process; the compiles alone are "
+     "_cache_counters()[2]"},
     {NULL, NULL, 0, NULL},
 };
 
-static void *
-llvm_compile_kernel(stax_backend *be, const stax_kernel *k, PyObject **source)
+/* the kernel's LLVM module after the O3 pipeline, in its own context
+ * (*tscp); NULL + exception.  *source (if not NULL) receives the IR. */
+static LLVMModuleRef
+optimized_module(const stax_kernel *k, const char *sym, LLVMOrcThreadSafeContextRef *tscp,
+                 PyObject **source)
 {
-    (void)be;
-    if (timing < 0) {
-        timing = getenv("STAX_LLVM_TIMING") != NULL;
-    }
     double t0 = timing ? now_ms() : 0;
-    if (ensure_jit() < 0) {
-        return NULL;
-    }
-    TMARK("jit init");
-    llvm_handle *h = NULL;
-    char sym[128];
-    snprintf(sym, sizeof(sym), "%s_%lu", k->name, ++kernel_counter);
     LLVMOrcThreadSafeContextRef tsc = LLVMOrcCreateNewThreadSafeContext();
     LLVMContextRef cx = LLVMOrcThreadSafeContextGetContext(tsc);
     LLVMModuleRef mod = LLVMModuleCreateWithNameInContext(sym, cx);
@@ -186,18 +220,61 @@ llvm_compile_kernel(stax_backend *be, const stax_kernel *k, PyObject **source)
     TMARK("O3");
     if (source != NULL) {
         char *ir = LLVMPrintModuleToString(mod);
-        *source = PyUnicode_FromString(ir);
+        Py_XSETREF(*source, PyUnicode_FromString(ir));
         LLVMDisposeMessage(ir);
         if (*source == NULL) {
             goto error;
         }
     }
     TMARK("print");
+    *tscp = tsc;
+    return mod;
+error:
+    if (source != NULL) {
+        Py_CLEAR(*source);
+    }
+    LLVMDisposeModule(mod);
+    LLVMOrcDisposeThreadSafeContext(tsc);
+    return NULL;
+}
+
+static void
+drop_tracker(LLVMOrcResourceTrackerRef rt)
+{
+    LLVMErrorRef e = LLVMOrcResourceTrackerRemove(rt);
+    if (e) {
+        LLVMConsumeError(e);
+    }
+    LLVMOrcReleaseResourceTracker(rt);
+}
+
+static void *
+llvm_compile_kernel(stax_backend *be, const stax_kernel *k, PyObject **source)
+{
+    (void)be;
+    if (timing < 0) {
+        timing = getenv("STAX_LLVM_TIMING") != NULL;
+    }
+    double t0 = timing ? now_ms() : 0;
+    if (ensure_jit() < 0) {
+        return NULL;
+    }
+    TMARK("jit init");
+    llvm_handle *h = NULL;
+    char sym[128];
+    snprintf(sym, sizeof(sym), "%s_%lu", k->name, ++kernel_counter);
+    LLVMOrcThreadSafeContextRef tsc = NULL;
+    LLVMModuleRef mod = optimized_module(k, sym, &tsc, source);
+    if (mod == NULL) {
+        return NULL;
+    }
+    t0 = timing ? now_ms() : 0;
     h = calloc(1, sizeof(*h));
     if (h == NULL) {
         PyErr_NoMemory();
         goto error;
     }
+    h->refs = 1;
     LLVMOrcJITDylibRef jd = LLVMOrcLLJITGetMainJITDylib(jit);
     h->rt = LLVMOrcJITDylibCreateResourceTracker(jd);
     LLVMOrcThreadSafeModuleRef tsm = LLVMOrcCreateNewThreadSafeModule(mod, tsc);
@@ -228,15 +305,144 @@ error:
     }
     if (h != NULL) {
         if (h->rt != NULL) {
-            LLVMErrorRef e2 = LLVMOrcResourceTrackerRemove(h->rt);
-            if (e2) {
-                LLVMConsumeError(e2);
-            }
-            LLVMOrcReleaseResourceTracker(h->rt);
+            drop_tracker(h->rt);
         }
         free(h);
     }
     return NULL;
+}
+
+/* link object code (buf: owned, consumed) into the JIT under a fresh
+ * resource tracker and register it as `sym`; NULL + exception */
+static llvm_handle *
+add_object(const char *sym, LLVMMemoryBufferRef buf, PyObject *source)
+{
+    llvm_handle *h = calloc(1, sizeof(*h));
+    char *name = strdup(sym);
+    if (h == NULL || name == NULL) {
+        free(h);
+        free(name);
+        LLVMDisposeMemoryBuffer(buf);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    h->sym = name;
+    h->refs = 1;
+    h->rt = LLVMOrcJITDylibCreateResourceTracker(LLVMOrcLLJITGetMainJITDylib(jit));
+    if (check(LLVMOrcLLJITAddObjectFileWithRT(jit, h->rt, buf), "adding the object file")) {
+        goto error;
+    }
+    LLVMOrcExecutorAddress addr = 0;
+    if (check(LLVMOrcLLJITLookup(jit, &addr, sym), "symbol lookup")) {
+        goto error;
+    }
+    h->fn = (stax_kernel_fn)(uintptr_t)addr;
+    h->source = Py_XNewRef(source);
+    unsigned b = sym_bucket(sym);
+    h->next = loaded[b];
+    loaded[b] = h;
+    jit_compiles++;
+    return h;
+error:
+    drop_tracker(h->rt);
+    free(h->sym);
+    free(h);
+    return NULL;
+}
+
+static void *
+llvm_compile_object(stax_backend *be, const stax_kernel *k, const char *sym, PyObject **source,
+                    PyObject **object)
+{
+    (void)be;
+    if (timing < 0) {
+        timing = getenv("STAX_LLVM_TIMING") != NULL;
+    }
+    if (ensure_jit() < 0) {
+        return NULL;
+    }
+    llvm_handle *h = find_loaded(sym);
+    if (h != NULL) {
+        h->refs++;
+        jit_compiles++;
+        if (source != NULL) {
+            Py_XSETREF(*source, Py_XNewRef(h->source));
+        }
+        return h;
+    }
+    LLVMOrcThreadSafeContextRef tsc = NULL;
+    LLVMModuleRef mod = optimized_module(k, sym, &tsc, source);
+    if (mod == NULL) {
+        return NULL;
+    }
+    double t0 = timing ? now_ms() : 0;
+    char *err = NULL;
+    LLVMMemoryBufferRef buf = NULL;
+    int bad = LLVMTargetMachineEmitToMemoryBuffer(otm, mod, LLVMObjectFile, &err, &buf);
+    LLVMDisposeModule(mod);
+    LLVMOrcDisposeThreadSafeContext(tsc);
+    if (bad) {
+        PyErr_Format(PyExc_RuntimeError, "LLVM object emission of %s failed: %s", k->name,
+                     err ? err : "?");
+        LLVMDisposeMessage(err);
+        goto error;
+    }
+    TMARK("emit obj");
+    *object = PyBytes_FromStringAndSize(LLVMGetBufferStart(buf), (Py_ssize_t)LLVMGetBufferSize(buf));
+    if (*object == NULL) {
+        LLVMDisposeMemoryBuffer(buf);
+        goto error;
+    }
+    h = add_object(sym, buf, source ? *source : NULL);
+    if (h == NULL) {
+        Py_CLEAR(*object);
+        goto error;
+    }
+    TMARK("link");
+    return h;
+error:
+    if (source != NULL) {
+        Py_CLEAR(*source);
+    }
+    return NULL;
+}
+
+static void *
+llvm_load_object(stax_backend *be, const char *sym, const char *data, size_t n)
+{
+    (void)be;
+    if (ensure_jit() < 0) {
+        return NULL;
+    }
+    llvm_handle *h = find_loaded(sym);
+    if (h != NULL) {
+        h->refs++;
+        jit_compiles++;
+        return h;
+    }
+    LLVMMemoryBufferRef buf = LLVMCreateMemoryBufferWithMemoryRangeCopy(data, n, sym);
+    if (buf == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    return add_object(sym, buf, NULL);
+}
+
+static const char *
+llvm_cache_tag(stax_backend *be)
+{
+    (void)be;
+    static char tag[4096];
+    if (ensure_jit() < 0) {
+        return NULL;
+    }
+    unsigned maj = 0, min = 0, pat = 0;
+    LLVMGetVersion(&maj, &min, &pat);
+    /* every input of the code generator that is not the loop IR */
+    snprintf(tag, sizeof tag, "LLVM %u.%u.%u|%s|%s|%s|codegen %d|O3|tile %d|reloc default|jit code model",
+             maj, min, pat, host_triple, host_cpu, host_features, codegen_level,
+             getenv("STAX_NO_TILE") == NULL);
+    return tag;
 }
 
 static int
@@ -260,14 +466,20 @@ llvm_free(stax_backend *be, void *handle)
 {
     (void)be;
     llvm_handle *h = handle;
-    if (h == NULL) {
+    if (h == NULL || --h->refs > 0) {
         return;
     }
-    LLVMErrorRef e = LLVMOrcResourceTrackerRemove(h->rt);
-    if (e) {
-        LLVMConsumeError(e);
+    if (h->sym != NULL) {
+        for (llvm_handle **pp = &loaded[sym_bucket(h->sym)]; *pp != NULL; pp = &(*pp)->next) {
+            if (*pp == h) {
+                *pp = h->next;
+                break;
+            }
+        }
     }
-    LLVMOrcReleaseResourceTracker(h->rt);
+    drop_tracker(h->rt);
+    free(h->sym);
+    Py_XDECREF(h->source);
     free(h);
 }
 
@@ -278,6 +490,9 @@ static stax_backend llvm_backend = {
     .free = llvm_free,
     .supports_op = NULL,
     .kernel_fn = llvm_kernel_fn,
+    .cache_tag = llvm_cache_tag,
+    .compile_object = llvm_compile_object,
+    .load_object = llvm_load_object,
 };
 
 int

@@ -251,6 +251,23 @@ typedef struct stax_backend {
     int (*supports_op)(struct stax_backend *be, int prim);
     /* Optional: direct entry point (CPU) so the runtime can skip launch. */
     stax_kernel_fn (*kernel_fn)(struct stax_backend *be, void *handle);
+    /* Optional, all three or none: the persistent compile cache
+     * (lower_cache.c, docs/cache.md).  cache_tag: everything outside the
+     * loop IR that changes this back end's code (its version, the target
+     * triple / CPU / features or GPU arch, code-generation knobs); a string
+     * owned by the back end, or NULL + exception.  compile_object: like
+     * compile_kernel, but the kernel's entry symbol is `sym` and *object
+     * receives a new bytes (the relocatable object code) -- or stays NULL
+     * when `sym` is already loaded in this process and the handle is
+     * shared.  load_object: a handle for object code that compile_object
+     * produced (possibly in another process); NULL + exception if it cannot
+     * be loaded.  Handles of both are freed with `free`. */
+    const char *(*cache_tag)(struct stax_backend *be);
+    void *(*compile_object)(struct stax_backend *be, const stax_kernel *k,
+                            const char *sym, PyObject **source,
+                            PyObject **object);
+    void *(*load_object)(struct stax_backend *be, const char *sym,
+                         const char *data, size_t n);
     void *state;
 } stax_backend;
 

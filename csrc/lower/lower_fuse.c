@@ -799,7 +799,7 @@ compile_symbolic(lw_ctx *c, step_t *s)
         Py_DECREF(kb);
         return -1;
     }
-    void *h = c->be->compile_kernel(c->be, s->k, &s->source);
+    void *h = lw_compile_kernel(c, s->k, &s->source);
     if (h == NULL) {
         Py_DECREF(kb);
         return -1;
@@ -1134,7 +1134,7 @@ lw_finalize(lw_ctx *c, const int *outputs, int noutputs)
             }
             continue;
         }
-        s->handle = c->be->compile_kernel(c->be, s->k, &s->source);
+        s->handle = lw_compile_kernel(c, s->k, &s->source);
         if (s->handle == NULL) {
             return -1;
         }

@@ -187,6 +187,11 @@ int lw_is_float(stax_dtype_t dt);
 int lw_materialize(lw_ctx *c, vbuf *v);
 kdraft *lw_new_kernel(lw_ctx *c, const char *label);
 
+/* compile one kernel with c->be, through the persistent compile cache
+ * when it is on and the back end supports it (lower_cache.c): a handle, or
+ * NULL + exception; *source as stax_backend.compile_kernel */
+void *lw_compile_kernel(lw_ctx *c, const stax_kernel *k, PyObject **source);
+
 /* finalize: merge/fuse, build stax_kernels, buffer plan, compile */
 int lw_finalize(lw_ctx *c, const int *outputs, int noutputs);
 void lw_ctx_clear(lw_ctx *c);

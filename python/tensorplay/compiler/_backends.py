@@ -52,5 +52,8 @@ def eager(gm, example_inputs, **options):
 
 @register_backend("stax")
 def stax(gm, example_inputs, **options):
-    """The Stax back end: tensorplay._C.stax_backend (lower room)."""
+    """The Stax back end: tensorplay._C.stax_backend (lower room), through
+    the persistent compile cache (docs/cache.md)."""
+    from . import _cache
+    _cache.sync()
     return _C.stax_backend(gm, example_inputs, **options)

@@ -317,6 +317,7 @@ class Driver:
         self.hits_level2 = 0
         self.hits_level3 = 0
         self.eager_calls = 0
+        self._cache_counts = [0, 0, 0]   # cache_hits, cache_misses, backend_compiles
         _drivers.add(self)
 
     def reset(self):
@@ -331,6 +332,7 @@ class Driver:
             self._limit_warned = False
             self._replay_warned = False
             self.compiles = self.hits_level2 = self.hits_level3 = self.eager_calls = 0
+            self._cache_counts = [0, 0, 0]
             cf = self._cf() if self._cf is not None else None
             if cf is not None:
                 cf._reset()
@@ -349,6 +351,11 @@ class Driver:
             "fallbacks": sum(v.fallbacks for v in self.versions) + self.eager_calls,
             "eager_calls": self.eager_calls,
             "artifacts": sum(len(v.artifacts) or 1 for v in self.versions),
+            # persistent compile cache (docs/cache.md): kernels found there,
+            # kernels not found, kernels the back end compiled
+            "cache_hits": self._cache_counts[0],
+            "cache_misses": self._cache_counts[1],
+            "backend_compiles": self._cache_counts[2],
         }
 
     # -- the slow path ------------------------------------------------------
@@ -562,6 +569,7 @@ class Driver:
             # one artifact per version serves every size of the class: its
             # kernels take sizes, strides and numel constants as arguments
             opts.setdefault("dynamic", True)
+        before = _C._cache_counters()
         try:
             return self.backend(gm, list(flat), **opts), False
         except Exception as e:  # noqa: BLE001
@@ -572,6 +580,10 @@ class Driver:
                               f"'{self.name}' ({type(e).__name__}: {e}); this version runs eagerly",
                               RuntimeWarning, stacklevel=5)
             return gm, True
+        finally:
+            after = _C._cache_counters()
+            for i in range(3):
+                self._cache_counts[i] += after[i] - before[i]
 
     def _aliased_writes(self, gm, tr):
         """Tensor inputs that share a storage, one of them written in place

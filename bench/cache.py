@@ -1,0 +1,98 @@
+"""The persistent compile cache, measured: `python3 bench/cache.py [reps]`
+(also the `cache` section of `python3 -m bench`).
+
+For each case, new processes side by side in one run: the first call of the
+compiled function with an empty cache directory (cold: trace + lower + LLVM
+compile) and with the directory a previous process filled (warm: trace +
+lower + load the object code). Reports medians over `reps` process pairs,
+the back-end compiles of each process (warm must be 0), and the warm first
+call as a fraction of the cold one (the issue's goal: a hit costs <= 10 % of
+the cold compile). Import time is not part of the first call.
+"""
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+_CHILD = r"""
+import json, sys, time
+import tensorplay as tp
+n, m = int(sys.argv[1]), int(sys.argv[2])
+def f(x, w):
+    return (tp.relu(x + w) * 2).sum(-1)
+x = tp.randn(n, m); w = tp.randn(n, m)
+cf = tp.compile(f, strict_native=True)
+t0 = time.perf_counter()
+cf(x, w)
+t1 = time.perf_counter()
+s = cf.stats()
+print(json.dumps({"first_ms": (t1 - t0) * 1e3, "compiles": s["backend_compiles"],
+                  "hits": s["cache_hits"]}))
+"""
+
+CASES = [("ex1.1 64x128", 64, 128), ("ex1.1 4096^2", 4096, 4096)]
+
+
+def _child(n, m, cache_dir):
+    env = dict(os.environ, TENSORPLAY_CACHE_DIR=cache_dir, TENSORPLAY_CACHE="1")
+    env["PYTHONPATH"] = os.path.join(ROOT, "python") + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("TENSORPLAY_LOGS", None)
+    out = subprocess.run([sys.executable, "-c", _CHILD, str(n), str(m)], env=env, check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def run(reps=7, cases=CASES):
+    rows = []
+    for name, n, m in cases:
+        cold, warm = [], []
+        for _ in range(reps):
+            d = tempfile.mkdtemp(prefix="tp-bench-cache-")
+            try:
+                cold.append(_child(n, m, d))      # empty directory: compiles
+                warm.append(_child(n, m, d))      # the same directory, a new process
+            finally:
+                shutil.rmtree(d, True)
+        c = statistics.median(r["first_ms"] for r in cold)
+        w = statistics.median(r["first_ms"] for r in warm)
+        rows.append({
+            "case": name, "reps": reps,
+            "cold_first_call_ms": c, "warm_first_call_ms": w, "warm_over_cold": w / c,
+            "cold_backend_compiles": max(r["compiles"] for r in cold),
+            "warm_backend_compiles": max(r["compiles"] for r in warm),
+            "warm_cache_hits": min(r["hits"] for r in warm),
+        })
+    return rows
+
+
+def table(rows):
+    lines = ["| case | cold first call | warm-cache first call (new process) | warm / cold | "
+             "back-end compiles cold / warm |",
+             "|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['case']} | {r['cold_first_call_ms']:.1f} ms | {r['warm_first_call_ms']:.2f} ms "
+                     f"| {100 * r['warm_over_cold']:.1f} % | {r['cold_backend_compiles']} / "
+                     f"{r['warm_backend_compiles']} |")
+    return "\n".join(lines)
+
+
+def main(argv):
+    reps = int(argv[1]) if len(argv) > 1 else 7
+    rows = run(reps)
+    print(f"persistent compile cache: medians of {reps} new-process pairs "
+          f"(command: python3 bench/cache.py {reps})")
+    print(table(rows))
+    os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
+    with open(os.path.join(HERE, "results", "cache.json"), "w") as fh:
+        json.dump(rows, fh, indent=1)
+    return rows
+
+
+if __name__ == "__main__":
+    main(sys.argv)
