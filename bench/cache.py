@@ -7,7 +7,11 @@ compile) and with the directory a previous process filled (warm: trace +
 lower + load the object code). Reports medians over `reps` process pairs,
 the back-end compiles of each process (warm must be 0), and the warm first
 call as a fraction of the cold one (the issue's goal: a hit costs <= 10 % of
-the cold compile). Import time is not part of the first call.
+the cold compile). Import time is not part of the first call. Cases:
+Example 1.1 at 64x128 and 4096^2, and a 2-layer GPT (d=128, 4 heads, batch
+8x64; its matmuls run through NumPy's BLAS, so set OPENBLAS_NUM_THREADS=1 on
+a shared machine, where BLAS threads spinning against other processes make
+its times meaningless).
 """
 import json
 import os
@@ -21,29 +25,76 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 _CHILD = r"""
-import json, sys, time
+import json, math, sys, time
 import tensorplay as tp
-n, m = int(sys.argv[1]), int(sys.argv[2])
+import tensorplay.nn as nn
+import tensorplay.nn.functional as F
+
+
+class Block(nn.Module):
+    def __init__(self, d, h):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+        self.h = h
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(C, dim=-1)
+        hs = C // self.h
+        q, k, v = (t.reshape(B, T, self.h, hs).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
+        att = att.masked_fill(tp.ones(T, T).tril() == 0, float("-inf"))
+        y = (F.softmax(att, dim=-1) @ v).transpose(1, 2).reshape(B, T, C)
+        x = x + self.proj(y)
+        return x + self.out(F.gelu(self.fc(self.ln2(x))))
+
+
+class GPT(nn.Module):
+    # 2 layers, d=128, 4 heads, vocab 256, context 64
+    def __init__(self, vocab=256, d=128, h=4, n=2, T=64):
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(T, d)
+        self.blocks = nn.ModuleList([Block(d, h) for _ in range(n)])
+        self.ln, self.head = nn.LayerNorm(d), nn.Linear(d, vocab)
+
+    def forward(self, idx):
+        x = self.tok(idx) + self.pos(tp.arange(idx.shape[1]))
+        for b in self.blocks:
+            x = b(x)
+        return self.head(self.ln(x))
+
+
 def f(x, w):
     return (tp.relu(x + w) * 2).sum(-1)
-x = tp.randn(n, m); w = tp.randn(n, m)
-cf = tp.compile(f, strict_native=True)
-t0 = time.perf_counter()
-cf(x, w)
-t1 = time.perf_counter()
+
+
+tp.manual_seed(0)
+if sys.argv[1] == "gpt":
+    fn, args, strict = GPT(), (tp.randint(0, 256, (8, 64)),), False
+else:
+    n, m = int(sys.argv[1]), int(sys.argv[2])
+    fn, args, strict = f, (tp.randn(n, m), tp.randn(n, m)), True
+with tp.no_grad():
+    cf = tp.compile(fn, strict_native=strict)
+    t0 = time.perf_counter()
+    cf(*args)
+    t1 = time.perf_counter()
 s = cf.stats()
 print(json.dumps({"first_ms": (t1 - t0) * 1e3, "compiles": s["backend_compiles"],
                   "hits": s["cache_hits"]}))
 """
 
-CASES = [("ex1.1 64x128", 64, 128), ("ex1.1 4096^2", 4096, 4096)]
+CASES = [("ex1.1 64x128", "64", "128"), ("ex1.1 4096^2", "4096", "4096"),
+         ("2-layer GPT 8x64", "gpt", "0")]
 
 
 def _child(n, m, cache_dir):
     env = dict(os.environ, TENSORPLAY_CACHE_DIR=cache_dir, TENSORPLAY_CACHE="1")
     env["PYTHONPATH"] = os.path.join(ROOT, "python") + os.pathsep + env.get("PYTHONPATH", "")
     env.pop("TENSORPLAY_LOGS", None)
-    out = subprocess.run([sys.executable, "-c", _CHILD, str(n), str(m)], env=env, check=True,
+    out = subprocess.run([sys.executable, "-c", _CHILD, n, m], env=env, check=True,
                          capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -85,8 +136,10 @@ def table(rows):
 def main(argv):
     reps = int(argv[1]) if len(argv) > 1 else 7
     rows = run(reps)
+    env = "".join(f"{k}={os.environ[k]} " for k in ("OPENBLAS_NUM_THREADS", "TENSORPLAY_NUM_THREADS")
+                  if k in os.environ)
     print(f"persistent compile cache: medians of {reps} new-process pairs "
-          f"(command: python3 bench/cache.py {reps})")
+          f"(command: {env}python3 bench/cache.py {reps})")
     print(table(rows))
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
     with open(os.path.join(HERE, "results", "cache.json"), "w") as fh:
