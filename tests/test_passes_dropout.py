@@ -42,12 +42,10 @@ def test_functional_dropout_training_false_strict_native():
 
 @pytest.mark.parametrize("call", [
     lambda x: F.dropout(x, 0.5, False),
-    lambda x: F.dropout(x, p=0.3, training=False, inplace=True),
     lambda x: F.dropout(x, 0.0, True),
     lambda x: F.dropout(x, 0.0),
     lambda x: F.alpha_dropout(x, 0.5),
     lambda x: F.feature_alpha_dropout(x, 0.5, training=False),
-    lambda x: F.dropout2d(x.unsqueeze(0), 0.5, training=False).squeeze(0),
 ])
 def test_identity_dropout_output_does_not_alias_input(call):
     x = _x()
@@ -59,6 +57,37 @@ def test_identity_dropout_output_does_not_alias_input(call):
     assert y is not x
     y.add_(1)                       # a copy: the input is untouched
     np.testing.assert_array_equal(x.numpy(), before)
+
+
+def test_identity_inplace_dropout_output_is_the_input():
+    # F.dropout(x, training=False, inplace=True) returns x in eager, and
+    # torch.compile returns x too (an output aliasing an input stays an
+    # alias, issue 13): a write through the output reaches the input
+    x = _x()
+    before = x.numpy().copy()
+    cf = tp.compile(lambda x: F.dropout(x, p=0.3, training=False, inplace=True),
+                    strict_native=True)
+    y = cf(x)
+    assert cf.stats()["fallbacks"] == 0
+    np.testing.assert_array_equal(y.numpy(), before)
+    assert y is x
+    y.add_(1)
+    np.testing.assert_array_equal(x.numpy(), before + 1)
+
+
+def test_identity_dropout_of_a_view_output_is_a_view():
+    # eager and torch.compile: dropout2d(training=False) returns its input,
+    # so x.unsqueeze(0) -> dropout2d -> squeeze(0) is a view of x
+    x = _x()
+    before = x.numpy().copy()
+    cf = tp.compile(lambda x: F.dropout2d(x.unsqueeze(0), 0.5, training=False).squeeze(0),
+                    strict_native=True)
+    y = cf(x)
+    assert cf.stats()["fallbacks"] == 0
+    np.testing.assert_array_equal(y.numpy(), before)
+    assert y._storage is x._storage
+    y.add_(1)
+    np.testing.assert_array_equal(x.numpy(), before + 1)
 
 
 def test_identity_dropout_keeps_eager_aliasing_with_mutation():

@@ -259,3 +259,91 @@ def test_inplace_activation_module_eager_and_compiled(mod):
         m(y)
         return y
     check(f, X)
+
+
+# ---- bullet 3: outputs that are views keep their aliasing ----------------
+
+def _assert_alias_like_eager(fn, *inputs):
+    """Every output that is a view in eager is one compiled: same base
+    storage (an input's or another output's), layout, and a write through
+    it reaches the base exactly as in eager."""
+    cf = tp.compile(fn)
+    for _ in range(3):        # compile, level-3 and level-1 hits
+        ei = [x.clone() for x in inputs]
+        ci = [x.clone() for x in inputs]
+        e, c = fn(*ei), cf(*ci)
+        e = e if isinstance(e, tuple) else (e,)
+        c = c if isinstance(c, tuple) else (c,)
+        assert _same(e, c)
+        for k, (a, b) in enumerate(zip(e, c)):
+            for x, y in zip(ei, ci):
+                assert (a._storage is x._storage) == (b._storage is y._storage), k
+            for j in range(len(e)):
+                assert (a._storage is e[j]._storage) == (b._storage is c[j]._storage), (k, j)
+            if a._storage is not None:
+                assert a.stride() == b.stride() and a.storage_offset() == b.storage_offset()
+        for a, b in zip(e, c):      # write through each output, compare everything
+            a.add_(1.5)
+            b.add_(1.5)
+            assert _same(ei, ci) and _same(e, c)
+
+
+def _out_select(x):
+    return x[0]
+
+
+def _out_views(x):
+    return x.t(), x.view(12)[2:5], x[:, 1], x.narrow(0, 1, 2), x.unsqueeze(0)
+
+
+def _out_diagonal_unbind(x):
+    return x.diagonal(), x.unbind(0)[1], x.expand(2, 3, 4)
+
+
+def _out_view_of_output(x):
+    y = x * 2
+    return y, y[1:], y.t()
+
+
+def _out_view_after_mutation(x):
+    x[1].mul_(3)
+    return x[1:], x * 1
+
+
+def _out_view_of_second_input(x, w):
+    return x + 1, w.view(2, 2), w
+
+
+def test_view_output_aliases_input_compiled():
+    cf = tp.compile(_out_select)
+    x = X.clone()
+    cf(x).zero_()
+    assert np.array_equal(_np(x[0]), np.zeros(4, np.float32))
+    v = cf(x)
+    before = x._version
+    v.fill_(2.0)
+    assert x._version > before     # the version counter is shared
+    _assert_alias_like_eager(_out_select, X)
+
+
+@pytest.mark.parametrize("fn", [_out_views, _out_diagonal_unbind, _out_view_of_output,
+                                _out_view_after_mutation])
+def test_view_outputs_keep_aliasing_compiled(fn):
+    _assert_alias_like_eager(fn, X)
+
+
+def test_view_outputs_of_second_input_compiled():
+    _assert_alias_like_eager(_out_view_of_second_input, X, tp.arange(4, dtype=tp.float32))
+
+
+def test_view_outputs_torch_semantics():
+    if torch is None:
+        pytest.skip("torch not installed")
+    tx = torch.tensor(_np(X))
+    tf = torch.compile(lambda x: (x * 2, (x * 2)[1:], x[0]), backend="eager")
+    o = tf(tx)
+    o[2].zero_()
+    x = X.clone()
+    c = tp.compile(lambda x: (x * 2, (x * 2)[1:], x[0]))(x)
+    c[2].zero_()
+    np.testing.assert_array_equal(_np(x), tx.numpy())

@@ -1275,7 +1275,17 @@ error:
     return NULL;
 }
 
+static PyObject *
+p_node_is_inplace_py(PyObject *self, PyObject *node)
+{
+    (void)self;
+    return PyBool_FromLong(stax_graph_node_is_inplace(node));
+}
+
 static PyMethodDef p_methods[] = {
+    {"_graph_node_is_inplace", p_node_is_inplace_py, METH_O,
+     "_graph_node_is_inplace(node) -> bool: the node writes its first\n"
+     "argument (add_, setitem, F.relu(x, inplace=True), ...)."},
     {"run_frontend_passes", (PyCFunction)(void (*)(void))p_run_frontend_passes,
      METH_VARARGS | METH_KEYWORDS,
      "run_frontend_passes(gm, log=None, max_rounds=16, lint=False) -> gm\n"

@@ -13,6 +13,7 @@ from ._config import config
 from ._guards import GATE_TEXT, Guard, diff_sig, leaves_sig
 from . import _lift
 from ._lift import analyze
+from ._aliasing import with_view_outputs
 
 __all__ = ["Version", "Driver", "RecompileLimitError", "reset"]
 
@@ -571,7 +572,7 @@ class Driver:
             opts.setdefault("dynamic", True)
         before = _C._cache_counters()
         try:
-            return self.backend(gm, list(flat), **opts), False
+            return with_view_outputs(gm, self.backend(gm, list(flat), **opts)), False
         except Exception as e:  # noqa: BLE001
             if self.strict_native:
                 raise
