@@ -198,3 +198,34 @@ def test_core_runs_with_package_modules_unimportable(monkeypatch):
 def test_register_rejects_unknown_names():
     with pytest.raises(KeyError):
         _C._register("tensorplay.nothing", object())
+
+
+# ---- the passes edit StaxGraph/StaxNode directly (issue 12, item 2) ------
+
+def test_passes_want_a_tensorplay_graph():
+    class FakeGraph:
+        nodes = []
+    with pytest.raises(TypeError, match="tensorplay Graph"):
+        _C.run_frontend_passes(FakeGraph())
+    class FakeGM:
+        graph = FakeGraph()
+    with pytest.raises(TypeError, match="tensorplay Graph"):
+        _C.make_op_graph(FakeGM())
+
+
+def test_decomposition_keeps_the_users_insertion_point():
+    # DecomposePass inserts before the expanded node; a Graph's own
+    # insertion point (inserting_after) is left as the user set it
+    g = _C.Graph()
+    x = g.placeholder("x")
+    x.meta["val"] = tp.tensor([1.0, -2.0])
+    r = g.call_function(tp.functional.relu6, (x,))
+    r.meta["val"] = tp.functional.relu6(x.meta["val"])
+    g.output(r)
+    gm = _C.GraphModule(g)
+    with g.inserting_after(x):
+        _C.run_frontend_passes(gm)
+        n = g.call_function(operator.neg, (x,))
+    nodes = list(g.nodes)
+    assert nodes[1] is n
+    gm.graph.lint()

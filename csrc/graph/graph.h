@@ -82,6 +82,12 @@ PyObject *stax_graph_new(void);
 StaxNode *stax_graph_create_node(StaxGraph *g, stax_node_op_t op,
                                  PyObject *target, PyObject *args,
                                  PyObject *kwargs, PyObject *name);
+/* The same, created right before `before` (NULL: at the graph's insertion
+ * point); the insertion point is left as it was. */
+StaxNode *stax_graph_insert_before(StaxGraph *g, StaxNode *before,
+                                   stax_node_op_t op, PyObject *target,
+                                   PyObject *args, PyObject *kwargs,
+                                   PyObject *name);
 /* Remove a node without users; -1 + RuntimeError if it still has users. */
 int stax_graph_erase_node(StaxGraph *g, StaxNode *n);
 /* Set args/kwargs (either may be NULL = unchanged), users kept up to date. */

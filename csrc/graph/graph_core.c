@@ -528,6 +528,27 @@ graph_get_nodes(StaxGraph *self, void *c)
     return PyList_GetSlice(self->nodes, 0, PY_SSIZE_T_MAX);
 }
 
+StaxNode *
+stax_graph_insert_before(StaxGraph *g, StaxNode *before, stax_node_op_t op,
+                         PyObject *target, PyObject *args, PyObject *kwargs,
+                         PyObject *name)
+{
+    PyObject *prev_node;
+    int prev_mode;
+    StaxNode *n;
+    if (before == NULL) {
+        return stax_graph_create_node(g, op, target, args, kwargs, name);
+    }
+    prev_node = g->insert_node;      /* the reference moves to us */
+    prev_mode = g->insert_mode;
+    g->insert_node = Py_NewRef((PyObject *)before);
+    g->insert_mode = 1;
+    n = stax_graph_create_node(g, op, target, args, kwargs, name);
+    Py_XSETREF(g->insert_node, prev_node);
+    g->insert_mode = prev_mode;
+    return n;
+}
+
 static PyObject *
 graph_create_node_impl(StaxGraph *self, stax_node_op_t op, PyObject *target,
                        PyObject *args, PyObject *kwargs, PyObject *name)

@@ -53,23 +53,22 @@ p_op_target(const char *name, const char *ovl)
 static int
 p_meta_set(PyObject *node, const char *key, PyObject *v)
 {
-    PyObject *meta = PyObject_GetAttrString(node, "meta");
-    int rc = meta ? PyMapping_SetItemString(meta, key, v) : -1;
-    Py_XDECREF(meta);
-    return rc;
+    return PyDict_SetItemString(((StaxNode *)node)->meta, key, v);
 }
 
 static PyObject *
 p_create(p_op_ctx *c, const char *opcode, PyObject *target, PyObject *args,
          PyObject *kwargs, const char *name)
 {
-    PyObject *kw = kwargs ? Py_NewRef(kwargs) : PyDict_New();
-    PyObject *node = kw ? PyObject_CallMethod(c->graph, "create_node",
-                                              "sOOOs", opcode, target, args,
-                                              kw, name) : NULL;
-    Py_XDECREF(kw);
+    PyObject *hint = PyUnicode_FromString(name), *node = NULL;
+    stax_node_op_t op;
+    if (hint != NULL && stax_node_op_from_name(opcode, &op) == 0) {
+        node = (PyObject *)stax_graph_create_node(
+            (StaxGraph *)c->graph, op, target, args, kwargs, hint);
+    }
+    Py_XDECREF(hint);
     if (node != NULL && c->cur_py != NULL) {
-        PyObject *m = PyObject_GetAttrString(c->cur_py, "meta");
+        PyObject *m = stax_graph_p_attr(c->cur_py, "meta");
         PyObject *s = m && PyDict_Check(m) ? PyDict_GetItemString(m, "stack")
                                            : NULL;
         PyObject *se = m && PyDict_Check(m)
@@ -609,10 +608,10 @@ p_lower_call(p_op_ctx *c, PyObject *n, p_opcode_t opc)
     PyObject *bound = NULL, *v = NULL, *target = NULL;
     p_opref r;
     int rc = -1, known = stax_graph_p_node_opref(n, &r);
-    PyObject *a0 = PyObject_GetAttrString(n, "args");
+    PyObject *a0 = stax_graph_p_attr(n, "args");
     args = a0 ? PySequence_Tuple(a0) : NULL;
     Py_XDECREF(a0);
-    kwargs = args ? PyObject_GetAttrString(n, "kwargs") : NULL;
+    kwargs = args ? stax_graph_p_attr(n, "kwargs") : NULL;
     if (kwargs == NULL) {
         goto done;
     }
@@ -761,12 +760,12 @@ p_lower_call(p_op_ctx *c, PyObject *n, p_opcode_t opc)
         }
     }
     /* not an op of the table (or scalar arithmetic): copied as it is */
-    target = PyObject_GetAttrString(n, "target");
+    target = stax_graph_p_attr(n, "target");
     if (target == NULL) {
         goto done;
     }
     {
-        PyObject *nm = PyObject_GetAttrString(n, "name");
+        PyObject *nm = stax_graph_p_attr(n, "name");
         const char *s = nm && PyUnicode_Check(nm) ? PyUnicode_AsUTF8(nm) : "v";
         v = s ? p_create(c, stax_graph_p_opcode_str(opc), target, mapped, mkw,
                          s) : NULL;
@@ -797,14 +796,14 @@ done:
 static int
 p_is_writeback_of(PyObject *user, PyObject *ph)
 {
-    PyObject *m = PyObject_GetAttrString(user, "meta");
+    PyObject *m = stax_graph_p_attr(user, "meta");
     PyObject *ov = m && PyDict_Check(m) ? PyDict_GetItemString(m, "op_overload")
                                         : NULL;
     int r = ov != NULL && PyUnicode_Check(ov)
             && PyUnicode_CompareWithASCIIString(ov, "copy_.default") == 0;
     Py_XDECREF(m);
     if (r) {
-        PyObject *a = PyObject_GetAttrString(user, "args");
+        PyObject *a = stax_graph_p_attr(user, "args");
         r = a && PyTuple_Check(a) && PyTuple_GET_SIZE(a) >= 1
             && PyTuple_GET_ITEM(a, 0) == ph
             && stax_graph_p_opcode(ph) == P_PLACEHOLDER;
@@ -829,11 +828,11 @@ p_private_copies(PyObject *graph)
     }
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(nodes); i++) {
         PyObject *n = PyList_GET_ITEM(nodes, i);
-        PyObject *meta = PyObject_GetAttrString(n, "meta");
+        PyObject *meta = stax_graph_p_attr(n, "meta");
         int mut = meta && PyDict_Check(meta)
                   && PyDict_GetItemString(meta, "mutates") != NULL;
         Py_XDECREF(meta);
-        PyObject *args = mut ? PyObject_GetAttrString(n, "args") : NULL;
+        PyObject *args = mut ? stax_graph_p_attr(n, "args") : NULL;
         PyErr_Clear();
         if (args == NULL || !PyTuple_Check(args) || PyTuple_GET_SIZE(args) < 1
             || !stax_graph_p_is_node(PyTuple_GET_ITEM(args, 0))
@@ -842,7 +841,7 @@ p_private_copies(PyObject *graph)
             continue;
         }
         PyObject *a0 = PyTuple_GET_ITEM(args, 0);
-        PyObject *users = PyObject_GetAttrString(a0, "users");
+        PyObject *users = stax_graph_p_attr(a0, "users");
         PyObject *ul = users ? PySequence_List(users) : NULL;
         Py_XDECREF(users);
         if (ul == NULL) {
@@ -909,7 +908,7 @@ p_op_dce(PyObject *graph)
             PyErr_Clear();
             continue;
         }
-        PyObject *meta = PyObject_GetAttrString(n, "meta");
+        PyObject *meta = stax_graph_p_attr(n, "meta");
         int keep = meta == NULL || !PyDict_Check(meta)
                    || PyDict_GetItemString(meta, "mutates") != NULL
                    || PyDict_GetItemString(meta, "sample_error") != NULL;
@@ -1014,7 +1013,7 @@ stax_graph_make_op_graph(PyObject *gm, PyObject *basis)
             goto placeholder;
         }
         if (op == P_OUTPUT) {
-            PyObject *a = PyObject_GetAttrString(n, "args");
+            PyObject *a = stax_graph_p_attr(n, "args");
             outv = a ? stax_graph_p_map(a, p_cur_fn, &c) : NULL;
             Py_XDECREF(a);
             if (outv == NULL) {
@@ -1023,7 +1022,7 @@ stax_graph_make_op_graph(PyObject *gm, PyObject *basis)
             continue;
         }
         if (op == P_GET_ATTR) {
-            PyObject *t = PyObject_GetAttrString(n, "target");
+            PyObject *t = stax_graph_p_attr(n, "target");
             PyObject *e = t ? PyTuple_New(0) : NULL;
             PyObject *nn = e ? p_create(&c, "get_attr", t, e, NULL,
                                         PyUnicode_AsUTF8(t)) : NULL;

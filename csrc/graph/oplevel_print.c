@@ -16,7 +16,7 @@ p_fmt_arg(PyObject *o, PyObject *out)
     PyObject *s = NULL;
     int rc = -1;
     if (stax_graph_p_is_node(o)) {
-        s = PyObject_GetAttrString(o, "name");
+        s = stax_graph_p_attr(o, "name");
     }
     else if (PyList_Check(o) || PyTuple_Check(o)) {
         int lst = PyList_Check(o);
@@ -97,8 +97,8 @@ p_op_graph_str(PyObject *module, PyObject *gm)
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(nodes); i++) {
         PyObject *n = PyList_GET_ITEM(nodes, i), *s = NULL;
         p_opcode_t op = stax_graph_p_opcode(n);
-        PyObject *a = PyObject_GetAttrString(n, "args");
-        PyObject *k = a ? PyObject_GetAttrString(n, "kwargs") : NULL;
+        PyObject *a = stax_graph_p_attr(n, "args");
+        PyObject *k = a ? stax_graph_p_attr(n, "kwargs") : NULL;
         PyObject *parts = k ? PyList_New(0) : NULL;
         if (parts == NULL) {
             Py_XDECREF(a);
@@ -145,7 +145,7 @@ p_op_graph_str(PyObject *module, PyObject *gm)
         }
         /* add.Scalar / sub.Scalar print their full schema (self, other,
          * alpha), as the seed's Example 4.4 does */
-        PyObject *meta0 = PyObject_GetAttrString(n, "meta");
+        PyObject *meta0 = stax_graph_p_attr(n, "meta");
         PyObject *ov0 = meta0 && PyDict_Check(meta0)
                         ? PyDict_GetItemString(meta0, "op_overload") : NULL;
         const char *ovs = ov0 ? PyUnicode_AsUTF8(ov0) : NULL;
@@ -195,10 +195,10 @@ p_op_graph_str(PyObject *module, PyObject *gm)
             Py_XDECREF(self_txt);
             goto done;
         }
-        PyObject *meta = PyObject_GetAttrString(n, "meta");
+        PyObject *meta = stax_graph_p_attr(n, "meta");
         PyObject *ovl = meta && PyDict_Check(meta)
                         ? PyDict_GetItemString(meta, "op_overload") : NULL;
-        PyObject *target = PyObject_GetAttrString(n, "target");
+        PyObject *target = stax_graph_p_attr(n, "target");
         if (op == P_GET_ATTR) {
             s = PyUnicode_FromFormat("self.%S", target);
         }
@@ -220,7 +220,7 @@ p_op_graph_str(PyObject *module, PyObject *gm)
         Py_XDECREF(target);
         Py_XDECREF(self_txt);
         Py_DECREF(j);
-        PyObject *nm = PyObject_GetAttrString(n, "name");
+        PyObject *nm = stax_graph_p_attr(n, "name");
         if (s == NULL || nm == NULL || PyList_Append(names, nm) < 0
             || PyList_Append(rhs, s) < 0) {
             Py_XDECREF(s);

@@ -36,7 +36,7 @@ static const char *
 p_name(PyObject *node)
 {
     /* borrowed UTF-8 of node.name; the node keeps its name alive */
-    PyObject *n = PyObject_GetAttrString(node, "name");
+    PyObject *n = stax_graph_p_attr(node, "name");
     const char *s = NULL;
     if (n != NULL) {
         s = PyUnicode_Check(n) ? PyUnicode_AsUTF8(n) : NULL;
@@ -52,7 +52,7 @@ p_name(PyObject *node)
 static PyObject *
 p_args(PyObject *node)
 {
-    PyObject *a = PyObject_GetAttrString(node, "args");
+    PyObject *a = stax_graph_p_attr(node, "args");
     if (a != NULL && !PyTuple_Check(a)) {
         PyObject *t = PySequence_Tuple(a);
         Py_DECREF(a);
@@ -64,7 +64,7 @@ p_args(PyObject *node)
 static int
 p_kwargs_empty(PyObject *node)
 {
-    PyObject *k = PyObject_GetAttrString(node, "kwargs");
+    PyObject *k = stax_graph_p_attr(node, "kwargs");
     int r;
     if (k == NULL) {
         PyErr_Clear();
@@ -79,7 +79,7 @@ p_kwargs_empty(PyObject *node)
 static PyObject *
 p_users(PyObject *node)
 {
-    PyObject *u = PyObject_GetAttrString(node, "users");
+    PyObject *u = stax_graph_p_attr(node, "users");
     PyObject *l = u ? PySequence_List(u) : NULL;
     Py_XDECREF(u);
     return l;
@@ -185,7 +185,7 @@ p_is_const_tensor_node(PyObject *o, double v)
         PyErr_Clear();
         return 0;
     }
-    PyObject *t = PyObject_GetAttrString(o, "target");
+    PyObject *t = stax_graph_p_attr(o, "target");
     PyObject *nm = t ? PyObject_GetAttrString(t, "__name__") : NULL;
     int r = 0;
     if (nm != NULL && PyUnicode_Check(nm)) {
@@ -207,7 +207,7 @@ p_is_const_tensor_node(PyObject *o, double v)
 static PyObject *
 p_functional_target(PyObject *node, p_opcode_t op)
 {
-    PyObject *t = PyObject_GetAttrString(node, "target");
+    PyObject *t = stax_graph_p_attr(node, "target");
     PyObject *r = NULL;
     if (t == NULL) {
         return NULL;
@@ -277,7 +277,7 @@ p_inactive_dropout(p_pass_ctx *c, PyObject *n, const p_opref *r,
     if (it < 0 || ip < 0) {
         return 0;
     }
-    kw = PyObject_GetAttrString(n, "kwargs");
+    kw = stax_graph_p_attr(n, "kwargs");
     if (kw == NULL) {
         return -1;
     }
@@ -326,7 +326,7 @@ p_inactive_dropout(p_pass_ctx *c, PyObject *n, const p_opref *r,
         }
         sw.old = n;
         sw.value = cl;
-        oargs = PyObject_GetAttrString(outn, "args");
+        oargs = stax_graph_p_attr(outn, "args");
         nargs = oargs ? stax_graph_p_map(oargs, p_swap_fn, &sw) : NULL;
         if (nargs == NULL || stax_graph_p_set_args(outn, nargs, NULL) < 0) {
             goto done;
@@ -365,7 +365,7 @@ p_namedtuple_field(p_pass_ctx *c, PyObject *n, p_opcode_t op)
     if (op != P_CALL_FUNCTION) {
         return 0;
     }
-    t = PyObject_GetAttrString(n, "target");
+    t = stax_graph_p_attr(n, "target");
     bi = t ? PyEval_GetBuiltins() : NULL;   /* borrowed */
     ga = bi ? Py_XNewRef(PyDict_GetItemString(bi, "getattr")) : NULL;
     if (ga == NULL || t != ga || !p_kwargs_empty(n)) {
@@ -405,7 +405,7 @@ p_namedtuple_field(p_pass_ctx *c, PyObject *n, p_opcode_t op)
         goto done;
     }
     {
-        PyObject *meta = PyObject_GetAttrString(nn, "meta");
+        PyObject *meta = stax_graph_p_attr(nn, "meta");
         if (meta == NULL
             || PyMapping_SetItemString(meta, "val",
                                        PyTuple_GET_ITEM(val, idx)) < 0) {
@@ -557,7 +557,7 @@ p_normalize(p_pass_ctx *c)
             && stax_graph_p_users_count(PyTuple_GET_ITEM(args, 0)) == 1) {
             PyObject *m = PyTuple_GET_ITEM(args, 0);
             PyObject *ft = p_functional_target(n, op);
-            PyObject *kw = ft ? PyObject_GetAttrString(n, "kwargs") : NULL;
+            PyObject *kw = ft ? stax_graph_p_attr(n, "kwargs") : NULL;
             PyObject *val = NULL, *nn = NULL;
             if (ft == NULL || kw == NULL) {
                 Py_XDECREF(ft);
@@ -572,7 +572,7 @@ p_normalize(p_pass_ctx *c)
                                          args, kw, 0);
                 if (nn != NULL) {
                     stax_graph_p_copy_stack(nn, n);
-                    PyObject *meta = PyObject_GetAttrString(nn, "meta");
+                    PyObject *meta = stax_graph_p_attr(nn, "meta");
                     if (meta == NULL
                         || PyMapping_SetItemString(meta, "val", val) < 0) {
                         Py_CLEAR(nn);
@@ -654,7 +654,7 @@ p_constfold(p_pass_ctx *c)
         if (!r.is_operator || !p_kwargs_empty(n)) {
             continue;
         }
-        PyObject *t = PyObject_GetAttrString(n, "target");
+        PyObject *t = stax_graph_p_attr(n, "target");
         PyObject *nm = t ? PyObject_GetAttrString(t, "__name__") : NULL;
         const char *s = nm && PyUnicode_Check(nm) ? PyUnicode_AsUTF8(nm) : NULL;
         int ip = 0;
@@ -809,9 +809,9 @@ stax_graph_p_cse(p_pass_ctx *c)
         if (has_inplace && p_has_mutating_or_view_user(n)) {
             continue;
         }
-        PyObject *t = PyObject_GetAttrString(n, "target");
-        PyObject *a = t ? PyObject_GetAttrString(n, "args") : NULL;
-        PyObject *k = a ? PyObject_GetAttrString(n, "kwargs") : NULL;
+        PyObject *t = stax_graph_p_attr(n, "target");
+        PyObject *a = t ? stax_graph_p_attr(n, "args") : NULL;
+        PyObject *k = a ? stax_graph_p_attr(n, "kwargs") : NULL;
         PyObject *key = NULL;
         if (k != NULL) {
             PyObject *tk = PyUnicode_Check(t) ? Py_NewRef(t)
@@ -880,7 +880,7 @@ error:
 static int
 p_has_meta(PyObject *node, const char *key)
 {
-    PyObject *meta = PyObject_GetAttrString(node, "meta");
+    PyObject *meta = stax_graph_p_attr(node, "meta");
     int r = meta != NULL && PyDict_Check(meta)
             && PyDict_GetItemString(meta, key) != NULL;
     Py_XDECREF(meta);
@@ -990,7 +990,7 @@ p_union(Py_ssize_t *parent, int *rank, Py_ssize_t a, Py_ssize_t b)
 static int
 p_set_meta(PyObject *node, const char *key, PyObject *v, int *changed)
 {
-    PyObject *meta = PyObject_GetAttrString(node, "meta");
+    PyObject *meta = stax_graph_p_attr(node, "meta");
     int rc = -1;
     if (meta == NULL) {
         return -1;
@@ -1216,8 +1216,7 @@ stax_graph_run_frontend_passes(PyObject *gm, PyObject *log, int max_rounds,
                 goto error;
             }
             if (lint) {
-                PyObject *lr = PyObject_CallMethod(graph, "lint", NULL);
-                if (lr == NULL) {
+                if (stax_graph_lint((StaxGraph *)graph) < 0) {
                     PyObject *t, *v, *tb;
                     PyErr_Fetch(&t, &v, &tb);
                     PyErr_Format(PyExc_RuntimeError, "graph lint failed after "
@@ -1228,7 +1227,6 @@ stax_graph_run_frontend_passes(PyObject *gm, PyObject *log, int max_rounds,
                     Py_XDECREF(tb);
                     goto error;
                 }
-                Py_DECREF(lr);
             }
             if (r > 0) {
                 any = 1;

@@ -129,8 +129,8 @@ stax_graph_p_decompose_pass(p_pass_ctx *c)
             continue;
         }
         p_opcode_t opc = stax_graph_p_opcode(n);
-        PyObject *args = PyObject_GetAttrString(n, "args");
-        PyObject *kw = args ? PyObject_GetAttrString(n, "kwargs") : NULL;
+        PyObject *args = stax_graph_p_attr(n, "args");
+        PyObject *kw = args ? stax_graph_p_attr(n, "kwargs") : NULL;
         PyObject *bound = NULL, *res = NULL;
         if (kw == NULL) {
             Py_XDECREF(args);
@@ -173,7 +173,7 @@ stax_graph_p_decompose_pass(p_pass_ctx *c)
             Py_DECREF(ec.created);
             continue;
         }
-        PyObject *nm = PyObject_GetAttrString(n, "name");
+        PyObject *nm = stax_graph_p_attr(n, "name");
         PyObject *lst = NULL;
         if (nm == NULL) {
             Py_DECREF(res);

@@ -2,9 +2,9 @@
  * decompose_table.c, oplevel.c, functionalize.c). Not part of the room's
  * public surface: only graph.h is.
  *
- * Every helper works through the torch.fx-like Python API of the graph
- * core (node.op, node.args, graph.create_node, ...), so the passes depend
- * only on contract 4 and not on the layout of the StaxNode struct. */
+ * The helpers work on StaxGraph/StaxNode through graph.h's C API
+ * (stax_graph_insert_before, stax_node_set_args, ...); the Python Graph and
+ * Node objects are views of the same structs for users. */
 #ifndef STAX_GRAPH_PASSES_INTERNAL_H
 #define STAX_GRAPH_PASSES_INTERNAL_H
 
@@ -21,8 +21,7 @@ typedef enum {
     P_UNKNOWN
 } p_opcode_t;
 
-/* The Node type, learned from the graph being transformed. */
-extern PyTypeObject *stax_graph_p_node_type;
+/* -1 + TypeError unless graph is a StaxGraph (what the passes edit) */
 int stax_graph_p_learn_node_type(PyObject *graph);
 int stax_graph_p_is_node(PyObject *o);
 

@@ -1,117 +1,93 @@
-/* Helpers shared by the graph transformations: node access through the
- * FX-like Python API, op lookup in the ops room's table, schema binding,
+/* Helpers shared by the graph transformations: node access and edits on
+ * StaxNode/StaxGraph, op lookup in the ops room's table, schema binding,
  * running calls on sample values, and graph edits. */
 #include "graph/passes_internal.h"
 
 #include <stdarg.h>
 #include <string.h>
 
-PyTypeObject *stax_graph_p_node_type = NULL;
-
+/* The passes edit StaxGraph/StaxNode directly (graph.h's C API); the
+ * Python Graph/Node objects are the same objects, seen from Python. */
 int
 stax_graph_p_learn_node_type(PyObject *graph)
 {
-    PyObject *nodes = stax_graph_p_nodes(graph);
-    if (nodes == NULL) {
+    if (!StaxGraph_Check(graph)) {
+        PyErr_Format(PyExc_TypeError,
+                     "expected a tensorplay Graph or GraphModule, got %.100s",
+                     Py_TYPE(graph)->tp_name);
         return -1;
     }
-    if (PyList_GET_SIZE(nodes) > 0) {
-        stax_graph_p_node_type = Py_TYPE(PyList_GET_ITEM(nodes, 0));
-    }
-    else if (stax_graph_p_node_type == NULL) {
-        /* an empty graph: our Node */
-        stax_graph_p_node_type = StaxNode_Type;
-    }
-    Py_DECREF(nodes);
     return 0;
 }
 
 int
 stax_graph_p_is_node(PyObject *o)
 {
-    return stax_graph_p_node_type != NULL
-        && PyObject_TypeCheck(o, stax_graph_p_node_type);
+    return StaxNode_Check(o);
 }
-
-static const char *p_opcode_names[] = {
-    "placeholder", "get_attr", "call_function", "call_method",
-    "call_module", "output",
-};
 
 const char *
 stax_graph_p_opcode_str(p_opcode_t op)
 {
-    return op < P_UNKNOWN ? p_opcode_names[op] : "?";
+    return op < P_UNKNOWN ? stax_node_op_name((stax_node_op_t)op) : "?";
 }
 
+/* o.<name>; a Node's fields are read from the struct */
 PyObject *
 stax_graph_p_attr(PyObject *o, const char *name)
 {
+    if (StaxNode_Check(o)) {
+        StaxNode *n = (StaxNode *)o;
+        PyObject *f = !strcmp(name, "args")     ? n->args
+                      : !strcmp(name, "kwargs") ? n->kwargs
+                      : !strcmp(name, "target") ? n->target
+                      : !strcmp(name, "meta")   ? n->meta
+                      : !strcmp(name, "name")   ? n->name
+                      : !strcmp(name, "users")  ? n->users : NULL;
+        if (f != NULL) {
+            return Py_NewRef(f);
+        }
+        if (!strcmp(name, "op")) {
+            return PyUnicode_FromString(stax_node_op_name(n->op));
+        }
+    }
     return PyObject_GetAttrString(o, name);
 }
+
+_Static_assert((int)P_PLACEHOLDER == (int)STAX_NODE_PLACEHOLDER
+               && (int)P_OUTPUT == (int)STAX_NODE_OUTPUT
+               && (int)P_CALL_METHOD == (int)STAX_NODE_CALL_METHOD,
+               "p_opcode_t follows stax_node_op_t");
 
 p_opcode_t
 stax_graph_p_opcode(PyObject *node)
 {
-    PyObject *s = PyObject_GetAttrString(node, "op");
-    p_opcode_t r = P_UNKNOWN;
-    if (s == NULL) {
+    if (!StaxNode_Check(node)) {
+        PyErr_SetString(PyExc_ValueError, "node with an unknown opcode");
         return P_UNKNOWN;
     }
-    const char *c = PyUnicode_Check(s) ? PyUnicode_AsUTF8(s) : NULL;
-    if (c != NULL) {
-        for (int i = 0; i < P_UNKNOWN; i++) {
-            if (strcmp(c, p_opcode_names[i]) == 0) {
-                r = (p_opcode_t)i;
-                break;
-            }
-        }
-    }
-    Py_DECREF(s);
-    if (r == P_UNKNOWN && !PyErr_Occurred()) {
-        PyErr_SetString(PyExc_ValueError, "node with an unknown opcode");
-    }
-    return r;
+    return (p_opcode_t)((StaxNode *)node)->op;
 }
 
 PyObject *
 stax_graph_p_nodes(PyObject *graph)
 {
-    PyObject *it = PyObject_GetAttrString(graph, "nodes");
-    if (it == NULL) {
-        return NULL;
-    }
-    PyObject *l = PySequence_List(it);
-    Py_DECREF(it);
-    return l;
+    return stax_graph_node_list(graph);
 }
 
 int
 stax_graph_p_users_count(PyObject *node)
 {
-    PyObject *u = PyObject_GetAttrString(node, "users");
-    if (u == NULL) {
-        return -1;
-    }
-    Py_ssize_t n = PyObject_Length(u);
-    Py_DECREF(u);
-    return (int)n;
+    return (int)PyDict_GET_SIZE(((StaxNode *)node)->users);
 }
 
 PyObject *
 stax_graph_p_val(PyObject *node)
 {
-    PyObject *meta = PyObject_GetAttrString(node, "meta");
-    PyObject *v = NULL;
-    if (meta == NULL) {
-        PyErr_Clear();
+    if (!StaxNode_Check(node)) {
         return NULL;
     }
-    if (PyDict_Check(meta)) {
-        v = PyDict_GetItemString(meta, "val");   /* borrowed */
-    }
-    Py_DECREF(meta);   /* the node keeps meta (and so v) alive */
-    return v;
+    return PyDict_GetItemString(((StaxNode *)node)->meta, "val"); /* borrowed */
 }
 
 /* ---- op table -------------------------------------------------------- */
@@ -183,8 +159,8 @@ p_inplace_kwarg(PyObject *node, const stax_op_info *info)
     if (k < 0) {
         return 0;
     }
-    PyObject *kw = PyObject_GetAttrString(node, "kwargs");
-    PyObject *a = kw ? PyObject_GetAttrString(node, "args") : NULL;
+    PyObject *kw = stax_graph_p_attr(node, "kwargs");
+    PyObject *a = kw ? stax_graph_p_attr(node, "args") : NULL;
     PyObject *v = NULL;
     if (kw != NULL && PyDict_Check(kw)) {
         v = PyDict_GetItemString(kw, "inplace");
@@ -222,7 +198,7 @@ stax_graph_p_node_opref(PyObject *node, p_opref *out)
     if (op != P_CALL_FUNCTION && op != P_CALL_METHOD) {
         return 0;
     }
-    PyObject *target = PyObject_GetAttrString(node, "target");
+    PyObject *target = stax_graph_p_attr(node, "target");
     if (target == NULL) {
         PyErr_Clear();
         return 0;
@@ -693,158 +669,60 @@ stax_graph_p_insert(PyObject *graph, PyObject *before, const char *opcode,
                     PyObject *target, PyObject *args, PyObject *kwargs,
                     int compute_val)
 {
-    PyObject *cm = NULL, *ent = NULL, *node = NULL, *ex = NULL, *kw = NULL;
-    if (before != NULL) {
-        cm = PyObject_CallMethod(graph, "inserting_before", "O", before);
-        if (cm == NULL) {
-            return NULL;
-        }
-        ent = PyObject_CallMethod(cm, "__enter__", NULL);
-        if (ent == NULL) {
-            goto done;
-        }
+    StaxNode *node;
+    stax_node_op_t op;
+    if (!StaxGraph_Check(graph)
+        || (before != NULL && !StaxNode_Check(before))) {
+        PyErr_SetString(PyExc_TypeError, "insert: expected a Graph and a Node");
+        return NULL;
     }
-    kw = kwargs ? Py_NewRef(kwargs) : PyDict_New();
-    if (kw == NULL) {
-        goto done;
+    if (stax_node_op_from_name(opcode, &op) < 0) {
+        return NULL;
     }
-    node = PyObject_CallMethod(graph, "create_node", "sOOO", opcode, target,
-                               args, kw);
-    if (cm != NULL) {
-        PyObject *t, *v, *tb;
-        PyErr_Fetch(&t, &v, &tb);
-        ex = PyObject_CallMethod(cm, "__exit__", "OOO", Py_None, Py_None,
-                                 Py_None);
-        if (ex == NULL) {
-            Py_CLEAR(node);
-            Py_XDECREF(t);
-            Py_XDECREF(v);
-            Py_XDECREF(tb);
-        }
-        else {
-            PyErr_Restore(t, v, tb);
-        }
-    }
+    node = stax_graph_insert_before((StaxGraph *)graph, (StaxNode *)before,
+                                    op, target, args, kwargs, NULL);
     if (node != NULL && compute_val) {
-        p_opcode_t op = strcmp(opcode, "call_method") == 0 ? P_CALL_METHOD
-                                                           : P_CALL_FUNCTION;
-        PyObject *val = stax_graph_p_run_on_vals(op, target, args, kw);
+        PyObject *val = stax_graph_p_run_on_vals(
+            op == STAX_NODE_CALL_METHOD ? P_CALL_METHOD : P_CALL_FUNCTION,
+            target, node->args, node->kwargs);
         if (val != NULL) {
-            PyObject *meta = PyObject_GetAttrString(node, "meta");
-            if (meta != NULL) {
-                if (PyMapping_SetItemString(meta, "val", val) < 0) {
-                    PyErr_Clear();
-                }
-                Py_DECREF(meta);
-            }
-            else {
+            if (PyDict_SetItemString(node->meta, "val", val) < 0) {
                 PyErr_Clear();
             }
             Py_DECREF(val);
         }
     }
-done:
-    Py_XDECREF(cm);
-    Py_XDECREF(ent);
-    Py_XDECREF(ex);
-    Py_XDECREF(kw);
-    return node;
+    return (PyObject *)node;
 }
 
 int
 stax_graph_p_set_args(PyObject *node, PyObject *args, PyObject *kwargs)
 {
-    if (args != NULL && PyObject_SetAttrString(node, "args", args) < 0) {
-        return -1;
-    }
-    if (kwargs != NULL && PyObject_SetAttrString(node, "kwargs", kwargs) < 0) {
-        return -1;
-    }
-    return 0;
-}
-
-typedef struct {
-    PyObject *old;
-    PyObject *value;
-} p_repl;
-
-static PyObject *
-p_repl_fn(PyObject *node, void *ctx)
-{
-    p_repl *r = ctx;
-    return Py_NewRef(node == r->old ? r->value : node);
+    return stax_node_set_args((StaxNode *)node, args, kwargs);
 }
 
 int
 stax_graph_p_replace_uses(PyObject *node, PyObject *value)
 {
-    PyObject *users = NULL, *ul = NULL;
-    int rc = -1;
-    if (stax_graph_p_is_node(value)) {
-        PyObject *r = PyObject_CallMethod(node, "replace_all_uses_with", "O",
-                                          value);
-        if (r == NULL) {
-            return -1;
-        }
-        Py_DECREF(r);
-        return 0;
-    }
-    users = PyObject_GetAttrString(node, "users");
-    if (users == NULL) {
-        return -1;
-    }
-    ul = PySequence_List(users);
-    if (ul == NULL) {
-        goto done;
-    }
-    p_repl ctx = {node, value};
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(ul); i++) {
-        PyObject *u = PyList_GET_ITEM(ul, i);
-        PyObject *a = PyObject_GetAttrString(u, "args");
-        PyObject *k = a ? PyObject_GetAttrString(u, "kwargs") : NULL;
-        PyObject *na = k ? stax_graph_p_map(a, p_repl_fn, &ctx) : NULL;
-        PyObject *nk = na ? stax_graph_p_map(k, p_repl_fn, &ctx) : NULL;
-        int ok = nk != NULL && stax_graph_p_set_args(u, na, nk) == 0;
-        Py_XDECREF(a);
-        Py_XDECREF(k);
-        Py_XDECREF(na);
-        Py_XDECREF(nk);
-        if (!ok) {
-            goto done;
-        }
-    }
-    rc = 0;
-done:
-    Py_XDECREF(users);
-    Py_XDECREF(ul);
-    return rc;
+    return stax_node_replace_all_uses_with((StaxNode *)node, value);
 }
 
 int
 stax_graph_p_erase(PyObject *graph, PyObject *node)
 {
-    PyObject *r = PyObject_CallMethod(graph, "erase_node", "O", node);
-    if (r == NULL) {
+    if (!StaxGraph_Check(graph) || !StaxNode_Check(node)) {
+        PyErr_SetString(PyExc_TypeError, "erase_node expects a Node");
         return -1;
     }
-    Py_DECREF(r);
-    return 0;
+    return stax_graph_erase_node((StaxGraph *)graph, (StaxNode *)node);
 }
 
 int
 stax_graph_p_copy_stack(PyObject *dst, PyObject *src)
 {
-    PyObject *ms = PyObject_GetAttrString(src, "meta");
-    PyObject *st = ms && PyDict_Check(ms) ? PyDict_GetItemString(ms, "stack")
-                                          : NULL;
-    int rc = 0;
-    if (st != NULL) {
-        PyObject *md = PyObject_GetAttrString(dst, "meta");
-        rc = md ? PyMapping_SetItemString(md, "stack", st) : -1;
-        Py_XDECREF(md);
-    }
-    Py_XDECREF(ms);
-    if (rc < 0) {
+    PyObject *st = PyDict_GetItemString(((StaxNode *)src)->meta, "stack");
+    if (st != NULL
+        && PyDict_SetItemString(((StaxNode *)dst)->meta, "stack", st) < 0) {
         PyErr_Clear();
     }
     return 0;
