@@ -382,3 +382,108 @@ def test_failing_op_feeding_output_raises_eager_message():
     with pytest.raises(RuntimeError) as ce:
         tp.compile(f)(a, b)
     assert str(ce.value) == str(ee.value)
+
+
+# ---------------------------------------------------------------- eager vs torch
+
+OVERLAP = ("unsupported operation: more than one element of the written-to tensor refers "
+           "to a single memory location. Please clone() the tensor before performing the "
+           "operation.")
+
+
+@pytest.mark.parametrize("write", [lambda t: t.add_(1), lambda t: t.mul_(2),
+                                   lambda t: t.copy_(tp.ones(2, 3)),
+                                   lambda t: t.__iadd__(1)],
+                         ids=["add_", "mul_", "copy_", "iadd"])
+def test_inplace_on_expanded_tensor_raises_torch_error(write):
+    x = tp.zeros(1, 3).expand(2, 3)
+    with pytest.raises(RuntimeError) as e:
+        write(x)
+    assert str(e.value) == OVERLAP
+    assert x.tolist() == [[0.0] * 3] * 2
+
+    def f(t):
+        write(t)
+        return t * 1
+
+    with pytest.raises(RuntimeError) as c:
+        tp.compile(f)(tp.zeros(1, 3).expand(2, 3))
+    assert str(c.value) == OVERLAP
+
+
+def test_fill_and_zero_on_expanded_tensor_are_allowed_as_torch():
+    x = tp.zeros(1, 3).expand(2, 3)
+    x.fill_(2.0)
+    assert x.tolist() == [[2.0] * 3] * 2
+
+
+@pytest.mark.parametrize("bad", [-1, 3])
+def test_gather_out_of_range_index_raises_like_torch(bad):
+    x = tp.arange(6.0).reshape(2, 3)
+    with pytest.raises(RuntimeError, match=f"index {bad} is out of bounds for dimension 1 with size 3"):
+        tp.gather(x, 1, tp.tensor([[bad, 0]]))
+
+
+@pytest.mark.parametrize("fn", ["cross_entropy", "nll_loss"])
+def test_loss_with_int32_target_raises_torch_message(fn):
+    with pytest.raises(RuntimeError, match="expected target dtype to be Long or Byte, but got Int"):
+        getattr(F, fn)(tp.randn(2, 3), tp.tensor([0, 1], dtype=tp.int32))
+    getattr(F, fn)(tp.randn(2, 3), tp.tensor([0, 1], dtype=tp.uint8))   # Byte is accepted
+
+
+def test_grad_mode_is_thread_local():
+    seen = []
+    with tp.no_grad():
+        t = threading.Thread(target=lambda: seen.append(tp.is_grad_enabled()))
+        t.start()
+        t.join()
+        assert not tp.is_grad_enabled()
+    assert seen == [True]
+
+
+def test_more_than_16_dims():
+    x = tp.ones([1] * 20 + [2])
+    assert (x + 1).sum().item() == 4.0
+    assert tp.compile(lambda t: (t * 2).sum())(x).item() == 4.0
+
+
+def test_mean_over_empty_dim_is_nan_without_warning():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        r = tp.ones(3, 0).mean(-1)
+    assert r.shape == (3,) and np.isnan(r.numpy()).all()
+
+
+def test_eager_float32_exp_within_one_ulp():
+    x = np.linspace(-87, 88, 200_001, dtype=np.float32)
+    ref = np.exp(x.astype(np.float64))
+    got = tp.exp(tp.from_numpy(x)).numpy().astype(np.float64)
+    ulp = np.spacing(np.abs(ref.astype(np.float32))).astype(np.float64)
+    assert np.max(np.abs(got - ref) / ulp) <= 1.0
+
+
+def test_view_dtype_reinterprets_bytes_like_torch():
+    y = tp.arange(4, dtype=tp.float32)
+    v = y.view(tp.int32)
+    assert v.dtype == tp.int32 and v.tolist() == [0, 1065353216, 1073741824, 1077936128]
+    v[0] = 1065353216                      # shares the bytes
+    assert y[0].item() == 1.0
+    assert y.view(tp.int16).shape == (8,) and y.view(tp.int64).shape == (2,)
+    assert y.view(tp.uint8).shape == (16,)
+    m = tp.arange(6, dtype=tp.float32).reshape(2, 3).t()
+    assert m.view(tp.int32).shape == (3, 2)
+    msgs = [
+        (lambda: tp.arange(3, dtype=tp.float32).view(tp.int64),
+         "self.size(-1) must be divisible by 2 to view Float as Long (different element sizes), but got 3"),
+        (lambda: m.view(tp.int16),
+         "self.stride(-1) must be 1 to view Float as Short (different element sizes), but got 3"),
+        (lambda: tp.ones(()).view(tp.int16),
+         "self.dim() cannot be 0 to view Float as Short (different element sizes)"),
+    ]
+    for f, msg in msgs:
+        with pytest.raises(RuntimeError) as e:
+            f()
+        assert str(e.value) == msg
+    if torch is not None:
+        t = torch.arange(4, dtype=torch.float32)
+        assert t.view(torch.int32).tolist() == [0, 1065353216, 1073741824, 1077936128]

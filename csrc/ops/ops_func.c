@@ -184,6 +184,30 @@ inplace_requires_grad(PyObject *const *args, Py_ssize_t nargs,
     }
 }
 
+/* torch's assert_no_internal_overlap: an elementwise write into a tensor
+ * where two elements share one memory location (an expanded dim, stride 0
+ * and size > 1) would depend on the order of the writes. */
+static int
+check_no_internal_overlap(PyObject *o)
+{
+    StaxTensor *t;
+    if (!StaxTensor_Check(o)) {
+        return 0;
+    }
+    t = (StaxTensor *)o;
+    for (int d = 0; d < t->ndim; d++) {
+        if (t->strides[d] == 0 && t->sizes[d] > 1) {
+            PyErr_SetString(PyExc_RuntimeError,
+                            "unsupported operation: more than one element of the "
+                            "written-to tensor refers to a single memory location. "
+                            "Please clone() the tensor before performing the "
+                            "operation.");
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static PyObject *
 run_op(const stax_op_info *op, PyObject *func, PyObject *const *args,
        size_t nargsf, PyObject *kwnames)
@@ -199,6 +223,10 @@ run_op(const stax_op_info *op, PyObject *func, PyObject *const *args,
         res = dispatch_override(func, types, args, nargs, kwnames);
         Py_DECREF(types);
         return res;
+    }
+    if (inplace && op->kind == STAX_OPK_POINTWISE && nargs >= 1
+        && check_no_internal_overlap(args[0]) < 0) {
+        return NULL;
     }
     res = stax_ops_eager_c(op, args, nargs, kwnames);
     if (res == Py_NotImplemented) {

@@ -1,10 +1,11 @@
-/* Grad mode: a process-wide flag (rho of the specialization key). The
+/* Grad mode: a per-thread flag (rho of the specialization key). The
  * context managers (no_grad, enable_grad, set_grad_enabled,
  * inference_mode) are thin Python classes in tensorplay/_tensor.py. */
 #include "tensor/tensor_internal.h"
 
-static int grad_enabled = 1;
-static int inference_mode = 0;
+/* thread-local, as torch: every thread starts with grad enabled */
+static _Thread_local int grad_enabled = 1;
+static _Thread_local int inference_mode = 0;
 
 int
 stax_grad_enabled(void)

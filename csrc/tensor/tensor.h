@@ -8,7 +8,7 @@
 #include <Python.h>
 #include <stdint.h>
 
-#define STAX_MAX_DIMS 16
+#define STAX_MAX_DIMS 64   /* torch allows at least 64 */
 
 typedef enum {
     STAX_BOOL = 0,

@@ -580,6 +580,18 @@ m_copy_(PyObject *self, PyObject *args, PyObject *kw)
                      "not %.100s", Py_TYPE(src)->tp_name);
         return NULL;
     }
+    /* torch: copy_ into a tensor with an expanded dim (two elements at one
+     * address) is refused; fill_ and zero_ are not */
+    for (int d = 0; d < SELF->ndim; d++) {
+        if (SELF->strides[d] == 0 && SELF->sizes[d] > 1) {
+            PyErr_SetString(PyExc_RuntimeError,
+                            "unsupported operation: more than one element of the "
+                            "written-to tensor refers to a single memory location. "
+                            "Please clone() the tensor before performing the "
+                            "operation.");
+            return NULL;
+        }
+    }
     return copy_in_place(self, src);
 }
 

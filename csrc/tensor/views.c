@@ -858,6 +858,78 @@ get_sizes(PyObject *args, PyObject *kw, const char *name, int64_t *v, int *n)
     return stax_parse_sizes(args, v, n);
 }
 
+/* x.view(dtype): the same bytes read as another dtype (torch). With a
+ * different element size the last dim (stride 1) is split or merged and
+ * the other strides and the offset are rescaled; torch's errors. */
+static PyObject *
+view_dtype(StaxTensor *t, stax_dtype_t dt)
+{
+    static const char *names[STAX_NUM_DTYPES] = {
+        "Bool", "Byte", "Char", "Short", "Int", "Long", "Half", "Float", "Double"};
+    int64_t sz[STAX_MAX_DIMS], st[STAX_MAX_DIMS], off = t->offset;
+    int oi = stax_dtype_itemsize(t->dtype), ni = stax_dtype_itemsize(dt), n = t->ndim;
+    const char *from = names[t->dtype], *to = names[dt];
+    StaxTensor *r;
+    memcpy(sz, t->sizes, sizeof(int64_t) * (size_t)n);
+    memcpy(st, t->strides, sizeof(int64_t) * (size_t)n);
+    if (oi != ni) {
+        if (n == 0) {
+            PyErr_Format(PyExc_RuntimeError, "self.dim() cannot be 0 to view %s as %s "
+                         "(different element sizes)", from, to);
+            return NULL;
+        }
+        if (st[n - 1] != 1) {
+            PyErr_Format(PyExc_RuntimeError, "self.stride(-1) must be 1 to view %s as "
+                         "%s (different element sizes), but got %lld", from, to,
+                         (long long)st[n - 1]);
+            return NULL;
+        }
+    }
+    if (oi > ni) {
+        int64_t k = oi / ni;
+        for (int i = 0; i < n - 1; i++) {
+            st[i] *= k;
+        }
+        sz[n - 1] *= k;
+        off *= k;
+    }
+    else if (oi < ni) {
+        int64_t k = ni / oi;
+        if (sz[n - 1] % k != 0) {
+            PyErr_Format(PyExc_RuntimeError, "self.size(-1) must be divisible by %lld "
+                         "to view %s as %s (different element sizes), but got %lld",
+                         (long long)k, from, to, (long long)sz[n - 1]);
+            return NULL;
+        }
+        if (off % k != 0) {
+            PyErr_Format(PyExc_RuntimeError, "self.storage_offset() must be divisible "
+                         "by %lld to view %s as %s (different element sizes), but got "
+                         "%lld", (long long)k, from, to, (long long)off);
+            return NULL;
+        }
+        for (int i = 0; i < n - 1; i++) {
+            if (st[i] % k != 0) {
+                PyErr_Format(PyExc_RuntimeError, "self.stride(%d) must be divisible by "
+                             "%lld to view %s as %s (different element sizes), but got "
+                             "%lld", i, (long long)k, from, to, (long long)st[i]);
+                return NULL;
+            }
+            st[i] /= k;
+        }
+        sz[n - 1] /= k;
+        off /= k;
+    }
+    r = stax_tensor_view(t, n, sz, st, off);
+    if (r != NULL) {
+        r->dtype = dt;
+        if (!stax_dtype_is_floating(dt)) {    /* integer views carry no grad */
+            r->requires_grad = 0;
+            r->nonleaf = 0;
+        }
+    }
+    return (PyObject *)r;
+}
+
 static PyObject *
 vm_view(PyObject *self, PyObject *args, PyObject *kw)
 {
@@ -868,14 +940,7 @@ vm_view(PyObject *self, PyObject *args, PyObject *kw)
         && Py_IS_TYPE(PyTuple_GET_ITEM(args, 0), StaxDType_Type)) {
         stax_dtype_t dt;
         stax_dtype_from_object(PyTuple_GET_ITEM(args, 0), &dt);
-        if (dt == SELF->dtype) {
-            return (PyObject *)stax_tensor_view(SELF, SELF->ndim, SELF->sizes,
-                                                SELF->strides, SELF->offset);
-        }
-        PyErr_SetString(PyExc_RuntimeError,
-                        "view(dtype) with a different element type is not "
-                        "supported by tensorplay");
-        return NULL;
+        return view_dtype(SELF, dt);
     }
     if (get_sizes(args, kw, "size", v, &n) < 0) {
         return NULL;

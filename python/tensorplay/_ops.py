@@ -1111,8 +1111,8 @@ def _nll_np(logp, tgt, weight, ignore_index, reduction):
     else:
         squeeze = False
     c = logp.shape[1]
-    if tgt.dtype.kind not in "iu":
-        raise RuntimeError(f"expected scalar type Long but found "
+    if tgt.dtype not in (np.int64, np.uint8):
+        raise RuntimeError(f"expected target dtype to be Long or Byte, but got "
                            f"{_title(tgt.dtype)}")
     if tgt.shape != (logp.shape[0],) + logp.shape[2:]:
         raise RuntimeError(f"Expected target size {[logp.shape[0]] + list(logp.shape[2:])}"
@@ -1412,8 +1412,9 @@ def _gather(input, dim, index, *, sparse_grad=False):
                                f"index {list(i.shape)} to be smaller than self "
                                f"{list(a.shape)} apart from dimension {d}")
     n = a.shape[d]
-    if i.size and (i.min() < -n or i.max() >= n):
-        raise RuntimeError(f"index {int(i.max())} is out of bounds for "
+    bad = (i < 0) | (i >= n)     # torch: no negative indices for gather
+    if bad.any():
+        raise RuntimeError(f"index {int(i[bad].flat[0])} is out of bounds for "
                            f"dimension {d} with size {n}")
     sl = tuple(slice(0, i.shape[k]) if k != d else slice(None) for k in range(a.ndim))
     return _wrap(np.take_along_axis(a[sl], i, axis=d), input)
@@ -1451,8 +1452,15 @@ def _setitem(input, index, value):
     return input
 
 
+_OVERLAP_MSG = ("unsupported operation: more than one element of the written-to tensor "
+                "refers to a single memory location. Please clone() the tensor before "
+                "performing the operation.")
+
+
 @_impl("copy_")
 def _copy_(self, src, non_blocking=False):
+    if _b.any(st == 0 and sz > 1 for st, sz in _b.zip(self.stride(), self.shape)):
+        raise RuntimeError(_OVERLAP_MSG)
     sa = _arr(self)
     sa[...] = np.broadcast_to(_arr(src), sa.shape)
     _C._ops_bump_version(self)
