@@ -412,3 +412,11 @@ def test_save_and_load_cache_artifacts(cdir, tmp_path, monkeypatch):
         tp.compiler.load_cache_artifacts(b"not a cache")
     with pytest.raises(ValueError):
         tp.compiler.load_cache_artifacts(data[: len(data) // 2])
+
+
+def test_the_suite_never_writes_to_the_home_cache():
+    # conftest.py: a per-session temporary directory, inherited by subprocesses
+    home = os.path.realpath(os.path.expanduser(os.path.join("~", ".cache")))
+    d = os.environ["TENSORPLAY_CACHE_DIR"]
+    assert os.path.isabs(d) and not os.path.realpath(d).startswith(home + os.sep)
+    assert config.cache_dir == d
