@@ -1,16 +1,28 @@
-/* Dispatch level 1 (Algorithm 2.1, line 1) in C: CompiledFunction.
+/* Three-level dispatch (Algorithm 2.1) in C: CompiledFunction.
  *
- * A call whose positional arguments are the very objects of the last call
- * (tensors with unchanged version and metadata), with no keyword
+ * Level 1: a call whose positional arguments are the very objects of the
+ * last call (tensors with unchanged version and metadata), with no keyword
  * arguments, the same grad mode and default dtype, whose free variables
  * (globals, closure cells, attribute chains) still hold the same objects,
- * and whose specialization version has no data gates, calls the last
- * compiled artifact directly. Everything else goes to the Python driver
- * (levels 2 and 3 and compilation), which then re-arms level 1 through
- * _set_level1(). */
+ * and whose version has no data gates, calls the last artifact directly.
+ *
+ * Levels 2 and 3, on a level-1 miss: the free variables are read from the
+ * plan's sources, the call's fingerprint (identity and version of every
+ * tensor, scalars by value) is compared with the last call's (level 2),
+ * else the call's key (signatures of the arguments and free variables,
+ * aliasing of the tensor inputs, grad mode, default dtype) is written as
+ * bytes and looked up in the version cache (level 3); a version matches
+ * when its shape guards hold and, with data gates, its replay gives the
+ * traced outcomes (the replay runs in Python). The key bytes map to the
+ * Python driver's group of versions for that key: the driver registers
+ * them (_register) after its first miss on that key. Only a true miss,
+ * a value the bytes cannot encode exactly, a call while tracing, or a
+ * function without a C plan (a method compiled on a class: one plan per
+ * module) enters the Python driver. */
 #include "guards/guards.h"
 
 #include <structmember.h>
+#include <xxhash.h>
 
 #define MAX_FAST_ARGS 64
 
@@ -31,22 +43,72 @@ typedef struct {
     PyObject_HEAD
     PyObject *artifact;   /* callable on the flat tensor list */
     PyObject *args;       /* tuple: the last positional args (strong) */
-    PyObject *sources;    /* tuple of (kind, root, attrs, lifted) */
+    PyObject *sources;    /* tuple of (kind, root, attrs, _) */
     PyObject *free;       /* tuple: the values read from the sources */
     int grad;
     int dtype;
     Py_ssize_t nsnap;
     snap_t *snaps;        /* free tensors, then tensor args */
+    unsigned char *lifted; /* per source: its value is a tensor */
+    Py_ssize_t snapcap;   /* allocated snaps / lifted (reused on re-arm) */
+    Py_ssize_t liftcap;
 } L1State;
+
+/* The lifting plan as C reads it per call (one per compiled function,
+ * immutable, swapped as a whole). */
+typedef struct {
+    PyObject_HEAD
+    PyObject *sources;    /* tuple of (kind, root, attrs, _) */
+    unsigned char *effect; /* per source: effect-only (keyed by identity) */
+    int dynamic;
+} PlanState;
+
+/* One specialization version as dispatch sees it (_DispatchEntry). */
+typedef struct {
+    Py_ssize_t flat;
+    int dim;
+    int64_t size;
+} sread_t;
+
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t index;     /* in the driver's versions */
+    PyObject *artifact;   /* NULL: the driver runs this version */
+    PyObject *effects;    /* tuple of (free index, method, args, kwargs) */
+    int gates;            /* has data gates: replay them */
+    Py_ssize_t nreads;
+    sread_t *reads;       /* shape guards (dynamic mode) */
+} EntryObject;
+
+/* key bytes -> the driver's list of _DispatchEntry for that key */
+typedef struct {
+    uint64_t h;
+    PyObject *key;        /* bytes */
+    PyObject *group;      /* list, shared with the driver */
+} kgroup_t;
 
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     PyObject *driver;     /* the Python driver (attributes forward to it) */
-    PyObject *slow;       /* driver._dispatch */
+    PyObject *slow;       /* driver._dispatch: the whole call in Python */
+    PyObject *miss;       /* driver._miss: level 3 missed in C */
+    PyObject *gates_hold; /* driver._gates_hold_index */
+    PyObject *run_py;     /* driver._run_index */
     L1State *l1;          /* NULL when level 1 is disarmed */
+    PlanState *plan;      /* NULL: levels 2/3 go to the driver */
+    kgroup_t *groups;
+    Py_ssize_t ngroups;
+    Py_ssize_t capgroups;
+    int has_last;         /* level 2: the last resolved call */
+    unsigned char last_fp[16];
+    PyObject *last_entry;
+    PyObject *last_objs;  /* keeps the fingerprinted identities alive */
     unsigned long long calls;
     unsigned long long hits1;
+    unsigned long long hits2;
+    unsigned long long hits3;
+    unsigned long long entries; /* calls into the Python driver */
     PyObject *dict;
     PyObject *weakreflist;
 } CFObject;
@@ -59,6 +121,7 @@ l1_dealloc(L1State *s)
     Py_XDECREF(s->sources);
     Py_XDECREF(s->free);
     PyMem_Free(s->snaps);
+    PyMem_Free(s->lifted);
     Py_TYPE(s)->tp_free((PyObject *)s);
 }
 
@@ -67,6 +130,22 @@ static PyTypeObject L1State_Type = {
     .tp_name = "tensorplay._C._Level1State",
     .tp_basicsize = sizeof(L1State),
     .tp_dealloc = (destructor)l1_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+};
+
+static void
+plan_dealloc(PlanState *s)
+{
+    Py_XDECREF(s->sources);
+    PyMem_Free(s->effect);
+    Py_TYPE(s)->tp_free((PyObject *)s);
+}
+
+static PyTypeObject PlanState_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tensorplay._C._DispatchPlan",
+    .tp_basicsize = sizeof(PlanState),
+    .tp_dealloc = (destructor)plan_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
 };
 
@@ -148,7 +227,707 @@ static PyObject *
 slow_call(CFObject *self, PyObject *const *args, size_t nargsf,
           PyObject *kwnames)
 {
+    self->entries++;
     return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
+}
+
+/* ---- the dispatch entry of a version ---- */
+
+static int
+entry_traverse(EntryObject *e, visitproc visit, void *arg)
+{
+    Py_VISIT(e->artifact);
+    Py_VISIT(e->effects);
+    return 0;
+}
+
+static int
+entry_clear(EntryObject *e)
+{
+    Py_CLEAR(e->artifact);
+    Py_CLEAR(e->effects);
+    return 0;
+}
+
+static void
+entry_dealloc(EntryObject *e)
+{
+    PyObject_GC_UnTrack(e);
+    entry_clear(e);
+    PyMem_Free(e->reads);
+    Py_TYPE(e)->tp_free((PyObject *)e);
+}
+
+/* _DispatchEntry(index, artifact or None, shape_reads, has_gates, effects):
+ * shape_reads a tuple of (flat index, dim, size); effects a tuple of
+ * (free index, method name, args tuple, kwargs dict). */
+static PyObject *
+entry_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    Py_ssize_t index = 0;
+    PyObject *art = NULL, *reads = NULL, *effects = NULL;
+    int gates = 0;
+    static char *kwlist[] = {"index", "artifact", "shape_reads", "gates",
+                             "effects", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "nOO!pO!:_DispatchEntry",
+                                     kwlist, &index, &art, &PyTuple_Type,
+                                     &reads, &gates, &PyTuple_Type,
+                                     &effects)) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(effects); i++) {
+        PyObject *ef = PyTuple_GET_ITEM(effects, i);
+        if (!PyTuple_Check(ef) || PyTuple_GET_SIZE(ef) != 4
+            || !PyLong_Check(PyTuple_GET_ITEM(ef, 0))
+            || !PyTuple_Check(PyTuple_GET_ITEM(ef, 2))
+            || !PyDict_Check(PyTuple_GET_ITEM(ef, 3))) {
+            PyErr_SetString(PyExc_TypeError,
+                            "_DispatchEntry: effects are (index, name, "
+                            "args tuple, kwargs dict)");
+            return NULL;
+        }
+    }
+    EntryObject *e = (EntryObject *)type->tp_alloc(type, 0);
+    if (e == NULL) {
+        return NULL;
+    }
+    e->index = index;
+    e->artifact = art == Py_None ? NULL : Py_NewRef(art);
+    e->effects = Py_NewRef(effects);
+    e->gates = gates;
+    e->nreads = PyTuple_GET_SIZE(reads);
+    e->reads = PyMem_Calloc(e->nreads ? e->nreads : 1, sizeof(sread_t));
+    if (e->reads == NULL) {
+        Py_DECREF(e);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < e->nreads; i++) {
+        PyObject *r = PyTuple_GET_ITEM(reads, i);
+        long long fi, d, sz;
+        if (!PyTuple_Check(r)
+            || !PyArg_ParseTuple(r, "LLL;shape_reads are (flat, dim, size)",
+                                 &fi, &d, &sz)) {
+            if (!PyErr_Occurred()) {
+                PyErr_SetString(PyExc_TypeError,
+                                "shape_reads are (flat, dim, size)");
+            }
+            Py_DECREF(e);
+            return NULL;
+        }
+        e->reads[i].flat = (Py_ssize_t)fi;
+        e->reads[i].dim = (int)d;
+        e->reads[i].size = sz;
+    }
+    return (PyObject *)e;
+}
+
+static PyObject *
+entry_index(EntryObject *e, void *unused)
+{
+    (void)unused;
+    return PyLong_FromSsize_t(e->index);
+}
+
+static PyGetSetDef entry_getset[] = {
+    {"index", (getter)entry_index, NULL, "the version's index", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject Entry_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tensorplay._C._DispatchEntry",
+    .tp_doc = "A specialization version as C dispatch runs it.",
+    .tp_basicsize = sizeof(EntryObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = entry_new,
+    .tp_dealloc = (destructor)entry_dealloc,
+    .tp_traverse = (traverseproc)entry_traverse,
+    .tp_clear = (inquiry)entry_clear,
+    .tp_getset = entry_getset,
+};
+
+/* ---- level 1 arming ---- */
+
+/* Arm level 1 after a call that ran `art` on the tensors of `args`
+ * (positional tuple) and `free` (values read from `sources`); snapshots
+ * are taken now, after the call. A source's value is lifted when it is a
+ * tensor (as the plan's lifting decides). */
+static int
+arm_level1(CFObject *self, PyObject *art, PyObject *args, PyObject *sources,
+           PyObject *free)
+{
+    Py_ssize_t nt = 0, nfree = PyTuple_GET_SIZE(free);
+    Py_ssize_t nargs = PyTuple_GET_SIZE(args);
+    if (nfree > MAX_FAST_ARGS || nargs > MAX_FAST_ARGS) {
+        Py_CLEAR(self->l1);
+        return 0;
+    }
+    for (Py_ssize_t j = 0; j < nfree; j++) {
+        nt += is_tensor(PyTuple_GET_ITEM(free, j));
+    }
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        nt += is_tensor(PyTuple_GET_ITEM(args, i));
+    }
+    if (nt > MAX_FAST_ARGS) {
+        Py_CLEAR(self->l1);
+        return 0;
+    }
+    /* a fresh-tensor call re-arms every time: reuse the state when no
+     * running call holds it */
+    L1State *s = self->l1;
+    self->l1 = NULL;
+    if (s != NULL && (Py_REFCNT(s) != 1 || s->snapcap < nt
+                      || s->liftcap < nfree)) {
+        Py_CLEAR(s);
+    }
+    if (s == NULL) {
+        s = PyObject_New(L1State, &L1State_Type);
+        if (s == NULL) {
+            return -1;
+        }
+        s->artifact = s->args = s->sources = s->free = NULL;
+        s->snapcap = nt ? nt : 1;
+        s->liftcap = nfree ? nfree : 1;
+        s->snaps = PyMem_Malloc(s->snapcap * sizeof(snap_t));
+        s->lifted = PyMem_Malloc(s->liftcap);
+        if (s->snaps == NULL || s->lifted == NULL) {
+            Py_DECREF(s);
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    Py_XSETREF(s->artifact, Py_NewRef(art));
+    Py_XSETREF(s->args, Py_NewRef(args));
+    Py_XSETREF(s->sources, Py_NewRef(sources));
+    Py_XSETREF(s->free, Py_NewRef(free));
+    s->grad = stax_grad_enabled();
+    s->dtype = (int)stax_default_dtype();
+    s->nsnap = nt;
+    memset(s->lifted, 0, nfree);
+    Py_ssize_t k = 0;
+    for (Py_ssize_t j = 0; j < nfree; j++) {
+        PyObject *v = PyTuple_GET_ITEM(free, j);
+        if (is_tensor(v)) {
+            s->lifted[j] = 1;
+            snap_take(&s->snaps[k++], (StaxTensor *)v);
+        }
+    }
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        PyObject *v = PyTuple_GET_ITEM(args, i);
+        if (is_tensor(v)) {
+            snap_take(&s->snaps[k++], (StaxTensor *)v);
+        }
+    }
+    self->l1 = s;
+    return 0;
+}
+
+/* ---- levels 2 and 3 ---- */
+
+static PyObject *
+read_free(PlanState *plan)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(plan->sources);
+    PyObject *res = PyTuple_New(n);
+    for (Py_ssize_t j = 0; res != NULL && j < n; j++) {
+        PyObject *v = source_read(PyTuple_GET_ITEM(plan->sources, j));
+        if (v == NULL) {
+            Py_CLEAR(res);
+            break;
+        }
+        PyTuple_SET_ITEM(res, j, v);
+    }
+    return res;
+}
+
+/* The call's tensors in the driver's order (_flatten): free tensors, then
+ * the tensors inside the arguments, then inside the keyword arguments
+ * (sorted by name). 0, 1 when the driver must flatten (container
+ * subclasses, too many tensors). */
+static int
+flat_add(PyObject *o, PyObject **flat, Py_ssize_t *n)
+{
+    if (is_tensor(o)) {
+        if (*n >= MAX_FAST_ARGS) {
+            return 1;
+        }
+        flat[(*n)++] = o;
+        return 0;
+    }
+    if (PyTuple_CheckExact(o) || PyList_CheckExact(o)) {
+        /* a list may change while the loop below runs no Python code */
+        Py_ssize_t m = PySequence_Fast_GET_SIZE(o);
+        PyObject **items = PySequence_Fast_ITEMS(o);
+        for (Py_ssize_t i = 0; i < m; i++) {
+            if (flat_add(items[i], flat, n)) {
+                return 1;
+            }
+        }
+        return 0;
+    }
+    if (PyDict_CheckExact(o)) {
+        Py_ssize_t pos = 0;
+        PyObject *k, *v;
+        while (PyDict_Next(o, &pos, &k, &v)) {
+            if (flat_add(v, flat, n)) {
+                return 1;
+            }
+        }
+        return 0;
+    }
+    if (PyTuple_Check(o) || PyList_Check(o) || PyDict_Check(o)) {
+        return 1;
+    }
+    return 0;
+}
+
+/* aliasing of the call's tensors (_guard_aliasing), into the key */
+static int
+key_aliasing(stax_keybuf *kb, PyObject **flat, Py_ssize_t n)
+{
+    int any = 0;
+    for (Py_ssize_t i = 1; i < n && !any; i++) {
+        for (Py_ssize_t j = 0; j < i; j++) {
+            if (((StaxTensor *)flat[i])->storage
+                == ((StaxTensor *)flat[j])->storage) {
+                any = 1;
+                break;
+            }
+        }
+    }
+    unsigned char tag = any ? 'a' : 'n';
+    if (stax_kb_put(kb, &tag, 1) < 0) {
+        return -1;
+    }
+    for (Py_ssize_t i = 0; any && i < n; i++) {
+        int64_t first = i;
+        for (Py_ssize_t j = 0; j < i; j++) {
+            if (((StaxTensor *)flat[i])->storage
+                == ((StaxTensor *)flat[j])->storage) {
+                first = j;
+                break;
+            }
+        }
+        if (stax_kb_put(kb, &first, sizeof first) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static PyObject *
+flat_list(PyObject **flat, Py_ssize_t n)
+{
+    PyObject *l = PyList_New(n);
+    for (Py_ssize_t i = 0; l != NULL && i < n; i++) {
+        PyList_SET_ITEM(l, i, Py_NewRef(flat[i]));
+    }
+    return l;
+}
+
+/* 1 when the version's shape guards hold and its data gates (replayed by
+ * the driver) give the traced outcomes; 0; -1 on error */
+static int
+entry_matches(CFObject *self, EntryObject *e, PyObject **flat, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < e->nreads; i++) {
+        const sread_t *r = &e->reads[i];
+        if (r->flat >= n) {
+            return 0;
+        }
+        StaxTensor *t = (StaxTensor *)flat[r->flat];
+        if (r->dim >= t->ndim || t->sizes[r->dim] != r->size) {
+            return 0;
+        }
+    }
+    if (!e->gates) {
+        return 1;
+    }
+    PyObject *l = flat_list(flat, n);
+    if (l == NULL) {
+        return -1;
+    }
+    self->entries++;
+    PyObject *r = PyObject_CallFunction(self->gates_hold, "nO", e->index, l);
+    Py_DECREF(l);
+    if (r == NULL) {
+        return -1;
+    }
+    int ok = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    return ok;
+}
+
+/* The per-call state of levels 2/3. */
+typedef struct {
+    PyObject *const *args;
+    Py_ssize_t nargs;
+    PyObject *kwnames;
+    Py_ssize_t nkw;
+    Py_ssize_t order[MAX_FAST_ARGS]; /* keyword arguments by name */
+    PyObject *argt;      /* tuple of the positional arguments, lazily */
+    PyObject *kwd;       /* dict of the keyword arguments, sorted, lazily */
+    PyObject *free;
+    PyObject *flat[MAX_FAST_ARGS];
+    Py_ssize_t nflat;
+} call_t;
+
+static PyObject *
+call_args(call_t *c)
+{
+    if (c->argt == NULL) {
+        c->argt = PyTuple_New(c->nargs);
+        for (Py_ssize_t i = 0; c->argt != NULL && i < c->nargs; i++) {
+            PyTuple_SET_ITEM(c->argt, i, Py_NewRef(c->args[i]));
+        }
+    }
+    return c->argt;
+}
+
+static PyObject *
+call_kwargs(call_t *c)
+{
+    if (c->kwd == NULL) {
+        c->kwd = PyDict_New();
+        for (Py_ssize_t i = 0; c->kwd != NULL && i < c->nkw; i++) {
+            Py_ssize_t k = c->order[i];
+            if (PyDict_SetItem(c->kwd, PyTuple_GET_ITEM(c->kwnames, k),
+                               c->args[c->nargs + k]) < 0) {
+                Py_CLEAR(c->kwd);
+            }
+        }
+    }
+    return c->kwd;
+}
+
+static int
+set_last(CFObject *self, const unsigned char fp[16], PyObject *entry,
+         call_t *c)
+{
+    PyObject *a = call_args(c), *k = c->nkw ? call_kwargs(c) : Py_None;
+    if (a == NULL || k == NULL) {
+        return -1;
+    }
+    PyObject *objs = PyTuple_Pack(3, a, k, c->free);
+    if (objs == NULL) {
+        return -1;
+    }
+    memcpy(self->last_fp, fp, 16);
+    self->has_last = 1;
+    Py_XSETREF(self->last_entry, Py_NewRef(entry));
+    Py_XSETREF(self->last_objs, objs);
+    return 0;
+}
+
+/* run version e on the call; arm or disarm level 1 as the driver's _run */
+static PyObject *
+run_entry(CFObject *self, PlanState *plan, EntryObject *e, call_t *c)
+{
+    PyObject *res = NULL;
+    if (e->artifact == NULL) {
+        PyObject *l = flat_list(c->flat, c->nflat);
+        PyObject *a = call_args(c), *k = call_kwargs(c);
+        if (l != NULL && a != NULL && k != NULL) {
+            self->entries++;
+            res = PyObject_CallFunction(self->run_py, "nOOOO", e->index, l,
+                                        a, k, c->free);
+        }
+        Py_XDECREF(l);
+        return res;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(e->effects); i++) {
+        PyObject *ef = PyTuple_GET_ITEM(e->effects, i);
+        Py_ssize_t j = PyLong_AsSsize_t(PyTuple_GET_ITEM(ef, 0));
+        if (j < 0 || j >= PyTuple_GET_SIZE(c->free)) {
+            if (!PyErr_Occurred()) {
+                PyErr_SetString(PyExc_IndexError, "effect source index");
+            }
+            return NULL;
+        }
+        PyObject *m = PyObject_GetAttr(PyTuple_GET_ITEM(c->free, j),
+                                       PyTuple_GET_ITEM(ef, 1));
+        if (m == NULL) {
+            return NULL;
+        }
+        PyObject *r = PyObject_Call(m, PyTuple_GET_ITEM(ef, 2),
+                                    PyTuple_GET_ITEM(ef, 3));
+        Py_DECREF(m);
+        if (r == NULL) {
+            return NULL;
+        }
+        Py_DECREF(r);
+    }
+    PyObject *art = Py_NewRef(e->artifact);
+    res = PyObject_Vectorcall(art, c->flat, c->nflat, NULL);
+    if (res == NULL) {
+        Py_DECREF(art);
+        return NULL;
+    }
+    int arm = !e->gates && PyTuple_GET_SIZE(e->effects) == 0 && c->nkw == 0;
+    for (Py_ssize_t i = 0; arm && i < c->nargs; i++) {
+        PyObject *a = c->args[i];
+        arm = is_tensor(a) || a == Py_None || PyBool_Check(a)
+              || PyLong_CheckExact(a) || PyFloat_CheckExact(a)
+              || PyUnicode_CheckExact(a);
+    }
+    for (Py_ssize_t j = 0; arm && j < PyTuple_GET_SIZE(c->free); j++) {
+        PyObject *v = PyTuple_GET_ITEM(c->free, j);
+        arm = !(PyList_Check(v) || PyDict_Check(v) || PyTuple_Check(v));
+    }
+    if (arm) {
+        PyObject *a = call_args(c);
+        if (a == NULL || arm_level1(self, art, a, plan->sources, c->free) < 0) {
+            Py_CLEAR(res);
+        }
+    }
+    else {
+        Py_CLEAR(self->l1);
+    }
+    Py_DECREF(art);
+    return res;
+}
+
+static int
+kw_sort(call_t *c)
+{
+    for (Py_ssize_t i = 0; i < c->nkw; i++) {
+        Py_ssize_t k = i, j = i - 1;
+        PyObject *name = PyTuple_GET_ITEM(c->kwnames, k);
+        while (j >= 0) {
+            int lt = PyUnicode_Compare(name,
+                                       PyTuple_GET_ITEM(c->kwnames,
+                                                        c->order[j]));
+            if (lt == -1 && PyErr_Occurred()) {
+                return -1;
+            }
+            if (lt >= 0) {
+                break;
+            }
+            c->order[j + 1] = c->order[j];
+            j--;
+        }
+        c->order[j + 1] = k;
+    }
+    return 0;
+}
+
+/* the fingerprint of (args, kwargs, free, grad mode, default dtype), as
+ * _guard_fingerprint writes that tuple */
+static int
+call_fingerprint(call_t *c, int rho, int dt, unsigned char out[16])
+{
+    stax_keybuf kb;
+    int r = -1;
+    stax_kb_init(&kb);
+    if (stax_guard_fp_header(&kb, &PyTuple_Type, 6, 5) < 0
+        || stax_guard_fp_header(&kb, &PyTuple_Type, 6, c->nargs) < 0) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < c->nargs; i++) {
+        if (stax_guard_fp_feed(&kb, c->args[i]) < 0) {
+            goto done;
+        }
+    }
+    if (stax_guard_fp_header(&kb, &PyDict_Type, 7, c->nkw) < 0) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < c->nkw; i++) {
+        Py_ssize_t k = c->order[i];
+        if (stax_guard_fp_feed(&kb, PyTuple_GET_ITEM(c->kwnames, k)) < 0
+            || stax_guard_fp_feed(&kb, c->args[c->nargs + k]) < 0) {
+            goto done;
+        }
+    }
+    if (stax_guard_fp_feed(&kb, c->free) < 0
+        || stax_guard_fp_feed(&kb, rho ? Py_True : Py_False) < 0
+        || stax_guard_fp_cstr(&kb, stax_dtype_name((stax_dtype_t)dt)) < 0) {
+        goto done;
+    }
+    stax_guard_hash(&kb, out);
+    r = 0;
+done:
+    stax_kb_free(&kb);
+    return r;
+}
+
+/* the key of the call as bytes; 0, 1 (not encodable), -1 */
+static int
+call_key(call_t *c, PlanState *plan, int rho, int dt, stax_keybuf *kb)
+{
+    int64_t hdr[2] = {c->nargs, c->nkw};
+    int r;
+    if (stax_kb_put(kb, hdr, sizeof hdr) < 0) {
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < c->nargs; i++) {
+        if ((r = stax_guard_sig_feed(kb, c->args[i], plan->dynamic)) != 0) {
+            return r;
+        }
+    }
+    for (Py_ssize_t i = 0; i < c->nkw; i++) {
+        Py_ssize_t k = c->order[i];
+        if ((r = stax_guard_sig_feed(kb, PyTuple_GET_ITEM(c->kwnames, k),
+                                     0)) != 0
+            || (r = stax_guard_sig_feed(kb, c->args[c->nargs + k],
+                                        plan->dynamic)) != 0) {
+            return r;
+        }
+    }
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(c->free); j++) {
+        PyObject *v = PyTuple_GET_ITEM(c->free, j);
+        r = plan->effect[j] ? stax_guard_sig_identity(kb, v)
+                            : stax_guard_sig_feed(kb, v, plan->dynamic);
+        if (r != 0) {
+            return r;
+        }
+    }
+    unsigned char tail[2] = {(unsigned char)(rho != 0), (unsigned char)dt};
+    if (stax_kb_put(kb, tail, 2) < 0) {
+        return -1;
+    }
+    return key_aliasing(kb, c->flat, c->nflat);
+}
+
+static PyObject *
+find_group(CFObject *self, const stax_keybuf *kb, uint64_t h)
+{
+    for (Py_ssize_t i = 0; i < self->ngroups; i++) {
+        kgroup_t *g = &self->groups[i];
+        if (g->h == h && (size_t)PyBytes_GET_SIZE(g->key) == kb->n
+            && memcmp(PyBytes_AS_STRING(g->key), kb->p, kb->n) == 0) {
+            return g->group;
+        }
+    }
+    return NULL;
+}
+
+static PyObject *
+levels23(CFObject *self, PyObject *const *args, size_t nargsf,
+         PyObject *kwnames)
+{
+    call_t c;
+    PlanState *plan = self->plan;
+    PyObject *res = NULL, *entry = NULL, *group = NULL;
+    stax_keybuf kb;
+    unsigned char fp[16];
+    int rho, dt, r;
+
+    c.args = args;
+    c.nargs = PyVectorcall_NARGS(nargsf);
+    c.kwnames = kwnames;
+    c.nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    c.argt = c.kwd = c.free = NULL;
+    c.nflat = 0;
+    if (plan == NULL || stax_trace_active() || c.nkw > MAX_FAST_ARGS) {
+        return slow_call(self, args, nargsf, kwnames);
+    }
+    stax_kb_init(&kb);
+    Py_INCREF(plan);      /* reading sources and replays run Python code */
+    c.free = read_free(plan);
+    if (c.free == NULL) {
+        /* a name gone: the driver runs the function eagerly */
+        PyErr_Clear();
+        res = slow_call(self, args, nargsf, kwnames);
+        goto done;
+    }
+    rho = stax_grad_enabled();
+    dt = (int)stax_default_dtype();
+    for (Py_ssize_t i = 0; i < c.nkw; i++) {
+        c.order[i] = i;
+    }
+    if (kw_sort(&c) < 0 || call_fingerprint(&c, rho, dt, fp) < 0) {
+        goto done;
+    }
+    r = 0;
+    for (Py_ssize_t j = 0; !r && j < PyTuple_GET_SIZE(c.free); j++) {
+        PyObject *v = PyTuple_GET_ITEM(c.free, j);
+        if (is_tensor(v)) {
+            r = flat_add(v, c.flat, &c.nflat);
+        }
+    }
+    for (Py_ssize_t i = 0; !r && i < c.nargs; i++) {
+        r = flat_add(args[i], c.flat, &c.nflat);
+    }
+    for (Py_ssize_t i = 0; !r && i < c.nkw; i++) {
+        r = flat_add(args[c.nargs + c.order[i]], c.flat, &c.nflat);
+    }
+    if (r) {
+        res = slow_call(self, args, nargsf, kwnames);
+        goto done;
+    }
+    /* level 2: the objects (and versions) of the last resolved call */
+    if (self->has_last && self->last_entry != NULL
+        && memcmp(fp, self->last_fp, 16) == 0) {
+        entry = Py_NewRef(self->last_entry);
+        EntryObject *e = (EntryObject *)entry;
+        int ok = 1;
+        if (e->gates) {
+            ok = entry_matches(self, e, c.flat, c.nflat);
+            if (ok < 0) {
+                /* a replay that cannot run differs (the driver's rule) */
+                PyErr_Clear();
+                ok = 0;
+            }
+        }
+        if (ok) {
+            self->hits2++;
+            res = run_entry(self, plan, e, &c);
+            goto done;
+        }
+        Py_CLEAR(entry);
+    }
+    /* level 3: the key, then the versions registered under it */
+    r = call_key(&c, plan, rho, dt, &kb);
+    if (r < 0) {
+        goto done;
+    }
+    if (r == 0) {
+        uint64_t h = XXH3_64bits(kb.p, kb.n);
+        group = find_group(self, &kb, h);
+        Py_XINCREF(group);
+        Py_ssize_t n0 = group ? PyList_GET_SIZE(group) : 0;
+        for (Py_ssize_t i = 0; i < n0 && i < PyList_GET_SIZE(group); i++) {
+            entry = Py_NewRef(PyList_GET_ITEM(group, i));
+            int ok = entry_matches(self, (EntryObject *)entry, c.flat,
+                                   c.nflat);
+            if (ok < 0) {
+                PyErr_Clear();
+                ok = 0;
+            }
+            if (ok) {
+                self->hits3++;
+                if (set_last(self, fp, entry, &c) == 0) {
+                    res = run_entry(self, plan, (EntryObject *)entry, &c);
+                }
+                goto done;
+            }
+            Py_CLEAR(entry);
+        }
+    }
+    /* a true miss (or a key the bytes cannot hold): the driver */
+    {
+        PyObject *a = call_args(&c), *k = call_kwargs(&c);
+        PyObject *key = r == 0 ? PyBytes_FromStringAndSize((const char *)kb.p,
+                                                           (Py_ssize_t)kb.n)
+                               : Py_NewRef(Py_None);
+        PyObject *fpb = PyBytes_FromStringAndSize((const char *)fp, 16);
+        if (a != NULL && k != NULL && key != NULL && fpb != NULL) {
+            self->entries++;
+            res = PyObject_CallFunctionObjArgs(self->miss, a, k, c.free, fpb,
+                                               key, NULL);
+        }
+        Py_XDECREF(key);
+        Py_XDECREF(fpb);
+    }
+done:
+    stax_kb_free(&kb);
+    Py_XDECREF(entry);
+    Py_XDECREF(group);
+    Py_XDECREF(c.argt);
+    Py_XDECREF(c.kwd);
+    Py_XDECREF(c.free);
+    Py_DECREF(plan);
+    return res;
 }
 
 static PyObject *
@@ -169,11 +948,11 @@ cf_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf,
         || nargs != PyTuple_GET_SIZE(s->args)
         || s->grad != stax_grad_enabled()
         || s->dtype != (int)stax_default_dtype()) {
-        return slow_call(self, args, nargsf, kwnames);
+        return levels23(self, args, nargsf, kwnames);
     }
     for (Py_ssize_t i = 0; i < nargs; i++) {
         if (args[i] != PyTuple_GET_ITEM(s->args, i)) {
-            return slow_call(self, args, nargsf, kwnames);
+            return levels23(self, args, nargsf, kwnames);
         }
     }
     Py_INCREF(s);   /* reading sources can run Python code */
@@ -194,7 +973,7 @@ cf_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf,
             ok = 0;
             break;
         }
-        if (PyObject_IsTrue(PyTuple_GET_ITEM(src, 3)) == 1) {
+        if (s->lifted[j]) {
             if (!is_tensor(v) || !snap_same(&s->snaps[k++], (StaxTensor *)v)) {
                 ok = 0;
                 break;
@@ -216,7 +995,7 @@ cf_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf,
         res = PyObject_Vectorcall(s->artifact, stack, ncall, NULL);
     }
     else {
-        res = slow_call(self, args, nargsf, kwnames);
+        res = levels23(self, args, nargsf, kwnames);
     }
     for (Py_ssize_t j = 0; j < nfree; j++) {
         Py_XDECREF(freevals[j]);
@@ -231,6 +1010,27 @@ cf_call(PyObject *op, PyObject *args, PyObject *kwargs)
     return PyVectorcall_Call(op, args, kwargs);
 }
 
+/* drop levels 1-3's state: level 1, the plan, the version cache, the last
+ * call (tp.compiler.reset, a new driver) */
+static void
+cf_forget(CFObject *self)
+{
+    kgroup_t *g = self->groups;
+    Py_ssize_t n = self->ngroups;
+    self->groups = NULL;
+    self->ngroups = self->capgroups = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_DECREF(g[i].key);
+        Py_DECREF(g[i].group);
+    }
+    PyMem_Free(g);
+    self->has_last = 0;
+    Py_CLEAR(self->l1);
+    Py_CLEAR(self->plan);
+    Py_CLEAR(self->last_entry);
+    Py_CLEAR(self->last_objs);
+}
+
 static int
 cf_init(CFObject *self, PyObject *args, PyObject *kwds)
 {
@@ -241,12 +1041,22 @@ cf_init(CFObject *self, PyObject *args, PyObject *kwds)
         return -1;
     }
     PyObject *slow = PyObject_GetAttrString(driver, "_dispatch");
-    if (slow == NULL) {
+    PyObject *miss = PyObject_GetAttrString(driver, "_miss");
+    PyObject *gates = PyObject_GetAttrString(driver, "_gates_hold_index");
+    PyObject *run = PyObject_GetAttrString(driver, "_run_index");
+    if (slow == NULL || miss == NULL || gates == NULL || run == NULL) {
+        Py_XDECREF(slow);
+        Py_XDECREF(miss);
+        Py_XDECREF(gates);
+        Py_XDECREF(run);
         return -1;
     }
     Py_XSETREF(self->slow, slow);
+    Py_XSETREF(self->miss, miss);
+    Py_XSETREF(self->gates_hold, gates);
+    Py_XSETREF(self->run_py, run);
     Py_XSETREF(self->driver, Py_NewRef(driver));
-    Py_CLEAR(self->l1);
+    cf_forget(self);
     self->vectorcall = cf_vectorcall;
     return 0;
 }
@@ -268,7 +1078,26 @@ cf_traverse(CFObject *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->driver);
     Py_VISIT(self->slow);
+    Py_VISIT(self->miss);
+    Py_VISIT(self->gates_hold);
+    Py_VISIT(self->run_py);
     Py_VISIT(self->dict);
+    Py_VISIT(self->last_entry);
+    Py_VISIT(self->last_objs);
+    /* the plan and level-1 state are owned by this object alone (swapped
+     * whole): what they hold (a method's self, its module) is visited here */
+    if (self->plan != NULL) {
+        Py_VISIT(self->plan->sources);
+    }
+    if (self->l1 != NULL) {
+        Py_VISIT(self->l1->artifact);
+        Py_VISIT(self->l1->args);
+        Py_VISIT(self->l1->sources);
+        Py_VISIT(self->l1->free);
+    }
+    for (Py_ssize_t i = 0; i < self->ngroups; i++) {
+        Py_VISIT(self->groups[i].group);
+    }
     return 0;
 }
 
@@ -277,7 +1106,10 @@ cf_clear(CFObject *self)
 {
     Py_CLEAR(self->driver);
     Py_CLEAR(self->slow);
-    Py_CLEAR(self->l1);
+    Py_CLEAR(self->miss);
+    Py_CLEAR(self->gates_hold);
+    Py_CLEAR(self->run_py);
+    cf_forget(self);
     Py_CLEAR(self->dict);
     return 0;
 }
@@ -306,63 +1138,206 @@ cf_set_level1(CFObject *self, PyObject *const *a, Py_ssize_t n)
                         "_set_level1(artifact, args, sources, free)");
         return NULL;
     }
-    Py_ssize_t nt = 0, nfree = PyTuple_GET_SIZE(a[3]);
-    Py_ssize_t nargs = PyTuple_GET_SIZE(a[1]);
-    Py_CLEAR(self->l1);
-    if (nfree > MAX_FAST_ARGS || nargs > MAX_FAST_ARGS) {
-        Py_RETURN_NONE;
-    }
-    for (Py_ssize_t j = 0; j < nfree; j++) {
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(a[2]); j++) {
         PyObject *src = PyTuple_GET_ITEM(a[2], j);
         if (!PyTuple_Check(src) || PyTuple_GET_SIZE(src) != 4
             || !PyTuple_Check(PyTuple_GET_ITEM(src, 2))) {
             PyErr_SetString(PyExc_TypeError, "bad free-variable source");
             return NULL;
         }
-        nt += PyObject_IsTrue(PyTuple_GET_ITEM(src, 3)) == 1;
     }
-    for (Py_ssize_t i = 0; i < nargs; i++) {
-        nt += is_tensor(PyTuple_GET_ITEM(a[1], i));
-    }
-    if (nt > MAX_FAST_ARGS) {
-        Py_RETURN_NONE;
-    }
-    L1State *s = PyObject_New(L1State, &L1State_Type);
-    if (s == NULL) {
+    if (arm_level1(self, a[0], a[1], a[2], a[3]) < 0) {
         return NULL;
     }
-    s->artifact = Py_NewRef(a[0]);
-    s->args = Py_NewRef(a[1]);
-    s->sources = Py_NewRef(a[2]);
-    s->free = Py_NewRef(a[3]);
-    s->grad = stax_grad_enabled();
-    s->dtype = (int)stax_default_dtype();
-    s->nsnap = nt;
-    s->snaps = PyMem_Calloc(nt ? nt : 1, sizeof(snap_t));
-    if (s->snaps == NULL) {
-        Py_DECREF(s);
+    Py_RETURN_NONE;
+}
+
+/* _set_plan(sources, effect_only, dynamic): the lifting plan C reads per
+ * call (levels 2/3 stay in the driver until it is set). effect_only: the
+ * indices of the effect-only sources (keyed by identity). */
+static PyObject *
+cf_set_plan(CFObject *self, PyObject *const *a, Py_ssize_t n)
+{
+    if (n != 3 || !PyTuple_Check(a[0]) || !PyTuple_Check(a[1])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "_set_plan(sources, effect_only, dynamic)");
+        return NULL;
+    }
+    Py_ssize_t nsrc = PyTuple_GET_SIZE(a[0]);
+    int dyn = PyObject_IsTrue(a[2]);
+    if (dyn < 0) {
+        return NULL;
+    }
+    for (Py_ssize_t j = 0; j < nsrc; j++) {
+        PyObject *src = PyTuple_GET_ITEM(a[0], j);
+        if (!PyTuple_Check(src) || PyTuple_GET_SIZE(src) != 4
+            || !PyLong_Check(PyTuple_GET_ITEM(src, 0))
+            || !PyTuple_Check(PyTuple_GET_ITEM(src, 2))) {
+            PyErr_SetString(PyExc_TypeError, "bad free-variable source");
+            return NULL;
+        }
+    }
+    PlanState *p = PyObject_New(PlanState, &PlanState_Type);
+    if (p == NULL) {
+        return NULL;
+    }
+    p->sources = Py_NewRef(a[0]);
+    p->dynamic = dyn;
+    p->effect = PyMem_Calloc(nsrc ? nsrc : 1, 1);
+    if (p->effect == NULL) {
+        Py_DECREF(p);
         return PyErr_NoMemory();
     }
-    Py_ssize_t k = 0;
-    for (Py_ssize_t j = 0; j < nfree; j++) {
-        PyObject *src = PyTuple_GET_ITEM(a[2], j);
-        PyObject *v = PyTuple_GET_ITEM(a[3], j);
-        if (PyObject_IsTrue(PyTuple_GET_ITEM(src, 3)) == 1) {
-            if (!is_tensor(v)) {
-                Py_DECREF(s);
-                Py_RETURN_NONE;   /* not armed */
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(a[1]); i++) {
+        Py_ssize_t j = PyLong_AsSsize_t(PyTuple_GET_ITEM(a[1], i));
+        if (j < 0 || j >= nsrc) {
+            if (!PyErr_Occurred()) {
+                PyErr_SetString(PyExc_IndexError, "effect-only index");
             }
-            snap_take(&s->snaps[k++], (StaxTensor *)v);
+            Py_DECREF(p);
+            return NULL;
         }
+        p->effect[j] = 1;
     }
-    for (Py_ssize_t i = 0; i < nargs; i++) {
-        PyObject *v = PyTuple_GET_ITEM(a[1], i);
-        if (is_tensor(v)) {
-            snap_take(&s->snaps[k++], (StaxTensor *)v);
-        }
-    }
-    self->l1 = s;
+    Py_XSETREF(self->plan, p);
     Py_RETURN_NONE;
+}
+
+/* _register(key, group): the key bytes C computed for a call stand for
+ * the driver's group of versions `group` (a list of _DispatchEntry the
+ * driver appends to). */
+static PyObject *
+cf_register(CFObject *self, PyObject *const *a, Py_ssize_t n)
+{
+    if (n != 2 || !PyBytes_Check(a[0]) || !PyList_Check(a[1])) {
+        PyErr_SetString(PyExc_TypeError, "_register(key bytes, group list)");
+        return NULL;
+    }
+    stax_keybuf kb;
+    kb.p = (unsigned char *)PyBytes_AS_STRING(a[0]);
+    kb.n = (size_t)PyBytes_GET_SIZE(a[0]);
+    uint64_t h = XXH3_64bits(kb.p, kb.n);
+    for (Py_ssize_t i = 0; i < self->ngroups; i++) {
+        kgroup_t *g = &self->groups[i];
+        if (g->h == h && PyBytes_GET_SIZE(g->key) == PyBytes_GET_SIZE(a[0])
+            && memcmp(PyBytes_AS_STRING(g->key), kb.p, kb.n) == 0) {
+            Py_SETREF(g->group, Py_NewRef(a[1]));
+            Py_RETURN_NONE;
+        }
+    }
+    if (self->ngroups == self->capgroups) {
+        Py_ssize_t cap = self->capgroups ? 2 * self->capgroups : 8;
+        kgroup_t *ng = PyMem_Realloc(self->groups, cap * sizeof(kgroup_t));
+        if (ng == NULL) {
+            return PyErr_NoMemory();
+        }
+        self->groups = ng;
+        self->capgroups = cap;
+    }
+    kgroup_t *g = &self->groups[self->ngroups++];
+    g->h = h;
+    g->key = Py_NewRef(a[0]);
+    g->group = Py_NewRef(a[1]);
+    Py_RETURN_NONE;
+}
+
+/* _key(args, kwargs, free) -> the key bytes C dispatch computes for this
+ * call, or None when its values cannot be encoded exactly (the driver's
+ * first call registers its key with it). kwargs sorted by name. */
+static PyObject *
+cf_key(CFObject *self, PyObject *const *a, Py_ssize_t n)
+{
+    PlanState *plan = self->plan;
+    PyObject *stack[2 * MAX_FAST_ARGS];
+    PyObject *names = NULL, *res = NULL;
+    call_t c;
+    stax_keybuf kb;
+    if (n != 3 || !PyTuple_Check(a[0]) || !PyDict_Check(a[1])
+        || !PyTuple_Check(a[2])) {
+        PyErr_SetString(PyExc_TypeError, "_key(args, kwargs, free)");
+        return NULL;
+    }
+    c.nargs = PyTuple_GET_SIZE(a[0]);
+    c.nkw = PyDict_GET_SIZE(a[1]);
+    if (plan == NULL || c.nargs > MAX_FAST_ARGS || c.nkw > MAX_FAST_ARGS
+        || PyTuple_GET_SIZE(a[2]) != PyTuple_GET_SIZE(plan->sources)) {
+        Py_RETURN_NONE;
+    }
+    names = PyTuple_New(c.nkw);
+    if (names == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < c.nargs; i++) {
+        stack[i] = PyTuple_GET_ITEM(a[0], i);
+    }
+    Py_ssize_t pos = 0, i = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(a[1], &pos, &k, &v)) {
+        PyTuple_SET_ITEM(names, i, Py_NewRef(k));
+        stack[c.nargs + i] = v;
+        c.order[i] = i;
+        i++;
+    }
+    c.args = stack;
+    c.kwnames = names;
+    c.argt = c.kwd = NULL;
+    c.free = a[2];
+    c.nflat = 0;
+    Py_INCREF(plan);
+    stax_kb_init(&kb);
+    int r = 0;
+    for (Py_ssize_t j = 0; !r && j < PyTuple_GET_SIZE(c.free); j++) {
+        PyObject *fv = PyTuple_GET_ITEM(c.free, j);
+        if (is_tensor(fv)) {
+            r = flat_add(fv, c.flat, &c.nflat);
+        }
+    }
+    for (Py_ssize_t j = 0; !r && j < c.nargs + c.nkw; j++) {
+        r = flat_add(stack[j], c.flat, &c.nflat);
+    }
+    if (!r) {
+        r = call_key(&c, plan, stax_grad_enabled(),
+                     (int)stax_default_dtype(), &kb);
+    }
+    if (r == 0) {
+        res = PyBytes_FromStringAndSize((const char *)kb.p, (Py_ssize_t)kb.n);
+    }
+    else if (r == 1) {
+        res = Py_NewRef(Py_None);
+    }
+    stax_kb_free(&kb);
+    Py_DECREF(plan);
+    Py_DECREF(names);
+    return res;
+}
+
+/* _set_last(fingerprint, entry, objects): level 2 remembers this call */
+static PyObject *
+cf_set_last(CFObject *self, PyObject *const *a, Py_ssize_t n)
+{
+    if (n != 3 || !PyBytes_Check(a[0]) || PyBytes_GET_SIZE(a[0]) != 16
+        || !PyObject_TypeCheck(a[1], &Entry_Type)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "_set_last(16-byte fingerprint, entry, objects)");
+        return NULL;
+    }
+    memcpy(self->last_fp, PyBytes_AS_STRING(a[0]), 16);
+    self->has_last = 1;
+    Py_XSETREF(self->last_entry, Py_NewRef(a[1]));
+    Py_XSETREF(self->last_objs, Py_NewRef(a[2]));
+    Py_RETURN_NONE;
+}
+
+/* _get_last() -> (fingerprint, entry) or None */
+static PyObject *
+cf_get_last(CFObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (!self->has_last || self->last_entry == NULL) {
+        Py_RETURN_NONE;
+    }
+    return Py_BuildValue("(y#O)", (const char *)self->last_fp,
+                         (Py_ssize_t)16, self->last_entry);
 }
 
 static PyObject *
@@ -378,9 +1353,9 @@ static PyObject *
 cf_reset(CFObject *self, PyObject *unused)
 {
     (void)unused;
-    Py_CLEAR(self->l1);
-    self->calls = 0;
-    self->hits1 = 0;
+    cf_forget(self);
+    self->calls = self->hits1 = self->hits2 = self->hits3 = 0;
+    self->entries = 0;
     Py_RETURN_NONE;
 }
 
@@ -388,15 +1363,18 @@ static PyObject *
 cf_c_stats(CFObject *self, PyObject *unused)
 {
     (void)unused;
-    return Py_BuildValue("(KK)", self->calls, self->hits1);
+    return Py_BuildValue("{sKsKsKsKsK}", "calls", self->calls,
+                         "hits_level1", self->hits1, "hits_level2",
+                         self->hits2, "hits_level3", self->hits3,
+                         "driver_entries", self->entries);
 }
 
 static PyObject *
 cf_stats(CFObject *self, PyObject *unused)
 {
     (void)unused;
-    return PyObject_CallMethod(self->driver, "stats", "KK", self->calls,
-                               self->hits1);
+    return PyObject_CallMethod(self->driver, "stats", "KKKK", self->calls,
+                               self->hits1, self->hits2, self->hits3);
 }
 
 static PyObject *
@@ -467,8 +1445,19 @@ static PyMethodDef cf_methods[] = {
      "disarm dispatch level 1"},
     {"_reset", (PyCFunction)cf_reset, METH_NOARGS,
      "disarm level 1 and zero calls/hits_level1 (tp.compiler.reset)"},
+    {"_set_plan", (PyCFunction)(void (*)(void))cf_set_plan, METH_FASTCALL,
+     "install the lifting plan C dispatch reads (driver use)"},
+    {"_register", (PyCFunction)(void (*)(void))cf_register, METH_FASTCALL,
+     "map C key bytes to the driver's group of versions (driver use)"},
+    {"_key", (PyCFunction)(void (*)(void))cf_key, METH_FASTCALL,
+     "the C key bytes of a call (args, sorted kwargs, free), or None"},
+    {"_set_last", (PyCFunction)(void (*)(void))cf_set_last, METH_FASTCALL,
+     "remember the last resolved call for level 2 (driver use)"},
+    {"_get_last", (PyCFunction)cf_get_last, METH_NOARGS,
+     "(fingerprint, entry) of the last resolved call, or None"},
     {"_c_stats", (PyCFunction)cf_c_stats, METH_NOARGS,
-     "(calls, hits_level1) counted in C"},
+     "dict: calls, hits_level1/2/3 counted in C, driver_entries (calls "
+     "into the Python driver)"},
     {"stats", (PyCFunction)cf_stats, METH_NOARGS,
      "dict: calls, compiles, versions, hits_level1/2/3, fallbacks"},
     {NULL, NULL, 0, NULL},
@@ -516,8 +1505,13 @@ static PyMethodDef dispatch_functions[] = {
 int
 stax_guard_dispatch_init(PyObject *m)
 {
-    if (PyType_Ready(&L1State_Type) < 0
+    if (PyType_Ready(&L1State_Type) < 0 || PyType_Ready(&PlanState_Type) < 0
+        || PyType_Ready(&Entry_Type) < 0
         || PyType_Ready(&StaxCompiledFunction_Type) < 0) {
+        return -1;
+    }
+    if (PyModule_AddObjectRef(m, "_DispatchEntry",
+                              (PyObject *)&Entry_Type) < 0) {
         return -1;
     }
     if (PyModule_AddObjectRef(m, "CompiledFunction",

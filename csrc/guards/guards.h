@@ -2,10 +2,15 @@
  * replay, fingerprints, three-level dispatch, free-variable lifting,
  * recompile log, the compile entry.
  *
- * The C part of the room is small on purpose: the per-call hot path
- * (dispatch level 1, the fingerprint of level 2 and the signature sigma of
- * level 3) lives here; the compile driver, the guards' texts and the
- * free-variable lifting live in python/tensorplay/compiler/. */
+ * The per-call path is C: dispatch level 1, and on a level-1 miss the
+ * reading of the lifted free variables, the level-2 fingerprint, the
+ * level-3 key (sigma, aliasing, grad mode, default dtype) as bytes, the
+ * version cache and the guards of each version (shape guards; gate
+ * outcomes through the version's replay, which stays Python). Only a true
+ * miss enters the Python driver (python/tensorplay/compiler/), which
+ * compiles, writes the guards' texts and the recompile log, and registers
+ * the new version here. Lifting's bytecode analysis (once per code object)
+ * is Python too. */
 #ifndef STAX_GUARDS_H
 #define STAX_GUARDS_H
 
@@ -23,6 +28,44 @@ PyObject *stax_guard_signature(PyObject *obj, int dynamic);
 /* 128-bit XXH3 fingerprint of a value tree (tensors by identity and
  * version, scalars by value, other objects by identity), new bytes object. */
 PyObject *stax_guard_fingerprint(PyObject *obj);
+
+/* A growable byte buffer for keys and fingerprints. */
+typedef struct {
+    unsigned char *p;
+    size_t n;
+    size_t cap;
+    unsigned char inl[1024];
+} stax_keybuf;
+
+void stax_kb_init(stax_keybuf *b);
+void stax_kb_free(stax_keybuf *b);
+int stax_kb_grow(stax_keybuf *b, size_t n);
+
+static inline int
+stax_kb_put(stax_keybuf *b, const void *d, size_t n)
+{
+    if (b->n + n > b->cap && stax_kb_grow(b, n) < 0) {
+        return -1;
+    }
+    memcpy(b->p + b->n, d, n);
+    b->n += n;
+    return 0;
+}
+/* 128-bit XXH3 of the buffer */
+void stax_guard_hash(const stax_keybuf *kb, unsigned char out[16]);
+
+/* Fingerprint encoding: one value (0, or -1 with an exception), a
+ * container header (tag 6 tuple/list, 7 dict; n items follow), a str. */
+int stax_guard_fp_feed(stax_keybuf *kb, PyObject *o);
+int stax_guard_fp_header(stax_keybuf *kb, PyTypeObject *type, int tag,
+                         uint64_t n);
+int stax_guard_fp_cstr(stax_keybuf *kb, const char *s);
+
+/* Signature encoding: bytes equal only when the signatures are equal.
+ * 0, 1 when the value cannot be encoded exactly (take the Python path),
+ * -1 with an exception. _identity: the value by type and identity. */
+int stax_guard_sig_feed(stax_keybuf *kb, PyObject *o, int dynamic);
+int stax_guard_sig_identity(stax_keybuf *kb, PyObject *o);
 
 int stax_guard_dispatch_init(PyObject *m);
 int stax_guard_signature_init(PyObject *m);

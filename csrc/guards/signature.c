@@ -173,7 +173,52 @@ pack:
     return res;
 }
 
-/* ---- fingerprint (dispatch level 2) ---- */
+/* ---- key buffers ---- */
+
+void
+stax_kb_init(stax_keybuf *b)
+{
+    b->p = b->inl;
+    b->n = 0;
+    b->cap = sizeof b->inl;
+}
+
+void
+stax_kb_free(stax_keybuf *b)
+{
+    if (b->p != b->inl) {
+        PyMem_Free(b->p);
+    }
+    stax_kb_init(b);
+}
+
+/* room for n more bytes */
+int
+stax_kb_grow(stax_keybuf *b, size_t n)
+{
+    {
+        size_t cap = b->cap * 2;
+        while (cap < b->n + n) {
+            cap *= 2;
+        }
+        unsigned char *q = PyMem_Malloc(cap);
+        if (q == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        memcpy(q, b->p, b->n);
+        if (b->p != b->inl) {
+            PyMem_Free(b->p);
+        }
+        b->p = q;
+        b->cap = cap;
+    }
+    return 0;
+}
+
+/* ---- fingerprint (dispatch level 2) ----
+ * The value tree is written as a byte string (then hashed): the words
+ * below, tensors by identity, version and metadata. */
 
 typedef struct {
     uint64_t tag;
@@ -181,8 +226,26 @@ typedef struct {
     uint64_t b;
 } fp_word;
 
-static int
-fp_feed(XXH3_state_t *st, PyObject *o)
+int
+stax_guard_fp_header(stax_keybuf *kb, PyTypeObject *type, int tag,
+                     uint64_t n)
+{
+    fp_word w = {(uint64_t)tag, (uint64_t)(uintptr_t)type, n};
+    return stax_kb_put(kb, &w, sizeof w);
+}
+
+int
+stax_guard_fp_cstr(stax_keybuf *kb, const char *s)
+{
+    size_t n = strlen(s);
+    if (stax_guard_fp_header(kb, &PyUnicode_Type, 5, n) < 0) {
+        return -1;
+    }
+    return stax_kb_put(kb, s, n);
+}
+
+int
+stax_guard_fp_feed(stax_keybuf *kb, PyObject *o)
 {
     fp_word w = {0, (uint64_t)(uintptr_t)Py_TYPE(o), 0};
     if (is_tensor(o)) {
@@ -190,20 +253,21 @@ fp_feed(XXH3_state_t *st, PyObject *o)
         w.tag = 1;
         w.a = (uint64_t)(uintptr_t)o;
         w.b = t->storage ? t->storage->version : 0;
-        XXH3_128bits_update(st, &w, sizeof w);
         /* in-place metadata changes (requires_grad_, t_) keep the identity */
         int64_t meta[3] = {t->requires_grad, t->ndim, t->offset};
         meta[0] |= (int64_t)t->dtype << 8;
-        XXH3_128bits_update(st, meta, sizeof meta);
-        XXH3_128bits_update(st, t->sizes, sizeof(int64_t) * t->ndim);
-        XXH3_128bits_update(st, t->strides, sizeof(int64_t) * t->ndim);
+        if (stax_kb_put(kb, &w, sizeof w) < 0
+            || stax_kb_put(kb, meta, sizeof meta) < 0
+            || stax_kb_put(kb, t->sizes, sizeof(int64_t) * t->ndim) < 0
+            || stax_kb_put(kb, t->strides, sizeof(int64_t) * t->ndim) < 0) {
+            return -1;
+        }
         return 0;
     }
     if (o == Py_None || PyBool_Check(o)) {
         w.tag = 2;
         w.b = (uint64_t)(uintptr_t)o;
-        XXH3_128bits_update(st, &w, sizeof w);
-        return 0;
+        return stax_kb_put(kb, &w, sizeof w);
     }
     if (PyLong_Check(o)) {
         int overflow = 0;
@@ -214,14 +278,13 @@ fp_feed(XXH3_state_t *st, PyObject *o)
         if (!overflow) {
             w.tag = 3;
             w.b = (uint64_t)v;
-            XXH3_128bits_update(st, &w, sizeof w);
-            return 0;
+            return stax_kb_put(kb, &w, sizeof w);
         }
         PyObject *s = PyObject_Str(o);
         if (s == NULL) {
             return -1;
         }
-        int r = fp_feed(st, s);
+        int r = stax_guard_fp_feed(kb, s);
         Py_DECREF(s);
         return r;
     }
@@ -229,8 +292,7 @@ fp_feed(XXH3_state_t *st, PyObject *o)
         double d = PyFloat_AS_DOUBLE(o);
         w.tag = 4;
         memcpy(&w.b, &d, sizeof d);
-        XXH3_128bits_update(st, &w, sizeof w);
-        return 0;
+        return stax_kb_put(kb, &w, sizeof w);
     }
     if (PyUnicode_Check(o)) {
         Py_ssize_t n;
@@ -240,18 +302,38 @@ fp_feed(XXH3_state_t *st, PyObject *o)
         }
         w.tag = 5;
         w.b = (uint64_t)n;
-        XXH3_128bits_update(st, &w, sizeof w);
-        XXH3_128bits_update(st, s, (size_t)n);
+        if (stax_kb_put(kb, &w, sizeof w) < 0) {
+            return -1;
+        }
+        return stax_kb_put(kb, s, (size_t)n);
+    }
+    if (PyTuple_CheckExact(o)) {
+        Py_ssize_t n = PyTuple_GET_SIZE(o);
+        w.tag = 6;
+        w.b = (uint64_t)n;
+        if (stax_kb_put(kb, &w, sizeof w) < 0) {
+            return -1;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (stax_guard_fp_feed(kb, PyTuple_GET_ITEM(o, i)) < 0) {
+                return -1;
+            }
+        }
         return 0;
     }
     if (PyTuple_Check(o) || PyList_Check(o)) {
         Py_ssize_t n = PySequence_Size(o);
+        if (n < 0) {
+            return -1;
+        }
         w.tag = 6;
         w.b = (uint64_t)n;
-        XXH3_128bits_update(st, &w, sizeof w);
+        if (stax_kb_put(kb, &w, sizeof w) < 0) {
+            return -1;
+        }
         for (Py_ssize_t i = 0; i < n; i++) {
             PyObject *c = PySequence_GetItem(o, i);
-            int r = c ? fp_feed(st, c) : -1;
+            int r = c ? stax_guard_fp_feed(kb, c) : -1;
             Py_XDECREF(c);
             if (r < 0) {
                 return -1;
@@ -264,9 +346,12 @@ fp_feed(XXH3_state_t *st, PyObject *o)
         PyObject *k, *v;
         w.tag = 7;
         w.b = (uint64_t)PyDict_GET_SIZE(o);
-        XXH3_128bits_update(st, &w, sizeof w);
+        if (stax_kb_put(kb, &w, sizeof w) < 0) {
+            return -1;
+        }
         while (PyDict_Next(o, &pos, &k, &v)) {
-            if (fp_feed(st, k) < 0 || fp_feed(st, v) < 0) {
+            if (stax_guard_fp_feed(kb, k) < 0
+                || stax_guard_fp_feed(kb, v) < 0) {
                 return -1;
             }
         }
@@ -274,26 +359,210 @@ fp_feed(XXH3_state_t *st, PyObject *o)
     }
     w.tag = 8;
     w.b = (uint64_t)(uintptr_t)o;
-    XXH3_128bits_update(st, &w, sizeof w);
-    return 0;
+    return stax_kb_put(kb, &w, sizeof w);
+}
+
+void
+stax_guard_hash(const stax_keybuf *kb, unsigned char out[16])
+{
+    XXH128_hash_t h = XXH3_128bits(kb->p, kb->n);
+    uint64_t words[2] = {h.low64, h.high64};
+    memcpy(out, words, sizeof words);
 }
 
 PyObject *
 stax_guard_fingerprint(PyObject *obj)
 {
-    XXH3_state_t *st = XXH3_createState();
-    if (st == NULL) {
-        return PyErr_NoMemory();
-    }
+    stax_keybuf kb;
+    unsigned char h[16];
     PyObject *res = NULL;
-    XXH3_128bits_reset(st);
-    if (fp_feed(st, obj) == 0) {
-        XXH128_hash_t h = XXH3_128bits_digest(st);
-        uint64_t words[2] = {h.low64, h.high64};
-        res = PyBytes_FromStringAndSize((const char *)words, sizeof words);
+    stax_kb_init(&kb);
+    if (stax_guard_fp_feed(&kb, obj) == 0) {
+        stax_guard_hash(&kb, h);
+        res = PyBytes_FromStringAndSize((const char *)h, sizeof h);
     }
-    XXH3_freeState(st);
+    stax_kb_free(&kb);
     return res;
+}
+
+/* ---- the signature sigma as bytes (dispatch level 3 in C) ----
+ * Equal bytes imply equal signature tuples (stax_guard_signature), so a
+ * byte key may stand for the tuple key of the Python driver. Values whose
+ * tuple equality the bytes cannot reproduce exactly (NaN, int/float/str
+ * subclasses, container subclasses, huge ints, unusual dict keys) are
+ * reported as not encodable: that call takes the Python path. */
+
+enum { SIG_OK = 0, SIG_BAIL = 1 };
+
+static int
+put_u8(stax_keybuf *kb, unsigned v)
+{
+    unsigned char c = (unsigned char)v;
+    return stax_kb_put(kb, &c, 1);
+}
+
+static int
+put_ptr(stax_keybuf *kb, const void *p)
+{
+    return stax_kb_put(kb, &p, sizeof p);
+}
+
+static int
+put_i64(stax_keybuf *kb, int64_t v)
+{
+    return stax_kb_put(kb, &v, sizeof v);
+}
+
+/* the dynamic-mode stride classes, as stride_signature computes them:
+ * per dimension 0 (stride 1), 1 + the inner dimension (contiguous over
+ * it), or 2 and the stride itself */
+static int
+stride_classes(stax_keybuf *kb, StaxTensor *t)
+{
+    int n = t->ndim, order[STAX_MAX_DIMS];
+    int64_t cls[STAX_MAX_DIMS][2];
+    for (int i = 0; i < n; i++) {
+        order[i] = i;
+    }
+    for (int i = 1; i < n; i++) {
+        int d = order[i], j = i - 1;
+        while (j >= 0 && (t->strides[order[j]] > t->strides[d]
+                          || (t->strides[order[j]] == t->strides[d]
+                              && order[j] < d))) {
+            order[j + 1] = order[j];
+            j--;
+        }
+        order[j + 1] = d;
+    }
+    for (int k = 0; k < n; k++) {
+        int d = order[k];
+        int64_t st = t->strides[d];
+        if (st == 1) {
+            cls[d][0] = 0;
+            cls[d][1] = 0;
+        }
+        else if (k > 0 && st == t->strides[order[k - 1]]
+                 * t->sizes[order[k - 1]]) {
+            cls[d][0] = 1;
+            cls[d][1] = order[k - 1];
+        }
+        else {
+            cls[d][0] = 2;
+            cls[d][1] = st;
+        }
+    }
+    return stax_kb_put(kb, cls, sizeof(int64_t) * 2 * n);
+}
+
+static int
+sig_scalar(stax_keybuf *kb, PyObject *o)
+{
+    if (o == Py_None) {
+        return put_u8(kb, 'N');
+    }
+    if (PyBool_Check(o)) {
+        return put_u8(kb, o == Py_True ? 'b' : 'B');
+    }
+    if (PyLong_CheckExact(o)) {
+        int overflow = 0;
+        long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+        if (v == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+        if (overflow) {
+            return SIG_BAIL;
+        }
+        return put_u8(kb, 'I') < 0 || put_i64(kb, v) < 0 ? -1 : 0;
+    }
+    if (PyFloat_CheckExact(o)) {
+        double d = PyFloat_AS_DOUBLE(o);
+        if (d != d) {
+            return SIG_BAIL;       /* NaN: tuple equality is by identity */
+        }
+        if (d == 0.0) {
+            d = 0.0;               /* -0.0 == 0.0 */
+        }
+        return put_u8(kb, 'F') < 0 || stax_kb_put(kb, &d, sizeof d) < 0
+               ? -1 : 0;
+    }
+    if (PyUnicode_CheckExact(o)) {
+        Py_ssize_t n;
+        const char *s = PyUnicode_AsUTF8AndSize(o, &n);
+        if (s == NULL) {
+            PyErr_Clear();         /* lone surrogates: let Python compare */
+            return SIG_BAIL;
+        }
+        return put_u8(kb, 'S') < 0 || put_i64(kb, n) < 0
+               || stax_kb_put(kb, s, (size_t)n) < 0 ? -1 : 0;
+    }
+    return SIG_BAIL;
+}
+
+int
+stax_guard_sig_feed(stax_keybuf *kb, PyObject *o, int dynamic)
+{
+    if (is_tensor(o)) {
+        StaxTensor *t = (StaxTensor *)o;
+        unsigned char h[4] = {'T', (unsigned char)t->ndim,
+                              (unsigned char)t->dtype,
+                              (unsigned char)(t->requires_grad != 0)};
+        if (put_ptr(kb, Py_TYPE(o)) < 0 || stax_kb_put(kb, h, 4) < 0) {
+            return -1;
+        }
+        if (dynamic) {
+            return stride_classes(kb, t);
+        }
+        return stax_kb_put(kb, t->sizes, sizeof(int64_t) * t->ndim) < 0
+               || stax_kb_put(kb, t->strides,
+                              sizeof(int64_t) * t->ndim) < 0 ? -1 : 0;
+    }
+    if (o == Py_None || PyBool_Check(o) || PyLong_Check(o)
+        || PyFloat_Check(o) || PyUnicode_Check(o)) {
+        return sig_scalar(kb, o);
+    }
+    if (PyTuple_CheckExact(o) || PyList_CheckExact(o)) {
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
+        PyObject **items = PySequence_Fast_ITEMS(o);
+        if (put_u8(kb, PyTuple_CheckExact(o) ? '(' : '[') < 0
+            || put_i64(kb, n) < 0) {
+            return -1;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int r = stax_guard_sig_feed(kb, items[i], dynamic);
+            if (r != SIG_OK) {
+                return r;
+            }
+        }
+        return SIG_OK;
+    }
+    if (PyDict_CheckExact(o)) {
+        Py_ssize_t pos = 0;
+        PyObject *k, *v;
+        if (put_u8(kb, '{') < 0 || put_i64(kb, PyDict_GET_SIZE(o)) < 0) {
+            return -1;
+        }
+        while (PyDict_Next(o, &pos, &k, &v)) {
+            int r = sig_scalar(kb, k);
+            if (r == SIG_OK) {
+                r = stax_guard_sig_feed(kb, v, dynamic);
+            }
+            if (r != SIG_OK) {
+                return r;
+            }
+        }
+        return SIG_OK;
+    }
+    if (PyTuple_Check(o) || PyList_Check(o) || PyDict_Check(o)) {
+        return SIG_BAIL;
+    }
+    return stax_guard_sig_identity(kb, o);
+}
+
+int
+stax_guard_sig_identity(stax_keybuf *kb, PyObject *o)
+{
+    return put_u8(kb, 'O') < 0 || put_ptr(kb, Py_TYPE(o)) < 0
+           || put_ptr(kb, o) < 0 ? -1 : 0;
 }
 
 static PyObject *

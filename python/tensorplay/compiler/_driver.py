@@ -1,7 +1,15 @@
-"""The compile driver: dispatch levels 2 and 3, misses, compilation, versions.
+"""The compile driver: misses, compilation, versions, guards' texts, logs.
 
-Level 1 is in C (tensorplay._C.CompiledFunction, csrc/guards/dispatch.c);
-everything it cannot decide comes here through ``_Driver._dispatch``."""
+Dispatch is C (tensorplay._C.CompiledFunction, csrc/guards/dispatch.c):
+level 1, and levels 2 and 3 once the lifting plan is known (``_set_plan``),
+with each version registered as a ``_C._DispatchEntry`` and each key C
+computed mapped to its group of versions (``_register``). C calls back
+here on a true miss (``_miss``: level 3 in Python, then compile), for the
+data-gate replay of a version (``_gates_hold_index``), to run a version
+whose artifact depends on the layout or that runs eagerly
+(``_run_index``), and for whole calls it does not take (``_dispatch``:
+the first call, calls while tracing, values its key bytes cannot encode
+exactly, methods compiled on a class)."""
 import threading
 import types
 import warnings
@@ -311,7 +319,7 @@ class Driver:
         self._self_plans = ({} if isinstance(fn, types.FunctionType) and co.co_argcount
                             and co.co_varnames[0] == "self" else None)
         self._cf = None
-        self._last = (None, None, None)   # (fingerprint, version, the call's objects)
+        self._egroups = {}    # gkey -> [_C._DispatchEntry], parallel to _groups
         self._limit_warned = False
         self._replay_warned = False
         self.compiles = 0
@@ -326,10 +334,10 @@ class Driver:
         with _compile_lock:
             self.versions = []
             self._groups = {}
+            self._egroups = {}
             self._plan = None
             if self._self_plans is not None:
                 self._self_plans = {}
-            self._last = (None, None, None)
             self._limit_warned = False
             self._replay_warned = False
             self.compiles = self.hits_level2 = self.hits_level3 = self.eager_calls = 0
@@ -341,14 +349,15 @@ class Driver:
     def bind(self, cf):
         self._cf = weakref.ref(cf)
 
-    def stats(self, calls=0, hits_level1=0):
+    def stats(self, calls=0, hits_level1=0, hits_level2=0, hits_level3=0):
+        """Counters; the hits of levels 2/3 taken in C are passed in."""
         return {
             "calls": calls,
             "compiles": self.compiles,
             "versions": len(self.versions),
             "hits_level1": hits_level1,
-            "hits_level2": self.hits_level2,
-            "hits_level3": self.hits_level3,
+            "hits_level2": self.hits_level2 + hits_level2,
+            "hits_level3": self.hits_level3 + hits_level3,
             "fallbacks": sum(v.fallbacks for v in self.versions) + self.eager_calls,
             "eager_calls": self.eager_calls,
             "artifacts": sum(len(v.artifacts) or 1 for v in self.versions),
@@ -389,6 +398,7 @@ class Driver:
         return self.fn(*args, **kwargs)
 
     def _dispatch(self, *args, **kwargs):
+        """A whole call in Python (those C dispatch does not take)."""
         if _C.is_tracing():
             # called from inside another function being traced: inline it
             return self.fn(*args, **kwargs)
@@ -399,13 +409,19 @@ class Driver:
             return self._eager(args, kwargs)
         if kwargs:
             kwargs = dict(sorted(kwargs.items()))
+        cf = self._cf() if self._cf is not None else None
+        key = None
+        if cf is not None and self._self_plans is None:
+            # from now on C reads the free variables and does levels 2/3
+            cf._set_plan(plan.read_tuples(), tuple(sorted(plan.effect_idx)), self.dynamic)
+            key = cf._key(args, kwargs, free)
         rho = _grad_mode()
         dtype = _default_dtype()
         fp = _C._guard_fingerprint((args, kwargs, free, rho, dtype))
         T = _tensor_type()
-        last_fp, last_v, _ = self._last
-        if fp == last_fp and last_v is not None:
-            v = last_v
+        last = cf._get_last() if cf is not None else None
+        if last is not None and last[0] == fp and last[1].index < len(self.versions):
+            v = self.versions[last[1].index]
             flat = [x for x in free if isinstance(x, T)]
             _flatten(args, "", flat, [], T)
             _flatten(kwargs, "", flat, [], T)
@@ -415,7 +431,18 @@ class Driver:
             if not v.gate_kinds or self._gates_hold(v, flat):
                 self.hits_level2 += 1
                 return self._run(v, flat, args, kwargs, plan, free)
-        call = self._make_call(args, kwargs, free, rho, dtype, plan, T)
+        return self._level3(args, kwargs, free, fp, key, plan, cf)
+
+    def _miss(self, args, kwargs, free, fp, key):
+        """From C: levels 1-3 missed there (kwargs sorted by name; free the
+        values C read; fp the call's fingerprint; key the C key bytes, or
+        None when the call's values cannot be encoded exactly)."""
+        plan = self._plan_now(args)
+        return self._level3(args, kwargs, free, fp, key, plan, self._cf())
+
+    def _level3(self, args, kwargs, free, fp, key, plan, cf):
+        call = self._make_call(args, kwargs, free, _grad_mode(), _default_dtype(), plan,
+                               _tensor_type())
         v = self._lookup(call)
         if v is not None:
             self.hits_level3 += 1
@@ -426,8 +453,20 @@ class Driver:
                     v = self._compile(call, plan)
             if v is None:
                 return self._eager(args, kwargs)
-        self._last = (fp, v, (args, kwargs, free))
+        if cf is not None:
+            cf._set_last(fp, v._entry, (args, kwargs, free))
+            if key is not None:
+                cf._register(key, self._egroups[call.gkey])
         return self._run(v, call.flat, args, kwargs, plan, free)
+
+    def _gates_hold_index(self, index, flat):
+        """From C: do version `index`'s data gates hold on the call's tensors?"""
+        return self._gates_hold(self.versions[index], flat)
+
+    def _run_index(self, index, flat, args, kwargs, free):
+        """From C: run version `index` (one whose artifact depends on the
+        layout, or that runs eagerly)."""
+        return self._run(self.versions[index], flat, args, kwargs, self._plan_now(args), free)
 
     @staticmethod
     def _gates_hold(v, flat):
@@ -520,7 +559,7 @@ class Driver:
                 raise RecompileLimitError(msg)
             self._limit_warned = True
             warnings.warn(msg + "; calls that miss run eagerly from now on", RuntimeWarning,
-                          stacklevel=3)
+                          stacklevel=4)
             return None
         if self.versions and _logs.enabled("recompiles"):
             failed = []
@@ -529,8 +568,12 @@ class Driver:
             _logs.logger("recompiles").info(
                 f"recompiling '{self.name}': " + "; ".join(str(g) for g in failed))
         v = self._build(call, plan)
+        v._entry = _C._DispatchEntry(
+            v.index, v.artifact if v.shape_polymorphic and not v.effects_eager else None,
+            tuple((i, d, s) for i, d, s, _ in v.shape_reads), bool(v.gate_kinds), v.effects)
         self.versions.append(v)
         self._groups.setdefault(call.gkey, []).append(v)
+        self._egroups.setdefault(call.gkey, []).append(v._entry)
         self.compiles += 1
         k = self._code_key()
         _code_compiles[k] = _code_compiles.get(k, 0) + 1
@@ -579,7 +622,7 @@ class Driver:
             if config.warn_on_fallback:
                 warnings.warn(f"tensorplay.compile: back end {self.backend_name!r} failed on "
                               f"'{self.name}' ({type(e).__name__}: {e}); this version runs eagerly",
-                              RuntimeWarning, stacklevel=5)
+                              RuntimeWarning, stacklevel=6)
             return gm, True
         finally:
             after = _C._cache_counters()
@@ -598,7 +641,7 @@ class Driver:
         if self.strict_native:
             raise _C.NativeCompileError(msg)
         if config.warn_on_fallback:
-            warnings.warn(msg + "; this version runs eagerly", RuntimeWarning, stacklevel=5)
+            warnings.warn(msg + "; this version runs eagerly", RuntimeWarning, stacklevel=6)
         return gm, True
 
     def _check_replay(self, replay, kinds, gates0, flat):
@@ -622,7 +665,7 @@ class Driver:
             self._replay_warned = True
             warnings.warn(f"tensorplay.compile: the guard replay subgraph of '{self.name}' gives {got!r} "
                           f"on the traced inputs, not the traced gate outcomes {gates0!r}; versions of "
-                          "this function cannot be reused on data gates", RuntimeWarning, stacklevel=5)
+                          "this function cannot be reused on data gates", RuntimeWarning, stacklevel=6)
         return drew
 
     def _build(self, call, plan):

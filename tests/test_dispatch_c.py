@@ -1,0 +1,292 @@
+"""Dispatch levels 2 and 3 in C (issue 12 item 4): a call of a known key
+finds its version without entering the Python driver; only true misses,
+data-gate replays and values the C key cannot encode exactly do."""
+import collections
+import os
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+import tensorplay as tp
+
+_DRIVER = os.path.join("compiler", "_driver.py")
+
+
+def entries(cf):
+    return cf._c_stats()["driver_entries"]
+
+
+class DriverCalls:
+    """The Python driver functions entered while the block runs."""
+
+    def __init__(self):
+        self.names = collections.Counter()
+
+    def _prof(self, frame, event, arg):
+        if event == "call" and frame.f_code.co_filename.endswith(_DRIVER):
+            self.names[frame.f_code.co_name] += 1
+
+    def __enter__(self):
+        sys.setprofile(self._prof)
+        return self
+
+    def __exit__(self, *exc):
+        sys.setprofile(None)
+
+
+def test_fresh_tensors_of_a_known_key_do_not_enter_the_driver():
+    def f(x, w):
+        return tp.relu(x + w) * 2
+    cf = tp.compile(f)
+    cf(tp.randn(8), tp.randn(8))
+    pool = [(tp.randn(8), tp.randn(8)) for _ in range(20)]
+    e0, h3 = entries(cf), cf.stats()["hits_level3"]
+    with DriverCalls() as d:
+        outs = [cf(a, b) for a, b in pool]
+    assert not d.names, d.names
+    assert entries(cf) == e0
+    assert cf.stats()["hits_level3"] == h3 + 20 and cf.stats()["compiles"] == 1
+    for (a, b), o in zip(pool, outs):
+        np.testing.assert_allclose(o.numpy(), f(a, b).numpy(), rtol=1e-6)
+
+
+def test_level2_kwargs_in_c():
+    cf = tp.compile(lambda x, a=1, b=2: x * a + b)
+    x = tp.ones(2)
+    cf(x, b=3, a=2)
+    e0 = entries(cf)
+    with DriverCalls() as d:
+        for _ in range(5):
+            assert cf(x, a=2, b=3).tolist() == [5.0, 5.0]
+        assert cf(tp.ones(2), b=3, a=2).tolist() == [5.0, 5.0]   # level 3, keyword order
+    assert not d.names and entries(cf) == e0
+    s = cf.stats()
+    assert s["hits_level2"] == 5 and s["hits_level3"] == 1 and s["compiles"] == 1
+
+
+def test_scalar_value_guards_in_c(recompiles):
+    cf = tp.compile(lambda x, k, s, flag, none: (x * k if flag else x - k) if none is None else x)
+    args = [(2, "a", True), (3, "a", True), (2.5, "b", False), (2, "a", False)]
+    for k, s, flag in args:
+        cf(tp.ones(3), k, s, flag, None)
+    assert cf.stats()["compiles"] == 4
+    assert len(recompiles) == 3 and recompiles[0] == "recompiling '<lambda>': inputs[0][1][1] == 2"
+    e0 = entries(cf)
+    with DriverCalls() as d:
+        for _ in range(3):
+            for k, s, flag in args:
+                want = (tp.ones(3) * k if flag else tp.ones(3) - k).tolist()
+                assert cf(tp.ones(3), k, s, flag, None).tolist() == want
+    assert not d.names and entries(cf) == e0 and cf.stats()["compiles"] == 4
+    # a new value is a true miss: the driver compiles and logs it
+    cf(tp.ones(3), 4, "a", True, None)
+    assert cf.stats()["compiles"] == 5 and entries(cf) == e0 + 1
+    assert len(recompiles) == 4
+
+
+@pytest.fixture
+def recompiles():
+    import logging
+
+    class H(logging.Handler):
+        def __init__(self):
+            super().__init__(logging.DEBUG)
+            self.lines = []
+
+        def emit(self, rec):
+            self.lines.append(rec.getMessage())
+    h = H()
+    lg = logging.getLogger("tensorplay.recompiles")
+    lg.addHandler(h)
+    tp.compiler.set_logs(recompiles=True)
+    yield h.lines
+    tp.compiler.set_logs(recompiles=False)
+    lg.removeHandler(h)
+
+
+def test_dynamic_versions_and_shape_guards_in_c():
+    def f(x):
+        return x.reshape(x.shape[0], -1) * 2       # reads size 0: a shape guard
+    cf = tp.compile(f, dynamic=True)
+    for n in (4, 6):
+        cf(tp.randn(n, 3))
+    assert cf.stats()["compiles"] == 2
+    g = [str(x) for x in cf.versions[0].guards]
+    assert "size(inputs[0][0], 0) == 4" in g
+    e0 = entries(cf)
+    with DriverCalls() as d:
+        for n in (6, 4, 6, 4):
+            x = tp.randn(n, 3)
+            np.testing.assert_allclose(cf(x).numpy(), f(x).numpy(), rtol=1e-6)
+    assert not d.names and entries(cf) == e0 and cf.stats()["compiles"] == 2
+    cf(tp.randn(5, 3))                             # another size: a miss
+    assert cf.stats()["compiles"] == 3
+
+
+def test_dynamic_one_version_many_sizes_in_c():
+    cf = tp.compile(lambda x: x * 2 + 1, dynamic=True)
+    cf(tp.randn(4))
+    e0 = entries(cf)
+    with DriverCalls() as d:
+        for n in (5, 9, 17, 4):
+            x = tp.randn(n)
+            np.testing.assert_allclose(cf(x).numpy(), x.numpy() * 2 + 1, rtol=1e-6)
+    assert not d.names and entries(cf) == e0 and len(cf.versions) == 1
+
+
+def test_aliasing_of_inputs_changes_the_key_in_c():
+    def f(a, b):
+        return a * 2 + b
+    cf = tp.compile(f, backend="eager")
+    x = tp.ones(2)
+    cf(x, x)
+    cf(tp.ones(2), tp.ones(2))
+    assert cf.stats()["compiles"] == 2
+    assert any(g.path == "aliasing" for g in cf.versions[0].guards)
+    e0 = entries(cf)
+    with DriverCalls() as d:
+        for _ in range(3):
+            y = tp.ones(2)
+            assert cf(y, y).tolist() == [3.0, 3.0]
+            assert cf(tp.ones(2), tp.zeros(2)).tolist() == [2.0, 2.0]
+            z = tp.zeros(4)
+            assert cf(z[:2], z[2:]).tolist() == [0.0, 0.0]    # views of one storage alias
+    assert not d.names and entries(cf) == e0 and cf.stats()["compiles"] == 2
+
+
+def test_grad_mode_and_default_dtype_change_the_key_in_c():
+    cf = tp.compile(lambda x: x + 1)
+    cf(tp.ones(2))
+    with tp.no_grad():
+        cf(tp.ones(2))
+    old = tp.get_default_dtype()
+    tp.set_default_dtype(tp.float64)
+    try:
+        cf(tp.ones(2, dtype=tp.float32))
+    finally:
+        tp.set_default_dtype(old)
+    assert cf.stats()["compiles"] == 3
+    e0 = entries(cf)
+    with DriverCalls() as d:
+        for _ in range(3):
+            cf(tp.ones(2))
+            with tp.no_grad():
+                cf(tp.ones(2))
+            tp.set_default_dtype(tp.float64)
+            try:
+                cf(tp.ones(2, dtype=tp.float32))
+            finally:
+                tp.set_default_dtype(old)
+    assert not d.names and entries(cf) == e0 and cf.stats()["compiles"] == 3
+    assert cf.stats()["hits_level3"] == 9
+
+
+def test_free_variables_read_in_c():
+    w = tp.ones(3)
+    k = 2
+
+    def f(x):
+        return x * w + k
+    cf = tp.compile(f)
+    cf(tp.ones(3))
+    k = 5
+    assert cf(tp.ones(3)).tolist() == [6.0] * 3     # closure value guard: a miss
+    assert cf.stats()["compiles"] == 2
+    e0 = entries(cf)
+    with DriverCalls() as d:
+        k = 2
+        assert cf(tp.ones(3)).tolist() == [3.0] * 3
+        w.mul_(2)                                   # lifted: its data is not in the key
+        assert cf(tp.ones(3)).tolist() == [4.0] * 3
+        k = 5
+        assert cf(tp.ones(3)).tolist() == [7.0] * 3
+    assert not d.names and entries(cf) == e0 and cf.stats()["compiles"] == 2
+
+
+_log = []
+
+
+def test_effect_only_container_replayed_in_c():
+    _log.clear()
+
+    def f(x):
+        _log.append(1)
+        return x * 2
+    cf = tp.compile(f)
+    cf(tp.ones(2))
+    e0 = entries(cf)
+    with DriverCalls() as d:
+        for _ in range(4):
+            assert cf(tp.ones(2)).tolist() == [2.0, 2.0]
+    assert not d.names and entries(cf) == e0
+    assert _log == [1] * 5 and cf.stats()["compiles"] == 1
+
+
+def test_data_gates_replay_in_python_without_a_miss():
+    def f(x):
+        if x.sum() > 0:
+            return x * 2
+        return x - 1
+    cf = tp.compile(f)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cf(tp.ones(4))
+        cf(-tp.ones(4))
+    assert cf.stats()["compiles"] == 2
+    with DriverCalls() as d:
+        for v in (1.0, -1.0, 2.0, -3.0):
+            x = tp.ones(4) * v
+            assert cf(x).tolist() == f(x).tolist()
+    # the replay is the only Python the call needs: no miss, no compile
+    assert d.names["_gates_hold_index"] == 4 + 2      # -1/-3 try version 0 first
+    assert not {"_miss", "_dispatch", "_compile"} & set(d.names)
+    assert cf.stats()["compiles"] == 2
+
+
+def test_values_c_cannot_encode_take_the_python_path():
+    Pair = collections.namedtuple("Pair", "a b")
+    cf = tp.compile(lambda p, k: p.a * k + p.b)
+    for _ in range(3):
+        assert cf(Pair(tp.ones(2), tp.ones(2)), 2).tolist() == [3.0, 3.0]
+    assert cf.stats()["compiles"] == 1 and cf.stats()["hits_level3"] == 2
+    big = 1 << 80
+    cg = tp.compile(lambda x, k: x + (k > 0))
+    for _ in range(3):
+        assert cg(tp.ones(2), big).tolist() == [2.0, 2.0]
+    assert cg.stats()["compiles"] == 1 and cg.stats()["hits_level3"] == 2
+
+
+def test_negative_zero_keys_like_zero():
+    cf = tp.compile(lambda x, k: x + k)
+    cf(tp.ones(2), 0.0)
+    e0 = entries(cf)
+    cf(tp.ones(2), -0.0)
+    assert entries(cf) == e0 and cf.stats()["compiles"] == 1
+
+
+def test_reset_forgets_the_c_cache():
+    cf = tp.compile(lambda x: x + 1)
+    cf(tp.ones(2))
+    cf(tp.ones(2))
+    assert cf.stats()["hits_level3"] == 1
+    tp.compiler.reset()
+    assert cf(tp.ones(2)).tolist() == [2.0, 2.0]
+    s = cf.stats()
+    assert s["compiles"] == 1 and s["hits_level3"] == 0 and s["calls"] == 1
+    assert cf(tp.ones(2)).tolist() == [2.0, 2.0] and cf.stats()["hits_level3"] == 1
+
+
+def test_exceptions_from_the_artifact_propagate_from_c():
+    def bad(gm, example_inputs, **kw):
+        def run(*ts):
+            if ts[0].sum().item() < 0:
+                raise ValueError("negative")
+            return gm(*ts)
+        return run
+    cf = tp.compile(lambda x: x + 1, backend=bad)
+    cf(tp.ones(2))
+    with pytest.raises(ValueError, match="negative"):
+        cf(-tp.ones(2))
+    assert cf(tp.ones(2)).tolist() == [2.0, 2.0] and cf.stats()["compiles"] == 1
