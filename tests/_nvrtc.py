@@ -85,6 +85,8 @@ def program_cases():
     xi = tp.from_numpy(rng.integers(-50, 50, (16, 40)))
     xi32 = tp.from_numpy(rng.integers(1, 50, (16, 40)).astype(np.int32))
     b = tp.from_numpy(rng.random((16, 40)) > 0.5)
+    ib = tp.from_numpy(rng.integers(-3, 4, (16, 40)))
+    ie = tp.from_numpy(rng.integers(-3, 41, (16, 40)))
     idx = tp.from_numpy(np.array([3, 0, 5, 63, 1, -1]))
     gidx = tp.from_numpy(rng.integers(0, 40, (16, 7)))
     emb = T(50, 12)
@@ -128,6 +130,8 @@ def program_cases():
         ("int32 true division", lambda a: a / 3, (xi32,), f32),
         ("int and float promote", lambda a, c: a + c, (xi32, x64), f64),
         ("bitwise int32", lambda a: (a & 12) ^ ~a, (xi32,), 0),
+        ("integer pow, negative exponents wrap to 0 / +-1",
+         lambda a, e: a ** e, (ib, ie), 0),
         ("bool logic", lambda m, a: m & (a > 0) | ~m, (b, x64), 0),
         ("cast to int", lambda a: (a * 10).to(tp.int32), (x64,), 0),
         ("sum over dims, keepdim", lambda a: a.sum((0, 2), keepdim=True),

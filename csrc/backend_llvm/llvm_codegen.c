@@ -206,6 +206,34 @@ libm(cg_t *g, const char *base, LLVMTypeRef t, LLVMValueRef *args, int n)
     return LLVMBuildCall2(g->b, ft, f, args, (unsigned)n, "");
 }
 
+/* integer a ** e (llvm.pow is floating only): square and multiply over
+ * every bit of e, wrapping like PyTorch's integer pow; a negative e gives
+ * 0 except for bases 1 and -1 */
+static LLVMValueRef
+ipow(cg_t *g, LLVMTypeRef t, LLVMValueRef a, LLVMValueRef e, int un)
+{
+    LLVMBuilderRef b = g->b;
+    unsigned w = LLVMGetIntTypeWidth(t);
+    LLVMValueRef one = LLVMConstInt(t, 1, 0), zero = LLVMConstInt(t, 0, 0);
+    LLVMValueRef m1 = LLVMConstAllOnes(t), r = one, base = a;
+    for (unsigned i = 0; i < w; i++) {
+        LLVMValueRef bit = LLVMBuildTrunc(
+            b, LLVMBuildLShr(b, e, LLVMConstInt(t, i, 0), ""), g->i1, "");
+        r = LLVMBuildSelect(b, bit, LLVMBuildMul(b, r, base, ""), r, "");
+        base = LLVMBuildMul(b, base, base, "");
+    }
+    if (un || w == 1) {
+        return r;
+    }
+    LLVMValueRef neg = LLVMBuildICmp(b, LLVMIntSLT, e, zero, "");
+    LLVMValueRef odd = LLVMBuildTrunc(b, e, g->i1, "");
+    LLVMValueRef unit = LLVMBuildSelect(
+        b, LLVMBuildICmp(b, LLVMIntEQ, a, one, ""), one,
+        LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntEQ, a, m1, ""),
+                        LLVMBuildSelect(b, odd, m1, one, ""), zero, ""), "");
+    return LLVMBuildSelect(b, neg, unit, r, "");
+}
+
 static LLVMValueRef
 fconst(cg_t *g, LLVMTypeRef t, double v)
 {
@@ -645,7 +673,8 @@ gen_prim_in(cg_t *g, const stax_lval *v, stax_dtype_t adt, LLVMValueRef *x)
     case STAX_PRIM_CEIL: return intrinsic(g, "llvm.ceil", t, x, 1);
     case STAX_PRIM_ROUND: return intrinsic(g, "llvm.roundeven", t, x, 1);
     case STAX_PRIM_TRUNC: return intrinsic(g, "llvm.trunc", t, x, 1);
-    case STAX_PRIM_POW: return intrinsic(g, "llvm.pow", t, x, 2);
+    case STAX_PRIM_POW:
+        return fp ? intrinsic(g, "llvm.pow", t, x, 2) : ipow(g, t, x[0], x[1], un);
     case STAX_PRIM_EXPM1: return libm(g, "expm1", t, x, 1);
     case STAX_PRIM_LOG1P: return libm(g, "log1p", t, x, 1);
     case STAX_PRIM_TAN: return libm(g, "tan", t, x, 1);
