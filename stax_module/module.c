@@ -8,6 +8,7 @@
 
 #include "tensor/tensor.h"
 #include "ops/ops.h"
+#include "autograd/autograd.h"
 #include "graph/graph.h"
 #include "trace/trace.h"
 #include "lower/lower.h"
@@ -23,6 +24,7 @@ stax_exec(PyObject *m)
         return -1;
     }
     if (stax_tensor_module_init(m) < 0 || stax_ops_module_init(m) < 0
+        || stax_autograd_module_init(m) < 0
         || stax_graph_module_init(m) < 0 || stax_trace_module_init(m) < 0
         || stax_lower_module_init(m) < 0 || stax_llvm_module_init(m) < 0
         || stax_nvrtc_module_init(m) < 0 || stax_guards_module_init(m) < 0

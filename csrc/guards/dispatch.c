@@ -855,6 +855,14 @@ levels23(CFObject *self, PyObject *const *args, size_t nargsf,
         res = slow_call(self, args, nargsf, kwnames);
         goto done;
     }
+    for (Py_ssize_t i = 0; rho && i < c.nflat; i++) {
+        if (((StaxTensor *)c.flat[i])->requires_grad) {
+            /* autograd: the driver gives the outputs their grad_fn
+             * (Driver._run_autograd) */
+            res = slow_call(self, args, nargsf, kwnames);
+            goto done;
+        }
+    }
     /* level 2: the objects (and versions) of the last resolved call */
     if (self->has_last && self->last_entry != NULL
         && memcmp(fp, self->last_fp, 16) == 0) {

@@ -163,6 +163,19 @@ PyObject *stax_pyop_function(const stax_pyop_info *p, int inplace);
  * when inplace; NULL if none (lshift, imatmul). */
 const stax_op_info *stax_pyop_op(const stax_pyop_info *p, int inplace);
 
+/* Autograd: when a hook is set and grad mode is on, every op call (after
+ * __tensor_function__ dispatch) goes through the hook, which runs the op
+ * through `kernel` and records the result's history (csrc/autograd/). */
+typedef PyObject *(*stax_op_kernel_t)(const stax_op_info *op, PyObject *func,
+                                      PyObject *const *args, size_t nargsf,
+                                      PyObject *kwnames);
+typedef PyObject *(*stax_autograd_hook_t)(const stax_op_info *op,
+                                          PyObject *func,
+                                          PyObject *const *args,
+                                          size_t nargsf, PyObject *kwnames,
+                                          stax_op_kernel_t kernel);
+void stax_ops_set_autograd_hook(stax_autograd_hook_t hook);
+
 int stax_ops_module_init(PyObject *m);
 
 #endif

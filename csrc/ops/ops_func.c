@@ -208,22 +208,23 @@ check_no_internal_overlap(PyObject *o)
     return 0;
 }
 
+static stax_autograd_hook_t autograd_hook;
+
+void
+stax_ops_set_autograd_hook(stax_autograd_hook_t hook)
+{
+    autograd_hook = hook;
+}
+
+/* the op itself, after __tensor_function__ dispatch and autograd */
 static PyObject *
-run_op(const stax_op_info *op, PyObject *func, PyObject *const *args,
-       size_t nargsf, PyObject *kwnames)
+run_op_kernel(const stax_op_info *op, PyObject *func, PyObject *const *args,
+              size_t nargsf, PyObject *kwnames)
 {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    PyObject *types = NULL, *res, *impl;
+    PyObject *res, *impl;
     int inplace = stax_ops_is_inplace_info(op);
 
-    if (find_overrides(args, nargs, kwnames, &types) < 0) {
-        return NULL;
-    }
-    if (types != NULL) {
-        res = dispatch_override(func, types, args, nargs, kwnames);
-        Py_DECREF(types);
-        return res;
-    }
     if (inplace && op->kind == STAX_OPK_POINTWISE && nargs >= 1
         && check_no_internal_overlap(args[0]) < 0) {
         return NULL;
@@ -264,6 +265,27 @@ run_op(const stax_op_info *op, PyObject *func, PyObject *const *args,
         inplace_requires_grad(args, nargs, kwnames);
     }
     return res;
+}
+
+static PyObject *
+run_op(const stax_op_info *op, PyObject *func, PyObject *const *args,
+       size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *types = NULL, *res;
+
+    if (find_overrides(args, nargs, kwnames, &types) < 0) {
+        return NULL;
+    }
+    if (types != NULL) {
+        res = dispatch_override(func, types, args, nargs, kwnames);
+        Py_DECREF(types);
+        return res;
+    }
+    if (autograd_hook != NULL && stax_grad_enabled()) {
+        return autograd_hook(op, func, args, nargsf, kwnames, run_op_kernel);
+    }
+    return run_op_kernel(op, func, args, nargsf, kwnames);
 }
 
 static PyObject *

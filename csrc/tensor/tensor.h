@@ -48,6 +48,14 @@ typedef struct {
     int nonleaf;                   /* 1: result of an op that requires grad
                                       (t.is_leaf is False) */
     PyObject *grad;                /* t.grad (NULL = None) */
+    /* autograd (owned by csrc/autograd/, kept here so a tensor carries its
+     * history): */
+    PyObject *grad_fn;             /* strong: the Node that produced it */
+    int output_nr;                 /* which output of grad_fn it is */
+    int retains_grad;              /* retain_grad() was called */
+    int ag_view;                   /* a view recorded by autograd */
+    PyObject *grad_acc;            /* weakref to its AccumulateGrad node */
+    PyObject *hooks;               /* list: tensor hooks of a leaf */
 } StaxTensor;
 
 extern PyTypeObject *StaxTensor_Type;   /* tensorplay.Tensor */

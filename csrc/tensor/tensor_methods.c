@@ -93,6 +93,18 @@ get_is_leaf(PyObject *self, void *c)
 static PyObject *
 get_grad(PyObject *self, void *c)
 {
+    if (SELF->nonleaf && !SELF->retains_grad && SELF->grad == NULL
+        && PyErr_WarnEx(PyExc_UserWarning,
+                        "The .grad attribute of a Tensor that is not a leaf "
+                        "Tensor is being accessed. Its .grad attribute won't "
+                        "be populated during autograd.backward(). If you "
+                        "indeed want the .grad field to be populated for a "
+                        "non-leaf Tensor, use .retain_grad() on the non-leaf "
+                        "Tensor. If you access the non-leaf Tensor by "
+                        "mistake, make sure you access the leaf Tensor "
+                        "instead.", 1) < 0) {
+        return NULL;
+    }
     return Py_NewRef(SELF->grad ? SELF->grad : Py_None);
 }
 
@@ -107,6 +119,18 @@ set_grad(PyObject *self, PyObject *v, void *c)
     }
     Py_XSETREF(SELF->grad, (v == NULL || v == Py_None) ? NULL : Py_NewRef(v));
     return 0;
+}
+
+static PyObject *
+get_grad_fn(PyObject *self, void *c)
+{
+    return Py_NewRef(SELF->grad_fn ? SELF->grad_fn : Py_None);
+}
+
+static PyObject *
+get_output_nr(PyObject *self, void *c)
+{
+    return PyLong_FromLong(SELF->output_nr);
 }
 
 static PyObject *
@@ -203,7 +227,9 @@ PyGetSetDef stax_tensor_getset[] = {
     {"requires_grad", get_requires_grad, set_requires_grad, NULL, NULL},
     {"is_leaf", get_is_leaf, NULL, NULL, NULL},
     {"grad", get_grad, set_grad, NULL, NULL},
-    {"grad_fn", get_none, NULL, NULL, NULL},
+    {"grad_fn", get_grad_fn, NULL, NULL, NULL},
+    {"output_nr", get_output_nr, NULL, NULL, NULL},
+    {"_output_nr", get_output_nr, NULL, NULL, NULL},
     {"is_cuda", get_false, NULL, NULL, NULL},
     {"is_cpu", get_true, NULL, NULL, NULL},
     {"is_sparse", get_false, NULL, NULL, NULL},
@@ -514,6 +540,8 @@ m_detach_(PyObject *self, PyObject *unused)
 {
     SELF->requires_grad = 0;
     SELF->nonleaf = 0;
+    SELF->output_nr = 0;
+    Py_CLEAR(SELF->grad_fn);
     return Py_NewRef(self);
 }
 

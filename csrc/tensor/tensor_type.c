@@ -75,6 +75,8 @@ tensor_traverse(PyObject *self, visitproc visit, void *arg)
     StaxTensor *t = (StaxTensor *)self;
     Py_VISIT(t->dict);
     Py_VISIT(t->grad);
+    Py_VISIT(t->grad_fn);
+    Py_VISIT(t->hooks);
     return 0;
 }
 
@@ -84,6 +86,9 @@ tensor_clear(PyObject *self)
     StaxTensor *t = (StaxTensor *)self;
     Py_CLEAR(t->dict);
     Py_CLEAR(t->grad);
+    Py_CLEAR(t->grad_fn);
+    Py_CLEAR(t->hooks);
+    Py_CLEAR(t->grad_acc);
     return 0;
 }
 

@@ -923,7 +923,9 @@ def _tensor_repr(self, prefix="tensor("):
         if not has_default:
             suffixes.append("dtype=" + str(dt))
         body = _tensor_str(a, indent, dt.is_floating_point)
-    if self.requires_grad:
+    if self.grad_fn is not None:
+        suffixes.append(f"grad_fn=<{self.grad_fn.name()}>")
+    elif self.requires_grad:
         suffixes.append("requires_grad=True")
     return _add_suffixes(prefix + body, suffixes, indent)
 

@@ -178,6 +178,7 @@ class Version:
         self.key = (sigma, gamma_s, gates0, call.rho)
         self.guards = self._projection()
         self.effects, self.effects_eager = (), False   # set by Driver._build
+        self.mutates_inputs = False
 
     # -- inspection -------------------------------------------------------
     @property
@@ -393,6 +394,82 @@ class Driver:
     def _accumulated(self):
         return _code_compiles.get(self._code_key(), 0)
 
+    @staticmethod
+    def _needs_autograd(args, kwargs, free):
+        T = _tensor_type()
+        flat = [x for x in free if isinstance(x, T)]
+        _flatten(args, "", flat, [], T)
+        _flatten(kwargs, "", flat, [], T)
+        return any(x.requires_grad for x in flat)
+
+    def _run_autograd(self, v, flat, args, kwargs, plan, free):
+        """Grad mode on and an input or lifted parameter requires grad.
+        Compiled autograd (a joint forward + backward graph) is not built
+        yet: the compiled forward runs, its outputs that require grad get one
+        grad_fn (CompiledFunctionBackward) whose backward recomputes the
+        function eagerly from the same inputs (and random state) and
+        differentiates that: every intermediate is rematerialized, only the
+        inputs are kept. A version that writes its inputs or has side
+        effects cannot be recomputed: the call runs eagerly instead. Under
+        strict_native both eager paths raise NativeCompileError
+        (docs/autograd.md)."""
+        from tensorplay import random as _random
+        if v.effects or v.effects_eager or v.mutates_inputs:
+            if self.strict_native:
+                raise _C.NativeCompileError(
+                    f"tensorplay.compile: '{self.name}' writes its inputs or has side effects and "
+                    "was called with grad mode on and an input that requires grad; compiled "
+                    "autograd is not implemented yet, so this call would run eagerly")
+            return self._eager(args, kwargs)
+        rng = _random.get_rng_state()
+        out = self._run(v, flat, args, kwargs, plan, free)
+        cf = self._cf() if self._cf is not None else None
+        if cf is not None:
+            cf._clear_level1()       # every call must come back here
+        T = _tensor_type()
+        outs = []
+        _flatten(out, "", outs, [], T)
+        given = {id(x) for x in flat}
+        pos = [i for i, o in enumerate(outs)
+               if o.requires_grad and o.grad_fn is None and id(o) not in given]
+        if not pos:
+            return out
+        ins = [x for x in flat if x.requires_grad]
+        versions = [x._version for x in ins]
+        fn, name, strict = self.fn, self.name, self.strict_native
+
+        def backward(*grads):
+            if strict:
+                raise _C.NativeCompileError(
+                    f"tensorplay.compile: the backward of '{name}' would run eagerly (compiled "
+                    "autograd is not implemented yet)")
+            for x, ver in zip(ins, versions):
+                if x._version != ver:
+                    raise RuntimeError(
+                        "one of the variables needed for gradient computation has been "
+                        f"modified by an inplace operation: an input of compiled '{name}' is at "
+                        f"version {x._version}; expected version {ver} instead.")
+            import tensorplay as _tp
+            create = _tp.is_grad_enabled()
+            now = _random.get_rng_state()
+            _random.set_rng_state(rng)
+            try:
+                with _tp.enable_grad():
+                    eo = fn(*args, **kwargs)
+            finally:
+                _random.set_rng_state(now)
+            eflat = []
+            _flatten(eo, "", eflat, [], T)
+            pairs = [(eflat[i], g) for i, g in zip(pos, grads)
+                     if g is not None and eflat[i].requires_grad]
+            if not pairs:
+                return [None] * len(ins)
+            return _tp.autograd.grad([e for e, _ in pairs], ins, [g for _, g in pairs],
+                                     allow_unused=True, create_graph=create)
+
+        _C._autograd_attach([outs[i] for i in pos], ins, backward, "CompiledFunctionBackward")
+        return out
+
     def _eager(self, args, kwargs):
         self.eager_calls += 1
         return self.fn(*args, **kwargs)
@@ -416,6 +493,7 @@ class Driver:
             cf._set_plan(plan.read_tuples(), tuple(sorted(plan.effect_idx)), self.dynamic)
             key = cf._key(args, kwargs, free)
         rho = _grad_mode()
+        need_grad = rho and self._needs_autograd(args, kwargs, free)
         dtype = _default_dtype()
         fp = _C._guard_fingerprint((args, kwargs, free, rho, dtype))
         T = _tensor_type()
@@ -430,6 +508,8 @@ class Driver:
             # reference, random draws): with data gates, replay them
             if not v.gate_kinds or self._gates_hold(v, flat):
                 self.hits_level2 += 1
+                if need_grad:
+                    return self._run_autograd(v, flat, args, kwargs, plan, free)
                 return self._run(v, flat, args, kwargs, plan, free)
         return self._level3(args, kwargs, free, fp, key, plan, cf)
 
@@ -457,6 +537,8 @@ class Driver:
             cf._set_last(fp, v._entry, (args, kwargs, free))
             if key is not None:
                 cf._register(key, self._egroups[call.gkey])
+        if _grad_mode() and self._needs_autograd(args, kwargs, free):
+            return self._run_autograd(v, call.flat, args, kwargs, plan, free)
         return self._run(v, call.flat, args, kwargs, plan, free)
 
     def _gates_hold_index(self, index, flat):
@@ -700,6 +782,7 @@ class Driver:
         # call with a non-constant argument (a traced tensor): v runs eagerly
         eff = getattr(call, "effects", None)
         v.effects = tuple(eff or ())
+        v.mutates_inputs = bool(getattr(tr, "mutated_inputs", None))
         v.effects_eager = eff is not None and not eff.replayable
         if _logs.enabled("guards"):
             _logs.logger("guards").info(f"guards of '{self.name}' version {v.index}: "

@@ -8,6 +8,7 @@ import tensorplay.functional as functional
 sys.modules[__name__ + ".functional"] = functional
 
 from tensorplay.nn.modules import *  # noqa: E402,F401,F403
+from tensorplay.nn import init  # noqa: E402,F401
 from tensorplay.nn.modules import __all__ as _mods  # noqa: E402
 
-__all__ = ["functional"] + list(_mods)
+__all__ = ["functional", "init"] + list(_mods)

@@ -226,7 +226,8 @@ class Module:
                               f"shape {tuple(v.shape)} from checkpoint, the "
                               f"shape in current model is {tuple(dst.shape)}.")
                 continue
-            dst.copy_(v)
+            with _tp.no_grad():
+                dst.copy_(v)
         if strict:
             if missing:
                 errors.insert(0, "Missing key(s) in state_dict: "
@@ -320,15 +321,6 @@ class Module:
         return main + ")"
 
 
-def _uniform(shape, bound):
-    t = _tp.empty(*shape)
-    if hasattr(t, "uniform_"):
-        t.uniform_(-bound, bound)
-    else:
-        t = _tp.rand(*shape) * (2 * bound) - bound
-    return t
-
-
 class Identity(Module):
     def __init__(self, *args, **kwargs):
         super().__init__()
@@ -343,15 +335,25 @@ class Linear(Module):
         super().__init__()
         self.in_features = in_features
         self.out_features = out_features
-        # kaiming_uniform_(a=sqrt(5)) on (out, in) gives bound 1/sqrt(in)
-        bound = 1.0 / math.sqrt(in_features) if in_features > 0 else 0.0
-        w = _uniform((out_features, in_features), bound)
-        self.weight = Parameter(w if dtype is None else w.to(dtype))
+        kw = {} if dtype is None else {"dtype": dtype}
+        self.weight = Parameter(_tp.empty(out_features, in_features, **kw))
         if bias:
-            b = _uniform((out_features,), bound)
-            self.bias = Parameter(b if dtype is None else b.to(dtype))
+            self.bias = Parameter(_tp.empty(out_features, **kw))
         else:
             self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        """torch's default: weight kaiming_uniform_(a=sqrt(5)) (bound
+        1/sqrt(in_features)), bias U(-1/sqrt(in_features), 1/sqrt(in_features))."""
+        from tensorplay.nn import init
+        if self.in_features == 0:
+            init.zeros_(self.weight)
+        else:
+            init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            bound = 1.0 / math.sqrt(self.in_features) if self.in_features > 0 else 0.0
+            init.uniform_(self.bias, -bound, bound)
 
     def forward(self, input):
         return F.linear(input, self.weight, self.bias)
@@ -380,6 +382,14 @@ class LayerNorm(Module):
         else:
             self.register_parameter("weight", None)
             self.register_parameter("bias", None)
+
+    def reset_parameters(self):
+        """torch's default: weight ones, bias zeros."""
+        from tensorplay.nn import init
+        if self.weight is not None:
+            init.ones_(self.weight)
+        if self.bias is not None:
+            init.zeros_(self.bias)
 
     def forward(self, input):
         return F.layer_norm(input, self.normalized_shape, self.weight,
@@ -495,6 +505,14 @@ class Embedding(Module):
         if padding_idx is not None and _weight is None:
             w[padding_idx] = 0.0
         self.weight = Parameter(w, requires_grad=not _freeze)
+
+    def reset_parameters(self):
+        """torch's default: weight N(0, 1), the padding_idx row zero."""
+        from tensorplay.nn import init
+        init.normal_(self.weight)
+        if self.padding_idx is not None:
+            with _tp.no_grad():
+                self.weight[self.padding_idx] = 0.0
 
     def forward(self, input):
         return F.embedding(input, self.weight, self.padding_idx)

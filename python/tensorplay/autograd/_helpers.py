@@ -1,0 +1,379 @@
+"""Helpers of the derivative formulas (csrc/autograd/derivatives.def).
+
+The C engine evaluates each formula; a call whose head starts with ``_``
+lands here. Helpers compute with tensorplay ops, so under
+``create_graph=True`` what they do is recorded too (double backward); the
+only NumPy here computes constants (index maps, counts)."""
+import math
+
+import numpy as np
+
+from tensorplay import _C
+
+_F = None
+
+
+def _tp():
+    global _F
+    if _F is None:
+        import tensorplay
+        _F = tensorplay
+    return _F
+
+
+def _zeros(shape, dtype):
+    return _tp().zeros(tuple(shape), dtype=getattr(_tp(), dtype))
+
+
+def _ones_like(t):
+    return _tp().ones_like(t)
+
+
+def _sum_to(g, shape):
+    """Sum a broadcast gradient back to ``shape``."""
+    shape = tuple(shape)
+    if tuple(g.shape) == shape:
+        return g
+    lead = g.dim() - len(shape)
+    dims = list(range(lead))
+    for i, s in enumerate(shape):
+        if s == 1 and g.shape[lead + i] != 1:
+            dims.append(lead + i)
+    if dims:
+        g = g.sum(dims, keepdim=True)
+    return g.reshape(shape)
+
+
+def _scale(g, alpha):
+    return g if isinstance(alpha, (int, float)) and alpha == 1 else g * alpha
+
+
+def _one_minus(w):
+    return 1 - w
+
+
+def _log(x):
+    if isinstance(x, _C.Tensor):
+        return x.log()
+    return math.log(x)
+
+
+def _pow_self(grad, self, exponent):
+    if isinstance(exponent, (int, float)):
+        if exponent == 0:
+            return grad * 0
+        return grad * (exponent * self.pow(exponent - 1))
+    tp = _tp()
+    return tp.where(exponent == 0, 0.0, grad * (exponent * self.pow(exponent - 1)))
+
+
+def _between(x, lo, hi):
+    m = None
+    if lo is not None:
+        m = x >= lo
+    if hi is not None:
+        m2 = x <= hi
+        m = m2 if m is None else m.logical_and(m2)
+    if m is None:
+        return _tp().ones_like(x, dtype=_tp().bool)
+    return m
+
+
+def _gelu_tanh_grad(grad, x):
+    kb = math.sqrt(2.0 / math.pi)
+    kk = 0.044715
+    x2 = x * x
+    inner = (x + x2 * x * kk) * kb
+    t = inner.tanh()
+    left = x * 0.5
+    right = t + 1
+    dr = (1 - t * t) * ((x2 * (3 * kk) + 1) * kb)
+    return grad * (right * 0.5 + left * dr)
+
+
+def _dims_of(dim, ndim):
+    if dim is None:
+        return list(range(ndim))
+    if isinstance(dim, int):
+        dim = [dim]
+    dim = list(dim)
+    if len(dim) == 0:
+        return list(range(ndim))
+    return sorted(d % ndim if ndim else 0 for d in dim)
+
+
+def _unreduce(g, shape, dim, keepdim):
+    """Broadcast a reduction's gradient back over the reduced dims."""
+    shape = tuple(shape)
+    if not keepdim and len(shape) > 0:
+        ks = list(shape)
+        for d in _dims_of(dim, len(shape)):
+            ks[d] = 1
+        g = g.reshape(ks)
+    return g.expand(shape)
+
+
+def _nreduced(shape, dim):
+    n = 1
+    for d in _dims_of(dim, len(shape)):
+        n *= shape[d] if len(shape) else 1
+    return n
+
+
+def _evenly(grad, self, result, dim, keepdim):
+    """amax/amin/max(): the gradient is shared evenly among the ties."""
+    shape = tuple(self.shape)
+    r = _unreduce(result, shape, dim, keepdim)
+    mask = (self == r)
+    cnt = _unreduce(mask.sum(_dims_of(dim, len(shape)) or None, keepdim=True).to(grad.dtype)
+                    if len(shape) else mask.to(grad.dtype), shape, dim, True)
+    return _tp().where(mask, _unreduce(grad, shape, dim, keepdim) / cnt, 0.0)
+
+
+def _take_dim(grad, shape, dim, indices, keepdim):
+    """Values taken along dim at indices (max.dim, sort, topk, median.dim)."""
+    tp = _tp()
+    shape = tuple(shape)
+    nd = len(shape)
+    if nd == 0:
+        return grad.reshape(())
+    dim = dim % nd
+    if not keepdim:
+        grad = grad.unsqueeze(dim)
+        indices = indices.unsqueeze(dim)
+    pos = tp.arange(math.prod(shape), dtype=tp.int64).reshape(shape).gather(dim, indices)
+    flat = tp.zeros(math.prod(shape), dtype=grad.dtype)
+    flat = flat.index_add(0, pos.reshape(-1), grad.reshape(-1))
+    return flat.reshape(shape)
+
+
+def _pick_median(grad, self, result):
+    tp = _tp()
+    a = self.detach().reshape(-1)
+    idx = int(np.flatnonzero(a.numpy() == result.item())[0]) if a.numel() else 0
+    flat = tp.zeros(a.numel(), dtype=grad.dtype)
+    flat = flat.index_add(0, tp.tensor([idx]), grad.reshape(1))
+    return flat.reshape(self.shape)
+
+
+def _correction(unbiased, correction):
+    if correction is not None:
+        return correction
+    if unbiased is None:
+        return 1
+    return 1 if unbiased else 0
+
+
+def _var_grad(grad, self, dim, unbiased, keepdim, correction):
+    shape = tuple(self.shape)
+    n = _nreduced(shape, dim)
+    c = _correction(unbiased, correction)
+    dims = _dims_of(dim, len(shape)) or None
+    mu = self.mean(dims, keepdim=True) if len(shape) else self
+    g = _unreduce(grad, shape, dim, keepdim)
+    return g * (self - mu) * (2.0 / max(n - c, 0) if n - c > 0 else float("inf"))
+
+
+def _norm_grad(grad, self, result, p, dim, keepdim):
+    shape = tuple(self.shape)
+    if p is None or p == "fro":
+        p = 2
+    g = _unreduce(grad, shape, dim, keepdim)
+    r = _unreduce(result, shape, dim, keepdim)
+    tp = _tp()
+    if p == 2:
+        return tp.where(r == 0, 0.0, g * self / r)
+    if p == 1:
+        return g * self.sign()
+    if p == float("inf") or p == float("-inf"):
+        mask = (self.abs() == r)
+        cnt = _unreduce(mask.sum(_dims_of(dim, len(shape)), keepdim=True).to(g.dtype),
+                        shape, dim, True)
+        return tp.where(mask, g * self.sign() / cnt, 0.0)
+    return g * self * self.abs().pow(p - 2) / r.pow(p - 1)
+
+
+def _sdim(dim, shape):
+    if dim is None:
+        nd = len(shape)
+        return 0 if nd in (0, 1, 3) else 1
+    return dim
+
+
+def _ln_dims(shape, normalized_shape):
+    if isinstance(normalized_shape, int):
+        normalized_shape = (normalized_shape,)
+    k = len(normalized_shape)
+    return list(range(len(shape) - k, len(shape)))
+
+
+def _dropout_active(p, training):
+    return bool(training) and p > 0
+
+
+def _embedding_grad(grad, input, weight_shape, padding_idx):
+    tp = _tp()
+    n, d = weight_shape
+    idx = input.reshape(-1)
+    g = grad.reshape(-1, d)
+    if padding_idx is not None:
+        keep = (idx != (padding_idx % n)).unsqueeze(1)
+        g = tp.where(keep, g, 0.0)
+    return tp.zeros((n, d), dtype=grad.dtype).index_add(0, idx, g)
+
+
+def _lossg(grad, reduction, input, target):
+    if reduction == "mean":
+        n = max(_tp().broadcast_shapes(input.shape, target.shape).numel()
+                if hasattr(_tp(), "broadcast_shapes") else input.numel(), 1)
+        return grad / n
+    return grad
+
+
+def _cdim(input):
+    return 1 if input.dim() >= 2 else 0
+
+
+def _nll_grad(grad, input, target, weight, ignore_index, reduction, label_smoothing):
+    """d(loss)/d(log-probabilities) of nll_loss / cross_entropy's log_softmax
+    output: a constant coefficient array (NumPy) times the incoming grad."""
+    tp = _tp()
+    x = input.detach().numpy()
+    cd = 1 if x.ndim >= 2 else 0
+    C = x.shape[cd]
+    t = target.detach().numpy()
+    w = weight.detach().numpy().astype(x.dtype) if weight is not None else None
+    if t.dtype.kind == "f":               # class probabilities
+        coef = -t.astype(x.dtype)
+        if label_smoothing:
+            coef = -(t * (1 - label_smoothing) + label_smoothing / C).astype(x.dtype)
+        if w is not None:
+            shp = [1] * x.ndim
+            shp[cd] = C
+            coef = coef * w.reshape(shp)
+        denom = x.size // C if reduction == "mean" else 1
+        coef = coef / denom
+    else:
+        tt = t.astype(np.int64)
+        valid = tt != ignore_index
+        safe = np.where(valid, tt, 0)
+        onehot = np.moveaxis(np.eye(C, dtype=x.dtype)[safe], -1, cd) if x.ndim >= 2 \
+            else np.eye(C, dtype=x.dtype)[safe]
+        wt = w[safe] if w is not None else np.ones(safe.shape, x.dtype)
+        wt = np.where(valid, wt, 0).astype(x.dtype)
+        wex = np.expand_dims(wt, cd) if x.ndim >= 2 else wt
+        coef = -onehot * wex
+        if label_smoothing:
+            wc = w if w is not None else np.ones(C, x.dtype)
+            shp = [1] * x.ndim
+            shp[cd] = C
+            validx = np.expand_dims(valid, cd) if x.ndim >= 2 else valid
+            smooth = -(wc.reshape(shp) if x.ndim >= 2 else wc) * validx / C
+            coef = coef * (1 - label_smoothing) + label_smoothing * smooth
+        if reduction == "mean":
+            coef = coef / max(wt.sum(), np.finfo(x.dtype).tiny) \
+                if w is not None or not label_smoothing else coef / max(valid.sum(), 1)
+    c = tp.tensor(np.ascontiguousarray(coef), dtype=input.dtype)
+    if reduction == "none" and x.ndim >= 2:
+        grad = grad.unsqueeze(cd)
+    return c * grad
+
+
+def _ce_target_grad(grad, logp, target, weight, reduction, label_smoothing):
+    """cross_entropy with class probabilities: d loss / d target."""
+    cd = 1 if logp.dim() >= 2 else 0
+    C = logp.shape[cd]
+    g = -logp
+    if weight is not None:
+        shp = [1] * logp.dim()
+        shp[cd] = C
+        g = g * weight.reshape(shp)
+    if label_smoothing:
+        g = g * (1 - label_smoothing)
+    if reduction == "mean":
+        return g * (grad / max(logp.numel() // C, 1))
+    if reduction == "none" and logp.dim() >= 2:
+        grad = grad.unsqueeze(cd)
+    return g * grad
+
+
+def _pick(node, grads, self):
+    """Gradient of an op whose every output element is an element of its
+    first argument (views, indexing, gather, flip, repeat, pad...): replay
+    the op on 1 + the element index and add each output's gradient at the
+    index it names (0: a padding element, no input)."""
+    tp = _tp()
+    shape = tuple(self.shape)
+    if node.name() == "AsStridedBackward0" and not self.is_contiguous():
+        raise NotImplementedError(
+            "tensorplay: the gradient of as_strided() of a non-contiguous tensor is not "
+            "implemented (as_strided addresses the storage, beyond the tensor's elements); "
+            "call .contiguous() first")
+    n = math.prod(shape)
+    ix = tp.arange(1, n + 1, dtype=tp.int64).reshape(shape)
+    pos = node._replay(ix)
+    # a constant the op writes (pad's value) is the same in a replay on
+    # ix + n; an element of the input moves by n
+    pos2 = node._replay(ix + n)
+    if isinstance(pos, _C.Tensor):
+        pos, pos2 = (pos,), (pos2,)
+    g0 = next(g for g in grads if g is not None)
+    flat = tp.zeros(n + 1, dtype=g0.dtype)
+    for p, p2, g in zip(pos, pos2, grads):
+        if g is None:
+            continue
+        p = tp.where(p2 - p == n, p, 0)
+        flat = flat.index_add(0, p.reshape(-1), g.reshape(-1))
+    return flat[1:].reshape(shape)
+
+
+def _mm_a(grad, a, b):
+    if a.dim() == 1 and b.dim() == 1:
+        return grad * b
+    if a.dim() == 1:
+        return (grad.unsqueeze(-2) @ b.mT).squeeze(-2)
+    if b.dim() == 1:
+        return grad.unsqueeze(-1) @ b.unsqueeze(-2)
+    return grad @ b.mT
+
+
+def _mm_b(grad, a, b):
+    if a.dim() == 1 and b.dim() == 1:
+        return grad * a
+    if a.dim() == 1:
+        return a.unsqueeze(-1) @ grad.unsqueeze(-2)
+    if b.dim() == 1:
+        return (a.mT @ grad.unsqueeze(-1)).squeeze(-1)
+    return a.mT @ grad
+
+
+def _rows(x):
+    if x.dim() == 1:
+        return x.reshape(1, -1)
+    return x.reshape(-1, x.shape[-1])
+
+
+def _cat_grad(grad, tensors, dim):
+    out = []
+    nd = grad.dim()
+    d = dim % nd
+    start = 0
+    for t in tensors:
+        if t.dim() == 1 and t.shape[0] == 0 and nd > 1:
+            out.append(None)
+            continue
+        k = t.shape[d]
+        out.append(grad.narrow(d, start, k))
+        start += k
+    return out
+
+
+def _setitem_zero(grad, index):
+    g = grad.clone()
+    g[index] = 0
+    return g
+
+
+def helpers():
+    return {k: v for k, v in globals().items() if k.startswith("_") and callable(v)
+            and not k.startswith("__")}
