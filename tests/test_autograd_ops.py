@@ -69,6 +69,7 @@ for _n in ["sign", "floor", "ceil", "round", "trunc"]:
     sample(_n, lambda m, F, a, n=_n: getattr(m, n)(a), [(3, 4)], "sep")
 
 sample("relu", lambda m, F, a: m.relu(a), [(3, 4)], "sep")
+sample("positive", lambda m, F, a: +a * m.positive(a), [(3, 4)])
 for _n in ["relu6", "elu", "selu", "celu", "silu", "mish", "softplus", "hardtanh",
            "hardsigmoid", "hardswish"]:
     sample(_n, lambda m, F, a, n=_n: getattr(F, n)(a * 4), [(3, 5)], "sep")
