@@ -113,5 +113,14 @@ def test_inplace_target_requires_grad_like_torch():
     g.add_(tp.ones(3, dtype=tp.int64))
     assert not g.requires_grad
     w2 = tp.ones(3, requires_grad=True)
-    w2.add_(1)
+    # torch refuses an in-place op on a leaf that requires grad (grad mode on)
+    with pytest.raises(RuntimeError, match="a leaf Variable that requires grad is being used "
+                                           "in an in-place operation."):
+        w2.add_(1)
     assert w2.requires_grad and w2.is_leaf
+    with tp.no_grad():
+        w2.add_(1)
+    assert w2.requires_grad and w2.is_leaf
+    # the targets now carry the history of the write
+    (a.sum() + b.sum() + c.sum() + d).backward()
+    np.testing.assert_allclose(w.grad.numpy(), [5, 5, 5])

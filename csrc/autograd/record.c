@@ -552,9 +552,11 @@ wrap_call(PyObject *o, PyObject *args, PyObject *kw)
         return NULL;
     }
     any = stax_grad_enabled() && wants_grad(self);
-    if (stax_grad_enabled() && w->kind == WM_COPY) {
+    if (stax_grad_enabled() && (w->kind == WM_COPY || w->kind == WM_FILL)) {
         PyObject *src = PyTuple_GET_SIZE(rest) > 0 ? PyTuple_GET_ITEM(rest, 0)
-                        : kw ? PyDict_GetItemString(kw, "src") : NULL;
+                        : kw ? PyDict_GetItemString(kw, w->kind == WM_COPY
+                                                        ? "src" : "value")
+                        : NULL;
         any = any || (src != NULL && wants_grad(src));
     }
     if (!any) {
@@ -569,9 +571,13 @@ wrap_call(PyObject *o, PyObject *args, PyObject *kw)
         }
     }
     d = stax_ag_deriv_for(w->opname);
-    if (w->kind == WM_COPY) {
+    if (w->kind == WM_COPY || w->kind == WM_FILL) {
+        /* fill_(value) is copy_ of a scalar: a 0-d value requiring grad
+         * gets the sum of the gradient */
         PyObject *src = PyTuple_GET_SIZE(rest) > 0 ? PyTuple_GET_ITEM(rest, 0)
-                        : kw ? PyDict_GetItemString(kw, "src") : Py_None;
+                        : kw ? PyDict_GetItemString(kw, w->kind == WM_COPY
+                                                        ? "src" : "value")
+                        : Py_None;
         names = Py_BuildValue("(ss)", "self", "src");
         sargs = PyTuple_Pack(2, self, src ? src : Py_None);
     }
@@ -710,7 +716,7 @@ static const struct { const char *name; int kind; const char *op; } wrapped[] = 
     {"double", WM_IDENTITY, "clone"}, {"half", WM_IDENTITY, "clone"},
     {"type", WM_IDENTITY, "clone"},
     {"copy_", WM_COPY, "copy_"},
-    {"fill_", WM_FILL, "sign"}, {"zero_", WM_FILL, "sign"},
+    {"fill_", WM_FILL, "copy_"}, {"zero_", WM_FILL, "copy_"},
     {"T", WM_PROPERTY, "getitem"}, {"mT", WM_PROPERTY, "getitem"},
 };
 
