@@ -26,6 +26,24 @@
 
 #define MAX_FAST_ARGS 64
 
+/* 1 when every weakly held object of the last call (the driver holds its
+ * tensors weakly) is still alive: a freed one's identity may be reused, so
+ * its fingerprint can no longer name it */
+static int
+last_alive(PyObject *objs)
+{
+    if (objs == NULL || !PyTuple_Check(objs)) {
+        return 1;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(objs); i++) {
+        PyObject *o = PyTuple_GET_ITEM(objs, i);
+        if (PyWeakref_CheckRef(o) && PyWeakref_GetObject(o) == Py_None) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* metadata snapshot of one tensor, taken when level 1 is armed */
 typedef struct {
     uint64_t version;
@@ -397,7 +415,28 @@ arm_level1(CFObject *self, PyObject *art, PyObject *args, PyObject *sources,
         }
     }
     Py_XSETREF(s->artifact, Py_NewRef(art));
-    Py_XSETREF(s->args, Py_NewRef(args));
+    /* tensor arguments are held weakly: level 1 must not keep the caller's
+     * inputs alive after `del x` (a freed one never matches again, so a
+     * reused address cannot fake a hit) */
+    {
+        Py_ssize_t na = PyTuple_GET_SIZE(args);
+        PyObject *held = PyTuple_New(na);
+        if (held == NULL) {
+            Py_DECREF(s);
+            return -1;
+        }
+        for (Py_ssize_t i = 0; i < na; i++) {
+            PyObject *v = PyTuple_GET_ITEM(args, i), *w = NULL;
+            if (is_tensor(v)) {
+                w = PyWeakref_NewRef(v, NULL);
+                if (w == NULL) {
+                    PyErr_Clear();
+                }
+            }
+            PyTuple_SET_ITEM(held, i, w ? w : Py_NewRef(v));
+        }
+        Py_XSETREF(s->args, held);
+    }
     Py_XSETREF(s->sources, Py_NewRef(sources));
     Py_XSETREF(s->free, Py_NewRef(free));
     s->grad = stax_grad_enabled();
@@ -865,7 +904,7 @@ levels23(CFObject *self, PyObject *const *args, size_t nargsf,
     }
     /* level 2: the objects (and versions) of the last resolved call */
     if (self->has_last && self->last_entry != NULL
-        && memcmp(fp, self->last_fp, 16) == 0) {
+        && memcmp(fp, self->last_fp, 16) == 0 && last_alive(self->last_objs)) {
         entry = Py_NewRef(self->last_entry);
         EntryObject *e = (EntryObject *)entry;
         int ok = 1;
@@ -959,7 +998,11 @@ cf_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf,
         return levels23(self, args, nargsf, kwnames);
     }
     for (Py_ssize_t i = 0; i < nargs; i++) {
-        if (args[i] != PyTuple_GET_ITEM(s->args, i)) {
+        PyObject *held = PyTuple_GET_ITEM(s->args, i);
+        if (PyWeakref_CheckRef(held)) {
+            held = PyWeakref_GetObject(held);    /* Py_None once freed */
+        }
+        if (args[i] != held) {
             return levels23(self, args, nargsf, kwnames);
         }
     }
@@ -1341,7 +1384,7 @@ static PyObject *
 cf_get_last(CFObject *self, PyObject *unused)
 {
     (void)unused;
-    if (!self->has_last || self->last_entry == NULL) {
+    if (!self->has_last || self->last_entry == NULL || !last_alive(self->last_objs)) {
         Py_RETURN_NONE;
     }
     return Py_BuildValue("(y#O)", (const char *)self->last_fp,

@@ -48,6 +48,66 @@ def reset():
 
 
 
+def _hold(args, kwargs, free, T):
+    """What level 2 keeps of the last call: the fingerprint names objects by
+    identity, so they must not be freed and their ids reused while it is
+    armed. Tensors are held weakly (a compiled function must not keep its
+    caller's inputs alive after `del x`); a dead one disarms level 2 (C
+    checks them)."""
+    out = []
+    for o in (*args, *kwargs.values(), *free):
+        if isinstance(o, T):
+            try:
+                out.append(weakref.ref(o))
+                continue
+            except TypeError:
+                pass
+        out.append(o)
+    return tuple(out)
+
+
+def _strip_samples(gm):
+    """Once a version is compiled its graphs keep each node's metadata
+    (shape, dtype, strides) but not its sample value: meta['val'] of a
+    placeholder is a copy of the input and every other node's is a
+    full-size intermediate, all kept alive as long as the version."""
+    if gm is None or not hasattr(gm, "graph"):
+        return
+    T = _tensor_type()
+    for n in gm.graph.nodes:
+        meta = n.meta
+        val = meta.get("val")
+        if val is None:
+            continue
+        if isinstance(val, T):
+            meta["tensor_meta"] = TensorMeta.of(val)
+            del meta["val"]
+        elif isinstance(val, (tuple, list)) and any(isinstance(x, T) for x in val):
+            meta["tensor_meta"] = tuple(TensorMeta.of(x) if isinstance(x, T) else x
+                                        for x in val)
+            del meta["val"]
+
+
+class TensorMeta(tuple):
+    """(shape, dtype, stride, storage_offset, requires_grad) of a node's
+    sample value, kept after compilation instead of the value itself."""
+    __slots__ = ()
+
+    @classmethod
+    def of(cls, t):
+        return cls((tuple(t.shape), t.dtype, tuple(t.stride()), t.storage_offset(),
+                    bool(t.requires_grad)))
+
+    shape = property(lambda self: self[0])
+    dtype = property(lambda self: self[1])
+    stride = property(lambda self: self[2])
+    storage_offset = property(lambda self: self[3])
+    requires_grad = property(lambda self: self[4])
+
+    def __repr__(self):
+        return f"TensorMeta(shape={self.shape}, dtype={self.dtype}, stride={self.stride})"
+
+
 def _raise_sample_error(graph):
     """A call that failed on the sample (the caller's own values) fails in
     eager too, even when its result is never used (F.silu on int64): the
@@ -534,7 +594,7 @@ class Driver:
             if v is None:
                 return self._eager(args, kwargs)
         if cf is not None:
-            cf._set_last(fp, v._entry, (args, kwargs, free))
+            cf._set_last(fp, v._entry, _hold(args, kwargs, free, _tensor_type()))
             if key is not None:
                 cf._register(key, self._egroups[call.gkey])
         if _grad_mode() and self._needs_autograd(args, kwargs, free):
@@ -780,6 +840,14 @@ class Driver:
                     replay_random)
         # calls on effect-only containers, replayed by every call of v; a
         # call with a non-constant argument (a traced tensor): v runs eagerly
+        if self.backend_name in ("stax", "eager"):
+            # (a user back end was handed gm and may keep using its samples)
+            _strip_samples(gm)
+            for g in (getattr(artifact, "graph_module", None),
+                      getattr(artifact, "op_graph", None),
+                      replay if hasattr(replay, "graph") else None):
+                if g is not gm:
+                    _strip_samples(g)
         eff = getattr(call, "effects", None)
         v.effects = tuple(eff or ())
         v.mutates_inputs = bool(getattr(tr, "mutated_inputs", None))
