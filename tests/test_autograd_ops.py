@@ -118,6 +118,27 @@ sample("layer_norm", lambda m, F, a, w: F.layer_norm(a, (4,), w, None, 1e-3), [(
 sample("native_layer_norm",
        lambda m, F, a, w, b: m.native_layer_norm(a, (4,), w, b, 1e-5)[0], [(3, 4), (4,), (4,)])
 sample("dropout", lambda m, F, a: F.dropout(a, 0.3, training=False), [(3, 4)])
+for _n in ["dropout1d", "dropout2d", "dropout3d"]:
+    sample(_n, lambda m, F, a, n=_n: getattr(F, n)(a, 0.3, training=False), [(2, 3, 4, 2, 2)[:3 + (_n != "dropout1d") + (_n == "dropout3d")]])
+sample("batch_norm", lambda m, F, a, w, b: F.batch_norm(a, None, None, w, b, True), [(4, 3), (3,), (3,)])
+sample("batch_norm", lambda m, F, a: F.batch_norm(a, m.zeros(3, dtype=a.dtype), m.ones(3, dtype=a.dtype),
+                                                  None, None, True, 0.1, 1e-3), [(2, 3, 4)])
+sample("batch_norm", lambda m, F, a, w: F.batch_norm(a, m.tensor([0.5, -1.0, 0.2], dtype=a.dtype),
+                                                     m.tensor([2.0, 0.5, 1.0], dtype=a.dtype), w),
+       [(2, 3, 2), (3,)])
+sample("binary_cross_entropy_with_logits",
+       lambda m, F, a, b: F.binary_cross_entropy_with_logits(a, b.sigmoid()), [(3, 4), (3, 4)])
+sample("binary_cross_entropy_with_logits",
+       lambda m, F, a, b: F.binary_cross_entropy_with_logits(
+           a, b.sigmoid(), reduction="sum", pos_weight=m.tensor([0.5, 2.0, 1.0, 3.0], dtype=a.dtype)),
+       [(3, 4), (3, 4)])
+sample("binary_cross_entropy_with_logits",
+       lambda m, F, a: F.binary_cross_entropy_with_logits(
+           a, m.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=a.dtype),
+           weight=m.tensor([0.5, 2.0], dtype=a.dtype), reduction="none"), [(2, 2)])
+sample("cumprod", lambda m, F, a: m.cumprod(a, 1), [(3, 4)], "pos")
+sample("diff", lambda m, F, a: m.diff(a), [(3, 5)])
+sample("diff", lambda m, F, a, p, q: m.diff(a, 2, 0, prepend=p, append=q), [(3, 2), (1, 2), (2, 2)])
 sample("embedding", lambda m, F, w: F.embedding(_ix(m, [[0, 2, 0], [4, 1, 2]]), w), [(5, 3)])
 sample("embedding", lambda m, F, w: F.embedding(_ix(m, [0, 2, 0, 1]), w, padding_idx=0), [(5, 3)],
        "nofd")

@@ -270,6 +270,20 @@ fail:
     return NULL;
 }
 
+/* Saved arguments are checked against their versions after the op ran
+ * (an op may write an argument it does not differentiate, like
+ * batch_norm's running statistics), as torch saves after the forward. */
+static void
+snap_versions(StaxGradNode *n)
+{
+    for (Py_ssize_t i = 0; n->args && i < PyTuple_GET_SIZE(n->args); i++) {
+        PyObject *a = PyTuple_GET_ITEM(n->args, i);
+        if (StaxTensor_Check(a)) {
+            n->versions[i] = ((StaxTensor *)a)->storage->version;
+        }
+    }
+}
+
 /* Give the op's outputs their history; saves the outputs the formula
  * reads. res: a Tensor or a tuple/list of them. */
 static int
@@ -477,13 +491,7 @@ hook(const stax_op_info *op, PyObject *func, PyObject *const *args,
     if (res == NULL) {
         goto done;
     }
-    if (self != NULL) {
-        /* the target's version moved with the write: a saved clone keeps
-         * its own; a target saved uncloned must not trip its own check */
-        if (PyTuple_GET_ITEM(node->args, 0) == (PyObject *)self) {
-            node->versions[0] = self->storage->version;
-        }
-    }
+    snap_versions(node);
     if (!has_float_output(res)) {
         goto done;
     }
@@ -607,6 +615,7 @@ wrap_call(PyObject *o, PyObject *args, PyObject *kw)
     stax_set_grad_enabled(0);
     res = call_orig(w, self, rest, kw);
     stax_set_grad_enabled(prev);
+    snap_versions(node);
     if (res == NULL || res == self || !has_float_output(res)) {
         if (res == self && (w->kind == WM_COPY || w->kind == WM_FILL)) {
             if (attach_outputs(node, res, 0) < 0) {
@@ -825,6 +834,7 @@ ag_ass_subscript(PyObject *self, PyObject *key, PyObject *value)
     stax_set_grad_enabled(0);
     rc = orig_ass_subscript(self, key, value);
     stax_set_grad_enabled(prev);
+    snap_versions(node);
     if (rc == 0 && stax_dtype_is_floating(t->dtype)
         && attach_outputs(node, self, 0) < 0) {
         rc = -1;

@@ -374,6 +374,52 @@ def _setitem_zero(grad, index):
     return g
 
 
+def _bn_grad(grad, input, running_mean, running_var, weight, training, eps, which):
+    """batch_norm: the gradient of input (0), weight (1) or bias (2); the
+    statistics are over every dim but the channel dim 1."""
+    nd = input.dim()
+    dims = [0] + list(range(2, nd))
+    shp = [1] * nd
+    shp[1] = input.shape[1]
+    if which == 2:
+        return grad.sum(dims)
+    if training:
+        mu = input.mean(dims, keepdim=True)
+        rstd = (input.var(dims, False, True) + eps).rsqrt()
+    else:
+        mu = running_mean.reshape(shp)
+        rstd = (running_var.reshape(shp) + eps).rsqrt()
+    xhat = (input - mu) * rstd
+    if which == 1:
+        return (grad * xhat).sum(dims)
+    gw = grad if weight is None else grad * weight.reshape(shp)
+    if not training:
+        return gw * rstd
+    return rstd * (gw - gw.mean(dims, keepdim=True)
+                   - xhat * (gw * xhat).mean(dims, keepdim=True))
+
+
+def _diff_grad(grad, n, dim):
+    """diff's gradient w.r.t. the concatenation cat(prepend, self, append):
+    the adjoint of x[1:] - x[:-1], n times."""
+    tp = _tp()
+    d = dim % grad.dim()
+    for _ in range(int(n)):
+        z = tp.zeros_like(grad.narrow(d, 0, 1))
+        grad = tp.cat([z, grad], d) - tp.cat([grad, z], d)
+    return grad
+
+
+def _diff_part(g, dim, prepend, self, append, which):
+    """The slice of the concatenation's gradient that belongs to prepend
+    (0), self (1) or append (2)."""
+    d = dim % g.dim()
+    lp = prepend.shape[d] if prepend is not None else 0
+    ls = self.shape[d]
+    start, length = [(0, lp), (lp, ls), (lp + ls, g.shape[d] - lp - ls)][which]
+    return g.narrow(d, start, length)
+
+
 def helpers():
     return {k: v for k, v in globals().items() if k.startswith("_") and callable(v)
             and not k.startswith("__")}
