@@ -840,6 +840,38 @@ find_group(CFObject *self, const stax_keybuf *kb, uint64_t h)
     return NULL;
 }
 
+/* key bytes -> group, replacing the group of an equal key */
+static int
+register_group(CFObject *self, PyObject *key, PyObject *group)
+{
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(key);
+    size_t n = (size_t)PyBytes_GET_SIZE(key);
+    uint64_t h = XXH3_64bits(p, n);
+    for (Py_ssize_t i = 0; i < self->ngroups; i++) {
+        kgroup_t *g = &self->groups[i];
+        if (g->h == h && (size_t)PyBytes_GET_SIZE(g->key) == n
+            && memcmp(PyBytes_AS_STRING(g->key), p, n) == 0) {
+            Py_SETREF(g->group, Py_NewRef(group));
+            return 0;
+        }
+    }
+    if (self->ngroups == self->capgroups) {
+        Py_ssize_t cap = self->capgroups ? 2 * self->capgroups : 8;
+        kgroup_t *ng = PyMem_Realloc(self->groups, cap * sizeof(kgroup_t));
+        if (ng == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        self->groups = ng;
+        self->capgroups = cap;
+    }
+    kgroup_t *g = &self->groups[self->ngroups++];
+    g->h = h;
+    g->key = Py_NewRef(key);
+    g->group = Py_NewRef(group);
+    return 0;
+}
+
 static PyObject *
 levels23(CFObject *self, PyObject *const *args, size_t nargsf,
          PyObject *kwnames)
@@ -951,20 +983,50 @@ levels23(CFObject *self, PyObject *const *args, size_t nargsf,
             Py_CLEAR(entry);
         }
     }
-    /* a true miss (or a key the bytes cannot hold): the driver */
+    /* a true miss (or a key the bytes cannot hold): the driver keys the
+     * call, finds or compiles its version and hands it back to run here */
     {
-        PyObject *a = call_args(&c), *k = call_kwargs(&c);
+        PyObject *a = call_args(&c), *k = call_kwargs(&c), *got = NULL;
         PyObject *key = r == 0 ? PyBytes_FromStringAndSize((const char *)kb.p,
                                                            (Py_ssize_t)kb.n)
                                : Py_NewRef(Py_None);
         PyObject *fpb = PyBytes_FromStringAndSize((const char *)fp, 16);
-        if (a != NULL && k != NULL && key != NULL && fpb != NULL) {
+        PyObject *dts = PyUnicode_FromString(
+            stax_dtype_name((stax_dtype_t)dt));
+        if (a != NULL && k != NULL && key != NULL && fpb != NULL
+            && dts != NULL) {
             self->entries++;
-            res = PyObject_CallFunctionObjArgs(self->miss, a, k, c.free, fpb,
-                                               key, NULL);
+            got = PyObject_CallFunctionObjArgs(self->miss, a, k, c.free, fpb,
+                                               key, rho ? Py_True : Py_False,
+                                               dts, NULL);
         }
+        if (got != NULL && (!PyTuple_Check(got) || PyTuple_GET_SIZE(got) != 2
+                            || (PyTuple_GET_ITEM(got, 0) != Py_None
+                                && (!PyObject_TypeCheck(
+                                        PyTuple_GET_ITEM(got, 0), &Entry_Type)
+                                    || !PyList_Check(
+                                        PyTuple_GET_ITEM(got, 1)))))) {
+            PyErr_SetString(PyExc_TypeError,
+                            "driver._miss must return (entry, group) or "
+                            "(None, result)");
+            Py_CLEAR(got);
+        }
+        if (got != NULL && PyTuple_GET_ITEM(got, 0) == Py_None) {
+            res = Py_NewRef(PyTuple_GET_ITEM(got, 1));    /* ran eagerly */
+        }
+        else if (got != NULL) {
+            entry = Py_NewRef(PyTuple_GET_ITEM(got, 0));
+            if (set_last(self, fp, entry, &c) == 0
+                && (key == Py_None
+                    || register_group(self, key, PyTuple_GET_ITEM(got, 1))
+                       == 0)) {
+                res = run_entry(self, plan, (EntryObject *)entry, &c);
+            }
+        }
+        Py_XDECREF(got);
         Py_XDECREF(key);
         Py_XDECREF(fpb);
+        Py_XDECREF(dts);
     }
 done:
     stax_kb_free(&kb);
@@ -1264,31 +1326,9 @@ cf_register(CFObject *self, PyObject *const *a, Py_ssize_t n)
         PyErr_SetString(PyExc_TypeError, "_register(key bytes, group list)");
         return NULL;
     }
-    stax_keybuf kb;
-    kb.p = (unsigned char *)PyBytes_AS_STRING(a[0]);
-    kb.n = (size_t)PyBytes_GET_SIZE(a[0]);
-    uint64_t h = XXH3_64bits(kb.p, kb.n);
-    for (Py_ssize_t i = 0; i < self->ngroups; i++) {
-        kgroup_t *g = &self->groups[i];
-        if (g->h == h && PyBytes_GET_SIZE(g->key) == PyBytes_GET_SIZE(a[0])
-            && memcmp(PyBytes_AS_STRING(g->key), kb.p, kb.n) == 0) {
-            Py_SETREF(g->group, Py_NewRef(a[1]));
-            Py_RETURN_NONE;
-        }
+    if (register_group(self, a[0], a[1]) < 0) {
+        return NULL;
     }
-    if (self->ngroups == self->capgroups) {
-        Py_ssize_t cap = self->capgroups ? 2 * self->capgroups : 8;
-        kgroup_t *ng = PyMem_Realloc(self->groups, cap * sizeof(kgroup_t));
-        if (ng == NULL) {
-            return PyErr_NoMemory();
-        }
-        self->groups = ng;
-        self->capgroups = cap;
-    }
-    kgroup_t *g = &self->groups[self->ngroups++];
-    g->h = h;
-    g->key = Py_NewRef(a[0]);
-    g->group = Py_NewRef(a[1]);
     Py_RETURN_NONE;
 }
 

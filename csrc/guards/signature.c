@@ -663,6 +663,85 @@ py_aliasing(PyObject *self, PyObject *seq)
     return res;
 }
 
+/* _guard_call_key(args, kwargs, free, effect_only, dynamic, flat) ->
+ * (sig_args, sig_kwargs, sig_free, aliasing): the tuple components of a
+ * call's key in one call (a miss keys the call in Python). effect_only:
+ * indices of free values keyed by (type, id). */
+static PyObject *
+py_call_key(PyObject *self, PyObject *const *a, Py_ssize_t n)
+{
+    PyObject *sa = NULL, *sk = NULL, *sf = NULL, *al = NULL, *res = NULL;
+    (void)self;
+    if (n != 6 || !PyTuple_Check(a[0]) || !PyDict_Check(a[1])
+        || !PyTuple_Check(a[2]) || !PyTuple_Check(a[3])) {
+        PyErr_SetString(PyExc_TypeError, "_guard_call_key(args, kwargs, "
+                        "free, effect_only, dynamic, flat)");
+        return NULL;
+    }
+    int dyn = PyObject_IsTrue(a[4]);
+    if (dyn < 0) {
+        return NULL;
+    }
+    Py_ssize_t na = PyTuple_GET_SIZE(a[0]), nf = PyTuple_GET_SIZE(a[2]);
+    sa = PyTuple_New(na);
+    sk = PyTuple_New(PyDict_GET_SIZE(a[1]));
+    sf = PyTuple_New(nf);
+    if (sa == NULL || sk == NULL || sf == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < na; i++) {
+        PyObject *g = stax_guard_signature(PyTuple_GET_ITEM(a[0], i), dyn);
+        if (g == NULL) {
+            goto done;
+        }
+        PyTuple_SET_ITEM(sa, i, g);
+    }
+    Py_ssize_t pos = 0, i = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(a[1], &pos, &k, &v)) {
+        PyObject *g = stax_guard_signature(v, dyn);
+        PyObject *kv = g ? PyTuple_Pack(2, k, g) : NULL;
+        Py_XDECREF(g);
+        if (kv == NULL) {
+            goto done;
+        }
+        PyTuple_SET_ITEM(sk, i++, kv);
+    }
+    for (Py_ssize_t j = 0; j < nf; j++) {
+        PyObject *fv = PyTuple_GET_ITEM(a[2], j), *g = NULL;
+        int eff = 0;
+        for (Py_ssize_t e = 0; e < PyTuple_GET_SIZE(a[3]); e++) {
+            Py_ssize_t ix = PyLong_AsSsize_t(PyTuple_GET_ITEM(a[3], e));
+            if (ix == -1 && PyErr_Occurred()) {
+                goto done;
+            }
+            eff |= ix == j;
+        }
+        if (eff) {
+            PyObject *id = PyLong_FromVoidPtr(fv);
+            g = id ? PyTuple_Pack(2, (PyObject *)Py_TYPE(fv), id) : NULL;
+            Py_XDECREF(id);
+        }
+        else {
+            g = stax_guard_signature(fv, dyn);
+        }
+        if (g == NULL) {
+            goto done;
+        }
+        PyTuple_SET_ITEM(sf, j, g);
+    }
+    al = py_aliasing(NULL, a[5]);
+    if (al != NULL) {
+        res = PyTuple_Pack(4, sa, sk, sf, al);
+    }
+done:
+    Py_XDECREF(sa);
+    Py_XDECREF(sk);
+    Py_XDECREF(sf);
+    Py_XDECREF(al);
+    return res;
+}
+
 static PyMethodDef signature_methods[] = {
     {"_guard_aliasing", py_aliasing, METH_O,
      "_guard_aliasing(tensors): None, or per tensor the index of the first "
@@ -672,6 +751,10 @@ static PyMethodDef signature_methods[] = {
     {"_guard_signature", (PyCFunction)(void (*)(void))py_signature,
      METH_FASTCALL,
      "_guard_signature(obj, dynamic=False): the signature sigma of obj"},
+    {"_guard_call_key", (PyCFunction)(void (*)(void))py_call_key,
+     METH_FASTCALL,
+     "_guard_call_key(args, kwargs, free, effect_only, dynamic, flat): "
+     "(sig_args, sig_kwargs, sig_free, aliasing)"},
     {"_guard_fingerprint", py_fingerprint, METH_O,
      "_guard_fingerprint(obj): 16-byte XXH3-128 fingerprint (level 2)"},
     {"_guard_grad_mode", py_grad_mode, METH_NOARGS,

@@ -550,7 +550,7 @@ class Driver:
         key = None
         if cf is not None and self._self_plans is None:
             # from now on C reads the free variables and does levels 2/3
-            cf._set_plan(plan.read_tuples(), tuple(sorted(plan.effect_idx)), self.dynamic)
+            cf._set_plan(plan.read_tuples(), plan.effect_tuple, self.dynamic)
             key = cf._key(args, kwargs, free)
         rho = _grad_mode()
         need_grad = rho and self._needs_autograd(args, kwargs, free)
@@ -571,28 +571,10 @@ class Driver:
                 if need_grad:
                     return self._run_autograd(v, flat, args, kwargs, plan, free)
                 return self._run(v, flat, args, kwargs, plan, free)
-        return self._level3(args, kwargs, free, fp, key, plan, cf)
-
-    def _miss(self, args, kwargs, free, fp, key):
-        """From C: levels 1-3 missed there (kwargs sorted by name; free the
-        values C read; fp the call's fingerprint; key the C key bytes, or
-        None when the call's values cannot be encoded exactly)."""
-        plan = self._plan_now(args)
-        return self._level3(args, kwargs, free, fp, key, plan, self._cf())
-
-    def _level3(self, args, kwargs, free, fp, key, plan, cf):
-        call = self._make_call(args, kwargs, free, _grad_mode(), _default_dtype(), plan,
-                               _tensor_type())
-        v = self._lookup(call)
-        if v is not None:
-            self.hits_level3 += 1
-        else:
-            with _compile_lock:
-                v = self._lookup(call)
-                if v is None:
-                    v = self._compile(call, plan)
-            if v is None:
-                return self._eager(args, kwargs)
+        call = self._make_call(args, kwargs, free, rho, dtype, plan, T)
+        v = self._resolve(call, plan)
+        if v is None:
+            return self._eager(args, kwargs)
         if cf is not None:
             cf._set_last(fp, v._entry, _hold(args, kwargs, free, _tensor_type()))
             if key is not None:
@@ -600,6 +582,33 @@ class Driver:
         if _grad_mode() and self._needs_autograd(args, kwargs, free):
             return self._run_autograd(v, call.flat, args, kwargs, plan, free)
         return self._run(v, call.flat, args, kwargs, plan, free)
+
+    def _miss(self, args, kwargs, free, fp, key, rho, dtype):
+        """From C: levels 1-3 missed there (kwargs sorted by name; free the
+        values C read; fp the call's fingerprint; key the C key bytes, or
+        None when the call's values cannot be encoded exactly; rho, dtype
+        as keyed). Level 3 with the tuple keys, else compile. Returns
+        (entry, group): C remembers the call for level 2, maps key to the
+        version's group and runs it; or (None, result) when the call ran
+        eagerly (past a limit)."""
+        plan = self._plan_now(args)
+        call = self._make_call(args, kwargs, free, rho, dtype, plan, _tensor_type())
+        v = self._resolve(call, plan)
+        if v is None:
+            return None, self._eager(args, kwargs)
+        return v._entry, self._egroups[call.gkey]
+
+    def _resolve(self, call, plan):
+        """The version for call: a level-3 hit, else compiled (None: past a limit)."""
+        v = self._lookup(call)
+        if v is not None:
+            self.hits_level3 += 1
+            return v
+        with _compile_lock:
+            v = self._lookup(call)
+            if v is None:
+                v = self._compile(call, plan)
+        return v
 
     def _gates_hold_index(self, index, flat):
         """From C: do version `index`'s data gates hold on the call's tensors?"""
@@ -654,16 +663,7 @@ class Driver:
 
     def _make_call(self, args, kwargs, free, rho, dtype, plan, T):
         c = _Call()
-        sig = _C._guard_signature
-        dyn = self.dynamic
         c.args, c.kwargs, c.free = args, kwargs, free
-        c.sig_args = tuple(sig(a, dyn) for a in args)
-        c.sig_kwargs = tuple((k, sig(v, dyn)) for k, v in kwargs.items())
-        # an effect-only container (only appended to, never read: _lift):
-        # its identity, not its contents
-        eff = plan.effect_idx
-        c.sig_free = tuple((type(v), id(v)) if i in eff else sig(v, dyn)
-                           for i, v in enumerate(free))
         c.rho, c.dtype = rho, dtype
         flat, paths = [], []
         for p, x in zip(plan.paths, free):
@@ -675,7 +675,10 @@ class Driver:
         for k, a in kwargs.items():
             _flatten(a, f"inputs[1][{k!r}]", flat, paths, T)
         c.flat, c.paths = flat, paths
-        c.alias = _C._guard_aliasing(flat)
+        # an effect-only container (only appended to, never read: _lift):
+        # its identity, not its contents
+        c.sig_args, c.sig_kwargs, c.sig_free, c.alias = _C._guard_call_key(
+            tuple(args), kwargs, tuple(free), plan.effect_tuple, self.dynamic, flat)
         c.gkey = (c.sig_args, c.sig_kwargs, c.sig_free, rho, dtype, c.alias)
         return c
 

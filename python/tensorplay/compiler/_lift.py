@@ -208,6 +208,7 @@ class Plan:
         self.paths = tuple(s.path for s in sources)
         # indices of the effect-only containers (signature: identity)
         self.effect_idx = frozenset(i for i, s in enumerate(sources) if s.effect_only)
+        self.effect_tuple = tuple(sorted(self.effect_idx))
         self.self_in_args = False   # a method compiled on the class: self is args[0]
 
     def tuples(self, values):
