@@ -310,3 +310,26 @@ def test_dynamic_programs_take_sizes_as_arguments():
     assert progs[0].dynamic
     src = progs[0].kernels[0].source
     assert "sizes.v[" in src and "128LL" not in src   # strides are sizes too
+
+
+def test_backend_includes_no_graph_or_op_table():
+    """NVRTC is a pure back end: its sources see the loop IR (lower.h) and
+    tensor dtypes, never the graph room or the op table (ops.def)."""
+    import glob
+    import os
+    import shutil
+    import subprocess
+    import sysconfig
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to list the includes")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    srcs = sorted(glob.glob(os.path.join(root, "csrc", "backend_nvrtc", "*.c")))
+    assert srcs
+    for src in srcs:
+        deps = subprocess.run(
+            [cc, "-MM", "-std=c11", "-D_GNU_SOURCE", "-I" + os.path.join(root, "csrc"),
+             "-I" + sysconfig.get_paths()["include"], src],
+            capture_output=True, text=True, check=True).stdout
+        assert "csrc/graph/" not in deps and "csrc/ops/" not in deps, (src, deps)
+        assert "lower/lower.h" in deps

@@ -57,7 +57,7 @@
 #ifndef STAX_LOWER_H
 #define STAX_LOWER_H
 
-#include "graph/graph.h"
+#include "tensor/tensor.h"   /* dtypes, STAX_MAX_DIMS: a back end needs no graph or op table */
 
 /* ---------------------------------------------------------------- prims */
 /* X-macro: STAX_PRIM(ID, "name", arity).  Names match ops.h's formula

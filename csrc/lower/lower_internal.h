@@ -4,6 +4,7 @@
 #define STAX_LOWER_INTERNAL_H
 
 #include "lower/lower.h"
+#include "graph/graph.h"
 
 #define LW_MAX_STAGES 32
 #define LW_MAX_ACCS 64
