@@ -136,6 +136,10 @@ sample("binary_cross_entropy_with_logits",
        lambda m, F, a: F.binary_cross_entropy_with_logits(
            a, m.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=a.dtype),
            weight=m.tensor([0.5, 2.0], dtype=a.dtype), reduction="none"), [(2, 2)])
+sample("einsum", lambda m, F, a, b: m.einsum("ij,jk->ik", [a, b]), [(3, 4), (4, 2)])
+sample("einsum", lambda m, F, a, b: m.einsum("bij,bkj->bik", [a, b]), [(2, 3, 4), (2, 5, 4)])
+sample("einsum", lambda m, F, a, b: m.einsum("ij,k", [a, b]), [(3, 4), (2,)])
+sample("einsum", lambda m, F, a: m.einsum("ij->", [a]), [(3, 4)])
 sample("cumprod", lambda m, F, a: m.cumprod(a, 1), [(3, 4)], "pos")
 sample("diff", lambda m, F, a: m.diff(a), [(3, 5)])
 sample("diff", lambda m, F, a, p, q: m.diff(a, 2, 0, prepend=p, append=q), [(3, 2), (1, 2), (2, 2)])

@@ -420,6 +420,38 @@ def _diff_part(g, dim, prepend, self, append, which):
     return g.narrow(d, start, length)
 
 
+def _einsum_grad(grad, equation, tensors):
+    """einsum: operand k's gradient is the einsum of the output gradient
+    with the other operands, onto k's subscripts; a subscript only k has
+    (summed out) is broadcast back. Explicit subscripts without ellipsis or
+    a subscript repeated within one operand only."""
+    tp = _tp()
+    eq = equation.replace(" ", "")
+    if "..." in eq:
+        raise NotImplementedError("tensorplay: the derivative of einsum with '...' is not "
+                                  "implemented")
+    lhs, _, out = eq.partition("->")
+    subs = lhs.split(",")
+    if not _:
+        letters = sorted(c for c in set(lhs.replace(",", "")) if lhs.count(c) == 1)
+        out = "".join(letters)
+    if any(len(set(s)) != len(s) for s in subs):
+        raise NotImplementedError("tensorplay: the derivative of einsum with a subscript "
+                                  "repeated within one operand is not implemented")
+    grads = []
+    for k, t in enumerate(tensors):
+        others = [(s, x) for j, (s, x) in enumerate(zip(subs, tensors)) if j != k]
+        have = set(out).union(*[set(s) for s, _ in others])
+        target = "".join(c for c in subs[k] if c in have)
+        spec = ",".join([out] + [s for s, _ in others]) + "->" + target
+        g = tp.einsum(spec, [grad] + [x for _, x in others])
+        if target != subs[k]:
+            g = g.reshape([t.shape[i] if c in target else 1 for i, c in enumerate(subs[k])])
+            g = g.expand(tuple(t.shape))
+        grads.append(g)
+    return grads
+
+
 def helpers():
     return {k: v for k, v in globals().items() if k.startswith("_") and callable(v)
             and not k.startswith("__")}
