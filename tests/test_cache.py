@@ -420,3 +420,30 @@ def test_the_suite_never_writes_to_the_home_cache():
     d = os.environ["TENSORPLAY_CACHE_DIR"]
     assert os.path.isabs(d) and not os.path.realpath(d).startswith(home + os.sep)
     assert config.cache_dir == d
+
+
+_DYN = textwrap.dedent("""
+    import json
+    import numpy as np
+    import tensorplay as tp
+    def f(x):
+        return tp.softmax(x * 2, -1) + x.sin()
+    cf = tp.compile(f, dynamic=True)
+    ok = True
+    for n in (4, 6, 9):
+        x = tp.randn(n, n + 3)
+        ok = ok and bool(np.allclose(cf(x).numpy(), f(x).numpy(), rtol=1e-5, atol=1e-6))
+    s = cf.stats()
+    print(json.dumps({"ok": ok, "hits": s["cache_hits"], "misses": s["cache_misses"],
+                      "compiles": s["backend_compiles"]}))
+""")
+
+
+def test_dynamic_kernels_are_cached_across_processes(tmp_path):
+    # size-generic kernels (sizes as kernel arguments) key on their structure
+    env = {"TENSORPLAY_CACHE_DIR": str(tmp_path / "c")}
+    a, _ = _run(env, script=_DYN)
+    b, _ = _run(env, script=_DYN)
+    assert a["ok"] and b["ok"]
+    assert a["compiles"] >= 1 and a["hits"] == 0
+    assert b["compiles"] == 0 and b["hits"] == a["misses"]
