@@ -290,3 +290,24 @@ def test_exceptions_from_the_artifact_propagate_from_c():
     with pytest.raises(ValueError, match="negative"):
         cf(-tp.ones(2))
     assert cf(tp.ones(2)).tolist() == [2.0, 2.0] and cf.stats()["compiles"] == 1
+
+
+def test_c_levels_do_not_keep_the_callers_tensors_alive():
+    """Level 2's memory of the last call (set by C on level-3 hits and on
+    misses) holds its tensors weakly, as the driver's _hold does."""
+    import gc
+    import weakref
+    cf = tp.compile(lambda x: x * 2)
+    cf(tp.ones(4))
+    for shape in ((4,), (5,)):           # a level-3 hit in C, then a miss
+        x = tp.ones(*shape)
+        r = weakref.ref(x)
+        cf(x)
+        del x
+        gc.collect()
+        assert r() is None, shape
+    y = tp.ones(5)
+    cf(y)
+    h2 = cf.stats()["hits_level2"]
+    cf(y)                                # level 1 or 2 still hit while it lives
+    assert cf.stats()["hits_level1"] + cf.stats()["hits_level2"] > h2

@@ -643,13 +643,27 @@ static int
 set_last(CFObject *self, const unsigned char fp[16], PyObject *entry,
          call_t *c)
 {
-    PyObject *a = call_args(c), *k = c->nkw ? call_kwargs(c) : Py_None;
-    if (a == NULL || k == NULL) {
-        return -1;
-    }
-    PyObject *objs = PyTuple_Pack(3, a, k, c->free);
+    /* as the driver's _hold: the fingerprint names these objects by
+     * identity, so they are kept until the next call; tensors weakly (a
+     * compiled function must not keep its caller's inputs alive after
+     * `del x`), a dead one disarms level 2 (last_alive) */
+    Py_ssize_t nfree = PyTuple_GET_SIZE(c->free);
+    PyObject *objs = PyTuple_New(c->nargs + c->nkw + nfree);
     if (objs == NULL) {
         return -1;
+    }
+    for (Py_ssize_t i = 0; i < c->nargs + c->nkw + nfree; i++) {
+        PyObject *o = i < c->nargs + c->nkw
+                      ? c->args[i < c->nargs ? i : c->nargs + c->order[i - c->nargs]]
+                      : PyTuple_GET_ITEM(c->free, i - c->nargs - c->nkw);
+        PyObject *w = NULL;
+        if (is_tensor(o)) {
+            w = PyWeakref_NewRef(o, NULL);
+            if (w == NULL) {
+                PyErr_Clear();
+            }
+        }
+        PyTuple_SET_ITEM(objs, i, w ? w : Py_NewRef(o));
     }
     memcpy(self->last_fp, fp, 16);
     self->has_last = 1;
