@@ -354,3 +354,106 @@ def test_view_outputs_torch_semantics():
     c = tp.compile(lambda x: (x * 2, (x * 2)[1:], x[0]))(x)
     c[2].zero_()
     np.testing.assert_array_equal(_np(x), tx.numpy())
+
+
+# ---- bullet 4: traced tensors stored into Python state -------------------
+
+_store_d = {}
+_store_lst = []
+
+
+def _store_dict(x):
+    _store_d["last"] = x * 3
+    _store_d["row"] = x[0]
+    return x + 1
+
+
+def _store_append(x):
+    y = x * 2
+    _store_lst.append(y)
+    _store_lst.append((y.sum(), 1))
+    return y + 1
+
+
+def _fresh_state():
+    _store_d.clear()
+    del _store_lst[:]
+
+
+def test_store_into_global_dict_is_a_real_tensor_compiled():
+    _fresh_state()
+    cf = tp.compile(_store_dict)
+    for k in range(3):
+        x = X + k
+        out = cf(x)
+        assert type(_store_d["last"]) is tp.Tensor
+        assert _same(_store_d["last"], x * 3) and _same(out, x + 1)
+        # d['row'] = x[0] is a view of x in eager: so it is compiled
+        assert _store_d["row"]._storage is x._storage
+    assert cf.stats()["eager_calls"] == 0
+
+
+def test_store_append_into_global_list_compiled():
+    _fresh_state()
+    cf = tp.compile(_store_append)
+    for k in range(3):
+        cf(X + k)
+    assert len(_store_lst) == 6
+    for k in range(3):
+        y, (s, one) = _store_lst[2 * k], _store_lst[2 * k + 1]
+        assert type(y) is tp.Tensor and _same(y, (X + k) * 2)
+        assert _same(s, ((X + k) * 2).sum()) and one == 1
+    assert cf.stats()["eager_calls"] == 0
+
+
+class _AttnStore(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("count", tp.zeros(()))
+        self.register_buffer("total", tp.zeros(4))
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        p = self.lin(x).softmax(-1)
+        self.attn = p
+        self.count += 1
+        self.total = self.total + p.sum(0)
+        return p * 2
+
+
+def test_module_attribute_and_buffer_stores_compiled():
+    tp.manual_seed(0)
+    m_e = _AttnStore()
+    m_c = _AttnStore()
+    m_c.load_state_dict(m_e.state_dict()) if hasattr(m_c, "load_state_dict") else None
+    for (a, b) in zip(m_c.parameters(), m_e.parameters()):
+        a.copy_(b)
+    cm = tp.compile(m_c)
+    for k in range(3):
+        x = X + k
+        e, c = m_e(x), cm(x)
+        assert _same(e, c)
+        assert type(m_c.attn) is tp.Tensor and _same(m_c.attn, m_e.attn)
+        assert _same(m_c.count, m_e.count) and _same(m_c.total, m_e.total)
+        assert "count" in m_c._buffers and "total" in m_c._buffers
+    assert float(m_c.count) == 3.0
+    assert cm.stats()["eager_calls"] == 0
+
+
+_read_d = {}
+
+
+def _store_and_read(x):
+    _read_d["k"] = x * 2
+    return _read_d["k"] + len(_read_d)
+
+
+def test_store_that_cannot_be_replayed_falls_back_or_raises_under_strict():
+    _read_d.clear()
+    with pytest.warns(RuntimeWarning, match="stores a traced tensor"):
+        out = tp.compile(_store_and_read)(X)
+    assert _same(out, X * 2 + 1)
+    assert type(_read_d["k"]) is tp.Tensor and _same(_read_d["k"], X * 2)
+    _read_d.clear()
+    with pytest.raises(tp.compiler.NativeCompileError, match="stores a traced tensor"):
+        tp.compile(_store_and_read, strict_native=True)(X)

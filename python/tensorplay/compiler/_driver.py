@@ -22,6 +22,7 @@ from ._guards import GATE_TEXT, Guard, diff_sig, leaves_sig
 from . import _lift
 from ._lift import analyze
 from ._aliasing import with_view_outputs
+from . import _stores
 
 __all__ = ["Version", "Driver", "RecompileLimitError", "reset"]
 
@@ -197,7 +198,8 @@ def _tuplify(v):
 class _Call:
     """The parts of one call's key that the slow path computes."""
     __slots__ = ("args", "kwargs", "free", "sig_args", "sig_kwargs", "sig_free",
-                 "rho", "dtype", "flat", "paths", "gkey", "alias", "effects")
+                 "rho", "dtype", "flat", "paths", "gkey", "alias", "effects", "stores",
+                 "n_extras", "unsafe_store")
 
 
 class Version:
@@ -239,6 +241,7 @@ class Version:
         self.guards = self._projection()
         self.effects, self.effects_eager = (), False   # set by Driver._build
         self.mutates_inputs = False
+        self.stores, self.n_extras = (), 0             # set by Driver._build
 
     # -- inspection -------------------------------------------------------
     @property
@@ -474,7 +477,7 @@ class Driver:
         strict_native both eager paths raise NativeCompileError
         (docs/autograd.md)."""
         from tensorplay import random as _random
-        if v.effects or v.effects_eager or v.mutates_inputs:
+        if v.effects or v.effects_eager or v.mutates_inputs or v.n_extras:
             if self.strict_native:
                 raise _C.NativeCompileError(
                     f"tensorplay.compile: '{self.name}' writes its inputs or has side effects and "
@@ -529,6 +532,13 @@ class Driver:
 
         _C._autograd_attach([outs[i] for i in pos], ins, backward, "CompiledFunctionBackward")
         return out
+
+    def _fn_line(self):
+        fn = self.fn
+        if _lift._is_module(fn):
+            fn = type(fn).forward
+        co = getattr(getattr(fn, "__func__", fn), "__code__", None)
+        return f"{co.co_filename}:{co.co_firstlineno} in {co.co_name}" if co else "<unknown>"
 
     def _eager(self, args, kwargs):
         self.eager_calls += 1
@@ -647,13 +657,28 @@ class Driver:
     def _run(self, v, flat, args, kwargs, plan, free):
         if v.effects_eager:
             return self._eager(args, kwargs)
-        for i, name, a, k in v.effects:     # the traced calls' side effects
-            getattr(free[i], name)(*a, **k)
+        if not v.n_extras:
+            for i, name, a, k in v.effects:     # the traced calls' side effects
+                getattr(free[i], name)(*a, **k)
         art = self._artifact(v, flat, args, kwargs, plan, free)
         out = art(*flat)
+        if v.n_extras:
+            # traced values stored into Python state: the program's extra
+            # outputs, stored where the eager call stores them, in order
+            out, extras = out
+            for i, name, a, k in v.effects:
+                getattr(free[i], name)(*_stores.fill(a, extras), **_stores.fill(k, extras))
+            for root, name, t in v.stores:
+                if root[0] == "self":
+                    obj = args[0] if plan.self_in_args else plan.self_obj
+                    for part in (root[1].split(".") if root[1] else ()):
+                        obj = getattr(obj, part)
+                else:
+                    obj = root[1]
+                setattr(obj, name, _stores.fill(t, extras))
         cf = self._cf() if self._cf is not None else None
         if cf is not None:
-            if (not v.gate_kinds and not kwargs and not v.effects
+            if (not v.gate_kinds and not kwargs and not v.effects and not v.n_extras
                     and all(type(a) in _SCALARS or isinstance(a, _tensor_type()) for a in args)
                     and all(not isinstance(x, (list, dict, tuple)) for x in free)):
                 cf._set_level1(art, tuple(args), plan.tuples(free), tuple(free))
@@ -737,9 +762,17 @@ class Driver:
             for i in range(len(call.args)):
                 names.append(params[i] if i < len(params) else f"arg{i}")
         lifted = tuple(x for x in call.free if isinstance(x, _tensor_type()))
-        tr = _C.trace(wrapper, lifted + tuple(call.args), dict(call.kwargs), names)
+        from tensorplay.nn import modules as _nnm
+        slog = _stores.StoreLog()
+        prev, _nnm._store_log = _nnm._store_log, slog
+        try:
+            tr = _C.trace(wrapper, lifted + tuple(call.args), dict(call.kwargs), names)
+        finally:
+            _nnm._store_log = prev
+            slog.undo()
         _raise_sample_error(tr.graph_module.graph)
         call.effects = getattr(wrapper, "effects", None)
+        self._collect_stores(call, plan, tr, slog)
         passes_log = None
         if _logs.enabled("passes"):
             lg = _logs.logger("passes")
@@ -749,6 +782,44 @@ class Driver:
         if _logs.enabled("graph"):
             _logs.logger("graph").info(f"graph of '{self.name}' (version {len(self.versions)}):\n{gm.graph}")
         return tr, gm
+
+    def _collect_stores(self, call, plan, tr, slog):
+        """Traced values stored into Python state (_stores): the effect
+        log's and the modules' stores become templates over extra outputs of
+        the graph; a traced value left anywhere else makes the version run
+        eagerly (strict: NativeCompileError)."""
+        extras = []
+        eff = call.effects
+        if eff is not None:
+            new = _lift._EffectLog((i, name, _stores.extract(a, extras),
+                                    _stores.extract(k, extras)) for i, name, a, k in eff)
+            new.replayable = eff.replayable
+            call.effects = new
+        stores = []
+        self_obj = plan.self_obj
+        quals = {}
+        if self_obj is not None and _lift._is_module(self_obj):
+            try:
+                quals = {id(m): q for q, m in self_obj.named_modules()}
+            except Exception:  # noqa: BLE001
+                quals = {}
+        for mod, name, value in slog.entries:
+            q = quals.get(id(mod))
+            root = ("self", q) if q is not None else ("obj", mod)
+            stores.append((root, name, _stores.extract(value, extras)))
+        call.stores = tuple(stores)
+        call.n_extras = len(extras)
+        roots = [(p, v) for p, v, s in zip(plan.paths, call.free, plan.sources)
+                 if not s.effect_only and not isinstance(v, (_tensor_type(),) + _SCALARS)]
+        if self_obj is not None:
+            roots.append(("self", self_obj))
+        call.unsafe_store = _stores.find_proxy(roots)
+        if extras:
+            gm = tr.graph_module
+            outn = [n for n in gm.graph.nodes if n.op == "output"][0]
+            orig = outn.args[0] if outn.args else None
+            outn.args = ((orig, tuple(p.node for p in extras)),)
+            gm.recompile()
 
     def _lower(self, gm, flat):
         """backend(gm, example_inputs, **options) -> (artifact, eager_fallback)."""
@@ -855,6 +926,17 @@ class Driver:
         v.effects = tuple(eff or ())
         v.mutates_inputs = bool(getattr(tr, "mutated_inputs", None))
         v.effects_eager = eff is not None and not eff.replayable
+        v.stores, v.n_extras = call.stores, call.n_extras
+        if call.unsafe_store is not None:
+            where = call.unsafe_store
+            msg = (f"tensorplay.compile: '{self.name}' stores a traced tensor into {where}, "
+                   "which cannot be replayed after the compiled program (the function also "
+                   "reads that container, or it is an attribute of a plain object)")
+            if self.strict_native:
+                raise _C.NativeCompileError(msg + f"; at {self._fn_line()}")
+            if config.warn_on_fallback:
+                warnings.warn(msg + "; this version runs eagerly", RuntimeWarning, stacklevel=5)
+            v.effects_eager = True
         if _logs.enabled("guards"):
             _logs.logger("guards").info(f"guards of '{self.name}' version {v.index}: "
                                         + "; ".join(str(g) for g in v.guards))

@@ -32,8 +32,10 @@ What becomes a source:
   guarded by identity. While tracing the name reads as a recorder that
   logs the calls; each call of the version replays the log on the real
   container (arguments are constants of the key: None/bool/int/float/str/
-  bytes and tuples of them; any other argument, a traced tensor say, makes
-  the version run eagerly). Any read (``len(calls)``, ``calls[-1]``,
+  bytes and tuples of them; a traced tensor becomes an extra output of the
+  program, stored from it at every call; any other argument makes the
+  version run eagerly). An item store with a constant key
+  (``d['last'] = y``) counts as such a call (``__setitem__``). Any read (``len(calls)``, ``calls[-1]``,
   ``x in calls``, passing it to a function) keeps the contents in the key.
 Not covered: values read by other Python functions the traced code calls
 (helpers in other code objects, the bodies of library functions), items of
@@ -74,28 +76,49 @@ def _effect_only_names(code):
             else:
                 continue
             nxt = ins[i + 1] if i + 1 < len(ins) else None
+            nxt2 = ins[i + 2] if i + 2 < len(ins) else None
             if (x.opname != "LOAD_CLOSURE" and (co is code or key[0] == "global")
                     and nxt is not None and nxt.opname in _LOAD_ATTR and nxt.argval in _WRITE_ONLY):
                 ok.add(key)
+            elif (x.opname != "LOAD_CLOSURE" and (co is code or key[0] == "global")
+                  and nxt is not None and nxt.opname == "LOAD_CONST"
+                  and nxt2 is not None and nxt2.opname == "STORE_SUBSCR"):
+                ok.add(key)      # d['last'] = value: a store, never a read
             else:
                 bad.add(key)
     return ok - bad
 
 
+def _is_proxy(v):
+    from tensorplay import _C
+    P = getattr(_C, "Proxy", None)
+    return P is not None and isinstance(v, P)
+
+
 def _replayable(v):
-    if isinstance(v, _CONST):
+    """a constant of the key, or a traced tensor (made an extra output of
+    the program and stored from it at every call)"""
+    if isinstance(v, _CONST) or _is_proxy(v):
         return True
-    if type(v) is tuple:
+    if type(v) in (tuple, list):
         return all(_replayable(x) for x in v)
     return False
 
 
 class _EffectRecorder:
-    """Stands for an effect-only container while tracing: logs the calls."""
+    """Stands for an effect-only container while tracing: logs the calls
+    (and item stores, ``d['last'] = y``)."""
     __slots__ = ("_log", "_index", "_type")
 
     def __init__(self, log, index, typ):
         self._log, self._index, self._type = log, index, typ
+
+    def __setitem__(self, key, value):
+        if not hasattr(self._type, "__setitem__"):
+            raise TypeError(f"{self._type.__name__!r} object does not support item assignment")
+        if not (_replayable(key) and _replayable(value)) or _is_proxy(key):
+            self._log.replayable = False
+        self._log.append((self._index, "__setitem__", (key, value), {}))
 
     def __getattr__(self, name):
         if name not in _WRITE_ONLY or not hasattr(self._type, name):

@@ -40,6 +40,23 @@ class Parameter(_C.Tensor):
         return (Parameter, (self.detach().clone(), self.requires_grad))
 
 
+# set by the compile driver while it traces: attribute stores of traced
+# values are logged there (replayed after every compiled call) and undone
+# after the trace (tensorplay/compiler/_stores.py)
+_store_log = None
+
+
+def _holds_traced(v, depth=0):
+    P = getattr(_C, "Proxy", None)
+    if P is not None and isinstance(v, P):
+        return True
+    if depth < 4 and isinstance(v, (tuple, list)):
+        return any(_holds_traced(x, depth + 1) for x in v)
+    if depth < 4 and isinstance(v, dict):
+        return any(_holds_traced(x, depth + 1) for x in v.values())
+    return False
+
+
 class Module:
     """Base class of every layer: registers parameters, buffers and
     submodules through attribute assignment."""
@@ -59,6 +76,10 @@ class Module:
                                      "Module.__init__() call")
             object.__setattr__(self, name, value)
             return
+        log = _store_log
+        traced = log is not None and _holds_traced(value)
+        if traced:
+            log.record(self, name, value)
         params, bufs, mods = self._parameters, self._buffers, self._modules
         if isinstance(value, Parameter):
             self.__dict__.pop(name, None)
@@ -77,7 +98,7 @@ class Module:
                                 f"or None expected)")
             params[name] = None
         elif name in bufs:
-            if value is not None and not isinstance(value, _C.Tensor):
+            if value is not None and not isinstance(value, _C.Tensor) and not traced:
                 raise TypeError(f"cannot assign '{type(value).__name__}' as "
                                 f"buffer '{name}' (Tensor or None expected)")
             bufs[name] = value
