@@ -739,7 +739,8 @@ class Driver:
                 f"recompiling '{self.name}': " + "; ".join(str(g) for g in failed))
         v = self._build(call, plan)
         v._entry = _C._DispatchEntry(
-            v.index, v.artifact if v.shape_polymorphic and not v.effects_eager else None,
+            v.index, (v.artifact if v.shape_polymorphic and not v.effects_eager
+                      and not v.n_extras else None),
             tuple((i, d, s) for i, d, s, _ in v.shape_reads), bool(v.gate_kinds), v.effects)
         self.versions.append(v)
         self._groups.setdefault(call.gkey, []).append(v)
