@@ -156,6 +156,20 @@ def test_inplace_on_non_leaf_rebases_history():
     np.testing.assert_allclose(x.grad.numpy(), [3, 3, 3])
 
 
+def test_inplace_op_reading_its_own_target_is_refused_at_backward():
+    # y.mul_(y): the second operand is overwritten by the write; torch refuses
+    a = t([1.0, 2.0, 3.0])
+    y = a * 1
+    y.mul_(y)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+    # a view of the target as the operand, too
+    y = a * 1
+    y.add_(y.flip(0) * y)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+
+
 def test_inplace_on_a_view_of_a_tensor_requiring_grad_says_not_supported():
     x = t([[1.0, 2.0], [3.0, 4.0]])
     y = x * 1

@@ -274,13 +274,21 @@ fail:
  * (an op may write an argument it does not differentiate, like
  * batch_norm's running statistics), as torch saves after the forward. */
 static void
-snap_versions(StaxGradNode *n)
+snap_versions(StaxGradNode *n, StaxTensor *target)
 {
     for (Py_ssize_t i = 0; n->args && i < PyTuple_GET_SIZE(n->args); i++) {
         PyObject *a = PyTuple_GET_ITEM(n->args, i);
-        if (StaxTensor_Check(a)) {
-            n->versions[i] = ((StaxTensor *)a)->storage->version;
+        if (!StaxTensor_Check(a)) {
+            continue;
         }
+        /* an argument sharing the written target's memory (y.mul_(y)) keeps
+         * its version from before the write: backward then refuses it, as
+         * torch does, instead of reading the new values */
+        if (target != NULL && i > 0
+            && ((StaxTensor *)a)->storage == target->storage) {
+            continue;
+        }
+        n->versions[i] = ((StaxTensor *)a)->storage->version;
     }
 }
 
@@ -491,7 +499,7 @@ hook(const stax_op_info *op, PyObject *func, PyObject *const *args,
     if (res == NULL) {
         goto done;
     }
-    snap_versions(node);
+    snap_versions(node, self);
     if (!has_float_output(res)) {
         goto done;
     }
@@ -615,7 +623,8 @@ wrap_call(PyObject *o, PyObject *args, PyObject *kw)
     stax_set_grad_enabled(0);
     res = call_orig(w, self, rest, kw);
     stax_set_grad_enabled(prev);
-    snap_versions(node);
+    snap_versions(node, w->kind == WM_COPY || w->kind == WM_FILL
+                        ? (StaxTensor *)self : NULL);
     if (res == NULL || res == self || !has_float_output(res)) {
         if (res == self && (w->kind == WM_COPY || w->kind == WM_FILL)) {
             if (attach_outputs(node, res, 0) < 0) {
@@ -834,7 +843,7 @@ ag_ass_subscript(PyObject *self, PyObject *key, PyObject *value)
     stax_set_grad_enabled(0);
     rc = orig_ass_subscript(self, key, value);
     stax_set_grad_enabled(prev);
-    snap_versions(node);
+    snap_versions(node, t);
     if (rc == 0 && stax_dtype_is_floating(t->dtype)
         && attach_outputs(node, self, 0) < 0) {
         rc = -1;
