@@ -94,6 +94,15 @@ int stax_graph_erase_node(StaxGraph *g, StaxNode *n);
 int stax_node_set_args(StaxNode *n, PyObject *args, PyObject *kwargs);
 /* Redirect every use of n to repl (a Node or a constant). */
 int stax_node_replace_all_uses_with(StaxNode *n, PyObject *repl);
+/* The one walk over nested containers (trace, graph and program use it):
+ * leaf(o, ctx) returns o's replacement (new reference), or NULL with no
+ * exception set when o is no leaf; then tuples, lists, dict values and
+ * slice fields are walked (exact: only exact tuple/list/dict, subclasses
+ * are kept; else subclasses too, rebuilt as the base type) and anything
+ * else is kept. New reference or NULL + exception. */
+typedef PyObject *(*stax_leaf_fn)(PyObject *o, void *ctx);
+PyObject *stax_graph_map_leaves(PyObject *obj, int exact, stax_leaf_fn leaf,
+                                void *ctx);
 /* New reference: obj with every Node replaced by fn(node, ctx) (new ref). */
 PyObject *stax_graph_map_arg(PyObject *obj,
                              PyObject *(*fn)(PyObject *node, void *ctx),

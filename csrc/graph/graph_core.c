@@ -76,21 +76,22 @@ stax_graph_collect_nodes(PyObject *obj, PyObject *out)
 }
 
 PyObject *
-stax_graph_map_arg(PyObject *obj, PyObject *(*fn)(PyObject *, void *),
-                   void *ctx)
+stax_graph_map_leaves(PyObject *obj, int exact, stax_leaf_fn leaf, void *ctx)
 {
-    if (StaxNode_Check(obj)) {
-        return fn(obj, ctx);
+    PyObject *r = leaf(obj, ctx);
+    if (r != NULL || PyErr_Occurred()) {
+        return r;
     }
-    if (PyTuple_Check(obj) || PyList_Check(obj)) {
+    if (exact ? (PyTuple_CheckExact(obj) || PyList_CheckExact(obj))
+              : (PyTuple_Check(obj) || PyList_Check(obj))) {
         Py_ssize_t n = PySequence_Fast_GET_SIZE(obj);
         PyObject *res = PyTuple_Check(obj) ? PyTuple_New(n) : PyList_New(n);
         if (res == NULL) {
             return NULL;
         }
         for (Py_ssize_t i = 0; i < n; i++) {
-            PyObject *v = stax_graph_map_arg(PySequence_Fast_GET_ITEM(obj, i),
-                                             fn, ctx);
+            PyObject *v = stax_graph_map_leaves(
+                PySequence_Fast_GET_ITEM(obj, i), exact, leaf, ctx);
             if (v == NULL) {
                 Py_DECREF(res);
                 return NULL;
@@ -104,7 +105,7 @@ stax_graph_map_arg(PyObject *obj, PyObject *(*fn)(PyObject *, void *),
         }
         return res;
     }
-    if (PyDict_Check(obj)) {
+    if (exact ? PyDict_CheckExact(obj) : PyDict_Check(obj)) {
         PyObject *res = PyDict_New();
         Py_ssize_t pos = 0;
         PyObject *k, *v;
@@ -112,7 +113,7 @@ stax_graph_map_arg(PyObject *obj, PyObject *(*fn)(PyObject *, void *),
             return NULL;
         }
         while (PyDict_Next(obj, &pos, &k, &v)) {
-            PyObject *m = stax_graph_map_arg(v, fn, ctx);
+            PyObject *m = stax_graph_map_leaves(v, exact, leaf, ctx);
             if (m == NULL || PyDict_SetItem(res, k, m) < 0) {
                 Py_XDECREF(m);
                 Py_DECREF(res);
@@ -124,9 +125,11 @@ stax_graph_map_arg(PyObject *obj, PyObject *(*fn)(PyObject *, void *),
     }
     if (PySlice_Check(obj)) {
         PySliceObject *s = (PySliceObject *)obj;
-        PyObject *a = stax_graph_map_arg(s->start, fn, ctx);
-        PyObject *b = a ? stax_graph_map_arg(s->stop, fn, ctx) : NULL;
-        PyObject *c = b ? stax_graph_map_arg(s->step, fn, ctx) : NULL;
+        PyObject *a = stax_graph_map_leaves(s->start, exact, leaf, ctx);
+        PyObject *b = a ? stax_graph_map_leaves(s->stop, exact, leaf, ctx)
+                        : NULL;
+        PyObject *c = b ? stax_graph_map_leaves(s->step, exact, leaf, ctx)
+                        : NULL;
         PyObject *res = c ? PySlice_New(a, b, c) : NULL;
         Py_XDECREF(a);
         Py_XDECREF(b);
@@ -134,6 +137,26 @@ stax_graph_map_arg(PyObject *obj, PyObject *(*fn)(PyObject *, void *),
         return res;
     }
     return Py_NewRef(obj);
+}
+
+typedef struct {
+    PyObject *(*fn)(PyObject *, void *);
+    void *ctx;
+} node_map_ctx;
+
+static PyObject *
+node_leaf(PyObject *o, void *vctx)
+{
+    node_map_ctx *c = vctx;
+    return StaxNode_Check(o) ? c->fn(o, c->ctx) : NULL;
+}
+
+PyObject *
+stax_graph_map_arg(PyObject *obj, PyObject *(*fn)(PyObject *, void *),
+                   void *ctx)
+{
+    node_map_ctx c = {fn, ctx};
+    return stax_graph_map_leaves(obj, 0, node_leaf, &c);
 }
 
 PyObject *

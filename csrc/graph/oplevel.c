@@ -352,8 +352,8 @@ p_lower_inplace(p_op_ctx *c, PyObject *n, p_opref *r, PyObject *args,
         PyErr_SetString(PyExc_TypeError, "in-place op on a non-tensor");
         return -1;
     }
-    mapped = stax_graph_p_map(args, p_cur_fn, c);
-    mkw = mapped ? stax_graph_p_map(kwargs, p_cur_fn, c) : NULL;
+    mapped = stax_graph_map_arg(args, p_cur_fn, c);
+    mkw = mapped ? stax_graph_map_arg(kwargs, p_cur_fn, c) : NULL;
     if (mkw == NULL) {
         goto done;
     }
@@ -660,8 +660,8 @@ p_lower_call(p_op_ctx *c, PyObject *n, p_opcode_t opc)
             }
         }
     }
-    mapped = stax_graph_p_map(args, p_cur_fn, c);
-    mkw = mapped ? stax_graph_p_map(kwargs, p_cur_fn, c) : NULL;
+    mapped = stax_graph_map_arg(args, p_cur_fn, c);
+    mkw = mapped ? stax_graph_map_arg(kwargs, p_cur_fn, c) : NULL;
     if (mkw == NULL) {
         goto done;
     }
@@ -1014,7 +1014,7 @@ stax_graph_make_op_graph(PyObject *gm, PyObject *basis)
         }
         if (op == P_OUTPUT) {
             PyObject *a = stax_graph_p_attr(n, "args");
-            outv = a ? stax_graph_p_map(a, p_cur_fn, &c) : NULL;
+            outv = a ? stax_graph_map_arg(a, p_cur_fn, &c) : NULL;
             Py_XDECREF(a);
             if (outv == NULL) {
                 goto done;

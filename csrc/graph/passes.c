@@ -327,7 +327,7 @@ p_inactive_dropout(p_pass_ctx *c, PyObject *n, const p_opref *r,
         sw.old = n;
         sw.value = cl;
         oargs = stax_graph_p_attr(outn, "args");
-        nargs = oargs ? stax_graph_p_map(oargs, p_swap_fn, &sw) : NULL;
+        nargs = oargs ? stax_graph_map_arg(oargs, p_swap_fn, &sw) : NULL;
         if (nargs == NULL || stax_graph_p_set_args(outn, nargs, NULL) < 0) {
             goto done;
         }

@@ -67,9 +67,8 @@ int stax_graph_p_schema_kwonly(const stax_op_info *op, int i);
  * is missing or the call fails. */
 PyObject *stax_graph_p_run_on_vals(p_opcode_t op, PyObject *target,
                                    PyObject *args, PyObject *kwargs);
-/* Recursively replace Nodes (in tuples/lists/dicts/slices) by fn(node). */
+/* fn(node) for graph.h's stax_graph_map_arg */
 typedef PyObject *(*p_map_fn)(PyObject *node, void *ctx);  /* new ref */
-PyObject *stax_graph_p_map(PyObject *obj, p_map_fn fn, void *ctx);
 int stax_graph_p_same_meta(PyObject *a, PyObject *b); /* dtype&shape eq */
 
 /* ---- edits ----------------------------------------------------------- */

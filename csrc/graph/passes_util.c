@@ -520,64 +520,6 @@ error:
 
 /* ---- values ---------------------------------------------------------- */
 
-PyObject *
-stax_graph_p_map(PyObject *obj, p_map_fn fn, void *ctx)
-{
-    if (stax_graph_p_is_node(obj)) {
-        return fn(obj, ctx);
-    }
-    if (PyTuple_Check(obj) || PyList_Check(obj)) {
-        Py_ssize_t n = PySequence_Fast_GET_SIZE(obj);
-        PyObject *l = PyList_New(n);
-        if (l == NULL) {
-            return NULL;
-        }
-        for (Py_ssize_t i = 0; i < n; i++) {
-            PyObject *v = stax_graph_p_map(PySequence_Fast_GET_ITEM(obj, i),
-                                           fn, ctx);
-            if (v == NULL) {
-                Py_DECREF(l);
-                return NULL;
-            }
-            PyList_SET_ITEM(l, i, v);
-        }
-        if (PyTuple_Check(obj)) {
-            PyObject *t = PyList_AsTuple(l);
-            Py_DECREF(l);
-            return t;
-        }
-        return l;
-    }
-    if (PyDict_Check(obj)) {
-        PyObject *d = PyDict_New(), *k, *v;
-        Py_ssize_t pos = 0;
-        if (d == NULL) {
-            return NULL;
-        }
-        while (PyDict_Next(obj, &pos, &k, &v)) {
-            PyObject *m = stax_graph_p_map(v, fn, ctx);
-            if (m == NULL || PyDict_SetItem(d, k, m) < 0) {
-                Py_XDECREF(m);
-                Py_DECREF(d);
-                return NULL;
-            }
-            Py_DECREF(m);
-        }
-        return d;
-    }
-    if (PySlice_Check(obj)) {
-        PySliceObject *s = (PySliceObject *)obj;
-        PyObject *a = stax_graph_p_map(s->start, fn, ctx);
-        PyObject *b = a ? stax_graph_p_map(s->stop, fn, ctx) : NULL;
-        PyObject *c = b ? stax_graph_p_map(s->step, fn, ctx) : NULL;
-        PyObject *r = c ? PySlice_New(a, b, c) : NULL;
-        Py_XDECREF(a);
-        Py_XDECREF(b);
-        Py_XDECREF(c);
-        return r;
-    }
-    return Py_NewRef(obj);
-}
 
 static PyObject *
 p_val_of(PyObject *node, void *ctx)
@@ -598,12 +540,12 @@ stax_graph_p_run_on_vals(p_opcode_t op, PyObject *target, PyObject *args,
                          PyObject *kwargs)
 {
     PyObject *a = NULL, *k = NULL, *r = NULL, *fn = NULL, *rest = NULL;
-    a = stax_graph_p_map(args, p_val_of, NULL);
+    a = stax_graph_map_arg(args, p_val_of, NULL);
     if (a == NULL) {
         goto done;
     }
     if (kwargs != NULL && kwargs != Py_None) {
-        k = stax_graph_p_map(kwargs, p_val_of, NULL);
+        k = stax_graph_map_arg(kwargs, p_val_of, NULL);
         if (k == NULL) {
             goto done;
         }

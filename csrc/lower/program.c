@@ -247,63 +247,18 @@ normalize_result(Program *p, PyObject *r, pbuf_t *b)
 }
 
 static PyObject *
-instantiate(PyObject *t, PyObject **slots)
+slot_leaf(PyObject *t, void *slots)
 {
     int i = stax_lower_slotref_index(t);
-    if (i >= 0) {
-        return Py_NewRef(slots[i]);
-    }
-    if (PyTuple_CheckExact(t) || PyList_CheckExact(t)) {
-        Py_ssize_t n = PySequence_Fast_GET_SIZE(t);
-        PyObject *r = PyTuple_CheckExact(t) ? PyTuple_New(n) : PyList_New(n);
-        if (r == NULL) {
-            return NULL;
-        }
-        for (Py_ssize_t k = 0; k < n; k++) {
-            PyObject *e = instantiate(PySequence_Fast_GET_ITEM(t, k), slots);
-            if (e == NULL) {
-                Py_DECREF(r);
-                return NULL;
-            }
-            if (PyTuple_CheckExact(r)) {
-                PyTuple_SET_ITEM(r, k, e);
-            }
-            else {
-                PyList_SET_ITEM(r, k, e);
-            }
-        }
-        return r;
-    }
-    if (PyDict_CheckExact(t)) {
-        PyObject *r = PyDict_New(), *k, *v;
-        Py_ssize_t pos = 0;
-        if (r == NULL) {
-            return NULL;
-        }
-        while (PyDict_Next(t, &pos, &k, &v)) {
-            PyObject *e = instantiate(v, slots);
-            if (e == NULL || PyDict_SetItem(r, k, e) < 0) {
-                Py_XDECREF(e);
-                Py_DECREF(r);
-                return NULL;
-            }
-            Py_DECREF(e);
-        }
-        return r;
-    }
-    if (PySlice_Check(t)) {
-        /* templates map Nodes inside slices too (stax_graph_map_arg) */
-        PySliceObject *sl = (PySliceObject *)t;
-        PyObject *a = instantiate(sl->start, slots);
-        PyObject *b = a ? instantiate(sl->stop, slots) : NULL;
-        PyObject *c = b ? instantiate(sl->step, slots) : NULL;
-        PyObject *r = c ? PySlice_New(a, b, c) : NULL;
-        Py_XDECREF(a);
-        Py_XDECREF(b);
-        Py_XDECREF(c);
-        return r;
-    }
-    return Py_NewRef(t);
+    return i >= 0 ? Py_NewRef(((PyObject **)slots)[i]) : NULL;
+}
+
+/* the output template with its slot references filled (the graph room's
+ * walk: exact tuples/lists/dicts, slices) */
+static PyObject *
+instantiate(PyObject *t, PyObject **slots)
+{
+    return stax_graph_map_leaves(t, 1, slot_leaf, slots);
 }
 
 /* a library-call operand: the buffer's array, or a strided view of it */

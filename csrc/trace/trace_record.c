@@ -42,85 +42,50 @@ stax_trace_const_node(StaxTracer *tr, PyObject *t)
     return n;
 }
 
-/* mode 0: proxies -> nodes, tensors -> get_attr constants;
- * mode 1: proxies -> sample values (*missing set to the node lacking one) */
-PyObject *
-stax_trace_map_args(StaxTracer *tr, PyObject *o, int mode, StaxNode **missing)
+typedef struct {
+    StaxTracer *tr;
+    int mode;
+    StaxNode **missing;
+} map_ctx;
+
+static PyObject *
+trace_leaf(PyObject *o, void *vctx)
 {
+    map_ctx *c = vctx;
     if (StaxProxy_Check(o)) {
         StaxProxy *p = (StaxProxy *)o;
-        if (p->tracer != tr) {
+        if (p->tracer != c->tr) {
             PyErr_Format(PyExc_RuntimeError,
                          "tracing: proxy %%%U belongs to another (finished "
                          "or outer) trace", p->node->name);
             return NULL;
         }
-        if (mode == 0) {
+        if (c->mode == 0) {
             return Py_NewRef(p->node);
         }
         PyObject *v = PyDict_GetItemString(p->node->meta, "val");
         if (v == NULL) {
-            if (*missing == NULL) {
-                *missing = p->node;
+            if (*c->missing == NULL) {
+                *c->missing = p->node;
             }
             Py_RETURN_NONE;
         }
         return Py_NewRef(v);
     }
-    if (mode == 0 && stax_trace_is_tensor(o)) {
-        return stax_trace_const_node(tr, o);
+    if (c->mode == 0 && stax_trace_is_tensor(o)) {
+        return stax_trace_const_node(c->tr, o);
     }
-    if (PyTuple_CheckExact(o) || PyList_CheckExact(o)) {
-        Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
-        PyObject *res = PyTuple_Check(o) ? PyTuple_New(n) : PyList_New(n);
-        if (res == NULL) {
-            return NULL;
-        }
-        for (Py_ssize_t i = 0; i < n; i++) {
-            PyObject *v = stax_trace_map_args(tr, PySequence_Fast_GET_ITEM(o, i), mode,
-                                              missing);
-            if (v == NULL) {
-                Py_DECREF(res);
-                return NULL;
-            }
-            if (PyTuple_Check(res)) {
-                PyTuple_SET_ITEM(res, i, v);
-            }
-            else {
-                PyList_SET_ITEM(res, i, v);
-            }
-        }
-        return res;
-    }
-    if (PyDict_CheckExact(o)) {
-        PyObject *res = PyDict_New(), *k, *v;
-        Py_ssize_t pos = 0;
-        if (res == NULL) {
-            return NULL;
-        }
-        while (PyDict_Next(o, &pos, &k, &v)) {
-            PyObject *m = stax_trace_map_args(tr, v, mode, missing);
-            if (m == NULL || PyDict_SetItem(res, k, m) < 0) {
-                Py_XDECREF(m);
-                Py_DECREF(res);
-                return NULL;
-            }
-            Py_DECREF(m);
-        }
-        return res;
-    }
-    if (PySlice_Check(o)) {
-        PySliceObject *s = (PySliceObject *)o;
-        PyObject *a = stax_trace_map_args(tr, s->start, mode, missing);
-        PyObject *b = a ? stax_trace_map_args(tr, s->stop, mode, missing) : NULL;
-        PyObject *c = b ? stax_trace_map_args(tr, s->step, mode, missing) : NULL;
-        PyObject *r = c ? PySlice_New(a, b, c) : NULL;
-        Py_XDECREF(a);
-        Py_XDECREF(b);
-        Py_XDECREF(c);
-        return r;
-    }
-    return Py_NewRef(o);
+    return NULL;   /* no leaf: the walk goes on */
+}
+
+/* mode 0: proxies -> nodes, tensors -> get_attr constants;
+ * mode 1: proxies -> sample values (*missing set to the node lacking one).
+ * Exact tuples, lists, dicts and slices are walked (the graph room's walk). */
+PyObject *
+stax_trace_map_args(StaxTracer *tr, PyObject *o, int mode, StaxNode **missing)
+{
+    map_ctx c = {tr, mode, missing};
+    return stax_graph_map_leaves(o, 1, trace_leaf, &c);
 }
 
 /* Append every tensor leaf of o (inside tuples, lists, dict values) to
