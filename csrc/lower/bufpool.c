@@ -4,7 +4,7 @@
  * block), small ones from the ordinary tensor/NumPy allocators. */
 #include "lower/lower_internal.h"
 #include "graph/graph.h"
-#include "stax_numpy.h"
+#include "tensor/stax_numpy.h"
 
 #include <stddef.h>
 #include <stdlib.h>

@@ -3,7 +3,7 @@
  * itself is the same for every device; only the back end (the vtable of
  * lower.h) differs. */
 #include "lower/lower.h"
-#include "stax_numpy.h"
+#include "tensor/stax_numpy.h"
 
 #include <string.h>
 

@@ -3,7 +3,7 @@
  * stays a pointwise epilogue body, fused into the consumer. */
 #include "lower/lower_internal.h"
 #include "graph/graph.h"
-#include "stax_numpy.h"
+#include "tensor/stax_numpy.h"
 
 #include <math.h>
 #include <stdlib.h>

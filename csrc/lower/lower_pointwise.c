@@ -4,7 +4,7 @@
  * (result_type) over tensor operands and Python scalars. */
 #include "lower/lower_internal.h"
 #include "graph/graph.h"
-#include "stax_numpy.h"
+#include "tensor/stax_numpy.h"
 
 #include <math.h>
 #include <stdlib.h>

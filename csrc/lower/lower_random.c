@@ -4,7 +4,7 @@
  * the kernel as size arguments per call. */
 #include "lower/lower_internal.h"
 #include "graph/graph.h"
-#include "stax_numpy.h"
+#include "tensor/stax_numpy.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -4,7 +4,7 @@
  * log_softmax, layer_norm and batch_norm in inference form. */
 #include "lower/lower_internal.h"
 #include "graph/graph.h"
-#include "stax_numpy.h"
+#include "tensor/stax_numpy.h"
 
 #include <math.h>
 #include <stdlib.h>

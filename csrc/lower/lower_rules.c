@@ -8,7 +8,7 @@
  * lower_movement.c, lower_extern.c and lower_random.c. */
 #include "lower/lower_internal.h"
 #include "graph/graph.h"
-#include "stax_numpy.h"
+#include "tensor/stax_numpy.h"
 
 #include <math.h>
 #include <stdlib.h>

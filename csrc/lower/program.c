@@ -7,7 +7,7 @@
  * their last use, return the output pytree. */
 #include "lower/lower_internal.h"
 #include "graph/graph.h"
-#include "stax_numpy.h"
+#include "tensor/stax_numpy.h"
 #include <structmember.h>
 
 #include <stddef.h>

@@ -6,7 +6,7 @@
  * the kernels' descriptions. */
 #include "lower/lower_internal.h"
 #include "graph/graph.h"
-#include "stax_numpy.h"
+#include "tensor/stax_numpy.h"
 
 #include <stddef.h>
 #include <stdlib.h>

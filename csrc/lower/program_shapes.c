@@ -5,7 +5,7 @@
  * of the size variant for a call's inputs. */
 #include "lower/lower_internal.h"
 #include "graph/graph.h"
-#include "stax_numpy.h"
+#include "tensor/stax_numpy.h"
 
 #include <stddef.h>
 #include <stdlib.h>

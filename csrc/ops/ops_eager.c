@@ -5,7 +5,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "stax_numpy.h"
+#include "tensor/stax_numpy.h"
 #include "ops/ops.h"
 #include "ops/ops_internal.h"
 

@@ -3,7 +3,7 @@
  * and number slots, stax_op_for_target, and the _C helpers of _ops.py. */
 #include <string.h>
 
-#include "stax_numpy.h"
+#include "tensor/stax_numpy.h"
 #include "structmember.h"
 #include "ops/ops.h"
 #include "ops/ops_internal.h"

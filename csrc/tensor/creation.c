@@ -3,7 +3,7 @@
  * pin_memory, memory_format, out=None). tensorplay/_tensor.py re-exports
  * them. */
 #include "tensor/tensor_internal.h"
-#include "stax_numpy.h"
+#include "tensor/stax_numpy.h"
 
 enum { MAKE_EMPTY, MAKE_ZEROS, MAKE_ONES };
 

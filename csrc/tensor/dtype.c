@@ -1,7 +1,7 @@
 /* dtypes (tensorplay.dtype singletons), PyTorch type promotion, the default
  * dtype, tensorplay.Size and tensorplay.device. */
 #include "tensor/tensor_internal.h"
-#include "stax_numpy.h"
+#include "tensor/stax_numpy.h"
 #include <structmember.h>
 
 static const char *dtype_names[STAX_NUM_DTYPES] = {

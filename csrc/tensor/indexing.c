@@ -3,7 +3,7 @@
  * lists or arrays (advanced indexing) go through NumPy and copy, as in
  * PyTorch. Every write bumps the storage's version counter. */
 #include "tensor/tensor_internal.h"
-#include "stax_numpy.h"
+#include "tensor/stax_numpy.h"
 
 static int
 is_basic_item(PyObject *o)

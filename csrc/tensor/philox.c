@@ -6,7 +6,7 @@
  * the block at counter offset/4 + j/4, so a kernel can draw the same
  * numbers independently. */
 #include "tensor/tensor_internal.h"
-#include "stax_numpy.h"
+#include "tensor/stax_numpy.h"
 #include <math.h>
 #include <pthread.h>
 #include <unistd.h>

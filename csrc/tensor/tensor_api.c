@@ -3,7 +3,7 @@
  * copies, copies with broadcasting (copy_into), dtype conversions, item,
  * and the public wrappers declared in tensor.h. */
 #include "tensor/tensor_internal.h"
-#include "stax_numpy.h"
+#include "tensor/stax_numpy.h"
 #include <structmember.h>
 
 /* ---- half precision conversions ------------------------------------- */

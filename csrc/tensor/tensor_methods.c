@@ -3,7 +3,7 @@
  * has (size, stride, numpy, to, the cast methods, clone, copy_, fill_,
  * ...), with the getset and method tables the Tensor type uses. */
 #include "tensor/tensor_internal.h"
-#include "stax_numpy.h"
+#include "tensor/stax_numpy.h"
 #include <structmember.h>
 
 /* ---- getters ------------------------------------------------------------- */

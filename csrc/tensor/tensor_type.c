@@ -6,7 +6,7 @@
  * is in tensor_api.c; metadata getters and the small methods every tensor
  * has are in tensor_methods.c. */
 #include "tensor/tensor_internal.h"
-#include "stax_numpy.h"
+#include "tensor/stax_numpy.h"
 #include <structmember.h>
 
 PyObject *stax_repr_hook = NULL;
