@@ -396,3 +396,14 @@ def test_compile_with_requires_grad_recomputes_in_backward():
     cg(a, w).backward()
     np.testing.assert_allclose(a.numpy(), [1, 1, 1])
     assert cg.stats()["eager_calls"] == 1
+
+
+def test_backward_with_inputs_accumulates_only_there():
+    a, b = t([1.0, 2.0]), t([3.0, 4.0])
+    y = a * 2
+    (y * b).sum().backward(inputs=[a, y])
+    np.testing.assert_allclose(a.grad.numpy(), [6, 8])
+    np.testing.assert_allclose(y.grad.numpy(), [3, 4])
+    assert b.grad is None
+    (a * a).sum().backward(inputs=a)
+    np.testing.assert_allclose(a.grad.numpy(), [8, 12])

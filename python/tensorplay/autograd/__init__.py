@@ -47,14 +47,28 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False,
     tensors: Tensor or sequence; grad_tensors: matching gradients (None for a
     one-element tensor: ones). retain_graph defaults to create_graph.
     Raises RuntimeError as torch does (see the module docstring)."""
-    if inputs is not None:
-        raise NotImplementedError("tensorplay: backward(inputs=...) is not "
-                                  "supported; use tensorplay.autograd.grad")
     tensors = _seq(tensors)
     if grad_tensors is None:
         grad_tensors = grad_variables
     if retain_graph is None:
         retain_graph = create_graph
+    if inputs is not None:
+        # accumulate into the given tensors' .grad only (leaves or not)
+        inputs = _seq(inputs)
+        if len(inputs) == 0:
+            raise RuntimeError("'inputs' argument to backward() cannot be empty.")
+        gs = _C._autograd_grad(tensors, inputs, _grads(tensors, grad_tensors),
+                               bool(retain_graph), bool(create_graph), True)
+        for x, g in zip(inputs, gs):
+            if g is None:
+                continue
+            if not create_graph:
+                g = g.detach()
+            if x.grad is None:
+                x.grad = g if create_graph else g.clone()
+            else:
+                x.grad = x.grad + g
+        return
     _C._autograd_backward(tensors, _grads(tensors, grad_tensors), bool(retain_graph),
                           bool(create_graph))
 
