@@ -311,3 +311,4 @@ def test_c_levels_do_not_keep_the_callers_tensors_alive():
     h2 = cf.stats()["hits_level2"]
     cf(y)                                # level 1 or 2 still hit while it lives
     assert cf.stats()["hits_level1"] + cf.stats()["hits_level2"] > h2
+

@@ -366,16 +366,52 @@ static PyTypeObject Entry_Type = {
 
 /* ---- level 1 arming ---- */
 
+/* *slot = a tuple of objs[0..n) then tail[0..ntail), tensors held weakly
+ * (a compiled function must not keep its caller's inputs alive after
+ * `del x`). A fresh-tensor call re-arms every time: the old tuple is
+ * rewritten in place when nothing else holds it (no allocation). */
+static int
+hold_objects(PyObject **slot, PyObject *const *objs, Py_ssize_t n,
+             PyObject *const *tail, Py_ssize_t ntail)
+{
+    PyObject *t = *slot;
+    Py_ssize_t total = n + ntail;
+    int reuse = t != NULL && PyTuple_CheckExact(t) && Py_REFCNT(t) == 1
+                && PyTuple_GET_SIZE(t) == total;
+    if (!reuse) {
+        t = PyTuple_New(total);
+        if (t == NULL) {
+            return -1;
+        }
+    }
+    else {
+        Py_INCREF(t);
+    }
+    for (Py_ssize_t i = 0; i < total; i++) {
+        PyObject *v = i < n ? objs[i] : tail[i - n], *w = NULL;
+        if (is_tensor(v)) {
+            w = PyWeakref_NewRef(v, NULL);
+            if (w == NULL) {
+                PyErr_Clear();
+            }
+        }
+        PyObject *old = PyTuple_GET_ITEM(t, i);
+        PyTuple_SET_ITEM(t, i, w ? w : Py_NewRef(v));
+        Py_XDECREF(old);
+    }
+    Py_XSETREF(*slot, t);
+    return 0;
+}
+
 /* Arm level 1 after a call that ran `art` on the tensors of `args`
  * (positional tuple) and `free` (values read from `sources`); snapshots
  * are taken now, after the call. A source's value is lifted when it is a
  * tensor (as the plan's lifting decides). */
 static int
-arm_level1(CFObject *self, PyObject *art, PyObject *args, PyObject *sources,
-           PyObject *free)
+arm_level1(CFObject *self, PyObject *art, PyObject *const *args,
+           Py_ssize_t nargs, PyObject *sources, PyObject *free)
 {
     Py_ssize_t nt = 0, nfree = PyTuple_GET_SIZE(free);
-    Py_ssize_t nargs = PyTuple_GET_SIZE(args);
     if (nfree > MAX_FAST_ARGS || nargs > MAX_FAST_ARGS) {
         Py_CLEAR(self->l1);
         return 0;
@@ -384,7 +420,7 @@ arm_level1(CFObject *self, PyObject *art, PyObject *args, PyObject *sources,
         nt += is_tensor(PyTuple_GET_ITEM(free, j));
     }
     for (Py_ssize_t i = 0; i < nargs; i++) {
-        nt += is_tensor(PyTuple_GET_ITEM(args, i));
+        nt += is_tensor(args[i]);
     }
     if (nt > MAX_FAST_ARGS) {
         Py_CLEAR(self->l1);
@@ -418,24 +454,9 @@ arm_level1(CFObject *self, PyObject *art, PyObject *args, PyObject *sources,
     /* tensor arguments are held weakly: level 1 must not keep the caller's
      * inputs alive after `del x` (a freed one never matches again, so a
      * reused address cannot fake a hit) */
-    {
-        Py_ssize_t na = PyTuple_GET_SIZE(args);
-        PyObject *held = PyTuple_New(na);
-        if (held == NULL) {
-            Py_DECREF(s);
-            return -1;
-        }
-        for (Py_ssize_t i = 0; i < na; i++) {
-            PyObject *v = PyTuple_GET_ITEM(args, i), *w = NULL;
-            if (is_tensor(v)) {
-                w = PyWeakref_NewRef(v, NULL);
-                if (w == NULL) {
-                    PyErr_Clear();
-                }
-            }
-            PyTuple_SET_ITEM(held, i, w ? w : Py_NewRef(v));
-        }
-        Py_XSETREF(s->args, held);
+    if (hold_objects(&s->args, args, nargs, NULL, 0) < 0) {
+        Py_DECREF(s);
+        return -1;
     }
     Py_XSETREF(s->sources, Py_NewRef(sources));
     Py_XSETREF(s->free, Py_NewRef(free));
@@ -452,7 +473,7 @@ arm_level1(CFObject *self, PyObject *art, PyObject *args, PyObject *sources,
         }
     }
     for (Py_ssize_t i = 0; i < nargs; i++) {
-        PyObject *v = PyTuple_GET_ITEM(args, i);
+        PyObject *v = args[i];
         if (is_tensor(v)) {
             snap_take(&s->snaps[k++], (StaxTensor *)v);
         }
@@ -647,28 +668,22 @@ set_last(CFObject *self, const unsigned char fp[16], PyObject *entry,
      * identity, so they are kept until the next call; tensors weakly (a
      * compiled function must not keep its caller's inputs alive after
      * `del x`), a dead one disarms level 2 (last_alive) */
-    Py_ssize_t nfree = PyTuple_GET_SIZE(c->free);
-    PyObject *objs = PyTuple_New(c->nargs + c->nkw + nfree);
-    if (objs == NULL) {
-        return -1;
+    PyObject *pos[2 * MAX_FAST_ARGS];
+    Py_ssize_t n = 0;
+    for (Py_ssize_t i = 0; i < c->nargs; i++) {
+        pos[n++] = c->args[i];
     }
-    for (Py_ssize_t i = 0; i < c->nargs + c->nkw + nfree; i++) {
-        PyObject *o = i < c->nargs + c->nkw
-                      ? c->args[i < c->nargs ? i : c->nargs + c->order[i - c->nargs]]
-                      : PyTuple_GET_ITEM(c->free, i - c->nargs - c->nkw);
-        PyObject *w = NULL;
-        if (is_tensor(o)) {
-            w = PyWeakref_NewRef(o, NULL);
-            if (w == NULL) {
-                PyErr_Clear();
-            }
-        }
-        PyTuple_SET_ITEM(objs, i, w ? w : Py_NewRef(o));
+    for (Py_ssize_t i = 0; i < c->nkw; i++) {
+        pos[n++] = c->args[c->nargs + c->order[i]];
+    }
+    if (hold_objects(&self->last_objs, pos, n,
+                     &PyTuple_GET_ITEM(c->free, 0),
+                     PyTuple_GET_SIZE(c->free)) < 0) {
+        return -1;
     }
     memcpy(self->last_fp, fp, 16);
     self->has_last = 1;
     Py_XSETREF(self->last_entry, Py_NewRef(entry));
-    Py_XSETREF(self->last_objs, objs);
     return 0;
 }
 
@@ -727,11 +742,9 @@ run_entry(CFObject *self, PlanState *plan, EntryObject *e, call_t *c)
         PyObject *v = PyTuple_GET_ITEM(c->free, j);
         arm = !(PyList_Check(v) || PyDict_Check(v) || PyTuple_Check(v));
     }
-    if (arm) {
-        PyObject *a = call_args(c);
-        if (a == NULL || arm_level1(self, art, a, plan->sources, c->free) < 0) {
-            Py_CLEAR(res);
-        }
+    if (arm && arm_level1(self, art, c->args, c->nargs, plan->sources,
+                          c->free) < 0) {
+        Py_CLEAR(res);
     }
     else {
         Py_CLEAR(self->l1);
@@ -903,7 +916,8 @@ levels23(CFObject *self, PyObject *const *args, size_t nargsf,
     c.nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
     c.argt = c.kwd = c.free = NULL;
     c.nflat = 0;
-    if (plan == NULL || stax_trace_active() || c.nkw > MAX_FAST_ARGS) {
+    if (plan == NULL || stax_trace_active() || c.nkw > MAX_FAST_ARGS
+        || c.nargs > MAX_FAST_ARGS) {
         return slow_call(self, args, nargsf, kwnames);
     }
     stax_kb_init(&kb);
@@ -1273,7 +1287,8 @@ cf_set_level1(CFObject *self, PyObject *const *a, Py_ssize_t n)
             return NULL;
         }
     }
-    if (arm_level1(self, a[0], a[1], a[2], a[3]) < 0) {
+    if (arm_level1(self, a[0], &PyTuple_GET_ITEM(a[1], 0),
+                   PyTuple_GET_SIZE(a[1]), a[2], a[3]) < 0) {
         return NULL;
     }
     Py_RETURN_NONE;
