@@ -607,18 +607,11 @@ stax_lower_program(PyObject *gm, PyObject *examples, stax_backend *be,
         PyObject *n0 = l0 ? PySequence_List(l0) : NULL;
         Py_XDECREF(g0);
         Py_XDECREF(l0);
+        /* a write (the graph room knows which calls write: in-place
+         * twins, setitem, inplace=True) needs the functionalized graph */
         int mut = 0;
         for (Py_ssize_t i = 0; n0 && i < PyList_GET_SIZE(n0) && !mut; i++) {
-            int im = 0;
-            PyObject *nm = target_name(PyList_GET_ITEM(n0, i), &im);
-            if (nm != NULL) {
-                const char *sname = PyUnicode_AsUTF8(nm);
-                size_t l = sname ? strlen(sname) : 0;
-                mut = l > 1 && sname[l - 1] == '_' && sname[l - 2] != '_';
-                mut |= sname && strstr(sname, "setitem") != NULL;
-            }
-            Py_XDECREF(nm);
-            mut |= stax_graph_node_is_inplace(PyList_GET_ITEM(n0, i));
+            mut = stax_graph_node_is_inplace(PyList_GET_ITEM(n0, i));
         }
         Py_XDECREF(n0);
         PyErr_Clear();
