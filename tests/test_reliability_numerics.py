@@ -524,5 +524,24 @@ def test_compiled_version_keeps_metadata_not_sample_data():
     assert all("val" not in n.meta for n in v.graph_module.graph.nodes)
     assert metas[0].shape == (1024, 1024) and metas[0].dtype == tp.float32
     assert metas[0].stride == (1024, 1)
+    assert "shape=(1024, 1024)" in str(v.graph_module.graph)   # printing still shows shapes
     y = tp.randn(1024, 1024)
     assert cf(y).item() == pytest.approx(f(y).item(), rel=1e-4)
+
+
+def test_float16_times_python_scalar_uses_full_precision_scalar_like_torch():
+    """x * 0.1 on float16: torch computes in float32 with 0.1 unrounded
+    (NumPy rounds 0.1 to half first: 1.0361 instead of 1.0371)"""
+    vals = [10.3671875, 1.0, 3.3, -7.25, 65504.0]
+    x = tp.tensor(vals, dtype=tp.float16)
+
+    def f(t):
+        return t * 0.1 + 3
+
+    e = f(x)
+    assert_close(tp.compile(f, strict_native=True)(x), e, "compiled")
+    if torch is not None:
+        assert_close(e, f(torch.tensor(vals, dtype=torch.float16)), "eager vs torch")
+    y = x.clone()
+    y.mul_(0.1)
+    assert y.dtype == tp.float16 and y.tolist() == (x * 0.1).tolist()

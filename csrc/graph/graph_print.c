@@ -134,6 +134,22 @@ shape_text(StaxNode *n)
         return PyUnicode_FromString("");
     }
     val = PyDict_GetItemString(n->meta, "val");
+    if (val == NULL) {
+        /* a compiled version keeps (shape, dtype, stride, ...) instead of
+         * the sample value */
+        PyObject *tm = PyDict_GetItemString(n->meta, "tensor_meta");
+        PyObject *sh = (tm && PyTuple_Check(tm) && PyTuple_GET_SIZE(tm) == 5)
+                           ? PyTuple_GET_ITEM(tm, 0) : NULL;
+        if (sh != NULL && PyTuple_Check(sh)) {
+            PyObject *body = PyObject_Repr(sh), *r;
+            if (body == NULL) {
+                return NULL;
+            }
+            r = PyUnicode_FromFormat(" shape=%U", body);
+            Py_DECREF(body);
+            return r;
+        }
+    }
     if (val == NULL || !is_tensor(val)) {
         return PyUnicode_FromString("");
     }

@@ -467,6 +467,12 @@ binary_impl(const stax_op_info *op, PyObject *a, PyObject *b,
             return NULL;
         }
     }
+    if (ct == STAX_FLOAT16 && !(op->flags & STAX_OPF_COMPARISON)) {
+        /* torch's opmath: float16 computes in float32 with a Python scalar
+         * at full precision (x * 0.1 does not round 0.1 to half first, as
+         * NumPy would), and rounds the result once into the output */
+        ct = STAX_FLOAT32;
+    }
     xa = operand_array(a, ct, 1);
     if (xa == NULL) {
         goto done;

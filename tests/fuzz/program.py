@@ -123,12 +123,13 @@ def numel(shape):
 
 
 class Var:
-    __slots__ = ("name", "shape", "dt", "base", "zstride", "kind", "inexact")
+    __slots__ = ("name", "shape", "dt", "base", "zstride", "kind", "inexact", "grad")
 
     def __init__(self, name, shape, dt, base, zstride=False, kind="tensor"):
         self.name, self.shape, self.dt, self.base = name, tuple(shape), dt, base
         self.zstride, self.kind = zstride, kind
         self.inexact = False   # computed through a not bit-exact op (exp, float reduction, module)
+        self.grad = False      # computed from a module's output (requires grad)
 
     @property
     def cat(self):
@@ -373,6 +374,8 @@ class Gen:
         self.body.append(Assign(name, expr, red_src, red_amp))
         v = Var(name, shape, dt, base or self.new_base(), zstride)
         v.inexact = red_src is not None or self.is_inexact(expr)
+        byname = {u.name: u for u in self.vars}
+        v.grad = any(byname[n].grad for n in _NAMES.findall(expr) if n in byname)
         self.vars.append(v)
         return v
 
@@ -755,9 +758,12 @@ class Gen:
         # tolerance: a reduction of length k; layer_norm divides by sqrt(var + 1e-5) >= 1/316
         amp = k if "Linear" in self.modules[-1][1] else k * 317
         self.add(f"{name}({x})", shape, "float32", red_src=x, red_amp=amp)
+        self.vars[-1].grad = True
         return True
 
     def inplace_target(self):
+        if "inplace_grad_view" in self.avoid:     # open: autograd refuses it in eager
+            return self.pick(lambda v: not v.zstride and v.cat != "b" and not v.grad)
         return self.pick(lambda v: not v.zstride and v.cat != "b")
 
     def st_inplace(self):
@@ -872,8 +878,85 @@ class Gen:
         self.ints.append(Var(name, (), "i", None, kind="scalar"))
         return True
 
+    # ---- narrow dtypes (issue 13): float16, int8, int32 operands
+    def st_lowp(self):
+        """A detour through a narrow dtype and back: cast, one op there,
+        cast to a dtype the generator tracks. float16 ops compute in float32
+        and round once (eager and compiled alike, bit-exact for + - * / and
+        the piecewise-linear ops); int8/int32 wrap around. Floats never go
+        to an integer dtype (NaN/inf/out-of-range conversions are
+        unspecified)."""
+        d = self.d
+        nd = d.choice(["float16", "int8", "int32"])
+        if nd == "float16":
+            v = self.pick()
+        else:
+            v = self.pick(lambda u: u.cat != "f")
+        if v is None:
+            return False
+        w = self.pick(lambda u: bcast(u.shape, v.shape) is not None
+                      and (nd == "float16" or u.cat != "f"))
+        h, g = f"{v.name}.to(tp.{nd})", f"{w.name}.to(tp.{nd})"
+        shape = bcast(v.shape, w.shape)
+        if nd == "float16":
+            op = d.choice(["add", "mul", "div", "relu", "abs", "neg", "max", "where", "floor",
+                           "clamp", "round1", "scalar"])
+            form = {"add": f"({h} + {g})", "mul": f"({h} * {g})", "div": f"({h} / {g})",
+                    "relu": f"tp.relu({h})", "abs": f"{h}.abs()", "neg": f"(-{h})",
+                    "max": f"tp.maximum({h}, {g})",
+                    "where": f"tp.where({h} > 0, {h}, {g})", "floor": f"{h}.floor()",
+                    "clamp": f"tp.clamp({h}, min=-1.5, max=2.0)",
+                    "round1": f"tp.round({h}, decimals=1)",
+                    "scalar": f"({h} * 0.1 + 3)"}[op]
+            back = v.dt if v.cat == "f" else "float32"
+        else:
+            op = d.choice(["add", "mul", "sub", "max", "abs", "neg", "and", "xor", "lt", "scalar"])
+            if "b" in (v.cat, w.cat) and op in ("sub", "neg", "abs"):
+                op = "add"
+            form = {"add": f"({h} + {g})", "mul": f"({h} * {g})", "sub": f"({h} - {g})",
+                    "max": f"tp.maximum({h}, {g})", "abs": f"{h}.abs()", "neg": f"(-{h})",
+                    "and": f"({h} & {g})", "xor": f"({h} ^ {g})", "lt": f"({h} < {g})",
+                    "scalar": f"({h} * 3 + 100)"}[op]
+            back = "bool" if op == "lt" else "int64"
+        if op in ("relu", "abs", "neg", "floor", "clamp", "round1", "scalar"):
+            shape = v.shape
+        self.add(f"{form}.to(tp.{back})", shape, back)
+        return True
+
+    def st_kwargs(self):
+        """Ops called with keyword arguments: each must reach the compiled
+        graph with its meaning (alpha=, min=, negative_slope=, decimals=,
+        rounding_mode=, nan=/posinf=/neginf=)."""
+        d = self.d
+        v = self.pick(lambda u: u.cat == "f")
+        if v is None:
+            return False
+        w = self.pick(lambda u: u.cat == "f" and bcast(u.shape, v.shape) is not None)
+        shape = bcast(v.shape, w.shape)
+        op = d.choice(["add_alpha", "sub_alpha", "clamp_min", "clamp_max", "leaky", "hardtanh",
+                       "round", "div_floor", "div_trunc", "nan_to_num"])
+        form = {"add_alpha": f"tp.add({v.name}, {w.name}, alpha=2)",
+                "sub_alpha": f"tp.sub({v.name}, {w.name}, alpha=3)",
+                "clamp_min": f"tp.clamp({v.name}, min=-0.5)",
+                "clamp_max": f"{v.name}.clamp(max=0.25)",
+                "leaky": f"tp.nn.functional.leaky_relu({v.name}, negative_slope=0.2)",
+                "hardtanh": f"tp.nn.functional.hardtanh({v.name}, min_val=-0.5, max_val=0.75)",
+                "round": f"tp.round({v.name}, decimals={d.choice([1, 2, -1])})",
+                "div_floor": f"tp.div({v.name}, {w.name}, rounding_mode='floor')",
+                "div_trunc": f"tp.div({v.name}, {w.name}, rounding_mode='trunc')",
+                "nan_to_num": f"tp.nan_to_num({v.name}, nan=0.5, posinf=2.0, neginf=-2.0)"}[op]
+        if op not in ("add_alpha", "sub_alpha", "div_floor", "div_trunc"):
+            shape = v.shape
+        dt = v.dt if shape == v.shape and op not in ("add_alpha", "sub_alpha", "div_floor",
+                                                      "div_trunc") else _join([v.dt, w.dt])
+        if op in ("add_alpha", "sub_alpha", "div_floor", "div_trunc"):
+            dt = promote([v.operand(), w.operand()])
+        self.add(form, shape, dt)
+        return True
+
     KINDS = [("unary", 10), ("binary", 14), ("reduce", 8), ("view", 9), ("inplace", 6), ("compare", 4),
-             ("where", 4), ("clamp", 3), ("cast", 3), ("if", 3), ("intgate", 2), ("module", 2), ("logic", 1)]
+             ("where", 4), ("clamp", 3), ("cast", 3), ("if", 3), ("intgate", 2), ("module", 2), ("logic", 1),
+             ("lowp", 6), ("kwargs", 6)]
 
     def program(self):
         d = self.d

@@ -93,7 +93,10 @@ def test_eager_matches_pytorch(data):
     pytest.importorskip("torch")
     api = _api()
     d = HypothesisDrawer(data)
-    prog = generate(d)
+    # in-place writes through a view of a module's output: eager autograd
+    # refuses them for now (repro: test_regressions.py,
+    # test_eager_inplace_on_view_of_module_output_like_torch)
+    prog = generate(d, avoid={"inplace_grad_view"})
     plan = draw_plan(prog, d)
     res = TorchOracle(api, prog, plan).run()
     conftest.SUMMARY["torch_programs"] += 1
