@@ -215,13 +215,10 @@ def test_pointwise_op_dtype_walk(name, arity, fn, dt):
 
 def test_walk_has_no_backend_internal_errors():
     """every (op, dtype) pair the lowering accepts compiles: no LLVM verifier
-    failure hides behind the eager fallback (integer pow is lowered by
-    another change of issue 13 and is left out here)"""
+    failure hides behind the eager fallback"""
     bad = []
     for name, arity, fn in ROWS:
         for dt in DTYPES:
-            if name.startswith("pow") and dt not in ("float16", "float32", "float64"):
-                continue
             args = _arg_tensors(tp, dt, arity)
             with warnings.catch_warnings(record=True) as w:
                 warnings.simplefilter("always")
