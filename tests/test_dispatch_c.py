@@ -312,3 +312,16 @@ def test_c_levels_do_not_keep_the_callers_tensors_alive():
     cf(y)                                # level 1 or 2 still hit while it lives
     assert cf.stats()["hits_level1"] + cf.stats()["hits_level2"] > h2
 
+
+
+def test_a_call_resolved_in_c_arms_level1():
+    """After a fresh-tensor call found its version in C, the same objects
+    called again take level 1 (not level 2)."""
+    cf = tp.compile(lambda x, w: tp.relu(x + w) * 2)
+    cf(tp.randn(8), tp.randn(8))
+    x, w = tp.randn(8), tp.randn(8)
+    cf(x, w)                                  # level 3 in C, arms level 1
+    for _ in range(3):
+        cf(x, w)
+    s = cf._c_stats()
+    assert s["hits_level3"] == 1 and s["hits_level1"] == 3 and s["hits_level2"] == 0, s

@@ -742,12 +742,12 @@ run_entry(CFObject *self, PlanState *plan, EntryObject *e, call_t *c)
         PyObject *v = PyTuple_GET_ITEM(c->free, j);
         arm = !(PyList_Check(v) || PyDict_Check(v) || PyTuple_Check(v));
     }
-    if (arm && arm_level1(self, art, c->args, c->nargs, plan->sources,
-                          c->free) < 0) {
-        Py_CLEAR(res);
-    }
-    else {
+    if (!arm) {
         Py_CLEAR(self->l1);
+    }
+    else if (arm_level1(self, art, c->args, c->nargs, plan->sources,
+                        c->free) < 0) {
+        Py_CLEAR(res);
     }
     Py_DECREF(art);
     return res;
