@@ -339,6 +339,25 @@ stax_ops_binary(const stax_op_info *op, PyObject *a, PyObject *b,
         Py_DECREF(a2);
         return NULL;
     }
+    /* torch: a Python int operand beyond 64 bits does not convert */
+    for (int k = 0; k < 2; k++) {
+        PyObject *o = k ? b2 : a2;
+        if (PyLong_Check(o) && !PyBool_Check(o)) {
+            int over = 0;
+            (void)PyLong_AsLongLongAndOverflow(o, &over);
+            if (over > 0) {
+                (void)PyLong_AsUnsignedLongLong(o);
+                over = PyErr_Occurred() != NULL;
+                PyErr_Clear();
+            }
+            if (over) {
+                Py_DECREF(a2);
+                Py_DECREF(b2);
+                PyErr_SetString(PyExc_OverflowError, "int too big to convert");
+                return NULL;
+            }
+        }
+    }
     r = binary_impl(op, a2, b2, inplace_out);
     Py_DECREF(a2);
     Py_DECREF(b2);

@@ -393,8 +393,12 @@ class Runner:
         ns = {"tp": tp, "np": np, "_gate": rec.gate, "_red": rec.reduce}
         exec(prog.setup_source(), ns)
         exec(prog.fn_source(instrument=True, name="f_inst"), ns)
-        exec(prog.fn_source(), ns)
-        f, f_inst = ns["f"], ns["f_inst"]
+        # the compiled function stores into containers of its own
+        ns_c = dict(ns)
+        if getattr(prog, "stores", False):
+            ns_c["_store"], ns_c["_log"] = {}, []
+        exec(prog.fn_source(), ns_c)
+        f, f_inst = ns_c["f"], ns["f_inst"]
         cf = api.compile(f, self.strict)
         strict = self.strict
         keys = []
@@ -467,6 +471,9 @@ class Runner:
                 continue
             keys.append((_signature_key(api, e_args), tuple(rec.gates)))
             self.compare(j, sig, out_e, out_c, rec)
+            if getattr(prog, "stores", False):
+                self.compare_stores(j, ns, ns_c, rec)
+            self.compare_aliasing(j, out_e, out_c, e_args, c_args, rec)
             # inputs after the call: mutations and version counters
             for k, (a, b) in enumerate(zip(e_args, c_args)):
                 if not api.is_tensor(a):
@@ -505,6 +512,58 @@ class Runner:
                           f"cf.stats()['compiles'] == {got} but the calls had {want} distinct specialization keys "
                           f"(signature + gate outcomes): {_keys_txt(keys)}")
         return "ok"
+
+    def compare_stores(self, j, ns_e, ns_c, rec):
+        """the Python containers the program stores tensors into hold the
+        same values after the compiled call as after the eager one"""
+        api = self.api
+        se, sc = ns_e["_store"], ns_c["_store"]
+        if sorted(se) != sorted(sc):
+            self.fail(j, f"call {j}: stored keys {sorted(sc)} (compiled) != {sorted(se)} (eager)")
+        le, lc = ns_e["_log"], ns_c["_log"]
+        if len(le) != len(lc):
+            self.fail(j, f"call {j}: {len(lc)} values appended (compiled) != {len(le)} (eager)")
+        pairs = [(f"_store[{k!r}]", se[k], sc[k]) for k in sorted(se)]
+        pairs += [(f"_log[{i}]", a, b) for i, (a, b) in enumerate(zip(le, lc))]
+        for what, a, b in pairs:
+            if not api.is_tensor(b):
+                self.fail(j, f"call {j}: {what} holds a {type(b).__name__} after the compiled call, "
+                             "not a tensor")
+            self.compare_tensor(j, what, api.to_numpy(a), api.to_numpy(b), api.dtype_name(a),
+                                api.dtype_name(b), rec)
+
+    def compare_aliasing(self, j, out_e, out_c, e_args, c_args, rec):
+        """an output that is a view of an input in eager is one compiled
+        (same storage) and a write through it reaches the input alike"""
+        api = self.api
+        oe, oc = _flat(out_e), _flat(out_c)
+        for k, (a, b) in enumerate(zip(oe, oc)):
+            if not (api.is_tensor(a) and api.is_tensor(b)) or not hasattr(a, "_storage"):
+                continue
+            for i, (x, y) in enumerate(zip(e_args, c_args)):
+                if not api.is_tensor(x):
+                    continue
+                ae, ac = a._storage is x._storage, b._storage is y._storage
+                if ae != ac:
+                    self.fail(j, f"call {j}: output {k} {'is' if ae else 'is not'} a view of input "
+                                 f"{self.prog.params[i].name} in eager but "
+                                 f"{'is' if ac else 'is not'} compiled")
+        for k, (a, b) in enumerate(zip(oe, oc)):
+            if not (api.is_tensor(a) and api.is_tensor(b)) or not hasattr(a, "_storage"):
+                continue
+            if not any(api.is_tensor(x) and a._storage is x._storage for x in e_args):
+                continue
+            if api.dtype_name(a) == "bool" or any(st == 0 and n > 1 for st, n in zip(a.stride(), a.shape)):
+                continue
+            if any(a._storage is o._storage for o in oe[:k]):
+                continue      # written through an earlier output already
+            a.add_(1)
+            b.add_(1)
+            for i, (x, y) in enumerate(zip(e_args, c_args)):
+                if api.is_tensor(x):
+                    self.compare_tensor(j, f"input {self.prog.params[i].name} after writing through "
+                                           f"output {k}", api.to_numpy(x), api.to_numpy(y),
+                                        api.dtype_name(x), api.dtype_name(y), rec)
 
     def dead_code_raised(self, built, exc_c=None):
         """True when eager raises only in dead code: the DCE'd program runs

@@ -249,6 +249,9 @@ class Program:
 
     def setup_source(self):
         lines = []
+        if getattr(self, "stores", False):
+            # Python containers the program stores traced tensors into
+            lines += ["_store = {}", "_log = []"]
         if self.modules:
             lines.append("tp.manual_seed(0)")
             for name, ctor in self.modules:
@@ -771,10 +774,22 @@ class Gen:
         t = self.inplace_target()
         if t is None:
             return False
-        kind = d.choice(["binary", "setitem", "unary", "clamp", "viewop", "copy"])
+        kind = d.choice(["binary", "setitem", "unary", "clamp", "viewop", "copy", "zero", "fill"])
         tgt = t.name
         tshape = t.shape
-        if kind in ("setitem", "viewop") and len(t.shape) >= 1:
+        if kind in ("zero", "fill") and len(t.shape) >= 2 and d.bool(0.5):
+            # a write through a transpose / narrow / select view
+            form = d.choice(["t", "narrow", "select"])
+            if form == "t":
+                view = f"{t.name}.transpose(0, 1)"
+            elif form == "narrow" and t.shape[0] > 0:
+                view = f"{t.name}.narrow(0, {d.int(0, t.shape[0] - 1)}, 1)"
+            elif t.shape[-1] > 0:
+                view = f"{t.name}.select(-1, {d.int(0, t.shape[-1] - 1)})"
+            else:
+                view = f"{t.name}.transpose(0, 1)"
+            kind = kind + "_view"
+        if kind in ("setitem", "viewop", "zero", "fill") and len(t.shape) >= 1:
             # an index that keeps a view (slices only)
             idx, shape = [], []
             for s in t.shape:
@@ -791,11 +806,15 @@ class Gen:
                     shape.append(s)
             view = f"{t.name}[{', '.join(idx)}]"
             tshape = tuple(shape)
-        else:
+        elif not kind.endswith("_view"):
             view = tgt
             if kind == "setitem":
                 kind = "binary"
-        if kind == "setitem":
+        if kind in ("zero", "zero_view"):
+            self.body.append(Line(f"{view}.zero_()", t.base))
+        elif kind in ("fill", "fill_view"):
+            self.body.append(Line(f"{view}.fill_({self.scalar(t.cat).name})", t.base))
+        elif kind == "setitem":
             if d.bool(0.6):
                 val = self.scalar(t.cat)
             else:
@@ -954,9 +973,23 @@ class Gen:
         self.add(form, shape, dt)
         return True
 
+    def st_store(self):
+        """a traced tensor stored into a Python container (eager leaves
+        the tensor there; so must the compiled call)"""
+        d = self.d
+        v = self.pick()
+        if v is None:
+            return False
+        if d.bool(0.5):
+            self.body.append(Line(f"_store['k{d.int(0, 2)}'] = {v.name}", None))
+        else:
+            self.body.append(Line(f"_log.append({v.name})", None))
+        self.stores = True
+        return True
+
     KINDS = [("unary", 10), ("binary", 14), ("reduce", 8), ("view", 9), ("inplace", 6), ("compare", 4),
              ("where", 4), ("clamp", 3), ("cast", 3), ("if", 3), ("intgate", 2), ("module", 2), ("logic", 1),
-             ("lowp", 6), ("kwargs", 6)]
+             ("lowp", 6), ("kwargs", 6), ("store", 2)]
 
     def program(self):
         d = self.d
@@ -984,6 +1017,7 @@ class Gen:
                 ret.append(s.name)
         mutated_params = sorted(p.name for p in params if p.kind == "tensor" and p.base in self.mutated)
         prog = Program(params, self.body, ret, self.modules, mutated_params)
+        prog.stores = getattr(self, "stores", False)
         prog.base_shape = self.base_shape
         prog.derive = self.derive
         return prog
