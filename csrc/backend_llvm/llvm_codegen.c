@@ -495,6 +495,23 @@ verf_f32(cg_t *g, LLVMValueRef x)
     return LLVMBuildSelect(b, nan, x, r, "");
 }
 
+/* The divisor an integer division may use without a trap: 1 where the
+ * divisor is 0 (*isz, the caller selects its result) and, signed, where it
+ * is -1 (*m1: INT_MIN / -1 overflows; the caller selects -x, which wraps to
+ * INT_MIN as torch's result does, and x % 1 == x % -1 == 0). */
+static LLVMValueRef
+safe_divisor(cg_t *g, LLVMTypeRef t, LLVMValueRef d, int un, LLVMValueRef *isz,
+             LLVMValueRef *m1)
+{
+    LLVMValueRef one = LLVMConstInt(t, 1, 0);
+    LLVMValueRef bad = *isz;
+    if (!un) {
+        *m1 = LLVMBuildICmp(g->b, LLVMIntEQ, d, LLVMConstAllOnes(t), "");
+        bad = LLVMBuildOr(g->b, bad, *m1, "");
+    }
+    return LLVMBuildSelect(g->b, bad, one, d, "");
+}
+
 static LLVMValueRef gen_prim_in(cg_t *g, const stax_lval *v, stax_dtype_t adt,
                                 LLVMValueRef *x);
 
@@ -551,11 +568,16 @@ gen_prim_in(cg_t *g, const stax_lval *v, stax_dtype_t adt, LLVMValueRef *x)
             return LLVMBuildFDiv(b, x[0], x[1], "");
         }
         else {
-            /* integer division truncating; /0 gives 0 instead of a trap */
+            /* integer division truncating; /0 gives 0 instead of a trap
+             * (the program raises: lw_zero_check) */
             LLVMValueRef z = LLVMConstInt(t, 0, 0);
             LLVMValueRef isz = LLVMBuildICmp(b, LLVMIntEQ, x[1], z, "");
-            LLVMValueRef d = LLVMBuildSelect(b, isz, LLVMConstInt(t, 1, 0), x[1], "");
+            LLVMValueRef m1 = NULL;
+            LLVMValueRef d = safe_divisor(g, t, x[1], un, &isz, &m1);
             LLVMValueRef q = un ? LLVMBuildUDiv(b, x[0], d, "") : LLVMBuildSDiv(b, x[0], d, "");
+            if (m1 != NULL) {
+                q = LLVMBuildSelect(b, m1, LLVMBuildNeg(b, x[0], ""), q, "");
+            }
             return LLVMBuildSelect(b, isz, z, q, "");
         }
     case STAX_PRIM_FLOORDIV:
@@ -586,7 +608,8 @@ gen_prim_in(cg_t *g, const stax_lval *v, stax_dtype_t adt, LLVMValueRef *x)
         else {
             LLVMValueRef z = LLVMConstInt(t, 0, 0);
             LLVMValueRef isz = LLVMBuildICmp(b, LLVMIntEQ, x[1], z, "");
-            LLVMValueRef d = LLVMBuildSelect(b, isz, LLVMConstInt(t, 1, 0), x[1], "");
+            LLVMValueRef m1 = NULL;
+            LLVMValueRef d = safe_divisor(g, t, x[1], un, &isz, &m1);
             if (un) {
                 return LLVMBuildSelect(b, isz, z, LLVMBuildUDiv(b, x[0], d, ""), "");
             }
@@ -597,6 +620,7 @@ gen_prim_in(cg_t *g, const stax_lval *v, stax_dtype_t adt, LLVMValueRef *x)
             LLVMValueRef sy = LLVMBuildICmp(b, LLVMIntSLT, d, z, "");
             LLVMValueRef adj = LLVMBuildAnd(b, rnz, LLVMBuildXor(b, sx, sy, ""), "");
             q = LLVMBuildSub(b, q, LLVMBuildZExt(b, adj, t, ""), "");
+            q = LLVMBuildSelect(b, m1, LLVMBuildNeg(b, x[0], ""), q, "");
             return LLVMBuildSelect(b, isz, z, q, "");
         }
     case STAX_PRIM_FMOD:
@@ -616,7 +640,9 @@ gen_prim_in(cg_t *g, const stax_lval *v, stax_dtype_t adt, LLVMValueRef *x)
         }
         LLVMValueRef z = LLVMConstInt(t, 0, 0);
         LLVMValueRef isz = LLVMBuildICmp(b, LLVMIntEQ, x[1], z, "");
-        LLVMValueRef d = LLVMBuildSelect(b, isz, LLVMConstInt(t, 1, 0), x[1], "");
+        LLVMValueRef m1 = NULL;
+        /* x % -1 == 0: the divisor 1 gives it without INT_MIN's trap */
+        LLVMValueRef d = safe_divisor(g, t, x[1], un, &isz, &m1);
         r = un ? LLVMBuildURem(b, x[0], d, "") : LLVMBuildSRem(b, x[0], d, "");
         if (v->prim == STAX_PRIM_REMAINDER && !un) {
             LLVMValueRef rnz = LLVMBuildICmp(b, LLVMIntNE, r, z, "");
@@ -669,10 +695,17 @@ gen_prim_in(cg_t *g, const stax_lval *v, stax_dtype_t adt, LLVMValueRef *x)
         return LLVMBuildFDiv(b, fconst(g, t, 1.0), intrinsic(g, "llvm.sqrt", t, x, 1), "");
     case STAX_PRIM_SIN: return intrinsic(g, "llvm.sin", t, x, 1);
     case STAX_PRIM_COS: return intrinsic(g, "llvm.cos", t, x, 1);
-    case STAX_PRIM_FLOOR: return intrinsic(g, "llvm.floor", t, x, 1);
-    case STAX_PRIM_CEIL: return intrinsic(g, "llvm.ceil", t, x, 1);
-    case STAX_PRIM_ROUND: return intrinsic(g, "llvm.roundeven", t, x, 1);
-    case STAX_PRIM_TRUNC: return intrinsic(g, "llvm.trunc", t, x, 1);
+    case STAX_PRIM_FLOOR:
+    case STAX_PRIM_CEIL:
+    case STAX_PRIM_ROUND:
+    case STAX_PRIM_TRUNC:
+        if (!fp) {
+            return x[0];    /* integers are their own floor (div rounding_mode) */
+        }
+        return intrinsic(g, v->prim == STAX_PRIM_FLOOR ? "llvm.floor"
+                            : v->prim == STAX_PRIM_CEIL ? "llvm.ceil"
+                            : v->prim == STAX_PRIM_ROUND ? "llvm.roundeven" : "llvm.trunc",
+                         t, x, 1);
     case STAX_PRIM_POW:
         return fp ? intrinsic(g, "llvm.pow", t, x, 2) : ipow(g, t, x[0], x[1], un);
     case STAX_PRIM_EXPM1: return libm(g, "expm1", t, x, 1);

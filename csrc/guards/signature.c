@@ -4,8 +4,10 @@
  * strides): the shape at index 2, so dimension 0 of the first positional
  * tensor sits at inputs[0][0][2][0]. None/bool/int/float/str map to
  * (type, value); tuple/list to (type, (child, ...)); dict to
- * (type, ((key, child), ...)); anything else to (type, id). */
+ * (type, ((key, child), ...)); NumPy scalars (np.float64(2.0), np.int64,
+ * np.bool_) to (type, value) like Python's; anything else to (type, id). */
 #include "guards/guards.h"
+#include "tensor/stax_numpy.h"
 
 #include <xxhash.h>
 
@@ -117,6 +119,13 @@ tensor_signature(StaxTensor *t, int dynamic)
     return res;
 }
 
+/* a NumPy number or bool scalar: a value (the trace reads it as a constant) */
+static int
+is_np_scalar(PyObject *o)
+{
+    return PyArray_IsScalar(o, Number) || PyArray_IsScalar(o, Bool);
+}
+
 PyObject *
 stax_guard_signature(PyObject *o, int dynamic)
 {
@@ -125,7 +134,7 @@ stax_guard_signature(PyObject *o, int dynamic)
         return tensor_signature((StaxTensor *)o, dynamic);
     }
     if (o == Py_None || PyBool_Check(o) || PyLong_Check(o)
-        || PyFloat_Check(o) || PyUnicode_Check(o)) {
+        || PyFloat_Check(o) || PyUnicode_Check(o) || is_np_scalar(o)) {
         return PyTuple_Pack(2, (PyObject *)Py_TYPE(o), o);
     }
     if (PyTuple_Check(o) || PyList_Check(o)) {
@@ -286,6 +295,18 @@ stax_guard_fp_feed(stax_keybuf *kb, PyObject *o)
         }
         int r = stax_guard_fp_feed(kb, s);
         Py_DECREF(s);
+        return r;
+    }
+    if (is_np_scalar(o)) {
+        /* by value (w.a holds the NumPy type): equal scalars, one key */
+        PyObject *item = PyObject_CallMethod(o, "item", NULL);
+        if (item == NULL) {
+            return -1;
+        }
+        w.tag = 9;
+        XXH3_128bits_update(st, &w, sizeof w);
+        int r = fp_feed(st, item);
+        Py_DECREF(item);
         return r;
     }
     if (PyFloat_Check(o)) {

@@ -133,6 +133,10 @@ typedef struct lw_ctx {
      * those quantities as size-argument slots) across the size variants */
     int symbolic;
     PyObject *kcache;
+    /* integer divisions: 0-d bool buffers, any(divisor == 0) of each; the
+     * program raises eager's ZeroDivisionError when one is set */
+    int nzchecks;
+    int zchecks[32];
 } lw_ctx;
 
 /* construction (arena) */
@@ -245,6 +249,9 @@ int lw_lower_formula(lw_ctx *c, struct lw_node_in *in, PyObject *bound,
                      const char *formula, vbuf *out, const char **why);
 int lw_lower_reduction(lw_ctx *c, struct lw_node_in *in, PyObject *bound,
                        vbuf *x, vbuf *out, const char **why);
+/* integer division, remainder or fmod in the body of v (a node's value):
+ * a kernel flagging a zero divisor (lw_ctx.zchecks); 0, or -1 + error */
+int lw_zero_check(lw_ctx *c, vbuf *v);
 int lw_lower_softmax(lw_ctx *c, struct lw_node_in *in, PyObject *bound,
                      vbuf *x, vbuf *out, int logsm, const char **why);
 int lw_lower_layer_norm(lw_ctx *c, struct lw_node_in *in, PyObject *bound,

@@ -635,3 +635,81 @@ lw_lower_batch_norm(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
     out->body = y;
     return y ? 1 : -1;
 }
+
+static int
+is_int_division(const stax_lval *v)
+{
+    return v->kind == STAX_LV_PRIM && v->nargs == 2
+           && (v->prim == STAX_PRIM_DIV || v->prim == STAX_PRIM_FLOORDIV
+               || v->prim == STAX_PRIM_REMAINDER || v->prim == STAX_PRIM_FMOD)
+           && !lw_is_float(v->args[1]->dtype) && v->args[1]->dtype != STAX_BOOL;
+}
+
+/* the integer divisions of a body, outermost first; divisions inside one
+ * belong to an earlier node (already checked) */
+static void
+find_divisions(const stax_lval *v, const stax_lval **out, int *n, int cap, int depth)
+{
+    if (v == NULL || *n >= cap || depth > 64) {
+        return;
+    }
+    if (is_int_division(v)) {
+        out[(*n)++] = v->args[1];
+        return;
+    }
+    if (v->kind == STAX_LV_PRIM || v->kind == STAX_LV_CAST) {
+        for (int i = 0; i < v->nargs; i++) {
+            find_divisions(v->args[i], out, n, cap, depth + 1);
+        }
+    }
+}
+
+int
+lw_zero_check(lw_ctx *c, vbuf *v)
+{
+    if (v == NULL || v->kind != VB_TENSOR || v->body == NULL) {
+        return 0;
+    }
+    const stax_lval *divs[8];
+    int nd = 0;
+    find_divisions(v->body, divs, &nd, 8, 0);
+    for (int i = 0; i < nd; i++) {
+        if (divs[i]->kind == STAX_LV_CONST && divs[i]->i != 0) {
+            continue;
+        }
+        if (c->nzchecks == (int)(sizeof(c->zchecks) / sizeof(c->zchecks[0]))) {
+            PyErr_SetString(PyExc_RuntimeError, "stax: too many integer divisions to check");
+            return -1;
+        }
+        vbuf in = *v;
+        in.pbuf = -1;
+        in.label = NULL;
+        in.body = lw_prim(c, STAX_PRIM_EQ, STAX_BOOL, divs[i],
+                          lw_const(c, divs[i]->dtype, 0.0), NULL);
+        if (in.body == NULL) {
+            return -1;
+        }
+        int mask[STAX_MAX_DIMS];
+        for (int d = 0; d < in.ndim; d++) {
+            mask[d] = 1;
+        }
+        redk r;
+        if (red_begin(c, &in, mask, "zero_divisor", &r) < 0) {
+            return -1;
+        }
+        const stax_lval *x = red_value(c, &in, &r);
+        int a0 = x ? add_acc(r.k, STAX_RED_ANY, STAX_BOOL, x, NULL) : -1;
+        vbuf out;
+        memset(&out, 0, sizeof(out));
+        out.kind = VB_TENSOR;
+        out.ndim = 0;
+        out.dtype = STAX_BOOL;
+        out.pbuf = -1;
+        if (a0 < 0 || red_store(c, &r, &in, mask, &out, lw_acc(c, a0, STAX_BOOL), 0) < 0) {
+            return -1;
+        }
+        c->pbufs[out.pbuf].is_output = 1;   /* read after the last step */
+        c->zchecks[c->nzchecks++] = out.pbuf;
+    }
+    return 0;
+}

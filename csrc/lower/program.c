@@ -711,6 +711,14 @@ lw_program_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
             Py_CLEAR(slots[s->frees[q]]);
         }
     }
+    for (int q = 0; q < c->nzchecks; q++) {
+        PyObject *f = slots[c->zchecks[q]];
+        if (f != NULL && *(const unsigned char *)data_ptr(f)) {
+            /* eager's error for an integer division by zero (torch's too) */
+            PyErr_SetString(PyExc_RuntimeError, "ZeroDivisionError");
+            goto done;
+        }
+    }
     uint64_t rg = 0;
     for (Py_ssize_t i = 0; i < nargs; i++) {
         if (StaxTensor_Check(args[i]) && ((StaxTensor *)args[i])->requires_grad) {

@@ -159,7 +159,15 @@ template_node(PyObject *o, void *ctx)
         }
     }
     if (v->kind == VB_PYOBJ) {
-        return v->pbuf >= 0 ? lw_slotref_new(v->pbuf) : Py_NewRef(v->obj ? v->obj : Py_None);
+        if (v->pbuf < 0) {
+            return Py_NewRef(v->obj ? v->obj : Py_None);
+        }
+        if (for_output) {
+            /* a non-tensor value (x.type(), x.data_ptr()) returned: its slot
+             * must outlive the steps, like a tensor output's */
+            mark_output(t, v->pbuf, NULL);
+        }
+        return lw_slotref_new(v->pbuf);
     }
     if (v->kind == VB_TUPLE) {
         PyObject *tup = PyTuple_New(v->nitems);
@@ -958,6 +966,9 @@ lw_build_program(PyObject *gm, PyObject *ex, stax_backend *be, int strict, int d
                 struct lw_node_in in = {base, op, node, nargs,
                                         nkw == Py_None ? NULL : nkw, val, vb, index};
                 rc = lw_lower_node(c, &in, &v, &why);
+                if (rc > 0 && lw_zero_check(c, v) < 0) {
+                    rc = -1;
+                }
                 if (rc < 0) {
                     /* an internal lowering problem: report, then fall back */
                     PyObject *et, *ev, *etb;

@@ -510,6 +510,26 @@ g_ndim(PyObject *self, void *c)
     return meta_attr(self, "ndim");
 }
 
+/* metadata sigma holds (dtype, device, layout): read from the sample, no
+ * node; a node would reach the back end as a non-tensor op (and, as an
+ * output, as a value computed on a sample that is gone) */
+static PyObject *
+g_meta(PyObject *self, void *c)
+{
+    return meta_attr(self, (const char *)c);
+}
+
+static PyObject *
+g_nbytes(PyObject *self, void *c)
+{
+    StaxProxy *p = (StaxProxy *)self;
+    if (stax_trace_need_val(p) == NULL
+        || stax_trace_shape_read(p->tracer, p->node, -1) < 0) {
+        return NULL;
+    }
+    return meta_attr(self, "nbytes");
+}
+
 static PyObject *
 g_requires_grad(PyObject *self, void *c)
 {
@@ -660,6 +680,21 @@ pm_numel(PyObject *self, PyObject *unused)
         return NULL;
     }
     return PyObject_CallMethod(stax_trace_need_val(p), "numel", NULL);
+}
+
+static PyObject *pmeth_record(PyObject *proxy, const char *name, PyObject *args,
+                              PyObject *kwds);
+static PyObject *pm_forward_meta(PyObject *self, PyObject *args, const char *name);
+
+/* x.type() names the dtype (sigma holds it): the sample's answer; x.type(T)
+ * converts: a node */
+static PyObject *
+pm_type(PyObject *self, PyObject *args, PyObject *kwds)
+{
+    if (PyTuple_GET_SIZE(args) == 0 && (kwds == NULL || PyDict_GET_SIZE(kwds) == 0)) {
+        return pm_forward_meta(self, args, "type");
+    }
+    return pmeth_record(self, "type", args, kwds);
 }
 
 static PyObject *
@@ -835,6 +870,25 @@ pmeth_call(ProxyMethod *self, PyObject *args, PyObject *kwds)
 }
 
 static PyObject *
+pmeth_record(PyObject *proxy, const char *name, PyObject *args, PyObject *kwds)
+{
+    PyObject *nm = PyUnicode_InternFromString(name), *h, *full, *r = NULL;
+    if (nm == NULL) {
+        return NULL;
+    }
+    h = PyTuple_Pack(1, proxy);
+    full = h ? PySequence_Concat(h, args) : NULL;
+    if (full != NULL) {
+        r = stax_trace_record(((StaxProxy *)proxy)->tracer, STAX_NODE_CALL_METHOD,
+                              nm, full, kwds);
+    }
+    Py_XDECREF(h);
+    Py_XDECREF(full);
+    Py_DECREF(nm);
+    return r;
+}
+
+static PyObject *
 pmeth_repr(ProxyMethod *self)
 {
     return PyUnicode_FromFormat("<traced method %U of %R>", self->name,
@@ -947,6 +1001,8 @@ static PyMethodDef proxy_methods[] = {
     {"numel", (PyCFunction)pm_numel, METH_NOARGS, NULL},
     {"nelement", (PyCFunction)pm_numel, METH_NOARGS, NULL},
     {"dim", (PyCFunction)pm_dim, METH_NOARGS, NULL},
+    {"type", (PyCFunction)(void (*)(void))pm_type, METH_VARARGS | METH_KEYWORDS,
+     "x.type(): the dtype's name (no node); x.type(dtype): a conversion"},
     {"ndimension", (PyCFunction)pm_dim, METH_NOARGS, NULL},
     {"item", (PyCFunction)pm_item, METH_NOARGS, "value gate 'item'"},
     {"tolist", (PyCFunction)pm_tolist, METH_NOARGS, "value gate 'tolist'"},
@@ -969,6 +1025,13 @@ static PyGetSetDef proxy_getset[] = {
     {"device", g_device, NULL, NULL, NULL},
     {"ndim", g_ndim, NULL, NULL, NULL},
     {"requires_grad", g_requires_grad, NULL, NULL, NULL},
+    {"nbytes", g_nbytes, NULL, "sample size in bytes (a shape read)", NULL},
+    {"itemsize", g_meta, NULL, NULL, "itemsize"},
+    {"is_cuda", g_meta, NULL, NULL, "is_cuda"},
+    {"is_cpu", g_meta, NULL, NULL, "is_cpu"},
+    {"is_meta", g_meta, NULL, NULL, "is_meta"},
+    {"is_sparse", g_meta, NULL, NULL, "is_sparse"},
+    {"is_quantized", g_meta, NULL, NULL, "is_quantized"},
     {"is_leaf", g_is_leaf, NULL, NULL, NULL},
     {"grad", g_grad, NULL, NULL, NULL},
     {"T", g_T, NULL, NULL, NULL},

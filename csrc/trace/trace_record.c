@@ -4,6 +4,7 @@
  * under no_grad, its writes to tensor arguments are noted, and a new Proxy
  * is returned. */
 #include "trace/trace_internal.h"
+#include "tensor/stax_numpy.h"
 #include "structmember.h"
 #include <string.h>
 
@@ -74,6 +75,12 @@ trace_leaf(PyObject *o, void *vctx)
     }
     if (c->mode == 0 && stax_trace_is_tensor(o)) {
         return stax_trace_const_node(c->tr, o);
+    }
+    if (c->mode == 0 && (PyArray_IsScalar(o, Number) || PyArray_IsScalar(o, Bool))) {
+        /* np.float64(2.0), np.int64, np.bool_: eager treats them as Python
+         * scalars; the graph holds the Python value (op overloads, back
+         * ends, printing read Python numbers) */
+        return PyObject_CallMethod(o, "item", NULL);
     }
     return NULL;   /* no leaf: the walk goes on */
 }

@@ -8,6 +8,8 @@ its path in that structure, its condition text, the expected value (from the
 version's key) and the actual value (from the call's key). ``diff`` returns
 exactly the components where two keys differ (Corollary 2.1)."""
 
+import numpy as _np
+
 __all__ = ["Guard", "diff_sig", "leaves_sig", "GATE_TEXT"]
 
 GATE_TEXT = "control-flow gate outcomes match the traced branch"
@@ -32,9 +34,14 @@ class Guard:
 
 
 def _same(a, b):
-    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
-        return True
-    return type(a) is type(b) and a == b
+    if type(a) is type(b) and _is_value(type(a)) and a != a and b != b:
+        return True    # NaN: the same value for a guard
+    return type(a) is type(b) and bool(a == b)
+
+
+def _is_value(t):
+    """Scalars guarded by value: Python's and NumPy's (np.float64(2.0), np.int64, np.bool_)."""
+    return t in _SCALARS or (isinstance(t, type) and issubclass(t, (_np.number, _np.bool_)))
 
 
 def _tname(t):
@@ -73,7 +80,7 @@ def diff_sig(e, a, p, out):
             if e[k] != a[k]:
                 out.append(Guard(f"{p}[{k}]", f"{p}[{k}] == {e[k]!r}", e[k], a[k]))
         return
-    if te in _SCALARS:
+    if _is_value(te):
         if not _same(e[1], a[1]):
             out.append(Guard(f"{p}[1]", f"{p}[1] == {e[1]!r}", e[1], a[1]))
         return
@@ -93,7 +100,7 @@ def diff_sig(e, a, p, out):
             diff_sig(x, y, f"{p}[1][{k!r}]", out)
         return
     if e[1] != a[1]:
-        out.append(Guard(f"{p}[1]", f"{p}[1] == id {e[1]:#x}", e[1], a[1]))
+        out.append(Guard(f"{p}[1]", _id_text(p, e[1]), e[1], a[1]))
 
 
 def leaves_sig(e, p, out):
@@ -109,7 +116,7 @@ def leaves_sig(e, p, out):
                 out.append(Guard(f"{p}[2][{i}]", f"{p}[2][{i}] == {x}", x, x))
         for k, _ in _TFIELDS:
             out.append(Guard(f"{p}[{k}]", f"{p}[{k}] == {e[k]!r}", e[k], e[k]))
-    elif te in _SCALARS:
+    elif _is_value(te):
         out.append(Guard(f"{p}[1]", f"{p}[1] == {e[1]!r}", e[1], e[1]))
     elif isinstance(e[1], tuple) and issubclass(te, (tuple, list)):
         out.append(Guard(f"{p}[1]", f"len({p}[1]) == {len(e[1])}", len(e[1]), len(e[1])))
@@ -121,4 +128,9 @@ def leaves_sig(e, p, out):
         for k, x in e[1]:
             leaves_sig(x, f"{p}[1][{k!r}]", out)
     else:
-        out.append(Guard(f"{p}[1]", f"{p}[1] == id {e[1]:#x}", e[1], e[1]))
+        out.append(Guard(f"{p}[1]", _id_text(p, e[1]), e[1], e[1]))
+
+
+def _id_text(p, v):
+    """The identity guard's condition (v: the id an object signature holds)."""
+    return f"{p}[1] == id {v:#x}" if isinstance(v, int) else f"{p}[1] == {v!r}"

@@ -46,9 +46,12 @@ import collections
 import dis
 import types
 
+import numpy as _np
+
 __all__ = ["Plan", "analyze"]
 
-_SCALARS = (type(None), bool, int, float, str)
+# NumPy scalars too: `self.scale = np.float32(0.5)` is a constant of the trace
+_SCALARS = (type(None), bool, int, float, str, _np.number, _np.bool_)
 _LOAD_ATTR = ("LOAD_ATTR", "LOAD_METHOD")
 _WRITE_ONLY = frozenset(("append", "extend", "insert", "add", "update", "clear", "discard",
                          "appendleft", "extendleft"))
