@@ -158,3 +158,181 @@ def test_int_pow_negative_scalar_exponent_raises_like_eager():
     assert want[:2] == ("err", RuntimeError)
     got = _outcome(tp.compile(fn), a)
     assert got[:2] == want[:2] and "negative integer powers" in got[2]
+
+
+# ------------------------------------------------------- config, back ends
+def test_config_typo_cache_size_limt_raises():
+    with pytest.raises(AttributeError, match="cache_size_limt.*did you mean 'cache_size_limit'"):
+        tp.compiler.config.cache_size_limt = 2
+    assert not hasattr(tp.compiler.config, "cache_size_limt")
+
+
+@pytest.mark.parametrize("name,value,exc", [
+    ("cache_size_limit", "8", TypeError), ("cache_size_limit", -1, ValueError),
+    ("cache_size_limit", 2.0, TypeError), ("cache_size_limit", True, TypeError),
+    ("accumulated_cache_size_limit", -5, ValueError), ("num_threads", -3, ValueError),
+    ("warn_on_fallback", "yes", TypeError)])
+def test_config_bad_value_raises_naming_the_setting(name, value, exc):
+    old = getattr(tp.compiler.config, name)
+    with pytest.raises(exc, match=name):
+        setattr(tp.compiler.config, name, value)
+    assert getattr(tp.compiler.config, name) == old
+
+
+def _run_env(code, **env):
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    e = dict(os.environ, PYTHONPATH=os.path.join(root, "python"), **env)
+    return subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_env_tensorplay_logs_bogus_warns_once():
+    r = _run_env("import tensorplay, tensorplay.compiler", TENSORPLAY_LOGS="bogus,recompiles")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("TENSORPLAY_LOGS") == 1 and "'bogus'" in r.stderr
+
+
+def test_env_num_threads_negative_warns_once():
+    r = _run_env("import tensorplay as tp; print(tp.compiler.config.num_threads)",
+                 TENSORPLAY_NUM_THREADS="-3")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("TENSORPLAY_NUM_THREADS") == 1
+    assert r.stdout.strip() == "0"
+
+
+def test_backend_returning_non_callable_names_the_backend():
+    def my_backend(gm, example_inputs, **options):
+        return 42
+    f = tp.compile(lambda x: x + 1, backend=my_backend)
+    with pytest.raises(TypeError, match="'my_backend' returned int, not a callable"):
+        f(tp.ones(2))
+
+
+def test_strict_backend_failure_is_native_compile_error(monkeypatch):
+    from tensorplay.compiler import _backends
+
+    def broken(gm, ex, **kw):
+        raise RuntimeError("LLVM verifier rejected kernel0: the back end's log")
+    monkeypatch.setattr(_backends._C, "stax_backend", broken)
+    f = tp.compile(lambda x: x + 1, strict_native=True)
+    with pytest.raises(NativeCompileError, match="the back end's log"):
+        f(tp.ones(2))
+
+
+@pytest.fixture
+def recompiles():
+    import logging
+    lines = []
+
+    class H(logging.Handler):
+        def emit(self, record):
+            lines.append(record.getMessage())
+    h, lg = H(), logging.getLogger("tensorplay.recompiles")
+    lg.addHandler(h)
+    tp.compiler.set_logs(recompiles=True)
+    yield lines
+    tp.compiler.set_logs(recompiles=False)
+    lg.removeHandler(h)
+
+
+def test_recompile_log_separates_versions_and_gate_reads_as_failed(recompiles):
+    def f(x):
+        if x.sum() > 0:
+            return x * 2
+        return x - 1
+    cf = tp.compile(f)
+    cf(tp.ones(4))
+    cf(-tp.ones(4))
+    cf(tp.ones(6))
+    assert recompiles[0] == ("recompiling 'f': version 0: control-flow gate outcomes == (True,) "
+                             "(the traced branch; this call: (False,))")
+    assert recompiles[1].startswith("recompiling 'f': version 0: inputs[0][0][2][0] == 4; "
+                                    "version 1: inputs[0][0][2][0] == 4, ")
+
+
+# ------------------------------------------------------------ strict holes
+def test_strict_log_append_traced_tensor_runs_natively_or_raises():
+    log = []
+
+    def f(x):
+        log.append(x.sum())
+        return x * 2
+    # a traced tensor appended to a list: replayed from the compiled call
+    g = tp.compile(f, strict_native=True)
+    g(tp.ones(3))
+    g(tp.ones(3) * 2)
+    assert [float(v) for v in log] == [3.0, 6.0]
+    assert all(type(v) is tp.Tensor for v in log)
+
+    marker = []
+
+    def h(x):
+        marker.append(object())        # not a constant of the key: not replayable
+        return x * 2
+    with pytest.raises(NativeCompileError, match=r"list\.append.*marker\.append\(object\(\)\)"):
+        tp.compile(h, strict_native=True)(tp.ones(3))
+
+
+# ------------------------------------------------ grad mode, seeds inside
+def test_no_grad_block_inside_compiled_requires_grad():
+    def f(x):
+        with tp.no_grad():
+            y = x * 2
+            w = y + 1
+        z = x * 2
+        return y, z, w * x, w.sum()
+    x = tp.randn(3).requires_grad_()
+    cf = tp.compile(f)
+    want = [t.requires_grad for t in f(x)]
+    assert want == [False, True, True, False]
+    for _ in range(2):
+        got = cf(x)
+        assert [t.requires_grad for t in got] == want
+        assert all(tp.allclose(a, b) for a, b in zip(got, f(x)))
+
+
+@pytest.mark.parametrize("expr", ["x.detach() * 2", "(x * 2).detach()", "x.detach()",
+                                  "(x * 2).detach() + x"])
+def test_detach_output_requires_grad_matches_eager(expr):
+    fn = eval("lambda x: " + expr)
+    x = tp.randn(3).requires_grad_()
+    cf = tp.compile(fn)
+    for _ in range(2):
+        assert cf(x).requires_grad == fn(x).requires_grad
+
+
+def test_manual_seed_inside_compiled_reseeds_every_call():
+    def g(x):
+        tp.manual_seed(0)
+        return x + tp.rand_like(x), tp.randn_like(x) * 2
+    x = tp.zeros(3)
+    want = g(x)
+    cg = tp.compile(g, strict_native=True)
+    for _ in range(3):
+        tp.rand(5)                      # move the stream between calls
+        got = cg(x)
+        assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()
+    after = tp.rand(4).tolist()
+    g(x)
+    assert tp.rand(4).tolist() == after   # the stream continues as eagerly
+
+
+def test_manual_seed_after_a_draw_inside_compiled():
+    def g(x):
+        a = tp.rand_like(x)
+        tp.manual_seed(1)
+        return x + a, tp.rand_like(x)
+    x = tp.zeros(2)
+    tp.manual_seed(5)
+    want = g(x)
+    with pytest.raises(NativeCompileError, match="manual_seed"):
+        tp.compile(g, strict_native=True)(x)
+    cg = tp.compile(g)
+    tp.manual_seed(5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = cg(x)
+    assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()

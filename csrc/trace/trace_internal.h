@@ -21,6 +21,7 @@ struct StaxTracer {
                                 out=, writes through views */
     int active;
     int entry_depth;         /* Python frames below fn's when tracing began */
+    int grad_at_start;       /* grad mode when the trace began (rho) */
 };
 
 extern PyTypeObject *StaxTracer_Type;

@@ -465,6 +465,24 @@ stax_trace_record(StaxTracer *tr, stax_node_op_t op, PyObject *target,
         goto done;
     }
     res = stax_trace_proxy_new(tr, n);
+    if (res != NULL && tr->grad_at_start && !stax_grad_enabled() && !node_writes(n)
+        && !(PyUnicode_Check(target) && PyUnicode_CompareWithASCIIString(target, "detach") == 0)) {
+        /* recorded inside `with tp.no_grad():` of a function called with
+         * grad on: eager's result does not require grad; the graph says so
+         * with a detach (no effect on the value) */
+        PyObject *v = PyDict_GetItemString(n->meta, "val");
+        if (v != NULL && stax_trace_is_tensor(v)) {
+            static PyObject *detach_name = NULL;
+            PyObject *a = NULL;
+            if (detach_name == NULL) {
+                detach_name = PyUnicode_InternFromString("detach");
+            }
+            a = detach_name ? PyTuple_Pack(1, res) : NULL;
+            Py_SETREF(res, a ? stax_trace_record(tr, STAX_NODE_CALL_METHOD, detach_name, a, NULL)
+                             : NULL);
+            Py_XDECREF(a);
+        }
+    }
 done:
     Py_XDECREF(na);
     Py_XDECREF(nk);

@@ -512,6 +512,7 @@ py_trace(PyObject *mod, PyObject *args, PyObject *kwds)
     }
     tr->active = 1;
     tr->entry_depth = stax_trace_frame_depth();
+    tr->grad_at_start = stax_grad_enabled();
     /* placeholders: tensor leaves of args then kwargs, depth first */
     pnames = param_names(fn, &varargs);
     if (pnames == NULL) {

@@ -3,6 +3,7 @@
 The stream (Philox4x32-10, counter layout, transforms to uniform/normal) is
 documented in docs/rng.md and csrc/tensor/tensor.h."""
 import contextlib
+import threading
 
 from tensorplay import _C
 
@@ -12,9 +13,19 @@ __all__ = ["manual_seed", "seed", "initial_seed", "get_rng_state", "set_rng_stat
 default_generator = _C.default_generator
 
 
+# while tp.compile traces a function: the manual_seed calls it makes, as
+# (seed, whether the generator had moved since the trace began) (the
+# compile driver replays them on every call of the compiled function)
+_trace_seeds = threading.local()
+
+
 def manual_seed(seed):
     """Seed the default generator; returns it."""
-    return default_generator.manual_seed(int(seed))
+    s = int(seed)
+    log = getattr(_trace_seeds, "log", None)
+    if log is not None and _C.is_tracing():
+        log.append((s, default_generator.get_state().tolist() != _trace_seeds.state0))
+    return default_generator.manual_seed(s)
 
 
 def seed():

@@ -1,18 +1,55 @@
 """tp.compiler.config: the knobs of the compile driver (docs/config.md)."""
+import difflib
 import os
+import warnings
 
 __all__ = ["config"]
 
 
 def _env_int(name, default):
-    try:
-        return int(os.environ.get(name, default))
-    except ValueError:
+    """An integer >= 0 from the environment; anything else warns once (naming
+    the variable) and gives the default."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
         return default
+    try:
+        v = int(raw)
+    except ValueError:
+        v = None
+    if v is None or v < 0:
+        warnings.warn(f"{name}={raw!r} is not an integer >= 0; using {default} "
+                      "(0 = the number of cores)", RuntimeWarning, stacklevel=3)
+        return default
+    return v
+
+
+def _int_at_least_0(name, v):
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(f"tp.compiler.config.{name} must be an int, got {type(v).__name__} ({v!r})")
+    if v < 0:
+        raise ValueError(f"tp.compiler.config.{name} must be >= 0, got {v}")
+    return v
+
+
+def _bool(name, v):
+    if not isinstance(v, bool):
+        raise TypeError(f"tp.compiler.config.{name} must be a bool, got {type(v).__name__} ({v!r})")
+    return v
+
+
+# field -> validator (the only settable names: a typo raises)
+_FIELDS = {
+    "cache_size_limit": _int_at_least_0,
+    "accumulated_cache_size_limit": _int_at_least_0,
+    "num_threads": _int_at_least_0,
+    "warn_on_fallback": _bool,
+}
 
 
 class _Config:
     """Plain attributes; read at every miss, so changes apply at once.
+    Setting an unknown name (a typo: cache_size_limt) raises AttributeError;
+    a value of the wrong type raises TypeError, a negative count ValueError.
 
     cache_size_limit: specialization versions kept per compiled function;
     accumulated_cache_size_limit: compilations of one code object, over every
@@ -49,6 +86,18 @@ class _Config:
         value = os.fspath(value)
         self._cache_dir = os.path.abspath(os.path.expanduser(value))
         self._cache_dir_given = value
+
+    def __setattr__(self, name, value):
+        check = _FIELDS.get(name)
+        if check is None:
+            near = difflib.get_close_matches(name, _FIELDS, n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else ""
+            raise AttributeError(f"tp.compiler.config has no setting {name!r}{hint} "
+                                 f"(settings: {', '.join(_FIELDS)})")
+        object.__setattr__(self, name, check(name, value))
+
+    def __delattr__(self, name):
+        raise AttributeError(f"tp.compiler.config settings cannot be deleted ({name!r})")
 
     def __repr__(self):
         items = {k: v for k, v in vars(self).items() if not k.startswith("_")}

@@ -189,6 +189,78 @@ def _run_replay(replay, flat, fork=False):
     return out if isinstance(out, (tuple, list)) else (out,)
 
 
+def _target_name(n):
+    t = n.target
+    if isinstance(t, str):
+        return t
+    return getattr(t, "_stax_op", None) or getattr(t, "__name__", "")
+
+
+def _detach_masks(gm):
+    """Per output leaf of gm, the mask of the inputs (placeholders, in
+    order) whose requires_grad reaches it in eager: cut by detach (and the
+    detach nodes the tracer adds for `with tp.no_grad():` blocks), 0 for
+    non-floating values; in-place writes add their operands' mask to their
+    target. None when the graph has no detach (the compiled program's own
+    requires_grad is then eager's)."""
+    masks, k, cut, out = {}, 0, False, None
+    T = _tensor_type()
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            masks[n] = 1 << k
+            k += 1
+            continue
+        if n.op == "output":
+            out = n.args[0] if len(n.args) == 1 else n.args
+            break
+        m = 0
+        for i in n.all_input_nodes:
+            m |= masks.get(i, 0)
+        name = _target_name(n)
+        if name == "detach":
+            m, cut = 0, True
+        val = n.meta.get("val")
+        if isinstance(val, T) and not val.is_floating_point():
+            m = 0
+        if (name.endswith("_") and not name.endswith("__")) or "setitem" in name:
+            a0 = n.args[0] if n.args else None
+            if a0 in masks:
+                masks[a0] |= m
+                m |= masks[a0]
+        masks[n] = m
+    if not cut or out is None:
+        return None
+
+    def walk(o):
+        if isinstance(o, (tuple, list)):
+            return type(o)(walk(x) for x in o)
+        if isinstance(o, dict):
+            return {kk: walk(x) for kk, x in o.items()}
+        return masks.get(o) if type(o).__name__ == "Node" else None
+    return walk(out)
+
+
+def _apply_detach_masks(out, masks, flat):
+    """Outputs the compiled program marked requires_grad where eager's do
+    not (a detach / no_grad block on their way): detached views."""
+    rg = 0
+    for i, t in enumerate(flat):
+        if t.requires_grad:
+            rg |= 1 << i
+    if rg == 0:
+        return out
+
+    def fix(o, m):
+        if isinstance(m, (tuple, list)) and isinstance(o, (tuple, list)) and len(o) == len(m):
+            return type(o)(fix(x, mm) for x, mm in zip(o, m))
+        if isinstance(m, dict) and isinstance(o, dict):
+            return {kk: fix(x, m.get(kk)) for kk, x in o.items()}
+        if isinstance(m, int) and (m & rg) == 0 and getattr(o, "requires_grad", False):
+            return o.detach()
+        return o
+    return fix(out, masks)
+
+
 def _tuplify(v):
     if isinstance(v, list):
         return tuple(_tuplify(x) for x in v)
@@ -199,7 +271,7 @@ class _Call:
     """The parts of one call's key that the slow path computes."""
     __slots__ = ("args", "kwargs", "free", "sig_args", "sig_kwargs", "sig_free",
                  "rho", "dtype", "flat", "paths", "gkey", "alias", "effects", "stores",
-                 "n_extras", "unsafe_store")
+                 "n_extras", "unsafe_store", "seeds")
 
 
 class Version:
@@ -242,6 +314,8 @@ class Version:
         self.effects, self.effects_eager = (), False   # set by Driver._build
         self.mutates_inputs = False
         self.stores, self.n_extras = (), 0             # set by Driver._build
+        self.seeds = ()
+        self.detach_masks = _detach_masks(gm) if gm is not None else None
 
     # -- inspection -------------------------------------------------------
     @property
@@ -360,7 +434,10 @@ class Version:
             except Exception as e:  # noqa: BLE001
                 act = f"replay failed: {type(e).__name__}"
             if act != self.gates:
-                out.append(Guard("gates", GATE_TEXT, self.gates, act))
+                # as a failed condition, like the other guards' `x == 4`
+                out.append(Guard("gates", f"control-flow gate outcomes == {self.gates!r} "
+                                          f"(the traced branch; this call: {act!r})",
+                                 self.gates, act))
         return out
 
 
@@ -660,6 +737,10 @@ class Driver:
         if not v.n_extras:
             for i, name, a, k in v.effects:     # the traced calls' side effects
                 getattr(free[i], name)(*a, **k)
+        if v.seeds:
+            from tensorplay import random as _random
+            for s in v.seeds:
+                _random.default_generator.manual_seed(s)
         art = self._artifact(v, flat, args, kwargs, plan, free)
         out = art(*flat)
         if v.n_extras:
@@ -679,6 +760,7 @@ class Driver:
         cf = self._cf() if self._cf is not None else None
         if cf is not None:
             if (not v.gate_kinds and not kwargs and not v.effects and not v.n_extras
+                    and v.detach_masks is None and not v.seeds
                     and all(type(a) in _SCALARS or isinstance(a, _tensor_type()) for a in args)
                     and all(not isinstance(x, (list, dict, tuple)) for x in free)):
                 cf._set_level1(art, tuple(args), plan.tuples(free), tuple(free))
@@ -732,15 +814,14 @@ class Driver:
                           stacklevel=4)
             return None
         if self.versions and _logs.enabled("recompiles"):
-            failed = []
-            for v in self.versions:
-                failed.extend(v.failed_guards(call))
-            _logs.logger("recompiles").info(
-                f"recompiling '{self.name}': " + "; ".join(str(g) for g in failed))
+            # per version, the guards that failed (a guard text can hold ';')
+            parts = [f"version {v.index}: " + ", ".join(str(g) for g in v.failed_guards(call))
+                     for v in self.versions]
+            _logs.logger("recompiles").info(f"recompiling '{self.name}': " + "; ".join(parts))
         v = self._build(call, plan)
         v._entry = _C._DispatchEntry(
             v.index, (v.artifact if v.shape_polymorphic and not v.effects_eager
-                      and not v.n_extras else None),
+                      and not v.n_extras and not v.seeds and v.detach_masks is None else None),
             tuple((i, d, s) for i, d, s, _ in v.shape_reads), bool(v.gate_kinds), v.effects)
         self.versions.append(v)
         self._groups.setdefault(call.gkey, []).append(v)
@@ -764,13 +845,19 @@ class Driver:
                 names.append(params[i] if i < len(params) else f"arg{i}")
         lifted = tuple(x for x in call.free if isinstance(x, _tensor_type()))
         from tensorplay.nn import modules as _nnm
+        from tensorplay import random as _random
         slog = _stores.StoreLog()
         prev, _nnm._store_log = _nnm._store_log, slog
+        seeds = _random._trace_seeds
+        sprev = getattr(seeds, "log", None), getattr(seeds, "state0", None)
+        seeds.log, seeds.state0 = [], _random.get_rng_state().tolist()
         try:
             tr = _C.trace(wrapper, lifted + tuple(call.args), dict(call.kwargs), names)
         finally:
             _nnm._store_log = prev
             slog.undo()
+            call.seeds = seeds.log
+            seeds.log, seeds.state0 = sprev
         _raise_sample_error(tr.graph_module.graph)
         call.effects = getattr(wrapper, "effects", None)
         self._collect_stores(call, plan, tr, slog)
@@ -795,6 +882,7 @@ class Driver:
             new = _lift._EffectLog((i, name, _stores.extract(a, extras),
                                     _stores.extract(k, extras)) for i, name, a, k in eff)
             new.replayable = eff.replayable
+            new.where, new.call = eff.where, eff.call
             call.effects = new
         stores = []
         self_obj = plan.self_obj
@@ -832,10 +920,16 @@ class Driver:
             opts.setdefault("dynamic", True)
         before = _C._cache_counters()
         try:
-            return with_view_outputs(gm, self.backend(gm, list(flat), **opts)), False
+            art = self.backend(gm, list(flat), **opts)
         except Exception as e:  # noqa: BLE001
             if self.strict_native:
-                raise
+                if isinstance(e, _C.NativeCompileError) or self.backend_name != "stax":
+                    raise
+                # a failure of the native back end itself (LLVM, NVRTC):
+                # strict's error, carrying the back end's log
+                raise _C.NativeCompileError(
+                    f"strict_native: back end {self.backend_name!r} failed on '{self.name}': "
+                    f"{type(e).__name__}: {e}") from e
             if config.warn_on_fallback:
                 warnings.warn(f"tensorplay.compile: back end {self.backend_name!r} failed on "
                               f"'{self.name}' ({type(e).__name__}: {e}); this version runs eagerly",
@@ -845,6 +939,11 @@ class Driver:
             after = _C._cache_counters()
             for i in range(3):
                 self._cache_counts[i] += after[i] - before[i]
+        if not callable(art):
+            raise TypeError(f"tensorplay.compile: back end {self.backend_name!r} returned "
+                            f"{type(art).__name__!s}, not a callable; a back end is "
+                            "backend(gm, example_inputs, **options) -> callable")
+        return with_view_outputs(gm, art), False
 
     def _aliased_writes(self, gm, tr):
         """Tensor inputs that share a storage, one of them written in place
@@ -927,6 +1026,12 @@ class Driver:
         v.effects = tuple(eff or ())
         v.mutates_inputs = bool(getattr(tr, "mutated_inputs", None))
         v.effects_eager = eff is not None and not eff.replayable
+        if v.effects_eager and self.strict_native:
+            raise _C.NativeCompileError(
+                f"strict_native: '{self.name}' passes a value that cannot be replayed to "
+                f"{eff.call or 'a container outside the function'}(...) at "
+                f"{eff.where or self._fn_line()}; that call cannot be compiled (the function "
+                "would run eagerly on every call)")
         v.stores, v.n_extras = call.stores, call.n_extras
         if call.unsafe_store is not None:
             where = call.unsafe_store
@@ -937,6 +1042,18 @@ class Driver:
                 raise _C.NativeCompileError(msg + f"; at {self._fn_line()}")
             if config.warn_on_fallback:
                 warnings.warn(msg + "; this version runs eagerly", RuntimeWarning, stacklevel=5)
+            v.effects_eager = True
+        # tp.manual_seed inside the function: every call reseeds, as eager
+        # does; the compiled program then draws from the new stream. A seed
+        # after a random draw of the same call cannot be replayed before the
+        # program: that version runs eagerly (strict: an error)
+        seeds = getattr(call, "seeds", None) or []
+        v.seeds = tuple(s for s, _ in seeds)
+        if any(moved for _, moved in seeds):
+            if self.strict_native:
+                raise _C.NativeCompileError(
+                    f"strict_native: '{self.name}' calls tp.manual_seed after drawing random "
+                    "numbers; compiled random ops draw before the function's own reseed")
             v.effects_eager = True
         if _logs.enabled("guards"):
             _logs.logger("guards").info(f"guards of '{self.name}' version {v.index}: "

@@ -44,6 +44,7 @@ global containers (a global list of tensors), attributes read through
 """
 import collections
 import dis
+import sys
 import types
 
 import numpy as _np
@@ -130,6 +131,9 @@ class _EffectRecorder:
 
         def record(*a, **k):
             if not (all(_replayable(x) for x in a) and all(_replayable(x) for x in k.values())):
+                if log.replayable:
+                    log.where = _user_line(sys._getframe(1))
+                    log.call = f"{self._type.__name__}.{name}"
                 log.replayable = False
             log.append((index, name, a, dict(k)))
         return record
@@ -137,6 +141,15 @@ class _EffectRecorder:
 
 class _EffectLog(list):
     replayable = True
+    where = call = None     # the first call that cannot be replayed
+
+
+def _user_line(fr):
+    """'file:line in fn: source' of a frame (strict_native's messages)."""
+    import linecache
+    co = fr.f_code
+    src = linecache.getline(co.co_filename, fr.f_lineno).strip()
+    return f"{co.co_filename}:{fr.f_lineno} in {co.co_name}: {src}"
 
 
 def _tensor_type():

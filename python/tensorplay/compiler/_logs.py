@@ -64,6 +64,11 @@ def _from_env():
     names = [s.strip() for s in spec.split(",") if s.strip()]
     if "all" in names:
         names = list(TOPICS)
+    unknown = [n for n in names if n not in _on and n != "all"]
+    if unknown:
+        import warnings
+        warnings.warn(f"TENSORPLAY_LOGS={spec!r}: unknown topic(s) {', '.join(map(repr, unknown))} "
+                      f"ignored; topics: all, {', '.join(TOPICS)}", RuntimeWarning, stacklevel=2)
     known = {n: True for n in names if n in _on}
     if known:
         set_logs(**known)
