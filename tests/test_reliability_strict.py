@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import tensorplay as tp
+import tensorplay.nn.functional as F
 from tensorplay._C import NativeCompileError
 
 
@@ -336,3 +337,122 @@ def test_manual_seed_after_a_draw_inside_compiled():
         warnings.simplefilter("ignore")
         got = cg(x)
     assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()
+
+
+# ------------------------------------------- strict: native, not refused
+T = 5
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("causal_mask_tril_ones_bool",
+     lambda x: x.masked_fill(~tp.tril(tp.ones(T, T, dtype=tp.bool)), float("-inf")).softmax(-1)),
+    ("tril_ones_float", lambda x: x * tp.tril(tp.ones(T, T))),
+    ("triu_diagonal", lambda x: tp.triu(x, 1) + tp.tril(x, -2)),
+    ("zeros_fill_scalar", lambda x: x + tp.zeros(T, T).fill_(2.5)),
+    ("full_ones_empty", lambda x: x * tp.full((T, T), 3.0) + tp.ones(T) - tp.empty(T, T).fill_(1)),
+    ("movedim", lambda x: x.reshape(1, T, T).movedim(0, 2) * 2),
+    ("moveaxis_fn", lambda x: tp.movedim(x.reshape(T, 1, T), 2, 0) + 1),
+    ("diagonal_offset", lambda x: x.diagonal(1) * 2),
+    ("diagonal_fn_neg", lambda x: tp.diagonal(x, -1) + 1),
+    ("advanced_index_last", lambda x: x.reshape(1, T, T)[:, [-1], :] * 2),
+    ("advanced_index_list", lambda x: x[[3, 0, 4]] + 1),
+    ("requires_grad_false", lambda x: (x * 2).requires_grad_(False) + 1),
+])
+def test_strict_native_constant_mask_and_views(name, fn):
+    x = tp.randn(T, T)
+    cf = tp.compile(fn, strict_native=True)
+    got, want = cf(x), fn(x)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    assert tp.allclose(got, want, equal_nan=True)
+    assert cf.stats()["fallbacks"] == 0
+
+
+def test_strict_requires_grad_false_detaches_the_variable():
+    def g(x):
+        y = x * 2
+        y.requires_grad_(False)
+        return y, y + x, (x * 3).requires_grad_(False)
+    x = tp.randn(3).requires_grad_()
+    want = [t.requires_grad for t in g(x)]
+    assert want == [False, True, False]
+    assert [t.requires_grad for t in tp.compile(g, strict_native=True)(x)] == want
+
+
+def test_strict_rand_randn_factories_draw_eagers_numbers():
+    def h(x):
+        return x + tp.rand(3), tp.randn(2, 2, dtype=tp.float64)
+    tp.manual_seed(3)
+    want = h(tp.zeros(3))
+    ch = tp.compile(h, strict_native=True)
+    for _ in range(2):
+        tp.manual_seed(3)
+        got = ch(tp.zeros(3))
+        assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()
+
+
+def test_factory_keywords_reach_the_graph_or_are_refused():
+    with pytest.raises(NativeCompileError, match="explicit generator"):
+        tp.compile(lambda x: x + tp.rand(3, generator=tp.default_generator),
+                   strict_native=True)(tp.zeros(3))
+    fn = lambda x: x + tp.ones(3, device="cpu", dtype=tp.float64, layout=None)  # noqa: E731
+    got = tp.compile(fn, strict_native=True)(tp.zeros(3))
+    assert got.dtype == tp.float64 and got.tolist() == fn(tp.zeros(3)).tolist()
+
+
+# ------------------------------------------------- strict: user's words
+def test_strict_message_names_user_source_line_for_expanded_input_mutation():
+    def f(x):
+        x.add_(1)
+        return x
+    with pytest.raises(NativeCompileError) as ei:
+        tp.compile(f, strict_native=True)(tp.ones(3, 1).expand(3, 4))
+    msg = str(ei.value)
+    assert "<unknown source line>" not in msg
+    assert "test_reliability_strict.py" in msg and "x.add_(1)" in msg
+    assert "expanded input" in msg
+
+
+def test_strict_message_uses_users_words():
+    with pytest.raises(NativeCompileError) as ei:
+        tp.compile(lambda x: x.data_ptr(), strict_native=True)(tp.ones(2))
+    msg = str(ei.value)
+    assert "Tensor.data_ptr()" in msg
+    assert "op table" not in msg and "node's target" not in msg and "%" not in msg
+
+
+def test_strict_trace_failure_raises_eagers_exception():
+    fn = lambda x: x.reshape(7) + 1  # noqa: E731
+    with pytest.raises(RuntimeError) as eager:
+        fn(tp.ones(6))
+    with pytest.raises(type(eager.value)) as comp:
+        tp.compile(fn, strict_native=True)(tp.ones(6))
+    assert str(comp.value) == str(eager.value)
+    assert "tracing" not in str(comp.value)
+
+
+# ------------------------------- keywords reach the graph or are refused
+@pytest.mark.parametrize("name,fn", [
+    ("cross_entropy_weight", lambda x, t, w, y: F.cross_entropy(x, t, weight=w)),
+    ("nll_loss_weight", lambda x, t, w, y: F.nll_loss(x.log_softmax(-1), t, weight=w)),
+    ("bce_with_logits_pos_weight",
+     lambda x, t, w, y: F.binary_cross_entropy_with_logits(x, y, pos_weight=w)),
+    ("bce_with_logits_weight", lambda x, t, w, y: F.binary_cross_entropy_with_logits(x, y, weight=w)),
+    ("cross_entropy_reduction_sum", lambda x, t, w, y: F.cross_entropy(x, t, reduction="sum")),
+    ("cross_entropy_label_smoothing", lambda x, t, w, y: F.cross_entropy(x, t, label_smoothing=0.1)),
+    ("mse_reduction_none", lambda x, t, w, y: F.mse_loss(x, y, reduction="none")),
+    ("softplus_beta_threshold", lambda x, t, w, y: F.softplus(x, beta=2.0, threshold=1.0)),
+    ("gelu_approximate", lambda x, t, w, y: F.gelu(x, approximate="tanh")),
+    ("std_correction", lambda x, t, w, y: x.std(1, correction=0)),
+    ("sum_dtype", lambda x, t, w, y: x.sum(dtype=tp.float64)),
+    ("softmax_dtype", lambda x, t, w, y: x.softmax(-1, dtype=tp.float64)),
+    ("add_alpha", lambda x, t, w, y: tp.add(x, y, alpha=2)),
+])
+def test_keyword_arguments_never_dropped(name, fn):
+    tp.manual_seed(0)
+    x, t, w, y = tp.randn(4, 6), tp.tensor([1, 0, 5, 2]), tp.rand(6) + 0.5, tp.rand(4, 6)
+    want = fn(x, t, w, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = tp.compile(fn)(x, t, w, y)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    assert tp.allclose(got.double(), want.double(), rtol=1e-5, atol=1e-6)

@@ -328,9 +328,13 @@ int
 stax_graph_p_decomp_applicable(const stax_op_info *op, const p_sexp *t,
                                PyObject *bound)
 {
-    int n = stax_graph_p_schema_len(op);
+    int n = stax_graph_p_schema_len(op), nt = 0;
     for (int i = 0; i < n && i < PyTuple_GET_SIZE(bound); i++) {
-        if (p_is_tensor_param(op, i)
+        /* the first `arity` tensor parameters are the template's operands
+         * (a, b, c); a later optional tensor (cross_entropy's weight=,
+         * pos_weight=) the template does not name must be at its default,
+         * or the expansion would drop it */
+        if ((p_is_tensor_param(op, i) && nt++ < op->arity)
             || p_refs_name(t, stax_graph_p_schema_name(op, i))) {
             continue;
         }

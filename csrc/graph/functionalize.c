@@ -443,10 +443,15 @@ stax_graph_fz_writeback(p_op_ctx *c)
             return -1;
         }
         PyObject *args = PyTuple_Pack(2, ph, cur);
-        Py_DECREF(cur);
         PyObject *r = args ? stax_graph_p_emit(c, "copy_", "default", args,
                                                NULL, 1) : NULL;
         Py_XDECREF(args);
+        /* the write-back stands for the user's last in-place write: its
+         * source line (strict_native's messages name it) */
+        if (r != NULL && stax_graph_p_is_node(cur) && stax_graph_p_copy_stack(r, cur) < 0) {
+            Py_CLEAR(r);
+        }
+        Py_DECREF(cur);
         if (r == NULL) {
             return -1;
         }

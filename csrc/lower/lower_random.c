@@ -116,7 +116,7 @@ lw_lower_random(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
                 vbuf *out, const char **why)
 {
     stax_op_id_t id = in->op->id;
-    PyObject *gen = lw_bound_arg(bound, in->op, "generator");
+    PyObject *gen = bound != NULL ? lw_bound_arg(bound, in->op, "generator") : NULL;
     if (c->no_random) {
         UNSUPPORTED("random op next to a fallback kernel (draw order)");
     }
@@ -196,4 +196,148 @@ lw_lower_random(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
         UNSUPPORTED("too many random draws in one program");
     }
     return out->body ? 1 : -1;
+}
+
+/* ------------------------------------------------------------ factories */
+static const char *const factory_names[] = {"zeros", "ones", "full", "empty", "rand", "randn",
+                                            NULL};
+
+int
+lw_is_factory(const char *name)
+{
+    for (int i = 0; name != NULL && factory_names[i]; i++) {
+        if (!strcmp(name, factory_names[i])) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int
+is_cpu_device(PyObject *d)
+{
+    if (d == Py_None) {
+        return 1;
+    }
+    PyObject *s = PyObject_Str(d);
+    int r = s != NULL && PyUnicode_Check(s) && PyUnicode_CompareWithASCIIString(s, "cpu") == 0;
+    Py_XDECREF(s);
+    PyErr_Clear();
+    return r;
+}
+
+/* zeros/ones/full/empty/rand/randn(size..., **kw): the shape and dtype are
+ * the node's value's; every keyword either has that meaning (dtype,
+ * device='cpu', layout, pin_memory=False, requires_grad=False,
+ * generator=None) or the node is refused (out=, requires_grad=True, a
+ * generator, a tensor fill value) */
+int
+lw_lower_factory(lw_ctx *c, const char *name, PyObject *args, PyObject *kwargs,
+                 PyObject *val, vbuf **outp, const char **why)
+{
+    vbuf *out = lw_vb_new(c);
+    int64_t st[STAX_MAX_DIMS];
+    PyObject *fill = NULL;
+    if (out == NULL) {
+        return -1;
+    }
+    out->kind = VB_TENSOR;
+    if (val == NULL || !lw_val_info(val, &out->ndim, out->sizes, st, &out->dtype)) {
+        UNSUPPORTED("factory whose value is not a tensor");
+    }
+    int random = !strcmp(name, "rand") || !strcmp(name, "randn");
+    if (!strcmp(name, "full")) {
+        fill = args != NULL && PyTuple_Check(args) && PyTuple_GET_SIZE(args) >= 2
+               ? PyTuple_GET_ITEM(args, 1) : NULL;
+    }
+    if (kwargs != NULL && PyDict_Check(kwargs)) {
+        PyObject *k, *v;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(kwargs, &pos, &k, &v)) {
+            const char *kn = PyUnicode_Check(k) ? PyUnicode_AsUTF8(k) : NULL;
+            if (kn == NULL) {
+                PyErr_Clear();
+                UNSUPPORTED("factory keyword is not a str");
+            }
+            if (!strcmp(kn, "dtype") || !strcmp(kn, "size") || !strcmp(kn, "memory_format")) {
+                continue;     /* the value's dtype and shape; contiguous */
+            }
+            if (!strcmp(kn, "fill_value") && !strcmp(name, "full")) {
+                fill = v;
+            }
+            else if (!strcmp(kn, "device")) {
+                if (!is_cpu_device(v)) {
+                    UNSUPPORTED("factory on a device other than the CPU");
+                }
+            }
+            else if (!strcmp(kn, "layout")) {
+                if (v != Py_None) {
+                    PyObject *s = PyObject_Str(v);
+                    int ok = s && PyUnicode_Check(s) && PyUnicode_Tailmatch(
+                        s, PyUnicode_FromString("strided"), 0, PY_SSIZE_T_MAX, 1) == 1;
+                    Py_XDECREF(s);
+                    PyErr_Clear();
+                    if (!ok) {
+                        UNSUPPORTED("factory with a non-strided layout");
+                    }
+                }
+            }
+            else if (!strcmp(kn, "requires_grad") || !strcmp(kn, "pin_memory")) {
+                int t = PyObject_IsTrue(v);
+                if (t != 0) {
+                    PyErr_Clear();
+                    UNSUPPORTED(kn[0] == 'r' ? "factory with requires_grad=True"
+                                             : "factory with pin_memory=True");
+                }
+            }
+            else if (!strcmp(kn, "generator") && random) {
+                if (v != Py_None) {
+                    UNSUPPORTED("random op with an explicit generator");
+                }
+            }
+            else {
+                UNSUPPORTED("factory keyword without a native meaning (out=, names=, ...)");
+            }
+        }
+    }
+    if (random) {
+        const stax_op_info *op = stax_op_by_name(name[4] == 'n' ? "randn_like" : "rand_like");
+        if (op == NULL) {
+            UNSUPPORTED("random factory without a native lowering");
+        }
+        struct lw_node_in in;
+        memset(&in, 0, sizeof(in));
+        in.opname = op->name;
+        in.op = op;
+        in.val = val;
+        int rc = lw_lower_random(c, &in, NULL, NULL, out, why);
+        if (rc > 0) {
+            *outp = out;
+        }
+        return rc;
+    }
+    double v = !strcmp(name, "ones") ? 1.0 : 0.0;
+    if (!strcmp(name, "full")) {
+        if (fill == NULL || !(PyBool_Check(fill) || PyLong_Check(fill) || PyFloat_Check(fill))) {
+            UNSUPPORTED("full with a fill value that is not a Python number");
+        }
+        if (PyLong_Check(fill) && !PyBool_Check(fill)) {
+            int ovf = 0;
+            long long iv = PyLong_AsLongLongAndOverflow(fill, &ovf);
+            if (ovf || iv > (1LL << 53) || iv < -(1LL << 53)) {
+                PyErr_Clear();
+                UNSUPPORTED("full with an integer fill value beyond 2**53");
+            }
+            v = (double)iv;
+        }
+        else {
+            v = PyFloat_Check(fill) ? PyFloat_AS_DOUBLE(fill) : (fill == Py_True ? 1.0 : 0.0);
+        }
+    }
+    out->body = lw_const(c, out->dtype, v);
+    if (out->body == NULL) {
+        return -1;
+    }
+    *outp = out;
+    return 1;
 }

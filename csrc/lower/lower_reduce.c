@@ -646,33 +646,71 @@ is_int_division(const stax_lval *v)
 }
 
 /* the integer divisions of a body, outermost first; divisions inside one
- * belong to an earlier node (already checked) */
+ * belong to an earlier node (already checked). Bodies are DAGs (a value
+ * read twice is one shared subtree): each subtree is visited once. */
+#define FD_SLOTS 8192
+typedef struct {
+    const stax_lval **seen;     /* open addressing, FD_SLOTS */
+    int nseen;
+    int over;                   /* too many distinct subtrees */
+} fd_ctx;
+
 static void
-find_divisions(const stax_lval *v, const stax_lval **out, int *n, int cap, int depth)
+find_divisions(fd_ctx *f, const stax_lval *v, const stax_lval **out, int *n, int cap)
 {
-    if (v == NULL || *n >= cap || depth > 64) {
+    if (v == NULL || *n >= cap || f->over) {
         return;
     }
+    size_t h = ((uintptr_t)v >> 4) & (FD_SLOTS - 1);
+    while (f->seen[h] != NULL) {
+        if (f->seen[h] == v) {
+            return;
+        }
+        h = (h + 1) & (FD_SLOTS - 1);
+    }
+    if (++f->nseen > FD_SLOTS / 2) {
+        f->over = 1;
+        return;
+    }
+    f->seen[h] = v;
     if (is_int_division(v)) {
         out[(*n)++] = v->args[1];
         return;
     }
     if (v->kind == STAX_LV_PRIM || v->kind == STAX_LV_CAST) {
         for (int i = 0; i < v->nargs; i++) {
-            find_divisions(v->args[i], out, n, cap, depth + 1);
+            find_divisions(f, v->args[i], out, n, cap);
         }
     }
 }
 
 int
-lw_zero_check(lw_ctx *c, vbuf *v)
+lw_zero_check(lw_ctx *c, const char *opname, vbuf *v)
 {
-    if (v == NULL || v->kind != VB_TENSOR || v->body == NULL) {
+    static const char *const divs_ops[] = {"floor_divide", "floordiv", "remainder", "mod",
+                                           "fmod", "div", "divide", NULL};
+    int is_div = 0;
+    for (int i = 0; opname != NULL && divs_ops[i]; i++) {
+        is_div |= !strcmp(opname, divs_ops[i]);
+    }
+    if (!is_div || v == NULL || v->kind != VB_TENSOR || v->body == NULL
+        || lw_is_float(v->dtype) || v->dtype == STAX_BOOL) {
         return 0;
     }
     const stax_lval *divs[8];
     int nd = 0;
-    find_divisions(v->body, divs, &nd, 8, 0);
+    fd_ctx f = {PyMem_Calloc(FD_SLOTS, sizeof(const stax_lval *)), 0, 0};
+    if (f.seen == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    find_divisions(&f, v->body, divs, &nd, 8);
+    PyMem_Free(f.seen);
+    if (f.over) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "stax: integer division in a body too large to check for zero divisors");
+        return -1;
+    }
     for (int i = 0; i < nd; i++) {
         if (divs[i]->kind == STAX_LV_CONST && divs[i]->i != 0) {
             continue;

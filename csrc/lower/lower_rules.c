@@ -200,6 +200,44 @@ lw_num(PyObject *o, double dflt)
     return v;
 }
 
+/* tril / triu: x where (col - row) <= k (tril) or >= k (triu) over the
+ * last two dims, else 0 (the causal mask of attention) */
+static int
+lower_tri(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x, vbuf *out, int lower,
+          const char **why)
+{
+    PyObject *k = lw_bound_arg(bound, in->op, "diagonal");
+    long long kv = 0;
+    if (k != NULL && k != Py_None) {
+        if (!PyLong_Check(k)) {
+            UNSUPPORTED("tril/triu with a diagonal that is not an int");
+        }
+        int ovf = 0;
+        kv = PyLong_AsLongLongAndOverflow(k, &ovf);
+        if (ovf || (kv == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            UNSUPPORTED("tril/triu diagonal out of range");
+        }
+    }
+    if (x->ndim < 2 || out->ndim != x->ndim || out->dtype != x->dtype) {
+        UNSUPPORTED("tril/triu of a tensor with fewer than 2 dims");
+    }
+    int nd = out->ndim;
+    const stax_ix *d = lw_ix_bin(c, STAX_IX_ADD, lw_ix_var(c, nd - 1),
+                                 lw_ix_bin(c, STAX_IX_MUL, lw_ix_var(c, nd - 2),
+                                           lw_ix_const(c, -1)));
+    const stax_lval *cond = lw_prim(c, lower ? STAX_PRIM_LE : STAX_PRIM_GE, STAX_BOOL,
+                                    lw_index(c, d, STAX_INT64),
+                                    lw_const(c, STAX_INT64, (double)kv), NULL);
+    const stax_lval *xb = x->body;     /* same shape: the same loop vars */
+    if (cond == NULL || xb == NULL) {
+        return -1;
+    }
+    out->body = lw_prim(c, STAX_PRIM_WHERE, out->dtype, cond, xb,
+                        lw_const(c, out->dtype, 0.0));
+    return out->body ? 1 : -1;
+}
+
 /* ------------------------------------------------------------- dispatch */
 int
 lw_lower_node(lw_ctx *c, struct lw_node_in *in, vbuf **outp, const char **why)
@@ -320,6 +358,9 @@ lw_lower_node(lw_ctx *c, struct lw_node_in *in, vbuf **outp, const char **why)
         }
         else if (((id == STAX_OP_SLICE_SCATTER) || (id == STAX_OP_SELECT_SCATTER)) && x != NULL) {
             rc = lw_lower_scatter(c, in, bound, x, out, why);
+        }
+        else if (((id == STAX_OP_TRIL) || (id == STAX_OP_TRIU)) && x != NULL) {
+            rc = lower_tri(c, in, bound, x, out, id == STAX_OP_TRIL, why);
         }
         else if ((id == STAX_OP_ZEROS_LIKE) || (id == STAX_OP_ONES_LIKE)
                  || (id == STAX_OP_FULL_LIKE)) {

@@ -119,7 +119,23 @@ lw_int_list(PyObject *o, int64_t *v, int max)
     return (int)n;
 }
 
-/* getitem with ints, slices, None, Ellipsis */
+/* a list of Python ints (not bools): x[:, [-1], :] */
+static int
+int_list_index(PyObject *o)
+{
+    if (!PyList_Check(o) || PyList_GET_SIZE(o) == 0) {
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(o); i++) {
+        PyObject *e = PyList_GET_ITEM(o, i);
+        if (!PyLong_Check(e) || PyBool_Check(e)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* getitem with ints, slices, None, Ellipsis and one list of ints */
 static int
 lower_getitem(lw_ctx *c, vbuf *x, PyObject *idx, vbuf *out, const char **why)
 {
@@ -138,14 +154,21 @@ lower_getitem(lw_ctx *c, vbuf *x, PyObject *idx, vbuf *out, const char **why)
         n = 1;
         items[0] = idx;
     }
-    int consumed = 0;
+    int consumed = 0, nlists = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         if (PyLong_Check(items[i]) || PySlice_Check(items[i])) {
             consumed++;
         }
+        else if (int_list_index(items[i])) {
+            consumed++;
+            nlists++;
+        }
         else if (items[i] != Py_None && items[i] != Py_Ellipsis) {
             UNSUPPORTED("advanced (tensor) indexing");
         }
+    }
+    if (nlists > 1) {
+        UNSUPPORTED("more than one advanced (list) index");
     }
     const stax_ix *map[STAX_MAX_DIMS];
     int xd = 0, od = 0;
@@ -160,6 +183,50 @@ lower_getitem(lw_ctx *c, vbuf *x, PyObject *idx, vbuf *out, const char **why)
         }
         else if (it == Py_None) {
             od++;
+        }
+        else if (PyList_Check(it)) {
+            /* one list of ints: that dim gathers the listed entries and stays
+             * in place (torch's rule for a single advanced index) */
+            if (xd >= x->ndim) {
+                UNSUPPORTED("too many indices");
+            }
+            Py_ssize_t m = PyList_GET_SIZE(it);
+            int64_t sz = x->sizes[xd], a[64];
+            if (m > 64) {
+                UNSUPPORTED("list index longer than 64");
+            }
+            for (Py_ssize_t q = 0; q < m; q++) {
+                int64_t k = PyLong_AsLongLong(PyList_GET_ITEM(it, q));
+                if (k < -sz || k >= sz) {
+                    PyErr_Clear();
+                    UNSUPPORTED("list index out of range (eager raises IndexError)");
+                }
+                a[q] = k < 0 ? k + sz : k;
+            }
+            const stax_ix *v = lw_ix_var(c, od++);
+            int ap = 1;
+            for (Py_ssize_t q = 2; q < m; q++) {
+                ap &= a[q] - a[q - 1] == a[1] - a[0];
+            }
+            if (ap) {
+                int64_t step = m > 1 ? a[1] - a[0] : 0;
+                map[xd++] = lw_ix_bin(c, STAX_IX_ADD, lw_ix_const(c, m ? a[0] : 0),
+                                      lw_ix_bin(c, STAX_IX_MUL, v, lw_ix_const(c, step)));
+            }
+            else {
+                const stax_lval *pos = lw_index(c, v, STAX_INT64);
+                const stax_lval *e = lw_const(c, STAX_INT64, (double)a[m - 1]);
+                for (Py_ssize_t q = m - 2; q >= 0 && e != NULL; q--) {
+                    const stax_lval *hit = lw_prim(c, STAX_PRIM_EQ, STAX_BOOL, pos,
+                                                   lw_const(c, STAX_INT64, (double)q), NULL);
+                    e = lw_prim(c, STAX_PRIM_WHERE, STAX_INT64, hit,
+                                lw_const(c, STAX_INT64, (double)a[q]), e);
+                }
+                if (e == NULL) {
+                    return -1;
+                }
+                map[xd++] = lw_ix_value(c, e);
+            }
         }
         else if (PyLong_Check(it)) {
             if (xd >= x->ndim) {
@@ -370,4 +437,146 @@ lw_lower_view(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
         return 1;
     }
     UNSUPPORTED("view without a lowering rule");
+}
+
+/* ------------------------------------------ views without an op-table row */
+int
+lw_is_extra_view(const char *name)
+{
+    return name != NULL && (!strcmp(name, "movedim") || !strcmp(name, "moveaxis")
+                            || !strcmp(name, "diagonal"));
+}
+
+/* positional argument i or keyword `kw` of a node, or dflt (borrowed) */
+static PyObject *
+node_arg(PyObject *args, PyObject *kwargs, int i, const char *kw, PyObject *dflt)
+{
+    if (args != NULL && PyTuple_Check(args) && i < PyTuple_GET_SIZE(args)) {
+        return PyTuple_GET_ITEM(args, i);
+    }
+    PyObject *v = kwargs != NULL && PyDict_Check(kwargs) ? PyDict_GetItemString(kwargs, kw) : NULL;
+    return v != NULL ? v : dflt;
+}
+
+/* movedim(x, source, destination) and diagonal(x, offset, dim1, dim2): index
+ * maps (views); every keyword is one of the schema's or the node is refused */
+int
+lw_lower_extra_view(lw_ctx *c, struct lw_node_in *in, vbuf **outp, const char **why)
+{
+    const char *name = in->opname;
+    int mv = strcmp(name, "diagonal") != 0;
+    static const char *const mv_kw[] = {"source", "destination", NULL};
+    static const char *const dg_kw[] = {"offset", "dim1", "dim2", NULL};
+    const char *const *allowed = mv ? mv_kw : dg_kw;
+    if (in->kwargs != NULL && PyDict_Check(in->kwargs)) {
+        PyObject *k, *v;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(in->kwargs, &pos, &k, &v)) {
+            const char *kn = PyUnicode_Check(k) ? PyUnicode_AsUTF8(k) : NULL;
+            int ok = 0;
+            for (int i = 0; kn != NULL && allowed[i]; i++) {
+                ok |= !strcmp(kn, allowed[i]);
+            }
+            if (!ok) {
+                PyErr_Clear();
+                UNSUPPORTED("keyword argument the op does not have");
+            }
+        }
+    }
+    PyObject *xo = node_arg(in->args, NULL, 0, "", NULL);
+    vbuf *x = xo != NULL ? lw_arg_vb(in, xo) : NULL;
+    vbuf *out = lw_vb_new(c);
+    int64_t st[STAX_MAX_DIMS];
+    const stax_ix *map[STAX_MAX_DIMS];
+    if (out == NULL) {
+        return -1;
+    }
+    if (x == NULL || x->kind != VB_TENSOR) {
+        UNSUPPORTED("view of a non-tensor");
+    }
+    out->kind = VB_TENSOR;
+    if (!lw_val_info(in->val, &out->ndim, out->sizes, st, &out->dtype) || out->dtype != x->dtype) {
+        UNSUPPORTED("view whose value is not a tensor of its input's dtype");
+    }
+    int n = x->ndim;
+    if (mv) {
+        int64_t src[STAX_MAX_DIMS], dst[STAX_MAX_DIMS];
+        PyObject *so = node_arg(in->args, in->kwargs, 1, "source", NULL);
+        PyObject *dobj = node_arg(in->args, in->kwargs, 2, "destination", NULL);
+        int ns, ndd;
+        if (so != NULL && PyLong_Check(so)) {
+            src[0] = PyLong_AsLongLong(so);
+            ns = 1;
+        }
+        else {
+            ns = so != NULL ? lw_int_list(so, src, STAX_MAX_DIMS) : -1;
+        }
+        if (dobj != NULL && PyLong_Check(dobj)) {
+            dst[0] = PyLong_AsLongLong(dobj);
+            ndd = 1;
+        }
+        else {
+            ndd = dobj != NULL ? lw_int_list(dobj, dst, STAX_MAX_DIMS) : -1;
+        }
+        PyErr_Clear();
+        if (ns < 0 || ns != ndd || out->ndim != n) {
+            UNSUPPORTED("movedim source/destination not understood");
+        }
+        int perm[STAX_MAX_DIMS], used[STAX_MAX_DIMS] = {0}, taken[STAX_MAX_DIMS] = {0};
+        for (int i = 0; i < ns; i++) {
+            int s_ = lw_norm_dim(src[i], n), d_ = lw_norm_dim(dst[i], n);
+            if (s_ < 0 || d_ < 0 || used[s_] || taken[d_]) {
+                UNSUPPORTED("movedim dims out of range or repeated (eager raises)");
+            }
+            perm[d_] = s_;
+            used[s_] = taken[d_] = 1;
+        }
+        /* the other dims keep their order in the remaining places */
+        int nx = 0;
+        for (int k = 0; k < n; k++) {
+            if (taken[k]) {
+                continue;
+            }
+            while (used[nx]) {
+                nx++;
+            }
+            perm[k] = nx++;
+        }
+        for (int k = 0; k < n; k++) {
+            map[perm[k]] = lw_ix_var(c, k);
+        }
+    }
+    else {
+        PyObject *oo = node_arg(in->args, in->kwargs, 1, "offset", NULL);
+        PyObject *o1 = node_arg(in->args, in->kwargs, 2, "dim1", NULL);
+        PyObject *o2 = node_arg(in->args, in->kwargs, 3, "dim2", NULL);
+        if ((oo && !PyLong_Check(oo)) || (o1 && !PyLong_Check(o1)) || (o2 && !PyLong_Check(o2))) {
+            UNSUPPORTED("diagonal arguments that are not ints");
+        }
+        int64_t off = oo ? PyLong_AsLongLong(oo) : 0;
+        int d1 = lw_norm_dim(o1 ? PyLong_AsLongLong(o1) : 0, n);
+        int d2 = lw_norm_dim(o2 ? PyLong_AsLongLong(o2) : 1, n);
+        PyErr_Clear();
+        if (n < 2 || d1 < 0 || d2 < 0 || d1 == d2 || out->ndim != n - 1) {
+            UNSUPPORTED("diagonal dims out of range (eager raises)");
+        }
+        const stax_ix *i = lw_ix_var(c, n - 2);
+        int od = 0;
+        for (int j = 0; j < n; j++) {
+            if (j == d1) {
+                map[j] = lw_ix_bin(c, STAX_IX_ADD, i, lw_ix_const(c, off < 0 ? -off : 0));
+            }
+            else if (j == d2) {
+                map[j] = lw_ix_bin(c, STAX_IX_ADD, i, lw_ix_const(c, off > 0 ? off : 0));
+            }
+            else {
+                map[j] = lw_ix_var(c, od++);
+            }
+        }
+    }
+    int rc = lw_view_map(c, x, out, map);
+    if (rc > 0) {
+        *outp = out;
+    }
+    return rc;
 }

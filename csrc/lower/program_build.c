@@ -337,18 +337,96 @@ done:
     return rc;
 }
 
+/* the call as the user wrote it: "Tensor.data_ptr()", "tensorplay.rand()",
+ * "Tensor.nbytes" (new str) */
+static PyObject *
+user_call(PyObject *node, const char *opname)
+{
+    PyObject *op = PyObject_GetAttrString(node, "op");
+    PyObject *tg = op ? PyObject_GetAttrString(node, "target") : NULL;
+    PyObject *args = tg ? PyObject_GetAttrString(node, "args") : NULL;
+    PyObject *r = NULL;
+    if (args != NULL) {
+        if (PyUnicode_Check(tg) && PyUnicode_CompareWithASCIIString(op, "call_method") == 0) {
+            r = PyUnicode_FromFormat("Tensor.%U()", tg);
+        }
+        else if (PyUnicode_Check(tg)) {
+            r = PyUnicode_FromFormat("%U", tg);
+        }
+        else {
+            PyObject *nm = PyObject_GetAttrString(tg, "__name__");
+            PyObject *mod = nm ? PyObject_GetAttrString(tg, "__module__") : NULL;
+            PyErr_Clear();
+            if (nm != NULL && PyUnicode_Check(nm) && PyUnicode_CompareWithASCIIString(nm, "getattr") == 0
+                && PyTuple_Check(args) && PyTuple_GET_SIZE(args) == 2) {
+                r = PyUnicode_FromFormat("Tensor.%S", PyTuple_GET_ITEM(args, 1));
+            }
+            else if (nm != NULL && PyUnicode_Check(nm)
+                     && PyUnicode_CompareWithASCIIString(nm, "getitem") == 0) {
+                r = PyUnicode_FromString("indexing x[...]");
+            }
+            else if (nm != NULL && PyUnicode_Check(nm)
+                     && PyUnicode_CompareWithASCIIString(nm, "setitem") == 0) {
+                r = PyUnicode_FromString("index assignment x[...] = v");
+            }
+            else if (nm != NULL && mod != NULL && PyUnicode_Check(mod)
+                     && PyUnicode_CompareWithASCIIString(mod, "_operator") == 0) {
+                r = PyUnicode_FromFormat("the operator %U", nm);
+            }
+            else if (nm != NULL && mod != NULL && PyUnicode_Check(mod)) {
+                r = PyUnicode_FromFormat("%U.%U()", mod, nm);
+            }
+            else if (nm != NULL) {
+                r = PyUnicode_FromFormat("%U()", nm);
+            }
+            Py_XDECREF(nm);
+            Py_XDECREF(mod);
+        }
+    }
+    PyErr_Clear();
+    Py_XDECREF(op);
+    Py_XDECREF(tg);
+    Py_XDECREF(args);
+    return r != NULL ? r : PyUnicode_FromString(opname ? opname : "?");
+}
+
+/* a lowering reason in the user's words (the tracer's, the op table's and
+ * the lowering's vocabulary stays out of strict_native's message) */
+static const char *
+user_reason(const char *why)
+{
+    static const char *const map[][2] = {
+        {"no op of the op table matches the node's target",
+         "tensorplay.compile has no compiled form of this call"},
+        {"node value is not a tensor", "its result is not a tensor"},
+        {"op without a lowering rule", "the native back end has no kernel for this op"},
+        {"node without meta['val']", "its value could not be computed while tracing"},
+        {"mutation of an expanded input",
+         "it writes in place into an expanded input (several elements share one memory "
+         "location); clone() the input first"},
+        {NULL, NULL}};
+    for (int i = 0; why != NULL && map[i][0]; i++) {
+        if (!strcmp(why, map[i][0])) {
+            return map[i][1];
+        }
+    }
+    return why ? why : "unsupported";
+}
+
 static int
 strict_error(PyObject *node, const char *opname, const char *why)
 {
-    PyObject *name = PyObject_GetAttrString(node, "name");
+    PyObject *call = user_call(node, opname);
     PyObject *stack = node_stack(node);
     PyErr_Clear();
+    if (opname != NULL && !strcmp(opname, "copy_") && why != NULL
+        && !strcmp(why, "mutation of an expanded input")) {
+        Py_XSETREF(call, PyUnicode_FromString("an in-place write to an input"));
+    }
     PyErr_Format(stax_lower_NativeCompileError,
-                 "strict_native: node '%U' (op %s) has no native lowering "
-                 "(%s); at %U",
-                 name ? name : Py_None, opname ? opname : "?", why,
-                 stack ? stack : Py_None);
-    Py_XDECREF(name);
+                 "strict_native: %U cannot be compiled natively: %s; at %U",
+                 call ? call : Py_None, user_reason(why), stack ? stack : Py_None);
+    Py_XDECREF(call);
     Py_XDECREF(stack);
     return -1;
 }
@@ -959,6 +1037,25 @@ lw_build_program(PyObject *gm, PyObject *ex, stax_backend *be, int strict, int d
             else if (val == NULL) {
                 why = "node without meta['val']";
             }
+            else if (op == NULL && lw_is_factory(base)) {
+                rc = lw_lower_factory(c, base, nargs, nkw == Py_None ? NULL : nkw, val, &v,
+                                      &why);
+                if (rc < 0) {
+                    PyErr_Clear();
+                    why = "lowering of a factory failed";
+                    rc = 0;
+                }
+            }
+            else if (op == NULL && lw_is_extra_view(base)) {
+                struct lw_node_in in = {base, NULL, node, nargs,
+                                        nkw == Py_None ? NULL : nkw, val, vb, index};
+                rc = lw_lower_extra_view(c, &in, &v, &why);
+                if (rc < 0) {
+                    PyErr_Clear();
+                    why = "lowering of a view failed";
+                    rc = 0;
+                }
+            }
             else if (op == NULL) {
                 why = "no op of the op table matches the node's target";
             }
@@ -966,7 +1063,7 @@ lw_build_program(PyObject *gm, PyObject *ex, stax_backend *be, int strict, int d
                 struct lw_node_in in = {base, op, node, nargs,
                                         nkw == Py_None ? NULL : nkw, val, vb, index};
                 rc = lw_lower_node(c, &in, &v, &why);
-                if (rc > 0 && lw_zero_check(c, v) < 0) {
+                if (rc > 0 && lw_zero_check(c, base, v) < 0) {
                     rc = -1;
                 }
                 if (rc < 0) {

@@ -697,6 +697,35 @@ pm_type(PyObject *self, PyObject *args, PyObject *kwds)
     return pmeth_record(self, "type", args, kwds);
 }
 
+/* y.requires_grad_(False) on a computed y: eager clears y's flag, so y and
+ * the result read as y.detach() from here on (the proxy now stands for a
+ * detach node). On an input, or with True, the call is recorded as is. */
+static PyObject *
+pm_requires_grad_(PyObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"requires_grad", NULL};
+    StaxProxy *p = (StaxProxy *)self;
+    int flag = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|p:requires_grad_", kwlist, &flag)) {
+        return NULL;
+    }
+    if (flag || p->node->op == STAX_NODE_PLACEHOLDER || p->node->op == STAX_NODE_GET_ATTR) {
+        return pmeth_record(self, "requires_grad_", args, kwds);
+    }
+    PyObject *none = PyTuple_New(0);
+    PyObject *d = none ? pmeth_record(self, "detach", none, NULL) : NULL;
+    Py_XDECREF(none);
+    if (d == NULL) {
+        return NULL;
+    }
+    if (!StaxProxy_Check(d)) {
+        return d;
+    }
+    Py_SETREF(p->node, (StaxNode *)Py_NewRef(((StaxProxy *)d)->node));
+    Py_DECREF(d);
+    return Py_NewRef(self);
+}
+
 static PyObject *
 pm_dim(PyObject *self, PyObject *unused)
 {
@@ -1001,6 +1030,8 @@ static PyMethodDef proxy_methods[] = {
     {"numel", (PyCFunction)pm_numel, METH_NOARGS, NULL},
     {"nelement", (PyCFunction)pm_numel, METH_NOARGS, NULL},
     {"dim", (PyCFunction)pm_dim, METH_NOARGS, NULL},
+    {"requires_grad_", (PyCFunction)(void (*)(void))pm_requires_grad_,
+     METH_VARARGS | METH_KEYWORDS, "requires_grad_(False): the value from here on is detached"},
     {"type", (PyCFunction)(void (*)(void))pm_type, METH_VARARGS | METH_KEYWORDS,
      "x.type(): the dtype's name (no node); x.type(dtype): a conversion"},
     {"ndimension", (PyCFunction)pm_dim, METH_NOARGS, NULL},
