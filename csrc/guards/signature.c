@@ -304,8 +304,7 @@ stax_guard_fp_feed(stax_keybuf *kb, PyObject *o)
             return -1;
         }
         w.tag = 9;
-        XXH3_128bits_update(st, &w, sizeof w);
-        int r = fp_feed(st, item);
+        int r = stax_kb_put(kb, &w, sizeof w) < 0 ? -1 : stax_guard_fp_feed(kb, item);
         Py_DECREF(item);
         return r;
     }

@@ -17,8 +17,8 @@ def _env_int(name, default):
     except ValueError:
         v = None
     if v is None or v < 0:
-        warnings.warn(f"{name}={raw!r} is not an integer >= 0; using {default} "
-                      "(0 = the number of cores)", RuntimeWarning, stacklevel=3)
+        warnings.warn(f"{name}={raw!r} is not an integer >= 0; using the default {default}",
+                      RuntimeWarning, stacklevel=3)
         return default
     return v
 
@@ -43,6 +43,9 @@ _FIELDS = {
     "accumulated_cache_size_limit": _int_at_least_0,
     "num_threads": _int_at_least_0,
     "warn_on_fallback": _bool,
+    "cache": _bool,
+    "cache_size_mb": _int_at_least_0,
+    "cache_dir": None,          # a property: its setter checks the value
 }
 
 
@@ -88,6 +91,9 @@ class _Config:
         self._cache_dir_given = value
 
     def __setattr__(self, name, value):
+        if name.startswith("_") or (name in _FIELDS and _FIELDS[name] is None):
+            object.__setattr__(self, name, value)
+            return
         check = _FIELDS.get(name)
         if check is None:
             near = difflib.get_close_matches(name, _FIELDS, n=1)
