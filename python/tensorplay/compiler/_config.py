@@ -31,6 +31,14 @@ def _int_at_least_0(name, v):
     return v
 
 
+def _number_at_least_0(name, v):
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise TypeError(f"tp.compiler.config.{name} must be a number, got {type(v).__name__} ({v!r})")
+    if not v >= 0:
+        raise ValueError(f"tp.compiler.config.{name} must be >= 0, got {v}")
+    return v
+
+
 def _bool(name, v):
     if not isinstance(v, bool):
         raise TypeError(f"tp.compiler.config.{name} must be a bool, got {type(v).__name__} ({v!r})")
@@ -44,7 +52,7 @@ _FIELDS = {
     "num_threads": _int_at_least_0,
     "warn_on_fallback": _bool,
     "cache": _bool,
-    "cache_size_mb": _int_at_least_0,
+    "cache_size_mb": _number_at_least_0,
     "cache_dir": None,          # a property: its setter checks the value
 }
 
