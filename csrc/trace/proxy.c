@@ -697,6 +697,42 @@ pm_type(PyObject *self, PyObject *args, PyObject *kwds)
     return pmeth_record(self, "type", args, kwds);
 }
 
+/* whether eager's value of node n requires grad: an input or constant that
+ * does, reached through floating ops other than detach (nodes recorded under
+ * no_grad end in a detach); depth-limited, unknown counts as no */
+static int
+node_requires_grad(PyObject *o, int depth)
+{
+    if (depth > 200) {
+        return 0;
+    }
+    if (PyTuple_Check(o) || PyList_Check(o)) {
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); i++) {
+            if (node_requires_grad(PySequence_Fast_GET_ITEM(o, i), depth + 1)) {
+                return 1;
+            }
+        }
+        return 0;
+    }
+    if (!StaxNode_Check(o)) {
+        return 0;
+    }
+    StaxNode *n = (StaxNode *)o;
+    PyObject *v = PyDict_GetItemString(n->meta, "val");
+    if (v == NULL || !is_tensor(v)) {
+        return 0;
+    }
+    if (n->op == STAX_NODE_PLACEHOLDER || n->op == STAX_NODE_GET_ATTR) {
+        return ((StaxTensor *)v)->requires_grad;
+    }
+    stax_dtype_t dt = ((StaxTensor *)v)->dtype;
+    if (!(dt == STAX_FLOAT16 || dt == STAX_FLOAT32 || dt == STAX_FLOAT64)
+        || (PyUnicode_Check(n->target) && PyUnicode_CompareWithASCIIString(n->target, "detach") == 0)) {
+        return 0;
+    }
+    return node_requires_grad(n->args, depth + 1);
+}
+
 /* y.requires_grad_(False) on a computed y: eager clears y's flag, so y and
  * the result read as y.detach() from here on (the proxy now stands for a
  * detach node). On an input, or with True, the call is recorded as is. */
@@ -711,6 +747,14 @@ pm_requires_grad_(PyObject *self, PyObject *args, PyObject *kwds)
     }
     if (flag || p->node->op == STAX_NODE_PLACEHOLDER || p->node->op == STAX_NODE_GET_ATTR) {
         return pmeth_record(self, "requires_grad_", args, kwds);
+    }
+    if (stax_grad_enabled() && node_requires_grad((PyObject *)p->node, 0)) {
+        /* eager's (torch's) error on a non-leaf that requires grad */
+        PyErr_SetString(PyExc_RuntimeError,
+                        "you can only change requires_grad flags of leaf variables. If you want "
+                        "to use a computed variable in a subgraph that doesn't require "
+                        "differentiation use var_no_grad = var.detach().");
+        return NULL;
     }
     PyObject *none = PyTuple_New(0);
     PyObject *d = none ? pmeth_record(self, "detach", none, NULL) : NULL;
