@@ -757,6 +757,8 @@ class Driver:
                 else:
                     obj = root[1]
                 setattr(obj, name, _stores.fill(t, extras))
+        if v.detach_masks is not None:
+            out = _apply_detach_masks(out, v.detach_masks, flat)
         cf = self._cf() if self._cf is not None else None
         if cf is not None:
             if (not v.gate_kinds and not kwargs and not v.effects and not v.n_extras
