@@ -477,3 +477,19 @@ def test_python_int_beyond_64_bits_operand_raises_like_torch():
         with pytest.raises(OverflowError, match="int too big to convert"):
             f()
     assert _same(tp.ones(2) * (2 ** 62), tp.full((2,), float(2 ** 62)))
+
+
+def test_value_read_after_overwrite_of_grad_tensor_requires_grad_like_eager():
+    # found by the fuzzer: v1 (a LayerNorm output) requires grad; after
+    # v1[:, :] = x0 it still does in eager, and so does relu(v1)
+    tp.manual_seed(0)
+    m0 = nn.LayerNorm(3)
+
+    def f(x0):
+        v1 = m0(x0.float())
+        v1[:, :] = x0
+        return tp.relu(v1)
+    x = tp.arange(9, dtype=tp.float32).reshape(3, 3) - 4
+    e, c = f(x.clone()), tp.compile(f)(x.clone())
+    assert e.requires_grad and c.requires_grad
+    assert _same(e.detach(), c.detach())

@@ -550,11 +550,20 @@ rg_extra_template(PyObject *gm)
             PyObject *ins = PyObject_GetAttrString(node, "all_input_nodes");
             PyObject *il = ins ? PySequence_List(ins) : NULL;
             Py_XDECREF(ins);
+            int reads_written = 0;
             for (Py_ssize_t j = 0; il && j < PyList_GET_SIZE(il); j++) {
                 PyObject *mm = PyDict_GetItemWithError(masks, PyList_GET_ITEM(il, j));
                 m |= mm ? PyLong_AsUnsignedLongLong(mm) : 0;
+                reads_written |= PySet_Contains(written, PyList_GET_ITEM(il, j)) == 1;
             }
             Py_XDECREF(il);
+            /* a value computed from a tensor written in place (relu(v) after
+             * v[:] = x) requires grad as that tensor does in eager: from its
+             * creation, which the op graph's value (the write's) forgot */
+            if (reads_written && PySet_Add(written, node) < 0) {
+                Py_DECREF(op);
+                goto done;
+            }
             int im = 0;
             PyObject *nm = target_name(node, &im);
             const char *sn = nm ? PyUnicode_AsUTF8(nm) : NULL;
