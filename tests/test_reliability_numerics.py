@@ -543,3 +543,16 @@ def test_float16_times_python_scalar_uses_full_precision_scalar_like_torch():
     y = x.clone()
     y.mul_(0.1)
     assert y.dtype == tp.float16 and y.tolist() == (x * 0.1).tolist()
+
+
+def test_alpha_scales_in_the_result_dtype_eager_and_compiled():
+    # found by `make fuzz N=20000`: float64 - float32 * 3 scaled the float32
+    # operand in float32 before promoting (torch scales in the result dtype)
+    a = np.array([-1.2654214710460525, 0.5, -3.0])
+    b = np.array([0.4116305410861969, 1e-3, 7.25], dtype=np.float32)
+    want = a - 3 * b.astype(np.float64)
+    x, y = tp.from_numpy(a), tp.from_numpy(b)
+    cf = tp.compile(lambda x, y: (tp.sub(x, y, alpha=3), tp.add(x, y, alpha=-3)))
+    for got in (tp.sub(x, y, alpha=3), x.sub(y, alpha=3), tp.add(x, y, alpha=-3), *cf(x, y)):
+        assert got.dtype == tp.float64
+        np.testing.assert_array_equal(got.numpy(), want)

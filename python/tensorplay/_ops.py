@@ -198,6 +198,9 @@ def _alpha_op(name, input, other, alpha):
         o = _arr(other) if _is_t(other) else np.asarray(other)
         i = _arr(input) if _is_t(input) else np.asarray(input)
         return _wrap(np.logical_or(i, np.logical_and(o, bool(alpha))))
+    if _is_t(other) and _arr(other).dtype != rt:
+        # torch scales in the result dtype: float64 - float32 * 3 scales in float64
+        other = _wrap(_arr(other), other, dtype=rt)
     other = other * alpha if not _is_t(other) else _FUNCS["mul"](other, alpha)
     r = _FUNCS[name](input, other)
     return r if _arr(r).dtype == rt else _wrap(np.asarray(_arr(r), rt), input, other)
