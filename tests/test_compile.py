@@ -137,7 +137,8 @@ def test_env_logs_to_stderr(tmp_path):
     env["PYTHONPATH"] = os.path.join(root, "python")
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    assert "[tensorplay.recompiles] recompiling '<lambda>': version 0: inputs[0][1][1] == 2" in r.stderr
+    assert "[tensorplay.recompiles] recompiling '<lambda>': inputs[0][1][1] == 2" in r.stderr
+    assert "[tensorplay.recompiles]   failed guards by version: version 0: inputs[0][1][1] == 2" in r.stderr
     assert "[tensorplay.guards] guards of '<lambda>' version 0:" in r.stderr
 
 

@@ -248,10 +248,18 @@ def test_recompile_log_separates_versions_and_gate_reads_as_failed(recompiles):
     cf(tp.ones(4))
     cf(-tp.ones(4))
     cf(tp.ones(6))
-    assert recompiles[0] == ("recompiling 'f': version 0: control-flow gate outcomes == (True,) "
-                             "(the traced branch; this call: (False,))")
-    assert recompiles[1].startswith("recompiling 'f': version 0: inputs[0][0][2][0] == 4; "
-                                    "version 1: inputs[0][0][2][0] == 4, ")
+    # the seed's line (Example 3.2, exact), then the same guards per version,
+    # the gate read as the failed condition
+    assert recompiles == [
+        "recompiling 'f': control-flow gate outcomes match the traced branch",
+        "  failed guards by version: version 0: control-flow gate outcomes == (True,) "
+        "(the traced branch; this call: (False,))",
+        "recompiling 'f': inputs[0][0][2][0] == 4; inputs[0][0][2][0] == 4; "
+        "control-flow gate outcomes match the traced branch",
+        "  failed guards by version: version 0: inputs[0][0][2][0] == 4; "
+        "version 1: inputs[0][0][2][0] == 4, control-flow gate outcomes == (False,) "
+        "(the traced branch; this call: (True,))",
+    ]
 
 
 # ------------------------------------------------------------ strict holes

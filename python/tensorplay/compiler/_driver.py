@@ -274,6 +274,15 @@ class _Call:
                  "n_extras", "unsafe_store", "seeds")
 
 
+def _failed_condition(g):
+    """A failed guard as the condition that failed; the gate guard names the
+    traced outcomes and this call's (`x == 4` reads the same way)."""
+    if g.path == "gates":
+        return (f"control-flow gate outcomes == {g.expected!r} "
+                f"(the traced branch; this call: {g.actual!r})")
+    return str(g)
+
+
 class Version:
     """One specialization version: its key, guards, graphs and artifact."""
 
@@ -434,10 +443,7 @@ class Version:
             except Exception as e:  # noqa: BLE001
                 act = f"replay failed: {type(e).__name__}"
             if act != self.gates:
-                # as a failed condition, like the other guards' `x == 4`
-                out.append(Guard("gates", f"control-flow gate outcomes == {self.gates!r} "
-                                          f"(the traced branch; this call: {act!r})",
-                                 self.gates, act))
+                out.append(Guard("gates", GATE_TEXT, self.gates, act))
         return out
 
 
@@ -816,10 +822,15 @@ class Driver:
                           stacklevel=4)
             return None
         if self.versions and _logs.enabled("recompiles"):
-            # per version, the guards that failed (a guard text can hold ';')
-            parts = [f"version {v.index}: " + ", ".join(str(g) for g in v.failed_guards(call))
-                     for v in self.versions]
-            _logs.logger("recompiles").info(f"recompiling '{self.name}': " + "; ".join(parts))
+            # the seed's line (Example 3.2 prints it exactly), then the same guards
+            # per version, the gate read as the failed condition
+            failed = [(v, v.failed_guards(call)) for v in self.versions]
+            log = _logs.logger("recompiles")
+            log.info(f"recompiling '{self.name}': "
+                     + "; ".join(str(g) for _, gs in failed for g in gs))
+            log.info("  failed guards by version: " + "; ".join(
+                f"version {v.index}: " + ", ".join(_failed_condition(g) for g in gs)
+                for v, gs in failed))
         v = self._build(call, plan)
         v._entry = _C._DispatchEntry(
             v.index, (v.artifact if v.shape_polymorphic and not v.effects_eager
