@@ -493,3 +493,26 @@ def test_value_read_after_overwrite_of_grad_tensor_requires_grad_like_eager():
     e, c = f(x.clone()), tp.compile(f)(x.clone())
     assert e.requires_grad and c.requires_grad
     assert _same(e.detach(), c.detach())
+
+
+def test_store_before_an_error_happens_as_in_eager_compiled():
+    # found by `make fuzz N=20000`: eager appends, then raises at layer_norm; the
+    # failed trace had rolled its append back, so the compiled call lost it
+    log = []
+    m = tp.nn.LayerNorm(3)
+
+    def f(x):
+        log.append(tp.relu(x))
+        return m(x)
+
+    for strict in (False, True):
+        cf = tp.compile(f, strict_native=strict)
+        del log[:]
+        with pytest.raises(RuntimeError, match=r"normalized_shape=\[3\]") as ei:
+            cf(tp.ones(0))
+        assert len(log) == 1 and isinstance(log[0], tp.Tensor) and log[0].shape == (0,)
+        assert ei.value.__suppress_context__     # eager's error alone, as eager raises it
+    del log[:]
+    with pytest.raises(RuntimeError, match=r"normalized_shape=\[3\]"):
+        f(tp.ones(0))
+    assert len(log) == 1

@@ -269,7 +269,7 @@ def _tuplify(v):
 
 class _Call:
     """The parts of one call's key that the slow path computes."""
-    __slots__ = ("args", "kwargs", "free", "sig_args", "sig_kwargs", "sig_free",
+    __slots__ = ("args", "kwargs", "free", "sig_args", "sig_kwargs", "sig_free", "effects_before_error",
                  "rho", "dtype", "flat", "paths", "gkey", "alias", "effects", "stores",
                  "n_extras", "unsafe_store", "seeds")
 
@@ -665,7 +665,10 @@ class Driver:
                     return self._run_autograd(v, flat, args, kwargs, plan, free)
                 return self._run(v, flat, args, kwargs, plan, free)
         call = self._make_call(args, kwargs, free, rho, dtype, plan, T)
-        v = self._resolve(call, plan)
+        try:
+            v = self._resolve(call, plan)
+        except Exception:
+            return self._eager_after_failed_trace(call, args, kwargs)
         if v is None:
             return self._eager(args, kwargs)
         if cf is not None:
@@ -686,10 +689,29 @@ class Driver:
         eagerly (past a limit)."""
         plan = self._plan_now(args)
         call = self._make_call(args, kwargs, free, rho, dtype, plan, _tensor_type())
-        v = self._resolve(call, plan)
+        try:
+            v = self._resolve(call, plan)
+        except Exception:
+            return None, self._eager_after_failed_trace(call, args, kwargs)
         if v is None:
             return None, self._eager(args, kwargs)
         return v._entry, self._egroups[call.gkey]
+
+    def _eager_after_failed_trace(self, call, args, kwargs):
+        """Called inside the except block of a failed compile. Eager makes its
+        side effects (stores into globals, module attributes) before it raises;
+        trace isolation rolled the traced ones back, so when the failed trace
+        had recorded any, the call runs eagerly and raises there, after them.
+        Otherwise (or when eager returns under strict) the compile's error stands."""
+        if not getattr(call, "effects_before_error", False):
+            raise
+        try:
+            out = self._eager(args, kwargs)
+        except Exception as e:  # noqa: BLE001 - eager's own error, as eager raises it
+            raise e from None
+        if self.strict_native:
+            raise
+        return out
 
     def _resolve(self, call, plan):
         """The version for call: a level-3 hit, else compiled (None: past a limit)."""
@@ -866,12 +888,15 @@ class Driver:
         seeds.log, seeds.state0 = [], _random.get_rng_state().tolist()
         try:
             tr = _C.trace(wrapper, lifted + tuple(call.args), dict(call.kwargs), names)
+            _raise_sample_error(tr.graph_module.graph)
+        except BaseException:
+            call.effects_before_error = bool(slog.entries or getattr(wrapper, "effects", None))
+            raise
         finally:
             _nnm._store_log = prev
             slog.undo()
             call.seeds = seeds.log
             seeds.log, seeds.state0 = sprev
-        _raise_sample_error(tr.graph_module.graph)
         call.effects = getattr(wrapper, "effects", None)
         self._collect_stores(call, plan, tr, slog)
         passes_log = None
