@@ -20,19 +20,16 @@ is_tensor(PyObject *o)
     return StaxTensor_Type != NULL && StaxTensor_Check(o);
 }
 
-/* The dynamic-mode stride expressions: dimensions in increasing stride
- * order; stride 1 -> 1; stride == inner stride * inner size -> the string
- * "size<inner>*<inner expr>"; otherwise the number. */
-static PyObject *
-stride_signature(StaxTensor *t)
+/* t's dims from the smallest stride to the largest (insertion sort,
+ * stable; ties keep the inner, later, dim first): the order both the stride
+ * signature and the dynamic-mode stride classes walk */
+static void
+stride_order(const StaxTensor *t, int order[STAX_MAX_DIMS])
 {
-    int n = t->ndim, order[STAX_MAX_DIMS];
-    PyObject *exprs[STAX_MAX_DIMS] = {NULL};
-    PyObject *res = NULL;
+    int n = t->ndim;
     for (int i = 0; i < n; i++) {
         order[i] = i;
     }
-    /* insertion sort, stable; ties keep the inner (later) dim first */
     for (int i = 1; i < n; i++) {
         int d = order[i], j = i - 1;
         while (j >= 0 && (t->strides[order[j]] > t->strides[d]
@@ -43,6 +40,18 @@ stride_signature(StaxTensor *t)
         }
         order[j + 1] = d;
     }
+}
+
+/* The dynamic-mode stride expressions: dimensions in increasing stride
+ * order; stride 1 -> 1; stride == inner stride * inner size -> the string
+ * "size<inner>*<inner expr>"; otherwise the number. */
+static PyObject *
+stride_signature(StaxTensor *t)
+{
+    int n = t->ndim, order[STAX_MAX_DIMS];
+    PyObject *exprs[STAX_MAX_DIMS] = {NULL};
+    PyObject *res = NULL;
+    stride_order(t, order);
     for (int k = 0; k < n; k++) {
         int d = order[k];
         int64_t st = t->strides[d];
@@ -441,19 +450,7 @@ stride_classes(stax_keybuf *kb, StaxTensor *t)
 {
     int n = t->ndim, order[STAX_MAX_DIMS];
     int64_t cls[STAX_MAX_DIMS][2];
-    for (int i = 0; i < n; i++) {
-        order[i] = i;
-    }
-    for (int i = 1; i < n; i++) {
-        int d = order[i], j = i - 1;
-        while (j >= 0 && (t->strides[order[j]] > t->strides[d]
-                          || (t->strides[order[j]] == t->strides[d]
-                              && order[j] < d))) {
-            order[j + 1] = order[j];
-            j--;
-        }
-        order[j + 1] = d;
-    }
+    stride_order(t, order);
     for (int k = 0; k < n; k++) {
         int d = order[k];
         int64_t st = t->strides[d];
