@@ -48,11 +48,19 @@ sym_bucket(const char *s)
     return h % LOADED_BUCKETS;
 }
 
+/* kernels compiled by the JIT or loaded from the cache since start
+ * (tensorplay._C._jit_compile_count) */
+static unsigned long long jit_compiles;
+
+/* the kernel already loaded under sym, with one more reference (it counts
+ * as a compile, as _jit_compile_count promises); NULL when none is */
 static llvm_handle *
-find_loaded(const char *sym)
+reuse_loaded(const char *sym)
 {
     for (llvm_handle *h = loaded[sym_bucket(sym)]; h != NULL; h = h->next) {
         if (strcmp(h->sym, sym) == 0) {
+            h->refs++;
+            jit_compiles++;
             return h;
         }
     }
@@ -164,8 +172,6 @@ ensure_jit(void)
     return 0;
 }
 
-/* kernels compiled by the JIT since start (tensorplay._C._jit_compile_count) */
-static unsigned long long jit_compiles;
 
 static PyObject *
 jit_compile_count(PyObject *mod, PyObject *unused)
@@ -361,10 +367,8 @@ llvm_compile_object(stax_backend *be, const stax_kernel *k, const char *sym, PyO
     if (ensure_jit() < 0) {
         return NULL;
     }
-    llvm_handle *h = find_loaded(sym);
+    llvm_handle *h = reuse_loaded(sym);
     if (h != NULL) {
-        h->refs++;
-        jit_compiles++;
         if (source != NULL) {
             Py_XSETREF(*source, Py_XNewRef(h->source));
         }
@@ -414,10 +418,8 @@ llvm_load_object(stax_backend *be, const char *sym, const char *data, size_t n)
     if (ensure_jit() < 0) {
         return NULL;
     }
-    llvm_handle *h = find_loaded(sym);
+    llvm_handle *h = reuse_loaded(sym);
     if (h != NULL) {
-        h->refs++;
-        jit_compiles++;
         return h;
     }
     LLVMMemoryBufferRef buf = LLVMCreateMemoryBufferWithMemoryRangeCopy(data, n, sym);
