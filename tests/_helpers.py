@@ -1,5 +1,8 @@
 """Helpers shared by test modules (pytest puts tests/ on sys.path: import
 them as ``from _helpers import ...``)."""
+import contextlib
+import logging
+
 import pytest
 
 # the public API that test_bad_input.py and test_leaks.py need
@@ -45,3 +48,26 @@ def isolate_compile_budget():
     finally:
         config.accumulated_cache_size_limit = saved[0]
         total.update(saved[1])
+
+
+@contextlib.contextmanager
+def recompile_log(seed_lines_only=False):
+    """The messages of the `recompiles` log while the block runs (logging on).
+    seed_lines_only keeps the seed's `recompiling '<name>': ...` lines and
+    drops the per-version detail line that follows each."""
+    import tensorplay as tp
+    lines = []
+
+    class H(logging.Handler):
+        def emit(self, rec):
+            msg = rec.getMessage()
+            if not seed_lines_only or msg.startswith("recompiling"):
+                lines.append(msg)
+    h, lg = H(logging.DEBUG), logging.getLogger("tensorplay.recompiles")
+    lg.addHandler(h)
+    tp.compiler.set_logs(recompiles=True)
+    try:
+        yield lines
+    finally:
+        tp.compiler.set_logs(recompiles=False)
+        lg.removeHandler(h)

@@ -11,20 +11,12 @@ import numpy as np
 import pytest
 
 import tensorplay as tp
+from _helpers import isolate_compile_budget  # noqa: F401 - autouse: no compile budget here
 from _nvrtc import OP_DTYPES, pointwise_batch_case, pointwise_rows
 
 # eager accepts these although PyTorch refuses them ("Bool inputs not
 # supported for hardtanh"); the compiled result differs: not compared here
 NOT_PYTORCH = {("hardtanh", "bool"), ("hardtanh_", "bool")}
-
-
-@pytest.fixture(autouse=True)
-def _unlimited_compiles():
-    cfg = tp.compiler.config
-    old = cfg.accumulated_cache_size_limit
-    cfg.accumulated_cache_size_limit = 1 << 30
-    yield
-    cfg.accumulated_cache_size_limit = old
 
 
 @pytest.mark.parametrize("dt", OP_DTYPES)

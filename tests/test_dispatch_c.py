@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import tensorplay as tp
+from _helpers import recompile_log
 
 _DRIVER = os.path.join("compiler", "_driver.py")
 
@@ -88,23 +89,8 @@ def test_scalar_value_guards_in_c(recompiles):
 
 @pytest.fixture
 def recompiles():
-    import logging
-
-    class H(logging.Handler):
-        def __init__(self):
-            super().__init__(logging.DEBUG)
-            self.lines = []
-
-        def emit(self, rec):
-            if rec.getMessage().startswith("recompiling"):
-                self.lines.append(rec.getMessage())
-    h = H()
-    lg = logging.getLogger("tensorplay.recompiles")
-    lg.addHandler(h)
-    tp.compiler.set_logs(recompiles=True)
-    yield h.lines
-    tp.compiler.set_logs(recompiles=False)
-    lg.removeHandler(h)
+    with recompile_log(seed_lines_only=True) as lines:
+        yield lines
 
 
 def test_dynamic_versions_and_shape_guards_in_c():

@@ -1,5 +1,4 @@
 """Guards room: signatures, keys, guards, recompile logs, lifting (seed section 2, 3.5)."""
-import logging
 import warnings
 
 import numpy as np
@@ -7,6 +6,7 @@ import pytest
 
 import tensorplay as tp
 from tensorplay import _C
+from _helpers import recompile_log
 
 BACKEND = "stax"
 
@@ -16,26 +16,11 @@ def comp(fn, **kw):
     return tp.compile(fn, **kw)
 
 
-class Logs(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.DEBUG)
-        self.lines = []
-
-    def emit(self, rec):
-        msg = rec.getMessage()
-        if msg.startswith("recompiling"):   # the per-version detail line is checked elsewhere
-            self.lines.append(msg)
-
-
 @pytest.fixture
 def recompiles():
-    h = Logs()
-    lg = logging.getLogger("tensorplay.recompiles")
-    lg.addHandler(h)
-    tp.compiler.set_logs(recompiles=True)
-    yield h.lines
-    tp.compiler.set_logs(recompiles=False)
-    lg.removeHandler(h)
+    # the per-version detail line is checked in test_reliability_strict.py
+    with recompile_log(seed_lines_only=True) as lines:
+        yield lines
 
 
 def test_signature_layout():

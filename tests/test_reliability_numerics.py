@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 import tensorplay as tp
+from _helpers import isolate_compile_budget  # noqa: F401 - autouse: no compile budget here
 import tensorplay.nn.functional as F
 from tensorplay import _C
 
@@ -31,15 +32,6 @@ try:
     import torch.nn.functional as TF
 except ImportError:      # pragma: no cover
     torch = None
-
-
-@pytest.fixture(autouse=True)
-def _unlimited_compiles():
-    cfg = tp.compiler.config
-    old = cfg.accumulated_cache_size_limit
-    cfg.accumulated_cache_size_limit = 1 << 30
-    yield
-    cfg.accumulated_cache_size_limit = old
 
 
 DTYPES = ["float16", "float32", "float64", "int32", "int64", "bool"]

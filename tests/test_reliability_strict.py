@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import tensorplay as tp
+from _helpers import recompile_log
 import tensorplay.nn.functional as F
 from tensorplay._C import NativeCompileError
 
@@ -225,18 +226,8 @@ def test_strict_backend_failure_is_native_compile_error(monkeypatch):
 
 @pytest.fixture
 def recompiles():
-    import logging
-    lines = []
-
-    class H(logging.Handler):
-        def emit(self, record):
-            lines.append(record.getMessage())
-    h, lg = H(), logging.getLogger("tensorplay.recompiles")
-    lg.addHandler(h)
-    tp.compiler.set_logs(recompiles=True)
-    yield lines
-    tp.compiler.set_logs(recompiles=False)
-    lg.removeHandler(h)
+    with recompile_log() as lines:
+        yield lines
 
 
 def test_recompile_log_separates_versions_and_gate_reads_as_failed(recompiles):
