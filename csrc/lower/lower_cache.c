@@ -125,21 +125,50 @@ typedef struct {
 
 static int64_t ser_lval(ser *s, const stax_lval *v);
 
-static int64_t
-ser_ix(ser *s, const stax_ix *ix)
+/* the memo of a node written once: 1 and its id when p was written before
+ * (or is being written), 0 when p is new (now marked as being written; the
+ * IR is acyclic, so the mark is never read back), -1 when the map failed */
+static int
+ser_seen(ser *s, const void *p, int64_t *id)
 {
-    if (ix == NULL) {
-        return -1;
-    }
     int found;
-    int64_t *slot = idmap_slot(&s->m, ix, &found);
+    int64_t *slot = idmap_slot(&s->m, p, &found);
     if (slot == NULL) {
+        *id = -1;
         return -1;
     }
     if (found) {
-        return *slot;
+        *id = *slot;
+        return 1;
     }
-    *slot = -2;   /* being written (the IR is acyclic; never read back) */
+    *slot = -2;
+    return 0;
+}
+
+/* p's id once its record is written (the slot may have moved when the map
+ * grew: look it up again) */
+static int64_t
+ser_written(ser *s, const void *p)
+{
+    int found;
+    int64_t id = s->m.next++;
+    int64_t *slot = idmap_slot(&s->m, p, &found);
+    if (slot != NULL) {
+        *slot = id;
+    }
+    return id;
+}
+
+static int64_t
+ser_ix(ser *s, const stax_ix *ix)
+{
+    int64_t id;
+    if (ix == NULL) {
+        return -1;
+    }
+    if (ser_seen(s, ix, &id) != 0) {
+        return id;
+    }
     int64_t a = ser_ix(s, ix->a), b = ser_ix(s, ix->b);
     int64_t val = ix->kind == STAX_IX_VALUE ? ser_lval(s, ix->val) : -1;
     bb_put(s->b, "I", 1);
@@ -148,30 +177,19 @@ ser_ix(ser *s, const stax_ix *ix)
     bb_i64(s->b, a);
     bb_i64(s->b, b);
     bb_i64(s->b, val);
-    /* the slot may have moved when the map grew */
-    int64_t id = s->m.next++;
-    slot = idmap_slot(&s->m, ix, &found);
-    if (slot != NULL) {
-        *slot = id;
-    }
-    return id;
+    return ser_written(s, ix);
 }
 
 static int64_t
 ser_lval(ser *s, const stax_lval *v)
 {
+    int64_t id;
     if (v == NULL) {
         return -1;
     }
-    int found;
-    int64_t *slot = idmap_slot(&s->m, v, &found);
-    if (slot == NULL) {
-        return -1;
+    if (ser_seen(s, v, &id) != 0) {
+        return id;
     }
-    if (found) {
-        return *slot;
-    }
-    *slot = -2;
     int64_t args[3] = {-1, -1, -1};
     for (int i = 0; i < v->nargs && i < 3; i++) {
         args[i] = ser_lval(s, v->args[i]);
@@ -205,12 +223,7 @@ ser_lval(ser *s, const stax_lval *v)
         bb_put(s->b, args, sizeof args);
         break;
     }
-    int64_t id = s->m.next++;
-    slot = idmap_slot(&s->m, v, &found);
-    if (slot != NULL) {
-        *slot = id;
-    }
-    return id;
+    return ser_written(s, v);
 }
 
 /* the canonical bytes of k; 0 or -1 + MemoryError */
