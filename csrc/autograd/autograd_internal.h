@@ -66,7 +66,6 @@ PyObject *stax_ag_unpack(StaxGradNode *n, int arg);       /* new ref */
 PyObject *stax_ag_unpack_result(StaxGradNode *n, int k);  /* new ref */
 void stax_ag_release(StaxGradNode *n);
 PyObject *stax_ag_replay(StaxGradNode *n, PyObject *self_value);
-const char *stax_ag_type_title(stax_dtype_t dt);
 
 /* formula.c */
 int stax_ag_formulas_init(void);

@@ -10,23 +10,6 @@
 PyTypeObject *StaxGradNode_Type;
 static int64_t node_seq;
 
-const char *
-stax_ag_type_title(stax_dtype_t dt)
-{
-    switch (dt) {
-    case STAX_FLOAT16: return "Half";
-    case STAX_FLOAT32: return "Float";
-    case STAX_FLOAT64: return "Double";
-    case STAX_BOOL: return "Bool";
-    case STAX_UINT8: return "Byte";
-    case STAX_INT8: return "Char";
-    case STAX_INT16: return "Short";
-    case STAX_INT32: return "Int";
-    case STAX_INT64: return "Long";
-    default: return "";
-    }
-}
-
 /* "log_softmax" -> "LogSoftmaxBackward0" (torch's naming) */
 static void
 backward_name(char *buf, size_t cap, const char *op)
@@ -148,7 +131,7 @@ version_error(StaxTensor *t, StaxGradNode *owner, int nr, uint64_t saved)
                      "is at version %llu; expected version %llu instead. "
                      "Hint: the backtrace further above shows the operation "
                      "that failed to compute its gradient.",
-                     stax_ag_type_title(t->dtype), shape, nr, nm,
+                     stax_dtype_title(t->dtype), shape, nr, nm,
                      (unsigned long long)t->storage->version,
                      (unsigned long long)saved);
     }
@@ -160,7 +143,7 @@ version_error(StaxTensor *t, StaxGradNode *owner, int nr, uint64_t saved)
                      "version %llu instead. Hint: the backtrace further above "
                      "shows the operation that failed to compute its "
                      "gradient.",
-                     stax_ag_type_title(t->dtype), shape,
+                     stax_dtype_title(t->dtype), shape,
                      (unsigned long long)t->storage->version,
                      (unsigned long long)saved);
     }

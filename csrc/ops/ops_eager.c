@@ -115,23 +115,6 @@ run_cloop_d(cloop_t k, const double *in, double *out, npy_intp n)
 
 /* ---- helpers ----------------------------------------------------------- */
 
-static const char *
-torch_dtype_title(stax_dtype_t dt)
-{
-    switch (dt) {
-    case STAX_BOOL: return "Bool";
-    case STAX_UINT8: return "Byte";
-    case STAX_INT8: return "Char";
-    case STAX_INT16: return "Short";
-    case STAX_INT32: return "Int";
-    case STAX_INT64: return "Long";
-    case STAX_FLOAT16: return "Half";
-    case STAX_FLOAT32: return "Float";
-    case STAX_FLOAT64: return "Double";
-    default: return "?";
-    }
-}
-
 static int
 is_scalar(PyObject *o)
 {
@@ -259,8 +242,8 @@ check_inplace_cast(stax_dtype_t res, stax_dtype_t self)
     if (!ok) {
         PyErr_Format(PyExc_RuntimeError,
                      "result type %s can't be cast to the desired output "
-                     "type %s", torch_dtype_title(res),
-                     torch_dtype_title(self));
+                     "type %s", stax_dtype_title(res),
+                     stax_dtype_title(self));
         return -1;
     }
     return 0;
@@ -423,7 +406,7 @@ binary_impl(const stax_op_info *op, PyObject *a, PyObject *b,
         if (stax_dtype_is_floating(rt)) {
             PyErr_Format(PyExc_RuntimeError,
                          "\"%s_cpu\" not implemented for '%s'", op->name,
-                         torch_dtype_title(rt));
+                         stax_dtype_title(rt));
             return NULL;
         }
     }
@@ -652,13 +635,13 @@ stax_ops_unary(const stax_op_info *op, PyObject *a, StaxTensor *inplace_out)
              && stax_dtype_is_floating(x->dtype)) {
         PyErr_Format(PyExc_RuntimeError,
                      "\"bitwise_not_cpu\" not implemented for '%s'",
-                     torch_dtype_title(x->dtype));
+                     stax_dtype_title(x->dtype));
         return NULL;
     }
     else if (!(op->flags & STAX_OPF_INT_OK) && !stax_dtype_is_floating(x->dtype)
              && op->id != STAX_OP_CLONE) {
         PyErr_Format(PyExc_RuntimeError, "\"%s_cpu\" not implemented for '%s'",
-                     op->name, torch_dtype_title(x->dtype));
+                     op->name, stax_dtype_title(x->dtype));
         return NULL;
     }
     if (op->id == STAX_OP_EXP && (ct == STAX_FLOAT32 || ct == STAX_FLOAT16)) {

@@ -8,6 +8,10 @@ static const char *dtype_names[STAX_NUM_DTYPES] = {
     "bool", "uint8", "int8", "int16", "int32", "int64",
     "float16", "float32", "float64",
 };
+/* PyTorch's scalar-type names (x.type() "torch.FloatTensor", error messages) */
+static const char *dtype_titles[STAX_NUM_DTYPES] = {
+    "Bool", "Byte", "Char", "Short", "Int", "Long", "Half", "Float", "Double",
+};
 static const int dtype_sizes[STAX_NUM_DTYPES] = {1, 1, 1, 2, 4, 8, 2, 4, 8};
 static const int dtype_npy[STAX_NUM_DTYPES] = {
     NPY_BOOL, NPY_UINT8, NPY_INT8, NPY_INT16, NPY_INT32, NPY_INT64,
@@ -26,6 +30,12 @@ const char *
 stax_dtype_name(stax_dtype_t dt)
 {
     return dtype_names[dt];
+}
+
+const char *
+stax_dtype_title(stax_dtype_t dt)
+{
+    return dt >= 0 && dt < STAX_NUM_DTYPES ? dtype_titles[dt] : "";
 }
 
 int

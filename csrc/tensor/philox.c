@@ -337,12 +337,9 @@ static int
 check_float(StaxTensor *t, const char *what)
 {
     if (!stax_dtype_is_floating(t->dtype)) {
-        static const char *names[STAX_NUM_DTYPES] = {
-            "Bool", "Byte", "Char", "Short", "Int", "Long", "Half", "Float",
-            "Double"};
         PyErr_Format(PyExc_NotImplementedError,
                      "\"%s\" not implemented for '%s'", what,
-                     names[t->dtype]);
+                     stax_dtype_title(t->dtype));
         return -1;
     }
     return 0;

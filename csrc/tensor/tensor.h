@@ -69,6 +69,7 @@ extern PyTypeObject *StaxDType_Type;    /* tensorplay.dtype */
 /* dtypes */
 int stax_dtype_itemsize(stax_dtype_t dt);
 const char *stax_dtype_name(stax_dtype_t dt);        /* "float32" */
+const char *stax_dtype_title(stax_dtype_t dt);       /* torch's scalar type: "Float" */
 int stax_dtype_is_floating(stax_dtype_t dt);
 int stax_dtype_is_integral(stax_dtype_t dt);         /* bool excluded */
 int stax_dtype_to_npy(stax_dtype_t dt);              /* NPY_FLOAT32 ... */

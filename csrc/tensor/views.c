@@ -864,11 +864,9 @@ get_sizes(PyObject *args, PyObject *kw, const char *name, int64_t *v, int *n)
 static PyObject *
 view_dtype(StaxTensor *t, stax_dtype_t dt)
 {
-    static const char *names[STAX_NUM_DTYPES] = {
-        "Bool", "Byte", "Char", "Short", "Int", "Long", "Half", "Float", "Double"};
     int64_t sz[STAX_MAX_DIMS], st[STAX_MAX_DIMS], off = t->offset;
     int oi = stax_dtype_itemsize(t->dtype), ni = stax_dtype_itemsize(dt), n = t->ndim;
-    const char *from = names[t->dtype], *to = names[dt];
+    const char *from = stax_dtype_title(t->dtype), *to = stax_dtype_title(dt);
     StaxTensor *r;
     memcpy(sz, t->sizes, sizeof(int64_t) * (size_t)n);
     memcpy(st, t->strides, sizeof(int64_t) * (size_t)n);
