@@ -582,7 +582,7 @@ class Driver:
             return out
         ins = [x for x in flat if x.requires_grad]
         versions = [x._version for x in ins]
-        fn, name, strict = self.fn, self.name, self.strict_native
+        fn, name, strict = self._eager_fn(), self.name, self.strict_native
 
         def backward(*grads):
             if strict:
@@ -623,15 +623,22 @@ class Driver:
         co = getattr(getattr(fn, "__func__", fn), "__code__", None)
         return f"{co.co_filename}:{co.co_firstlineno} in {co.co_name}" if co else "<unknown>"
 
+    def _eager_fn(self):
+        """What runs the function eagerly: a module's forward (its hooks
+        run around the compiled call, in Module.__call__, and a module
+        compiled in place would come back here through __call__)."""
+        fn = self.fn
+        return fn.forward if _lift._is_module(fn) else fn
+
     def _eager(self, args, kwargs):
         self.eager_calls += 1
-        return self.fn(*args, **kwargs)
+        return self._eager_fn()(*args, **kwargs)
 
     def _dispatch(self, *args, **kwargs):
         """A whole call in Python (those C dispatch does not take)."""
         if _C.is_tracing():
             # called from inside another function being traced: inline it
-            return self.fn(*args, **kwargs)
+            return self._eager_fn()(*args, **kwargs)
         plan = self._plan_now(args)
         try:
             free = _C._guard_read_sources(plan.read_tuples())

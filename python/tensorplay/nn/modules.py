@@ -6,13 +6,38 @@ import tensorplay as _tp
 from tensorplay import _C
 import tensorplay.functional as F
 
-__all__ = ["Parameter", "Module", "Linear", "LayerNorm", "BatchNorm1d",
+__all__ = ["Parameter", "Module", "RemovableHandle", "Linear", "LayerNorm", "BatchNorm1d",
            "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout",
            "FeatureAlphaDropout", "Embedding", "ReLU", "ReLU6", "LeakyReLU", "ELU", "CELU",
            "SELU", "Hardtanh", "Threshold", "GELU", "SiLU", "Mish", "Hardswish",
            "Hardsigmoid", "Tanh", "Sigmoid",
            "Softmax", "LogSoftmax", "Identity", "Sequential", "ModuleList",
            "ModuleDict", "MSELoss", "CrossEntropyLoss"]
+
+
+class RemovableHandle:
+    """What register_*_hook returns: remove() takes the hook out (also as a
+    context manager: removed on exit)."""
+    _next_id = 0
+
+    def __init__(self, hooks_dict, *extra_dicts):
+        import weakref
+        self.hooks_dict_ref = weakref.ref(hooks_dict)
+        self.id = RemovableHandle._next_id
+        RemovableHandle._next_id += 1
+        self.extra_dict_ref = tuple(weakref.ref(e) for e in extra_dicts)
+
+    def remove(self):
+        for r in (self.hooks_dict_ref,) + self.extra_dict_ref:
+            dct = r()
+            if dct is not None and self.id in dct:
+                del dct[self.id]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()
 
 
 class Parameter(_C.Tensor):
@@ -67,6 +92,11 @@ class Module:
         object.__setattr__(self, "_buffers", collections.OrderedDict())
         object.__setattr__(self, "_non_persistent", set())
         object.__setattr__(self, "_modules", collections.OrderedDict())
+        object.__setattr__(self, "_forward_hooks", collections.OrderedDict())
+        object.__setattr__(self, "_forward_hooks_with_kwargs", collections.OrderedDict())
+        object.__setattr__(self, "_forward_hooks_always_called", collections.OrderedDict())
+        object.__setattr__(self, "_forward_pre_hooks", collections.OrderedDict())
+        object.__setattr__(self, "_forward_pre_hooks_with_kwargs", collections.OrderedDict())
 
     # -- registration
     def __setattr__(self, name, value):
@@ -326,7 +356,104 @@ class Module:
                                   f'the required "forward" function')
 
     def __call__(self, *args, **kwargs):
-        return self.forward(*args, **kwargs)
+        d = self.__dict__
+        fwd = d.get("_compiled_call_impl") or self.forward
+        if not d.get("_forward_hooks") and not d.get("_forward_pre_hooks"):
+            return fwd(*args, **kwargs)
+        return self._call_with_hooks(fwd, args, kwargs)
+
+    def _call_with_hooks(self, fwd, args, kwargs):
+        """torch's _call_impl: the pre-hooks (which may replace the
+        arguments), forward, the forward hooks (which may replace the
+        output); hooks registered always_call=True run even when forward
+        raises."""
+        d = self.__dict__
+        pre_kw = d["_forward_pre_hooks_with_kwargs"]
+        for hid, hook in list(d["_forward_pre_hooks"].items()):
+            if hid in pre_kw:
+                res = hook(self, args, kwargs)
+                if res is not None:
+                    if not (isinstance(res, tuple) and len(res) == 2):
+                        raise RuntimeError(
+                            "forward pre-hook must return None or a tuple of "
+                            f"(new_args, new_kwargs), but got {res}.")
+                    args, kwargs = res
+            else:
+                res = hook(self, args)
+                if res is not None:
+                    args = res if isinstance(res, tuple) else (res,)
+        fw_kw = d["_forward_hooks_with_kwargs"]
+        always = d["_forward_hooks_always_called"]
+        try:
+            result = fwd(*args, **kwargs)
+        except BaseException:
+            for hid, hook in list(d["_forward_hooks"].items()):
+                if hid in always:
+                    try:
+                        if hid in fw_kw:
+                            hook(self, args, kwargs, None)
+                        else:
+                            hook(self, args, None)
+                    except Exception:  # noqa: BLE001 - the first error wins
+                        pass
+            raise
+        for hid, hook in list(d["_forward_hooks"].items()):
+            res = hook(self, args, kwargs, result) if hid in fw_kw \
+                else hook(self, args, result)
+            if res is not None:
+                result = res
+        return result
+
+    def _hook_dicts(self):
+        d = self.__dict__
+        if "_forward_hooks" not in d:
+            raise AttributeError("cannot register hooks before "
+                                 "Module.__init__() call")
+        return d
+
+    def register_forward_pre_hook(self, hook, *, prepend=False,
+                                  with_kwargs=False):
+        """hook(module, args) -> None | new args (a tuple, or one value
+        that becomes a 1-tuple); with_kwargs=True: hook(module, args,
+        kwargs) -> None | (new_args, new_kwargs). Runs before forward on
+        every call (also of a compiled module: outside the compiled
+        code). Returns a RemovableHandle."""
+        d = self._hook_dicts()
+        h = RemovableHandle(d["_forward_pre_hooks"],
+                            d["_forward_pre_hooks_with_kwargs"])
+        d["_forward_pre_hooks"][h.id] = hook
+        if with_kwargs:
+            d["_forward_pre_hooks_with_kwargs"][h.id] = True
+        if prepend:
+            d["_forward_pre_hooks"].move_to_end(h.id, last=False)
+        return h
+
+    def register_forward_hook(self, hook, *, prepend=False, with_kwargs=False,
+                              always_call=False):
+        """hook(module, args, output) -> None | new output; with_kwargs=True:
+        hook(module, args, kwargs, output). Runs after forward on every
+        call; always_call=True runs it also when forward raised. Returns a
+        RemovableHandle."""
+        d = self._hook_dicts()
+        h = RemovableHandle(d["_forward_hooks"], d["_forward_hooks_with_kwargs"],
+                            d["_forward_hooks_always_called"])
+        d["_forward_hooks"][h.id] = hook
+        if with_kwargs:
+            d["_forward_hooks_with_kwargs"][h.id] = True
+        if always_call:
+            d["_forward_hooks_always_called"][h.id] = True
+        if prepend:
+            d["_forward_hooks"].move_to_end(h.id, last=False)
+        return h
+
+    def compile(self, *args, **kwargs):
+        """Compile this module's forward in place with tensorplay.compile
+        (same arguments): later calls of the module (and of methods such
+        as generate() that call it) run the compiled forward, the hooks
+        around it. Returns None, like torch."""
+        from tensorplay._compile import _compile_function
+        object.__setattr__(self, "_compiled_call_impl",
+                           _compile_function(self, *args, **kwargs))
 
     def extra_repr(self):
         return ""
