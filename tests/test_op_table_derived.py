@@ -229,3 +229,21 @@ def test_decomposition_keeps_the_users_insertion_point():
     nodes = list(g.nodes)
     assert nodes[1] is n
     gm.graph.lint()
+
+
+def test_derivative_is_a_column_of_the_op_table():
+    # the derivative formulas are the op table's STAX_OP_DERIV rows keyed by
+    # op id: every row has one, autograd parses exactly those texts, and an
+    # in-place twin (add_) shares its row's id but carries none of its own
+    derivs = _C._autograd_derivatives()
+    for r in _C._op_table():
+        twin = r["flags"] & (1 << 3) and r["inplace"] is not None
+        if twin:
+            assert r["derivative"] is None, r["name"]
+            continue
+        assert r["derivative"], r["name"]
+        assert derivs[r["name"]]["formula"] == r["derivative"]
+    assert len(derivs) == len({r["id"] for r in _C._op_table()})
+    assert _C._op_info("mul")["derivative"] == "self: (mul grad other) other: (mul grad self)"
+    assert _C._op_info("add_")["derivative"] is None
+    assert derivs["eq"]["kind"] == "nondiff"

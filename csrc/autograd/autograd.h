@@ -1,7 +1,7 @@
 /* Public header of the autograd room: the eager engine (grad_fn graph of
  * Nodes, backward, accumulation into leaves' .grad, tensor hooks, version
- * checks on saved tensors) and the derivative formulas (derivatives.def,
- * keyed by the op table's names). The room hooks the ops room's dispatcher
+ * checks on saved tensors) and the derivative formulas (the op table's
+ * derivative column, STAX_OP_DERIV rows of ops.def keyed by op id). The room hooks the ops room's dispatcher
  * (stax_ops_set_autograd_hook) so every op records its history when grad
  * mode is on, and wraps the tensor room's view methods and indexing slots. */
 #ifndef STAX_AUTOGRAD_H

@@ -69,6 +69,11 @@ PyObject *stax_ag_replay(StaxGradNode *n, PyObject *self_value);
 
 /* formula.c */
 int stax_ag_formulas_init(void);
+/* The parsed derivative of an op id (ops.def's STAX_OP_DERIV row); NULL
+ * for an id out of range. */
+const stax_deriv *stax_ag_deriv_of(stax_op_id_t id);
+/* The same by the name of a row ("add", "copy_"); NULL when the name is no
+ * row of the op table (an in-place twin such as "add_" is none). */
 const stax_deriv *stax_ag_deriv_for(const char *opname);
 /* {op name: {"kind": "formula"|"nondiff"|"notimpl", "formula": text}} */
 PyObject *stax_ag_derivatives_dict(void);

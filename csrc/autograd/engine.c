@@ -932,7 +932,7 @@ static PyMethodDef engine_methods[] = {
     {"_autograd_attach", py_attach, METH_VARARGS,
      "_autograd_attach(outputs, inputs, backward, name) -> Node"},
     {"_autograd_derivatives", py_derivatives, METH_NOARGS,
-     "the rows of csrc/autograd/derivatives.def"},
+     "the derivative column of csrc/ops/ops.def"},
     {"_autograd_install_tensor_methods", py_install, METH_O, NULL},
     {"_autograd_backward", py_backward, METH_VARARGS,
      "_autograd_backward(tensors, grad_tensors, retain_graph, create_graph)"},

@@ -1,5 +1,6 @@
-/* Derivative formulas: derivatives.def parsed once at load into Python
- * tuples, evaluated per backward call. An expression is
+/* Derivative formulas: the derivative column of ops.def (STAX_OP_DERIV
+ * rows, stax_op_derivative[op id]) parsed once at load into Python tuples,
+ * evaluated per backward call. An expression is
  *   (0, name)                  an atom (parameter, grad, result, ...)
  *   (1, value)                 a constant
  *   (2, head, args, kwnames)   a call: op, helper or special form
@@ -14,13 +15,8 @@
 
 PyObject *stax_ag_helpers;
 
-static stax_deriv derivs[] = {
-#define STAX_DERIV(name, formula) {#name, formula, 0, NULL, 0, 0, NULL},
-#include "autograd/derivatives.def"
-};
-#define N_DERIVS ((int)(sizeof(derivs) / sizeof(derivs[0])))
-
-static PyObject *deriv_index;   /* dict: op name -> index in derivs */
+/* indexed by op id; filled from the op table by stax_ag_formulas_init */
+static stax_deriv derivs[STAX_OP_COUNT];
 
 /* ---- parsing --------------------------------------------------------------- */
 
@@ -49,7 +45,7 @@ static PyObject *
 parse_fail(parser *p, const char *why)
 {
     PyErr_Format(PyExc_RuntimeError,
-                 "derivatives.def: formula of '%s': %s near '%.20s'",
+                 "ops.def: derivative of '%s': %s near '%.20s'",
                  p->name, why, p->s);
     return NULL;
 }
@@ -283,28 +279,12 @@ fail:
 int
 stax_ag_formulas_init(void)
 {
-    deriv_index = PyDict_New();
-    if (deriv_index == NULL) {
-        return -1;
-    }
-    for (int i = 0; i < N_DERIVS; i++) {
-        PyObject *ix;
-        if (stax_op_by_name(derivs[i].name) == NULL) {
-            PyErr_Format(PyExc_RuntimeError,
-                         "derivatives.def: '%s' is not an op of the op table",
-                         derivs[i].name);
-            return -1;
-        }
+    for (int i = 0; i < STAX_OP_COUNT; i++) {
+        derivs[i].name = stax_op_table[i].name;
+        derivs[i].text = stax_op_derivative[i];
         if (parse_deriv(&derivs[i]) < 0) {
             return -1;
         }
-        ix = PyLong_FromLong(i);
-        if (ix == NULL
-            || PyDict_SetItemString(deriv_index, derivs[i].name, ix) < 0) {
-            Py_XDECREF(ix);
-            return -1;
-        }
-        Py_DECREF(ix);
     }
     return 0;
 }
@@ -317,7 +297,7 @@ stax_ag_derivatives_dict(void)
     if (d == NULL) {
         return NULL;
     }
-    for (int i = 0; i < N_DERIVS; i++) {
+    for (int i = 0; i < STAX_OP_COUNT; i++) {
         PyObject *v = Py_BuildValue("{ssss}", "kind", kinds[derivs[i].kind],
                                     "formula", derivs[i].text);
         if (v == NULL || PyDict_SetItemString(d, derivs[i].name, v) < 0) {
@@ -331,10 +311,16 @@ stax_ag_derivatives_dict(void)
 }
 
 const stax_deriv *
+stax_ag_deriv_of(stax_op_id_t id)
+{
+    return id >= 0 && id < STAX_OP_COUNT ? &derivs[id] : NULL;
+}
+
+const stax_deriv *
 stax_ag_deriv_for(const char *opname)
 {
-    PyObject *ix = PyDict_GetItemString(deriv_index, opname);
-    return ix ? &derivs[PyLong_AsLong(ix)] : NULL;
+    const stax_op_info *op = stax_op_row(opname);
+    return op != NULL ? &derivs[op->id] : NULL;
 }
 
 /* ---- evaluation ------------------------------------------------------------ */

@@ -524,7 +524,7 @@ typedef struct {
     PyObject *orig;        /* the original descriptor */
     PyObject *name;
     int kind;
-    const char *opname;    /* row of derivatives.def */
+    const char *opname;    /* op row whose derivative it uses */
 } WrapMethod;
 
 static PyTypeObject *WrapMethod_Type;

@@ -98,6 +98,11 @@ typedef struct {
 
 extern const stax_op_info stax_op_table[STAX_OP_COUNT];
 
+/* The derivative column (STAX_OP_DERIV rows of ops.def), indexed by op id:
+ * every op has one ("nondiff", "notimpl" or a formula; the language is
+ * described in ops.def). csrc/autograd/ parses it. */
+extern const char *const stax_op_derivative[STAX_OP_COUNT];
+
 /* NULL if none; "add_" gives the in-place info of add (see above). */
 const stax_op_info *stax_op_by_name(const char *name);
 /* NULL if name is not one of op's overloads ("Tensor", "default", ...) */

@@ -731,12 +731,16 @@ info_tuple(const stax_op_info *op)
 {
     static const char *kinds[] = {"pointwise", "reduction", "view",
                                   "composite", "random", "extern", "other"};
-    return Py_BuildValue("{s:s,s:i,s:s,s:i,s:z,s:z,s:z,s:z,s:z,s:I}",
+    /* an in-place twin's info shares its row's id but not its derivative */
+    const char *deriv = stax_ops_is_inplace_info(op) ? NULL
+                                                     : stax_op_derivative[op->id];
+    return Py_BuildValue("{s:s,s:i,s:s,s:i,s:z,s:z,s:z,s:z,s:z,s:z,s:I}",
                          "name", op->name, "id", (int)op->id,
                          "kind", kinds[op->kind], "arity", op->arity,
                          "schema", op->schema, "overloads", op->overloads,
                          "inplace", op->inplace, "formula", op->formula,
-                         "decomposition", op->decomp, "flags", op->flags);
+                         "decomposition", op->decomp, "derivative", deriv,
+                         "flags", op->flags);
 }
 
 static PyObject *

@@ -13,6 +13,24 @@ const stax_op_info stax_op_table[] = {
 _Static_assert(sizeof(stax_op_table) / sizeof(stax_op_table[0]) == STAX_OP_COUNT,
                "stax_op_table: one row per op id");
 
+const char *const stax_op_derivative[] = {
+#define STAX_OP_DERIV(ID, formula) [STAX_OP_##ID] = formula,
+#include "ops/ops.def"
+};
+/* Every op has exactly one derivative row: an unknown ID fails the
+ * designator above, a repeated one redeclares its enumerator here, and the
+ * count catches a missing one. */
+enum {
+#define STAX_OP_DERIV(ID, formula) STAX_OP_DERIV_ROW_##ID,
+#include "ops/ops.def"
+    STAX_OP_DERIV_ROWS
+};
+_Static_assert((int)STAX_OP_DERIV_ROWS == (int)STAX_OP_COUNT,
+               "ops.def: one STAX_OP_DERIV row per op");
+_Static_assert(sizeof(stax_op_derivative) / sizeof(stax_op_derivative[0])
+                   == STAX_OP_COUNT,
+               "stax_op_derivative: one entry per op id");
+
 const stax_pyop_info stax_pyop_table[] = {
 #define STAX_PYOP(KEY, fn, ifn, OP, sym, arity, flags) \
     {STAX_PYOP_##KEY, fn, ifn, STAX_OP_##OP, sym, arity, flags},

@@ -2,7 +2,7 @@
 
 The engine is C (csrc/autograd/): every op run with grad mode on and an
 operand that requires grad records a ``grad_fn`` Node whose derivative
-formula lives next to the op table (csrc/autograd/derivatives.def).
+formula is the op table's derivative column (csrc/ops/ops.def, STAX_OP_DERIV).
 
 ``backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False)``
 accumulates into the leaves' ``.grad``; ``grad(outputs, inputs, ...)``

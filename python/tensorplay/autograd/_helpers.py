@@ -1,4 +1,4 @@
-"""Helpers of the derivative formulas (csrc/autograd/derivatives.def).
+"""Helpers of the derivative formulas (STAX_OP_DERIV rows of csrc/ops/ops.def).
 
 The C engine evaluates each formula; a call whose head starts with ``_``
 lands here. Helpers compute with tensorplay ops, so under
