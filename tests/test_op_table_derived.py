@@ -247,3 +247,28 @@ def test_derivative_is_a_column_of_the_op_table():
     assert _C._op_info("mul")["derivative"] == "self: (mul grad other) other: (mul grad self)"
     assert _C._op_info("add_")["derivative"] is None
     assert derivs["eq"]["kind"] == "nondiff"
+
+
+def test_lowering_rule_is_a_column_of_the_op_table():
+    # lw_lower_node switches on the STAX_OP_LOWER column, never on a name:
+    # each op kind has the rules its lowering has, and the fused composites
+    # and the copy/cast ops name theirs
+    kinds = {
+        "pointwise": {"formula", "cast", "none"}, "reduction": {"reduction"},
+        "view": {"view"}, "extern": {"matmul"}, "random": {"random"},
+        "composite": {"softmax", "layer_norm", "batch_norm", "none"},
+        "other": {"cat", "pad", "gather", "scatter", "tri", "fill_like", "none"},
+    }
+    for r in _C._op_table():
+        assert r["lower"] in kinds[r["kind"]], (r["name"], r["lower"])
+        if r["kind"] == "pointwise":
+            assert (r["lower"] == "none") == (r["formula"] is None), r["name"]
+    rule = {n: OPS[n]["lower"] for n in ("softmax", "log_softmax", "native_layer_norm",
+                                         "clone", "stack", "full_like", "tril", "embedding")}
+    assert rule == {"softmax": "softmax", "log_softmax": "softmax",
+                    "native_layer_norm": "layer_norm", "clone": "cast", "stack": "cat",
+                    "full_like": "fill_like", "tril": "tri", "embedding": "gather"}
+    # the rule lowers natively: no eager fallback kernel for a fused softmax
+    x = tp.randn(4, 8)
+    cf = tp.compile(lambda t: tp.softmax(t * 2, dim=-1), backend="stax", strict_native=True)
+    np.testing.assert_allclose(cf(x).numpy(), tp.softmax(x * 2, dim=-1).numpy(), rtol=1e-5)

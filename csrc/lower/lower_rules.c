@@ -272,56 +272,52 @@ lw_lower_node(lw_ctx *c, struct lw_node_in *in, vbuf **outp, const char **why)
         UNSUPPORTED("operand is not a lowered tensor");
     }
     stax_op_id_t id = op->id;
-    switch (op->kind) {
-    case STAX_OPK_POINTWISE:
-        if (op->formula == NULL) {
-            *why = "pointwise op without a formula";
-            rc = 0;
-        }
-        else if ((id == STAX_OP_TO) || (id == STAX_OP_TO_COPY) || (id == STAX_OP_CLONE)
-                 || (id == STAX_OP_CONTIGUOUS)) {
-            out->body = x ? lw_cast(c, x->body, out->dtype) : NULL;
-            rc = out->body ? 1 : 0;
-            if (!rc) {
-                *why = "copy of a non-tensor";
-            }
-        }
-        else {
-            rc = lw_lower_formula(c, in, bound, op->formula, out, why);
+    stax_lower_rule_t rule = stax_op_lower[id];
+    if (x == NULL && (rule == STAX_LOWER_REDUCTION || rule == STAX_LOWER_SOFTMAX
+                      || rule == STAX_LOWER_LAYER_NORM || rule == STAX_LOWER_BATCH_NORM
+                      || rule == STAX_LOWER_VIEW
+                      || (rule == STAX_LOWER_NONE && op->kind == STAX_OPK_COMPOSITE))) {
+        *why = op->kind == STAX_OPK_REDUCTION ? "reduction of a non-tensor"
+               : op->kind == STAX_OPK_VIEW    ? "view of a non-tensor"
+                                              : "composite of a non-tensor";
+        rule = (stax_lower_rule_t)-1;
+    }
+    switch ((int)rule) {
+    case -1:
+        break;
+    case STAX_LOWER_NONE:
+        *why = op->kind == STAX_OPK_POINTWISE ? "pointwise op without a formula"
+               : op->kind == STAX_OPK_COMPOSITE
+                   ? "composite op not decomposed and without a fused lowering"
+                   : "op without a lowering rule";
+        break;
+    case STAX_LOWER_FORMULA:
+        rc = lw_lower_formula(c, in, bound, op->formula, out, why);
+        break;
+    case STAX_LOWER_CAST:
+        out->body = x ? lw_cast(c, x->body, out->dtype) : NULL;
+        rc = out->body ? 1 : 0;
+        if (!rc) {
+            *why = "copy of a non-tensor";
         }
         break;
-    case STAX_OPK_REDUCTION:
-        if (x == NULL) {
-            *why = "reduction of a non-tensor";
-            break;
-        }
+    case STAX_LOWER_REDUCTION:
         rc = lw_lower_reduction(c, in, bound, x, out, why);
         rc = rc < 0 ? -1 : (*why && rc == 0 ? 0 : 1);
         break;
-    case STAX_OPK_COMPOSITE:
-        if (x == NULL) {
-            *why = "composite of a non-tensor";
-        }
-        else if ((id == STAX_OP_SOFTMAX) || (id == STAX_OP_LOG_SOFTMAX)) {
-            rc = lw_lower_softmax(c, in, bound, x, out, id == STAX_OP_LOG_SOFTMAX, why);
-            rc = rc < 0 ? -1 : (*why ? 0 : 1);
-        }
-        else if ((id == STAX_OP_LAYER_NORM) || (id == STAX_OP_NATIVE_LAYER_NORM)) {
-            rc = lw_lower_layer_norm(c, in, bound, x, out, id == STAX_OP_NATIVE_LAYER_NORM, why);
-            rc = rc < 0 ? -1 : (*why ? 0 : 1);
-        }
-        else if ((id == STAX_OP_BATCH_NORM)) {
-            rc = lw_lower_batch_norm(c, in, bound, x, out, why);
-        }
-        else {
-            *why = "composite op not decomposed and without a fused lowering";
-        }
+    case STAX_LOWER_SOFTMAX:
+        rc = lw_lower_softmax(c, in, bound, x, out, id == STAX_OP_LOG_SOFTMAX, why);
+        rc = rc < 0 ? -1 : (*why ? 0 : 1);
         break;
-    case STAX_OPK_VIEW:
-        if (x == NULL) {
-            *why = "view of a non-tensor";
-        }
-        else if ((id == STAX_OP_GETITEM) && x->kind == VB_TUPLE) {
+    case STAX_LOWER_LAYER_NORM:
+        rc = lw_lower_layer_norm(c, in, bound, x, out, id == STAX_OP_NATIVE_LAYER_NORM, why);
+        rc = rc < 0 ? -1 : (*why ? 0 : 1);
+        break;
+    case STAX_LOWER_BATCH_NORM:
+        rc = lw_lower_batch_norm(c, in, bound, x, out, why);
+        break;
+    case STAX_LOWER_VIEW:
+        if (x->kind == VB_TUPLE && id == STAX_OP_GETITEM) {
             PyObject *i = lw_bound_arg(bound, op, "index");
             Py_ssize_t k = i && PyLong_Check(i) ? PyLong_AsSsize_t(i) : -1;
             if (k < 0) {
@@ -342,38 +338,39 @@ lw_lower_node(lw_ctx *c, struct lw_node_in *in, vbuf **outp, const char **why)
             *why = "view of a non-tensor";
         }
         break;
-    case STAX_OPK_EXTERN:
+    case STAX_LOWER_MATMUL:
         rc = lw_lower_matmul(c, in, bound, out, why);
         break;
-    case STAX_OPK_OTHER:
-        if ((id == STAX_OP_CAT) || (id == STAX_OP_STACK)) {
-            rc = lw_lower_cat(c, in, bound, out, id == STAX_OP_STACK, why);
-        }
-        else if ((id == STAX_OP_PAD) && x != NULL) {
-            rc = lw_lower_pad(c, in, bound, x, out, why);
-        }
-        else if ((id == STAX_OP_INDEX_SELECT) || (id == STAX_OP_GATHER)
-                 || (id == STAX_OP_EMBEDDING)) {
-            rc = lw_lower_gather(c, in, bound, out, why);
-        }
-        else if (((id == STAX_OP_SLICE_SCATTER) || (id == STAX_OP_SELECT_SCATTER)) && x != NULL) {
-            rc = lw_lower_scatter(c, in, bound, x, out, why);
-        }
-        else if (((id == STAX_OP_TRIL) || (id == STAX_OP_TRIU)) && x != NULL) {
-            rc = lower_tri(c, in, bound, x, out, id == STAX_OP_TRIL, why);
-        }
-        else if ((id == STAX_OP_ZEROS_LIKE) || (id == STAX_OP_ONES_LIKE)
-                 || (id == STAX_OP_FULL_LIKE)) {
-            double v = id == STAX_OP_ZEROS_LIKE ? 0.0 : id == STAX_OP_ONES_LIKE ? 1.0
-                       : lw_num(lw_bound_arg(bound, op, "fill_value"), 0.0);
-            out->body = lw_const(c, out->dtype, v);
-            rc = out->body ? 1 : -1;
-        }
-        else {
+    case STAX_LOWER_CAT:
+        rc = lw_lower_cat(c, in, bound, out, id == STAX_OP_STACK, why);
+        break;
+    case STAX_LOWER_GATHER:
+        rc = lw_lower_gather(c, in, bound, out, why);
+        break;
+    case STAX_LOWER_FILL_LIKE: {
+        double v = id == STAX_OP_ZEROS_LIKE ? 0.0 : id == STAX_OP_ONES_LIKE ? 1.0
+                   : lw_num(lw_bound_arg(bound, op, "fill_value"), 0.0);
+        out->body = lw_const(c, out->dtype, v);
+        rc = out->body ? 1 : -1;
+        break;
+    }
+    case STAX_LOWER_PAD:
+    case STAX_LOWER_SCATTER:
+    case STAX_LOWER_TRI:
+        if (x == NULL) {
             *why = "op without a lowering rule";
         }
+        else if (rule == STAX_LOWER_PAD) {
+            rc = lw_lower_pad(c, in, bound, x, out, why);
+        }
+        else if (rule == STAX_LOWER_SCATTER) {
+            rc = lw_lower_scatter(c, in, bound, x, out, why);
+        }
+        else {
+            rc = lower_tri(c, in, bound, x, out, id == STAX_OP_TRIL, why);
+        }
         break;
-    case STAX_OPK_RANDOM:
+    case STAX_LOWER_RANDOM:
         rc = lw_lower_random(c, in, bound, x, out, why);
         break;
     default:

@@ -103,6 +103,28 @@ extern const stax_op_info stax_op_table[STAX_OP_COUNT];
  * described in ops.def). csrc/autograd/ parses it. */
 extern const char *const stax_op_derivative[STAX_OP_COUNT];
 
+/* The lowering column (STAX_OP_LOWER rows of ops.def): the rule of
+ * csrc/lower/ that lowers an op, indexed by op id. */
+typedef enum {
+    STAX_LOWER_NONE = 0,      /* no rule: decomposed first, else eager */
+    STAX_LOWER_FORMULA,       /* pointwise: the op's scalar formula */
+    STAX_LOWER_CAST,          /* a copy in the result dtype (to, clone, ...) */
+    STAX_LOWER_REDUCTION,
+    STAX_LOWER_SOFTMAX,       /* softmax, log_softmax */
+    STAX_LOWER_LAYER_NORM,    /* layer_norm, native_layer_norm */
+    STAX_LOWER_BATCH_NORM,
+    STAX_LOWER_VIEW,          /* an index map (getitem of a tuple: its item) */
+    STAX_LOWER_MATMUL,        /* an extern library call */
+    STAX_LOWER_CAT,           /* cat, stack */
+    STAX_LOWER_PAD,
+    STAX_LOWER_GATHER,        /* index_select, gather, embedding */
+    STAX_LOWER_SCATTER,       /* slice_scatter, select_scatter */
+    STAX_LOWER_TRI,           /* tril, triu */
+    STAX_LOWER_FILL_LIKE,     /* zeros_like, ones_like, full_like */
+    STAX_LOWER_RANDOM
+} stax_lower_rule_t;
+extern const stax_lower_rule_t stax_op_lower[STAX_OP_COUNT];
+
 /* NULL if none; "add_" gives the in-place info of add (see above). */
 const stax_op_info *stax_op_by_name(const char *name);
 /* NULL if name is not one of op's overloads ("Tensor", "default", ...) */

@@ -726,6 +726,14 @@ py_set_impl(PyObject *m, PyObject *args)
     Py_RETURN_NONE;
 }
 
+static const char *const lower_rule_names[] = {
+    "none", "formula", "cast", "reduction", "softmax", "layer_norm",
+    "batch_norm", "view", "matmul", "cat", "pad", "gather", "scatter", "tri",
+    "fill_like", "random"};
+_Static_assert(sizeof(lower_rule_names) / sizeof(lower_rule_names[0])
+                   == STAX_LOWER_RANDOM + 1,
+               "lower_rule_names: one name per stax_lower_rule_t");
+
 static PyObject *
 info_tuple(const stax_op_info *op)
 {
@@ -734,12 +742,13 @@ info_tuple(const stax_op_info *op)
     /* an in-place twin's info shares its row's id but not its derivative */
     const char *deriv = stax_ops_is_inplace_info(op) ? NULL
                                                      : stax_op_derivative[op->id];
-    return Py_BuildValue("{s:s,s:i,s:s,s:i,s:z,s:z,s:z,s:z,s:z,s:z,s:I}",
+    return Py_BuildValue("{s:s,s:i,s:s,s:i,s:z,s:z,s:z,s:z,s:z,s:z,s:s,s:I}",
                          "name", op->name, "id", (int)op->id,
                          "kind", kinds[op->kind], "arity", op->arity,
                          "schema", op->schema, "overloads", op->overloads,
                          "inplace", op->inplace, "formula", op->formula,
                          "decomposition", op->decomp, "derivative", deriv,
+                         "lower", lower_rule_names[stax_op_lower[op->id]],
                          "flags", op->flags);
 }
 

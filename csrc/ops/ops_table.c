@@ -31,6 +31,20 @@ _Static_assert(sizeof(stax_op_derivative) / sizeof(stax_op_derivative[0])
                    == STAX_OP_COUNT,
                "stax_op_derivative: one entry per op id");
 
+const stax_lower_rule_t stax_op_lower[] = {
+#define STAX_OP_LOWER(ID, RULE) [STAX_OP_##ID] = STAX_LOWER_##RULE,
+#include "ops/ops.def"
+};
+enum {
+#define STAX_OP_LOWER(ID, RULE) STAX_OP_LOWER_ROW_##ID,
+#include "ops/ops.def"
+    STAX_OP_LOWER_ROWS
+};
+_Static_assert((int)STAX_OP_LOWER_ROWS == (int)STAX_OP_COUNT,
+               "ops.def: one STAX_OP_LOWER row per op");
+_Static_assert(sizeof(stax_op_lower) / sizeof(stax_op_lower[0]) == STAX_OP_COUNT,
+               "stax_op_lower: one entry per op id");
+
 const stax_pyop_info stax_pyop_table[] = {
 #define STAX_PYOP(KEY, fn, ifn, OP, sym, arity, flags) \
     {STAX_PYOP_##KEY, fn, ifn, STAX_OP_##OP, sym, arity, flags},
