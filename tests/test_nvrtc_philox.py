@@ -257,7 +257,7 @@ def _producers():
     x = tp.randn(6, 10)
     cands = {"philox": [(lambda a: tp.rand_like(a), (x,))],
              "max": [(lambda a, i: a.index_select(0, i),
-                      (x, tp.tensor([0, 3, -1])))],
+                      (x, tp.tensor([0, 3, 5])))],
              "not": [(lambda a: ~(a > 0), (x,))]}
     cands["min"] = cands["max"]
     for r in pointwise_rows():

@@ -687,6 +687,30 @@ set_last(CFObject *self, const unsigned char fp[16], PyObject *entry,
     return 0;
 }
 
+/* the program's runtime check failed (an integer division by zero, an
+ * index out of range): it undid its writes and marked the error; the call
+ * runs eagerly, which raises eager's error after eager's writes. 1 when
+ * the pending error is so marked (then cleared), 0 otherwise (kept) */
+static int
+rerun_marked(void)
+{
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    PyErr_NormalizeException(&et, &ev, &tb);
+    int marked = 0;
+    if (ev != NULL && PyObject_HasAttrString(ev, "_stax_rerun")) {
+        marked = 1;
+    }
+    if (marked) {
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(tb);
+        return 1;
+    }
+    PyErr_Restore(et, ev, tb);
+    return 0;
+}
+
 /* run version e on the call; arm or disarm level 1 as the driver's _run */
 static PyObject *
 run_entry(CFObject *self, PlanState *plan, EntryObject *e, call_t *c)
@@ -729,6 +753,12 @@ run_entry(CFObject *self, PlanState *plan, EntryObject *e, call_t *c)
     res = PyObject_Vectorcall(art, c->flat, c->nflat, NULL);
     if (res == NULL) {
         Py_DECREF(art);
+        /* with effects already made, the program's own error stands */
+        if (PyTuple_GET_SIZE(e->effects) == 0 && rerun_marked()) {
+            PyObject *a = call_args(c), *k = call_kwargs(c);
+            Py_CLEAR(self->l1);
+            return a && k ? PyObject_CallMethod(self->driver, "_eager", "OO", a, k) : NULL;
+        }
         return NULL;
     }
     int arm = !e->gates && PyTuple_GET_SIZE(e->effects) == 0 && c->nkw == 0;
@@ -1134,6 +1164,16 @@ cf_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf,
     if (ok) {
         self->hits1++;
         res = PyObject_Vectorcall(s->artifact, stack, ncall, NULL);
+        if (res == NULL && rerun_marked()) {
+            /* level 1 is armed for calls without keywords */
+            PyObject *a = PyTuple_New(nargs), *k = PyDict_New();
+            for (Py_ssize_t i = 0; a != NULL && i < nargs; i++) {
+                PyTuple_SET_ITEM(a, i, Py_NewRef(args[i]));
+            }
+            res = a && k ? PyObject_CallMethod(self->driver, "_eager", "OO", a, k) : NULL;
+            Py_XDECREF(a);
+            Py_XDECREF(k);
+        }
     }
     else {
         res = levels23(self, args, nargsf, kwnames);

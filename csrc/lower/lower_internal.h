@@ -133,10 +133,15 @@ typedef struct lw_ctx {
      * those quantities as size-argument slots) across the size variants */
     int symbolic;
     PyObject *kcache;
-    /* integer divisions: 0-d bool buffers, any(divisor == 0) of each; the
-     * program raises eager's ZeroDivisionError when one is set */
+    /* runtime checks of eager's errors: 0-d bool buffers, any(divisor ==
+     * 0) of an integer division (LW_CHECK_ZERO), any(index out of range)
+     * of gather / index_select / embedding (LW_CHECK_INDEX, _GATHER).
+     * When one is set the program undoes its writes to the inputs and
+     * raises (marked for the driver to rerun the call eagerly, so the
+     * error and the writes before it are eager's) */
     int nzchecks;
     int zchecks[32];
+    int zkind[32];
 } lw_ctx;
 
 /* construction (arena) */
@@ -262,6 +267,11 @@ int lw_lower_extra_view(lw_ctx *c, struct lw_node_in *in, vbuf **outp, const cha
  * node of op `opname`, checked for floor_divide/remainder/fmod/div only):
  * a kernel flagging a zero divisor (lw_ctx.zchecks); 0, or -1 + error */
 int lw_zero_check(lw_ctx *c, const char *opname, vbuf *v);
+enum { LW_CHECK_ZERO = 0, LW_CHECK_INDEX, LW_CHECK_GATHER };
+/* a kernel flagging an index of idx (a VB_TENSOR of integers) outside
+ * [0, n) (lw_ctx.zchecks, kind LW_CHECK_INDEX or LW_CHECK_GATHER); 0, or
+ * -1 + error */
+int lw_index_check(lw_ctx *c, vbuf *idx, int64_t n, int kind);
 int lw_lower_softmax(lw_ctx *c, struct lw_node_in *in, PyObject *bound,
                      vbuf *x, vbuf *out, int logsm, const char **why);
 int lw_lower_layer_norm(lw_ctx *c, struct lw_node_in *in, PyObject *bound,

@@ -167,16 +167,14 @@ lw_lower_pad(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
     return out->body ? 1 : -1;
 }
 
-/* an index value, wrapped (negative) and clamped into [0, n) */
+/* an index value, clamped into [0, n): the loads stay in bounds; an index
+ * outside [0, n) is eager's error, flagged by lw_index_check (torch's
+ * gather, index_select and embedding do not wrap negative indices) */
 static const stax_ix *
 safe_index(lw_ctx *c, const stax_lval *iv, int64_t n)
 {
     iv = lw_cast(c, iv, STAX_INT64);
-    const stax_lval *nn = lw_const(c, STAX_INT64, (double)n);
     const stax_lval *z = lw_const(c, STAX_INT64, 0);
-    iv = lw_prim(c, STAX_PRIM_WHERE, STAX_INT64,
-                 lw_prim(c, STAX_PRIM_LT, STAX_BOOL, iv, z, NULL),
-                 lw_prim(c, STAX_PRIM_ADD, STAX_INT64, iv, nn, NULL), iv);
     iv = lw_prim(c, STAX_PRIM_MIN, STAX_INT64,
                  lw_prim(c, STAX_PRIM_MAX, STAX_INT64, iv, z, NULL),
                  lw_const(c, STAX_INT64, (double)(n > 0 ? n - 1 : 0)), NULL);
@@ -201,6 +199,9 @@ lw_lower_gather(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *out,
         rw.nvars = idx->ndim;
         const stax_lval *iv = lw_rewrite(c, &rw, idx->body);
         lw_rw_done(&rw);
+        if (lw_index_check(c, idx, w->sizes[0], LW_CHECK_INDEX) < 0) {
+            return -1;
+        }
         map[0] = safe_index(c, iv, w->sizes[0]);
         map[1] = ov[idx->ndim];
         return lw_view_map(c, w, out, map);
@@ -229,6 +230,10 @@ lw_lower_gather(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *out,
         iv = lw_rewrite(c, &rw, idx->body);
     }
     lw_rw_done(&rw);
+    if (lw_index_check(c, idx, x->sizes[d],
+                       id == STAX_OP_INDEX_SELECT ? LW_CHECK_INDEX : LW_CHECK_GATHER) < 0) {
+        return -1;
+    }
     for (int j = 0; j < x->ndim; j++) {
         map[j] = j == d ? safe_index(c, iv, x->sizes[d]) : ov[j];
     }

@@ -684,6 +684,45 @@ find_divisions(fd_ctx *f, const stax_lval *v, const stax_lval **out, int *n, int
     }
 }
 
+/* a 0-d bool buffer any(bad) over v's shape (bad: a body over v's vars),
+ * read by the program after its last step */
+static int
+add_check(lw_ctx *c, const vbuf *v, const stax_lval *bad, int kind)
+{
+    if (c->nzchecks == (int)(sizeof(c->zchecks) / sizeof(c->zchecks[0]))) {
+        PyErr_SetString(PyExc_RuntimeError, "stax: too many runtime checks (integer divisions, "
+                        "gathered indices) in one program");
+        return -1;
+    }
+    vbuf in = *v;
+    in.pbuf = -1;
+    in.label = NULL;
+    in.body = bad;
+    int mask[STAX_MAX_DIMS];
+    for (int d = 0; d < in.ndim; d++) {
+        mask[d] = 1;
+    }
+    redk r;
+    if (red_begin(c, &in, mask, kind == LW_CHECK_ZERO ? "zero_divisor" : "index_check", &r) < 0) {
+        return -1;
+    }
+    const stax_lval *x = red_value(c, &in, &r);
+    int a0 = x ? add_acc(r.k, STAX_RED_ANY, STAX_BOOL, x, NULL) : -1;
+    vbuf out;
+    memset(&out, 0, sizeof(out));
+    out.kind = VB_TENSOR;
+    out.ndim = 0;
+    out.dtype = STAX_BOOL;
+    out.pbuf = -1;
+    if (a0 < 0 || red_store(c, &r, &in, mask, &out, lw_acc(c, a0, STAX_BOOL), 0) < 0) {
+        return -1;
+    }
+    c->pbufs[out.pbuf].is_output = 1;   /* read after the last step */
+    c->zkind[c->nzchecks] = kind;
+    c->zchecks[c->nzchecks++] = out.pbuf;
+    return 0;
+}
+
 int
 lw_zero_check(lw_ctx *c, const char *opname, vbuf *v)
 {
@@ -724,35 +763,34 @@ lw_zero_check(lw_ctx *c, const char *opname, vbuf *v)
             PyErr_SetString(PyExc_RuntimeError, "stax: too many integer divisions to check");
             return -1;
         }
-        vbuf in = *v;
-        in.pbuf = -1;
-        in.label = NULL;
-        in.body = lw_prim(c, STAX_PRIM_EQ, STAX_BOOL, divs[i],
-                          lw_const(c, divs[i]->dtype, 0.0), NULL);
-        if (in.body == NULL) {
+        const stax_lval *bad = lw_prim(c, STAX_PRIM_EQ, STAX_BOOL, divs[i],
+                                       lw_const(c, divs[i]->dtype, 0.0), NULL);
+        if (bad == NULL || add_check(c, v, bad, LW_CHECK_ZERO) < 0) {
             return -1;
         }
-        int mask[STAX_MAX_DIMS];
-        for (int d = 0; d < in.ndim; d++) {
-            mask[d] = 1;
-        }
-        redk r;
-        if (red_begin(c, &in, mask, "zero_divisor", &r) < 0) {
-            return -1;
-        }
-        const stax_lval *x = red_value(c, &in, &r);
-        int a0 = x ? add_acc(r.k, STAX_RED_ANY, STAX_BOOL, x, NULL) : -1;
-        vbuf out;
-        memset(&out, 0, sizeof(out));
-        out.kind = VB_TENSOR;
-        out.ndim = 0;
-        out.dtype = STAX_BOOL;
-        out.pbuf = -1;
-        if (a0 < 0 || red_store(c, &r, &in, mask, &out, lw_acc(c, a0, STAX_BOOL), 0) < 0) {
-            return -1;
-        }
-        c->pbufs[out.pbuf].is_output = 1;   /* read after the last step */
-        c->zchecks[c->nzchecks++] = out.pbuf;
     }
     return 0;
+}
+
+int
+lw_index_check(lw_ctx *c, vbuf *idx, int64_t n, int kind)
+{
+    if (idx == NULL || idx->kind != VB_TENSOR || idx->body == NULL) {
+        return 0;
+    }
+    /* CUDA kernels assert on the device instead (the loads are clamped) */
+    if (c->be != NULL && c->be->name != NULL && strcmp(c->be->name, "nvrtc") == 0) {
+        return 0;
+    }
+    const stax_lval *iv = lw_cast(c, idx->body, STAX_INT64);
+    const stax_lval *nn = lw_size_const(c, STAX_INT64, n);
+    const stax_lval *bad = iv && nn
+        ? lw_prim(c, STAX_PRIM_OR, STAX_BOOL,
+                  lw_prim(c, STAX_PRIM_LT, STAX_BOOL, iv, lw_const(c, STAX_INT64, 0), NULL),
+                  lw_prim(c, STAX_PRIM_GE, STAX_BOOL, iv, nn, NULL), NULL)
+        : NULL;
+    if (bad == NULL) {
+        return -1;
+    }
+    return add_check(c, idx, bad, kind);
 }

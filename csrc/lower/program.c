@@ -555,6 +555,71 @@ mutated_apply(PyObject *mt, uint64_t rg, PyObject *const *args, Py_ssize_t nargs
     }
 }
 
+/* The runtime checks (lw_ctx.zchecks) are read after the last step: the
+ * inputs the steps write are copied first, so that a failed check leaves
+ * them as they were. A dict input index -> copy (empty: none written). */
+static PyObject *
+snapshot_inputs(lw_ctx *c, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *d = PyDict_New();
+    for (int i = 0; d != NULL && i < c->nsteps; i++) {
+        const step_t *s = &c->steps[i];
+        for (int q = 0; q < s->nbump; q++) {
+            int a = s->bump[q];
+            if (a < 0 || a >= nargs || !StaxTensor_Check(args[a])) {
+                continue;
+            }
+            PyObject *k = PyLong_FromLong(a);
+            int has = k ? PyDict_Contains(d, k) : -1;
+            PyObject *cp = has == 0 ? (PyObject *)stax_tensor_to((StaxTensor *)args[a],
+                                                                  ((StaxTensor *)args[a])->dtype, 1)
+                                    : NULL;
+            if (has < 0 || (has == 0 && (cp == NULL || PyDict_SetItem(d, k, cp) < 0))) {
+                Py_CLEAR(d);
+            }
+            Py_XDECREF(k);
+            Py_XDECREF(cp);
+        }
+    }
+    return d;
+}
+
+/* a runtime check failed: undo the writes to the inputs and the random
+ * draws, then raise eager's error, marked `_stax_rerun` so that the
+ * driver runs the call eagerly (the error and the writes made before it
+ * are then exactly eager's; gather's message names the first bad index) */
+static void
+check_failed(lw_ctx *c, int kind, PyObject *const *args, PyObject *snaps, uint64_t gen_off)
+{
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    while (snaps != NULL && PyDict_Next(snaps, &pos, &k, &v)) {
+        Py_ssize_t a = PyLong_AsSsize_t(k);
+        if (stax_tensor_copy_from((StaxTensor *)args[a], v) < 0) {
+            return;
+        }
+    }
+    if (c->nrand > 0 && gen_off != UINT64_MAX) {
+        StaxGenerator *g = stax_default_generator();
+        if (g != NULL) {
+            g->offset = gen_off;
+        }
+    }
+    PyObject *type = kind == LW_CHECK_GATHER ? PyExc_RuntimeError
+                     : kind == LW_CHECK_INDEX ? PyExc_IndexError : PyExc_RuntimeError;
+    const char *msg = kind == LW_CHECK_GATHER ? "index out of bounds in gather"
+                      : kind == LW_CHECK_INDEX ? "index out of range in self"
+                      : "ZeroDivisionError";
+    PyObject *e = PyObject_CallFunction(type, "s", msg);
+    if (e == NULL) {
+        return;
+    }
+    if (PyObject_SetAttrString(e, "_stax_rerun", Py_True) == 0) {
+        PyErr_SetObject(type, e);
+    }
+    Py_DECREF(e);
+}
+
 PyObject *
 lw_program_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
                       PyObject *kwnames)
@@ -565,6 +630,7 @@ lw_program_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
     PyObject *stack_slots[32];
     PyObject **slots = stack_slots;
     PyObject *result = NULL;
+    PyObject *snaps = NULL;     /* runtime checks: inputs the steps write */
     if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0) {
         PyErr_SetString(PyExc_TypeError, "compiled program takes positional inputs only");
         return NULL;
@@ -611,6 +677,7 @@ lw_program_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
     /* random draws reserve their words of the default generator now, in
      * node order, as eager execution would */
     const int64_t *syms = c->syms;
+    uint64_t gen_off = UINT64_MAX;
     int64_t local_syms[LW_MAX_SYMS];
     if (c->nrand > 0) {
         StaxGenerator *g = stax_default_generator();
@@ -619,11 +686,18 @@ lw_program_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
             goto done;
         }
         memcpy(local_syms, c->syms, sizeof(int64_t) * (size_t)c->nsyms);
+        gen_off = g->offset;
         for (int r = 0; r < c->nrand; r++) {
             local_syms[c->rand_seed_sym[r]] = (int64_t)g->seed;
             local_syms[c->rand_off_sym[r]] = (int64_t)stax_generator_reserve(g, c->rand_words[r]);
         }
         syms = local_syms;
+    }
+    if (c->nzchecks > 0) {
+        snaps = snapshot_inputs(c, args, nargs);
+        if (snaps == NULL) {
+            goto done;
+        }
     }
     for (int i = 0; i < c->nsteps; i++) {
         step_t *s = &c->steps[i];
@@ -714,8 +788,7 @@ lw_program_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
     for (int q = 0; q < c->nzchecks; q++) {
         PyObject *f = slots[c->zchecks[q]];
         if (f != NULL && *(const unsigned char *)data_ptr(f)) {
-            /* eager's error for an integer division by zero (torch's too) */
-            PyErr_SetString(PyExc_RuntimeError, "ZeroDivisionError");
+            check_failed(c, c->zkind[q], args, snaps, gen_off);
             goto done;
         }
     }
@@ -759,6 +832,7 @@ lw_program_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
         }
     }
 done:
+    Py_XDECREF(snaps);
     for (int b = 0; b < c->npbufs; b++) {
         Py_XDECREF(slots[b]);
     }

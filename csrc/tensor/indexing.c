@@ -178,6 +178,72 @@ numpy_key(PyObject *key)
     return r;
 }
 
+/* torch's bounds error for the integer arrays of an advanced key (nk, as
+ * numpy_key made it): "index i is out of bounds for dimension j with size
+ * n", j counting the advanced indices before it (torch indexes the
+ * advanced dims alone; NumPy's message names the tensor's own axis).
+ * 0 in bounds (or not an integer array: NumPy judges), -1 raised. */
+static int
+adv_bounds(StaxTensor *t, PyObject *nk)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(nk);
+    int consumed = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = PyTuple_GET_ITEM(nk, i);
+        if (o == Py_None || o == Py_Ellipsis) {
+            continue;
+        }
+        consumed += PyArray_Check(o) && PyArray_ISBOOL((PyArrayObject *)o)
+                    ? PyArray_NDIM((PyArrayObject *)o) : 1;
+    }
+    int d = 0, ord = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = PyTuple_GET_ITEM(nk, i);
+        if (o == Py_None) {
+            continue;
+        }
+        if (o == Py_Ellipsis) {
+            d += t->ndim - consumed;
+            continue;
+        }
+        if (!PyArray_Check(o)) {
+            d++;
+            continue;
+        }
+        PyArrayObject *a = (PyArrayObject *)o;
+        if (PyArray_ISBOOL(a)) {
+            d += PyArray_NDIM(a);
+            ord += PyArray_NDIM(a);
+            continue;
+        }
+        if (!PyArray_ISINTEGER(a) || d >= t->ndim) {
+            return 0;
+        }
+        PyArrayObject *c = (PyArrayObject *)PyArray_FromAny(
+            o, PyArray_DescrFromType(NPY_INT64), 0, 0, NPY_ARRAY_CARRAY_RO, NULL);
+        if (c == NULL) {
+            PyErr_Clear();
+            return 0;
+        }
+        const int64_t *v = (const int64_t *)PyArray_DATA(c);
+        npy_intp m = PyArray_SIZE(c);
+        int64_t size = t->sizes[d];
+        for (npy_intp j = 0; j < m; j++) {
+            if (v[j] < -size || v[j] >= size) {
+                PyErr_Format(PyExc_IndexError,
+                             "index %lld is out of bounds for dimension %d with size %lld",
+                             (long long)v[j], ord, (long long)size);
+                Py_DECREF(c);
+                return -1;
+            }
+        }
+        Py_DECREF(c);
+        d++;
+        ord++;
+    }
+    return 0;
+}
+
 /* NumPy's messages say "axis"; PyTorch's say "dimension" */
 static void
 translate_numpy_error(PyObject *as_type)
@@ -234,6 +300,9 @@ stax_tensor_getitem(StaxTensor *t, PyObject *key)
         goto done;
     }
     nk = numpy_key(k);
+    if (nk != NULL && adv_bounds(t, nk) < 0) {
+        goto done;
+    }
     arr = nk ? stax_tensor_as_array(t) : NULL;
     if (arr == NULL) {
         goto done;
@@ -293,6 +362,9 @@ stax_tensor_setitem(StaxTensor *t, PyObject *key, PyObject *value)
         goto done;
     }
     nk = numpy_key(k);
+    if (nk != NULL && adv_bounds(t, nk) < 0) {
+        goto done;
+    }
     arr = nk ? stax_tensor_as_array(t) : NULL;
     if (arr == NULL) {
         goto done;

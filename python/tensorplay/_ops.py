@@ -1393,7 +1393,8 @@ def _index_select(input, dim, index):
     if a.ndim == 0:
         return _wrap(a.copy(), input)
     n = a.shape[d]
-    if i.size and (i.min() < -n or i.max() >= n):
+    # torch's CPU kernel does not wrap negative indices
+    if i.size and (i.min() < 0 or i.max() >= n):
         raise IndexError("index out of range in self")
     return _wrap(np.take(a, i.reshape(-1), axis=d), input)
 

@@ -777,7 +777,19 @@ class Driver:
             for s in v.seeds:
                 _random.default_generator.manual_seed(s)
         art = self._artifact(v, flat, args, kwargs, plan, free)
-        out = art(*flat)
+        rerun = False
+        try:
+            out = art(*flat)
+        except (RuntimeError, IndexError) as e:
+            # a runtime check failed (integer division by zero, an index out
+            # of range): the program undid its writes, the call runs eagerly
+            # and raises eager's error after eager's writes (effects made
+            # before the program cannot be undone: its own error stands)
+            if not getattr(e, "_stax_rerun", False) or (v.effects and not v.n_extras):
+                raise
+            rerun = True
+        if rerun:
+            return self._eager(args, kwargs)
         if v.n_extras:
             # traced values stored into Python state: the program's extra
             # outputs, stored where the eager call stores them, in order

@@ -1,0 +1,210 @@
+"""Reliability, round 2 (issue 13): the compiled program's runtime checks.
+
+gather / index_select / embedding read at data-dependent indices and an
+integer division may meet a zero divisor: the compiled kernels clamp the
+loads (memory stays safe) and flag the error; the program then undoes its
+writes to the inputs and the call runs eagerly, so the error (type and
+message, naming the index like torch) and the writes made before it are
+eager's.  Eager's own index errors are torch's.
+"""
+import pytest
+
+import tensorplay as tp
+import tensorplay.nn.functional as F
+from _helpers import isolate_compile_budget  # noqa: F401 - autouse: no compile budget here
+
+try:
+    import torch
+    import torch.nn.functional as TF
+except ImportError:      # pragma: no cover
+    torch = None
+
+
+def _outcome(f, *args):
+    try:
+        r = f(*args)
+    except Exception as e:  # noqa: BLE001 - the error is the outcome
+        return ("err", type(e), str(e))
+    return ("ok", r.tolist() if hasattr(r, "tolist") else r)
+
+
+_IDX_OPS = {
+    "gather": lambda x, i: tp.gather(x, 0, i.reshape(1, -1)),
+    "gather_dim1": lambda x, i: tp.gather(x, 1, i.reshape(1, -1).expand(3, 2)),
+    "index_select": lambda x, i: tp.index_select(x, 0, i),
+    "index_select_dim1": lambda x, i: x.index_select(1, i) * 2,
+    "embedding": lambda x, i: F.embedding(i, x),
+    "embedding_of_computed": lambda x, i: F.embedding(i * 2 - 2, x + 1),
+    "adv_index": lambda x, i: x[i] + 1,
+    "adv_index_dim1": lambda x, i: x[:, i] + 1,
+}
+_IDX = [[0, 2], [-1, 1], [3, 0], [0, -4], [5, 7], [-4, 9], [2, -1]]
+
+
+@pytest.mark.parametrize("name", sorted(_IDX_OPS))
+@pytest.mark.parametrize("strict", [False, True])
+def test_compiled_index_ops_raise_like_eager_on_a_later_call(name, strict):
+    fn = _IDX_OPS[name]
+    x = tp.arange(12.).reshape(3, 4)
+    f = tp.compile(fn, strict_native=strict)
+    if strict and name.startswith("adv"):
+        # advanced tensor indexing is not lowered: eager's path, refused
+        with pytest.raises(tp.compiler.NativeCompileError, match="advanced"):
+            f(x, tp.tensor([1, 1]))
+        return
+    assert _outcome(f, x, tp.tensor([1, 1])) == _outcome(fn, x, tp.tensor([1, 1]))
+    for idx in _IDX * 2:            # twice: the C dispatch's fast levels too
+        i = tp.tensor(idx)
+        assert _outcome(f, x, i) == _outcome(fn, x, i), (name, idx)
+    assert f.stats()["compiles"] == 1
+
+
+def test_compiled_gather_names_the_first_bad_index_like_torch():
+    f = tp.compile(lambda x, i: tp.gather(x, 0, i))
+    x = tp.arange(12.).reshape(3, 4)
+    f(x, tp.tensor([[0, 1, 2, 0]]))
+    with pytest.raises(RuntimeError, match=r"^index -4 is out of bounds for dimension 0 with size 3$"):
+        f(x, tp.tensor([[0, -4, 9, 0]]))
+    with pytest.raises(RuntimeError, match=r"^index 9 is out of bounds for dimension 0 with size 3$"):
+        f(x, tp.tensor([[0, 1, 9, -5]]))
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_compiled_embedding_out_of_range_int32_and_empty(strict):
+    f = tp.compile(lambda w, i: F.embedding(i, w).sum(-1), strict_native=strict)
+    w = tp.randn(5, 3)
+    i32 = tp.tensor([[0, 4], [1, 2]], dtype=tp.int32)
+    assert tp.allclose(f(w, i32), F.embedding(i32, w).sum(-1))
+    with pytest.raises(IndexError, match="^index out of range in self$"):
+        f(w, tp.tensor([[0, 5], [1, 2]], dtype=tp.int32))
+    assert tp.allclose(f(w, i32), F.embedding(i32, w).sum(-1))
+
+
+# -- checks before visible writes ---------------------------------------------
+def _inplace_then_div(x, y):
+    x.add_(1)
+    return x // y
+
+
+def _div_then_inplace(x, y):
+    z = x // y
+    x.mul_(2)
+    return z
+
+
+def _inplace_view_then_div(x, y):
+    x[0].fill_(7)
+    return (x % y) + 1
+
+
+def _embed_then_inplace(w, i):
+    r = F.embedding(i, w)
+    w.mul_(2)
+    return r
+
+
+def _inplace_then_gather(w, i):
+    w.add_(1)
+    return tp.gather(w, 0, i.reshape(1, -1))
+
+
+def _inplace_other_then_index_select(w, i, o):
+    o.sub_(3)
+    return w.index_select(0, i) + o
+
+
+@pytest.mark.parametrize("fn,good,bad", [
+    (_inplace_then_div, [2, 3, 1], [2, 0, 1]),
+    (_div_then_inplace, [2, 3, 1], [2, 0, 1]),
+    (_inplace_view_then_div, [2, 3, 1], [2, 0, 1]),
+])
+@pytest.mark.parametrize("strict", [False, True])
+def test_zero_divisor_leaves_the_inputs_as_eager_does(fn, good, bad, strict):
+    f = tp.compile(fn, strict_native=strict)
+    for ys in (good, bad, good, good, bad):
+        xa = tp.tensor([[5, 6, 7], [8, 9, 10]])
+        xb = xa.clone()
+        y = tp.tensor(ys)
+        assert _outcome(f, xa, y) == _outcome(fn, xb, y)
+        assert xa.tolist() == xb.tolist(), (fn.__name__, ys)
+    assert f.stats()["compiles"] == 1
+
+
+@pytest.mark.parametrize("fn", [_embed_then_inplace, _inplace_then_gather])
+@pytest.mark.parametrize("strict", [False, True])
+def test_index_error_leaves_the_inputs_as_eager_does(fn, strict):
+    f = tp.compile(fn, strict_native=strict)
+    for idx in ([0, 2], [0, 3], [0, 1], [0, 1], [-1, 0], [1, 1]):
+        wa = tp.arange(12.).reshape(3, 4)
+        wb = wa.clone()
+        i = tp.tensor(idx)
+        assert _outcome(f, wa, i) == _outcome(fn, wb, i), (fn.__name__, idx)
+        assert wa.tolist() == wb.tolist(), (fn.__name__, idx)
+
+
+def test_index_error_after_a_write_to_another_input():
+    fn = _inplace_other_then_index_select
+    f = tp.compile(fn)
+    for idx in ([0, 2], [0, 3], [2, 2], [-1, 0]):
+        oa, ob = tp.ones(2, 4), tp.ones(2, 4)
+        w = tp.arange(12.).reshape(3, 4)
+        i = tp.tensor(idx)
+        assert _outcome(f, w, i, oa) == _outcome(fn, w, i, ob)
+        assert oa.tolist() == ob.tolist()
+
+
+def test_failed_check_does_not_advance_the_random_stream():
+    def fn(x, y):
+        return x // y + (tp.rand(3) * 0).long()
+    f = tp.compile(fn)
+    x, ok, z = tp.tensor([4, 5, 6]), tp.tensor([1, 2, 3]), tp.tensor([1, 0, 3])
+    f(x, ok)
+    tp.manual_seed(3)
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        f(x, z)
+    a = tp.rand(4)
+    tp.manual_seed(3)
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        fn(x, z)
+    assert tp.rand(4).tolist() == a.tolist()
+
+
+# -- eager == torch -----------------------------------------------------------
+_TORCH_CASES = [
+    ("index_select", lambda m, x, i: m.index_select(x, 0, i)),
+    ("gather", lambda m, x, i: m.gather(x, 0, i.reshape(1, -1))),
+    ("adv", lambda m, x, i: x[i]),
+    ("adv_dim1", lambda m, x, i: x[:, i]),
+    ("adv_two", lambda m, x, i: x[i[:1], i[1:]]),
+]
+
+
+@pytest.mark.skipif(torch is None, reason="torch not installed")
+@pytest.mark.parametrize("name,fn", _TORCH_CASES)
+def test_eager_index_errors_are_torchs(name, fn):
+    for idx in _IDX:
+        x = tp.arange(12.).reshape(3, 4)
+        tx = torch.arange(12.).reshape(3, 4)
+        got = _outcome(lambda: fn(tp, x, tp.tensor(idx)))
+        want = _outcome(lambda: fn(torch, tx, torch.tensor(idx)))
+        if want[0] == "err":
+            assert got[0] == "err" and got[1] is want[1] and got[2] == want[2], (name, idx)
+        else:
+            assert got == want, (name, idx)
+
+
+@pytest.mark.skipif(torch is None, reason="torch not installed")
+@pytest.mark.parametrize("key", ["[:, :, I([5])]", "[:, I([5])]", "[I([0]), :, I([5])]",
+                                 "[:, I([0]), I([5])]", "[I([0]), I([7])]", "[..., I([9])]",
+                                 "[I([[5]])]", "[[0, 9]]", "[I([True, False]), I([4])]"])
+@pytest.mark.parametrize("write", [False, True])
+def test_eager_advanced_index_bounds_message_is_torchs(key, write):
+    def run(m):
+        x = m.zeros(2, 3, 4)
+        code = ("x" + key + " = 1") if write else ("x" + key)
+        try:
+            exec(code, {"x": x, "I": m.tensor})
+        except Exception as e:  # noqa: BLE001
+            return type(e), str(e)
+        return None
+    assert run(tp) == run(torch)
