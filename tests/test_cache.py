@@ -447,3 +447,24 @@ def test_dynamic_kernels_are_cached_across_processes(tmp_path):
     assert a["ok"] and b["ok"]
     assert a["compiles"] >= 1 and a["hits"] == 0
     assert b["compiles"] == 0 and b["hits"] == a["misses"]
+
+
+# ------------------------------------------------------ the size index
+def test_stores_update_the_size_index_instead_of_scanning(cdir):
+    """Issue 17 item 3: a store adds its bytes to dir/kernels.bytes; the
+    directory is scanned only when there is no index (or on eviction)."""
+    scans0 = tp.compiler.cache_info()["store_scans"]
+    _compile_run(m=128)
+    assert tp.compiler.cache_info()["store_scans"] == scans0 + 1     # no index yet
+    idx = cdir / "kernels.bytes"
+    assert int(idx.read_text()) == tp.compiler.cache_info()["bytes"]
+    _compile_run(m=133)
+    _compile_run(m=134)
+    info = tp.compiler.cache_info()
+    assert info["store_scans"] == scans0 + 1
+    assert int(idx.read_text()) == info["bytes"] and info["entries"] == 3
+    idx.write_text("not a number")     # a damaged index: this process's own view rewrites it
+    _compile_run(m=135)
+    info = tp.compiler.cache_info()
+    assert info["store_scans"] == scans0 + 1
+    assert int(idx.read_text()) == info["bytes"]

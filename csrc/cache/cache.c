@@ -457,6 +457,46 @@ free_scan(dent *v, int n)
     free(v);
 }
 
+/* The size index: dir/kernels.bytes holds the directory's total as the
+ * last store saw it, so that a store adds its bytes to it instead of
+ * scanning the directory (a stat per entry) to learn whether the cap is
+ * passed. Processes storing at once may lose each other's additions: the
+ * index is a hint, and every eviction rescans and rewrites it exactly. */
+static unsigned long long n_store_scans;   /* scans made by stores */
+
+static int64_t
+read_size_index(void)
+{
+    char p[4200], buf[32];
+    snprintf(p, sizeof p, "%s/kernels.bytes", cfg_dir);
+    int fd = open(p, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        return -1;
+    }
+    ssize_t r = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (r <= 0) {
+        return -1;
+    }
+    buf[r] = 0;
+    char *end = NULL;
+    long long v = strtoll(buf, &end, 10);
+    return (end == buf || (*end != 0 && *end != '\n') || v < 0) ? -1 : (int64_t)v;
+}
+
+static int atomic_write(const char *path, const char *dir, const char *name, const void *a,
+                        size_t na, const void *b, size_t nb, const char **what);
+
+static void
+write_size_index(int64_t total)
+{
+    char p[4200], buf[32];
+    const char *what = NULL;
+    int len = snprintf(buf, sizeof buf, "%lld\n", (long long)total);
+    snprintf(p, sizeof p, "%s/kernels.bytes", cfg_dir);
+    (void)atomic_write(p, cfg_dir, "size", buf, (size_t)len, NULL, 0, &what);
+}
+
 /* remove the least recently used entries until the total is 90 % of the
  * cap; `keep` (the entry just written) stays */
 static void
@@ -465,8 +505,12 @@ evict(const char *keep)
     int n;
     int64_t total;
     dent *v = scan(cfg_dir, &n, &total);
+    n_store_scans++;
     approx_bytes = total;
     if (v == NULL || total <= cfg_cap) {
+        if (v != NULL) {
+            write_size_index(total);
+        }
         free_scan(v, n);
         return;
     }
@@ -485,6 +529,7 @@ evict(const char *keep)
         }
     }
     approx_bytes = total;
+    write_size_index(total);
     stax_cache_log("evicted %d least recently used entries: %lld bytes left (cap %lld bytes)",
                    removed, (long long)total, (long long)cfg_cap);
     free_scan(v, n);
@@ -561,13 +606,22 @@ put_raw(stax_cache_key key, const unsigned char *hdr, const void *payload, size_
         warn_unwritable(what, path, errno);
         return 1;
     }
+    /* the total as the size index has it (other processes store too),
+     * else this process's view; no index: one scan learns it */
+    int64_t seen = read_size_index();
+    if (seen >= 0) {
+        approx_bytes = seen;
+    }
     if (approx_bytes < 0) {
-        evict(name);   /* first store of this process: learn the total */
+        evict(name);
     }
     else {
         approx_bytes += (int64_t)(HDR_SIZE + n);
         if (approx_bytes > cfg_cap) {
             evict(name);
+        }
+        else {
+            write_size_index(approx_bytes);
         }
     }
     return 0;
@@ -658,10 +712,10 @@ py_info(PyObject *mod, PyObject *unused)
     if (cfg_dir != NULL) {
         free_scan(scan(cfg_dir, &n, &total), n);
     }
-    return Py_BuildValue("{s:z,s:O,s:i,s:L,s:L,s:s}", "dir", cfg_dir, "enabled",
+    return Py_BuildValue("{s:z,s:O,s:i,s:L,s:L,s:s,s:K}", "dir", cfg_dir, "enabled",
                          stax_cache_enabled() ? Py_True : Py_False, "entries", n, "bytes",
                          (long long)total, "size_limit_bytes", (long long)cfg_cap, "build_id",
-                         STAX_BUILD_ID);
+                         STAX_BUILD_ID, "store_scans", n_store_scans);
 }
 
 /* every valid entry of the directory: a list of (name, bytes of the whole

@@ -52,7 +52,10 @@ def cache_info():
     """The persistent compile cache: a dict with ``dir`` (absolute path),
     ``enabled``, ``entries`` (valid-looking entry files), ``bytes`` (their
     total size), ``size_limit_bytes`` (config.cache_size_mb) and
-    ``build_id`` (the compiler build whose entries this process loads)."""
+    ``build_id`` (the compiler build whose entries this process loads),
+    ``store_scans`` (directory scans this process's stores made: the first
+    store into a directory without its size index ``kernels.bytes``, and
+    evictions; a store otherwise reads and updates the index)."""
     sync()
     return _C._cache_info()
 
