@@ -9,7 +9,7 @@ the back-end compiles of each process (warm must be 0), the warm first call
 as a fraction of the cold one, and the back end's own share (lowering plus
 LLVM compile, or lowering plus cache load: the issue's goal is a hit costing
 <= 10 % of the cold compile). Import time is not part of the first call. Cases:
-Example 1.1 at 64x128 and 4096^2, and a 2-layer GPT (d=128, 4 heads, batch
+Example 1.1 at 64x128 and 4096^2, the 8-op pointwise chain at 4096^2, and a 2-layer GPT (d=128, 4 heads, batch
 8x64; its matmuls run through NumPy's BLAS, so set OPENBLAS_NUM_THREADS=1 on
 a shared machine, where BLAS threads spinning against other processes make
 its times meaningless).
@@ -85,8 +85,19 @@ def _timed_backend(*a, **k):
 
 tp._C.stax_backend = _timed_backend
 tp.manual_seed(0)
+def chain(x, w):
+    # the 8 pointwise ops of `python -m bench`'s chain8 case
+    y = x * w + 1.0
+    y = tp.tanh(y) * 0.5 + x
+    y = tp.sigmoid(y) - w
+    return y * y + x
+
+
 if sys.argv[1] == "gpt":
     fn, args, strict = GPT(), (tp.randint(0, 256, (8, 64)),), False
+elif sys.argv[1] == "chain":
+    n = int(sys.argv[2])
+    fn, args, strict = chain, (tp.randn(n, n), tp.randn(n, n)), True
 else:
     n, m = int(sys.argv[1]), int(sys.argv[2])
     fn, args, strict = f, (tp.randn(n, m), tp.randn(n, m)), True
@@ -102,11 +113,12 @@ print(json.dumps({"first_ms": (t1 - t0) * 1e3, "backend_ms": _bt[0] * 1e3,
 """
 
 CASES = [("ex1.1 64x128", "64", "128"), ("ex1.1 4096^2", "4096", "4096"),
-         ("2-layer GPT 8x64", "gpt", "0")]
+         ("chain8 4096^2", "chain", "4096"), ("2-layer GPT 8x64", "gpt", "0")]
 
 
-def _child(n, m, cache_dir):
-    env = dict(os.environ, TENSORPLAY_CACHE_DIR=cache_dir, TENSORPLAY_CACHE="1")
+def _child(n, m, cache_dir, lazy=True):
+    env = dict(os.environ, TENSORPLAY_CACHE_DIR=cache_dir, TENSORPLAY_CACHE="1",
+               TENSORPLAY_LAZY_SAMPLES="1" if lazy else "0")
     env["PYTHONPATH"] = os.path.join(ROOT, "python") + os.pathsep + env.get("PYTHONPATH", "")
     env.pop("TENSORPLAY_LOGS", None)
     out = subprocess.run([sys.executable, "-c", _CHILD, n, m], env=env, check=True,
@@ -117,12 +129,18 @@ def _child(n, m, cache_dir):
 def run(reps=7, cases=CASES):
     rows = []
     for name, n, m in cases:
-        cold, warm = [], []
+        cold, warm, eager = [], [], []
         for _ in range(reps):
             d = tempfile.mkdtemp(prefix="tp-bench-cache-")
             try:
                 cold.append(_child(n, m, d))      # empty directory: compiles
                 warm.append(_child(n, m, d))      # the same directory, a new process
+            finally:
+                shutil.rmtree(d, True)
+            d = tempfile.mkdtemp(prefix="tp-bench-cache-")
+            try:
+                # the cold first call with every sample computed while tracing
+                eager.append(_child(n, m, d, lazy=False))
             finally:
                 shutil.rmtree(d, True)
         c = statistics.median(r["first_ms"] for r in cold)
@@ -131,6 +149,7 @@ def run(reps=7, cases=CASES):
         wb = statistics.median(r["backend_ms"] for r in warm)
         rows.append({
             "case": name, "reps": reps,
+            "cold_eager_samples_ms": statistics.median(r["first_ms"] for r in eager),
             "cold_first_call_ms": c, "warm_first_call_ms": w, "warm_over_cold": w / c,
             "cold_backend_ms": cb, "warm_backend_ms": wb, "hit_over_compile": wb / cb,
             "cold_backend_compiles": max(r["compiles"] for r in cold),
@@ -141,11 +160,13 @@ def run(reps=7, cases=CASES):
 
 
 def table(rows):
-    lines = ["| case | cold first call | warm-cache first call (new process) | warm / cold | "
+    lines = ["| case | cold first call, samples computed while tracing | cold first call | "
+             "warm-cache first call (new process) | warm / cold | "
              "back end cold / warm (hit / compile) | back-end compiles cold / warm |",
-             "|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['case']} | {r['cold_first_call_ms']:.1f} ms | {r['warm_first_call_ms']:.2f} ms "
+        lines.append(f"| {r['case']} | {r['cold_eager_samples_ms']:.1f} ms "
+                     f"| {r['cold_first_call_ms']:.1f} ms | {r['warm_first_call_ms']:.2f} ms "
                      f"| {100 * r['warm_over_cold']:.1f} % | {r['cold_backend_ms']:.1f} / "
                      f"{r['warm_backend_ms']:.2f} ms ({100 * r['hit_over_compile']:.1f} %) | "
                      f"{r['cold_backend_compiles']} / {r['warm_backend_compiles']} |")

@@ -203,6 +203,20 @@ typedef PyObject *(*stax_autograd_hook_t)(const stax_op_info *op,
                                           stax_op_kernel_t kernel);
 void stax_ops_set_autograd_hook(stax_autograd_hook_t hook);
 
+/* Meta evaluation (the tracer's deferred samples): calls
+ * callable(*args, **kwargs) when the call goes straight to an op of the
+ * table whose eager C kernel can give its result's metadata without
+ * computing it (pointwise and reduction ops out of place: every check and
+ * error of eager, the result allocated with eager's shape, dtype and
+ * strides, its elements left unset). New reference to the result, or NULL
+ * with eager's own error, or Py_NotImplemented (new reference) when the call
+ * needs the operands' values (an integer division's zero check, a Python
+ * implementation, an in-place op, __tensor_function__): nothing ran then.
+ * stax_ops_meta_target says whether a call target may go through it. */
+PyObject *stax_ops_meta_call(PyObject *callable, PyObject *args,
+                             PyObject *kwargs);
+int stax_ops_meta_target(PyObject *target);
+
 int stax_ops_module_init(PyObject *m);
 
 #endif

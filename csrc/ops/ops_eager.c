@@ -347,6 +347,76 @@ stax_ops_binary(const stax_op_info *op, PyObject *a, PyObject *b,
     return r;
 }
 
+/* meta mode: the ufunc call of the kernel on 0-d operands of the same
+ * dtypes (a scalar operand as itself), so that NumPy's type resolution
+ * raises what the full call would (square on bool: same_kind cast). 0, or
+ * -1 with that error. */
+static int
+probe_ufunc(PyObject *uf, PyObject *const *ops, int n, stax_dtype_t ct,
+            stax_dtype_t ot)
+{
+    PyObject *args[3] = {NULL, NULL, NULL}, *r = NULL;
+    int rc = -1;
+    for (int i = 0; i < n; i++) {
+        args[i] = StaxTensor_Check(ops[i])
+            ? PyArray_Zeros(0, NULL, PyArray_DescrFromType(stax_dtype_to_npy(ct)), 0)
+            : PyArray_Check(ops[i]) ? Py_NewRef(ops[i])
+                                    : operand_array(ops[i], ct, 1);
+        if (args[i] == NULL) {
+            goto done;
+        }
+    }
+    args[n] = PyArray_Zeros(0, NULL, PyArray_DescrFromType(stax_dtype_to_npy(ot)), 0);
+    if (args[n] == NULL) {
+        goto done;
+    }
+    r = PyObject_Vectorcall(uf, args, (size_t)n, out_kwnames);
+    rc = r != NULL ? 0 : -1;
+done:
+    for (int i = 0; i <= n; i++) {
+        Py_XDECREF(args[i]);
+    }
+    Py_XDECREF(r);
+    return rc;
+}
+
+/* meta mode: eager's result, allocated, not computed; the errors that
+ * depend on the operands' values (integer division by zero, integer
+ * powers, a Python scalar NumPy cannot hold) need the values */
+static PyObject *
+binary_meta(const stax_op_info *op, PyObject *a, PyObject *b,
+            StaxTensor *inplace_out, stax_dtype_t ct, stax_dtype_t ot, int nd,
+            const int64_t *shape)
+{
+    PyObject *ops[2] = {a, b};
+    StaxTensor *out;
+    if (inplace_out != NULL
+        || (!stax_dtype_is_floating(ct)
+            && (op->id == STAX_OP_FLOOR_DIVIDE || op->id == STAX_OP_REMAINDER
+                || op->id == STAX_OP_FMOD || op->id == STAX_OP_POW))) {
+        return stax_ops_meta_unsupported();
+    }
+    for (int i = 0; i < 2; i++) {
+        if (!StaxTensor_Check(ops[i])) {
+            PyObject *x = operand_array(ops[i], ct, 1);
+            int ok = x != NULL && PyArray_Check(x);
+            Py_XDECREF(x);
+            if (!ok) {
+                PyErr_Clear();
+                return stax_ops_meta_unsupported();
+            }
+        }
+    }
+    if (probe_ufunc(ufuncs[op->id], ops, 2, ct, ot) < 0) {
+        return NULL;
+    }
+    out = stax_tensor_empty(nd, shape, ot);
+    if (out != NULL) {
+        propagate_grad(out, ops, 2);
+    }
+    return (PyObject *)out;
+}
+
 static PyObject *
 binary_impl(const stax_op_info *op, PyObject *a, PyObject *b,
             StaxTensor *inplace_out)
@@ -474,6 +544,9 @@ binary_impl(const stax_op_info *op, PyObject *a, PyObject *b,
          * at full precision (x * 0.1 does not round 0.1 to half first, as
          * NumPy would), and rounds the result once into the output */
         ct = STAX_FLOAT32;
+    }
+    if (stax_ops_meta_mode) {
+        return binary_meta(op, a, b, inplace_out, ct, ot, nd, shape);
     }
     xa = operand_array(a, ct, 1);
     if (xa == NULL) {
@@ -646,6 +719,31 @@ stax_ops_unary(const stax_op_info *op, PyObject *a, StaxTensor *inplace_out)
     }
     if (op->id == STAX_OP_EXP && (ct == STAX_FLOAT32 || ct == STAX_FLOAT16)) {
         cl = CL_EXP;
+    }
+    if (stax_ops_meta_mode) {
+        if (inplace_out != NULL) {
+            return stax_ops_meta_unsupported();
+        }
+        if (cl == CL_NONE && (stax_dtype_is_floating(ct)
+                              || (op->id != STAX_OP_FLOOR && op->id != STAX_OP_CEIL
+                                  && op->id != STAX_OP_ROUND && op->id != STAX_OP_TRUNC))
+            && !(op->id == STAX_OP_RELU && ct == STAX_BOOL)) {
+            /* the kernel's ufunc call, on 0-d operands: its type errors */
+            PyObject *probe[2] = {a, NULL};
+            int n = 1;
+            if (op->id == STAX_OP_RELU) {
+                probe[1] = zero_of(ct);
+                n = 2;
+            }
+            if (probe_ufunc(uf, probe, n, ct, ot) < 0) {
+                return NULL;
+            }
+        }
+        out = stax_tensor_empty(x->ndim, x->sizes, ot);
+        if (out != NULL) {
+            propagate_grad(out, &a, 1);
+        }
+        return (PyObject *)out;
     }
     if (inplace_out != NULL) {
         if (check_inplace_cast(ot, inplace_out->dtype) < 0) {
@@ -856,6 +954,29 @@ stax_ops_reduce(const stax_op_info *op, PyObject *const *args,
     }
     else if (count == 0 || x->dtype == STAX_BOOL) {
         goto notimpl;   /* amax/amin of empty: the Python path errors */
+    }
+    if (stax_ops_meta_mode) {
+        /* eager's result: the reduced dims dropped (kept as 1), contiguous */
+        int64_t shape[STAX_MAX_DIMS];
+        int red[STAX_MAX_DIMS] = {0}, nd = 0;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(axes); i++) {
+            red[PyLong_AsLong(PyTuple_GET_ITEM(axes, i))] = 1;
+        }
+        for (int d = 0; d < x->ndim; d++) {
+            if (!red[d]) {
+                shape[nd++] = x->sizes[d];
+            }
+            else if (keep) {
+                shape[nd++] = 1;
+            }
+        }
+        out = stax_tensor_empty(nd, shape, odt);
+        if (out != NULL) {
+            PyObject *a0 = args[0];
+            propagate_grad(out, &a0, 1);
+        }
+        r = (PyObject *)out;
+        goto done;
     }
     arr = stax_tensor_as_array(x);
     if (arr == NULL) {

@@ -267,6 +267,98 @@ run_op_kernel(const stax_op_info *op, PyObject *func, PyObject *const *args,
     return res;
 }
 
+/* ---- meta evaluation (stax_ops_meta_call) ------------------------------- */
+
+int stax_ops_meta_mode = 0;
+static int meta_armed = 0;      /* 1: the next op to reach run_op is a meta call */
+static int meta_consumed = 0;   /* 1: an op took the armed call */
+static PyObject *meta_marker;   /* private exception: "needs the values" */
+
+PyObject *
+stax_ops_meta_unsupported(void)
+{
+    PyErr_SetNone(meta_marker);
+    return NULL;
+}
+
+/* the op of an armed call: the eager C kernel in meta mode, or the marker
+ * when only the values could tell (nothing has run) */
+static PyObject *
+run_op_meta(const stax_op_info *op, PyObject *const *args, size_t nargsf,
+            PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *types = NULL, *res;
+    if (stax_ops_is_inplace_info(op)
+        || (op->kind != STAX_OPK_POINTWISE && op->kind != STAX_OPK_REDUCTION)
+        || (op->flags & STAX_OPF_NONDETERMINISTIC)
+        || (autograd_hook != NULL && stax_grad_enabled())) {
+        return stax_ops_meta_unsupported();
+    }
+    if (find_overrides(args, nargs, kwnames, &types) < 0) {
+        return NULL;
+    }
+    if (types != NULL) {
+        Py_DECREF(types);
+        return stax_ops_meta_unsupported();
+    }
+    stax_ops_meta_mode = 1;
+    res = stax_ops_eager_c(op, args, nargs, kwnames);
+    stax_ops_meta_mode = 0;
+    if (res == Py_NotImplemented) {
+        Py_DECREF(res);
+        return stax_ops_meta_unsupported();
+    }
+    return res;
+}
+
+int
+stax_ops_meta_target(PyObject *target)
+{
+    int inplace = 0;
+    const stax_pyop_info *p;
+    if (target == NULL) {
+        return 0;
+    }
+    if (Py_TYPE(target) == OpFunc_Type) {
+        return !stax_ops_is_inplace_info(((StaxOpFunc *)target)->op);
+    }
+    /* operator.add & co reach the Tensor number slots, which call run_op */
+    p = stax_pyop_for_target(target, &inplace);
+    return p != NULL && !inplace && (p->flags & STAX_PYOPF_SLOT)
+           && stax_pyop_op(p, 0) != NULL;
+}
+
+PyObject *
+stax_ops_meta_call(PyObject *callable, PyObject *args, PyObject *kwargs)
+{
+    PyObject *res;
+    int consumed;
+    if (meta_armed) {
+        PyErr_SetString(PyExc_RuntimeError, "stax_ops_meta_call: re-entered");
+        return NULL;
+    }
+    meta_armed = 1;
+    meta_consumed = 0;
+    res = PyObject_Call(callable, args, kwargs);
+    consumed = meta_consumed;
+    meta_armed = 0;
+    meta_consumed = 0;
+    stax_ops_meta_mode = 0;
+    if (!consumed) {
+        /* the call never reached an op (it failed before, or went
+         * elsewhere): what it did cannot be trusted as metadata */
+        Py_XDECREF(res);
+        PyErr_Clear();
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    if (res == NULL && PyErr_ExceptionMatches(meta_marker)) {
+        PyErr_Clear();
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    return res;
+}
+
 static PyObject *
 run_op(const stax_op_info *op, PyObject *func, PyObject *const *args,
        size_t nargsf, PyObject *kwnames)
@@ -274,6 +366,11 @@ run_op(const stax_op_info *op, PyObject *func, PyObject *const *args,
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     PyObject *types = NULL, *res;
 
+    if (meta_armed) {
+        meta_armed = 0;
+        meta_consumed = 1;
+        return run_op_meta(op, args, nargsf, kwnames);
+    }
     if (find_overrides(args, nargs, kwnames, &types) < 0) {
         return NULL;
     }
@@ -966,6 +1063,10 @@ stax_ops_func_init(PyObject *m)
 
     OpFunc_Type = (PyTypeObject *)PyType_FromSpec(&opfunc_spec);
     if (OpFunc_Type == NULL) {
+        return -1;
+    }
+    meta_marker = PyErr_NewException("tensorplay._C._MetaNeedsValues", NULL, NULL);
+    if (meta_marker == NULL) {
         return -1;
     }
     OpFunc_Type->tp_dictoffset = offsetof(StaxOpFunc, dict);

@@ -42,6 +42,11 @@ PyObject *stax_ops_binary(const stax_op_info *op, PyObject *a, PyObject *b,
                           StaxTensor *inplace_out);
 
 extern int stax_ops_reflected;
+/* 1 while stax_ops_meta_call runs a kernel: results are allocated, not
+ * computed; a kernel that needs its operands' values calls
+ * stax_ops_meta_unsupported() (NULL with the private marker exception) */
+extern int stax_ops_meta_mode;
+PyObject *stax_ops_meta_unsupported(void);
 int stax_ops_is_numpy_scalar(PyObject *o);
 
 /* function objects and installer (ops_func.c) */

@@ -102,7 +102,8 @@ stax_trace_collect_extents(PyObject *o, PyObject *extents)
 
 /* New reference: the stand-in of t; bases caches one copy per storage. */
 PyObject *
-stax_trace_stand_in(StaxTensor *t, PyObject *extents, PyObject *bases)
+stax_trace_stand_in(StaxTensor *t, PyObject *extents, PyObject *bases,
+                    StaxTracer *lazy)
 {
     int isz = stax_dtype_itemsize(t->dtype);
     StaxTensor *base, *view;
@@ -133,10 +134,17 @@ stax_trace_stand_in(StaxTensor *t, PyObject *extents, PyObject *bases)
             Py_DECREF(key);
             return NULL;
         }
-        if (lo > 0) {
+        if (lazy != NULL) {
+            /* copied when a value is asked for (trace_lazy.c) */
+            if (stax_trace_lazy_input(lazy, base, t, lo, hi) < 0) {
+                Py_DECREF(key);
+                return NULL;
+            }
+        }
+        else if (lo > 0) {
             memset(STAX_TENSOR_DATA(base), 0, (size_t)(lo * isz));
         }
-        if (hi > lo) {
+        if (lazy == NULL && hi > lo) {
             memcpy(STAX_TENSOR_DATA(base) + lo * isz,
                    t->storage->data + lo * isz, (size_t)((hi - lo) * isz));
         }

@@ -142,6 +142,16 @@ stax_trace_need_val(StaxProxy *p)
     return stax_trace_raise_deferred(p->node);
 }
 
+PyObject *
+stax_trace_need_data(StaxProxy *p)
+{
+    PyObject *v = stax_trace_need_val(p);
+    if (v != NULL && stax_trace_force(p->tracer, v) < 0) {
+        return NULL;
+    }
+    return v;
+}
+
 /* ------------------------------------------------------------------ */
 /* number slots                                                        */
 
@@ -258,7 +268,7 @@ static int
 p_bool(PyObject *self)
 {
     StaxProxy *p = (StaxProxy *)self;
-    PyObject *v = stax_trace_need_val(p);
+    PyObject *v = stax_trace_need_data(p);
     int r;
     if (v == NULL) {
         return -1;
@@ -278,7 +288,7 @@ static PyObject *
 value_gate(PyObject *self, const char *kind, PyObject *(*conv)(PyObject *))
 {
     StaxProxy *p = (StaxProxy *)self;
-    PyObject *v = stax_trace_need_val(p), *r;
+    PyObject *v = stax_trace_need_data(p), *r;
     if (v == NULL) {
         return NULL;
     }
@@ -353,7 +363,7 @@ static PyObject *
 pm_numpy(PyObject *self, PyObject *args, PyObject *kw)
 {
     StaxProxy *p = (StaxProxy *)self;
-    PyObject *v = stax_trace_need_val(p), *arr, *lst;
+    PyObject *v = stax_trace_need_data(p), *arr, *lst;
     if (v == NULL) {
         return NULL;
     }
@@ -1051,7 +1061,7 @@ pm_format(PyObject *self, PyObject *spec)
     if (!PyUnicode_Check(spec) || PyUnicode_GET_LENGTH(spec) == 0) {
         return PyObject_Repr(self);
     }
-    v = stax_trace_need_val((StaxProxy *)self);
+    v = stax_trace_need_data((StaxProxy *)self);
     if (v == NULL) {
         return NULL;
     }

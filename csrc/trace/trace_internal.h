@@ -19,6 +19,9 @@ struct StaxTracer {
                                 the storages its sample run wrote (version
                                 moved): in-place methods, setitem, copy_,
                                 out=, writes through views */
+    PyObject *lazy;          /* deferred samples (trace_lazy.c), NULL when
+                                every node runs on the sample at once:
+                                storage address -> how to fill it */
     int active;
     int entry_depth;         /* Python frames below fn's when tracing began */
     int grad_at_start;       /* grad mode when the trace began (rho) */
@@ -36,6 +39,9 @@ PyObject *stax_trace_proxy_new(StaxTracer *tr, StaxNode *node);
 /* Borrowed sample value of a proxy, or NULL + the deferred error naming
  * the node, its source line and the original exception. */
 PyObject *stax_trace_need_val(StaxProxy *p);
+/* Borrowed sample value of a proxy with its elements computed (a data or
+ * value gate, printing, .numpy()): forces a deferred sample. */
+PyObject *stax_trace_need_data(StaxProxy *p);
 /* Number of Python frames on the current thread's stack. */
 int stax_trace_frame_depth(void);
 /* Raise node n's original sample error (same type and message as eager),
@@ -58,8 +64,10 @@ extern PyObject *stax_trace_pkg_dir;    /* ".../tensorplay/" */
 
 /* isolation.c: stand-ins, snapshots, RNG fork, creation hooks */
 int stax_trace_collect_extents(PyObject *o, PyObject *extents);
+/* lazy: the tracer's deferred samples or NULL; with it a new copied
+ * storage is only allocated, and filled when a value is needed */
 PyObject *stax_trace_stand_in(StaxTensor *t, PyObject *extents,
-                              PyObject *bases);
+                              PyObject *bases, StaxTracer *lazy);
 int stax_trace_snapshot_add(PyObject *snap, PyObject *o);
 void stax_trace_snapshot_restore(PyObject *snap);
 PyObject *stax_trace_module_snapshot(PyObject *fn);
@@ -81,6 +89,30 @@ int stax_trace_storage_keys(PyObject *o, PyObject *set);
 /* Algorithm 3.1: the guard replay GraphModule (trace_replay.c) */
 PyObject *stax_trace_extract_replay(StaxTracer *tr, PyObject *consts,
                                     int *copies_inputs);
+
+/* trace_lazy.c: deferred samples. A sample value whose elements are not
+ * computed yet lives in an allocated storage that tr->lazy maps to how to
+ * fill it: a stand-in's copy of an input, or the node (and the leaf of
+ * its result) to run once its operands are filled. Views share the
+ * storage, so filling it fills them. */
+/* The stand-in base `base` is the copy of real's storage from element lo
+ * to hi (exclusive), still to be made. */
+int stax_trace_lazy_input(StaxTracer *tr, StaxTensor *base, StaxTensor *real,
+                          int64_t lo, int64_t hi);
+/* Node n's sample (meta 'val' already set to val) was given without its
+ * elements: every tensor leaf of val whose storage is not one of `inputs`
+ * (a set of storage addresses, or NULL) is filled by running n. */
+int stax_trace_lazy_result(StaxTracer *tr, StaxNode *n, PyObject *val,
+                           PyObject *inputs);
+/* 1 when some tensor leaf of o is not computed yet. */
+int stax_trace_lazy_any(StaxTracer *tr, PyObject *o);
+/* Compute every deferred storage under the tensor leaves of o (the
+ * backward slice of what is asked: Algorithm 3.1's slice), or all. */
+int stax_trace_force(StaxTracer *tr, PyObject *o);
+int stax_trace_force_all(StaxTracer *tr);
+/* Run node n's call on `va`/`vk` (sample values) under no_grad: new
+ * reference or NULL. */
+PyObject *stax_trace_call_node(StaxNode *n, PyObject *va, PyObject *vk);
 
 int stax_trace_proxy_init(PyObject *m);
 int stax_trace_tracer_init(PyObject *m);

@@ -138,6 +138,170 @@ stax_trace_storage_keys(PyObject *o, PyObject *set)
     return rc;
 }
 
+static int node_writes(StaxNode *n);
+
+/* meta['sample_error'] of n from the error set now; 0, or -1 internal */
+static int
+set_sample_error(StaxNode *n)
+{
+    PyObject *et, *ev, *tb;
+    int rc = 0;
+    PyErr_Fetch(&et, &ev, &tb);
+    PyErr_NormalizeException(&et, &ev, &tb);
+    Py_XDECREF(tb);
+    if (ev != NULL) {
+        PyException_SetTraceback(ev, Py_None);
+        rc = PyDict_SetItemString(n->meta, "sample_error", ev);
+    }
+    Py_XDECREF(et);
+    Py_XDECREF(ev);
+    return rc;
+}
+
+/* 1 when o holds a tensor (a constant held by reference) */
+static int
+has_tensor_leaf(PyObject *o)
+{
+    if (stax_trace_is_tensor(o)) {
+        return 1;
+    }
+    if (PyTuple_Check(o) || PyList_Check(o)) {
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); i++) {
+            if (has_tensor_leaf(PySequence_Fast_GET_ITEM(o, i))) {
+                return 1;
+            }
+        }
+    }
+    else if (PyDict_Check(o)) {
+        PyObject *k, *v;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(o, &pos, &k, &v)) {
+            if (has_tensor_leaf(v)) {
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Calls that read their first operand's elements only to copy them (views,
+ * conversions, indexing): they run on a deferred first operand (its other
+ * tensor operands filled), and what they copy is filled by running them
+ * again once asked. */
+static int
+copies_first_operand(StaxNode *n)
+{
+    static const char *names[] = {
+        "view", "reshape", "transpose", "permute", "t", "unsqueeze",
+        "squeeze", "expand", "expand_as", "view_as", "reshape_as", "flatten",
+        "unflatten", "split", "chunk", "narrow", "select", "movedim",
+        "unbind", "contiguous", "clone", "detach", "to", "type", "float",
+        "double", "half", "bfloat16", "int", "long", "short", "char", "byte",
+        "bool", "cpu", "type_as", "__getitem__", "getitem", "swapaxes",
+        "swapdims", "flip", "roll", "tril", "triu", NULL};
+    static const char *attrs[] = {"T", "mT", "H", "mH", "data", "real",
+                                  "shape", "dtype", "device", NULL};
+    const char *nm = NULL;
+    PyObject *name = NULL;
+    int r = 0;
+    if (n->op == STAX_NODE_CALL_METHOD && PyUnicode_Check(n->target)) {
+        name = Py_NewRef(n->target);
+    }
+    else if (n->op == STAX_NODE_CALL_FUNCTION) {
+        const stax_op_info *op = stax_op_for_target("call_function", n->target);
+        if (op != NULL && op->kind == STAX_OPK_VIEW) {
+            return 1;
+        }
+        name = PyObject_GetAttrString(n->target, "__name__");
+        if (name == NULL || !PyUnicode_Check(name)) {
+            PyErr_Clear();
+            Py_CLEAR(name);
+        }
+        if (name != NULL && PyUnicode_CompareWithASCIIString(name, "getattr") == 0
+            && PyTuple_Check(n->args) && PyTuple_GET_SIZE(n->args) == 2
+            && PyUnicode_Check(PyTuple_GET_ITEM(n->args, 1))) {
+            const char *a = PyUnicode_AsUTF8(PyTuple_GET_ITEM(n->args, 1));
+            for (int i = 0; a != NULL && attrs[i] != NULL && !r; i++) {
+                r = strcmp(a, attrs[i]) == 0;
+            }
+            PyErr_Clear();
+            Py_DECREF(name);
+            return r;
+        }
+    }
+    nm = name ? PyUnicode_AsUTF8(name) : NULL;
+    if (nm == NULL) {
+        PyErr_Clear();
+    }
+    else if (n->op == STAX_NODE_CALL_METHOD) {
+        const stax_op_info *op = stax_op_by_name(nm);
+        r = op != NULL && op->kind == STAX_OPK_VIEW && !(op->flags & STAX_OPF_INPLACE);
+    }
+    for (int i = 0; nm != NULL && names[i] != NULL && !r; i++) {
+        r = strcmp(nm, names[i]) == 0
+            && (n->op == STAX_NODE_CALL_METHOD || strcmp(nm, "getitem") == 0);
+    }
+    Py_XDECREF(name);
+    return r;
+}
+
+/* Deferred sampling of node n (trace_lazy.c): 1 when done (meta 'val'
+ * holds eager's metadata, or 'sample_error' eager's error), 0 when n runs
+ * on the sample now (*keep_first: its first operand may stay deferred),
+ * -1 internal error. */
+static int
+sample_deferred(StaxTracer *tr, StaxNode *n, PyObject *args,
+                PyObject *kwargs, PyObject *va, PyObject *vk, int *keep_first)
+{
+    PyObject *callable = NULL, *cargs = NULL, *res;
+    int grad, ok;
+    *keep_first = 0;
+    if (has_tensor_leaf(args) || (kwargs != NULL && has_tensor_leaf(kwargs))) {
+        /* a constant held by reference may change behind the tracer */
+        return 0;
+    }
+    if (n->op == STAX_NODE_CALL_METHOD) {
+        PyObject *self = PyTuple_GET_SIZE(va) > 0 ? PyTuple_GET_ITEM(va, 0) : NULL;
+        ok = self != NULL && stax_trace_is_tensor(self) && PyUnicode_Check(n->target)
+             && stax_ops_meta_target(_PyType_Lookup(Py_TYPE(self), n->target));
+        if (ok) {
+            callable = PyObject_GetAttr(self, n->target);
+            cargs = callable ? PyTuple_GetSlice(va, 1, PY_SSIZE_T_MAX) : NULL;
+            if (cargs == NULL) {
+                Py_XDECREF(callable);
+                return -1;
+            }
+        }
+    }
+    else {
+        ok = n->op == STAX_NODE_CALL_FUNCTION && stax_ops_meta_target(n->target);
+        if (ok) {
+            callable = Py_NewRef(n->target);
+            cargs = Py_NewRef(va);
+        }
+    }
+    if (ok) {
+        grad = stax_grad_enabled();
+        stax_set_grad_enabled(0);
+        res = stax_ops_meta_call(callable, cargs, vk);
+        stax_set_grad_enabled(grad);
+        Py_DECREF(callable);
+        Py_DECREF(cargs);
+        if (res == NULL) {
+            return set_sample_error(n) < 0 ? -1 : 1;
+        }
+        if (res != Py_NotImplemented) {
+            int rc = PyDict_SetItemString(n->meta, "val", res) < 0
+                     || stax_trace_lazy_result(tr, n, res, NULL) < 0 ? -1 : 1;
+            Py_DECREF(res);
+            return rc;
+        }
+        Py_DECREF(res);
+    }
+    *keep_first = copies_first_operand(n);
+    return 0;
+}
+
 /* Run the node on the sample under no_grad; fills meta 'val' or
  * 'sample_error'. 0 ok (even when the sample failed), -1 internal error. */
 static int
@@ -147,7 +311,7 @@ run_sample(StaxTracer *tr, StaxNode *n, PyObject *args, PyObject *kwargs)
     PyObject *va = NULL, *vk = NULL, *res = NULL, *leaves = NULL;
     uint64_t *vers = NULL;
     Py_ssize_t nl = 0;
-    int grad, rc = -1;
+    int grad, rc = -1, keep_first = 0, first_lazy = 0;
     va = stax_trace_map_args(tr, args, 1, &missing);
     vk = va ? (kwargs ? stax_trace_map_args(tr, kwargs, 1, &missing) : PyDict_New())
             : NULL;
@@ -160,6 +324,33 @@ run_sample(StaxTracer *tr, StaxNode *n, PyObject *args, PyObject *kwargs)
         rc = PyDict_SetItemString(n->meta, "sample_error_origin",
                                   o ? o : (PyObject *)missing);
         goto done;
+    }
+    if (tr->lazy != NULL) {
+        if (node_writes(n)) {
+            /* deferred nodes read what their operands held when recorded */
+            if (stax_trace_force_all(tr) < 0) {
+                goto done;
+            }
+        }
+        else {
+            int d = sample_deferred(tr, n, args, kwargs, va, vk, &keep_first);
+            if (d != 0) {
+                rc = d > 0 ? 0 : -1;
+                goto done;
+            }
+            if (keep_first && PyTuple_GET_SIZE(va) > 0) {
+                PyObject *rest = PyTuple_GetSlice(va, 1, PY_SSIZE_T_MAX);
+                int f = rest ? stax_trace_force(tr, rest) : -1;
+                Py_XDECREF(rest);
+                first_lazy = f == 0 ? stax_trace_lazy_any(tr, PyTuple_GET_ITEM(va, 0)) : -1;
+                if (f < 0 || first_lazy < 0 || stax_trace_force(tr, vk) < 0) {
+                    goto done;
+                }
+            }
+            else if (stax_trace_force(tr, va) < 0 || stax_trace_force(tr, vk) < 0) {
+                goto done;
+            }
+        }
     }
     /* the versions of every tensor argument's storage: a node whose run
      * moves one wrote it (in place, setitem, copy_, out=, through a view) */
@@ -227,21 +418,17 @@ run_sample(StaxTracer *tr, StaxNode *n, PyObject *args, PyObject *kwargs)
     }
     if (res != NULL) {
         rc = PyDict_SetItemString(n->meta, "val", res);
+        if (rc == 0 && first_lazy) {
+            /* what it copied from its deferred operand is filled by
+             * running it again when asked */
+            PyObject *ins = PySet_New(NULL);
+            rc = ins == NULL || stax_trace_storage_keys(va, ins) < 0
+                 || stax_trace_lazy_result(tr, n, res, ins) < 0 ? -1 : 0;
+            Py_XDECREF(ins);
+        }
     }
     else {
-        PyObject *et, *ev, *tb;
-        PyErr_Fetch(&et, &ev, &tb);
-        PyErr_NormalizeException(&et, &ev, &tb);
-        Py_XDECREF(tb);
-        if (ev != NULL) {
-            PyException_SetTraceback(ev, Py_None);
-            rc = PyDict_SetItemString(n->meta, "sample_error", ev);
-        }
-        else {
-            rc = 0;
-        }
-        Py_XDECREF(et);
-        Py_XDECREF(ev);
+        rc = set_sample_error(n);
     }
 done:
     Py_XDECREF(va);

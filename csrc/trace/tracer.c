@@ -42,6 +42,7 @@ tracer_traverse(StaxTracer *self, visitproc visit, void *arg)
     Py_VISIT(self->constants);
     Py_VISIT(self->const_snap);
     Py_VISIT(self->mutations);
+    Py_VISIT(self->lazy);
     return 0;
 }
 
@@ -57,6 +58,7 @@ tracer_clear(StaxTracer *self)
     Py_CLEAR(self->constants);
     Py_CLEAR(self->const_snap);
     Py_CLEAR(self->mutations);
+    Py_CLEAR(self->lazy);
     return 0;
 }
 
@@ -112,6 +114,7 @@ tracer_new(void)
     tr->constants = PyDict_New();
     tr->const_snap = PyList_New(0);
     tr->mutations = PyDict_New();
+    tr->lazy = NULL;
     tr->active = 0;
     PyObject_GC_Track(tr);
     if (!tr->graph || !tr->gates || !tr->shape_reads || !tr->shape_seen
@@ -216,7 +219,8 @@ make_placeholder(ph_ctx *c, PyObject *t, PyObject *name)
         return NULL;
     }
     Py_SETREF(n->target, Py_NewRef(n->name));
-    si = stax_trace_stand_in((StaxTensor *)t, c->extents, c->bases);
+    si = stax_trace_stand_in((StaxTensor *)t, c->extents, c->bases,
+                             c->tr->lazy != NULL ? c->tr : NULL);
     idx = si ? PyLong_FromSsize_t(PyDict_GET_SIZE(c->tr->ph_index)) : NULL;
     if (idx == NULL || PyDict_SetItemString(n->meta, "val", si) < 0
         || PyDict_SetItem(c->tr->ph_index, (PyObject *)n, idx) < 0) {
@@ -392,6 +396,7 @@ typedef struct {
     PyObject *mutated_inputs;
     PyObject *constants;
     int replay_copies_inputs;
+    Py_ssize_t deferred_samples;
 } TraceResult;
 
 static int
@@ -446,6 +451,9 @@ static PyMemberDef tres_members[] = {
                                                replay_copies_inputs),
      READONLY, "True: the replay writes inputs that alias each other; run "
      "it on _C._trace_stand_ins(inputs) (copies keeping the aliasing)"},
+    {"deferred_samples", T_PYSSIZET, offsetof(TraceResult, deferred_samples),
+     READONLY, "storages of sample values (stand-ins' copies included) that "
+     "trace(lazy=True) never had to compute"},
     {NULL},
 };
 
@@ -471,8 +479,9 @@ static PyType_Spec tres_spec = {
 static PyObject *
 py_trace(PyObject *mod, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"fn", "args", "kwargs", "names", NULL};
+    static char *kwlist[] = {"fn", "args", "kwargs", "names", "lazy", NULL};
     PyObject *fn, *a = NULL, *kw = Py_None, *names = Py_None;
+    int lazy = 0;
     PyObject *targs = NULL, *tkw = NULL, *pargs = NULL, *pkw = NULL,
              *pnames = NULL, *varargs = NULL, *rng = NULL, *snap = NULL,
              *out = NULL, *onodes = NULL, *res = NULL, *versions = NULL,
@@ -483,8 +492,8 @@ py_trace(PyObject *mod, PyObject *args, PyObject *kwds)
     int copies_inputs = 0;
     ph_ctx c;
     Py_ssize_t na;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|OO:trace", kwlist, &fn,
-                                     &a, &kw, &names)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|OOp:trace", kwlist, &fn,
+                                     &a, &kw, &names, &lazy)) {
         return NULL;
     }
     if (StaxTensor_Type == NULL) {
@@ -498,7 +507,8 @@ py_trace(PyObject *mod, PyObject *args, PyObject *kwds)
     tkw = kw == Py_None ? PyDict_New() : PyDict_Copy(kw);
     tr = tracer_new();
     versions = PyList_New(0);
-    if (tkw == NULL || tr == NULL || versions == NULL) {
+    if (tkw == NULL || tr == NULL || versions == NULL
+        || (lazy && (tr->lazy = PyDict_New()) == NULL)) {
         goto done;
     }
     c.tr = tr;
@@ -677,6 +687,7 @@ py_trace(PyObject *mod, PyObject *args, PyObject *kwds)
     tres->mutated_inputs = Py_NewRef(mutated);
     tres->constants = PyDict_Copy(tr->constants);
     tres->replay_copies_inputs = (char)copies_inputs;
+    tres->deferred_samples = tr->lazy != NULL ? PyDict_GET_SIZE(tr->lazy) : 0;
     PyObject_GC_Track(tres);
     if (tres->shape_reads == NULL || tres->constants == NULL) {
         Py_CLEAR(tres);
@@ -752,7 +763,7 @@ py_stand_ins(PyObject *mod, PyObject *seq)
     for (Py_ssize_t i = 0; res != NULL && i < n; i++) {
         PyObject *t = PySequence_Fast_GET_ITEM(fast, i);
         PyObject *si = stax_trace_is_tensor(t)
-            ? stax_trace_stand_in((StaxTensor *)t, ext, bases)
+            ? stax_trace_stand_in((StaxTensor *)t, ext, bases, NULL)
             : Py_NewRef(t);
         if (si == NULL) {
             Py_CLEAR(res);
@@ -772,7 +783,11 @@ static PyMethodDef trace_functions[] = {
      "_trace_stand_ins(tensors) -> copies keeping layout and aliasing"},
     {"trace", (PyCFunction)(void (*)(void))py_trace,
      METH_VARARGS | METH_KEYWORDS,
-     "trace(fn, args, kwargs=None, names=None) -> TraceResult"},
+     "trace(fn, args, kwargs=None, names=None, lazy=False) -> TraceResult\n\n"
+     "lazy=True defers the nodes' sample values: meta['val'] then holds\n"
+     "eager's shape, dtype and strides, its elements computed only where\n"
+     "the traced code asked for them (gates, printing, writes, ops that\n"
+     "read values)."},
     {"gate", (PyCFunction)py_gate, METH_O,
      "gate(v): keep a 0-d tensor value dynamic (no specialization)."},
     {"is_tracing", (PyCFunction)py_is_tracing, METH_NOARGS, NULL},

@@ -54,6 +54,7 @@ _FIELDS = {
     "cache": _bool,
     "cache_size_mb": _number_at_least_0,
     "cache_dir": None,          # a property: its setter checks the value
+    "lazy_samples": _bool,
 }
 
 
@@ -75,7 +76,13 @@ class _Config:
     when it is read -- at import for the variable, at assignment for the
     field -- so a later chdir does not move the cache; cache_size_mb: the
     size cap of that directory, least-recently-used entries evicted beyond
-    it (TENSORPLAY_CACHE_SIZE_MB, default 1024). See docs/cache.md."""
+    it (TENSORPLAY_CACHE_SIZE_MB, default 1024). See docs/cache.md.
+    lazy_samples: tracing computes a node's sample value only where the
+    traced code asks for it (a data gate, printing, a write, an op that
+    reads values); the rest gets eager's metadata alone, so a first call
+    costs compile time, not data time (TENSORPLAY_LAZY_SAMPLES, default on;
+    the back ends "stax" and "eager" only: a user back end is handed every
+    sample)."""
 
     def __init__(self):
         self.cache_size_limit = 8
@@ -85,6 +92,8 @@ class _Config:
         self.cache = os.environ.get("TENSORPLAY_CACHE", "1").strip().lower() not in ("0", "false", "off", "no")
         self.cache_dir = os.environ.get("TENSORPLAY_CACHE_DIR") or os.path.join("~", ".cache", "tensorplay")
         self.cache_size_mb = _env_int("TENSORPLAY_CACHE_SIZE_MB", 1024)
+        self.lazy_samples = os.environ.get("TENSORPLAY_LAZY_SAMPLES", "1").strip().lower() not in (
+            "0", "false", "off", "no")
 
     @property
     def cache_dir(self):

@@ -906,7 +906,8 @@ class Driver:
         sprev = getattr(seeds, "log", None), getattr(seeds, "state0", None)
         seeds.log, seeds.state0 = [], _random.get_rng_state().tolist()
         try:
-            tr = _C.trace(wrapper, lifted + tuple(call.args), dict(call.kwargs), names)
+            tr = _C.trace(wrapper, lifted + tuple(call.args), dict(call.kwargs), names,
+                          lazy=config.lazy_samples and self.backend_name in ("stax", "eager"))
             _raise_sample_error(tr.graph_module.graph)
         except BaseException:
             call.effects_before_error = bool(slog.entries or getattr(wrapper, "effects", None))

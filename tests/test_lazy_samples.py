@@ -1,0 +1,202 @@
+"""Issue 17 item 4: deferred samples. Tracing computes a node's sample value
+only where the traced code asks for it; everything else gets eager's
+metadata from the op table's kernels (no elements computed), so the first
+call costs compile time, not data time. Semantics stay eager's: gates see
+eager's values, errors surface where eager raises them, writes and random
+draws behave as before."""
+import numpy as np
+import pytest
+
+import tensorplay as tp
+import tensorplay.nn.functional as F
+from tensorplay import _C
+
+
+def _trace(fn, args, lazy):
+    return _C.trace(fn, args, lazy=lazy)
+
+
+def _metas(tr):
+    out = []
+    for n in tr.graph_module.graph.nodes:
+        v = n.meta.get("val")
+        if isinstance(v, tp.Tensor):
+            out.append((n.name, tuple(v.shape), v.dtype, tuple(v.stride()), v.storage_offset(),
+                        v.requires_grad))
+        elif isinstance(v, (tuple, list)):
+            out.append((n.name, tuple((tuple(t.shape), t.dtype, tuple(t.stride()))
+                                      for t in v if isinstance(t, tp.Tensor))))
+    return out
+
+
+FNS = {
+    "ex1.1": lambda x, w: (tp.relu(x + w) * 2).sum(-1),
+    "broadcast": lambda x, w: x[:, :1] * w[0] - 3,
+    "promote": lambda x, w: (x.long() + 1) * 2.5 + (x > w),
+    "int_true_div": lambda x, w: x.int() / 3,
+    "reductions": lambda x, w: (x.sum(), x.mean(0, keepdim=True), x.amax(1), (x > 0).sum(1)),
+    "views": lambda x, w: (x.t() + w.t()).reshape(-1)[3:9].unsqueeze(0).expand(2, 6),
+    "transposed_copy": lambda x, w: (x.t().contiguous() * w.t()).view(-1),
+    "unary": lambda x, w: tp.exp(x) + tp.sigmoid(w) + x.abs().sqrt() + tp.tanh(x),
+    "softmax": lambda x, w: F.softmax(x * w, -1) + F.gelu(x),
+    "split": lambda x, w: [a * 2 for a in (x + w).split(2, dim=1)],
+    "comparison": lambda x, w: ((x > w) & (x < 1)).float() * x,
+}
+
+
+@pytest.mark.parametrize("name", sorted(FNS))
+def test_deferred_metadata_is_eagers(name):
+    x, w = tp.randn(4, 6), tp.randn(4, 6)
+    a = _metas(_trace(FNS[name], (x, w), False))
+    b = _metas(_trace(FNS[name], (x, w), True))
+    assert a == b
+
+
+def test_nothing_is_computed_without_a_question():
+    x, w = tp.randn(64, 128), tp.randn(64, 128)
+    tr = _trace(FNS["ex1.1"], (x, w), True)
+    # two stand-ins and the four results: none was filled
+    assert tr.deferred_samples == 6
+    assert _trace(FNS["ex1.1"], (x, w), False).deferred_samples == 0
+
+
+def test_a_gate_fills_its_backward_slice_only():
+    def f(x, w):
+        y = x * 3            # not asked: stays deferred
+        s = (w + 1).sum()
+        if s > 0:            # fills w's stand-in, w + 1 and the sum
+            return y + s
+        return y - s
+    x, w = tp.randn(8, 8), tp.randn(8, 8)
+    tr = _trace(f, (x, w), True)
+    assert len(tr.gates) == 1
+    assert tr.gates[0][2] is (float((w.numpy() + 1).sum(dtype=np.float32)) > 0)
+    assert tr.deferred_samples == 3      # x's stand-in, y, and y +/- s
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_gates_see_eagers_values(sign):
+    def f(x, w):
+        h = tp.relu(x * w) - 0.25
+        t = h.sum(-1)
+        if t.max().item() > 1.5:
+            return t * 2
+        return t.abs() + h.mean()
+    x, w = tp.randn(16, 32), tp.randn(16, 32) * sign
+    cf = tp.compile(f)
+    for s in (1.0, 0.01, 3.0):
+        np.testing.assert_allclose(cf(x * s, w).numpy(), f(x * s, w).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_print_and_numpy_see_eagers_values(capsys):
+    def f(x):
+        y = (x * 2).sum()
+        print(f"{y:.4f}")
+        return y + 1
+    x = tp.arange(6.0).reshape(2, 3)
+    tp.compile(f)(x)
+    assert capsys.readouterr().out.strip().splitlines()[0] == "30.0000"
+
+
+def test_shape_error_raises_eagers_error_at_the_users_line():
+    def f(x, w):
+        return (x + w) * 2
+    x, w = tp.randn(3, 4), tp.randn(5, 4)
+    with pytest.raises(RuntimeError) as want:
+        f(x, w)
+    with pytest.raises(RuntimeError) as got:
+        tp.compile(f)(x, w)
+    assert str(got.value) == str(want.value)
+
+
+def test_try_except_around_a_failing_deferred_op_takes_the_except_branch():
+    def f(x, w):
+        try:
+            y = x + w
+        except RuntimeError:
+            y = x * 2
+        return y.sum(0)
+    x, w = tp.randn(3, 4), tp.randn(5, 4)
+    np.testing.assert_allclose(tp.compile(f)(x, w).numpy(), f(x, w).numpy(), rtol=1e-6)
+
+
+def test_dtype_error_of_a_kernel_is_eagers():
+    def f(x):
+        return tp.square(x > 0)
+    x = tp.randn(3)
+    with pytest.raises(Exception) as want:
+        f(x)
+    with pytest.raises(Exception) as got:
+        tp.compile(f)(x)
+    assert type(got.value) is type(want.value)
+
+
+def test_integer_division_by_zero_needs_the_values():
+    def f(a, b):
+        return a // b + 1
+    a, b = tp.tensor([4, 5, 6]), tp.tensor([2, 0, 1])
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        f(a, b)
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        tp.compile(f)(a, b)
+    b2 = tp.tensor([2, 3, 1])
+    assert tp.compile(f)(a, b2).tolist() == f(a, b2).tolist()
+
+
+def test_deferred_node_reads_its_operands_as_they_were_before_a_write():
+    def f(x):
+        y = x * 2            # deferred
+        x.add_(1)            # a write: y is filled first, from the old x
+        if y.sum() > x.sum() - x.numel():
+            return y + x
+        return y - x
+    x0 = tp.randn(5, 5).abs() + 0.1
+    xe, xc = x0.clone(), x0.clone()
+    want = f(xe)
+    got = tp.compile(f)(xc)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(xc.numpy(), xe.numpy())
+
+
+def test_random_draws_keep_their_order():
+    def f(x):
+        y = x * 2
+        r = tp.rand_like(y)
+        if (y + r).sum() > 0:
+            return y + r + tp.rand(5, 5)
+        return y - r
+    x = tp.randn(5, 5)
+    tp.manual_seed(7)
+    want = f(x)
+    next_eager = tp.rand(1).item()
+    tp.manual_seed(7)
+    got = tp.compile(f)(x)
+    next_compiled = tp.rand(1).item()
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6)
+    assert next_compiled == next_eager
+
+
+def test_input_written_through_a_view_of_a_deferred_value():
+    def f(x):
+        v = x.t()
+        v.mul_(3)
+        return x.sum(1)
+    x0 = tp.randn(4, 3)
+    xe, xc = x0.clone(), x0.clone()
+    want = f(xe)
+    got = tp.compile(f)(xc)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(xc.numpy(), xe.numpy(), rtol=1e-6)
+
+
+def test_config_lazy_samples_off_computes_every_sample():
+    f = FNS["ex1.1"]
+    x, w = tp.randn(8, 8), tp.randn(8, 8)
+    old = tp.compiler.config.lazy_samples
+    try:
+        tp.compiler.config.lazy_samples = False
+        np.testing.assert_allclose(tp.compile(f)(x, w).numpy(), f(x, w).numpy(), rtol=1e-6)
+        with pytest.raises(TypeError):
+            tp.compiler.config.lazy_samples = 1
+    finally:
+        tp.compiler.config.lazy_samples = old
