@@ -208,3 +208,33 @@ def test_eager_advanced_index_bounds_message_is_torchs(key, write):
             return type(e), str(e)
         return None
     assert run(tp) == run(torch)
+
+
+# -- number / tensor is torch's __rtruediv__ ----------------------------------
+_RDIV_VALUES = [1e-40, 3.0, 0.0, -1e-39, 7.0, 1e-38, float("nan"), float("inf"), -0.0, 0.1]
+
+
+@pytest.mark.skipif(torch is None, reason="torch not installed")
+@pytest.mark.parametrize("dt", ["float32", "float64", "float16", "int64", "int32", "bool"])
+@pytest.mark.parametrize("num", [0.0, 2.0, 5, True, -3.5])
+@pytest.mark.parametrize("compiled", [False, True])
+def test_number_over_tensor_is_torchs_reciprocal_times_number(dt, num, compiled):
+    import numpy as np
+    vals = np.array(_RDIV_VALUES if dt.startswith("float") else [3, 7, 0, 1, 2, 5],
+                    dtype=dt if dt != "bool" else "float64")
+    if dt == "bool":
+        vals = vals != 0
+    t = torch.from_numpy(vals.copy())
+    x = tp.from_numpy(vals.copy())
+    fn = lambda a: num / a  # noqa: E731
+    want = fn(t)
+    f = tp.compile(fn, strict_native=True) if compiled else fn
+    got = f(x)
+    assert str(got.dtype).split(".")[-1] == str(want.dtype).split(".")[-1]
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def test_float32_zero_over_tiny_is_nan_like_torch():
+    t = tp.tensor([1e-40, 2.0])
+    assert (0.0 / t).isnan().tolist() == [True, False]
+    assert tp.compile(lambda a: 0.0 / a + 0)(t).isnan().tolist() == [True, False]

@@ -678,6 +678,20 @@ binary_slot(stax_pyop_key_t key, PyObject *a, PyObject *b)
             return r;
         }
     }
+    if (key == STAX_PYOP_TRUEDIV && !StaxTensor_Check(a) && StaxTensor_Check(b)) {
+        /* number / tensor is torch's Tensor.__rtruediv__:
+         * reciprocal(tensor) * number, each rounded to the result dtype
+         * (0.0 / 1e-40 is nan in float32: 1 / 1e-40 overflows) */
+        PyObject *rec = run_op(&stax_op_table[STAX_OP_RECIPROCAL],
+                               functions[STAX_OP_RECIPROCAL], &args[1], 1, NULL);
+        if (rec == NULL) {
+            return NULL;
+        }
+        PyObject *margs[2] = {rec, a};
+        r = run_op(&stax_op_table[STAX_OP_MUL], functions[STAX_OP_MUL], margs, 2, NULL);
+        Py_DECREF(rec);
+        return r;
+    }
     saved = stax_ops_reflected;
     stax_ops_reflected = !StaxTensor_Check(a);
     r = run_op(op, functions[p->op], args, 2, NULL);

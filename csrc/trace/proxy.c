@@ -183,6 +183,23 @@ record_fn(StaxTracer *tr, PyObject *fn, PyObject *args)
 static PyObject *
 binop(PyObject *a, PyObject *b, int op)
 {
+    if (op == STAX_PYOP_TRUEDIV && !StaxProxy_Check(a) && !StaxTensor_Check(a)
+        && StaxProxy_Check(b)) {
+        /* number / tensor: torch's __rtruediv__, reciprocal(b) * a (as eager) */
+        PyObject *name = PyUnicode_InternFromString("reciprocal");
+        PyObject *args = name ? PyTuple_Pack(1, b) : NULL;
+        PyObject *rec = args ? stax_trace_record(((StaxProxy *)b)->tracer,
+                                                 STAX_NODE_CALL_METHOD, name, args, NULL)
+                             : NULL;
+        Py_XDECREF(name);
+        Py_XDECREF(args);
+        if (rec == NULL || !StaxProxy_Check(rec)) {
+            return rec;
+        }
+        PyObject *r = binop(rec, a, STAX_PYOP_MUL);
+        Py_DECREF(rec);
+        return r;
+    }
     return record_fn(tracer_of(a, b),
                      stax_pyop_function(&stax_pyop_table[op], 0),
                      PyTuple_Pack(2, a, b));
