@@ -238,3 +238,92 @@ def test_float32_zero_over_tiny_is_nan_like_torch():
     t = tp.tensor([1e-40, 2.0])
     assert (0.0 / t).isnan().tolist() == [True, False]
     assert tp.compile(lambda a: 0.0 / a + 0)(t).isnan().tolist() == [True, False]
+
+
+# -- movedim / moveaxis with tuples of dims -----------------------------------
+_MOVEDIM_ARGS = ["(0, 1), (2, 3)", "[0, 1], [-1, -2]", "(0,), (3,)", "(0, 0), (1, 2)",
+                 "(0, 1), (2,)", "(0, 5), (1, 2)", "(), ()", "(0, 1), (1, 0)", "(1,), 2",
+                 "(0, 1), (2, 2)", "(-5,), (0,)", "(0, -4), (1, 2)", "(0, 1), [1, 2]", "2, 0"]
+
+
+@pytest.mark.skipif(torch is None, reason="torch not installed")
+@pytest.mark.parametrize("args", _MOVEDIM_ARGS)
+@pytest.mark.parametrize("name", ["movedim", "moveaxis"])
+def test_eager_movedim_with_tuples_is_torchs(args, name):
+    def run(m):
+        x = m.arange(120.).reshape(2, 3, 4, 5)
+        try:
+            r = getattr(x, name)(*eval(args))
+            r2 = getattr(m, name)(x, *eval(args))
+        except Exception as e:  # noqa: BLE001
+            return type(e).__name__, str(e).splitlines()[0]
+        return tuple(r.shape), r.stride(), r.flatten().tolist(), r2.flatten().tolist()
+    assert run(tp) == run(torch)
+
+
+@pytest.mark.parametrize("fn", [lambda x: x.movedim((0, 1), (2, 3)) * 1,
+                                lambda x: tp.movedim(x, [0, -1], [-1, 0]) + 1,
+                                lambda x: x.moveaxis((1,), (0,)),
+                                lambda x: x.movedim(source=(0, 2), destination=(1, 0)) - 1])
+def test_compiled_movedim_with_tuples_native(fn):
+    x = tp.randn(2, 3, 4, 5)
+    f = tp.compile(fn, strict_native=True)
+    r, want = f(x), fn(x)
+    assert r.shape == want.shape and (r == want).all().item()
+
+
+# -- strict names the store's own line ----------------------------------------
+_STATE = {}
+
+
+class _Plain:
+    pass
+
+
+_OBJ = _Plain()
+
+
+def _store_read_container(x):
+    y = x * 2
+    z = y + 1
+    if len(_STATE) >= 0:
+        _STATE["last"] = z  # STORE-LINE-A
+    return y
+
+
+def _store_plain_attr(x):
+    y = x * 2
+    _OBJ.val = y  # STORE-LINE-B
+    return y + 1
+
+
+class _Cache(tp.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cache = {}
+
+    def forward(self, x):
+        y = x * 3
+        if "k" in self.cache:
+            y = y + 0
+        self.cache["k"] = y  # STORE-LINE-C
+        return y - 1
+
+
+def _marker_line(tag):
+    import inspect
+    src, start = inspect.getsourcelines(__import__(__name__))
+    for i, line in enumerate(src):
+        if tag in line and "_marker_line" not in line:
+            return start + i if start else i + 1
+    raise AssertionError(tag)
+
+
+@pytest.mark.parametrize("fn,tag", [(_store_read_container, "STORE-LINE-A"),
+                                    (_store_plain_attr, "STORE-LINE-B"),
+                                    (_Cache, "STORE-LINE-C")])
+def test_strict_unsafe_store_names_the_stores_line(fn, tag):
+    f = tp.compile(fn() if isinstance(fn, type) else fn, strict_native=True)
+    with pytest.raises(tp.compiler.NativeCompileError) as ei:
+        f(tp.randn(3))
+    assert f"test_reliability_checks.py:{_marker_line(tag)} in " in str(ei.value)

@@ -1213,10 +1213,111 @@ vm_as_strided(PyObject *self, PyObject *args, PyObject *kw)
     return (PyObject *)stax_tensor_as_strided(SELF, n1, sz, st, off);
 }
 
+/* "[0, 1]": a dims list as torch prints it */
 static PyObject *
-vm_movedim(PyObject *self, PyObject *args, PyObject *kw)
+dims_str(const int64_t *v, int n)
 {
-    STAX_OVERRIDE_VARARGS("movedim");
+    PyObject *l = PyList_New(n);
+    for (int i = 0; l != NULL && i < n; i++) {
+        PyObject *x = PyLong_FromLongLong(v[i]);
+        if (x == NULL) {
+            Py_CLEAR(l);
+            break;
+        }
+        PyList_SET_ITEM(l, i, x);
+    }
+    PyObject *r = l ? PyObject_Str(l) : NULL;
+    Py_XDECREF(l);
+    return r;
+}
+
+/* movedim(tuple source, tuple destination): torch's permutation (the
+ * named dims go to their places, the others keep their order) */
+static PyObject *
+movedim_seq(StaxTensor *t, PyObject *so, PyObject *dobj)
+{
+    int64_t src[STAX_MAX_DIMS], dst[STAX_MAX_DIMS];
+    int ns = 0, nd = 0, n = t->ndim;
+    if (stax_parse_int_seq(so, src, &ns, "source") < 0
+        || stax_parse_int_seq(dobj, dst, &nd, "destination") < 0) {
+        return NULL;
+    }
+    if (ns != nd) {
+        PyObject *a = dims_str(src, ns), *b = a ? dims_str(dst, nd) : NULL;
+        if (b != NULL) {
+            PyErr_Format(PyExc_RuntimeError,
+                         "movedim: Invalid source or destination dims: source (%U dims) should "
+                         "contain the same number of dims as destination (%U dims)", a, b);
+        }
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        return NULL;
+    }
+    int ws[STAX_MAX_DIMS], wd[STAX_MAX_DIMS];
+    for (int i = 0; i < ns; i++) {
+        if (stax_wrap_dim(src[i], n, &ws[i]) < 0) {
+            return NULL;
+        }
+    }
+    for (int i = 0; i < nd; i++) {
+        if (stax_wrap_dim(dst[i], n, &wd[i]) < 0) {
+            return NULL;
+        }
+    }
+    for (int which = 0; which < 2; which++) {
+        const int *w = which ? wd : ws;
+        for (int i = 0; i < ns; i++) {
+            for (int j = 0; j < i; j++) {
+                if (w[i] == w[j]) {
+                    PyObject *a = dims_str(which ? dst : src, ns);
+                    if (a != NULL) {
+                        PyErr_Format(PyExc_RuntimeError, "movedim: repeated dim in `%s` (%U)",
+                                     which ? "destination" : "source", a);
+                        Py_DECREF(a);
+                    }
+                    return NULL;
+                }
+            }
+        }
+    }
+    int64_t order[STAX_MAX_DIMS];
+    int src_used[STAX_MAX_DIMS] = {0}, dst_used[STAX_MAX_DIMS] = {0};
+    for (int i = 0; i < ns; i++) {
+        order[wd[i]] = ws[i];
+        src_used[ws[i]] = dst_used[wd[i]] = 1;
+    }
+    for (int i = 0, j = 0; i < n; i++) {     /* the rest, in order */
+        if (dst_used[i]) {
+            continue;
+        }
+        while (src_used[j]) {
+            j++;
+        }
+        order[i] = j++;
+    }
+    return (PyObject *)stax_tensor_permute(t, order, n);
+}
+
+static PyObject *
+movedim_impl(PyObject *self, PyObject *args, PyObject *kw, const char *fn)
+{
+    PyObject *so = NULL, *dobj = NULL;
+    get_arg(args, kw, 0, "source", &so);
+    get_arg(args, kw, 1, "destination", &dobj);
+    int sseq = so && (PyTuple_Check(so) || PyList_Check(so));
+    int dseq = dobj && (PyTuple_Check(dobj) || PyList_Check(dobj));
+    if (sseq && dseq) {
+        return movedim_seq(SELF, so, dobj);
+    }
+    if (so != NULL && dobj != NULL && (sseq || dseq || !PyLong_Check(so) || !PyLong_Check(dobj))) {
+        PyErr_Format(PyExc_TypeError,
+                     "%s() received an invalid combination of arguments - got (%s, %s), "
+                     "but expected one of:\n * (int source, int destination)\n"
+                     " * (tuple of ints source, tuple of ints destination)\n", fn,
+                     StaxTensor_Check(so) ? "Tensor" : Py_TYPE(so)->tp_name,
+                     StaxTensor_Check(dobj) ? "Tensor" : Py_TYPE(dobj)->tp_name);
+        return NULL;
+    }
     int64_t s, d;
     if (get_int_arg(args, kw, 0, "source", 0, 1, &s, "movedim") < 0
         || get_int_arg(args, kw, 1, "destination", 0, 1, &d, "movedim") < 0) {
@@ -1237,6 +1338,20 @@ vm_movedim(PyObject *self, PyObject *args, PyObject *kw)
     memmove(perm + b + 1, perm + b, (SELF->ndim - 1 - b) * sizeof(int64_t));
     perm[b] = a;
     return (PyObject *)stax_tensor_permute(SELF, perm, SELF->ndim);
+}
+
+static PyObject *
+vm_movedim(PyObject *self, PyObject *args, PyObject *kw)
+{
+    STAX_OVERRIDE_VARARGS("movedim");
+    return movedim_impl(self, args, kw, "movedim");
+}
+
+static PyObject *
+vm_moveaxis(PyObject *self, PyObject *args, PyObject *kw)
+{
+    STAX_OVERRIDE_VARARGS("moveaxis");
+    return movedim_impl(self, args, kw, "moveaxis");
 }
 
 #define KW METH_VARARGS | METH_KEYWORDS
@@ -1265,7 +1380,7 @@ static PyMethodDef view_methods[] = {
     {"diagonal", F(vm_diagonal), KW, NULL},
     {"as_strided", F(vm_as_strided), KW, NULL},
     {"movedim", F(vm_movedim), KW, NULL},
-    {"moveaxis", F(vm_movedim), KW, NULL},
+    {"moveaxis", F(vm_moveaxis), KW, NULL},
     {NULL},
 };
 

@@ -630,6 +630,37 @@ class Driver:
         fn = self.fn
         return fn.forward if _lift._is_module(fn) else fn
 
+    def _store_line(self, where):
+        """The source line of the store that left a traced tensor at `where`
+        (a path as _stores.find_proxy writes it: globals['d']['k'],
+        self.cache.x): the function's STORE_SUBSCR / STORE_ATTR whose
+        container is loaded by the path's second-to-last name; else the
+        function's first line."""
+        import dis
+        import re
+        fn = self.fn
+        if _lift._is_module(fn):
+            fn = type(fn).forward
+        co = getattr(getattr(fn, "__func__", fn), "__code__", None)
+        parts = re.findall(r"\[('(?:[^'\\]|\\.)*'|[^\]]*)\]|\.(\w+)", where)
+        names = [(a[1:-1] if a.startswith("'") else a) if a else b for a, b in parts]
+        if co is None or len(names) < 1:
+            return self._fn_line()
+        last = names[-1]
+        owner = names[-2] if len(names) >= 2 else None
+        attr = where.endswith("." + last)
+        ins = list(dis.get_instructions(co))
+        for i, x in enumerate(ins):
+            if attr and x.opname == "STORE_ATTR" and x.argval == last:
+                prev = ins[i - 1] if i else None
+                if owner is None or prev is None or prev.argval == owner or "self" == prev.argval:
+                    return f"{co.co_filename}:{x.positions.lineno} in {co.co_name}"
+            if not attr and x.opname == "STORE_SUBSCR":
+                near = [y.argval for y in ins[max(0, i - 3):i]]
+                if owner in near:
+                    return f"{co.co_filename}:{x.positions.lineno} in {co.co_name}"
+        return self._fn_line()
+
     def _eager(self, args, kwargs):
         self.eager_calls += 1
         return self._eager_fn()(*args, **kwargs)
@@ -1097,7 +1128,7 @@ class Driver:
                    "which cannot be replayed after the compiled program (the function also "
                    "reads that container, or it is an attribute of a plain object)")
             if self.strict_native:
-                raise _C.NativeCompileError(msg + f"; at {self._fn_line()}")
+                raise _C.NativeCompileError(msg + f"; at {self._store_line(where)}")
             if config.warn_on_fallback:
                 warnings.warn(msg + "; this version runs eagerly", RuntimeWarning, stacklevel=5)
             v.effects_eager = True
