@@ -94,21 +94,49 @@ def recompiles():
 
 
 def test_dynamic_versions_and_shape_guards_in_c():
-    def f(x):
+    def g_(x):
         return x.reshape(x.shape[0], -1) * 2       # reads size 0: a shape guard
-    cf = tp.compile(f, dynamic=True)
-    for n in (4, 6):
-        cf(tp.randn(n, 3))
-    assert cf.stats()["compiles"] == 2
+    cf = tp.compile(g_, dynamic=True)
+    xs = {}
+    for n in (4, 6, 5):
+        xs[n] = tp.randn(n, 3)
+        tp.compiler.mark_static(xs[n], 0)          # size 0 exact (not symbolic)
+        cf(xs[n])
+    assert cf.stats()["compiles"] == 3
     g = [str(x) for x in cf.versions[0].guards]
     assert "size(inputs[0][0], 0) == 4" in g
     e0 = entries(cf)
     with DriverCalls() as d:
         for n in (6, 4, 6, 4):
             x = tp.randn(n, 3)
+            tp.compiler.mark_static(x, 0)
+            np.testing.assert_allclose(cf(x).numpy(), g_(x).numpy(), rtol=1e-6)
+    assert not d.names and entries(cf) == e0 and cf.stats()["compiles"] == 3
+
+
+def test_dynamic_symbolic_shape_guards_in_c():
+    # a symbolic size read: one version for every size >= 2, its relation
+    # guards (s0 >= 2, s0 <= 8) checked in C (no driver entry per call)
+    def f(x):
+        n = x.shape[0]
+        if n <= 8:
+            return x.reshape(n, -1) * 2
+        return x.reshape(n, -1) * 3
+    cf = tp.compile(f, dynamic=True)
+    cf(tp.randn(4, 3))
+    g = [str(x) for x in cf.versions[0].guards]
+    assert "s0 >= 2" in g and "s0 <= 8" in g
+    e0 = entries(cf)
+    with DriverCalls() as d:
+        for n in (6, 4, 8, 7):
+            x = tp.randn(n, 3)
             np.testing.assert_allclose(cf(x).numpy(), f(x).numpy(), rtol=1e-6)
-    assert not d.names and entries(cf) == e0 and cf.stats()["compiles"] == 2
-    cf(tp.randn(5, 3))                             # another size: a miss
+    assert not d.names and entries(cf) == e0 and cf.stats()["compiles"] == 1
+    x = tp.randn(9, 3)                             # s0 <= 8 fails: a miss
+    np.testing.assert_allclose(cf(x).numpy(), f(x).numpy(), rtol=1e-6)
+    assert cf.stats()["compiles"] == 2
+    x = tp.randn(1, 3)                             # size 1 specializes (s0 >= 2 fails)
+    np.testing.assert_allclose(cf(x).numpy(), f(x).numpy(), rtol=1e-6)
     assert cf.stats()["compiles"] == 3
 
 

@@ -96,6 +96,10 @@ typedef struct {
     int gates;            /* has data gates: replay them */
     Py_ssize_t nreads;
     sread_t *reads;       /* shape guards (dynamic mode) */
+    Py_ssize_t nprog;
+    int64_t *prog;        /* symbolic shape guards: (op, a, b) triples of
+                             the stack program _symbolic.compile_guards
+                             writes (relations between input sizes) */
 } EntryObject;
 
 /* key bytes -> the driver's list of _DispatchEntry for that key */
@@ -273,24 +277,115 @@ entry_dealloc(EntryObject *e)
     PyObject_GC_UnTrack(e);
     entry_clear(e);
     PyMem_Free(e->reads);
+    PyMem_Free(e->prog);
     Py_TYPE(e)->tp_free((PyObject *)e);
 }
 
-/* _DispatchEntry(index, artifact or None, shape_reads, has_gates, effects):
- * shape_reads a tuple of (flat index, dim, size); effects a tuple of
- * (free index, method name, args tuple, kwargs dict). */
+/* The symbolic shape guards' stack program (compiler/_symbolic.py,
+ * compile_guards): triples (op, a, b); op 0 pushes size b of flat tensor
+ * a, 1 pushes the constant a, 2..16 pop two and push the result (+ - *
+ * floordiv mod == != < <= > >= min max and or), 17 negates, 18 is `not`,
+ * 19 pops and fails unless its truth is a. 1 when every guard holds. */
+enum { SG_SIZE = 0, SG_CONST, SG_ADD, SG_SUB, SG_MUL, SG_FLOORDIV, SG_MOD, SG_EQ,
+       SG_NE, SG_LT, SG_LE, SG_GT, SG_GE, SG_MIN, SG_MAX, SG_AND, SG_OR, SG_NEG,
+       SG_NOT, SG_CHECK };
+
+static int
+shape_prog_holds(const EntryObject *e, PyObject **flat, Py_ssize_t n)
+{
+    int64_t st[64];
+    int sp = 0;
+    for (Py_ssize_t k = 0; k < e->nprog; k++) {
+        int64_t op = e->prog[3 * k], a = e->prog[3 * k + 1], b = e->prog[3 * k + 2];
+        if (op == SG_SIZE) {
+            if (a < 0 || a >= n || sp >= 64) {
+                return 0;
+            }
+            StaxTensor *t = (StaxTensor *)flat[a];
+            if (b < 0 || b >= t->ndim) {
+                return 0;
+            }
+            st[sp++] = t->sizes[b];
+            continue;
+        }
+        if (op == SG_CONST) {
+            if (sp >= 64) {
+                return 0;
+            }
+            st[sp++] = a;
+            continue;
+        }
+        if (op == SG_CHECK) {
+            if (sp < 1 || (st[--sp] != 0) != (a != 0)) {
+                return 0;
+            }
+            continue;
+        }
+        if (op == SG_NEG || op == SG_NOT) {
+            if (sp < 1) {
+                return 0;
+            }
+            st[sp - 1] = op == SG_NEG ? -st[sp - 1] : !st[sp - 1];
+            continue;
+        }
+        if (sp < 2) {
+            return 0;
+        }
+        int64_t y = st[--sp], x = st[sp - 1], r;
+        switch (op) {
+        case SG_ADD: r = x + y; break;
+        case SG_SUB: r = x - y; break;
+        case SG_MUL: r = x * y; break;
+        case SG_FLOORDIV:
+        case SG_MOD:
+            if (y == 0) {
+                return 0;       /* eager raises: the guard cannot hold */
+            }
+            r = x / y;
+            if ((x % y != 0) && ((x < 0) != (y < 0))) {
+                r--;
+            }
+            if (op == SG_MOD) {
+                r = x - r * y;
+            }
+            break;
+        case SG_EQ: r = x == y; break;
+        case SG_NE: r = x != y; break;
+        case SG_LT: r = x < y; break;
+        case SG_LE: r = x <= y; break;
+        case SG_GT: r = x > y; break;
+        case SG_GE: r = x >= y; break;
+        case SG_MIN: r = x < y ? x : y; break;
+        case SG_MAX: r = x > y ? x : y; break;
+        case SG_AND: r = x && y; break;
+        case SG_OR: r = x || y; break;
+        default: return 0;
+        }
+        st[sp - 1] = r;
+    }
+    return 1;
+}
+
+/* _DispatchEntry(index, artifact or None, shape_reads, has_gates, effects,
+ * shape_prog=()): shape_reads a tuple of (flat index, dim, size); effects a
+ * tuple of (free index, method name, args tuple, kwargs dict); shape_prog
+ * the symbolic shape guards' program (ints, 3 per instruction). */
 static PyObject *
 entry_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     Py_ssize_t index = 0;
-    PyObject *art = NULL, *reads = NULL, *effects = NULL;
+    PyObject *art = NULL, *reads = NULL, *effects = NULL, *prog = NULL;
     int gates = 0;
     static char *kwlist[] = {"index", "artifact", "shape_reads", "gates",
-                             "effects", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "nOO!pO!:_DispatchEntry",
+                             "effects", "shape_prog", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "nOO!pO!|O!:_DispatchEntry",
                                      kwlist, &index, &art, &PyTuple_Type,
                                      &reads, &gates, &PyTuple_Type,
-                                     &effects)) {
+                                     &effects, &PyTuple_Type, &prog)) {
+        return NULL;
+    }
+    if (prog != NULL && PyTuple_GET_SIZE(prog) % 3 != 0) {
+        PyErr_SetString(PyExc_TypeError, "_DispatchEntry: shape_prog holds (op, a, b) triples");
         return NULL;
     }
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(effects); i++) {
@@ -335,6 +430,22 @@ entry_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         e->reads[i].flat = (Py_ssize_t)fi;
         e->reads[i].dim = (int)d;
         e->reads[i].size = sz;
+    }
+    if (prog != NULL && PyTuple_GET_SIZE(prog) > 0) {
+        Py_ssize_t np = PyTuple_GET_SIZE(prog);
+        e->prog = PyMem_Calloc((size_t)np, sizeof(int64_t));
+        if (e->prog == NULL) {
+            Py_DECREF(e);
+            return PyErr_NoMemory();
+        }
+        for (Py_ssize_t i = 0; i < np; i++) {
+            e->prog[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(prog, i));
+            if (e->prog[i] == -1 && PyErr_Occurred()) {
+                Py_DECREF(e);
+                return NULL;
+            }
+        }
+        e->nprog = np / 3;
     }
     return (PyObject *)e;
 }
@@ -599,6 +710,9 @@ entry_matches(CFObject *self, EntryObject *e, PyObject **flat, Py_ssize_t n)
         if (r->dim >= t->ndim || t->sizes[r->dim] != r->size) {
             return 0;
         }
+    }
+    if (e->nprog > 0 && !shape_prog_holds(e, flat, n)) {
+        return 0;
     }
     if (!e->gates) {
         return 1;

@@ -20,11 +20,32 @@ is_tensor(PyObject *o)
     return StaxTensor_Type != NULL && StaxTensor_Check(o);
 }
 
-/* t's dims from the smallest stride to the largest (insertion sort,
- * stable; ties keep the inner, later, dim first): the order both the stride
- * signature and the dynamic-mode stride classes walk */
+/* t's strides as sigma keys them: the stride of a size-1 dimension is
+ * never used to address an element, so it is canonical -- the stride that
+ * dimension would have in a row-major layout over its inner neighbour (the
+ * next dimension of size != 1), 1 when there is none. out[:, -1] of a
+ * (1, t, d) tensor has strides (t*d, 1), keyed as (d, 1): the same key at
+ * every t. */
 static void
-stride_order(const StaxTensor *t, int order[STAX_MAX_DIMS])
+canon_strides(const StaxTensor *t, int64_t *st)
+{
+    int64_t inner = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        if (t->sizes[d] == 1) {
+            st[d] = inner;
+        }
+        else {
+            st[d] = t->strides[d];
+            inner = t->strides[d] * t->sizes[d];
+        }
+    }
+}
+
+/* t's dims from the smallest (canonical) stride to the largest (insertion
+ * sort, stable; ties keep the inner, later, dim first): the order both the
+ * stride signature and the dynamic-mode stride classes walk */
+static void
+stride_order(const StaxTensor *t, const int64_t *strides, int order[STAX_MAX_DIMS])
 {
     int n = t->ndim;
     for (int i = 0; i < n; i++) {
@@ -32,8 +53,8 @@ stride_order(const StaxTensor *t, int order[STAX_MAX_DIMS])
     }
     for (int i = 1; i < n; i++) {
         int d = order[i], j = i - 1;
-        while (j >= 0 && (t->strides[order[j]] > t->strides[d]
-                          || (t->strides[order[j]] == t->strides[d]
+        while (j >= 0 && (strides[order[j]] > strides[d]
+                          || (strides[order[j]] == strides[d]
                               && order[j] < d))) {
             order[j + 1] = order[j];
             j--;
@@ -51,14 +72,16 @@ stride_signature(StaxTensor *t)
     int n = t->ndim, order[STAX_MAX_DIMS];
     PyObject *exprs[STAX_MAX_DIMS] = {NULL};
     PyObject *res = NULL;
-    stride_order(t, order);
+    int64_t cs[STAX_MAX_DIMS];
+    canon_strides(t, cs);
+    stride_order(t, cs, order);
     for (int k = 0; k < n; k++) {
         int d = order[k];
-        int64_t st = t->strides[d];
+        int64_t st = cs[d];
         if (st == 1) {
             exprs[d] = PyLong_FromLong(1);
         }
-        else if (k > 0 && st == t->strides[order[k - 1]]
+        else if (k > 0 && st == cs[order[k - 1]]
                  * t->sizes[order[k - 1]]) {
             int p = order[k - 1];
             exprs[d] = PyUnicode_FromFormat("size%d*%S", p, exprs[p]);
@@ -112,8 +135,10 @@ tensor_signature(StaxTensor *t, int dynamic)
         strides = stride_signature(t);
     }
     else {
+        int64_t cs[STAX_MAX_DIMS];
+        canon_strides(t, cs);
         shape = int64_tuple(t->sizes, t->ndim);
-        strides = int64_tuple(t->strides, t->ndim);
+        strides = int64_tuple(cs, t->ndim);
     }
     dt = PyUnicode_FromString(stax_dtype_name(t->dtype));
     PyObject *res = NULL;
@@ -449,16 +474,17 @@ static int
 stride_classes(stax_keybuf *kb, StaxTensor *t)
 {
     int n = t->ndim, order[STAX_MAX_DIMS];
-    int64_t cls[STAX_MAX_DIMS][2];
-    stride_order(t, order);
+    int64_t cls[STAX_MAX_DIMS][2], cs[STAX_MAX_DIMS];
+    canon_strides(t, cs);
+    stride_order(t, cs, order);
     for (int k = 0; k < n; k++) {
         int d = order[k];
-        int64_t st = t->strides[d];
+        int64_t st = cs[d];
         if (st == 1) {
             cls[d][0] = 0;
             cls[d][1] = 0;
         }
-        else if (k > 0 && st == t->strides[order[k - 1]]
+        else if (k > 0 && st == cs[order[k - 1]]
                  * t->sizes[order[k - 1]]) {
             cls[d][0] = 1;
             cls[d][1] = order[k - 1];
@@ -529,9 +555,10 @@ stax_guard_sig_feed(stax_keybuf *kb, PyObject *o, int dynamic)
         if (dynamic) {
             return stride_classes(kb, t);
         }
+        int64_t cs[STAX_MAX_DIMS];
+        canon_strides(t, cs);
         return stax_kb_put(kb, t->sizes, sizeof(int64_t) * t->ndim) < 0
-               || stax_kb_put(kb, t->strides,
-                              sizeof(int64_t) * t->ndim) < 0 ? -1 : 0;
+               || stax_kb_put(kb, cs, sizeof(int64_t) * t->ndim) < 0 ? -1 : 0;
     }
     if (o == Py_None || PyBool_Check(o) || PyLong_Check(o)
         || PyFloat_Check(o) || PyUnicode_Check(o)) {

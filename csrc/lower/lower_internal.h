@@ -142,6 +142,10 @@ typedef struct lw_ctx {
     int nzchecks;
     int zchecks[32];
     int zkind[32];
+    /* dynamic shapes: the values of symbolic-size nodes (x.size(1), t + 1),
+     * constants of this program (each size variant is lowered for its own
+     * sizes); list owning them, or NULL */
+    PyObject *symvals;
 } lw_ctx;
 
 /* construction (arena) */

@@ -200,7 +200,52 @@ lw_lower_random(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
 
 /* ------------------------------------------------------------ factories */
 static const char *const factory_names[] = {"zeros", "ones", "full", "empty", "rand", "randn",
-                                            NULL};
+                                            "arange", NULL};
+
+static int is_cpu_device(PyObject *d);
+
+/* arange(end) / arange(start, end[, step]) with integer bounds: element i
+ * is start + i * step (exact in int64, then cast to the value's dtype); the
+ * length is the value's (a symbolic end gives each size variant its own) */
+static int
+lower_arange(lw_ctx *c, PyObject *args, PyObject *kwargs, vbuf *out, const char **why)
+{
+    int64_t b[3] = {0, 0, 1};
+    Py_ssize_t n = args != NULL && PyTuple_Check(args) ? PyTuple_GET_SIZE(args) : 0;
+    if (n < 1 || n > 3 || out->ndim != 1) {
+        UNSUPPORTED("arange without 1 to 3 positional bounds");
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *a = PyTuple_GET_ITEM(args, i);
+        if (!PyLong_Check(a) || PyBool_Check(a)) {
+            UNSUPPORTED("arange with bounds that are not Python ints");
+        }
+        int ovf = 0;
+        b[n == 1 ? 1 : i] = PyLong_AsLongLongAndOverflow(a, &ovf);
+        if (ovf || PyErr_Occurred()) {
+            PyErr_Clear();
+            UNSUPPORTED("arange bound beyond int64");
+        }
+    }
+    if (kwargs != NULL && PyDict_Check(kwargs)) {
+        PyObject *k, *v;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(kwargs, &pos, &k, &v)) {
+            const char *kn = PyUnicode_Check(k) ? PyUnicode_AsUTF8(k) : NULL;
+            if (kn == NULL || !(!strcmp(kn, "dtype") || (!strcmp(kn, "device") && is_cpu_device(v))
+                                || (!strcmp(kn, "requires_grad") && v == Py_False))) {
+                PyErr_Clear();
+                UNSUPPORTED("arange keyword without a native meaning");
+            }
+        }
+    }
+    const stax_lval *i = lw_index(c, lw_ix_var(c, 0), STAX_INT64);
+    const stax_lval *e = i ? lw_prim(c, STAX_PRIM_MUL, STAX_INT64, i, lw_const(c, STAX_INT64, (double)b[2]),
+                                     NULL) : NULL;
+    e = e ? lw_prim(c, STAX_PRIM_ADD, STAX_INT64, e, lw_const(c, STAX_INT64, (double)b[0]), NULL) : NULL;
+    out->body = e && out->dtype != STAX_INT64 ? lw_cast(c, e, out->dtype) : e;
+    return out->body ? 1 : -1;
+}
 
 int
 lw_is_factory(const char *name)
@@ -244,6 +289,13 @@ lw_lower_factory(lw_ctx *c, const char *name, PyObject *args, PyObject *kwargs,
     out->kind = VB_TENSOR;
     if (val == NULL || !lw_val_info(val, &out->ndim, out->sizes, st, &out->dtype)) {
         UNSUPPORTED("factory whose value is not a tensor");
+    }
+    if (!strcmp(name, "arange")) {
+        int rc = lower_arange(c, args, kwargs, out, why);
+        if (rc > 0) {
+            *outp = out;
+        }
+        return rc;
     }
     int random = !strcmp(name, "rand") || !strcmp(name, "randn");
     if (!strcmp(name, "full")) {

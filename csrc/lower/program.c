@@ -105,6 +105,7 @@ ctx_clear(lw_ctx *c)
     for (int i = 0; i < c->npbufs; i++) {
         Py_CLEAR(c->pbufs[i].obj);
     }
+    Py_CLEAR(c->symvals);
     free(c->steps);
     free(c->pbufs);
     c->steps = NULL;
@@ -139,6 +140,7 @@ program_traverse(Program *p, visitproc visit, void *arg)
     for (int i = 0; i < p->c.npbufs; i++) {
         Py_VISIT(p->c.pbufs[i].obj);
     }
+    Py_VISIT(p->c.symvals);
     return 0;
 }
 

@@ -785,6 +785,93 @@ stax_lower_program(PyObject *gm, PyObject *examples, stax_backend *be,
     return r;
 }
 
+/* Dynamic shapes: a node computing a symbolic size (x.size(1), t - 1,
+ * b * t; compiler/_symbolic.py) from tensors' sizes and other such nodes
+ * is a constant of the program: its value in vals (each size variant is
+ * lowered for its own sizes, and in symbolic lowering the constants
+ * become size arguments). 1: *out is that constant, 0: not such a node. */
+static int
+sym_node_const(lw_ctx *c, PyObject *node, const char *opname, PyObject *val, vbuf **vb,
+               PyObject *index, vbuf **out)
+{
+    if (val == NULL || !(PyLong_CheckExact(val) || PyFloat_CheckExact(val) || PyBool_Check(val))
+        || opname == NULL) {
+        return 0;
+    }
+    PyObject *tg = PyObject_GetAttrString(node, "target");
+    int ip = 0;
+    int is_size = tg != NULL && PyUnicode_Check(tg) && !strcmp(opname, "size");
+    int is_op = tg != NULL && !PyUnicode_Check(tg) && stax_pyop_for_target(tg, &ip) != NULL;
+    Py_XDECREF(tg);
+    PyErr_Clear();
+    if (!is_size && !is_op) {
+        return 0;
+    }
+    PyObject *args = PyObject_GetAttrString(node, "args");
+    if (args == NULL || !PyTuple_Check(args)) {
+        Py_XDECREF(args);
+        PyErr_Clear();
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args); i++) {
+        PyObject *a = PyTuple_GET_ITEM(args, i);
+        if (!PyObject_TypeCheck(a, StaxNode_Type)) {
+            continue;
+        }
+        PyObject *ix = PyDict_GetItem(index, a);
+        vbuf *v = ix ? vb[PyLong_AsLong(ix)] : NULL;
+        int ok = v != NULL && (is_size ? (i == 0 && v->kind == VB_TENSOR)
+                                       : (v->kind == VB_PYOBJ && v->pbuf < 0));
+        if (!ok) {
+            Py_DECREF(args);
+            return 0;
+        }
+    }
+    Py_DECREF(args);
+    if (c->symvals == NULL && (c->symvals = PyList_New(0)) == NULL) {
+        return -1;
+    }
+    vbuf *v = lw_vb_new(c);
+    if (v == NULL || PyList_Append(c->symvals, val) < 0) {
+        return -1;
+    }
+    v->kind = VB_PYOBJ;
+    v->pbuf = -1;
+    v->obj = val;
+    *out = v;
+    return 1;
+}
+
+typedef struct {
+    vbuf **vb;
+    PyObject *index;
+} symsub_ctx;
+
+static PyObject *
+symsub_node(PyObject *node, void *vctx)
+{
+    symsub_ctx *sc = vctx;
+    PyObject *ix = PyDict_GetItem(sc->index, node);
+    vbuf *v = ix ? sc->vb[PyLong_AsLong(ix)] : NULL;
+    if (v != NULL && v->kind == VB_PYOBJ && v->pbuf < 0 && v->obj != NULL
+        && (PyLong_Check(v->obj) || PyFloat_Check(v->obj))) {
+        return Py_NewRef(v->obj);
+    }
+    return Py_NewRef(node);
+}
+
+/* node args with the symbolic-size nodes replaced by their values (the
+ * rules read ints where the user passed t or t - 1) */
+static PyObject *
+subst_sym_args(PyObject *o, vbuf **vb, PyObject *index)
+{
+    symsub_ctx sc = {vb, index};
+    if (o == NULL || o == Py_None) {
+        return Py_XNewRef(o);
+    }
+    return stax_graph_map_arg(o, symsub_node, &sc);
+}
+
 PyObject *
 lw_build_program(PyObject *gm, PyObject *ex, stax_backend *be, int strict, int dynamic,
                  PyObject *vals, int no_random, PyObject *kcache)
@@ -1035,8 +1122,23 @@ lw_build_program(PyObject *gm, PyObject *ex, stax_backend *be, int strict, int d
                 }
             }
             PyObject *val = node_val(node, vals);
-            PyObject *nargs = PyObject_GetAttrString(node, "args");
-            PyObject *nkw = nargs ? PyObject_GetAttrString(node, "kwargs") : NULL;
+            int sc = sym_node_const(c, node, opname, val, vb, index, &v);
+            if (sc != 0) {
+                Py_XDECREF(val);
+                Py_XDECREF(nm);
+                Py_DECREF(ops);
+                if (sc < 0) {
+                    goto error;
+                }
+                vb[i] = v;
+                continue;
+            }
+            PyObject *nargs0 = PyObject_GetAttrString(node, "args");
+            PyObject *nkw0 = nargs0 ? PyObject_GetAttrString(node, "kwargs") : NULL;
+            PyObject *nargs = nkw0 ? subst_sym_args(nargs0, vb, index) : NULL;
+            PyObject *nkw = nargs ? subst_sym_args(nkw0, vb, index) : NULL;
+            Py_XDECREF(nargs0);
+            Py_XDECREF(nkw0);
             const char *why = NULL;
             int rc = 0;
             if (nargs == NULL || nkw == NULL) {

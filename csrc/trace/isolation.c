@@ -518,6 +518,21 @@ stax_trace_demote_constants(StaxTracer *tr)
         if (is_gate) {
             continue;
         }
+        {
+            /* tp.arange(t) of a symbolic size t: its value depends on the
+             * inputs' sizes, not a constant */
+            PyObject *used = PyDict_New();
+            int dep = used == NULL || stax_graph_collect_nodes(n->args, used) < 0
+                      || (n->kwargs != NULL && stax_graph_collect_nodes(n->kwargs, used) < 0)
+                      ? -1 : PyDict_GET_SIZE(used) > 0;
+            Py_XDECREF(used);
+            if (dep < 0) {
+                goto done;
+            }
+            if (dep) {
+                continue;
+            }
+        }
         ip = PyObject_CallMethod((PyObject *)tr->graph, "inserting_before",
                                  "(O)", n);
         if (ip == NULL) {

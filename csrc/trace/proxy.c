@@ -294,6 +294,14 @@ p_bool(PyObject *self)
     if (r < 0) {
         return -1;
     }
+    if (p->tracer->symenv != NULL && stax_trace_is_sym(p->node)) {
+        /* a relation between sizes: a shape guard, not a data gate */
+        PyObject *g = PyObject_CallMethod(p->tracer->symenv, "guard", "OO",
+                                          PyDict_GetItemString(p->node->meta, "sym"),
+                                          r ? Py_True : Py_False);
+        Py_XDECREF(g);
+        return g == NULL ? -1 : r;
+    }
     if (stax_trace_add_gate(p->tracer, p->node, "bool",
                             r ? Py_True : Py_False) < 0) {
         return -1;
@@ -312,6 +320,17 @@ value_gate(PyObject *self, const char *kind, PyObject *(*conv)(PyObject *))
     r = conv(v);
     if (r == NULL) {
         return NULL;
+    }
+    if (p->tracer->symenv != NULL && stax_trace_is_sym(p->node)) {
+        /* int(t), range(t), float(t) of a symbolic size: specialize */
+        PyObject *g = PyObject_CallMethod(p->tracer->symenv, "specialize", "OO",
+                                          PyDict_GetItemString(p->node->meta, "sym"), r);
+        if (g == NULL) {
+            Py_DECREF(r);
+            return NULL;
+        }
+        Py_DECREF(g);
+        return r;
     }
     if (stax_trace_add_gate(p->tracer, p->node, kind, r) < 0) {
         Py_DECREF(r);
@@ -508,10 +527,108 @@ meta_attr(PyObject *self, const char *name)
     return v ? PyObject_GetAttrString(v, name) : NULL;
 }
 
+/* dynamic shapes ------------------------------------------------------ */
+
+PyObject *
+stax_trace_sym_dim(StaxProxy *p, int dim)
+{
+    StaxTracer *tr = p->tracer;
+    StaxTensor *t = (StaxTensor *)stax_trace_need_val(p);
+    PyObject *idx, *e = NULL, *q = NULL, *args = NULL;
+    static PyObject *size_name = NULL;
+    if (t == NULL) {
+        return NULL;
+    }
+    int64_t n = t->sizes[dim];
+    idx = PyDict_GetItem(tr->ph_index, (PyObject *)p->node);
+    if (idx != NULL) {
+        e = PyObject_CallMethod(tr->symenv, "input_dim", "OiL", idx, dim, (long long)n);
+    }
+    else {
+        PyObject *v2 = PyDict_GetItemString(p->node->meta, "val2");
+        if (v2 != NULL && is_tensor(v2) && ((StaxTensor *)v2)->ndim == t->ndim) {
+            e = PyObject_CallMethod(tr->symenv, "derived_dim", "LL", (long long)n,
+                                    (long long)((StaxTensor *)v2)->sizes[dim]);
+        }
+        else {
+            e = Py_NewRef(Py_None);
+        }
+    }
+    if (e == NULL) {
+        return NULL;
+    }
+    if (e == Py_None) {
+        /* static or unknown: the exact size, guarded as before (a derived
+         * value: every dim of the inputs upstream) */
+        Py_DECREF(e);
+        if (stax_trace_shape_read(tr, p->node, idx != NULL ? dim : -1) < 0) {
+            return NULL;
+        }
+        return PyLong_FromLongLong(n);
+    }
+    if (PyLong_Check(e)) {
+        return e;       /* does not move with any symbol: static */
+    }
+    if (size_name == NULL) {
+        size_name = PyUnicode_InternFromString("size");
+        if (size_name == NULL) {
+            Py_DECREF(e);
+            return NULL;
+        }
+    }
+    args = Py_BuildValue("(Oi)", (PyObject *)p, dim);
+    q = args ? stax_trace_record(tr, STAX_NODE_CALL_METHOD, size_name, args, NULL) : NULL;
+    Py_XDECREF(args);
+    if (q != NULL && StaxProxy_Check(q)
+        && PyDict_SetItemString(((StaxProxy *)q)->node->meta, "sym", e) < 0) {
+        Py_CLEAR(q);
+    }
+    Py_DECREF(e);
+    return q;
+}
+
+/* x.shape / x.size() in dynamic mode: a Size of ints and size proxies */
+static PyObject *
+sym_sizes(StaxProxy *p)
+{
+    StaxTensor *t = (StaxTensor *)stax_trace_need_val(p);
+    PyObject *lst, *r;
+    if (t == NULL) {
+        return NULL;
+    }
+    lst = PyTuple_New(t->ndim);
+    if (lst == NULL) {
+        return NULL;
+    }
+    for (int d = 0; d < t->ndim; d++) {
+        PyObject *x = stax_trace_sym_dim(p, d);
+        if (x == NULL) {
+            Py_DECREF(lst);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(lst, d, x);
+    }
+    r = PyObject_CallMethod((PyObject *)t, "size", NULL);
+    if (r != NULL) {
+        Py_SETREF(r, PyObject_CallOneArg((PyObject *)Py_TYPE(r), lst));
+    }
+    Py_DECREF(lst);
+    return r;
+}
+
 static PyObject *
 g_shape(PyObject *self, void *c)
 {
     StaxProxy *p = (StaxProxy *)self;
+    if (p->tracer->symenv != NULL) {
+        PyObject *v = stax_trace_need_val(p);
+        if (v == NULL) {
+            return NULL;
+        }
+        if (is_tensor(v)) {
+            return sym_sizes(p);
+        }
+    }
     if (stax_trace_need_val(p) == NULL
         || stax_trace_shape_read(p->tracer, p->node, -1) < 0) {
         return NULL;
@@ -671,6 +788,9 @@ pm_size(PyObject *self, PyObject *args)
         return NULL;
     }
     if (d == Py_None) {
+        if (p->tracer->symenv != NULL && is_tensor(v)) {
+            return sym_sizes(p);
+        }
         if (stax_trace_shape_read(p->tracer, p->node, -1) < 0) {
             return NULL;
         }
@@ -690,6 +810,9 @@ pm_size(PyObject *self, PyObject *args)
                          "Dimension out of range (expected to be in range of "
                          "[%d, %d], but got %S)", -nd, nd - 1, d);
             return NULL;
+        }
+        if (p->tracer->symenv != NULL) {
+            return stax_trace_sym_dim(p, (int)dim);
         }
         if (stax_trace_shape_read(p->tracer, p->node, (int)dim) < 0) {
             return NULL;

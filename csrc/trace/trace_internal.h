@@ -22,6 +22,8 @@ struct StaxTracer {
     PyObject *lazy;          /* deferred samples (trace_lazy.c), NULL when
                                 every node runs on the sample at once:
                                 storage address -> how to fill it */
+    PyObject *symenv;        /* dynamic shapes: the driver's ShapeEnv
+                                (compiler/_symbolic.py), or NULL */
     int active;
     int entry_depth;         /* Python frames below fn's when tracing began */
     int grad_at_start;       /* grad mode when the trace began (rho) */
@@ -54,6 +56,11 @@ int stax_trace_add_gate(StaxTracer *tr, StaxNode *n, const char *kind,
                         PyObject *value);
 /* Record a shape read of node n's dim (or all dims when dim < 0). */
 int stax_trace_shape_read(StaxTracer *tr, StaxNode *n, int dim);
+/* Dynamic shapes (tr->symenv set): dimension dim of proxy p's tensor as
+ * an int (static) or a size proxy carrying meta['sym']; new reference. */
+PyObject *stax_trace_sym_dim(StaxProxy *p, int dim);
+/* 1 when node n is a symbolic size (meta['sym']), 0 not */
+int stax_trace_is_sym(StaxNode *n);
 /* New reference: "file:line in func: code" of the first frame outside the
  * tensorplay package, or None. */
 PyObject *stax_trace_user_stack(void);
@@ -81,7 +88,8 @@ int stax_trace_isolation_init(PyObject *m);
 /* split of the tracer (tracer.c, trace_record.c, trace_replay.c) */
 int stax_trace_is_tensor(PyObject *o);
 /* mode 0: proxies -> nodes, tensors -> get_attr constants;
- * mode 1: proxies -> sample values (*missing set to the node lacking one) */
+ * mode 1: proxies -> sample values (*missing set to the node lacking one);
+ * mode 2: proxies -> shadow values (meta['val2'], dynamic shapes) */
 PyObject *stax_trace_map_args(StaxTracer *tr, PyObject *o, int mode,
                               StaxNode **missing);
 /* Add the address of the storage of every tensor leaf of o to `set`. */

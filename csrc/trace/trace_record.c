@@ -47,6 +47,7 @@ typedef struct {
     StaxTracer *tr;
     int mode;
     StaxNode **missing;
+    int differs;          /* mode 2: some shadow value is not the sample */
 } map_ctx;
 
 static PyObject *
@@ -64,7 +65,11 @@ trace_leaf(PyObject *o, void *vctx)
         if (c->mode == 0) {
             return Py_NewRef(p->node);
         }
-        PyObject *v = PyDict_GetItemString(p->node->meta, "val");
+        PyObject *v = PyDict_GetItemString(p->node->meta, c->mode == 2 ? "val2" : "val");
+        if (c->mode == 2 && v != NULL
+            && v != PyDict_GetItemString(p->node->meta, "val")) {
+            c->differs = 1;
+        }
         if (v == NULL) {
             if (*c->missing == NULL) {
                 *c->missing = p->node;
@@ -91,8 +96,147 @@ trace_leaf(PyObject *o, void *vctx)
 PyObject *
 stax_trace_map_args(StaxTracer *tr, PyObject *o, int mode, StaxNode **missing)
 {
-    map_ctx c = {tr, mode, missing};
+    map_ctx c = {tr, mode, missing, 0};
     return stax_graph_map_leaves(o, 1, trace_leaf, &c);
+}
+
+/* Dynamic shapes: run node n again on the shadow values of its arguments
+ * (zero-filled inputs whose dynamic dims are grown, compiler/_symbolic.py)
+ * and keep the result as meta['val2']; a dimension of an intermediate that
+ * moves with the shadow is symbolic. A node whose arguments all have their
+ * sample as shadow shares the sample; a write (in place) keeps its
+ * target's shadow; a failure leaves no shadow (sizes read from it are then
+ * guarded exactly). The generator is restored: the shadow draws nothing. */
+static int
+run_shadow(StaxTracer *tr, StaxNode *n, PyObject *args, PyObject *kwargs,
+           PyObject *val)
+{
+    StaxNode *missing = NULL;
+    map_ctx c = {tr, 2, &missing, 0};
+    PyObject *va = NULL, *vk = NULL, *res = NULL, *rng = NULL;
+    int rc = 0;
+    if (PyDict_Contains(tr->mutations, (PyObject *)n)) {
+        PyObject *a0 = PyTuple_Check(args) && PyTuple_GET_SIZE(args) > 0
+                       ? PyTuple_GET_ITEM(args, 0) : NULL;
+        PyObject *s = a0 != NULL && StaxProxy_Check(a0)
+                      ? PyDict_GetItemString(((StaxProxy *)a0)->node->meta, "val2") : NULL;
+        return s != NULL ? PyDict_SetItemString(n->meta, "val2", s) : 0;
+    }
+    va = stax_graph_map_leaves(args, 1, trace_leaf, &c);
+    vk = va ? (kwargs ? stax_graph_map_leaves(kwargs, 1, trace_leaf, &c) : PyDict_New()) : NULL;
+    if (vk == NULL) {
+        rc = -1;
+        goto done;
+    }
+    if (missing != NULL) {
+        goto done;
+    }
+    if (!c.differs) {
+        rc = PyDict_SetItemString(n->meta, "val2", val);
+        goto done;
+    }
+    rng = stax_trace_rng_save();
+    if (rng == NULL) {
+        rc = -1;
+        goto done;
+    }
+    int grad = stax_grad_enabled();
+    stax_set_grad_enabled(0);
+    /* only the shadow's sizes are read: an op of the table runs in meta
+     * mode (eager's checks and metadata, no elements computed) */
+    if (n->op == STAX_NODE_CALL_METHOD) {
+        PyObject *self = PyTuple_GET_SIZE(va) > 0 ? PyTuple_GET_ITEM(va, 0) : NULL;
+        PyObject *m = self ? PyObject_GetAttr(self, n->target) : NULL;
+        PyObject *rest = m ? PyTuple_GetSlice(va, 1, PY_SSIZE_T_MAX) : NULL;
+        int meta = rest != NULL && stax_trace_is_tensor(self) && PyUnicode_Check(n->target)
+                   && stax_ops_meta_target(_PyType_Lookup(Py_TYPE(self), n->target));
+        res = rest ? (meta ? stax_ops_meta_call(m, rest, vk) : PyObject_Call(m, rest, vk)) : NULL;
+        if (res == Py_NotImplemented) {
+            Py_SETREF(res, PyObject_Call(m, rest, vk));
+        }
+        Py_XDECREF(m);
+        Py_XDECREF(rest);
+    }
+    else if (stax_ops_meta_target(n->target)) {
+        res = stax_ops_meta_call(n->target, va, vk);
+        if (res == Py_NotImplemented) {
+            Py_SETREF(res, PyObject_Call(n->target, va, vk));
+        }
+    }
+    else {
+        res = PyObject_Call(n->target, va, vk);
+    }
+    stax_set_grad_enabled(grad);
+    PyErr_Clear();
+    stax_trace_rng_restore(rng);
+    if (res != NULL) {
+        rc = PyDict_SetItemString(n->meta, "val2", res);
+    }
+done:
+    Py_XDECREF(va);
+    Py_XDECREF(vk);
+    Py_XDECREF(res);
+    Py_XDECREF(rng);
+    return rc;
+}
+
+int
+stax_trace_is_sym(StaxNode *n)
+{
+    return PyDict_GetItemString(n->meta, "sym") != NULL;
+}
+
+/* Dynamic shapes: a recorded op on symbolic sizes (t + 1, c // nh, t <= 64)
+ * gets the expression of its result (meta['sym']), computed by the
+ * ShapeEnv from its arguments' expressions. */
+static int
+propagate_sym(StaxTracer *tr, StaxNode *n, PyObject *args, PyObject *kwargs)
+{
+    PyObject *v = PyDict_GetItemString(n->meta, "val"), *m, *r;
+    int any = 0;
+    if (v == NULL || !(PyLong_Check(v) || PyFloat_Check(v)) || !PyTuple_Check(args)
+        || n->op != STAX_NODE_CALL_FUNCTION) {
+        return 0;
+    }
+    m = PyTuple_New(PyTuple_GET_SIZE(args));
+    if (m == NULL) {
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args); i++) {
+        PyObject *a = PyTuple_GET_ITEM(args, i), *e;
+        if (StaxProxy_Check(a)) {
+            e = PyDict_GetItemString(((StaxProxy *)a)->node->meta, "sym");
+            if (e == NULL) {
+                Py_DECREF(m);
+                return 0;      /* a tensor or a data value: not a size */
+            }
+            any = 1;
+        }
+        else if (PyLong_Check(a) || PyFloat_Check(a)) {
+            e = a;
+        }
+        else {
+            Py_DECREF(m);
+            return 0;
+        }
+        PyTuple_SET_ITEM(m, i, Py_NewRef(e));
+    }
+    if (!any) {
+        Py_DECREF(m);
+        return 0;
+    }
+    r = PyObject_CallMethod(tr->symenv, "propagate", "OOO", n->target, m,
+                            kwargs ? kwargs : Py_None);
+    Py_DECREF(m);
+    if (r == NULL) {
+        return -1;
+    }
+    int rc = 0;
+    if (r != Py_None && !PyLong_Check(r) && !PyFloat_Check(r)) {
+        rc = PyDict_SetItemString(n->meta, "sym", r);
+    }
+    Py_DECREF(r);
+    return rc;
 }
 
 /* Append every tensor leaf of o (inside tuples, lists, dict values) to
@@ -609,6 +753,13 @@ stax_trace_record(StaxTracer *tr, stax_node_op_t op, PyObject *target,
     }
     if (run_sample(tr, n, args, kwargs) < 0) {
         goto done;
+    }
+    if (tr->symenv != NULL) {
+        PyObject *v = PyDict_GetItemString(n->meta, "val");
+        if ((v != NULL && run_shadow(tr, n, args, kwargs, v) < 0)
+            || propagate_sym(tr, n, args, kwargs) < 0) {
+            goto done;
+        }
     }
     if (PyDict_GetItemString(n->meta, "val") == NULL && node_writes(n)) {
         /* a write that raised on the sample (x.add_(y) whose broadcast

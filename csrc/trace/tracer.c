@@ -43,6 +43,7 @@ tracer_traverse(StaxTracer *self, visitproc visit, void *arg)
     Py_VISIT(self->const_snap);
     Py_VISIT(self->mutations);
     Py_VISIT(self->lazy);
+    Py_VISIT(self->symenv);
     return 0;
 }
 
@@ -59,6 +60,7 @@ tracer_clear(StaxTracer *self)
     Py_CLEAR(self->const_snap);
     Py_CLEAR(self->mutations);
     Py_CLEAR(self->lazy);
+    Py_CLEAR(self->symenv);
     return 0;
 }
 
@@ -115,6 +117,7 @@ tracer_new(void)
     tr->const_snap = PyList_New(0);
     tr->mutations = PyDict_New();
     tr->lazy = NULL;
+    tr->symenv = NULL;
     tr->active = 0;
     PyObject_GC_Track(tr);
     if (!tr->graph || !tr->gates || !tr->shape_reads || !tr->shape_seen
@@ -225,6 +228,16 @@ make_placeholder(ph_ctx *c, PyObject *t, PyObject *name)
     if (idx == NULL || PyDict_SetItemString(n->meta, "val", si) < 0
         || PyDict_SetItem(c->tr->ph_index, (PyObject *)n, idx) < 0) {
         goto error;
+    }
+    if (c->tr->symenv != NULL) {
+        /* dynamic shapes: the shadow input (dynamic dims grown) */
+        PyObject *sh = PyObject_CallMethod(c->tr->symenv, "placeholder", "OO", idx, si);
+        int r = sh == NULL ? -1
+                : PyDict_SetItemString(n->meta, "val2", sh == Py_None ? si : sh);
+        Py_XDECREF(sh);
+        if (r < 0) {
+            goto error;
+        }
     }
     e = Py_BuildValue("(OK)", si,
                       (unsigned long long)((StaxTensor *)si)->storage->version);
@@ -479,8 +492,8 @@ static PyType_Spec tres_spec = {
 static PyObject *
 py_trace(PyObject *mod, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"fn", "args", "kwargs", "names", "lazy", NULL};
-    PyObject *fn, *a = NULL, *kw = Py_None, *names = Py_None;
+    static char *kwlist[] = {"fn", "args", "kwargs", "names", "lazy", "symenv", NULL};
+    PyObject *fn, *a = NULL, *kw = Py_None, *names = Py_None, *symenv = Py_None;
     int lazy = 0;
     PyObject *targs = NULL, *tkw = NULL, *pargs = NULL, *pkw = NULL,
              *pnames = NULL, *varargs = NULL, *rng = NULL, *snap = NULL,
@@ -492,8 +505,8 @@ py_trace(PyObject *mod, PyObject *args, PyObject *kwds)
     int copies_inputs = 0;
     ph_ctx c;
     Py_ssize_t na;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|OOp:trace", kwlist, &fn,
-                                     &a, &kw, &names, &lazy)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|OOpO:trace", kwlist, &fn,
+                                     &a, &kw, &names, &lazy, &symenv)) {
         return NULL;
     }
     if (StaxTensor_Type == NULL) {
@@ -510,6 +523,9 @@ py_trace(PyObject *mod, PyObject *args, PyObject *kwds)
     if (tkw == NULL || tr == NULL || versions == NULL
         || (lazy && (tr->lazy = PyDict_New()) == NULL)) {
         goto done;
+    }
+    if (symenv != Py_None) {
+        tr->symenv = Py_NewRef(symenv);
     }
     c.tr = tr;
     c.standin_versions = versions;

@@ -14,13 +14,18 @@ from tensorplay.compiler._driver import Driver
 __all__ = ["compile", "OptimizedModule"]
 
 
-def compile(fn=None, *, backend="stax", dynamic=False, strict_native=False, fullgraph=True,
+def compile(fn=None, *, backend="stax", dynamic=None, strict_native=False, fullgraph=True,
             options=None, name=None):
     """Compile `fn` (a function, a bound method or an nn.Module) with Stax.
 
     backend: a registered back end name ('stax' default, 'eager') or a
     callable backend(gm, example_inputs, **options) -> callable;
-    dynamic: key tensors by rank and stride expressions instead of sizes;
+    dynamic: None (default) -- static sizes until the first recompile caused
+    only by sizes, which makes those dimensions symbolic (automatic dynamic,
+    config.automatic_dynamic_shapes); True -- every input dimension of size
+    >= 2 symbolic from the first call (tensors keyed by rank and stride
+    expressions, size reads symbolic, shape guards as relations); False --
+    always static (one version per size);
     strict_native: raise tp.compiler.NativeCompileError instead of falling
     back to eager, and RecompileLimitError past the cache limits;
     fullgraph: accepted for PyTorch compatibility (tracing always captures

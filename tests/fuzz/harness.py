@@ -57,8 +57,9 @@ class API:
         if self.name == "torch":
             return fn
         kw = {"backend": self.backend} if self.backend else {}
-        if self.dynamic:
-            kw["dynamic"] = True
+        # static keys unless asked (the compile count is checked against
+        # the distinct static keys; automatic dynamic would merge sizes)
+        kw["dynamic"] = bool(self.dynamic)
         return self.tp.compile(fn, strict_native=strict, **kw)
 
     def stats(self, cf):
@@ -375,7 +376,7 @@ class Runner:
                 name = f"inputs_{len(mk)}"
                 mk[(si, seed)] = name
                 lines.append(Inputs(self.api, self.prog, self.plan.sigs[si], seed, prof).source(name))
-        lines += [_CHECK_SRC, f"cf = tp.compile(f, strict_native={self.strict})"]
+        lines += [_CHECK_SRC, f"cf = tp.compile(f, strict_native={self.strict}, dynamic={bool(self.api.dynamic)})"]
         for j, (si, seed, prof, same) in enumerate(self.plan.calls[:upto + 1]):
             if not same:
                 lines.append(f"e, c = {mk[(si, seed)]}(), {mk[(si, seed)]}()")

@@ -51,6 +51,7 @@ _FIELDS = {
     "accumulated_cache_size_limit": _int_at_least_0,
     "num_threads": _int_at_least_0,
     "warn_on_fallback": _bool,
+    "automatic_dynamic_shapes": _bool,
     "cache": _bool,
     "cache_size_mb": _number_at_least_0,
     "cache_dir": None,          # a property: its setter checks the value
@@ -69,6 +70,9 @@ class _Config:
     num_threads: threads of the compiled-program runtime (TENSORPLAY_NUM_THREADS;
     0 = the number of cores), read by the lower room;
     warn_on_fallback: warn when a back end fails and a version runs eagerly;
+    automatic_dynamic_shapes: with ``tp.compile(f)`` (dynamic=None, the
+    default), the first recompile caused only by sizes makes those input
+    dimensions symbolic (torch's default; docs/specialization.md);
     cache: the persistent compile cache is on (TENSORPLAY_CACHE, default on;
     ``TENSORPLAY_CACHE=0`` turns it off); cache_dir: its directory
     (TENSORPLAY_CACHE_DIR, default ``~/.cache/tensorplay``), made absolute
@@ -89,6 +93,7 @@ class _Config:
         self.accumulated_cache_size_limit = 256
         self.num_threads = _env_int("TENSORPLAY_NUM_THREADS", 0)
         self.warn_on_fallback = True
+        self.automatic_dynamic_shapes = True
         self.cache = os.environ.get("TENSORPLAY_CACHE", "1").strip().lower() not in ("0", "false", "off", "no")
         self.cache_dir = os.environ.get("TENSORPLAY_CACHE_DIR") or os.path.join("~", ".cache", "tensorplay")
         self.cache_size_mb = _env_int("TENSORPLAY_CACHE_SIZE_MB", 1024)

@@ -23,6 +23,7 @@ from . import _lift
 from ._lift import analyze
 from ._aliasing import with_view_outputs
 from . import _stores
+from ._symbolic import ShapeEnv, eval_guards, compile_guards
 
 __all__ = ["Version", "Driver", "RecompileLimitError", "reset"]
 
@@ -80,6 +81,7 @@ def _strip_samples(gm):
         val = meta.get("val")
         if val is None:
             continue
+        meta.pop("val2", None)      # the dynamic-shapes shadow value
         if isinstance(val, T):
             meta["tensor_meta"] = TensorMeta.of(val)
             del meta["val"]
@@ -271,7 +273,18 @@ class _Call:
     """The parts of one call's key that the slow path computes."""
     __slots__ = ("args", "kwargs", "free", "sig_args", "sig_kwargs", "sig_free", "effects_before_error",
                  "rho", "dtype", "flat", "paths", "gkey", "alias", "effects", "stores",
-                 "n_extras", "unsafe_store", "seeds")
+                 "n_extras", "unsafe_store", "seeds", "symenv", "dyn", "effect", "_static")
+
+    def static_sigs(self):
+        """sigma of the call in its static form (sizes and strides), for the
+        versions compiled before automatic dynamic keyed by rank."""
+        if not getattr(self, "dyn", False):
+            return self.sig_args, self.sig_kwargs, self.sig_free
+        st = getattr(self, "_static", None)
+        if st is None:
+            st = self._static = _C._guard_call_key(tuple(self.args), self.kwargs, tuple(self.free),
+                                                   self.effect, False, self.flat)[:3]
+        return st
 
 
 def _failed_condition(g):
@@ -288,7 +301,7 @@ class Version:
 
     def __init__(self, index, call, gm, artifact, replay, gate_kinds, gates0,
                  shape_reads, eager_fallback, free_paths, dynamic, replay_copies=False,
-                 replay_random=False):
+                 replay_random=False, symenv=None):
         self.index = index
         self.graph_module = gm
         self.artifact = artifact
@@ -305,6 +318,16 @@ class Version:
         self.gate_kinds = gate_kinds
         self.gates = gates0
         self.shape_reads = shape_reads     # [(flat index, dim, size, path)]
+        # dynamic shapes: the shape guards (relations over the symbols s<k>,
+        # each read from (flat index, dim) of the call) and their texts
+        self.sym_guards = tuple(symenv.guards) if symenv is not None else ()
+        self.sym_sources = symenv.symbol_sources() if symenv is not None else ()
+        self.sym_texts = tuple(symenv.guard_texts()) if symenv is not None else ()
+        self.sym_names = tuple(f"s{k} = size({call.paths[i]}, {d})"
+                               for k, (i, d) in enumerate(self.sym_sources))
+        # the same guards as C dispatch checks them (None: in Python)
+        self.shape_prog = (compile_guards(self.sym_guards, self.sym_sources)
+                           if self.sym_guards else ())
         self.eager_fallback = eager_fallback
         self.dynamic = dynamic
         self.free_paths = free_paths
@@ -368,9 +391,33 @@ class Version:
         out.append(Guard("default_dtype", f"default_dtype == {self.dtype}", self.dtype, self.dtype))
         for _, d, s, p in self.shape_reads:
             out.append(Guard(f"size({p}, {d})", f"size({p}, {d}) == {s}", s, s))
+        for t in self.sym_texts:
+            out.append(Guard("shape", t, True, True))
         if self.gate_kinds:
             out.append(Guard("gates", GATE_TEXT, self.gates, self.gates))
         return out
+
+    def shape_guards_hold(self, flat):
+        return not self.sym_guards or eval_guards(self.sym_guards, self.sym_sources, flat) < 0
+
+    def _failed_shape_guards(self, flat, out):
+        """The shape guards (relations) that fail on the call, each naming
+        its symbols' sources and this call's values."""
+        def sizes(i, d):
+            return flat[i].shape[d]
+        try:
+            syms = [flat[i].shape[d] for i, d in self.sym_sources]
+        except (IndexError, AttributeError):
+            syms = None
+        for (e, exp), t in zip(self.sym_guards, self.sym_texts):
+            try:
+                ok = syms is not None and bool(e.evaluate(syms, sizes)) == exp
+            except Exception:  # noqa: BLE001
+                ok = False
+            if not ok:
+                used = sorted(e.free_symbols())
+                where = ", ".join(f"{self.sym_names[k]} = {syms[k] if syms else '?'}" for k in used)
+                out.append(Guard("shape", f"{t} ({where})" if where else t, True, False))
 
     def _alias_guard(self, actual):
         """The aliasing component of sigma: which tensor inputs share a
@@ -396,6 +443,8 @@ class Version:
         for i, d, s, _ in self.shape_reads:
             if call.flat[i].shape[d] != s:
                 return False
+        if not self.shape_guards_hold(call.flat):
+            return False
         if self.gate_kinds:
             try:
                 return self.gate_outcomes(call.flat) == self.gates
@@ -410,19 +459,22 @@ class Version:
         slice on the call's tensors (a slice that cannot run counts as
         differing)."""
         out = []
-        if len(self.sig_args) != len(call.sig_args):
+        c_args, c_kwargs, c_free = call.sig_args, call.sig_kwargs, call.sig_free
+        if not self.dynamic and getattr(call, "dyn", False):
+            c_args, c_kwargs, c_free = call.static_sigs()
+        if len(self.sig_args) != len(c_args):
             out.append(Guard("inputs[0]", f"len(inputs[0]) == {len(self.sig_args)}",
-                             len(self.sig_args), len(call.sig_args)))
+                             len(self.sig_args), len(c_args)))
         else:
-            for i, (e, a) in enumerate(zip(self.sig_args, call.sig_args)):
+            for i, (e, a) in enumerate(zip(self.sig_args, c_args)):
                 diff_sig(e, a, f"inputs[0][{i}]", out)
-        ke, ka = [k for k, _ in self.sig_kwargs], [k for k, _ in call.sig_kwargs]
+        ke, ka = [k for k, _ in self.sig_kwargs], [k for k, _ in c_kwargs]
         if ke != ka:
             out.append(Guard("inputs[1]", f"keys(inputs[1]) == {ke!r}", ke, ka))
         else:
-            for (k, e), (_, a) in zip(self.sig_kwargs, call.sig_kwargs):
+            for (k, e), (_, a) in zip(self.sig_kwargs, c_kwargs):
                 diff_sig(e, a, f"inputs[1][{k!r}]", out)
-        for p, e, a in zip(self.free_paths, self.sig_free, call.sig_free):
+        for p, e, a in zip(self.free_paths, self.sig_free, c_free):
             diff_sig(e, a, p, out)
         if self.alias != call.alias:
             out.append(self._alias_guard(call.alias))
@@ -437,6 +489,8 @@ class Version:
                 act = None
             if act != s:
                 out.append(Guard(f"size({p}, {d})", f"size({p}, {d}) == {s}", s, act))
+        if self.sym_guards and len(call.flat) == self.ntensors:
+            self._failed_shape_guards(call.flat, out)
         if self.gate_kinds:
             try:
                 act = self.gate_outcomes(call.flat) if len(call.flat) == self.ntensors else None
@@ -455,7 +509,12 @@ class Driver:
         self.fn = fn
         self.backend_name = backend if isinstance(backend, str) else getattr(backend, "__name__", "custom")
         self.backend = lookup_backend(backend)
+        # dynamic: None automatic (static until a recompile caused only by
+        # sizes), True every input dim symbolic, False always static.
+        # self.dynamic: tensors keyed by rank (sigma's dynamic form)
+        self._dynamic_arg = dynamic
         self.dynamic = bool(dynamic)
+        self._auto_dims = {}   # path -> dims made symbolic by automatic dynamic
         self.strict_native = bool(strict_native)
         self.options = dict(options or {})
         self.name = name or getattr(fn, "__name__", None) or type(fn).__name__
@@ -483,6 +542,8 @@ class Driver:
             self._groups = {}
             self._egroups = {}
             self._plan = None
+            self.dynamic = bool(self._dynamic_arg)
+            self._auto_dims = {}
             if self._self_plans is not None:
                 self._self_plans = {}
             self._limit_warned = False
@@ -774,6 +835,10 @@ class Driver:
 
     @staticmethod
     def _gates_hold(v, flat):
+        if not v.shape_guards_hold(flat):
+            return False
+        if not v.gate_kinds:
+            return True
         try:
             return v.gate_outcomes(flat) == v.gates
         except Exception:  # noqa: BLE001 - a slice that cannot run differs
@@ -867,6 +932,7 @@ class Driver:
         c.sig_args, c.sig_kwargs, c.sig_free, c.alias = _C._guard_call_key(
             tuple(args), kwargs, tuple(free), plan.effect_tuple, self.dynamic, flat)
         c.gkey = (c.sig_args, c.sig_kwargs, c.sig_free, rho, dtype, c.alias)
+        c.dyn, c.effect = self.dynamic, plan.effect_tuple
         return c
 
     def _lookup(self, call):
@@ -893,6 +959,12 @@ class Driver:
             warnings.warn(msg + "; calls that miss run eagerly from now on", RuntimeWarning,
                           stacklevel=4)
             return None
+        if self._dynamic_arg is not False and not self.dynamic and any(
+                getattr(t, "_tp_dynamic_dims", None) for t in call.flat):
+            # tp.compiler.mark_dynamic on an input: keyed by rank from now on
+            self._go_dynamic(call, plan)
+        if self.versions and self._dynamic_arg is None and config.automatic_dynamic_shapes:
+            self._automatic_dynamic(call, plan)
         if self.versions and _logs.enabled("recompiles"):
             # the seed's line (Example 3.2 prints it exactly), then the same guards
             # per version, the gate read as the failed condition
@@ -907,7 +979,9 @@ class Driver:
         v._entry = _C._DispatchEntry(
             v.index, (v.artifact if v.shape_polymorphic and not v.effects_eager
                       and not v.n_extras and not v.seeds and v.detach_masks is None else None),
-            tuple((i, d, s) for i, d, s, _ in v.shape_reads), bool(v.gate_kinds), v.effects)
+            tuple((i, d, s) for i, d, s, _ in v.shape_reads),
+            bool(v.gate_kinds) or (bool(v.sym_guards) and v.shape_prog is None), v.effects,
+            v.shape_prog or ())
         self.versions.append(v)
         self._groups.setdefault(call.gkey, []).append(v)
         self._egroups.setdefault(call.gkey, []).append(v._entry)
@@ -915,6 +989,80 @@ class Driver:
         k = self._code_key()
         _code_compiles[k] = _code_compiles.get(k, 0) + 1
         return v
+
+    def _dyn_map(self, call):
+        """flat index -> the set of its dims traced symbolically: every dim
+        of an argument under dynamic=True (parameters and other free tensors
+        stay static, as torch's), the dims automatic dynamic marked, those
+        of tp.compiler.mark_dynamic, less those of mark_static."""
+        out = {}
+        for i, (t, p) in enumerate(zip(call.flat, call.paths)):
+            dims = set()
+            if self._dynamic_arg is True and p.startswith("inputs["):
+                dims = set(range(t.ndim))
+            dims |= self._auto_dims.get(p, set())
+            dims |= set(getattr(t, "_tp_dynamic_dims", None) or ())
+            dims -= set(getattr(t, "_tp_static_dims", None) or ())
+            if dims:
+                out[i] = dims
+        return out
+
+    def _automatic_dynamic(self, call, plan):
+        """torch's automatic dynamic: when the call differs from a version
+        only in sizes (and the strides that follow them) of some tensors,
+        or in exact size guards, those dims become symbolic and the
+        function is keyed by rank from now on (one more version, then no
+        recompiles while the sizes grow)."""
+        changed = {}
+        for v in self.versions:
+            fails = v.failed_guards(call)
+            if not fails:
+                continue
+            dims, ok = {}, True
+            for g in fails:
+                p = g.path
+                if p.startswith("size(") and p.endswith(")"):
+                    path, _, d = p[5:-1].rpartition(", ")
+                    dims.setdefault(path, set()).add(int(d))
+                elif p.endswith("]") and "[2][" in p and p.rsplit("[2][", 1)[1][:-1].isdigit():
+                    path, d = p.rsplit("[2][", 1)
+                    dims.setdefault(path, set()).add(int(d[:-1]))
+                elif p.endswith("[6]"):
+                    continue        # strides of a resized tensor
+                else:
+                    ok = False
+                    break
+            if ok and dims:
+                for path, ds in dims.items():
+                    changed.setdefault(path, set()).update(ds)
+        if not changed or all(ds <= self._auto_dims.get(p, set()) for p, ds in changed.items()):
+            return
+        for path, ds in changed.items():
+            self._auto_dims.setdefault(path, set()).update(ds)
+        if not self.dynamic:
+            self._go_dynamic(call, plan)
+        if _logs.enabled("dynamic"):
+            _logs.logger("dynamic").info(
+                f"'{self.name}': automatic dynamic shapes: " + ", ".join(
+                    f"size({p}, {d})" for p, ds in changed.items() for d in sorted(ds))
+                + " symbolic from now on")
+
+    def _go_dynamic(self, call, plan):
+        """Key tensors by rank from now on (C dispatch too) and key `call` so."""
+        self.dynamic = True
+        cf = self._cf() if self._cf is not None else None
+        if cf is not None and self._self_plans is None:
+            cf._set_plan(plan.read_tuples(), plan.effect_tuple, True)
+        self._rekey(call, plan)
+
+    def _rekey(self, call, plan):
+        """call's sigma again, in the dynamic form (the same _Call object:
+        the miss path reads its gkey afterwards)."""
+        call.sig_args, call.sig_kwargs, call.sig_free, call.alias = _C._guard_call_key(
+            tuple(call.args), call.kwargs, tuple(call.free), plan.effect_tuple, self.dynamic,
+            call.flat)
+        call.gkey = (call.sig_args, call.sig_kwargs, call.sig_free, call.rho, call.dtype, call.alias)
+        call.dyn = self.dynamic
 
     def _trace(self, call, plan):
         """lift -> _C.trace -> (TraceResult, GraphModule after the front-end passes)."""
@@ -936,9 +1084,15 @@ class Driver:
         seeds = _random._trace_seeds
         sprev = getattr(seeds, "log", None), getattr(seeds, "state0", None)
         seeds.log, seeds.state0 = [], _random.get_rng_state().tolist()
+        env = None
+        if self.dynamic and getattr(call, "paths", None) is not None:
+            dyn = self._dyn_map(call)
+            env = ShapeEnv(dyn, call.paths) if dyn else None
+        call.symenv = env
         try:
             tr = _C.trace(wrapper, lifted + tuple(call.args), dict(call.kwargs), names,
-                          lazy=config.lazy_samples and self.backend_name in ("stax", "eager"))
+                          lazy=config.lazy_samples and self.backend_name in ("stax", "eager"),
+                          symenv=env)
             _raise_sample_error(tr.graph_module.graph)
         except BaseException:
             call.effects_before_error = bool(slog.entries or getattr(wrapper, "effects", None))
@@ -1100,7 +1254,7 @@ class Driver:
             artifact, eager_fallback = self._lower(gm, call.flat)
         v = Version(len(self.versions), call, gm, artifact, replay, gate_kinds, gates0,
                     shape_reads, eager_fallback, plan.paths, self.dynamic, replay_copies,
-                    replay_random)
+                    replay_random, getattr(call, "symenv", None))
         # calls on effect-only containers, replayed by every call of v; a
         # call with a non-constant argument (a traced tensor): v runs eagerly
         if self.backend_name in ("stax", "eager"):
