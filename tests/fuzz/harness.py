@@ -340,11 +340,25 @@ def _flat(out):
     return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
+def _canon_strides(shape, stride):
+    """Strides as sigma keys them: a size-1 dim's stride addresses nothing,
+    so it is the row-major stride over its inner neighbour (signature.c)."""
+    out, inner = [0] * len(shape), 1
+    for d in range(len(shape) - 1, -1, -1):
+        if shape[d] == 1:
+            out[d] = inner
+        else:
+            out[d] = stride[d]
+            inner = stride[d] * shape[d]
+    return tuple(out)
+
+
 def _signature_key(api, args):
     key = []
     for a in args:
         if api.is_tensor(a):
-            key.append(("T", tuple(a.shape), api.dtype_name(a), tuple(a.stride())))
+            key.append(("T", tuple(a.shape), api.dtype_name(a),
+                        _canon_strides(tuple(a.shape), tuple(a.stride()))))
         else:
             key.append((type(a).__name__, repr(a)))
     return tuple(key)
