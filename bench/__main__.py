@@ -10,6 +10,9 @@ installed. Times are medians of repeated calls after warm-up, measured side
 by side in one run. For each compiled case: bytes the kernels move, the
 Prop. 1.1 lower bound, and GB/s against a streaming copy measured in the same
 run. Writes bench/results/bench.{json,csv,png}.
+
+`python -m bench --device cuda` runs bench/gpu.py instead: the same kind of
+table for CUDA tensors against torch eager and torch.compile on the GPU.
 """
 import csv
 import json
@@ -89,6 +92,13 @@ def kernel_bytes(cf):
 
 
 def main():
+    if "--device" in sys.argv[1:]:
+        dev = sys.argv[sys.argv.index("--device") + 1:][:1]
+        if dev == ["cuda"]:
+            import gpu as gpu_bench      # bench/gpu.py: CUDA tensors, torch side by side
+            sys.exit(gpu_bench.main(sys.argv))
+        if dev != ["cpu"]:
+            sys.exit(f"bench: unknown --device {dev[0] if dev else ''!r} (cpu or cuda)")
     os.makedirs(RESULTS, exist_ok=True)
     # first_call_ms is a cold compile: the persistent compile cache is off
     # here (its warm-cache first calls are the `cache` section below)

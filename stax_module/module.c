@@ -16,6 +16,7 @@
 #include "backend_llvm/backend_llvm.h"
 #include "backend_nvrtc/backend_nvrtc.h"
 #include "cache/cache.h"
+#include "device/device.h"
 
 static int
 stax_exec(PyObject *m)
@@ -23,7 +24,8 @@ stax_exec(PyObject *m)
     if (_import_array() < 0) {
         return -1;
     }
-    if (stax_tensor_module_init(m) < 0 || stax_ops_module_init(m) < 0
+    if (stax_device_module_init(m) < 0
+        || stax_tensor_module_init(m) < 0 || stax_ops_module_init(m) < 0
         || stax_autograd_module_init(m) < 0
         || stax_graph_module_init(m) < 0 || stax_trace_module_init(m) < 0
         || stax_lower_module_init(m) < 0 || stax_llvm_module_init(m) < 0

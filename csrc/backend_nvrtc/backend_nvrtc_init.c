@@ -22,10 +22,14 @@
 typedef struct {
     const char *arch;          /* PTX target of compile_kernel */
     int compile;               /* 0: render only (CUBIN at first launch) */
+    int resident;              /* 1: buffers are device addresses (CUDA
+                                  tensors): CUBIN for the device at compile
+                                  time, launches on the stream, no copies */
 } nvrtc_config;
 
-static nvrtc_config compile_config = {"compute_90", 1};
-static nvrtc_config render_config = {"compute_90", 0};
+static nvrtc_config compile_config = {"compute_90", 1, 0};
+static nvrtc_config render_config = {"compute_90", 0, 0};
+static nvrtc_config resident_config = {NULL, 1, 1};
 
 /* ------------------------------------------------------------ handle */
 
@@ -39,6 +43,7 @@ typedef struct {
     PyObject *source;          /* str, CUDA C */
     PyObject *ptx;             /* str */
     PyObject *cubin;           /* bytes, built at first launch */
+    void *module, *fn;         /* resident: loaded once */
     int nbufs;
     stax_dtype_t dtype[STAX_NVRTC_MAX_BUFS];
     int is_output[STAX_NVRTC_MAX_BUFS];
@@ -212,6 +217,7 @@ handle_free(nvrtc_handle *h)
     Py_XDECREF(h->source);
     Py_XDECREF(h->ptx);
     Py_XDECREF(h->cubin);
+    stax_cuda_module_unload(h->module);
     if (h->arena != NULL) {
         stax_arena_free(h->arena);
     }
@@ -244,7 +250,21 @@ nvrtc_compile_kernel(stax_backend *be, const stax_kernel *k,
     if (h->source == NULL) {
         goto error;
     }
-    if (cfg->compile) {
+    if (cfg->resident) {
+        /* CUDA tensors exist, so a device does: one NVRTC run, for it */
+        char arch[32];
+        if (stax_nvrtc_device_arch(arch, sizeof(arch)) < 0) {
+            goto error;
+        }
+        h->cubin = stax_nvrtc_compile_source(PyUnicode_AsUTF8(h->source),
+                                             h->name, arch, NULL);
+        if (h->cubin == NULL
+            || stax_cuda_module_function(PyBytes_AS_STRING(h->cubin), h->name,
+                                         &h->module, &h->fn) < 0) {
+            goto error;
+        }
+    }
+    else if (cfg->compile) {
         h->ptx = stax_nvrtc_compile_source(PyUnicode_AsUTF8(h->source),
                                            h->name, cfg->arch, NULL);
         if (h->ptx == NULL) {
@@ -380,6 +400,43 @@ nvrtc_launch(stax_backend *be, void *handle, char **bufs,
     return rc;
 }
 
+/* buffers are device addresses already: launch on the stream and return
+ * (the stream orders what follows; a host read synchronizes) */
+static int
+nvrtc_launch_resident(stax_backend *be, void *handle, char **bufs,
+                      const int64_t *sizes, int64_t start, int64_t end)
+{
+    nvrtc_handle *h = handle;
+    stax_cuptr dptr[STAX_NVRTC_MAX_BUFS];
+    void *params[STAX_NVRTC_MAX_BUFS + 3];
+    int64_t sz[STAX_NVRTC_MAX_SIZES];
+    int64_t grid[3], block[3], st = start, en = end;
+    static int timed = -1;
+    (void)be;
+    if (timed < 0) {
+        const char *e = getenv("TENSORPLAY_NVRTC_TIME");
+        timed = e != NULL && *e && *e != '0';
+    }
+    if (stax_nvrtc_launch_config(&h->shape, sizes, start, end, grid, block)
+        < 0) {
+        return -1;
+    }
+    for (int i = 0; i < h->nbufs; i++) {
+        dptr[i] = (stax_cuptr)(uintptr_t)bufs[i];
+        params[i] = &dptr[i];
+    }
+    for (int i = 0; i < h->nsizes; i++) {
+        sz[i] = sizes[i];
+    }
+    if (h->nsizes == 0) {
+        sz[0] = 0;
+    }
+    params[h->nbufs] = sz;
+    params[h->nbufs + 1] = &st;
+    params[h->nbufs + 2] = &en;
+    return stax_nvrtc_launch_fn(h->fn, params, grid, block, timed);
+}
+
 static void
 nvrtc_free(stax_backend *be, void *handle)
 {
@@ -416,6 +473,19 @@ static stax_backend nvrtc_render_backend = {
     .supports_op = nvrtc_supports_op,
     .kernel_fn = NULL,
     .state = &render_config,
+};
+
+/* the back end of programs whose inputs are CUDA tensors (the device
+ * table's "cuda" row): device buffers in, device buffers out */
+static stax_backend nvrtc_cuda_backend = {
+    .name = "nvrtc",
+    .compile_kernel = nvrtc_compile_kernel,
+    .launch = nvrtc_launch_resident,
+    .free = nvrtc_free,
+    .supports_op = nvrtc_supports_op,
+    .kernel_fn = NULL,
+    .state = &resident_config,
+    .device = "cuda",
 };
 
 /* ------------------------------------------------------------ Python */
@@ -521,5 +591,5 @@ stax_nvrtc_module_init(PyObject *m)
         || PyModule_AddFunctions(m, nvrtc_methods) < 0) {
         return -1;
     }
-    return stax_lower_register_backend(&stax_nvrtc_backend);
+    return stax_lower_register_backend(&nvrtc_cuda_backend);
 }

@@ -11,6 +11,7 @@
 #define STAX_NVRTC_INTERNAL_H
 
 #include "backend_nvrtc/backend_nvrtc.h"
+#include "device/device.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -63,6 +64,11 @@ int stax_nvrtc_launch_image(PyObject *image, const char *name, int nbufs,
                             const int *is_output, const int64_t *sizes,
                             int nsizes, int64_t start, int64_t end,
                             const int64_t grid[3], const int64_t block[3]);
+
+/* one launch of a loaded kernel on the device's stream (asynchronous);
+ * timed: CUDA events around it, read by nvrtc_last_kernel_ms (waits) */
+int stax_nvrtc_launch_fn(void *fn, void **params, const int64_t grid[3],
+                         const int64_t block[3], int timed);
 
 /* launch configuration of a kernel at these sizes (nvrtc_render.c);
  * -1 + exception if an extent needs a size argument sizes lacks */

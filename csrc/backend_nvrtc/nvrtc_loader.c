@@ -406,136 +406,28 @@ stax_nvrtc_py_compile(PyObject *self, PyObject *args, PyObject *kwargs)
     return stax_nvrtc_compile_source(src, name, arch, options);
 }
 
-/* ------------------------------------------------------------ driver API */
-
-typedef int CUresult;
-typedef int CUdevice;
-typedef struct CUctx_st *CUcontext;
-typedef struct CUmod_st *CUmodule;
-typedef struct CUfunc_st *CUfunction;
-typedef unsigned long long CUdeviceptr;
-typedef struct CUevent_st *CUevent;
-
-#define CU_ATTR_CC_MAJOR 75
-#define CU_ATTR_CC_MINOR 76
-
-static struct {
-    int tried;
-    int ok;
-    void *lib;
-    char why[1024];
-    CUcontext ctx;
-    CUdevice dev;
-    CUresult (*Init)(unsigned);
-    CUresult (*DeviceGetCount)(int *);
-    CUresult (*DeviceGet)(CUdevice *, int);
-    CUresult (*DeviceGetAttribute)(int *, int, CUdevice);
-    CUresult (*PrimaryCtxRetain)(CUcontext *, CUdevice);
-    CUresult (*CtxSetCurrent)(CUcontext);
-    CUresult (*ModuleLoadData)(CUmodule *, const void *);
-    CUresult (*ModuleUnload)(CUmodule);
-    CUresult (*ModuleGetFunction)(CUfunction *, CUmodule, const char *);
-    CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned,
-                             unsigned, unsigned, unsigned, unsigned, void *,
-                             void **, void **);
-    CUresult (*MemAlloc)(CUdeviceptr *, size_t);
-    CUresult (*MemFree)(CUdeviceptr);
-    CUresult (*MemcpyHtoD)(CUdeviceptr, const void *, size_t);
-    CUresult (*MemcpyDtoH)(void *, CUdeviceptr, size_t);
-    CUresult (*CtxSynchronize)(void);
-    CUresult (*GetErrorString)(CUresult, const char **);
-    CUresult (*EventCreate)(CUevent *, unsigned);
-    CUresult (*EventRecord)(CUevent, void *);
-    CUresult (*EventSynchronize)(CUevent);
-    CUresult (*EventElapsedTime)(float *, CUevent, CUevent);
-    CUresult (*EventDestroy)(CUevent);
-} cu;
+/* ------------------------------------------------------------ driver API
+ * The device room owns libcuda, the context, the stream and the memory;
+ * this back end only loads modules and launches. */
 
 static double last_kernel_ms = -1.0;   /* GPU time of the last launch */
-
-static int
-cuda_check(CUresult r, const char *what)
-{
-    const char *s = NULL;
-    if (r == 0) {
-        return 0;
-    }
-    if (cu.GetErrorString == NULL || cu.GetErrorString(r, &s) != 0
-        || s == NULL) {
-        s = "unknown error";
-    }
-    PyErr_Format(PyExc_RuntimeError, "CUDA driver: %s failed: %s (%d)",
-                 what, s, r);
-    return -1;
-}
-
-#define CU_SYM(field, sym)                                               \
-    do {                                                                 \
-        *(void **)&cu.field = dlsym(cu.lib, sym);                        \
-        if (cu.field == NULL) {                                          \
-            why_add(cu.why, sizeof(cu.why), "missing symbol " sym);      \
-            goto fail;                                                   \
-        }                                                                \
-    } while (0)
 
 int
 stax_nvrtc_cuda_load(void)
 {
-    if (!cu.tried) {
-        int count = 0;
-        cu.tried = 1;
-        const char *names[] = {"libcuda.so.1", "libcuda.so", NULL};
-        for (int i = 0; names[i] != NULL && cu.lib == NULL; i++) {
-            cu.lib = try_open(names[i], cu.why, sizeof(cu.why));
-        }
-        if (cu.lib == NULL) {
-            goto fail;
-        }
-        CU_SYM(Init, "cuInit");
-        CU_SYM(DeviceGetCount, "cuDeviceGetCount");
-        CU_SYM(DeviceGet, "cuDeviceGet");
-        CU_SYM(DeviceGetAttribute, "cuDeviceGetAttribute");
-        CU_SYM(PrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
-        CU_SYM(CtxSetCurrent, "cuCtxSetCurrent");
-        CU_SYM(ModuleLoadData, "cuModuleLoadData");
-        CU_SYM(ModuleUnload, "cuModuleUnload");
-        CU_SYM(ModuleGetFunction, "cuModuleGetFunction");
-        CU_SYM(LaunchKernel, "cuLaunchKernel");
-        CU_SYM(MemAlloc, "cuMemAlloc_v2");
-        CU_SYM(MemFree, "cuMemFree_v2");
-        CU_SYM(MemcpyHtoD, "cuMemcpyHtoD_v2");
-        CU_SYM(MemcpyDtoH, "cuMemcpyDtoH_v2");
-        CU_SYM(CtxSynchronize, "cuCtxSynchronize");
-        CU_SYM(GetErrorString, "cuGetErrorString");
-        CU_SYM(EventCreate, "cuEventCreate");
-        CU_SYM(EventRecord, "cuEventRecord");
-        CU_SYM(EventSynchronize, "cuEventSynchronize");
-        CU_SYM(EventElapsedTime, "cuEventElapsedTime");
-        CU_SYM(EventDestroy, "cuEventDestroy_v2");
-        if (cu.Init(0) != 0) {
-            why_add(cu.why, sizeof(cu.why), "cuInit failed (no driver/GPU)");
-            goto fail;
-        }
-        if (cu.DeviceGetCount(&count) != 0 || count < 1) {
-            why_add(cu.why, sizeof(cu.why), "no CUDA device");
-            goto fail;
-        }
-        if (cu.DeviceGet(&cu.dev, 0) != 0
-            || cu.PrimaryCtxRetain(&cu.ctx, cu.dev) != 0) {
-            why_add(cu.why, sizeof(cu.why), "cannot open device 0");
-            goto fail;
-        }
-        cu.ok = 1;
-    fail:;
+    if (stax_cuda_init() < 0) {
+        PyObject *t, *v, *tb;
+        PyErr_Fetch(&t, &v, &tb);
+        PyErr_Format(PyExc_RuntimeError,
+                     "NVRTC back end: launching needs an NVIDIA GPU and its "
+                     "driver (libcuda); none usable here (%S). Rendering and "
+                     "compiling to PTX work without one.", v ? v : Py_None);
+        Py_XDECREF(t);
+        Py_XDECREF(v);
+        Py_XDECREF(tb);
+        return -1;
     }
-    if (cu.ok) {
-        return cuda_check(cu.CtxSetCurrent(cu.ctx), "cuCtxSetCurrent");
-    }
-    PyErr_Format(PyExc_RuntimeError,
-                 "NVRTC back end: launching needs an NVIDIA GPU and its "
-                 "driver (libcuda); none usable here (%s). Rendering and "
-                 "compiling to PTX work without one.", cu.why);
-    return -1;
+    return 0;
 }
 
 PyObject *
@@ -549,31 +441,76 @@ stax_nvrtc_py_last_kernel_ms(PyObject *self, PyObject *unused)
     return PyFloat_FromDouble(last_kernel_ms);
 }
 
+void
+stax_nvrtc_set_last_kernel_ms(double ms)
+{
+    last_kernel_ms = ms;
+}
+
 PyObject *
 stax_nvrtc_py_cuda_available(PyObject *self, PyObject *unused)
 {
     (void)self;
     (void)unused;
-    if (stax_nvrtc_cuda_load() < 0) {
-        PyErr_Clear();
-        Py_RETURN_FALSE;
-    }
-    Py_RETURN_TRUE;
+    return PyBool_FromLong(stax_cuda_is_available());
 }
 
 int
 stax_nvrtc_device_arch(char *out, size_t cap)
 {
-    int ma = 0, mi = 0;
-    if (stax_nvrtc_cuda_load() < 0
-        || cuda_check(cu.DeviceGetAttribute(&ma, CU_ATTR_CC_MAJOR, cu.dev),
-                      "cuDeviceGetAttribute") < 0
-        || cuda_check(cu.DeviceGetAttribute(&mi, CU_ATTR_CC_MINOR, cu.dev),
-                      "cuDeviceGetAttribute") < 0) {
-        return -1;
+    return stax_nvrtc_cuda_load() < 0 ? -1 : stax_cuda_arch(out, cap);
+}
+
+/* time one launch with events when TENSORPLAY_NVRTC_TIME is set or the
+ * caller asks (the host-copy path below always does) */
+int
+stax_nvrtc_launch_fn(void *fn, void **params, const int64_t grid[3],
+                     const int64_t block[3], int timed)
+{
+    typedef int (*ev_create_t)(void **, unsigned);
+    typedef int (*ev_record_t)(void *, void *);
+    typedef int (*ev_sync_t)(void *);
+    typedef int (*ev_elapsed_t)(float *, void *, void *);
+    typedef int (*ev_destroy_t)(void *);
+    static ev_create_t create;
+    static ev_record_t record;
+    static ev_sync_t sync;
+    static ev_elapsed_t elapsed;
+    static ev_destroy_t destroy;
+    void *ev[2] = {NULL, NULL};
+    int rc;
+    if (grid[0] <= 0 || grid[1] <= 0 || grid[2] <= 0) {
+        return 0;
     }
-    snprintf(out, cap, "sm_%d%d", ma, mi);
-    return 0;
+    if (timed && create == NULL) {
+        *(void **)&create = stax_cuda_symbol("cuEventCreate");
+        *(void **)&record = stax_cuda_symbol("cuEventRecord");
+        *(void **)&sync = stax_cuda_symbol("cuEventSynchronize");
+        *(void **)&elapsed = stax_cuda_symbol("cuEventElapsedTime");
+        *(void **)&destroy = stax_cuda_symbol("cuEventDestroy_v2");
+    }
+    timed = timed && create && record && sync && elapsed && destroy;
+    if (timed && (create(&ev[0], 0) != 0 || create(&ev[1], 0) != 0)) {
+        timed = 0;
+    }
+    if (timed) {
+        record(ev[0], stax_cuda_stream());
+    }
+    rc = stax_cuda_launch(fn, grid, block, params);
+    if (timed) {
+        float ms = -1.0f;
+        record(ev[1], stax_cuda_stream());
+        sync(ev[1]);
+        if (elapsed(&ms, ev[0], ev[1]) == 0) {
+            last_kernel_ms = ms;
+        }
+    }
+    for (int i = 0; i < 2; i++) {
+        if (ev[i] != NULL) {
+            destroy(ev[i]);
+        }
+    }
+    return rc;
 }
 
 int
@@ -583,12 +520,12 @@ stax_nvrtc_launch_image(PyObject *image, const char *name, int nbufs,
                         int nsizes, int64_t start, int64_t end,
                         const int64_t grid[3], const int64_t block[3])
 {
-    CUdeviceptr dptr[STAX_NVRTC_MAX_BUFS] = {0};
+    stax_cuptr dptr[STAX_NVRTC_MAX_BUFS] = {0};
+    PyObject *blocks[STAX_NVRTC_MAX_BUFS] = {NULL};
     void *params[STAX_NVRTC_MAX_BUFS + 3];
     int64_t sz[STAX_NVRTC_MAX_SIZES] = {0};
     int64_t st = start, en = end;
-    CUmodule mod = NULL;
-    CUfunction fn = NULL;
+    void *mod = NULL, *fn = NULL;
     int rc = -1;
 
     if (nbufs > STAX_NVRTC_MAX_BUFS || nsizes > STAX_NVRTC_MAX_SIZES) {
@@ -605,19 +542,13 @@ stax_nvrtc_launch_image(PyObject *image, const char *name, int nbufs,
     const void *img = PyBytes_Check(image)
         ? (const void *)PyBytes_AS_STRING(image)
         : (const void *)PyUnicode_AsUTF8(image);
-    if (img == NULL
-        || cuda_check(cu.ModuleLoadData(&mod, img), "cuModuleLoadData") < 0
-        || cuda_check(cu.ModuleGetFunction(&fn, mod, name),
-                      "cuModuleGetFunction") < 0) {
+    if (img == NULL || stax_cuda_module_function(img, name, &mod, &fn) < 0) {
         goto done;
     }
     for (int i = 0; i < nbufs; i++) {
         size_t n = nbytes[i] > 0 ? (size_t)nbytes[i] : 0;
-        if (cuda_check(cu.MemAlloc(&dptr[i], n ? n : 1), "cuMemAlloc") < 0) {
-            goto done;
-        }
-        if (n && cuda_check(cu.MemcpyHtoD(dptr[i], host[i], n),
-                            "cuMemcpyHtoD") < 0) {
+        if ((blocks[i] = stax_cuda_block_new(n, &dptr[i])) == NULL
+            || stax_cuda_h2d(dptr[i], host[i], n) < 0) {
             goto done;
         }
         params[i] = &dptr[i];
@@ -625,54 +556,20 @@ stax_nvrtc_launch_image(PyObject *image, const char *name, int nbufs,
     params[nbufs] = sz;        /* struct stax_sizes, by value */
     params[nbufs + 1] = &st;
     params[nbufs + 2] = &en;
-    if (grid[0] > 0 && grid[1] > 0 && grid[2] > 0) {
-        CUevent ev[2] = {NULL, NULL};
-        float ms = -1.0f;
-        if (cu.EventCreate(&ev[0], 0) != 0 || cu.EventCreate(&ev[1], 0) != 0) {
-            ev[0] = ev[1] = NULL;   /* timing is optional */
-        }
-        if (ev[0] != NULL) {
-            cu.EventRecord(ev[0], NULL);
-        }
-        if (cuda_check(cu.LaunchKernel(fn, (unsigned)grid[0],
-                                       (unsigned)grid[1], (unsigned)grid[2],
-                                       (unsigned)block[0], (unsigned)block[1],
-                                       (unsigned)block[2], 0, NULL, params,
-                                       NULL), "cuLaunchKernel") < 0) {
-            goto done;
-        }
-        if (ev[1] != NULL) {
-            cu.EventRecord(ev[1], NULL);
-            cu.EventSynchronize(ev[1]);
-            if (cu.EventElapsedTime(&ms, ev[0], ev[1]) == 0) {
-                last_kernel_ms = ms;
-            }
-        }
-        for (int i = 0; i < 2; i++) {
-            if (ev[i] != NULL) {
-                cu.EventDestroy(ev[i]);
-            }
-        }
-        if (cuda_check(cu.CtxSynchronize(), "cuCtxSynchronize") < 0) {
-            goto done;
-        }
+    if (stax_nvrtc_launch_fn(fn, params, grid, block, 1) < 0) {
+        goto done;
     }
     for (int i = 0; i < nbufs; i++) {
         if (is_output[i] && nbytes[i] > 0
-            && cuda_check(cu.MemcpyDtoH(host[i], dptr[i], (size_t)nbytes[i]),
-                          "cuMemcpyDtoH") < 0) {
+            && stax_cuda_d2h(host[i], dptr[i], (size_t)nbytes[i]) < 0) {
             goto done;
         }
     }
-    rc = 0;
+    rc = stax_cuda_synchronize();
 done:
     for (int i = 0; i < nbufs; i++) {
-        if (dptr[i]) {
-            cu.MemFree(dptr[i]);
-        }
+        Py_XDECREF(blocks[i]);
     }
-    if (mod != NULL) {
-        cu.ModuleUnload(mod);
-    }
+    stax_cuda_module_unload(mod);
     return rc;
 }

@@ -13,6 +13,7 @@
 
 static PyObject *str_tensor = NULL;   /* interned 'tensor' */
 static PyObject *str_cpu = NULL;      /* interned 'cpu' */
+static PyObject *str_cuda = NULL;     /* interned 'cuda:0' */
 
 static int
 is_tensor(PyObject *o)
@@ -144,7 +145,8 @@ tensor_signature(StaxTensor *t, int dynamic)
     PyObject *res = NULL;
     if (shape != NULL && strides != NULL && dt != NULL) {
         res = PyTuple_Pack(7, str_tensor, (PyObject *)Py_TYPE(t), shape, dt,
-                           str_cpu, t->requires_grad ? Py_True : Py_False,
+                           stax_tensor_is_cuda(t) ? str_cuda : str_cpu,
+                           t->requires_grad ? Py_True : Py_False,
                            strides);
     }
     Py_XDECREF(shape);
@@ -299,6 +301,7 @@ stax_guard_fp_feed(stax_keybuf *kb, PyObject *o)
         /* in-place metadata changes (requires_grad_, t_) keep the identity */
         int64_t meta[3] = {t->requires_grad, t->ndim, t->offset};
         meta[0] |= (int64_t)t->dtype << 8;
+        meta[0] |= (int64_t)(t->storage ? t->storage->device : 0) << 16;
         if (stax_kb_put(kb, &w, sizeof w) < 0
             || stax_kb_put(kb, meta, sizeof meta) < 0
             || stax_kb_put(kb, t->sizes, sizeof(int64_t) * t->ndim) < 0
@@ -546,10 +549,11 @@ stax_guard_sig_feed(stax_keybuf *kb, PyObject *o, int dynamic)
 {
     if (is_tensor(o)) {
         StaxTensor *t = (StaxTensor *)o;
-        unsigned char h[4] = {'T', (unsigned char)t->ndim,
+        unsigned char h[5] = {'T', (unsigned char)t->ndim,
                               (unsigned char)t->dtype,
-                              (unsigned char)(t->requires_grad != 0)};
-        if (put_ptr(kb, Py_TYPE(o)) < 0 || stax_kb_put(kb, h, 4) < 0) {
+                              (unsigned char)(t->requires_grad != 0),
+                              (unsigned char)t->storage->device};
+        if (put_ptr(kb, Py_TYPE(o)) < 0 || stax_kb_put(kb, h, 5) < 0) {
             return -1;
         }
         if (dynamic) {
@@ -811,7 +815,8 @@ stax_guard_signature_init(PyObject *m)
 {
     str_tensor = PyUnicode_InternFromString("tensor");
     str_cpu = PyUnicode_InternFromString("cpu");
-    if (str_tensor == NULL || str_cpu == NULL) {
+    str_cuda = PyUnicode_InternFromString("cuda:0");
+    if (str_tensor == NULL || str_cpu == NULL || str_cuda == NULL) {
         return -1;
     }
     return PyModule_AddFunctions(m, signature_methods);

@@ -134,6 +134,11 @@ PyObject *
 lw_new_buffer(Program *p, pbuf_t *b)
 {
     int64_t nbytes = lw_dtype_size(b->dtype);
+    if (p->c.be != NULL && p->c.be->device != NULL) {
+        /* the caching allocator's blocks: no pool here */
+        return (PyObject *)stax_tensor_empty_on(b->ndim, b->sizes, b->dtype,
+                                                STAX_DEV_CUDA);
+    }
     for (int d = 0; d < b->ndim; d++) {
         nbytes *= b->sizes[d];
     }

@@ -7,10 +7,7 @@
 
 #include <string.h>
 
-/* One row per device type.  The GPU runtime, once tensors can live on the
- * GPU (stax_tensor_device_type answers "cuda"), adds
- *     {"cuda", "nvrtc", "..."},
- * and nothing else here changes. */
+/* One row per device type. */
 static const struct {
     const char *device;
     const char *backend;
@@ -20,6 +17,8 @@ static const struct {
      "the Stax CPU back end needs LLVM: tensorplay was built without it; "
      "install llvm-19-dev (apt-get install llvm-19-dev) and rebuild with "
      "`make build`"},
+    {"cuda", "nvrtc",
+     "the Stax CUDA back end (NVRTC) is not registered in this build"},
 };
 
 #define N_DEVICE_BACKENDS \

@@ -269,6 +269,11 @@ typedef struct stax_backend {
     void *(*load_object)(struct stax_backend *be, const char *sym,
                          const char *data, size_t n);
     void *state;
+    /* Where the buffers it launches on live: NULL (host memory, the CPU
+     * ABI) or "cuda": device addresses of CUDA tensors; the runtime then
+     * allocates outputs and temporaries as CUDA tensors, runs matmul steps
+     * on the device, and reads flags back with a synchronizing copy. */
+    const char *device;
 } stax_backend;
 
 /* Back ends register from their init function; the struct must outlive the

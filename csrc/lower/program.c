@@ -238,6 +238,12 @@ normalize_result(Program *p, PyObject *r, pbuf_t *b)
                         "shape or dtype than at compile time");
         return NULL;
     }
+    if (StaxTensor_Check(r) && stax_tensor_is_cuda((StaxTensor *)r)) {
+        PyObject *c = (PyObject *)stax_tensor_to(  /* a contiguous copy */
+            (StaxTensor *)r, dt, 1);
+        Py_DECREF(r);
+        return c;
+    }
     PyObject *a = as_array(r);
     Py_DECREF(r);
     if (a == NULL) {
@@ -294,6 +300,53 @@ operand_array(PyObject *slot, const void *viewp, stax_dtype_t dt)
         return NULL;
     }
     return arr;
+}
+
+/* a matmul step of a device program: the eager matmul (cuBLAS) on views
+ * of the device buffers; the result is the step's output buffer */
+static PyObject *
+device_matmul(Program *p, step_t *s, PyObject **slots)
+{
+    PyObject *ops[2] = {NULL, NULL}, *args = NULL, *r = NULL;
+    const stax_op_info *mm = stax_op_by_name("matmul");
+    int which[2] = {s->a, s->b};
+    for (int i = 0; i < 2; i++) {
+        StaxTensor *t = (StaxTensor *)slots[which[i]];
+        if (!StaxTensor_Check(t)) {
+            PyErr_SetString(PyExc_RuntimeError, "stax: a matmul operand of a "
+                            "device program is not a tensor");
+            goto done;
+        }
+        ops[i] = s->view[i].on
+            ? (PyObject *)stax_tensor_as_strided(t, s->view[i].ndim,
+                                                 s->view[i].sizes,
+                                                 s->view[i].strides,
+                                                 t->offset + s->view[i].offset)
+            : Py_NewRef(t);
+        if (ops[i] == NULL) {
+            goto done;
+        }
+    }
+    if (s->transpose_b) {
+        StaxTensor *b = (StaxTensor *)ops[1];
+        Py_SETREF(ops[1], (PyObject *)stax_tensor_transpose(b, -2, -1));
+        if (ops[1] == NULL) {
+            goto done;
+        }
+    }
+    args = PyTuple_Pack(2, ops[0], ops[1]);
+    if (mm == NULL || args == NULL) {
+        goto done;
+    }
+    r = stax_op_call(mm, args, NULL);
+    if (r != NULL) {
+        r = normalize_result(p, r, &p->c.pbufs[s->out]);
+    }
+done:
+    Py_XDECREF(ops[0]);
+    Py_XDECREF(ops[1]);
+    Py_XDECREF(args);
+    return r;
 }
 
 typedef struct {
@@ -356,6 +409,9 @@ lw_input_ok(Program *p, int i, PyObject *o)
     const int64_t *sz = p->in_sizes + (size_t)i * 2 * STAX_MAX_DIMS;
     if (StaxTensor_Check(o)) {
         StaxTensor *t = (StaxTensor *)o;
+        if (stax_tensor_is_cuda(t) != (p->c.be != NULL && p->c.be->device != NULL)) {
+            return -1;     /* kernels of one device only */
+        }
         if (t->ndim == nd && t->dtype == p->in_dtype[i]) {
             int ok = 1;
             for (int d = 0; d < nd; d++) {
@@ -460,7 +516,8 @@ fresh_apply(PyObject *t, PyObject *r, uint64_t rg, PyObject *const *args,
         }
         if (StaxTensor_Check(r)) {
             StaxTensor *x = (StaxTensor *)r;
-            StaxTensor *c = stax_tensor_empty(x->ndim, x->sizes, x->dtype);
+            StaxTensor *c = stax_tensor_empty_on(x->ndim, x->sizes, x->dtype,
+                                                 x->storage->device);
             uint64_t m = PyLong_AsUnsignedLongLong(t);
             if (PyErr_Occurred()) {
                 PyErr_Clear();
@@ -722,6 +779,12 @@ lw_program_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
             }
             break;
         case ST_MATMUL: {
+            if (c->be->device != NULL) {
+                if ((slots[s->out] = device_matmul(p, s, slots)) == NULL) {
+                    goto done;
+                }
+                break;
+            }
             PyObject *a = operand_array(slots[s->a], s->view[0].on ? &s->view[0] : NULL,
                                         c->pbufs[s->a].dtype);
             PyObject *b = a ? operand_array(slots[s->b], s->view[1].on ? &s->view[1] : NULL,
@@ -789,7 +852,20 @@ lw_program_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
     }
     for (int q = 0; q < c->nzchecks; q++) {
         PyObject *f = slots[c->zchecks[q]];
-        if (f != NULL && *(const unsigned char *)data_ptr(f)) {
+        int hit = 0;
+        if (f != NULL && StaxTensor_Check(f) && stax_tensor_is_cuda((StaxTensor *)f)) {
+            /* the one host read of the call: it waits for the stream */
+            PyObject *v = stax_tensor_item_object((StaxTensor *)f);
+            hit = v == NULL ? -1 : PyObject_IsTrue(v);
+            Py_XDECREF(v);
+            if (hit < 0) {
+                goto done;
+            }
+        }
+        else if (f != NULL) {
+            hit = *(const unsigned char *)data_ptr(f);
+        }
+        if (hit) {
             check_failed(c, c->zkind[q], args, snaps, gen_off);
             goto done;
         }

@@ -1035,6 +1035,17 @@ lw_build_program(PyObject *gm, PyObject *ex, stax_backend *be, int strict, int d
             int nd;
             int64_t sz[STAX_MAX_DIMS], st[STAX_MAX_DIMS];
             stax_dtype_t dt;
+            if (c->be->device != NULL && StaxTensor_Check(obj)
+                && !stax_tensor_is_cuda((StaxTensor *)obj)) {
+                /* a host constant of a device program: its kernels read
+                 * device memory, so the program keeps a device copy */
+                Py_SETREF(obj, (PyObject *)stax_tensor_to_device(
+                                   (StaxTensor *)obj, STAX_DEV_CUDA));
+                if (obj == NULL) {
+                    Py_DECREF(ops);
+                    goto error;
+                }
+            }
             if (lw_val_info(obj, &nd, sz, st, &dt)) {
                 int pb = lw_new_pbuf(c, PB_CONST, nd, sz, dt);
                 if (pb < 0) {

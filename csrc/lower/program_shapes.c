@@ -106,8 +106,17 @@ storage_clone(StaxTensor *t)
 {
     int isz = stax_dtype_itemsize(t->dtype);
     int64_t n = isz > 0 ? t->storage->nbytes / isz : 0;
-    StaxTensor *flat = stax_tensor_empty(1, &n, t->dtype);
-    if (flat != NULL && n > 0) {
+    StaxTensor *flat = stax_tensor_empty_on(1, &n, t->dtype,
+                                            t->storage->device);
+    if (flat != NULL && n > 0 && stax_tensor_is_cuda(t)) {
+        int64_t one = 1;
+        StaxTensor *all = stax_tensor_view(t, 1, &n, &one, 0);
+        if (all == NULL || stax_tensor_copy_from(flat, (PyObject *)all) < 0) {
+            Py_CLEAR(flat);
+        }
+        Py_XDECREF(all);
+    }
+    else if (flat != NULL && n > 0) {
         memcpy(flat->storage->data, t->storage->data, (size_t)(n * isz));
     }
     return (PyObject *)flat;

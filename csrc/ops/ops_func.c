@@ -216,18 +216,93 @@ stax_ops_set_autograd_hook(stax_autograd_hook_t hook)
     autograd_hook = hook;
 }
 
+/* 1 if o (or an element of a list/tuple o) is a CUDA tensor */
+static int
+has_cuda(PyObject *o)
+{
+    if (StaxTensor_Check(o)) {
+        return stax_tensor_is_cuda((StaxTensor *)o);
+    }
+    if (PyList_Check(o) || PyTuple_Check(o)) {
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); i++) {
+            PyObject *e = PySequence_Fast_GET_ITEM(o, i);
+            if (StaxTensor_Check(e) && stax_tensor_is_cuda((StaxTensor *)e)) {
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Ops whose tensor-room implementation handles CUDA tensors itself: views
+ * (metadata only) and the copies between devices. */
+static int
+cuda_native(const stax_op_info *op)
+{
+    return op->kind == STAX_OPK_VIEW || op->id == STAX_OP_TO
+           || op->id == STAX_OP_COPY_;
+}
+
+/* an op with a CUDA tensor operand: tensorplay.cuda._dispatch(name, func,
+ * args, kwargs, inplace) runs it (a generated kernel, cuBLAS, or the host
+ * with a one-time warning) */
+static PyObject *
+run_cuda(const stax_op_info *op, PyObject *func, PyObject *const *args,
+         Py_ssize_t nargs, PyObject *kwnames, int inplace)
+{
+    PyObject *h = stax_py_registered(STAX_PY_CUDA_DISPATCH);
+    PyObject *t = NULL, *kw = NULL, *name = NULL, *res = NULL;
+    Py_ssize_t nkw = kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0;
+    if (h == NULL || (t = PyTuple_New(nargs)) == NULL
+        || (kw = PyDict_New()) == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        PyTuple_SET_ITEM(t, i, Py_NewRef(args[i]));
+    }
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        if (PyDict_SetItem(kw, PyTuple_GET_ITEM(kwnames, i), args[nargs + i])
+            < 0) {
+            goto done;
+        }
+    }
+    name = PyUnicode_FromString(op->name);
+    if (name != NULL) {
+        res = PyObject_CallFunctionObjArgs(h, name, func, t, kw,
+                                           inplace ? Py_True : Py_False, NULL);
+    }
+done:
+    Py_XDECREF(t);
+    Py_XDECREF(kw);
+    Py_XDECREF(name);
+    return res;
+}
+
 /* the op itself, after __tensor_function__ dispatch and autograd */
 static PyObject *
 run_op_kernel(const stax_op_info *op, PyObject *func, PyObject *const *args,
               size_t nargsf, PyObject *kwnames)
 {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    Py_ssize_t nall = nargs + (kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0);
     PyObject *res, *impl;
     int inplace = stax_ops_is_inplace_info(op);
 
     if (inplace && op->kind == STAX_OPK_POINTWISE && nargs >= 1
         && check_no_internal_overlap(args[0]) < 0) {
         return NULL;
+    }
+    if (!cuda_native(op)) {
+        for (Py_ssize_t i = 0; i < nall; i++) {
+            if (has_cuda(args[i])) {
+                res = run_cuda(op, func, args, nargs, kwnames, inplace);
+                if (res != NULL && (inplace
+                                    || op->name[strlen(op->name) - 1] == '_')) {
+                    inplace_requires_grad(args, nargs, kwnames);
+                }
+                return res;
+            }
+        }
     }
     res = stax_ops_eager_c(op, args, nargs, kwnames);
     if (res == Py_NotImplemented) {

@@ -51,5 +51,6 @@ int stax_ops_is_numpy_scalar(PyObject *o);
 
 /* function objects and installer (ops_func.c) */
 int stax_ops_func_init(PyObject *m);
+int stax_ops_cuda_init(PyObject *m);     /* ops_cuda.c: cuBLAS matmul */
 
 #endif

@@ -7,27 +7,6 @@
 
 enum { MAKE_EMPTY, MAKE_ZEROS, MAKE_ONES };
 
-static int
-check_device(PyObject *dev)
-{
-    if (dev == NULL || dev == Py_None) {
-        return 0;
-    }
-    PyObject *s = PyObject_Str(dev);
-    if (s == NULL) {
-        return -1;
-    }
-    int ok = PyUnicode_CompareWithASCIIString(s, "cpu") == 0;
-    Py_DECREF(s);
-    if (!ok) {
-        PyErr_Format(PyExc_RuntimeError,
-                     "tensorplay tensors live on the cpu device; got "
-                     "device=%R", dev);
-        return -1;
-    }
-    return 0;
-}
-
 static void
 fill_ones(StaxTensor *t)
 {
@@ -55,7 +34,7 @@ make(int kind, PyObject *args, PyObject *kw)
     int64_t sizes[STAX_MAX_DIMS];
     int nd = 0;
     stax_dtype_t dt = stax_default_dtype();
-    int rg = 0;
+    int rg = 0, device = STAX_DEV_CPU;
     if (kw != NULL) {
         PyObject *k, *v;
         Py_ssize_t pos = 0;
@@ -70,7 +49,7 @@ make(int kind, PyObject *args, PyObject *kw)
                 }
             }
             else if (strcmp(s, "device") == 0) {
-                if (check_device(v) < 0) {
+                if (stax_parse_device(v, &device) < 0) {
                     return NULL;
                 }
             }
@@ -115,7 +94,26 @@ make(int kind, PyObject *args, PyObject *kw)
                         "gradients");
         return NULL;
     }
-    StaxTensor *t = stax_tensor_empty(nd, sizes, dt);
+    StaxTensor *t;
+    if (device == STAX_DEV_CUDA) {
+        if (kind == MAKE_ONES) {
+            StaxTensor *h = stax_tensor_empty(nd, sizes, dt);
+            if (h != NULL) {
+                fill_ones(h);
+            }
+            t = h ? stax_tensor_to_device(h, STAX_DEV_CUDA) : NULL;
+            Py_XDECREF(h);
+        }
+        else {
+            /* empty too: torch's empty bools are valid values */
+            t = stax_tensor_zeros_on(nd, sizes, dt, STAX_DEV_CUDA);
+        }
+        if (t != NULL) {
+            t->requires_grad = rg;
+        }
+        return (PyObject *)t;
+    }
+    t = stax_tensor_empty(nd, sizes, dt);
     if (t == NULL) {
         return NULL;
     }

@@ -299,6 +299,10 @@ stax_tensor_getitem(StaxTensor *t, PyObject *key)
         out = (PyObject *)basic_index(t, k);
         goto done;
     }
+    if (stax_tensor_is_cuda(t)) {
+        out = stax_tensor_cuda_getitem(t, key);
+        goto done;
+    }
     nk = numpy_key(k);
     if (nk != NULL && adv_bounds(t, nk) < 0) {
         goto done;
@@ -359,6 +363,10 @@ stax_tensor_setitem(StaxTensor *t, PyObject *key, PyObject *value)
         }
         rc = stax_tensor_copy_from(v, value);   /* bumps the shared version */
         Py_DECREF(v);
+        goto done;
+    }
+    if (stax_tensor_is_cuda(t)) {
+        rc = stax_tensor_cuda_setitem(t, key, value);
         goto done;
     }
     nk = numpy_key(k);

@@ -272,6 +272,22 @@ fill(StaxTensor *t, StaxGenerator *g, int dist, double a, double b,
     if (n == 0) {
         return 0;
     }
+    if (stax_tensor_is_cuda(t) || (p != NULL && stax_tensor_is_cuda(p))) {
+        /* the same words as on the host: draw there, copy in */
+        StaxTensor *h = stax_tensor_is_cuda(t) ? stax_tensor_host_span(t)
+                                               : (StaxTensor *)Py_NewRef(t);
+        StaxTensor *hp = p == NULL ? NULL
+            : stax_tensor_is_cuda(p) ? stax_tensor_host_span(p)
+            : (StaxTensor *)Py_NewRef(p);
+        int rc = -1;
+        if (h != NULL && (p == NULL || hp != NULL)
+            && fill(h, g, dist, a, b, ia, ib, hp) == 0) {
+            rc = stax_tensor_is_cuda(t) ? stax_tensor_upload_span(t, h) : 0;
+        }
+        Py_XDECREF(h);
+        Py_XDECREF(hp);
+        return rc;
+    }
     int W = words_per_element(dist, t->dtype);
     uint64_t base = g->offset / 4;
     g->offset += ((uint64_t)n * W + 3) & ~(uint64_t)3;

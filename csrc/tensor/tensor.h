@@ -31,7 +31,13 @@ typedef struct {
     char *data;           /* base pointer */
     int64_t nbytes;
     uint64_t version;     /* bumped by every in-place write to any view */
+    int device;           /* STAX_DEV_CPU: owner is a NumPy array;
+                             STAX_DEV_CUDA: owner is a device block of the
+                             caching allocator and data a device address */
 } StaxStorage;
+
+#define STAX_DEV_CPU 0
+#define STAX_DEV_CUDA 1
 
 typedef struct {
     PyObject_HEAD
@@ -91,6 +97,27 @@ StaxTensor *stax_tensor_from_array(PyObject *ndarray); /* no copy; negative stri
  * what picks a back end by device (lower) learns of "cuda" tensors when the
  * GPU runtime gives storages a device. */
 const char *stax_tensor_device_type(const StaxTensor *t);
+/* "cpu" or "cuda:0" (PyTorch's str(t.device)) */
+const char *stax_tensor_device_str(const StaxTensor *t);
+#define stax_tensor_is_cuda(t) ((t)->storage->device == STAX_DEV_CUDA)
+
+/* ---- CUDA tensors (device_tensor.c; the device room does the work) ----
+ * device: STAX_DEV_CPU / STAX_DEV_CUDA. Copies between devices carry no
+ * autograd history (Tensor.to records it). */
+StaxTensor *stax_tensor_empty_on(int ndim, const int64_t *sizes,
+                                 stax_dtype_t dt, int device);
+StaxTensor *stax_tensor_zeros_on(int ndim, const int64_t *sizes,
+                                 stax_dtype_t dt, int device);
+/* t itself (new ref) when already there, else a contiguous copy */
+StaxTensor *stax_tensor_to_device(StaxTensor *t, int device);
+/* a host tensor with t's sizes/strides viewing a host copy of the bytes a
+ * CUDA tensor t reaches (synchronizes), and the write-back of such a copy */
+StaxTensor *stax_tensor_host_span(StaxTensor *t);
+int stax_tensor_upload_span(StaxTensor *t, StaxTensor *host);
+/* None/str/device/int -> *device (None keeps it); "cuda" without a GPU:
+ * RuntimeError("CUDA is not available: ...") */
+int stax_parse_device(PyObject *o, int *device);
+PyObject *stax_device_object(int device);   /* borrowed tensorplay.device */
 /* contiguous, uninitialized, exact type Tensor; negative size or an
  * overflowing element count -> RuntimeError */
 StaxTensor *stax_tensor_empty(int ndim, const int64_t *sizes, stax_dtype_t dt);
@@ -225,6 +252,8 @@ typedef enum {
     STAX_PY_FUNCTIONAL,       /* tensorplay.functional (decompositions) */
     STAX_PY_OPS,              /* tensorplay.ops: tp.ops.<name>.<overload> */
     STAX_PY_REBUILD_TENSOR,   /* tensorplay._tensor._rebuild_tensor (pickle) */
+    STAX_PY_CUDA_DISPATCH,    /* tensorplay.cuda._dispatch: eager ops on CUDA
+                                 tensors (kernels, cuBLAS, host fallback) */
     STAX_PY_COUNT
 } stax_py_key;
 /* borrowed; NULL + RuntimeError when the package has not registered it */

@@ -67,6 +67,7 @@ storage_new(PyObject *owner, char *data, int64_t nbytes)
     s->data = data;
     s->nbytes = nbytes;
     s->version = 0;
+    s->device = STAX_DEV_CPU;
     return s;
 }
 
@@ -307,6 +308,14 @@ PyObject *
 stax_tensor_as_array(StaxTensor *t)
 {
     npy_intp dims[STAX_MAX_DIMS], strides[STAX_MAX_DIMS];
+    if (stax_tensor_is_cuda(t)) {
+        /* torch's words: no host view of device memory */
+        PyErr_SetString(PyExc_TypeError,
+                        "can't convert cuda:0 device type tensor to numpy. "
+                        "Use Tensor.cpu() to copy the tensor to host memory "
+                        "first.");
+        return NULL;
+    }
     int isz = stax_dtype_itemsize(t->dtype);
     for (int i = 0; i < t->ndim; i++) {
         dims[i] = t->sizes[i];
@@ -349,6 +358,10 @@ PyObject *
 stax_tensor_copy_into(StaxTensor *dst, PyObject *src)
 {
     PyObject *darr = NULL, *sarr = NULL, *res = NULL;
+    if (stax_tensor_is_cuda(dst) || (StaxTensor_Check(src)
+                                     && stax_tensor_is_cuda((StaxTensor *)src))) {
+        return stax_tensor_cuda_copy_into(dst, src);
+    }
     darr = stax_tensor_as_array(dst);
     if (darr == NULL) {
         goto done;
@@ -418,6 +431,9 @@ stax_tensor_to_dtype(StaxTensor *t, stax_dtype_t dt, int copy)
     if (dt == t->dtype && !copy) {
         return (StaxTensor *)Py_NewRef(t);
     }
+    if (stax_tensor_is_cuda(t)) {
+        return stax_tensor_cuda_to_dtype(t, dt, copy);
+    }
     StaxTensor *r = stax_tensor_empty(t->ndim, t->sizes, dt);
     if (r == NULL) {
         return NULL;
@@ -444,6 +460,9 @@ stax_tensor_item(StaxTensor *t)
                      "a Tensor with %lld elements cannot be converted to "
                      "Scalar", (long long)n);
         return NULL;
+    }
+    if (stax_tensor_is_cuda(t)) {
+        return stax_tensor_cuda_item(t);
     }
     char *p = STAX_TENSOR_DATA(t);
     switch (t->dtype) {

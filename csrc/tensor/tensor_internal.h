@@ -117,6 +117,14 @@ int stax_tensor_override_init(void);
 PyObject *stax_tensor_override_item(PyObject *self, PyObject *key,
                                     PyObject *value, int *handled);
 
+/* device_tensor.c: host round trips of CUDA tensors */
+int stax_tensor_device_init(PyObject *m);
+PyObject *stax_tensor_cuda_item(StaxTensor *t);
+PyObject *stax_tensor_cuda_copy_into(StaxTensor *dst, PyObject *src);
+StaxTensor *stax_tensor_cuda_to_dtype(StaxTensor *t, stax_dtype_t dt, int copy);
+PyObject *stax_tensor_cuda_getitem(StaxTensor *t, PyObject *key);
+int stax_tensor_cuda_setitem(StaxTensor *t, PyObject *key, PyObject *value);
+
 /* creation.c */
 int stax_tensor_creation_init(PyObject *m);
 

@@ -25,14 +25,20 @@ get_dtype(PyObject *self, void *c)
 const char *
 stax_tensor_device_type(const StaxTensor *t)
 {
-    (void)t;     /* every storage is host memory (a NumPy array) today */
-    return "cpu";
+    return t->storage->device == STAX_DEV_CUDA ? "cuda" : "cpu";
 }
 
 static PyObject *
 get_device(PyObject *self, void *c)
 {
-    return Py_NewRef(stax_cpu_device());
+    PyObject *d = stax_device_object(SELF->storage->device);
+    return d ? Py_NewRef(d) : NULL;
+}
+
+static PyObject *
+get_is_cuda(PyObject *self, void *c)
+{
+    return PyBool_FromLong(stax_tensor_is_cuda(SELF));
 }
 
 static PyObject *
@@ -230,7 +236,7 @@ PyGetSetDef stax_tensor_getset[] = {
     {"grad_fn", get_grad_fn, NULL, NULL, NULL},
     {"output_nr", get_output_nr, NULL, NULL, NULL},
     {"_output_nr", get_output_nr, NULL, NULL, NULL},
-    {"is_cuda", get_false, NULL, NULL, NULL},
+    {"is_cuda", get_is_cuda, NULL, NULL, NULL},
     {"is_cpu", get_true, NULL, NULL, NULL},
     {"is_sparse", get_false, NULL, NULL, NULL},
     {"is_quantized", get_false, NULL, NULL, NULL},
@@ -399,6 +405,12 @@ m_item(PyObject *self, PyObject *unused)
 static PyObject *
 m_tolist(PyObject *self, PyObject *unused)
 {
+    if (stax_tensor_is_cuda(SELF)) {
+        StaxTensor *h = stax_tensor_to_device(SELF, STAX_DEV_CPU);
+        PyObject *r = h ? m_tolist((PyObject *)h, NULL) : NULL;
+        Py_XDECREF(h);
+        return r;
+    }
     PyObject *arr = stax_tensor_as_array(SELF), *r;
     if (arr == NULL) {
         return NULL;
@@ -408,40 +420,48 @@ m_tolist(PyObject *self, PyObject *unused)
     return r;
 }
 
+/* t moved to device: a copy with t's grad flags as a result of an op */
+static PyObject *
+move_to(StaxTensor *t, int device)
+{
+    StaxTensor *r = stax_tensor_to_device(t, device);
+    if (r != NULL && r != t && t->requires_grad && stax_grad_enabled()) {
+        stax_tensor_set_result_requires_grad(r, 1);
+    }
+    return (PyObject *)r;
+}
+
 static PyObject *
 m_to(PyObject *self, PyObject *args, PyObject *kw)
 {
     STAX_OVERRIDE_VARARGS("to");
     stax_dtype_t dt = SELF->dtype;
-    int copy = 0;
+    int copy = 0, device = SELF->storage->device;
     Py_ssize_t n = PyTuple_GET_SIZE(args);
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *a = PyTuple_GET_ITEM(args, i);
         if (StaxTensor_Check(a)) {
             dt = ((StaxTensor *)a)->dtype;
+            device = ((StaxTensor *)a)->storage->device;
         }
         else if (PyUnicode_Check(a) || Py_IS_TYPE(a, &StaxDevice_TypeObj)) {
-            PyObject *s = PyObject_Str(a);
-            if (s == NULL) {
-                return NULL;
+            stax_dtype_t tmp;
+            if (PyUnicode_Check(a) && stax_dtype_from_object(a, &tmp) == 0) {
+                dt = tmp;
+                continue;
             }
-            int ok = PyUnicode_CompareWithASCIIString(s, "cpu") == 0;
-            Py_DECREF(s);
-            if (!ok) {
-                stax_dtype_t tmp;
-                if (PyUnicode_Check(a) && stax_dtype_from_object(a, &tmp) == 0) {
-                    dt = tmp;
-                    continue;
-                }
-                PyErr_Clear();
-                PyErr_Format(PyExc_RuntimeError,
-                             "tensorplay tensors live on the cpu device; "
-                             "cannot move to %R", a);
+            PyErr_Clear();
+            if (stax_parse_device(a, &device) < 0) {
                 return NULL;
             }
         }
         else if (PyBool_Check(a)) {
             continue;   /* non_blocking */
+        }
+        else if (PyLong_Check(a)) {
+            if (stax_parse_device(a, &device) < 0) {
+                return NULL;
+            }
         }
         else if (stax_dtype_from_object(a, &dt) < 0) {
             return NULL;
@@ -457,22 +477,52 @@ m_to(PyObject *self, PyObject *args, PyObject *kw)
             copy = PyObject_IsTrue(v);
         }
         v = PyDict_GetItemString(kw, "device");
-        if (v != NULL && v != Py_None) {
-            PyObject *s = PyObject_Str(v);
-            if (s == NULL) {
-                return NULL;
-            }
-            int ok = PyUnicode_CompareWithASCIIString(s, "cpu") == 0;
-            Py_DECREF(s);
-            if (!ok) {
-                PyErr_Format(PyExc_RuntimeError,
-                             "tensorplay tensors live on the cpu device; "
-                             "cannot move to %R", v);
+        if (v != NULL && stax_parse_device(v, &device) < 0) {
+            return NULL;
+        }
+    }
+    if (device != SELF->storage->device) {
+        PyObject *moved = move_to(SELF, device), *r;
+        if (moved == NULL || dt == SELF->dtype) {
+            return moved;
+        }
+        r = (PyObject *)stax_tensor_to_dtype((StaxTensor *)moved, dt, 0);
+        Py_DECREF(moved);
+        return r;
+    }
+    return (PyObject *)stax_tensor_to_dtype(SELF, dt, copy);
+}
+
+static PyObject *
+m_cuda(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"device", "non_blocking", "memory_format", NULL};
+    PyObject *dev = Py_None, *nb = NULL, *mf = NULL;
+    int device = STAX_DEV_CUDA;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OOO:cuda", kwlist, &dev, &nb,
+                                     &mf)) {
+        return NULL;
+    }
+    if (dev == Py_None) {
+        dev = NULL;
+        if (!stax_tensor_is_cuda(SELF)) {
+            PyObject *s = PyUnicode_FromString("cuda");
+            int rc = s ? stax_parse_device(s, &device) : -1;
+            Py_XDECREF(s);
+            if (rc < 0) {
                 return NULL;
             }
         }
     }
-    return (PyObject *)stax_tensor_to_dtype(SELF, dt, copy);
+    else if (stax_parse_device(dev, &device) < 0) {
+        return NULL;
+    }
+    if (device != STAX_DEV_CUDA) {
+        PyErr_Format(PyExc_RuntimeError, "Invalid device, must be cuda "
+                     "device");
+        return NULL;
+    }
+    return move_to(SELF, STAX_DEV_CUDA);
 }
 
 #define CAST_METHOD(NAME, DT)                                           \
@@ -554,7 +604,7 @@ m_untyped_storage(PyObject *self, PyObject *unused)
 static PyObject *
 m_cpu(PyObject *self, PyObject *unused)
 {
-    return Py_NewRef(self);
+    return move_to(SELF, STAX_DEV_CPU);
 }
 
 static PyObject *
@@ -747,6 +797,9 @@ PyMethodDef stax_tensor_methods[] = {
     {"detach", m_detach, METH_NOARGS, NULL},
     {"detach_", m_detach_, METH_NOARGS, NULL},
     {"cpu", m_cpu, METH_NOARGS, NULL},
+    {"cuda", (PyCFunction)(void (*)(void))m_cuda, METH_VARARGS | METH_KEYWORDS,
+     "cuda(device=None, non_blocking=False) -> this tensor on cuda:0 (a copy "
+     "unless it is there already)"},
     {"untyped_storage", m_untyped_storage, METH_NOARGS,
      "the Storage (shared by every view; ._version, .data_ptr(), .nbytes())"},
     {"requires_grad_", (PyCFunction)(void (*)(void))m_requires_grad_, METH_VARARGS | METH_KEYWORDS, NULL},

@@ -100,6 +100,20 @@ stax_trace_collect_extents(PyObject *o, PyObject *extents)
     return 0;
 }
 
+/* elements [lo, lo + n) of src's storage into the same positions of
+ * dst's (either may live on the device): through 1-d views */
+static int
+copy_range(StaxTensor *dst, StaxTensor *src, int64_t lo, int64_t n)
+{
+    int64_t one = 1;
+    StaxTensor *d = stax_tensor_view(dst, 1, &n, &one, lo);
+    StaxTensor *s = d ? stax_tensor_view(src, 1, &n, &one, lo) : NULL;
+    int rc = s ? stax_tensor_copy_from(d, (PyObject *)s) : -1;
+    Py_XDECREF(d);
+    Py_XDECREF(s);
+    return rc;
+}
+
 /* New reference: the stand-in of t; bases caches one copy per storage. */
 PyObject *
 stax_trace_stand_in(StaxTensor *t, PyObject *extents, PyObject *bases,
@@ -128,13 +142,22 @@ stax_trace_stand_in(StaxTensor *t, PyObject *extents, PyObject *bases,
         }
         /* the copy sits at the same position (the prefix is zeroed, never
          * read), so the storage offset is kept too */
-        base = stax_tensor_empty(1, &hi, t->dtype);
+        base = stax_tensor_is_cuda(t)
+            ? stax_tensor_zeros_on(1, &hi, t->dtype, STAX_DEV_CUDA)
+            : stax_tensor_empty(1, &hi, t->dtype);
         if (base == NULL || PyDict_SetItem(bases, key, (PyObject *)base) < 0) {
             Py_XDECREF(base);
             Py_DECREF(key);
             return NULL;
         }
-        if (lazy != NULL) {
+        if (stax_tensor_is_cuda(t)) {
+            /* a device copy on the stream (cheap: never deferred) */
+            if (hi > lo && copy_range(base, t, lo, hi - lo) < 0) {
+                Py_DECREF(key);
+                return NULL;
+            }
+        }
+        else if (lazy != NULL) {
             /* copied when a value is asked for (trace_lazy.c) */
             if (stax_trace_lazy_input(lazy, base, t, lo, hi) < 0) {
                 Py_DECREF(key);
@@ -144,7 +167,7 @@ stax_trace_stand_in(StaxTensor *t, PyObject *extents, PyObject *bases,
         else if (lo > 0) {
             memset(STAX_TENSOR_DATA(base), 0, (size_t)(lo * isz));
         }
-        if (lazy == NULL && hi > lo) {
+        if (lazy == NULL && hi > lo && !stax_tensor_is_cuda(t)) {
             memcpy(STAX_TENSOR_DATA(base) + lo * isz,
                    t->storage->data + lo * isz, (size_t)((hi - lo) * isz));
         }
@@ -169,8 +192,20 @@ stax_trace_snapshot_add(PyObject *snap, PyObject *o)
     int isz = stax_dtype_itemsize(t->dtype);
     PyObject *b, *e;
     extent(t, &lo, &len);
-    b = PyBytes_FromStringAndSize(t->storage->data + lo * isz,
-                                  (Py_ssize_t)(len * isz));
+    if (stax_tensor_is_cuda(t)) {
+        /* a device copy of the extent, at the same positions */
+        int64_t end = lo + len;
+        StaxTensor *c = stax_tensor_empty_on(1, &end, t->dtype, STAX_DEV_CUDA);
+        if (c == NULL || (len > 0 && copy_range(c, t, lo, len) < 0)) {
+            Py_XDECREF(c);
+            return -1;
+        }
+        b = (PyObject *)c;
+    }
+    else {
+        b = PyBytes_FromStringAndSize(t->storage->data + lo * isz,
+                                      (Py_ssize_t)(len * isz));
+    }
     if (b == NULL) {
         return -1;
     }
@@ -200,8 +235,15 @@ stax_trace_snapshot_restore(PyObject *snap)
             continue;
         }
         extent(t, &lo, &len);
-        memcpy(t->storage->data + lo * stax_dtype_itemsize(t->dtype),
-               PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b));
+        if (StaxTensor_Check(b)) {
+            if (len > 0 && copy_range(t, (StaxTensor *)b, lo, len) < 0) {
+                PyErr_WriteUnraisable(b);    /* restore has no error path */
+            }
+        }
+        else {
+            memcpy(t->storage->data + lo * stax_dtype_itemsize(t->dtype),
+                   PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b));
+        }
         t->storage->version = v;
     }
 }

@@ -6,7 +6,7 @@ docs/architecture.md for how the package and the C extension are laid out)."""
 from tensorplay import _C  # noqa: F401
 from tensorplay._tensor import *  # noqa: F401,F403
 from tensorplay._ops import *  # noqa: F401,F403
-from tensorplay import random, functional, ops, nn, graph, compiler, autograd, optim  # noqa: F401
+from tensorplay import random, functional, ops, nn, graph, compiler, autograd, optim, cuda  # noqa: F401
 from tensorplay._compile import *  # noqa: F401,F403
 import sys as _sys
 from tensorplay import _tensor as _tensor_mod
@@ -16,6 +16,7 @@ _C._register("tensorplay", _sys.modules[__name__])
 _C._register("tensorplay.functional", functional)
 _C._register("tensorplay.ops", ops)
 _C._register("tensorplay._tensor._rebuild_tensor", _tensor_mod._rebuild_tensor)
+_C._register("tensorplay.cuda._dispatch", cuda._dispatch)
 del _sys, _tensor_mod
 
 __version__ = "0.1.0"

@@ -232,10 +232,12 @@ def can_cast(from_, to):
 # ---- creation ---------------------------------------------------------------
 
 def _check_device(dev):
+    """None for the host, else the CUDA device object (RuntimeError "CUDA is
+    not available: ..." without a GPU)."""
     if dev is None:
-        return
-    if str(dev) != "cpu":
-        raise RuntimeError(f"tensorplay tensors live on the cpu device; got device={dev!r}")
+        return None
+    d = _C._parse_device(dev)
+    return None if d.type == "cpu" else d
 
 
 def _sizes(size):
@@ -253,7 +255,9 @@ def _sizes(size):
     return tuple(out)
 
 
-def _finish(t, requires_grad):
+def _finish(t, requires_grad, device=None):
+    if device is not None:
+        t = _C._to_device(t, device)
     if requires_grad:
         t.requires_grad_(True)
     return t
@@ -307,7 +311,7 @@ def _to_numpy_data(data):
 
 
 def _tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False):
-    _check_device(device)
+    device = _check_device(device)
     if isinstance(data, str) or data is None:
         raise TypeError(f"new(): invalid data type '{type(data).__name__}'")
     if type(data) is list or type(data) is tuple:
@@ -325,12 +329,12 @@ def _tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False
             npdt = _NP[dt]
             if arr.dtype != npdt:
                 arr = arr.astype(npdt)
-            return _finish(_C.from_numpy(arr), requires_grad)
+            return _finish(_C.from_numpy(arr), requires_grad, device)
     dt = _as_dtype(dtype) if dtype is not None else _infer_dtype(data)
     arr = np.array(_to_numpy_data(data), dtype=_NP[dt], copy=True, order="C")
     if arr.dtype.byteorder not in "=|":
         arr = arr.astype(arr.dtype.newbyteorder("="))
-    return _finish(_C.from_numpy(arr), requires_grad)
+    return _finish(_C.from_numpy(arr), requires_grad, device)
 
 
 _scalar_tensor = _C._scalar_tensor
@@ -350,7 +354,7 @@ def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False)
 
 @_tf
 def as_tensor(data, dtype=None, device=None):
-    _check_device(device)
+    device = _check_device(device)
     if isinstance(data, Tensor):
         return data if dtype is None else data.to(dtype)
     if isinstance(data, np.ndarray):
@@ -368,9 +372,9 @@ def from_numpy(ndarray):
 
 
 def _make(fn, size, dtype, device, requires_grad, default=None):
-    _check_device(device)
+    device = _check_device(device)
     dt = _as_dtype(dtype) if dtype is not None else (default or get_default_dtype())
-    return _finish(_C.from_numpy(fn(_sizes(size), _NP[dt])), requires_grad)
+    return _finish(_C.from_numpy(fn(_sizes(size), _NP[dt])), requires_grad, device)
 
 
 zeros = _C.zeros
@@ -381,9 +385,9 @@ empty = _C.empty
 def empty_strided(size, stride, *, dtype=None, device=None, requires_grad=False, layout=None,
                   pin_memory=False):
     """An uninitialized tensor with the given sizes and strides (in elements)."""
-    _check_device(device)
+    device = _check_device(device)
     dt = _as_dtype(dtype) if dtype is not None else get_default_dtype()
-    return _finish(_C.empty_strided(tuple(size), tuple(stride), dt), requires_grad)
+    return _finish(_C.empty_strided(tuple(size), tuple(stride), dt), requires_grad, device)
 
 
 def _scalar_dtype(v):
@@ -398,14 +402,14 @@ def _scalar_dtype(v):
 
 @_tf
 def full(size, fill_value, dtype=None, device=None, requires_grad=False, out=None, layout=None):
-    _check_device(device)
+    device = _check_device(device)
     if isinstance(size, _int):
         size = (size,)
     dt = _as_dtype(dtype) if dtype is not None else _scalar_dtype(fill_value)
     if isinstance(fill_value, Tensor):
         fill_value = fill_value.item()
     arr = np.full(_sizes((tuple(size),)), fill_value, dtype=_NP[dt])
-    return _finish(_C.from_numpy(arr), requires_grad)
+    return _finish(_C.from_numpy(arr), requires_grad, device)
 
 
 def _num(v):
@@ -416,7 +420,7 @@ def _num(v):
 
 def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=False, out=None,
            layout=None):
-    _check_device(device)
+    device = _check_device(device)
     start, end, step = _num(start), _num(end), _num(step)
     if end is None:
         start, end = 0, start
@@ -438,12 +442,12 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=Fa
         arr = vals.astype(_NP[dt])
     else:
         arr = np.arange(start, end, step, dtype=np.int64).astype(_NP[dt])
-    return _finish(_C.from_numpy(np.ascontiguousarray(arr)), requires_grad)
+    return _finish(_C.from_numpy(np.ascontiguousarray(arr)), requires_grad, device)
 
 
 def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False, out=None,
              layout=None):
-    _check_device(device)
+    device = _check_device(device)
     start, end = _num(start), _num(end)
     if not isinstance(steps, (_int, np.integer)) or isinstance(steps, _bool):
         raise TypeError(f"linspace(): argument 'steps' must be int, not {type(steps).__name__}")
@@ -463,7 +467,7 @@ def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False,
                         np.float64(end_c) - step * (steps - 1 - i))
     if not dt.is_floating_point:
         vals = np.trunc(vals)
-    return _finish(_C.from_numpy(np.ascontiguousarray(vals.astype(_NP[dt]))), requires_grad)
+    return _finish(_C.from_numpy(np.ascontiguousarray(vals.astype(_NP[dt]))), requires_grad, device)
 
 
 def logspace(start, end, steps, base=10.0, *, dtype=None, device=None, requires_grad=False):
@@ -473,13 +477,13 @@ def logspace(start, end, steps, base=10.0, *, dtype=None, device=None, requires_
 
 
 def eye(n, m=None, *, dtype=None, device=None, requires_grad=False, out=None, layout=None):
-    _check_device(device)
+    device = _check_device(device)
     if n < 0:
         raise RuntimeError(f"n must be greater or equal to 0, got {n}")
     if m is not None and m < 0:
         raise RuntimeError(f"m must be greater or equal to 0, got {m}")
     dt = _as_dtype(dtype) if dtype is not None else get_default_dtype()
-    return _finish(_C.from_numpy(np.eye(n, m, dtype=_NP[dt])), requires_grad)
+    return _finish(_C.from_numpy(np.eye(n, m, dtype=_NP[dt])), requires_grad, device)
 
 
 def _like(input, dtype):
@@ -492,6 +496,7 @@ def _like(input, dtype):
 def zeros_like(input, *, dtype=None, device=None, requires_grad=False, memory_format=None,
                layout=None):
     shape, dt = _like(input, dtype)
+    device = input.device if device is None else device
     return zeros(shape, dtype=dt, device=device, requires_grad=requires_grad)
 
 
@@ -499,6 +504,7 @@ def zeros_like(input, *, dtype=None, device=None, requires_grad=False, memory_fo
 def ones_like(input, *, dtype=None, device=None, requires_grad=False, memory_format=None,
               layout=None):
     shape, dt = _like(input, dtype)
+    device = input.device if device is None else device
     return ones(shape, dtype=dt, device=device, requires_grad=requires_grad)
 
 
@@ -506,6 +512,7 @@ def ones_like(input, *, dtype=None, device=None, requires_grad=False, memory_for
 def empty_like(input, *, dtype=None, device=None, requires_grad=False, memory_format=None,
                layout=None):
     shape, dt = _like(input, dtype)
+    device = input.device if device is None else device
     return empty(shape, dtype=dt, device=device, requires_grad=requires_grad)
 
 
@@ -513,6 +520,7 @@ def empty_like(input, *, dtype=None, device=None, requires_grad=False, memory_fo
 def full_like(input, fill_value, *, dtype=None, device=None, requires_grad=False,
               memory_format=None, layout=None):
     shape, dt = _like(input, dtype)
+    device = input.device if device is None else device
     return full(shape, fill_value, dtype=dt, device=device, requires_grad=requires_grad)
 
 
@@ -520,6 +528,7 @@ def full_like(input, fill_value, *, dtype=None, device=None, requires_grad=False
 def rand_like(input, *, dtype=None, device=None, requires_grad=False, memory_format=None,
               generator=None, layout=None):
     shape, dt = _like(input, dtype)
+    device = input.device if device is None else device
     return rand(shape, dtype=dt, device=device, requires_grad=requires_grad, generator=generator)
 
 
@@ -527,6 +536,7 @@ def rand_like(input, *, dtype=None, device=None, requires_grad=False, memory_for
 def randn_like(input, *, dtype=None, device=None, requires_grad=False, memory_format=None,
                generator=None, layout=None):
     shape, dt = _like(input, dtype)
+    device = input.device if device is None else device
     return randn(shape, dtype=dt, device=device, requires_grad=requires_grad, generator=generator)
 
 
@@ -536,6 +546,7 @@ def randint_like(input, low=0, high=None, *, dtype=None, device=None, requires_g
     if high is None:
         low, high = 0, low
     shape, dt = _like(input, dtype)
+    device = input.device if device is None else device
     return randint(low, high, shape, dtype=dt, device=device, generator=generator)
 
 
@@ -600,7 +611,7 @@ def randperm(n, *, generator=None, dtype=None, device=None, requires_grad=False,
     _C._fill_keys(keys, generator)
     perm = np.argsort(keys.numpy(), kind="stable")
     dt = _as_dtype(dtype) if dtype is not None else int64
-    return _finish(_C.from_numpy(perm.astype(_NP[dt])), requires_grad)
+    return _finish(_C.from_numpy(perm.astype(_NP[dt])), requires_grad, _check_device(device))
 
 
 @_tf
@@ -685,12 +696,14 @@ def _exponential_(self, lambd=1.0, *, generator=None):
 
 def _new_tensor(self, data, dtype=None, device=None, requires_grad=False):
     return tensor(data, dtype=self.dtype if dtype is None else dtype,
+                  device=self.device if device is None else device,
                   requires_grad=requires_grad)
 
 
 def _new_factory(fn):
     def method(self, *size, dtype=None, device=None, requires_grad=False, **kw):
         return fn(*size, dtype=self.dtype if dtype is None else dtype,
+                  device=self.device if device is None else device,
                   requires_grad=requires_grad)
     method.__name__ = "new_" + fn.__name__
     return method
@@ -698,16 +711,12 @@ def _new_factory(fn):
 
 def _new_full(self, size, fill_value, dtype=None, device=None, requires_grad=False):
     return full(size, fill_value, dtype=self.dtype if dtype is None else dtype,
+                device=self.device if device is None else device,
                 requires_grad=requires_grad)
 
 
 def _type_as(self, other):
     return self.to(other.dtype)
-
-
-def _cuda(self, *args, **kwargs):
-    raise RuntimeError("tensorplay tensors live on the cpu device (no CUDA tensors; the GPU "
-                       "back end compiles kernels only)")
 
 
 def _contains(self, element):
@@ -741,7 +750,7 @@ def _array_wrap(self, array, context=None, return_scalar=False):
 def _tensor_dir_methods():
     return {
         "__array_wrap__": _array_wrap,
-        "type_as": _type_as, "cuda": _cuda, "__contains__": _contains,
+        "type_as": _type_as, "__contains__": _contains,
         "__reversed__": _reversed, "dim_order": _dim_order,
         "is_complex": lambda self: False, "is_signed": lambda self: self.dtype.is_signed,
         "share_memory_": lambda self: self, "is_shared": lambda self: False,
@@ -912,7 +921,12 @@ def _tensor_repr(self, prefix="tensor("):
     suffixes = []
     dt = self.dtype
     has_default = dt in (get_default_dtype(), int64, bool)
-    a = self.numpy(force=True)
+    if self.is_cuda:
+        # printing reads the values: a host copy (waits for the stream)
+        suffixes.append("device='" + str(self.device) + "'")
+        a = _C._to_device(self, "cpu").numpy(force=True)
+    else:
+        a = self.numpy(force=True)
     if a.size == 0:
         if self.dim() != 1:
             suffixes.append("size=" + str(tuple(self.shape)))

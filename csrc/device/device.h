@@ -1,0 +1,75 @@
+/* Public header of the device room: the CUDA runtime. libcuda (and cuBLAS)
+ * are dlopen()ed on first use and never linked, so the extension builds
+ * and imports without CUDA headers or a GPU. One context (the primary one)
+ * and one stream per device; every launch, copy and memset goes on that
+ * stream, so work is ordered without events; a host read synchronizes.
+ *
+ * Memory comes from the caching allocator: blocks are rounded up to a size
+ * class (512 bytes below 1 MiB, 2 MiB above), kept in per-class free lists
+ * when their tensor dies, and reused by the next request of that class;
+ * nothing goes back to the driver on the hot path, only through
+ * stax_cuda_empty_cache() (tp.cuda.empty_cache) or once when an
+ * allocation fails (then OutOfMemoryError if it fails again).
+ *
+ * Knows no tensor: pointers and byte counts only. */
+#ifndef STAX_DEVICE_H
+#define STAX_DEVICE_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef unsigned long long stax_cuptr;   /* CUdeviceptr */
+
+/* 0 when a driver and a device are usable; -1 + RuntimeError("CUDA is not
+ * available: ...") naming what was looked for. Makes the context current. */
+int stax_cuda_init(void);
+int stax_cuda_is_available(void);   /* no exception */
+int stax_cuda_device_count(void);   /* 0 without a driver; no exception */
+
+/* The storage owner of a device block: a Python object whose dealloc
+ * returns the block to the allocator. New reference; *ptr gets the device
+ * address. nbytes 0 gives a valid (1-byte class) block. NULL +
+ * tensorplay.cuda.OutOfMemoryError (a RuntimeError) or RuntimeError. */
+PyObject *stax_cuda_block_new(size_t nbytes, stax_cuptr *ptr);
+extern PyObject *stax_cuda_oom_error;     /* OutOfMemoryError type */
+
+/* stream-ordered copies and fills; -1 + RuntimeError with the CUDA error
+ * name. d2h synchronizes the stream first (host reads see every write). */
+int stax_cuda_h2d(stax_cuptr dst, const void *src, size_t n);
+int stax_cuda_d2h(void *dst, stax_cuptr src, size_t n);
+int stax_cuda_d2d(stax_cuptr dst, stax_cuptr src, size_t n);
+int stax_cuda_memset(stax_cuptr dst, unsigned char v, size_t n);
+int stax_cuda_synchronize(void);
+
+/* Kernels: load a module image (PTX text or CUBIN bytes) once; the handle
+ * is a CUfunction. Launch on the device's stream, asynchronously. */
+int stax_cuda_module_function(const void *image, const char *name,
+                              void **module, void **function);
+void stax_cuda_module_unload(void *module);
+int stax_cuda_launch(void *function, const int64_t grid[3],
+                     const int64_t block[3], void **params);
+/* "sm_XY" of the current device */
+int stax_cuda_arch(char *out, size_t cap);
+/* the stream (CUstream) of the current device, for libraries (cuBLAS) */
+void *stax_cuda_stream(void);
+/* dlsym in libcuda (after stax_cuda_init), NULL if absent */
+void *stax_cuda_symbol(const char *name);
+/* -1 + RuntimeError("CUDA driver: <what> failed: <name> (<code>)") unless r == 0 */
+int stax_cuda_check(int r, const char *what);
+
+/* GEMM through cuBLAS (dlopen'ed): column-major C = op(A) op(B) for
+ * float32 (dtype 0) or float64 (dtype 1), batched with strides
+ * (batch = 1: one product). -1 + RuntimeError("cuBLAS ...") when the
+ * library is missing or a call fails. */
+int stax_cuda_gemm(int dtype, int transa, int transb, int64_t m, int64_t n,
+                   int64_t k, stax_cuptr a, int64_t lda, int64_t stride_a,
+                   stax_cuptr b, int64_t ldb, int64_t stride_b, stax_cuptr c,
+                   int64_t ldc, int64_t stride_c, int64_t batch);
+int stax_cublas_available(void);
+
+/* room init: tensorplay._C functions cuda_* and OutOfMemoryError */
+int stax_device_module_init(PyObject *m);
+
+#endif
