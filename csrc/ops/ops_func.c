@@ -377,6 +377,13 @@ run_op_meta(const stax_op_info *op, PyObject *const *args, size_t nargsf,
         Py_DECREF(types);
         return stax_ops_meta_unsupported();
     }
+    for (Py_ssize_t i = 0; i < nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0); i++) {
+        if (has_cuda(args[i])) {
+            /* the meta kernels make host results: CUDA values are computed
+             * (a generated kernel on the device) */
+            return stax_ops_meta_unsupported();
+        }
+    }
     stax_ops_meta_mode = 1;
     res = stax_ops_eager_c(op, args, nargs, kwnames);
     stax_ops_meta_mode = 0;
