@@ -200,7 +200,9 @@ def test_expanded_input():
 
 
 def test_cat_stack_pad_gather():
-    run(lambda a, c: tp.cat([a, c], 0) * 2, x, y, kernels=1, **EXACT)
+    # cat writes each input into its segment (one kernel, the two copies of
+    # equal shape merged), the consumer reads the result: issue 16 item 6
+    run(lambda a, c: tp.cat([a, c], 0) * 2, x, y, kernels=2, **EXACT)
     run(lambda a, c: tp.cat([a, c], 1), x, y, kernels=1, **EXACT)
     run(lambda a, c: tp.stack([a, c], 0), x, y, kernels=1, **EXACT)
     run(lambda a: F.pad(a, (1, 2)), x, kernels=1, **EXACT)
@@ -208,6 +210,19 @@ def test_cat_stack_pad_gather():
     run(lambda a, i: a.index_select(0, i), x, idx, kernels=2, **EXACT)   # + the index check
     gi = tp.from_numpy(rng.integers(0, 8, (6, 3)))
     run(lambda a, i: a.gather(1, i), x, gi, kernels=1, **EXACT)   # the index check fused in
+
+
+def test_cat_is_one_copy_per_input_not_a_select_chain():
+    xs = [T(5, 3 + i) for i in range(6)]
+    cf = run(lambda *a: tp.cat([t * 2 for t in a], 1), *xs, **EXACT)
+    ks = cf.versions[0].kernels
+    assert ks and all("where" not in k.loop_ir and "select" not in k.loop_ir for k in ks)
+    # each segment's producer (t * 2) is fused into its copy
+    assert len(ks) == 6 and all(k.name.split("_")[-1] in ("cat", "mul") or "cat" in k.name
+                                for k in ks), [k.name for k in ks]
+    ys = [T(4, 7) for _ in range(5)]
+    run(lambda *a: tp.stack(a, 1) + 1, *ys, kernels=2, **EXACT)
+    run(lambda a, c, e: tp.cat([a, c, e], 0), x, y, x, kernels=1, **EXACT)
 
 
 def test_matmul_library_call_with_fused_epilogue():

@@ -71,6 +71,69 @@ lw_lower_cat(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *out,
     int64_t off = 0;
     const stax_ix *ov[STAX_MAX_DIMS];
     lw_ident_vars(c, out->ndim, ov);
+    int nonempty = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        vbuf *v = lw_arg_vb(in, PySequence_Fast_GET_ITEM(ts, i));
+        if (v == NULL || v->kind != VB_TENSOR) {
+            UNSUPPORTED("cat of a non-tensor");
+        }
+        nonempty += (stack || v->ndim != 1 || v->sizes[0] != 0 || out->ndim == 1)
+                    && (stack ? 1 : v->sizes[d]) != 0;
+    }
+    if (nonempty >= 2) {
+        /* one kernel per input, each writing its segment of the output
+         * (its producer fused in): a consumer then reads one buffer,
+         * instead of evaluating a select over every input per element */
+        int pb = lw_new_pbuf(c, PB_TEMP, out->ndim, out->sizes, out->dtype);
+        if (pb < 0) {
+            return -1;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            vbuf *v = lw_arg_vb(in, PySequence_Fast_GET_ITEM(ts, i));
+            if (!stack && v->ndim == 1 && v->sizes[0] == 0 && out->ndim != 1) {
+                continue;
+            }
+            int64_t len = stack ? 1 : v->sizes[d];
+            if (len == 0) {
+                continue;
+            }
+            kdraft *k = lw_new_kernel(c, stack ? "stack" : "cat");
+            if (k == NULL) {
+                return -1;
+            }
+            const stax_ix *iv[STAX_MAX_DIMS], *sv[STAX_MAX_DIMS];
+            k->nouter = v->ndim;
+            k->ninner = 0;
+            for (int q = 0; q < v->ndim; q++) {
+                k->dimv[q] = v->sizes[q];
+                iv[q] = lw_ix_var(c, q);
+            }
+            for (int q = 0, j = 0; q < out->ndim; q++) {
+                if (q == d) {
+                    sv[q] = stack ? lw_ix_const(c, off)
+                                  : lw_ix_bin(c, STAX_IX_ADD, iv[j++], lw_ix_const(c, off));
+                }
+                else {
+                    sv[q] = iv[j++];
+                }
+            }
+            k->nstages = 1;
+            k->stages[0].kind = STAX_STAGE_OUTER;
+            k->stages[0].first = 0;
+            k->stages[0].n = 1;
+            k->nstores = 1;
+            k->stores[0].buf = pb;
+            k->stores[0].index = lw_contig_index(c, out->ndim, out->sizes, sv);
+            k->stores[0].value = lw_cast(c, v->body, out->dtype);
+            if (k->stores[0].index == NULL || k->stores[0].value == NULL) {
+                return -1;
+            }
+            off += len;
+        }
+        out->pbuf = pb;
+        out->body = lw_contig_load(c, pb);
+        return out->body ? 1 : -1;
+    }
     for (Py_ssize_t i = 0; i < n; i++) {
         vbuf *v = lw_arg_vb(in, PySequence_Fast_GET_ITEM(ts, i));
         if (v == NULL || v->kind != VB_TENSOR) {
