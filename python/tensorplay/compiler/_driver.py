@@ -819,6 +819,11 @@ class Driver:
             self.hits_level3 += 1
             return v
         with _compile_lock:
+            if getattr(call, "dyn", False) != self.dynamic:
+                # another thread turned the function dynamic after this call
+                # was keyed: key it again, or its version would carry a static
+                # sigma under a dynamic flag
+                self._rekey(call, plan)
             v = self._lookup(call)
             if v is None:
                 v = self._compile(call, plan)
