@@ -682,6 +682,14 @@ py_configure(PyObject *mod, PyObject *args)
     Py_RETURN_NONE;
 }
 
+void
+stax_cache_counters(unsigned long long out[3])
+{
+    out[0] = n_hits;
+    out[1] = n_misses;
+    out[2] = n_compiles;
+}
+
 static PyObject *
 py_counters(PyObject *mod, PyObject *unused)
 {

@@ -62,6 +62,8 @@ int stax_cache_put(stax_cache_key key, const void *data, size_t n);
 
 /* Process-wide counters read by tensorplay._C._cache_counters(). */
 void stax_cache_count(int hit, int miss, int compile);
+/* The counters: (hits, misses, backend compiles) into out[0..2]. */
+void stax_cache_counters(unsigned long long out[3]);
 
 /* Log one line under the `cache` topic (no-op when no hook is set). */
 void stax_cache_log(const char *fmt, ...);

@@ -68,6 +68,7 @@ int stax_guard_sig_feed(stax_keybuf *kb, PyObject *o, int dynamic);
 int stax_guard_sig_identity(stax_keybuf *kb, PyObject *o);
 
 int stax_guard_dispatch_init(PyObject *m);
+int stax_guard_driver_init(PyObject *m);   /* _C.stax_compile */
 int stax_guard_signature_init(PyObject *m);
 int stax_guards_module_init(PyObject *m);
 

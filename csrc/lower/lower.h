@@ -301,6 +301,12 @@ stax_backend *stax_lower_backend_for_device(const char *device);
 PyObject *stax_lower_program(PyObject *gm, PyObject *examples,
                              stax_backend *be, int strict, int dynamic);
 
+/* tensorplay._C.stax_backend(gm, examples, **options): the back end of
+ * the inputs' device through stax_lower_program; options (a dict, or
+ * NULL/None) may hold strict_native and dynamic, others are ignored. */
+PyObject *stax_lower_stax_backend(PyObject *gm, PyObject *examples,
+                                  PyObject *options);
+
 /* ------------------------------------------------------------ threads */
 /* Run fn(ctx, start, end) over [0, n) split across the pool
  * (TENSORPLAY_NUM_THREADS, default the core count); small n / work runs on

@@ -76,6 +76,33 @@ done:
     return r;
 }
 
+/* A call node's target: its name (new str, or NULL without exception),
+ * base (the op-table spelling: method aliases and ".overload" resolved,
+ * "" when unknown) and *op (the op table's info for base, or NULL). */
+static PyObject *
+node_target(PyObject *node, int *is_method, char *base, size_t nbase,
+            const stax_op_info **op)
+{
+    PyObject *nm = target_name(node, is_method);
+    const char *opname = nm ? PyUnicode_AsUTF8(nm) : NULL;
+    const char *alias;
+    base[0] = 0;
+    if (opname == NULL) {
+        PyErr_Clear();
+    }
+    alias = opname ? method_alias(opname) : NULL;
+    if (alias) {
+        /* "add.Tensor" (op overloads) -> "add" */
+        snprintf(base, nbase, "%s", alias);
+        char *dot = strchr(base, '.');
+        if (dot) {
+            *dot = 0;
+        }
+    }
+    *op = base[0] ? stax_op_by_name(base) : NULL;
+    return nm;
+}
+
 static PyObject *
 node_stack(PyObject *node)
 {
@@ -660,11 +687,17 @@ lw_stax_backend_fn(PyObject *mod, PyObject *args, PyObject *kwargs)
 {
     (void)mod;
     PyObject *gm = NULL, *examples = NULL;
-    int strict = 0, dynamic = 0;
     if (!PyArg_ParseTuple(args, "OO:stax_backend", &gm, &examples)) {
         return NULL;
     }
-    if (kwargs != NULL) {
+    return stax_lower_stax_backend(gm, examples, kwargs);
+}
+
+PyObject *
+stax_lower_stax_backend(PyObject *gm, PyObject *examples, PyObject *kwargs)
+{
+    int strict = 0, dynamic = 0;
+    if (kwargs != NULL && kwargs != Py_None) {
         PyObject *s = PyDict_GetItemString(kwargs, "strict_native");
         if (s != NULL && (strict = PyObject_IsTrue(s)) < 0) {
             return NULL;
@@ -872,422 +905,476 @@ subst_sym_args(PyObject *o, vbuf **vb, PyObject *index)
     return stax_graph_map_arg(o, symsub_node, &sc);
 }
 
-PyObject *
-lw_build_program(PyObject *gm, PyObject *ex, stax_backend *be, int strict, int dynamic,
-                 PyObject *vals, int no_random, PyObject *kcache)
+
+/* ------------------------------------------------------------ stages */
+/* lw_build_program runs these stages in order over one build state, like
+ * the pass pipeline: each returns 0, or -1 with an exception set. */
+typedef struct {
+    PyObject *gm, *ex, *vals, *kcache;   /* borrowed (ex: owned by caller) */
+    stax_backend *be;
+    int strict, dynamic, no_random;
+    PyObject *graph, *nodes, *index;     /* owned */
+    Program *p;                          /* owned until returned */
+    lw_ctx *c;
+    vbuf **vb;                           /* per node, malloc'd */
+    tmpl_ctx tc;
+    int copy_nodes[64], ncopies;         /* copy_ into a placeholder */
+    PyObject *output_t;                  /* owned until moved to p */
+    int nph;                             /* placeholders seen */
+} lw_build;
+
+/* the Program object, its lowering context and the per-input arrays */
+static int
+bs_setup(lw_build *b)
 {
-    PyObject *graph = NULL, *nodes = NULL, *index = NULL;
-    Program *p = NULL;
-    vbuf **vb = NULL;
-    Py_INCREF(ex);
-    graph = PyObject_GetAttrString(gm, "graph");
-    PyObject *nl = graph ? PyObject_GetAttrString(graph, "nodes") : NULL;
-    nodes = nl ? PySequence_List(nl) : NULL;
+    PyObject *nl;
+    b->graph = PyObject_GetAttrString(b->gm, "graph");
+    nl = b->graph ? PyObject_GetAttrString(b->graph, "nodes") : NULL;
+    b->nodes = nl ? PySequence_List(nl) : NULL;
     Py_XDECREF(nl);
-    index = nodes ? PyDict_New() : NULL;
-    if (index == NULL) {
-        goto error;
+    b->index = b->nodes ? PyDict_New() : NULL;
+    if (b->index == NULL) {
+        return -1;
     }
-    p = PyObject_GC_New(Program, lw_program_type);
+    Program *p = b->p = PyObject_GC_New(Program, lw_program_type);
     if (p == NULL) {
-        goto error;
+        return -1;
     }
     memset(((char *)p) + sizeof(PyObject), 0, sizeof(Program) - sizeof(PyObject));
     p->vectorcall = lw_program_vectorcall;
     p->out_single = -1;
-    p->gm = Py_NewRef(gm);
-    p->dynamic = dynamic;
-    p->strict = strict;
-    lw_ctx *c = &p->c;
+    p->gm = Py_NewRef(b->gm);
+    p->dynamic = b->dynamic;
+    p->strict = b->strict;
+    lw_ctx *c = b->c = &p->c;
     c->arena = stax_arena_new();
-    c->be = be;
-    c->strict = strict;
-    c->no_random = no_random;
+    c->be = b->be;
+    c->strict = b->strict;
+    c->no_random = b->no_random;
     static int force_symbolic = -1;
     if (force_symbolic < 0) {
         /* testing knob: lower static programs symbolically too */
         force_symbolic = getenv("STAX_SYMBOLIC") != NULL;
     }
-    if ((dynamic || force_symbolic) && kcache == NULL) {
+    if ((b->dynamic || force_symbolic) && b->kcache == NULL) {
         /* the first size of the class: its kernels start the cache that
          * the variants (other sizes) share */
         p->kcache = PyDict_New();
         if (p->kcache == NULL) {
-            goto error;
+            return -1;
         }
-        kcache = p->kcache;
+        b->kcache = p->kcache;
     }
-    else if (kcache != NULL) {
-        p->kcache = Py_NewRef(kcache);
+    else if (b->kcache != NULL) {
+        p->kcache = Py_NewRef(b->kcache);
     }
-    c->symbolic = kcache != NULL;
-    c->kcache = kcache;
+    c->symbolic = b->kcache != NULL;
+    c->kcache = b->kcache;
     if (c->arena == NULL) {
-        goto error;
+        return -1;
     }
-    Py_ssize_t nn = PyList_GET_SIZE(nodes);
-    vb = calloc((size_t)(nn ? nn : 1), sizeof(vbuf *));
-    Py_ssize_t nin = PyTuple_GET_SIZE(ex);
+    Py_ssize_t nn = PyList_GET_SIZE(b->nodes);
+    b->vb = calloc((size_t)(nn ? nn : 1), sizeof(vbuf *));
+    Py_ssize_t nin = PyTuple_GET_SIZE(b->ex);
     p->in_sizes = calloc((size_t)(nin ? nin : 1) * 2 * STAX_MAX_DIMS, sizeof(int64_t));
     p->in_ndim = calloc((size_t)(nin ? nin : 1), sizeof(int));
     p->in_dtype = calloc((size_t)(nin ? nin : 1), sizeof(stax_dtype_t));
-    if (vb == NULL || p->in_sizes == NULL || p->in_ndim == NULL || p->in_dtype == NULL) {
+    if (b->vb == NULL || p->in_sizes == NULL || p->in_ndim == NULL || p->in_dtype == NULL) {
         PyErr_NoMemory();
-        goto error;
+        return -1;
     }
     c->ninputs = (int)nin;
     for (Py_ssize_t i = 0; i < nin; i++) {
         p->in_ndim[i] = -1;
-        if (PyArray_Check(PyTuple_GET_ITEM(ex, i))) {
+        if (PyArray_Check(PyTuple_GET_ITEM(b->ex, i))) {
             c->numpy_io = 1;
         }
     }
-    tmpl_ctx tc = {c, vb, index, NULL, vals, 0, {NULL}, {0}};
-    /* functionalized input mutations (copy_ into a placeholder) run after
-     * everything that reads the old values */
-    int copy_nodes[64], ncopies = 0;
-    PyObject *output_t = NULL;
-    int nph = 0;
+    tmpl_ctx tc = {c, b->vb, b->index, NULL, b->vals, 0, {NULL}, {0}};
+    b->tc = tc;
+    return 0;
+}
+
+/* a tensor (or any object) the program reads: an input buffer (PB_INPUT,
+ * input k) or a constant (PB_CONST, obj stolen) */
+static vbuf *
+source_vbuf(lw_build *b, PyObject *val, int kind, int k, PyObject *obj)
+{
+    lw_ctx *c = b->c;
+    vbuf *v = stax_arena_alloc(c->arena, sizeof(vbuf));
+    int nd, pb;
+    int64_t sz[STAX_MAX_DIMS], st[STAX_MAX_DIMS];
+    stax_dtype_t dt;
+    if (v == NULL) {
+        Py_XDECREF(obj);
+        return NULL;
+    }
+    if (lw_val_info(val, &nd, sz, st, &dt)) {
+        pb = lw_new_pbuf(c, kind, nd, sz, dt);
+        if (pb < 0) {
+            Py_XDECREF(obj);
+            return NULL;
+        }
+        memcpy(c->pbufs[pb].strides, st, sizeof(int64_t) * (size_t)nd);
+        if (kind == PB_INPUT) {
+            Program *p = b->p;
+            c->pbufs[pb].input = k;
+            p->in_ndim[k] = nd;
+            p->in_dtype[k] = dt;
+            memcpy(p->in_sizes + (size_t)k * 2 * STAX_MAX_DIMS, sz, sizeof(int64_t) * (size_t)nd);
+            memcpy(p->in_sizes + (size_t)k * 2 * STAX_MAX_DIMS + STAX_MAX_DIMS, st,
+                   sizeof(int64_t) * (size_t)nd);
+            p->lower_bound += val_bytes(val);
+        }
+        else {
+            c->pbufs[pb].obj = obj;
+        }
+        v->kind = VB_TENSOR;
+        v->ndim = nd;
+        memcpy(v->sizes, sz, sizeof(int64_t) * (size_t)nd);
+        v->dtype = dt;
+        v->pbuf = pb;
+        v->body = lw_contig_load(c, pb);
+        return v;
+    }
+    pb = lw_new_pbuf(c, kind, 0, sz, STAX_FLOAT32);
+    if (pb < 0) {
+        Py_XDECREF(obj);
+        return NULL;
+    }
+    if (kind == PB_INPUT) {
+        c->pbufs[pb].input = k;
+    }
+    else {
+        c->pbufs[pb].obj = obj;
+    }
+    c->pbufs[pb].ndim = -1;
+    v->kind = VB_PYOBJ;
+    v->pbuf = pb;
+    return v;
+}
+
+static vbuf *
+lower_placeholder(lw_build *b)
+{
+    int k = b->nph++;
+    if (k >= PyTuple_GET_SIZE(b->ex)) {
+        PyErr_SetString(PyExc_TypeError, "stax_backend: fewer example inputs than placeholders");
+        return NULL;
+    }
+    return source_vbuf(b, PyTuple_GET_ITEM(b->ex, k), PB_INPUT, k, NULL);
+}
+
+static vbuf *
+lower_get_attr(lw_build *b, PyObject *node)
+{
+    PyObject *tg = PyObject_GetAttrString(node, "target");
+    PyObject *obj = Py_NewRef(b->gm);
+    if (tg != NULL && PyUnicode_Check(tg)) {
+        PyObject *parts = PyUnicode_Split(tg, PyUnicode_FromString("."), -1);
+        for (Py_ssize_t q = 0; parts && obj && q < PyList_GET_SIZE(parts); q++) {
+            Py_SETREF(obj, PyObject_GetAttr(obj, PyList_GET_ITEM(parts, q)));
+        }
+        Py_XDECREF(parts);
+    }
+    Py_XDECREF(tg);
+    if (obj == NULL) {
+        return NULL;
+    }
+    if (b->c->be->device != NULL && StaxTensor_Check(obj)
+        && !stax_tensor_is_cuda((StaxTensor *)obj)) {
+        /* a host constant of a device program: its kernels read device
+         * memory, so the program keeps a device copy */
+        Py_SETREF(obj, (PyObject *)stax_tensor_to_device((StaxTensor *)obj, STAX_DEV_CUDA));
+        if (obj == NULL) {
+            return NULL;
+        }
+    }
+    return source_vbuf(b, obj, PB_CONST, -1, obj);
+}
+
+/* 0 with *out the output node's value template set; -1 on error */
+static int
+lower_output(lw_build *b, PyObject *node)
+{
+    PyObject *a = PyObject_GetAttrString(node, "args");
+    if (a == NULL) {
+        return -1;
+    }
+    PyObject *o = PyTuple_Check(a) && PyTuple_GET_SIZE(a) == 1 ? PyTuple_GET_ITEM(a, 0) : a;
+    Py_XSETREF(b->output_t, make_template(&b->tc, o, 1));
+    Py_DECREF(a);
+    return b->output_t == NULL ? -1 : 0;
+}
+
+/* copy_(input, src) of functionalization: recorded to run after every
+ * reader of the old value; 1 when taken (*v = the source's value) */
+static int
+take_input_copy(lw_build *b, Py_ssize_t i, PyObject *node, vbuf **v)
+{
+    PyObject *ca = PyObject_GetAttrString(node, "args");
+    vbuf *dv = NULL, *sv = NULL;
+    if (b->ncopies >= 64) {
+        Py_XDECREF(ca);
+        PyErr_Clear();
+        return 0;
+    }
+    if (ca != NULL && PyTuple_Check(ca) && PyTuple_GET_SIZE(ca) >= 2) {
+        PyObject *i0 = PyDict_GetItem(b->index, PyTuple_GET_ITEM(ca, 0));
+        PyObject *i1 = PyDict_GetItem(b->index, PyTuple_GET_ITEM(ca, 1));
+        dv = i0 ? b->vb[PyLong_AsLong(i0)] : NULL;
+        sv = i1 ? b->vb[PyLong_AsLong(i1)] : NULL;
+    }
+    Py_XDECREF(ca);
+    PyErr_Clear();
+    if (dv != NULL && sv != NULL && dv->kind == VB_TENSOR && sv->kind == VB_TENSOR
+        && dv->pbuf >= 0 && b->c->pbufs[dv->pbuf].kind == PB_INPUT) {
+        b->tc.copy_src[b->tc.ncopy] = sv;
+        b->tc.copy_dst[b->tc.ncopy] = dv->pbuf;
+        b->tc.ncopy++;
+        b->copy_nodes[b->ncopies++] = (int)i;
+        *v = sv;
+        return 1;
+    }
+    return 0;
+}
+
+/* the lowering rule of a call node: rc 1 lowered (*v), 0 not (*why) */
+static int
+lower_rule(lw_build *b, PyObject *node, const char *base, const stax_op_info *op,
+           PyObject *val, vbuf **v, const char **why)
+{
+    lw_ctx *c = b->c;
+    PyObject *nargs0 = PyObject_GetAttrString(node, "args");
+    PyObject *nkw0 = nargs0 ? PyObject_GetAttrString(node, "kwargs") : NULL;
+    PyObject *nargs = nkw0 ? subst_sym_args(nargs0, b->vb, b->index) : NULL;
+    PyObject *nkw = nargs ? subst_sym_args(nkw0, b->vb, b->index) : NULL;
+    PyObject *kw = nkw == Py_None ? NULL : nkw;
+    Py_XDECREF(nargs0);
+    Py_XDECREF(nkw0);
+    int rc = 0;
+    if (nargs == NULL || nkw == NULL) {
+        PyErr_Clear();
+        *why = "node without args";
+    }
+    else if (val == NULL) {
+        *why = "node without meta['val']";
+    }
+    else if (op == NULL && lw_is_factory(base)) {
+        rc = lw_lower_factory(c, base, nargs, kw, val, v, why);
+        if (rc < 0) {
+            PyErr_Clear();
+            *why = "lowering of a factory failed";
+            rc = 0;
+        }
+    }
+    else if (op == NULL && lw_is_extra_view(base)) {
+        struct lw_node_in in = {base, NULL, node, nargs, kw, val, b->vb, b->index};
+        rc = lw_lower_extra_view(c, &in, v, why);
+        if (rc < 0) {
+            PyErr_Clear();
+            *why = "lowering of a view failed";
+            rc = 0;
+        }
+    }
+    else if (op == NULL) {
+        *why = "no op of the op table matches the node's target";
+    }
+    else {
+        struct lw_node_in in = {base, op, node, nargs, kw, val, b->vb, b->index};
+        rc = lw_lower_node(c, &in, v, why);
+        if (rc > 0 && lw_zero_check(c, base, *v) < 0) {
+            rc = -1;
+        }
+        if (rc < 0) {
+            /* an internal lowering problem: report, then fall back */
+            PyObject *et, *ev, *etb;
+            PyErr_Fetch(&et, &ev, &etb);
+            PyObject *msg = ev ? PyObject_Str(ev) : NULL;
+            static char buf[256];
+            snprintf(buf, sizeof(buf), "lowering failed: %s",
+                     msg ? PyUnicode_AsUTF8(msg) : "?");
+            PyErr_Clear();
+            Py_XDECREF(msg);
+            Py_XDECREF(et);
+            Py_XDECREF(ev);
+            Py_XDECREF(etb);
+            *why = buf;
+            rc = 0;
+        }
+    }
+    Py_XDECREF(nargs);
+    Py_XDECREF(nkw);
+    return rc;
+}
+
+/* a call node: its op's rule, else (not strict) an eager fallback step */
+static int
+lower_call(lw_build *b, Py_ssize_t i, PyObject *node, vbuf **v)
+{
+    int is_method = 0, rc = -1;
+    char base[96];
+    const stax_op_info *op;
+    PyObject *nm = node_target(node, &is_method, base, sizeof(base), &op), *val = NULL;
+    const char *opname = nm ? PyUnicode_AsUTF8(nm) : NULL;
+    const char *why = NULL;
+    if (op != NULL && op->id == STAX_OP_COPY_ && take_input_copy(b, i, node, v)) {
+        rc = 0;
+        goto done;
+    }
+    val = node_val(node, b->vals);
+    switch (sym_node_const(b->c, node, opname, val, b->vb, b->index, v)) {
+    case -1:
+        goto done;
+    case 1:
+        rc = 0;      /* a symbolic size: a constant of the program */
+        goto done;
+    default:
+        break;
+    }
+    if (lower_rule(b, node, base, op, val, v, &why) == 0) {
+        if (b->strict) {
+            strict_error(node, opname ? opname : "?", why ? why : "unsupported");
+            goto done;
+        }
+        if (make_fallback(b->c, &b->tc, node, val, is_method, v) < 0) {
+            goto done;
+        }
+    }
+    rc = 0;
+done:
+    Py_XDECREF(val);
+    Py_XDECREF(nm);
+    return rc;
+}
+
+/* every node, in order, to a virtual buffer */
+static int
+bs_lower_nodes(lw_build *b)
+{
+    Py_ssize_t nn = PyList_GET_SIZE(b->nodes);
     for (Py_ssize_t i = 0; i < nn; i++) {
-        PyObject *node = PyList_GET_ITEM(nodes, i);
+        PyObject *node = PyList_GET_ITEM(b->nodes, i);
         PyObject *ii = PyLong_FromSsize_t(i);
-        if (ii == NULL || PyDict_SetItem(index, node, ii) < 0) {
+        if (ii == NULL || PyDict_SetItem(b->index, node, ii) < 0) {
             Py_XDECREF(ii);
-            goto error;
+            return -1;
         }
         Py_DECREF(ii);
         PyObject *ops = PyObject_GetAttrString(node, "op");
-        if (ops == NULL) {
-            goto error;
-        }
-        const char *opc = PyUnicode_AsUTF8(ops);
-        if (opc == NULL) {
-            Py_DECREF(ops);
-            goto error;
+        stax_node_op_t opc;
+        const char *s = ops ? PyUnicode_AsUTF8(ops) : NULL;
+        int bad = s == NULL || stax_node_op_from_name(s, &opc) < 0;
+        Py_XDECREF(ops);
+        if (bad) {
+            return -1;
         }
         vbuf *v = NULL;
-        if (!strcmp(opc, "placeholder")) {
-            int k = nph++;
-            if (k >= nin) {
-                Py_DECREF(ops);
-                PyErr_SetString(PyExc_TypeError, "stax_backend: fewer example inputs than placeholders");
-                goto error;
-            }
-            PyObject *e = PyTuple_GET_ITEM(ex, k);
-            v = stax_arena_alloc(c->arena, sizeof(vbuf));
-            if (v == NULL) {
-                Py_DECREF(ops);
-                goto error;
-            }
-            int nd;
-            int64_t sz[STAX_MAX_DIMS], st[STAX_MAX_DIMS];
-            stax_dtype_t dt;
-            if (lw_val_info(e, &nd, sz, st, &dt)) {
-                int pb = lw_new_pbuf(c, PB_INPUT, nd, sz, dt);
-                if (pb < 0) {
-                    Py_DECREF(ops);
-                    goto error;
-                }
-                c->pbufs[pb].input = k;
-                memcpy(c->pbufs[pb].strides, st, sizeof(int64_t) * (size_t)nd);
-                p->in_ndim[k] = nd;
-                p->in_dtype[k] = dt;
-                memcpy(p->in_sizes + (size_t)k * 2 * STAX_MAX_DIMS, sz, sizeof(int64_t) * (size_t)nd);
-                memcpy(p->in_sizes + (size_t)k * 2 * STAX_MAX_DIMS + STAX_MAX_DIMS, st,
-                       sizeof(int64_t) * (size_t)nd);
-                v->kind = VB_TENSOR;
-                v->ndim = nd;
-                memcpy(v->sizes, sz, sizeof(int64_t) * (size_t)nd);
-                v->dtype = dt;
-                v->pbuf = pb;
-                v->body = lw_contig_load(c, pb);
-                p->lower_bound += val_bytes(e);
-            }
-            else {
-                int pb = lw_new_pbuf(c, PB_INPUT, 0, sz, STAX_FLOAT32);
-                if (pb < 0) {
-                    Py_DECREF(ops);
-                    goto error;
-                }
-                c->pbufs[pb].input = k;
-                c->pbufs[pb].ndim = -1;
-                v->kind = VB_PYOBJ;
-                v->pbuf = pb;
-            }
+        int rc = 0;
+        switch (opc) {
+        case STAX_NODE_PLACEHOLDER:
+            v = lower_placeholder(b);
+            rc = v == NULL ? -1 : 0;
+            break;
+        case STAX_NODE_GET_ATTR:
+            v = lower_get_attr(b, node);
+            rc = v == NULL ? -1 : 0;
+            break;
+        case STAX_NODE_OUTPUT:
+            rc = lower_output(b, node);
+            break;
+        default:
+            rc = lower_call(b, i, node, &v);
+            break;
         }
-        else if (!strcmp(opc, "get_attr")) {
-            PyObject *tg = PyObject_GetAttrString(node, "target");
-            PyObject *obj = Py_NewRef(gm);
-            if (tg != NULL && PyUnicode_Check(tg)) {
-                PyObject *parts = PyUnicode_Split(tg, PyUnicode_FromString("."), -1);
-                for (Py_ssize_t q = 0; parts && obj && q < PyList_GET_SIZE(parts); q++) {
-                    Py_SETREF(obj, PyObject_GetAttr(obj, PyList_GET_ITEM(parts, q)));
-                }
-                Py_XDECREF(parts);
-            }
-            Py_XDECREF(tg);
-            v = stax_arena_alloc(c->arena, sizeof(vbuf));
-            if (obj == NULL || v == NULL) {
-                Py_XDECREF(obj);
-                Py_DECREF(ops);
-                goto error;
-            }
-            int nd;
-            int64_t sz[STAX_MAX_DIMS], st[STAX_MAX_DIMS];
-            stax_dtype_t dt;
-            if (c->be->device != NULL && StaxTensor_Check(obj)
-                && !stax_tensor_is_cuda((StaxTensor *)obj)) {
-                /* a host constant of a device program: its kernels read
-                 * device memory, so the program keeps a device copy */
-                Py_SETREF(obj, (PyObject *)stax_tensor_to_device(
-                                   (StaxTensor *)obj, STAX_DEV_CUDA));
-                if (obj == NULL) {
-                    Py_DECREF(ops);
-                    goto error;
-                }
-            }
-            if (lw_val_info(obj, &nd, sz, st, &dt)) {
-                int pb = lw_new_pbuf(c, PB_CONST, nd, sz, dt);
-                if (pb < 0) {
-                    Py_DECREF(obj);
-                    Py_DECREF(ops);
-                    goto error;
-                }
-                memcpy(c->pbufs[pb].strides, st, sizeof(int64_t) * (size_t)nd);
-                c->pbufs[pb].obj = obj;
-                v->kind = VB_TENSOR;
-                v->ndim = nd;
-                memcpy(v->sizes, sz, sizeof(int64_t) * (size_t)nd);
-                v->dtype = dt;
-                v->pbuf = pb;
-                v->body = lw_contig_load(c, pb);
-            }
-            else {
-                int pb = lw_new_pbuf(c, PB_CONST, 0, sz, STAX_FLOAT32);
-                if (pb < 0) {
-                    Py_DECREF(obj);
-                    Py_DECREF(ops);
-                    goto error;
-                }
-                c->pbufs[pb].ndim = -1;
-                c->pbufs[pb].obj = obj;
-                v->kind = VB_PYOBJ;
-                v->pbuf = pb;
-            }
-            v->pbuf = v->pbuf;
+        if (rc < 0) {
+            return -1;
         }
-        else if (!strcmp(opc, "output")) {
-            PyObject *a = PyObject_GetAttrString(node, "args");
-            if (a == NULL) {
-                Py_DECREF(ops);
-                goto error;
-            }
-            PyObject *o = PyTuple_Check(a) && PyTuple_GET_SIZE(a) == 1 ? PyTuple_GET_ITEM(a, 0) : a;
-            Py_XSETREF(output_t, make_template(&tc, o, 1));
-            Py_DECREF(a);
-            if (output_t == NULL) {
-                Py_DECREF(ops);
-                goto error;
-            }
-        }
-        else {
-            int is_method = 0;
-            PyObject *nm = target_name(node, &is_method);
-            const char *opname = nm ? PyUnicode_AsUTF8(nm) : NULL;
-            if (opname == NULL) {
-                PyErr_Clear();
-            }
-            const char *alias = opname ? method_alias(opname) : NULL;
-            char base[96] = "";
-            if (alias) {
-                /* "add.Tensor" (op overloads) -> "add" */
-                snprintf(base, sizeof(base), "%s", alias);
-                char *dot = strchr(base, '.');
-                if (dot) {
-                    *dot = 0;
-                }
-            }
-            const stax_op_info *op = base[0] ? stax_op_by_name(base) : NULL;
-            if (op != NULL && op->id == STAX_OP_COPY_ && ncopies < 64) {
-                PyObject *ca = PyObject_GetAttrString(node, "args");
-                vbuf *dv = NULL, *sv = NULL;
-                if (ca != NULL && PyTuple_Check(ca) && PyTuple_GET_SIZE(ca) >= 2) {
-                    PyObject *i0 = PyDict_GetItem(index, PyTuple_GET_ITEM(ca, 0));
-                    PyObject *i1 = PyDict_GetItem(index, PyTuple_GET_ITEM(ca, 1));
-                    dv = i0 ? vb[PyLong_AsLong(i0)] : NULL;
-                    sv = i1 ? vb[PyLong_AsLong(i1)] : NULL;
-                }
-                Py_XDECREF(ca);
-                PyErr_Clear();
-                if (dv != NULL && sv != NULL && dv->kind == VB_TENSOR && sv->kind == VB_TENSOR
-                    && dv->pbuf >= 0 && c->pbufs[dv->pbuf].kind == PB_INPUT) {
-                    tc.copy_src[tc.ncopy] = sv;
-                    tc.copy_dst[tc.ncopy] = dv->pbuf;
-                    tc.ncopy++;
-                    copy_nodes[ncopies++] = (int)i;
-                    v = sv;
-                    Py_XDECREF(nm);
-                    Py_DECREF(ops);
-                    vb[i] = v;
-                    continue;
-                }
-            }
-            PyObject *val = node_val(node, vals);
-            int sc = sym_node_const(c, node, opname, val, vb, index, &v);
-            if (sc != 0) {
-                Py_XDECREF(val);
-                Py_XDECREF(nm);
-                Py_DECREF(ops);
-                if (sc < 0) {
-                    goto error;
-                }
-                vb[i] = v;
-                continue;
-            }
-            PyObject *nargs0 = PyObject_GetAttrString(node, "args");
-            PyObject *nkw0 = nargs0 ? PyObject_GetAttrString(node, "kwargs") : NULL;
-            PyObject *nargs = nkw0 ? subst_sym_args(nargs0, vb, index) : NULL;
-            PyObject *nkw = nargs ? subst_sym_args(nkw0, vb, index) : NULL;
-            Py_XDECREF(nargs0);
-            Py_XDECREF(nkw0);
-            const char *why = NULL;
-            int rc = 0;
-            if (nargs == NULL || nkw == NULL) {
-                PyErr_Clear();
-                why = "node without args";
-            }
-            else if (val == NULL) {
-                why = "node without meta['val']";
-            }
-            else if (op == NULL && lw_is_factory(base)) {
-                rc = lw_lower_factory(c, base, nargs, nkw == Py_None ? NULL : nkw, val, &v,
-                                      &why);
-                if (rc < 0) {
-                    PyErr_Clear();
-                    why = "lowering of a factory failed";
-                    rc = 0;
-                }
-            }
-            else if (op == NULL && lw_is_extra_view(base)) {
-                struct lw_node_in in = {base, NULL, node, nargs,
-                                        nkw == Py_None ? NULL : nkw, val, vb, index};
-                rc = lw_lower_extra_view(c, &in, &v, &why);
-                if (rc < 0) {
-                    PyErr_Clear();
-                    why = "lowering of a view failed";
-                    rc = 0;
-                }
-            }
-            else if (op == NULL) {
-                why = "no op of the op table matches the node's target";
-            }
-            else {
-                struct lw_node_in in = {base, op, node, nargs,
-                                        nkw == Py_None ? NULL : nkw, val, vb, index};
-                rc = lw_lower_node(c, &in, &v, &why);
-                if (rc > 0 && lw_zero_check(c, base, v) < 0) {
-                    rc = -1;
-                }
-                if (rc < 0) {
-                    /* an internal lowering problem: report, then fall back */
-                    PyObject *et, *ev, *etb;
-                    PyErr_Fetch(&et, &ev, &etb);
-                    PyObject *msg = ev ? PyObject_Str(ev) : NULL;
-                    static char buf[256];
-                    snprintf(buf, sizeof(buf), "lowering failed: %s",
-                             msg ? PyUnicode_AsUTF8(msg) : "?");
-                    PyErr_Clear();
-                    Py_XDECREF(msg);
-                    Py_XDECREF(et);
-                    Py_XDECREF(ev);
-                    Py_XDECREF(etb);
-                    why = buf;
-                    rc = 0;
-                }
-            }
-            Py_XDECREF(nargs);
-            Py_XDECREF(nkw);
-            if (rc == 0) {
-                if (strict) {
-                    strict_error(node, opname ? opname : "?", why ? why : "unsupported");
-                    Py_XDECREF(val);
-                    Py_XDECREF(nm);
-                    Py_DECREF(ops);
-                    goto error;
-                }
-                if (make_fallback(c, &tc, node, val, is_method, &v) < 0) {
-                    Py_XDECREF(val);
-                    Py_XDECREF(nm);
-                    Py_DECREF(ops);
-                    goto error;
-                }
-            }
-            Py_XDECREF(val);
-            Py_XDECREF(nm);
-        }
-        Py_DECREF(ops);
-        vb[i] = v;
+        b->vb[i] = v;
     }
-    if (output_t == NULL) {
-        output_t = Py_NewRef(Py_None);
+    if (b->output_t == NULL) {
+        b->output_t = Py_NewRef(Py_None);
     }
-    /* a copy's source that reads an input another copy writes is
-     * materialized before any input is written */
-    for (int q = 0; q < ncopies; q++) {
-        PyObject *ca = PyObject_GetAttrString(PyList_GET_ITEM(nodes, copy_nodes[q]), "args");
-        if (ca == NULL) {
-            goto error;
+    return 0;
+}
+
+static vbuf *
+copy_arg(lw_build *b, int q, int which)
+{
+    PyObject *ca = PyObject_GetAttrString(PyList_GET_ITEM(b->nodes, b->copy_nodes[q]), "args");
+    vbuf *v;
+    if (ca == NULL) {
+        return NULL;
+    }
+    v = b->vb[PyLong_AsLong(PyDict_GetItem(b->index, PyTuple_GET_ITEM(ca, which)))];
+    Py_DECREF(ca);
+    return v;
+}
+
+/* functionalized input mutations, after every reader of the old values: a
+ * copy's source that reads an input another copy writes is materialized
+ * before any input is written */
+static int
+bs_input_copies(lw_build *b)
+{
+    lw_ctx *c = b->c;
+    for (int q = 0; q < b->ncopies; q++) {
+        vbuf *sv = copy_arg(b, q, 1);
+        if (sv == NULL) {
+            return -1;
         }
-        vbuf *sv = vb[PyLong_AsLong(PyDict_GetItem(index, PyTuple_GET_ITEM(ca, 1)))];
-        Py_DECREF(ca);
-        for (int r = 0; r < ncopies && sv->pbuf < 0; r++) {
-            PyObject *cb = PyObject_GetAttrString(PyList_GET_ITEM(nodes, copy_nodes[r]), "args");
-            if (cb == NULL) {
-                goto error;
+        for (int r = 0; r < b->ncopies && sv->pbuf < 0; r++) {
+            vbuf *dv = copy_arg(b, r, 0);
+            if (dv == NULL) {
+                return -1;
             }
-            vbuf *dv = vb[PyLong_AsLong(PyDict_GetItem(index, PyTuple_GET_ITEM(cb, 0)))];
-            Py_DECREF(cb);
             int hit = r == q ? 0 : lw_body_reads(c, sv->body, dv->pbuf);
             if (hit < 0 || (hit > 0 && lw_materialize(c, sv) < 0)) {
-                goto error;
+                return -1;
             }
         }
     }
-    for (int q = 0; q < ncopies; q++) {
-        PyObject *node = PyList_GET_ITEM(nodes, copy_nodes[q]);
-        PyObject *ca = PyObject_GetAttrString(node, "args");
-        if (ca == NULL) {
-            goto error;
+    for (int q = 0; q < b->ncopies; q++) {
+        PyObject *node = PyList_GET_ITEM(b->nodes, b->copy_nodes[q]);
+        vbuf *dv = copy_arg(b, q, 0), *sv = dv ? copy_arg(b, q, 1) : NULL;
+        if (sv == NULL) {
+            return -1;
         }
-        vbuf *dv = vb[PyLong_AsLong(PyDict_GetItem(index, PyTuple_GET_ITEM(ca, 0)))];
-        vbuf *sv = vb[PyLong_AsLong(PyDict_GetItem(index, PyTuple_GET_ITEM(ca, 1)))];
-        Py_DECREF(ca);
         int rc = lw_lower_copy_into(c, dv, sv);
         if (rc < 0) {
-            goto error;
+            return -1;
         }
         if (rc == 0) {
-            if (strict) {
-                strict_error(node, "copy_", "mutation of an expanded input");
-                goto error;
-            }
             vbuf *fv = NULL;
-            if (make_fallback(c, &tc, node, NULL, 0, &fv) < 0) {
-                goto error;
+            if (b->strict) {
+                strict_error(node, "copy_", "mutation of an expanded input");
+                return -1;
+            }
+            if (make_fallback(c, &b->tc, node, NULL, 0, &fv) < 0) {
+                return -1;
             }
         }
     }
-    p->out_template = output_t;
-    if (stax_lower_slotref_index(output_t) >= 0) {
-        p->out_single = stax_lower_slotref_index(output_t);
+    return 0;
+}
+
+/* the output template, the output buffers, and the kernels compiled */
+static int
+bs_finalize(lw_build *b)
+{
+    Program *p = b->p;
+    lw_ctx *c = b->c;
+    p->out_template = b->output_t;
+    b->output_t = NULL;
+    if (stax_lower_slotref_index(p->out_template) >= 0) {
+        p->out_single = stax_lower_slotref_index(p->out_template);
     }
-    /* outputs */
     int outs[256], nouts = 0;
-    for (int b = 0; b < c->npbufs && nouts < 256; b++) {
-        if (c->pbufs[b].is_output) {
-            outs[nouts++] = b;
-            if (c->pbufs[b].ndim >= 0) {
-                pbuf_t *pb = &c->pbufs[b];
+    for (int k = 0; k < c->npbufs && nouts < 256; k++) {
+        if (c->pbufs[k].is_output) {
+            outs[nouts++] = k;
+            if (c->pbufs[k].ndim >= 0) {
+                pbuf_t *pb = &c->pbufs[k];
                 int64_t n = lw_dtype_size(pb->dtype);
                 for (int d = 0; d < pb->ndim; d++) {
                     n *= pb->sizes[d];
@@ -1296,12 +1383,18 @@ lw_build_program(PyObject *gm, PyObject *ex, stax_backend *be, int strict, int d
             }
         }
     }
-    if (lw_finalize(c, outs, nouts) < 0) {
-        goto error;
-    }
+    return lw_finalize(c, outs, nouts);
+}
+
+/* Program.kernels: name, back-end source, loop IR and bytes of each */
+static int
+bs_kernel_infos(lw_build *b)
+{
+    Program *p = b->p;
+    lw_ctx *c = b->c;
     p->kernels = PyList_New(0);
     if (p->kernels == NULL) {
-        goto error;
+        return -1;
     }
     for (int i = 0; i < c->nsteps; i++) {
         step_t *s = &c->steps[i];
@@ -1313,7 +1406,7 @@ lw_build_program(PyObject *gm, PyObject *ex, stax_backend *be, int strict, int d
         if (ki == NULL || lir == NULL) {
             Py_XDECREF(ki);
             Py_XDECREF(lir);
-            goto error;
+            return -1;
         }
         PyStructSequence_SET_ITEM(ki, 0, PyUnicode_FromString(s->k->name));
         PyStructSequence_SET_ITEM(ki, 1, Py_NewRef(s->source ? s->source : Py_None));
@@ -1323,27 +1416,57 @@ lw_build_program(PyObject *gm, PyObject *ex, stax_backend *be, int strict, int d
         int rc = PyList_Append(p->kernels, ki);
         Py_DECREF(ki);
         if (rc < 0) {
-            goto error;
+            return -1;
         }
     }
-    free(vb);
-    Py_DECREF(ex);
-    Py_DECREF(graph);
-    Py_DECREF(nodes);
-    Py_DECREF(index);
-    PyObject_GC_Track(p);
-    return (PyObject *)p;
-error:
-    free(vb);
-    Py_XDECREF(ex);
-    Py_XDECREF(graph);
-    Py_XDECREF(nodes);
-    Py_XDECREF(index);
-    if (p != NULL) {
-        if (p->kernels == NULL) {
-            p->kernels = PyList_New(0);
+    return 0;
+}
+
+static const struct {
+    const char *name;
+    int (*run)(lw_build *b);
+} build_stages[] = {
+    {"setup", bs_setup},                 /* Program, context, inputs */
+    {"lower nodes", bs_lower_nodes},     /* node -> virtual buffer */
+    {"input copies", bs_input_copies},   /* functionalized mutations */
+    {"finalize", bs_finalize},           /* outputs, fusion, kernels */
+    {"kernel infos", bs_kernel_infos},   /* Program.kernels */
+};
+
+PyObject *
+lw_build_program(PyObject *gm, PyObject *ex, stax_backend *be, int strict, int dynamic,
+                 PyObject *vals, int no_random, PyObject *kcache)
+{
+    lw_build b;
+    PyObject *res = NULL;
+    memset(&b, 0, sizeof(b));
+    b.gm = gm;
+    b.ex = ex;
+    b.vals = vals;
+    b.kcache = kcache;
+    b.be = be;
+    b.strict = strict;
+    b.dynamic = dynamic;
+    b.no_random = no_random;
+    for (size_t k = 0; k < sizeof(build_stages) / sizeof(build_stages[0]); k++) {
+        if (build_stages[k].run(&b) < 0) {
+            goto done;
         }
-        Py_DECREF(p);
     }
-    return NULL;
+    PyObject_GC_Track(b.p);
+    res = (PyObject *)b.p;
+    b.p = NULL;
+done:
+    free(b.vb);
+    Py_XDECREF(b.graph);
+    Py_XDECREF(b.nodes);
+    Py_XDECREF(b.index);
+    Py_XDECREF(b.output_t);
+    if (b.p != NULL) {
+        if (b.p->kernels == NULL) {
+            b.p->kernels = PyList_New(0);
+        }
+        Py_DECREF(b.p);
+    }
+    return res;
 }

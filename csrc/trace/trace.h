@@ -23,6 +23,14 @@ typedef struct {
 extern PyTypeObject *StaxProxy_Type;
 #define StaxProxy_Check(o) PyObject_TypeCheck((o), StaxProxy_Type)
 
+/* tensorplay._C.trace(fn, args, kwargs, names, lazy, symenv): run fn on
+ * stand-ins of args/kwargs (kwargs, names, symenv may be NULL or None)
+ * recording its graph (lazy: sample values deferred; symenv: the dynamic
+ * shapes' ShapeEnv); a new TraceResult or NULL + the exception fn (or
+ * tracing) raised. */
+PyObject *stax_trace_run(PyObject *fn, PyObject *args, PyObject *kwargs,
+                         PyObject *names, int lazy, PyObject *symenv);
+
 /* 1 while some trace is running in this interpreter. */
 int stax_trace_active(void);
 

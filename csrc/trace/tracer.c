@@ -495,113 +495,90 @@ py_trace(PyObject *mod, PyObject *args, PyObject *kwds)
     static char *kwlist[] = {"fn", "args", "kwargs", "names", "lazy", "symenv", NULL};
     PyObject *fn, *a = NULL, *kw = Py_None, *names = Py_None, *symenv = Py_None;
     int lazy = 0;
-    PyObject *targs = NULL, *tkw = NULL, *pargs = NULL, *pkw = NULL,
-             *pnames = NULL, *varargs = NULL, *rng = NULL, *snap = NULL,
-             *out = NULL, *onodes = NULL, *res = NULL, *versions = NULL,
-             *mutated = NULL, *gm = NULL, *replay = NULL, *gates = NULL,
-             *hooks = NULL, *extents = NULL, *bases = NULL;
-    StaxTracer *tr = NULL, *prev = current;
-    TraceResult *tres = NULL;
-    int copies_inputs = 0;
-    ph_ctx c;
-    Py_ssize_t na;
+    (void)mod;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|OOpO:trace", kwlist, &fn,
                                      &a, &kw, &names, &lazy, &symenv)) {
         return NULL;
     }
-    if (StaxTensor_Type == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "trace: no Tensor type");
-        return NULL;
+    return stax_trace_run(fn, a, kw, names, lazy, symenv);
+}
+
+/* Stages of stax_trace_run; each returns NULL/-1 with an exception set. */
+
+/* the placeholder name of positional argument i: names[i], else the
+ * parameter's name, else <varargs>_<k> / arg_<k> (new reference) */
+static PyObject *
+arg_name(PyObject *names, PyObject *pnames, PyObject *varargs, Py_ssize_t i)
+{
+    PyObject *base;
+    if (names != Py_None && PySequence_Check(names) && i < PySequence_Size(names)) {
+        base = PySequence_GetItem(names, i);
+        if (base != NULL && !PyUnicode_Check(base)) {
+            Py_SETREF(base, PyObject_Str(base));
+        }
+        return base;
     }
-    targs = PySequence_Tuple(a);
-    if (targs == NULL) {
-        return NULL;
+    if (i < PyList_GET_SIZE(pnames)) {
+        return Py_NewRef(PyList_GET_ITEM(pnames, i));
     }
-    tkw = kw == Py_None ? PyDict_New() : PyDict_Copy(kw);
-    tr = tracer_new();
-    versions = PyList_New(0);
-    if (tkw == NULL || tr == NULL || versions == NULL
-        || (lazy && (tr->lazy = PyDict_New()) == NULL)) {
-        goto done;
-    }
-    if (symenv != Py_None) {
-        tr->symenv = Py_NewRef(symenv);
-    }
-    c.tr = tr;
-    c.standin_versions = versions;
-    c.extents = extents = PyDict_New();
-    c.bases = bases = PyDict_New();
-    if (extents == NULL || bases == NULL
-        || stax_trace_collect_extents(targs, extents) < 0
-        || stax_trace_collect_extents(tkw, extents) < 0) {
-        goto done;
-    }
-    tr->active = 1;
-    tr->entry_depth = stax_trace_frame_depth();
-    tr->grad_at_start = stax_grad_enabled();
-    /* placeholders: tensor leaves of args then kwargs, depth first */
-    pnames = param_names(fn, &varargs);
-    if (pnames == NULL) {
-        goto done;
-    }
-    na = PyTuple_GET_SIZE(targs);
-    pargs = PyTuple_New(na);
-    if (pargs == NULL) {
+    return PyUnicode_FromFormat("%s_%zd", varargs ? PyUnicode_AsUTF8(varargs) : "arg",
+                                i - PyList_GET_SIZE(pnames));
+}
+
+/* placeholders: the tensor leaves of args then kwargs, depth first; the
+ * proxied arguments into *pargs / *pkw */
+static int
+wrap_inputs(ph_ctx *c, PyObject *fn, PyObject *targs, PyObject *tkw, PyObject *names,
+            PyObject **pargs, PyObject **pkw)
+{
+    PyObject *varargs = NULL, *pnames = param_names(fn, &varargs);
+    PyObject *k, *v;
+    Py_ssize_t pos = 0, na = PyTuple_GET_SIZE(targs);
+    int rc = -1;
+    if (pnames == NULL || (*pargs = PyTuple_New(na)) == NULL) {
         goto done;
     }
     for (Py_ssize_t i = 0; i < na; i++) {
-        PyObject *base = NULL, *w;
         Py_ssize_t leaf = 0;
-        if (names != Py_None && PySequence_Check(names)
-            && i < PySequence_Size(names)) {
-            base = PySequence_GetItem(names, i);
-            if (base != NULL && !PyUnicode_Check(base)) {
-                Py_SETREF(base, PyObject_Str(base));
-            }
-        }
-        else if (i < PyList_GET_SIZE(pnames)) {
-            base = Py_NewRef(PyList_GET_ITEM(pnames, i));
-        }
-        else {
-            base = PyUnicode_FromFormat("%s_%zd",
-                                        varargs ? PyUnicode_AsUTF8(varargs)
-                                                : "arg",
-                                        i - PyList_GET_SIZE(pnames));
-        }
+        PyObject *base = arg_name(names, pnames, varargs, i), *w;
         if (base == NULL) {
             goto done;
         }
-        w = wrap_arg(&c, PyTuple_GET_ITEM(targs, i), base, &leaf, 1);
+        w = wrap_arg(c, PyTuple_GET_ITEM(targs, i), base, &leaf, 1);
         Py_DECREF(base);
         if (w == NULL) {
             goto done;
         }
-        PyTuple_SET_ITEM(pargs, i, w);
+        PyTuple_SET_ITEM(*pargs, i, w);
     }
-    pkw = PyDict_New();
-    if (pkw == NULL) {
+    if ((*pkw = PyDict_New()) == NULL) {
         goto done;
     }
-    {
-        PyObject *k, *v;
-        Py_ssize_t pos = 0;
-        while (PyDict_Next(tkw, &pos, &k, &v)) {
-            Py_ssize_t leaf = 0;
-            PyObject *w = wrap_arg(&c, v, k, &leaf, 1);
-            if (w == NULL || PyDict_SetItem(pkw, k, w) < 0) {
-                Py_XDECREF(w);
-                goto done;
-            }
-            Py_DECREF(w);
+    while (PyDict_Next(tkw, &pos, &k, &v)) {
+        Py_ssize_t leaf = 0;
+        PyObject *w = wrap_arg(c, v, k, &leaf, 1);
+        if (w == NULL || PyDict_SetItem(*pkw, k, w) < 0) {
+            Py_XDECREF(w);
+            goto done;
         }
+        Py_DECREF(w);
     }
-    /* isolate side effects, run fn on the proxies */
-    rng = stax_trace_rng_save();
+    rc = 0;
+done:
+    Py_XDECREF(pnames);
+    Py_XDECREF(varargs);
+    return rc;
+}
+
+/* run fn on the proxies, its side effects isolated (module state, the
+ * generator, constants it wrote restored): its result, new reference */
+static PyObject *
+run_isolated(StaxTracer *tr, PyObject *fn, PyObject *pargs, PyObject *pkw)
+{
+    StaxTracer *prev = current;
+    PyObject *rng = stax_trace_rng_save(), *snap = NULL, *hooks = NULL, *out = NULL;
     snap = stax_trace_module_snapshot(fn);
-    if (snap == NULL) {
-        goto done;
-    }
-    hooks = stax_trace_hooks_install(tr);
+    hooks = snap ? stax_trace_hooks_install(tr) : NULL;
     if (hooks == NULL) {
         goto done;
     }
@@ -622,10 +599,10 @@ py_trace(PyObject *mod, PyObject *args, PyObject *kwds)
     }
     stax_trace_rng_restore(rng);
     if (PyErr_Occurred()) {
+        Py_CLEAR(out);
         goto done;
     }
-    if (PyGen_Check(out) || PyCoro_CheckExact(out)
-        || PyAsyncGen_CheckExact(out)) {
+    if (PyGen_Check(out) || PyCoro_CheckExact(out) || PyAsyncGen_CheckExact(out)) {
         PyObject *r = PyObject_CallMethod(out, "close", NULL);
         Py_XDECREF(r);
         PyErr_Clear();
@@ -633,67 +610,74 @@ py_trace(PyObject *mod, PyObject *args, PyObject *kwds)
                      "tracing: %R returned a %s object: generator and async "
                      "functions cannot be captured as one graph", fn,
                      Py_TYPE(out)->tp_name);
-        goto done;
+        Py_CLEAR(out);
     }
-    onodes = stax_trace_map_args(tr, out, 0, NULL);
-    if (onodes == NULL) {
-        goto done;
+done:
+    current = prev;
+    stax_trace_hooks_remove(hooks);
+    Py_XDECREF(hooks);
+    Py_XDECREF(rng);
+    Py_XDECREF(snap);
+    return out;
+}
+
+/* the output node over fn's result; a value that failed on the sample and
+ * reaches the output raises the sample's error */
+static int
+record_output(StaxTracer *tr, PyObject *out)
+{
+    PyObject *onodes = stax_trace_map_args(tr, out, 0, NULL);
+    PyObject *nm = onodes ? PyUnicode_FromString("output") : NULL;
+    PyObject *on = nm ? PyObject_CallMethodOneArg((PyObject *)tr->graph, nm, onodes) : NULL;
+    StaxNode *bad;
+    Py_XDECREF(nm);
+    Py_XDECREF(onodes);
+    if (on == NULL) {
+        return -1;
     }
-    {
-        PyObject *nm = PyUnicode_FromString("output");
-        PyObject *on = nm ? PyObject_CallMethodOneArg((PyObject *)tr->graph,
-                                                      nm, onodes)
-                          : NULL;
-        Py_XDECREF(nm);
-        StaxNode *bad;
-        if (on == NULL) {
-            goto done;
-        }
-        bad = failed_output_input(tr->graph, (StaxNode *)on);
-        Py_DECREF(on);
-        if (bad != NULL) {
-            stax_trace_raise_original(bad);
-            goto done;
-        }
+    bad = failed_output_input(tr->graph, (StaxNode *)on);
+    Py_DECREF(on);
+    if (bad != NULL) {
+        stax_trace_raise_original(bad);
+        return -1;
     }
-    if (stax_trace_demote_constants(tr) < 0) {
-        goto done;
-    }
-    mutated = PyList_New(0);
-    if (mutated == NULL) {
-        goto done;
-    }
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(versions); i++) {
+    return stax_trace_demote_constants(tr);
+}
+
+/* indices of the inputs whose storage the trace wrote (version moved) */
+static PyObject *
+mutated_inputs(PyObject *versions)
+{
+    PyObject *mutated = PyList_New(0);
+    for (Py_ssize_t i = 0; mutated != NULL && i < PyList_GET_SIZE(versions); i++) {
         PyObject *e = PyList_GET_ITEM(versions, i);
         StaxTensor *si = (StaxTensor *)PyTuple_GET_ITEM(e, 0);
-        unsigned long long v0 = PyLong_AsUnsignedLongLong(
-            PyTuple_GET_ITEM(e, 1));
+        unsigned long long v0 = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(e, 1));
         if (si->storage->version != v0) {
             PyObject *ix = PyLong_FromSsize_t(i);
             if (ix == NULL || PyList_Append(mutated, ix) < 0) {
-                Py_XDECREF(ix);
-                goto done;
+                Py_CLEAR(mutated);
             }
-            Py_DECREF(ix);
+            Py_XDECREF(ix);
         }
     }
-    replay = stax_trace_extract_replay(tr, tr->constants, &copies_inputs);
-    if (replay == NULL) {
-        goto done;
-    }
-    {
-        PyObject *root = Py_BuildValue("(OO)", tr->constants, tr->graph);
-        gm = root ? PyObject_Call((PyObject *)StaxGraphModule_Type, root,
-                                  NULL)
-                  : NULL;
-        Py_XDECREF(root);
-        if (gm == NULL) {
-            goto done;
-        }
-    }
-    gates = PyList_GetSlice(tr->gates, 0, PY_SSIZE_T_MAX);
-    tres = PyObject_GC_New(TraceResult, TraceResult_Type);
-    if (gates == NULL || tres == NULL) {
+    return mutated;
+}
+
+/* the TraceResult of a finished trace */
+static PyObject *
+trace_result(StaxTracer *tr, PyObject *versions)
+{
+    PyObject *mutated = mutated_inputs(versions), *replay = NULL, *gm = NULL, *gates = NULL;
+    PyObject *root = NULL, *res = NULL;
+    TraceResult *tres = NULL;
+    int copies_inputs = 0;
+    replay = mutated ? stax_trace_extract_replay(tr, tr->constants, &copies_inputs) : NULL;
+    root = replay ? Py_BuildValue("(OO)", tr->constants, tr->graph) : NULL;
+    gm = root ? PyObject_Call((PyObject *)StaxGraphModule_Type, root, NULL) : NULL;
+    gates = gm ? PyList_GetSlice(tr->gates, 0, PY_SSIZE_T_MAX) : NULL;
+    tres = gates ? PyObject_GC_New(TraceResult, TraceResult_Type) : NULL;
+    if (tres == NULL) {
         goto done;
     }
     tres->graph_module = Py_NewRef(gm);
@@ -711,6 +695,64 @@ py_trace(PyObject *mod, PyObject *args, PyObject *kwds)
     }
     res = (PyObject *)tres;
 done:
+    Py_XDECREF(mutated);
+    Py_XDECREF(replay);
+    Py_XDECREF(root);
+    Py_XDECREF(gm);
+    Py_XDECREF(gates);
+    return res;
+}
+
+PyObject *
+stax_trace_run(PyObject *fn, PyObject *a, PyObject *kw, PyObject *names, int lazy,
+               PyObject *symenv)
+{
+    PyObject *targs = NULL, *tkw = NULL, *pargs = NULL, *pkw = NULL,
+             *out = NULL, *res = NULL, *versions = NULL, *extents = NULL,
+             *bases = NULL;
+    StaxTracer *tr = NULL, *prev = current;
+    ph_ctx c;
+    kw = kw != NULL ? kw : Py_None;
+    names = names != NULL ? names : Py_None;
+    if (StaxTensor_Type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "trace: no Tensor type");
+        return NULL;
+    }
+    targs = PySequence_Tuple(a);
+    if (targs == NULL) {
+        return NULL;
+    }
+    tkw = kw == Py_None ? PyDict_New() : PyDict_Copy(kw);
+    tr = tracer_new();
+    versions = PyList_New(0);
+    if (tkw == NULL || tr == NULL || versions == NULL
+        || (lazy && (tr->lazy = PyDict_New()) == NULL)) {
+        goto done;
+    }
+    if (symenv != NULL && symenv != Py_None) {
+        tr->symenv = Py_NewRef(symenv);
+    }
+    c.tr = tr;
+    c.standin_versions = versions;
+    c.extents = extents = PyDict_New();
+    c.bases = bases = PyDict_New();
+    if (extents == NULL || bases == NULL
+        || stax_trace_collect_extents(targs, extents) < 0
+        || stax_trace_collect_extents(tkw, extents) < 0) {
+        goto done;
+    }
+    tr->active = 1;
+    tr->entry_depth = stax_trace_frame_depth();
+    tr->grad_at_start = stax_grad_enabled();
+    if (wrap_inputs(&c, fn, targs, tkw, names, &pargs, &pkw) < 0) {
+        goto done;
+    }
+    out = run_isolated(tr, fn, pargs, pkw);
+    if (out == NULL || record_output(tr, out) < 0) {
+        goto done;
+    }
+    res = trace_result(tr, versions);
+done:
     current = prev;
     if (tr != NULL) {
         tr->active = 0;
@@ -719,19 +761,8 @@ done:
     Py_XDECREF(tkw);
     Py_XDECREF(pargs);
     Py_XDECREF(pkw);
-    Py_XDECREF(pnames);
-    Py_XDECREF(varargs);
-    Py_XDECREF(rng);
-    Py_XDECREF(snap);
     Py_XDECREF(out);
-    Py_XDECREF(onodes);
     Py_XDECREF(versions);
-    Py_XDECREF(mutated);
-    Py_XDECREF(gm);
-    Py_XDECREF(replay);
-    Py_XDECREF(gates);
-    stax_trace_hooks_remove(hooks);
-    Py_XDECREF(hooks);
     Py_XDECREF(extents);
     Py_XDECREF(bases);
     Py_XDECREF(tr);

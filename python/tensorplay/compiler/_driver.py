@@ -24,10 +24,14 @@ from ._lift import analyze
 from ._aliasing import with_view_outputs
 from . import _stores
 from ._symbolic import ShapeEnv, eval_guards, compile_guards
+from . import _backends, _cache
 
 __all__ = ["Version", "Driver", "RecompileLimitError", "reset"]
 
 _SCALARS = (type(None), bool, int, float, str)
+# the C back end stax_compile lowers with; when _C.stax_backend was replaced
+# (a wrapper, a test's broken back end), the driver calls the replacement
+_STAX_BACKEND = _C.stax_backend
 _compile_lock = threading.RLock()
 # compilations per code object, over every CompiledFunction wrapping it
 # (closures and lambdas recreated in a loop, methods of many modules)
@@ -862,8 +866,8 @@ class Driver:
                     # values: retrace for this layout (same key, same guards)
                     c = _Call()
                     c.args, c.kwargs, c.free, c.flat = args, kwargs, free, flat
-                    _, gm = self._trace(c, plan)
-                    art, _ = self._lower(gm, flat)
+                    _, gm, lowered = self._trace(c, plan, lower=True)
+                    art, _ = self._lower(gm, flat, lowered)
                     v.artifacts[lay] = art
         return art
 
@@ -1069,8 +1073,14 @@ class Driver:
         call.gkey = (call.sig_args, call.sig_kwargs, call.sig_free, call.rho, call.dtype, call.alias)
         call.dyn = self.dynamic
 
-    def _trace(self, call, plan):
-        """lift -> _C.trace -> (TraceResult, GraphModule after the front-end passes)."""
+    def _trace(self, call, plan, lower=False, prepare=None):
+        """lift -> one _C.stax_compile (csrc/guards/driver.c): trace, this
+        driver's bookkeeping of the Python state the trace touched, the
+        front-end passes and, when lower and the back end is Stax's, the
+        lowering. prepare(tr) -> bool (may skip lowering) runs after the
+        bookkeeping. Returns (TraceResult, GraphModule after the passes,
+        lowered): lowered is (artifact, error, cache counter deltas) when C
+        lowered, else None (another back end: _lower calls it)."""
         wrapper, free_names = plan.make_wrapper(call.free)
         target = plan.target
         names = list(free_names) if target is not None else None
@@ -1094,30 +1104,53 @@ class Driver:
             dyn = self._dyn_map(call)
             env = ShapeEnv(dyn, call.paths) if dyn else None
         call.symenv = env
-        try:
-            tr = _C.trace(wrapper, lifted + tuple(call.args), dict(call.kwargs), names,
-                          lazy=config.lazy_samples and self.backend_name in ("stax", "eager"),
-                          symenv=env)
-            _raise_sample_error(tr.graph_module.graph)
-        except BaseException:
-            call.effects_before_error = bool(slog.entries or getattr(wrapper, "effects", None))
-            raise
-        finally:
-            _nnm._store_log = prev
-            slog.undo()
-            call.seeds = seeds.log
-            seeds.log, seeds.state0 = sprev
-        call.effects = getattr(wrapper, "effects", None)
-        self._collect_stores(call, plan, tr, slog)
+        tracing = [True]
+
+        def restore():
+            # the trace is over: Python state back as the call found it
+            if tracing[0]:
+                tracing[0] = False
+                _nnm._store_log = prev
+                slog.undo()
+                call.seeds = seeds.log
+                seeds.log, seeds.state0 = sprev
+
+        def after_trace(tr):
+            try:
+                _raise_sample_error(tr.graph_module.graph)
+            except BaseException:
+                call.effects_before_error = bool(slog.entries or getattr(wrapper, "effects", None))
+                raise
+            finally:
+                restore()
+            call.effects = getattr(wrapper, "effects", None)
+            self._collect_stores(call, plan, tr, slog)
+            return prepare(tr) if prepare is not None else True
+
         passes_log = None
         if _logs.enabled("passes"):
             lg = _logs.logger("passes")
             passes_log = lambda line: lg.info(f"'{self.name}': {line}")  # noqa: E731
-        gm = tr.graph_module
-        gm = _C.run_frontend_passes(gm, log=passes_log) or gm
+        opts = None
+        if lower and self.backend is _backends.stax and _C.stax_backend is _STAX_BACKEND:
+            _cache.sync()
+            opts = self._backend_options()
+        try:
+            tr, gm, art, err, counts = _C.stax_compile(
+                wrapper, lifted + tuple(call.args), dict(call.kwargs), names, list(call.flat),
+                after_trace, passes_log, opts,
+                lazy=config.lazy_samples and self.backend_name in ("stax", "eager"),
+                symenv=env)
+        except BaseException:
+            if tracing[0]:      # the trace itself failed
+                call.effects_before_error = bool(slog.entries or getattr(wrapper, "effects", None))
+            raise
+        finally:
+            restore()
         if _logs.enabled("graph"):
             _logs.logger("graph").info(f"graph of '{self.name}' (version {len(self.versions)}):\n{gm.graph}")
-        return tr, gm
+        lowered = (art, err, counts) if art is not None or err is not None else None
+        return tr, gm, lowered
 
     def _collect_stores(self, call, plan, tr, slog):
         """Traced values stored into Python state (_stores): the effect
@@ -1158,17 +1191,27 @@ class Driver:
             outn.args = ((orig, tuple(p.node for p in extras)),)
             gm.recompile()
 
-    def _lower(self, gm, flat):
-        """backend(gm, example_inputs, **options) -> (artifact, eager_fallback)."""
+    def _backend_options(self):
         opts = dict(self.options)
         opts["strict_native"] = self.strict_native
         if self.dynamic and self.backend_name == "stax":
             # one artifact per version serves every size of the class: its
             # kernels take sizes, strides and numel constants as arguments
             opts.setdefault("dynamic", True)
-        before = _C._cache_counters()
+        return opts
+
+    def _lower(self, gm, flat, lowered=None):
+        """backend(gm, example_inputs, **options) -> (artifact, eager_fallback);
+        lowered: what _C.stax_compile's lowering gave, (artifact, error,
+        cache counter deltas), or None to call the back end here."""
+        before = _C._cache_counters() if lowered is None else None
         try:
-            art = self.backend(gm, list(flat), **opts)
+            if lowered is None:
+                art = self.backend(gm, list(flat), **self._backend_options())
+            elif lowered[1] is not None:
+                raise lowered[1]
+            else:
+                art = lowered[0]
         except Exception as e:  # noqa: BLE001
             if self.strict_native:
                 if isinstance(e, _C.NativeCompileError) or self.backend_name != "stax":
@@ -1184,9 +1227,11 @@ class Driver:
                               RuntimeWarning, stacklevel=6)
             return gm, True
         finally:
-            after = _C._cache_counters()
+            if lowered is None:
+                after = _C._cache_counters()
+                lowered = (None, None, tuple(a - b for a, b in zip(after, before)))
             for i in range(3):
-                self._cache_counts[i] += after[i] - before[i]
+                self._cache_counts[i] += lowered[2][i]
         if not callable(art):
             raise TypeError(f"tensorplay.compile: back end {self.backend_name!r} returned "
                             f"{type(art).__name__!s}, not a callable; a back end is "
@@ -1233,7 +1278,13 @@ class Driver:
         return drew
 
     def _build(self, call, plan):
-        tr, gm = self._trace(call, plan)
+        def lowers(tr):
+            # tensor inputs sharing a storage, one written in place: not
+            # lowered (_aliased_writes)
+            return not (call.alias is not None and getattr(tr, "mutated_inputs", None)
+                        and self.backend_name != "eager")
+
+        tr, gm, lowered = self._trace(call, plan, lower=True, prepare=lowers)
         gates = list(getattr(tr, "gates", None) or [])
         gate_kinds = tuple(g[1] for g in gates)
         gates0 = tuple(_gate_value(g[1], g[2]) for g in gates)
@@ -1252,11 +1303,10 @@ class Driver:
             replay_random = self._check_replay(
                 replay, gate_kinds, gates0,
                 _C._trace_stand_ins(call.flat) if replay_copies else call.flat)
-        if (call.alias is not None and getattr(tr, "mutated_inputs", None)
-                and self.backend_name != "eager"):
+        if not lowers(tr):
             artifact, eager_fallback = self._aliased_writes(gm, tr)
         else:
-            artifact, eager_fallback = self._lower(gm, call.flat)
+            artifact, eager_fallback = self._lower(gm, call.flat, lowered)
         v = Version(len(self.versions), call, gm, artifact, replay, gate_kinds, gates0,
                     shape_reads, eager_fallback, plan.paths, self.dynamic, replay_copies,
                     replay_random, getattr(call, "symenv", None))
