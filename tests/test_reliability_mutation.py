@@ -495,6 +495,39 @@ def test_value_read_after_overwrite_of_grad_tensor_requires_grad_like_eager():
     assert _same(e.detach(), c.detach())
 
 
+def test_written_output_created_by_a_nondiff_op_requires_grad_like_eager():
+    # lowering reads which ops cut the gradient from the op table (their
+    # derivative row is "nondiff"), not from the name "detach": zeros_like(w)
+    # and rand_like(w) of a grad w never require grad, even when written
+    # from another tensor afterwards; a setitem of a grad value does
+    def f_zeros(x, w):
+        v = tp.zeros_like(w)
+        v.copy_(x)
+        return v
+
+    def f_rand(x, w):
+        v = tp.rand_like(w)
+        v[:] = x
+        return v + 0
+
+    def f_detach(x, w):
+        v = w.detach() * 1
+        v.copy_(x)
+        return v
+
+    def f_setitem(x, w):
+        v = tp.zeros(3)
+        v[:] = w
+        return v, tp.relu(v)
+
+    x, w = tp.randn(3), tp.randn(3, requires_grad=True)
+    for f in (f_zeros, f_rand, f_detach, f_setitem):
+        e, c = f(x.clone(), w), tp.compile(f)(x.clone(), w)
+        e, c = (e, c) if isinstance(e, tuple) else ((e,), (c,))
+        assert [t.requires_grad for t in c] == [t.requires_grad for t in e], f.__name__
+    assert all(t.requires_grad for t in f_setitem(x, w))
+
+
 def test_store_before_an_error_happens_as_in_eager_compiled():
     # found by `make fuzz N=20000`: eager appends, then raises at layer_norm; the
     # failed trace had rolled its append back, so the compiled call lost it

@@ -114,6 +114,17 @@ int stax_graph_lint(StaxGraph *g);
 /* 1 if the node writes its first argument: an in-place op (add_, setitem,
  * zero_ ...) or a functional op called with inplace=True; else 0 */
 int stax_graph_node_is_inplace(PyObject *node);
+/* What a node writes, by the op table: its first argument through an
+ * in-place op (an in-place twin or row: add_, copy_, uniform_; operator.iadd;
+ * an unknown name ending in one '_': zero_), through operator.setitem, or
+ * through a functional op's inplace=True; NONE when it writes nothing. */
+typedef enum {
+    STAX_WRITES_NONE = 0,
+    STAX_WRITES_INPLACE,
+    STAX_WRITES_SETITEM,
+    STAX_WRITES_INPLACE_ARG
+} stax_node_writes_t;
+stax_node_writes_t stax_graph_node_writes(PyObject *node);
 
 /* GraphModule over a graph (borrowed); new reference. */
 PyObject *stax_graph_module_new(PyObject *graph);

@@ -186,6 +186,17 @@ stax_graph_node_is_inplace(PyObject *node)
     return r.inplace;
 }
 
+stax_node_writes_t
+stax_graph_node_writes(PyObject *node)
+{
+    p_opref r;
+    stax_graph_p_node_opref(node, &r);
+    return !r.inplace     ? STAX_WRITES_NONE
+           : r.setitem     ? STAX_WRITES_SETITEM
+           : r.inplace_arg ? STAX_WRITES_INPLACE_ARG
+                           : STAX_WRITES_INPLACE;
+}
+
 int
 stax_graph_p_node_opref(PyObject *node, p_opref *out)
 {

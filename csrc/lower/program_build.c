@@ -591,19 +591,22 @@ rg_extra_template(PyObject *gm)
                 Py_DECREF(op);
                 goto done;
             }
+            const stax_op_info *info;
+            char base[96];
             int im = 0;
-            PyObject *nm = target_name(node, &im);
-            const char *sn = nm ? PyUnicode_AsUTF8(nm) : NULL;
-            size_t sl = sn ? strlen(sn) : 0;
+            Py_XDECREF(node_target(node, &im, base, sizeof(base), &info));
             PyObject *val = node_val(node, NULL);
-            if ((sn && !strcmp(sn, "detach"))
+            if ((info != NULL && stax_op_nondiff(info))
                 || (val != NULL && StaxTensor_Check(val)
                     && !lw_is_float(((StaxTensor *)val)->dtype))) {
-                m = 0;
+                m = 0;   /* eager: the result never requires grad */
             }
             Py_XDECREF(val);
-            int inpl = sn && sl > 1 && sn[sl - 1] == '_' && sn[sl - 2] != '_';
-            if (sn && (inpl || strstr(sn, "setitem") != NULL)) {
+            /* a functional op's inplace=True (relu(v, inplace=True)) writes
+             * v from v alone: nothing v's mask does not already hold */
+            stax_node_writes_t w = stax_graph_node_writes(node);
+            int inpl = w == STAX_WRITES_INPLACE;
+            if (inpl || w == STAX_WRITES_SETITEM) {
                 PyObject *a = PyObject_GetAttrString(node, "args");
                 if (a && PyTuple_Check(a) && PyTuple_GET_SIZE(a) > 0) {
                     PyObject *a0 = PyTuple_GET_ITEM(a, 0);
@@ -627,7 +630,6 @@ rg_extra_template(PyObject *gm)
                             || PyDict_SetItem(roots, node, ph) < 0
                             || (pk >= 0 && PyDict_SetItem(alias, node, ph) < 0)) {
                             Py_XDECREF(nm2);
-                            Py_XDECREF(nm);
                             Py_DECREF(a);
                             Py_DECREF(op);
                             goto done;
@@ -641,7 +643,6 @@ rg_extra_template(PyObject *gm)
                 }
                 Py_XDECREF(a);
             }
-            Py_XDECREF(nm);
             PyErr_Clear();
         }
         Py_DECREF(op);

@@ -103,6 +103,10 @@ extern const stax_op_info stax_op_table[STAX_OP_COUNT];
  * described in ops.def). csrc/autograd/ parses it. */
 extern const char *const stax_op_derivative[STAX_OP_COUNT];
 
+/* 1 when the op's derivative row is "nondiff": its outputs never require
+ * grad (detach, comparisons, zeros_like, rand_like, ...). */
+int stax_op_nondiff(const stax_op_info *op);
+
 /* The lowering column (STAX_OP_LOWER rows of ops.def): the rule of
  * csrc/lower/ that lowers an op, indexed by op id. */
 typedef enum {

@@ -31,6 +31,12 @@ _Static_assert(sizeof(stax_op_derivative) / sizeof(stax_op_derivative[0])
                    == STAX_OP_COUNT,
                "stax_op_derivative: one entry per op id");
 
+int
+stax_op_nondiff(const stax_op_info *op)
+{
+    return strcmp(stax_op_derivative[op->id], "nondiff") == 0;
+}
+
 const stax_lower_rule_t stax_op_lower[] = {
 #define STAX_OP_LOWER(ID, RULE) [STAX_OP_##ID] = STAX_LOWER_##RULE,
 #include "ops/ops.def"
