@@ -272,3 +272,27 @@ def test_lowering_rule_is_a_column_of_the_op_table():
     x = tp.randn(4, 8)
     cf = tp.compile(lambda t: tp.softmax(t * 2, dim=-1), backend="stax", strict_native=True)
     np.testing.assert_allclose(cf(x).numpy(), tp.softmax(x * 2, dim=-1).numpy(), rtol=1e-5)
+
+
+def _unparse(t):
+    return t if isinstance(t, str) else "(" + " ".join(_unparse(x) for x in t) + ")"
+
+
+def test_formula_and_decomposition_columns_have_one_parser():
+    # the ops room parses each S-expression column once (ops_sexp.c); the
+    # pointwise lowering and DecomposePass walk those trees. Every row's text
+    # is exactly one well-formed expression (a malformed row would be no tree)
+    for r in _C._op_table():
+        formula, decomp = _C._op_trees(r["name"])
+        for text, tree in ((r["formula"], formula), (r["decomposition"], decomp)):
+            if text is None:
+                assert tree is None, r["name"]
+            else:
+                assert tree is not None and _unparse(tree) == " ".join(text.split()), r["name"]
+    assert _C._op_trees("add") == (("add", "a", ("mul", "b", "$alpha")), None)
+    assert _C._op_trees("add_") == _C._op_trees("add")
+    # the pointwise lowering reads the same tree: div's (case ...) picks by rounding_mode
+    x, y = tp.tensor([7.0, -7.0]), tp.tensor([2.0, 2.0])
+    for mode in (None, "trunc", "floor"):
+        cf = tp.compile(lambda a, b, m=mode: tp.div(a, b, rounding_mode=m), strict_native=True)
+        np.testing.assert_allclose(cf(x, y).numpy(), tp.div(x, y, rounding_mode=mode).numpy())

@@ -1,5 +1,5 @@
-/* The decomposition table: the "decomposition" column of ops.def, parsed
- * once into S-expression trees, and its cycle check (seed Prop. 4.3),
+/* The decomposition table: the "decomposition" column of ops.def, as the
+ * ops room parses it once into S-expression trees, and its cycle check (seed Prop. 4.3),
  * run when the module loads.
  *
  *   (op arg ...)   an op-table name applied to arguments
@@ -13,68 +13,6 @@
 
 #define p_rows stax_op_table
 #define P_NROWS STAX_OP_COUNT
-
-static p_sexp *p_trees[P_NROWS > 0 ? P_NROWS : 1];
-static int p_parsed[P_NROWS > 0 ? P_NROWS : 1];
-
-static p_sexp *
-p_parse(const char **pp)
-{
-    const char *p = *pp;
-    while (isspace((unsigned char)*p)) {
-        p++;
-    }
-    p_sexp *s = PyMem_Calloc(1, sizeof(p_sexp));
-    if (s == NULL) {
-        return NULL;
-    }
-    if (*p == '(') {
-        p++;
-        s->is_list = 1;
-        for (;;) {
-            while (isspace((unsigned char)*p)) {
-                p++;
-            }
-            if (*p == ')') {
-                p++;
-                break;
-            }
-            if (*p == '\0') {
-                goto bad;
-            }
-            p_sexp *it = p_parse(&p);
-            if (it == NULL) {
-                goto bad;
-            }
-            p_sexp **ni = PyMem_Realloc(s->items, (s->n + 1) * sizeof(*ni));
-            if (ni == NULL) {
-                goto bad;
-            }
-            s->items = ni;
-            s->items[s->n++] = it;
-        }
-    }
-    else {
-        const char *b = p;
-        while (*p && !isspace((unsigned char)*p) && *p != '(' && *p != ')') {
-            p++;
-        }
-        if (p == b) {
-            goto bad;
-        }
-        s->atom = PyMem_Malloc(p - b + 1);
-        if (s->atom == NULL) {
-            goto bad;
-        }
-        memcpy(s->atom, b, p - b);
-        s->atom[p - b] = '\0';
-    }
-    *pp = p;
-    return s;
-bad:
-    /* leaked on malformed input only; the table is static */
-    return NULL;
-}
 
 /* the row of op; -1 for an in-place twin's info (add_ has no rule) */
 static int
@@ -91,18 +29,8 @@ const p_sexp *
 stax_graph_p_decomp(const stax_op_info *op)
 {
     int i = op ? p_row_index(op) : -1;
-    if (i < 0 || p_rows[i].decomp == NULL) {
-        return NULL;
-    }
-    if (!p_parsed[i]) {
-        const char *p = p_rows[i].decomp;
-        p_parsed[i] = 1;
-        p_trees[i] = p_parse(&p);
-        if (p_trees[i] != NULL && !p_trees[i]->is_list) {
-            /* a bare atom (e.g. "a"): the op is the identity */
-        }
-    }
-    return p_trees[i];
+    /* parsed once by the ops room; a bare atom ("a") is the identity */
+    return i < 0 ? NULL : stax_op_decomp_tree(&p_rows[i]);
 }
 
 int
@@ -113,20 +41,6 @@ stax_graph_p_is_random(const stax_op_info *op)
 }
 
 /* ---- Prop. 4.3: no cycles among the rules ---------------------------- */
-
-static void
-p_free(p_sexp *s)
-{
-    if (s == NULL) {
-        return;
-    }
-    for (int i = 0; i < s->n; i++) {
-        p_free(s->items[i]);
-    }
-    PyMem_Free(s->items);
-    PyMem_Free(s->atom);
-    PyMem_Free(s);
-}
 
 /* add every head symbol of t to the list out */
 static int
@@ -221,8 +135,7 @@ p_check_rules(PyObject *rules)
     }
     while (PyDict_Next(rules, &pos, &k, &v)) {
         const char *txt = PyUnicode_Check(v) ? PyUnicode_AsUTF8(v) : NULL;
-        const char *p = txt;
-        p_sexp *t = txt ? p_parse(&p) : NULL;
+        p_sexp *t = txt ? stax_sexp_parse(txt) : NULL;
         if (t == NULL) {
             PyErr_Format(PyExc_RuntimeError, "the decomposition of %S does "
                          "not parse: %R", k, v);
@@ -230,7 +143,7 @@ p_check_rules(PyObject *rules)
         }
         PyObject *outs = PyList_New(0);
         int e = outs ? p_heads(t, outs) : -1;
-        p_free(t);
+        stax_sexp_free(t);
         if (e < 0 || PyDict_SetItem(edges, k, outs) < 0) {
             Py_XDECREF(outs);
             goto done;

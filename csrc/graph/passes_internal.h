@@ -85,13 +85,7 @@ int stax_graph_p_erase(PyObject *graph, PyObject *node);
 int stax_graph_p_copy_stack(PyObject *dst, PyObject *src);
 
 /* ---- decomposition (decompose_table.c) ------------------------------- */
-typedef struct p_sexp p_sexp;
-struct p_sexp {
-    int is_list;
-    char *atom;            /* atom text when !is_list */
-    int n;                 /* list length */
-    p_sexp **items;
-};
+typedef stax_sexp p_sexp;  /* the ops room's one parser (ops.h) */
 /* parsed decomposition of an op, or NULL if none (no exception) */
 const p_sexp *stax_graph_p_decomp(const stax_op_info *op);
 int stax_graph_p_decomp_check_cycles(void);   /* -1 + RuntimeError */

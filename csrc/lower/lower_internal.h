@@ -254,8 +254,9 @@ int lw_view_map(lw_ctx *c, vbuf *x, vbuf *out, const stax_ix *const *map);
 int lw_int_list(PyObject *o, int64_t *v, int max);
 
 /* the rule of each op kind, called by lw_lower_node */
+/* a pointwise op: its formula tree (stax_op_formula_tree) over the loop IR */
 int lw_lower_formula(lw_ctx *c, struct lw_node_in *in, PyObject *bound,
-                     const char *formula, vbuf *out, const char **why);
+                     vbuf *out, const char **why);
 int lw_lower_reduction(lw_ctx *c, struct lw_node_in *in, PyObject *bound,
                        vbuf *x, vbuf *out, const char **why);
 /* zeros/ones/full/empty/rand/randn (no op-table row: the value gives the

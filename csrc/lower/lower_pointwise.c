@@ -71,7 +71,6 @@ typedef struct {
     int64_t osizes[STAX_MAX_DIMS];
     const stax_ix *ovars[STAX_MAX_DIMS];
     stax_dtype_t cd;             /* computation dtype */
-    const char *p;               /* parse position */
     const char *why;
 } fctx;
 
@@ -82,27 +81,7 @@ typedef struct {
     PyObject *str;               /* a string argument (case) */
 } fval;
 
-static void
-skip_ws(fctx *f)
-{
-    while (*f->p == ' ' || *f->p == '\n' || *f->p == '\t') {
-        f->p++;
-    }
-}
-
-static int
-read_tok(fctx *f, char *buf, size_t n)
-{
-    skip_ws(f);
-    size_t i = 0;
-    while (*f->p && *f->p != ' ' && *f->p != '(' && *f->p != ')' && i + 1 < n) {
-        buf[i++] = *f->p++;
-    }
-    buf[i] = 0;
-    return (int)i;
-}
-
-static fval f_eval(fctx *f);
+static fval f_eval(fctx *f, const stax_sexp *t);
 
 static fval
 f_operand(fctx *f, PyObject *o)
@@ -256,92 +235,36 @@ f_prim(fctx *f, int prim, fval *x, int n)
     return r;
 }
 
+/* (case $arg v1 e1 v2 e2 ...): the expression of the first value that
+ * matches the argument (None, or a string) */
 static fval
-f_eval(fctx *f)
+f_case(fctx *f, const stax_sexp *t)
+{
+    fval chosen = {0};
+    fval sel = t->n > 1 ? f_eval(f, t->items[1]) : chosen;
+    for (int k = 2; k + 1 < t->n; k += 2) {
+        const char *key = t->items[k]->is_list ? "" : t->items[k]->atom;
+        int match = 0;
+        if (strcmp(key, "None") == 0) {
+            match = sel.none;
+        }
+        else if (sel.str != NULL) {
+            match = PyUnicode_CompareWithASCIIString(sel.str, key) == 0;
+        }
+        if (match) {
+            return f_eval(f, t->items[k + 1]);
+        }
+    }
+    f->why = "no case of the formula matches the argument";
+    return chosen;
+}
+
+/* an atom: an operand a-d, a $argument, or a number */
+static fval
+f_atom(fctx *f, const char *tok)
 {
     fval r = {0};
-    char tok[64];
-    skip_ws(f);
-    if (*f->p == '(') {
-        f->p++;
-        read_tok(f, tok, sizeof(tok));
-        if (strcmp(tok, "case") == 0) {
-            fval sel = f_eval(f);
-            fval chosen = {0};
-            int found = 0;
-            for (;;) {
-                skip_ws(f);
-                if (*f->p == ')' || *f->p == 0) {
-                    break;
-                }
-                char key[64];
-                read_tok(f, key, sizeof(key));
-                int match = 0;
-                if (strcmp(key, "None") == 0) {
-                    match = sel.none;
-                }
-                else if (sel.str != NULL) {
-                    match = PyUnicode_CompareWithASCIIString(sel.str, key) == 0;
-                }
-                if (match && !found) {
-                    chosen = f_eval(f);
-                    found = 1;
-                }
-                else {
-                    /* skip the expression */
-                    skip_ws(f);
-                    if (*f->p == '(') {
-                        int depth = 0;
-                        do {
-                            if (*f->p == '(') depth++;
-                            if (*f->p == ')') depth--;
-                            f->p++;
-                        } while (depth > 0 && *f->p);
-                    }
-                    else {
-                        read_tok(f, key, sizeof(key));
-                    }
-                }
-            }
-            if (*f->p == ')') {
-                f->p++;
-            }
-            if (!found) {
-                f->why = "no case of the formula matches the argument";
-            }
-            return chosen;
-        }
-        int prim = stax_prim_from_name(tok);
-        if (prim < 0) {
-            f->why = "formula uses an unknown primitive";
-            return r;
-        }
-        fval x[3] = {{0}};
-        int n = 0;
-        for (;;) {
-            skip_ws(f);
-            if (*f->p == ')' || *f->p == 0) {
-                break;
-            }
-            if (n == 3) {
-                f->why = "formula arity";
-                return r;
-            }
-            x[n++] = f_eval(f);
-            if (f->why != NULL) {
-                return r;
-            }
-        }
-        if (*f->p == ')') {
-            f->p++;
-        }
-        if (n != stax_prim_arity((stax_prim_t)prim)) {
-            f->why = "formula arity mismatch";
-            return r;
-        }
-        return f_prim(f, prim, x, n);
-    }
-    read_tok(f, tok, sizeof(tok));
+    double x;
     if (tok[0] >= 'a' && tok[0] <= 'd' && tok[1] == 0) {
         int i = tok[0] - 'a';
         if (i >= PyTuple_GET_SIZE(f->bound)) {
@@ -358,7 +281,6 @@ f_eval(fctx *f)
         }
         return f_operand(f, o);
     }
-    double x;
     /* a literal is a weak scalar of its own kind (a Python int or float),
      * so comparisons promote as torch does: int32 == inf compares in
      * floating point, not against inf cast to int32 */
@@ -385,9 +307,49 @@ f_eval(fctx *f)
     return r;
 }
 
+/* the loop-IR value of a formula tree (the op table's, parsed once) */
+static fval
+f_eval(fctx *f, const stax_sexp *t)
+{
+    fval r = {0};
+    if (!t->is_list) {
+        return f_atom(f, t->atom);
+    }
+    if (t->n == 0 || t->items[0]->is_list) {
+        f->why = "formula uses an unknown primitive";
+        return r;
+    }
+    const char *head = t->items[0]->atom;
+    if (strcmp(head, "case") == 0) {
+        return f_case(f, t);
+    }
+    int prim = stax_prim_from_name(head);
+    if (prim < 0) {
+        f->why = "formula uses an unknown primitive";
+        return r;
+    }
+    fval x[3] = {{0}};
+    int n = t->n - 1;
+    if (n > 3) {
+        f->why = "formula arity";
+        return r;
+    }
+    for (int i = 0; i < n; i++) {
+        x[i] = f_eval(f, t->items[i + 1]);
+        if (f->why != NULL) {
+            return r;
+        }
+    }
+    if (n != stax_prim_arity((stax_prim_t)prim)) {
+        f->why = "formula arity mismatch";
+        return r;
+    }
+    return f_prim(f, prim, x, n);
+}
+
 int
 lw_lower_formula(lw_ctx *c, struct lw_node_in *in, PyObject *bound,
-                 const char *formula, vbuf *out, const char **why)
+                 vbuf *out, const char **why)
 {
     fctx f;
     memset(&f, 0, sizeof(f));
@@ -416,8 +378,12 @@ lw_lower_formula(lw_ctx *c, struct lw_node_in *in, PyObject *bound,
     if (f.cd == STAX_FLOAT16) {
         f.cd = STAX_FLOAT32;
     }
-    f.p = formula;
-    fval r = f_eval(&f);
+    const stax_sexp *tree = stax_op_formula_tree(in->op);
+    if (tree == NULL) {
+        *why = "the op's formula does not parse";
+        return 0;
+    }
+    fval r = f_eval(&f, tree);
     if (PyErr_Occurred()) {
         return -1;
     }

@@ -292,7 +292,7 @@ lw_lower_node(lw_ctx *c, struct lw_node_in *in, vbuf **outp, const char **why)
                    : "op without a lowering rule";
         break;
     case STAX_LOWER_FORMULA:
-        rc = lw_lower_formula(c, in, bound, op->formula, out, why);
+        rc = lw_lower_formula(c, in, bound, out, why);
         break;
     case STAX_LOWER_CAST:
         out->body = x ? lw_cast(c, x->body, out->dtype) : NULL;

@@ -129,6 +129,25 @@ typedef enum {
 } stax_lower_rule_t;
 extern const stax_lower_rule_t stax_op_lower[STAX_OP_COUNT];
 
+/* An S-expression of the formula / decomposition language (above): a list
+ * of items, or an atom's text. */
+typedef struct stax_sexp stax_sexp;
+struct stax_sexp {
+    int is_list;
+    char *atom;            /* atom text when !is_list */
+    int n;                 /* list length */
+    stax_sexp **items;
+};
+/* Parse one expression of text (the rest is ignored): a new tree, or NULL
+ * (malformed; MemoryError set when out of memory). */
+stax_sexp *stax_sexp_parse(const char *text);
+void stax_sexp_free(stax_sexp *s);
+/* The row's scalar formula / decomposition, parsed once and cached per op
+ * (an in-place twin's info answers its row's); NULL when the row has none
+ * or it does not parse. Borrowed, lives as long as the process. */
+const stax_sexp *stax_op_formula_tree(const stax_op_info *op);
+const stax_sexp *stax_op_decomp_tree(const stax_op_info *op);
+
 /* NULL if none; "add_" gives the in-place info of add (see above). */
 const stax_op_info *stax_op_by_name(const char *name);
 /* NULL if name is not one of op's overloads ("Tensor", "default", ...) */

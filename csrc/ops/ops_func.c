@@ -982,6 +982,41 @@ py_op_info(PyObject *m, PyObject *name)
     return op ? info_tuple(op) : NULL;
 }
 
+/* a stax_sexp as nested tuples of str (None for no tree) */
+static PyObject *
+sexp_py(const stax_sexp *t)
+{
+    PyObject *r;
+    if (t == NULL) {
+        Py_RETURN_NONE;
+    }
+    if (!t->is_list) {
+        return PyUnicode_FromString(t->atom);
+    }
+    r = PyTuple_New(t->n);
+    for (int i = 0; r != NULL && i < t->n; i++) {
+        PyObject *it = sexp_py(t->items[i]);
+        if (it == NULL) {
+            Py_CLEAR(r);
+            break;
+        }
+        PyTuple_SET_ITEM(r, i, it);
+    }
+    return r;
+}
+
+static PyObject *
+py_op_trees(PyObject *m, PyObject *name)
+{
+    const stax_op_info *op = op_arg(name);
+    (void)m;
+    if (op == NULL) {
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", sexp_py(stax_op_formula_tree(op)),
+                         sexp_py(stax_op_decomp_tree(op)));
+}
+
 static PyObject *
 py_op_bind(PyObject *m, PyObject *args)
 {
@@ -1127,6 +1162,9 @@ static PyMethodDef ops_methods[] = {
     {"_ops_set_impl", py_set_impl, METH_VARARGS, "register an eager impl"},
     {"_op_table", py_op_table, METH_NOARGS, "the op table as dicts"},
     {"_op_info", py_op_info, METH_O, "one op's row as a dict"},
+    {"_op_trees", py_op_trees, METH_O,
+     "(formula, decomposition) of an op as the one parser reads them: nested "
+     "tuples of str, None where the row has none"},
     {"_op_bind", py_op_bind, METH_VARARGS, "stax_op_bind(name, args, kw)"},
     {"_op_call", py_op_call, METH_VARARGS, "run op eagerly"},
     {"_op_for_target", py_op_for_target, METH_VARARGS,
