@@ -296,3 +296,22 @@ def test_formula_and_decomposition_columns_have_one_parser():
     for mode in (None, "trunc", "floor"):
         cf = tp.compile(lambda a, b, m=mode: tp.div(a, b, rounding_mode=m), strict_native=True)
         np.testing.assert_allclose(cf(x, y).numpy(), tp.div(x, y, rounding_mode=mode).numpy())
+
+
+@pytest.mark.parametrize("a_dt,b", [
+    ("int8", ("t0", "float64")), ("uint8", ("t0", "int8")), ("bool", 2), ("int32", 2.5),
+    ("int32", ("t1", "float16")), ("bool", ("t0", "int16")), ("float16", ("t0", "float64")),
+    ("int64", True),
+])
+def test_lowered_comparison_promotes_as_result_type(a_dt, b):
+    # one promotion routine (csrc/tensor/dtype.c: stax_result_type_of) serves
+    # eager's result_type and the lowering of comparisons: a dimensioned
+    # tensor outranks a 0-d one outranks a Python scalar within a category
+    a = tp.tensor([-3, 0, 1, 2, 3], dtype=getattr(tp, a_dt))
+    if isinstance(b, tuple):
+        shape = () if b[0] == "t0" else (5,)
+        b = tp.full(shape, 1.5 if "float" in b[1] else 1, dtype=getattr(tp, b[1]))
+    cf = tp.compile(lambda x, y: (x < y, x == y, x >= y), strict_native=True)
+    for got, want in zip(cf(a, b), (a < b, a == b, a >= b)):
+        assert got.dtype == tp.bool
+        np.testing.assert_array_equal(got.numpy(), want.numpy())

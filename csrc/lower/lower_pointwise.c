@@ -23,42 +23,24 @@ dt_cat(stax_dtype_t d)
     return d == STAX_BOOL ? 0 : (lw_is_float(d) ? 2 : 1);
 }
 
-/* torch.result_type over tensor operands (vbufs) and Python scalars */
+/* torch.result_type over tensor operands (vbufs) and Python scalars, by
+ * the tensor room's one promotion routine */
 static stax_dtype_t
 result_type(vbuf **vs, PyObject **scal, int n)
 {
-    int have_t = 0, have_z = 0, scat = -1;
-    stax_dtype_t dt = STAX_BOOL, dz = STAX_BOOL;
-    for (int i = 0; i < n; i++) {
+    stax_promo_operand d[4];
+    int k = 0;
+    for (int i = 0; i < n && k < 4; i++) {
         if (vs[i] != NULL) {
-            if (vs[i]->ndim > 0) {
-                dt = have_t ? stax_promote_types(dt, vs[i]->dtype) : vs[i]->dtype;
-                have_t = 1;
-            }
-            else {
-                dz = have_z ? stax_promote_types(dz, vs[i]->dtype) : vs[i]->dtype;
-                have_z = 1;
-            }
+            d[k].dtype = vs[i]->dtype;
+            d[k++].rank = vs[i]->ndim > 0 ? STAX_PROMO_TENSOR : STAX_PROMO_ZERO_DIM;
         }
-        else if (scal[i] != NULL) {
-            int k = PyBool_Check(scal[i]) ? 0 : (PyFloat_Check(scal[i]) ? 2 : 1);
-            scat = k > scat ? k : scat;
+        else if (scal[i] != NULL && stax_scalar_dtype(scal[i]) >= 0) {
+            d[k].dtype = (stax_dtype_t)stax_scalar_dtype(scal[i]);
+            d[k++].rank = STAX_PROMO_SCALAR;
         }
     }
-    if (!have_t) {
-        dt = dz;
-        have_t = have_z;
-    }
-    else if (have_z && dt_cat(dz) > dt_cat(dt)) {
-        dt = dz;
-    }
-    if (!have_t) {
-        return scat == 2 ? stax_default_dtype() : (scat == 1 ? STAX_INT64 : STAX_BOOL);
-    }
-    if (scat > dt_cat(dt)) {
-        dt = scat == 2 ? stax_default_dtype() : STAX_INT64;
-    }
-    return dt;
+    return stax_result_type_of(d, k);
 }
 
 /* ------------------------------------------------------------- formulas */

@@ -233,51 +233,67 @@ combine_categories(int higher, int lower)
     return lower;
 }
 
+stax_dtype_t
+stax_result_type_of(const stax_promo_operand *ops, Py_ssize_t n)
+{
+    int r[3] = {STAX_UNDEF, STAX_UNDEF, STAX_UNDEF};   /* per rank */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        r[ops[i].rank] = promote_skip_undef(r[ops[i].rank], ops[i].dtype);
+    }
+    int out = combine_categories(r[STAX_PROMO_TENSOR],
+                                 combine_categories(r[STAX_PROMO_ZERO_DIM],
+                                                    r[STAX_PROMO_SCALAR]));
+    return out == STAX_UNDEF ? default_dtype : (stax_dtype_t)out;
+}
+
+int
+stax_scalar_dtype(PyObject *o)
+{
+    if (PyBool_Check(o) || PyArray_IsScalar(o, Bool)) {
+        return STAX_BOOL;
+    }
+    if (PyLong_Check(o) || PyArray_IsScalar(o, Integer)) {
+        return STAX_INT64;
+    }
+    if (PyFloat_Check(o) || PyArray_IsScalar(o, Floating)) {
+        return default_dtype;
+    }
+    return -1;
+}
+
 int
 stax_result_type(PyObject *const *ops, Py_ssize_t n, stax_dtype_t *out)
 {
-    int dim_r = STAX_UNDEF, zero_r = STAX_UNDEF, wrapped_r = STAX_UNDEF;
+    stax_promo_operand small[8] = {{0}}, *d = n <= 8 ? small : PyMem_Malloc(sizeof(*d) * (size_t)n);
+    if (d == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *o = ops[i];
         if (StaxTensor_Check(o)) {
             StaxTensor *t = (StaxTensor *)o;
-            if (t->ndim > 0) {
-                dim_r = promote_skip_undef(dim_r, t->dtype);
-            }
-            else {
-                zero_r = promote_skip_undef(zero_r, t->dtype);
-            }
+            d[i].dtype = t->dtype;
+            d[i].rank = t->ndim > 0 ? STAX_PROMO_TENSOR : STAX_PROMO_ZERO_DIM;
+            continue;
         }
-        else if (PyBool_Check(o)) {
-            wrapped_r = promote_skip_undef(wrapped_r, STAX_BOOL);
-        }
-        else if (PyLong_Check(o)) {
-            wrapped_r = promote_skip_undef(wrapped_r, STAX_INT64);
-        }
-        else if (PyFloat_Check(o)) {
-            wrapped_r = promote_skip_undef(wrapped_r, default_dtype);
-        }
-        else if (PyArray_IsScalar(o, Bool)) {
-            wrapped_r = promote_skip_undef(wrapped_r, STAX_BOOL);
-        }
-        else if (PyArray_IsScalar(o, Integer)) {
-            wrapped_r = promote_skip_undef(wrapped_r, STAX_INT64);
-        }
-        else if (PyArray_IsScalar(o, Floating)) {
-            wrapped_r = promote_skip_undef(wrapped_r, default_dtype);
-        }
-        else {
+        int sd = stax_scalar_dtype(o);
+        if (sd < 0) {
             PyErr_Format(PyExc_TypeError,
                          "result_type(): expected Tensor or Number, "
                          "but got %.100s", Py_TYPE(o)->tp_name);
+            if (d != small) {
+                PyMem_Free(d);
+            }
             return -1;
         }
+        d[i].dtype = (stax_dtype_t)sd;
+        d[i].rank = STAX_PROMO_SCALAR;
     }
-    int r = combine_categories(dim_r, combine_categories(zero_r, wrapped_r));
-    if (r == STAX_UNDEF) {
-        r = default_dtype;
+    *out = stax_result_type_of(d, n);
+    if (d != small) {
+        PyMem_Free(d);
     }
-    *out = (stax_dtype_t)r;
     return 0;
 }
 

@@ -90,6 +90,24 @@ stax_dtype_t stax_default_dtype(void);               /* float32 unless set */
 stax_dtype_t stax_promote_types(stax_dtype_t a, stax_dtype_t b);
 /* operands: Tensors or Python scalars (bool/int/float). -1 + exception. */
 int stax_result_type(PyObject *const *operands, Py_ssize_t n, stax_dtype_t *out);
+/* The one promotion routine (stax_result_type and the lowering's
+ * pointwise rule describe their operands to it): an operand is a
+ * dimensioned tensor, a 0-d tensor, or a wrapped Python scalar (whose dtype
+ * is bool, int64 or a floating one: see stax_scalar_dtype). No operand:
+ * the default dtype. */
+typedef enum {
+    STAX_PROMO_TENSOR = 0,
+    STAX_PROMO_ZERO_DIM,
+    STAX_PROMO_SCALAR
+} stax_promo_rank;
+typedef struct {
+    stax_dtype_t dtype;
+    stax_promo_rank rank;
+} stax_promo_operand;
+stax_dtype_t stax_result_type_of(const stax_promo_operand *ops, Py_ssize_t n);
+/* The dtype a Python scalar is wrapped as: bool, int64 or the default
+ * floating dtype; -1 (no exception) for anything else. */
+int stax_scalar_dtype(PyObject *o);
 
 /* construction */
 StaxTensor *stax_tensor_from_array(PyObject *ndarray); /* no copy; negative strides -> ValueError */
