@@ -601,11 +601,59 @@ done:
     return r;
 }
 
+/* 1 when n's sample value is base0's tensor itself (same storage, meta,
+ * strides and offset): a call that returned its input */
+static int
+p_returned_itself(PyObject *n, PyObject *base0)
+{
+    PyObject *vn = stax_graph_p_val(n), *va = stax_graph_p_val(base0);
+    if (p_shares_storage(vn, va) != 1 || !stax_graph_p_same_meta(vn, va)) {
+        return 0;
+    }
+    PyObject *s1 = PyObject_CallMethod(vn, "stride", NULL);
+    PyObject *s2 = s1 ? PyObject_CallMethod(va, "stride", NULL) : NULL;
+    PyObject *o1 = s2 ? PyObject_CallMethod(vn, "storage_offset", NULL) : NULL;
+    PyObject *o2 = o1 ? PyObject_CallMethod(va, "storage_offset", NULL) : NULL;
+    int same = o2 && PyObject_RichCompareBool(s1, s2, Py_EQ) == 1
+               && PyObject_RichCompareBool(o1, o2, Py_EQ) == 1;
+    Py_XDECREF(s1);
+    Py_XDECREF(s2);
+    Py_XDECREF(o1);
+    Py_XDECREF(o2);
+    PyErr_Clear();
+    return same;
+}
+
+/* a call the op table does not describe, copied as it is */
+static int
+p_copy_call(p_op_ctx *c, PyObject *n, p_opcode_t opc, PyObject *mapped, PyObject *mkw)
+{
+    PyObject *target = stax_graph_p_attr(n, "target"), *nm, *v = NULL;
+    const char *s;
+    int rc = -1;
+    if (target == NULL) {
+        return -1;
+    }
+    nm = stax_graph_p_attr(n, "name");
+    s = nm && PyUnicode_Check(nm) ? PyUnicode_AsUTF8(nm) : "v";
+    v = s ? p_create(c, stax_graph_p_opcode_str(opc), target, mapped, mkw, s) : NULL;
+    Py_XDECREF(nm);
+    if (v != NULL) {
+        PyObject *val = stax_graph_p_val(n);
+        if (val == NULL || p_meta_set(v, "val", val) == 0) {
+            rc = stax_graph_fz_root(c, n, v);
+        }
+    }
+    Py_XDECREF(v);
+    Py_DECREF(target);
+    return rc;
+}
+
 static int
 p_lower_call(p_op_ctx *c, PyObject *n, p_opcode_t opc)
 {
     PyObject *args = NULL, *kwargs = NULL, *mapped = NULL, *mkw = NULL;
-    PyObject *bound = NULL, *v = NULL, *target = NULL;
+    PyObject *bound = NULL, *v = NULL;
     p_opref r;
     int rc = -1, known = stax_graph_p_node_opref(n, &r);
     PyObject *a0 = stax_graph_p_attr(n, "args");
@@ -639,25 +687,9 @@ p_lower_call(p_op_ctx *c, PyObject *n, p_opcode_t opc)
         && stax_graph_p_is_node(PyTuple_GET_ITEM(args, 0))
         && !(known && r.info != NULL && r.info->kind == STAX_OPK_VIEW)) {
         PyObject *base0 = stax_graph_fz_resolve(c, PyTuple_GET_ITEM(args, 0));
-        PyObject *vn = stax_graph_p_val(n), *va = stax_graph_p_val(base0);
-        if (p_shares_storage(vn, va) == 1 && stax_graph_p_same_meta(vn, va)) {
-            PyObject *s1 = PyObject_CallMethod(vn, "stride", NULL);
-            PyObject *s2 = s1 ? PyObject_CallMethod(va, "stride", NULL) : NULL;
-            PyObject *o1 = s2 ? PyObject_CallMethod(vn, "storage_offset", NULL)
-                              : NULL;
-            PyObject *o2 = o1 ? PyObject_CallMethod(va, "storage_offset", NULL)
-                              : NULL;
-            int same = o2 && PyObject_RichCompareBool(s1, s2, Py_EQ) == 1
-                       && PyObject_RichCompareBool(o1, o2, Py_EQ) == 1;
-            Py_XDECREF(s1);
-            Py_XDECREF(s2);
-            Py_XDECREF(o1);
-            Py_XDECREF(o2);
-            PyErr_Clear();
-            if (same) {
-                rc = stax_graph_fz_alias(c, n, base0);
-                goto done;
-            }
+        if (p_returned_itself(n, base0)) {
+            rc = stax_graph_fz_alias(c, n, base0);
+            goto done;
         }
     }
     mapped = stax_graph_map_arg(args, p_cur_fn, c);
@@ -715,7 +747,7 @@ p_lower_call(p_op_ctx *c, PyObject *n, p_opcode_t opc)
             }
             /* a view of a functional value: reshape (values, not layout) */
             const char *vname = r.info->name;
-            if (!strcmp(vname, "view") && !strcmp(ovl, "default")) {
+            if (r.info->id == STAX_OP_VIEW && !strcmp(ovl, "default")) {
                 vname = "reshape";
             }
             v = stax_graph_p_view_step(c, n, PyTuple_GET_ITEM(args, 0), vname, ovl,
@@ -727,7 +759,7 @@ p_lower_call(p_op_ctx *c, PyObject *n, p_opcode_t opc)
         if (any_tensor && r.is_operator && PyTuple_GET_SIZE(mapped) == 2
             && stax_graph_p_is_number(PyTuple_GET_ITEM(mapped, 0))
             && stax_graph_p_is_node(PyTuple_GET_ITEM(mapped, 1))
-            && strcmp(r.info->name, "pow") != 0) {
+            && r.info->id != STAX_OP_POW) {
             v = p_scalar_first(c, n, r.info, mapped);
             rc = v ? stax_graph_fz_root(c, n, v) : -1;
             goto done;
@@ -760,24 +792,7 @@ p_lower_call(p_op_ctx *c, PyObject *n, p_opcode_t opc)
         }
     }
     /* not an op of the table (or scalar arithmetic): copied as it is */
-    target = stax_graph_p_attr(n, "target");
-    if (target == NULL) {
-        goto done;
-    }
-    {
-        PyObject *nm = stax_graph_p_attr(n, "name");
-        const char *s = nm && PyUnicode_Check(nm) ? PyUnicode_AsUTF8(nm) : "v";
-        v = s ? p_create(c, stax_graph_p_opcode_str(opc), target, mapped, mkw,
-                         s) : NULL;
-        Py_XDECREF(nm);
-        if (v != NULL) {
-            PyObject *val = stax_graph_p_val(n);
-            if (val != NULL && p_meta_set(v, "val", val) < 0) {
-                goto done;
-            }
-        }
-    }
-    rc = v ? stax_graph_fz_root(c, n, v) : -1;
+    rc = p_copy_call(c, n, opc, mapped, mkw);
 done:
     Py_XDECREF(args);
     Py_XDECREF(kwargs);
@@ -785,7 +800,6 @@ done:
     Py_XDECREF(mkw);
     Py_XDECREF(bound);
     Py_XDECREF(v);
-    Py_XDECREF(target);
     return rc;
 }
 
@@ -942,6 +956,115 @@ stax_graph_p_make_op_graph(PyObject *self, PyObject *args, PyObject *kwargs)
     return stax_graph_make_op_graph(gm, basis);
 }
 
+/* the op names of a basis (an iterable of names; "add.Tensor" counts as
+ * "add") as a frozenset; new reference or NULL */
+static PyObject *
+basis_names(PyObject *basis)
+{
+    PyObject *names = PyList_New(0), *res = NULL, *x;
+    PyObject *it = names ? PyObject_GetIter(basis) : NULL;
+    if (it == NULL) {
+        goto done;
+    }
+    while ((x = PyIter_Next(it)) != NULL) {
+        PyObject *parts = PyUnicode_Check(x)
+                          ? PyUnicode_Split(x, PyUnicode_FromString("."), 1)
+                          : NULL;
+        int e = parts ? PyList_Append(names, PyList_GET_ITEM(parts, 0)) : -1;
+        Py_XDECREF(parts);
+        Py_DECREF(x);
+        if (e < 0) {
+            goto done;
+        }
+    }
+    if (!PyErr_Occurred()) {
+        res = PyFrozenSet_New(names);
+    }
+done:
+    Py_XDECREF(it);
+    Py_XDECREF(names);
+    return res;
+}
+
+/* a placeholder of the Python-level graph: primals_<k> */
+static int
+op_placeholder(p_op_ctx *c, PyObject *n, int k)
+{
+    char name[32];
+    PyObject *ph, *val, *pair;
+    int rc = -1;
+    snprintf(name, sizeof(name), "primals_%d", k);
+    ph = PyObject_CallMethod(c->graph, "placeholder", "s", name);
+    if (ph == NULL) {
+        return -1;
+    }
+    val = stax_graph_p_val(n);
+    pair = PyTuple_Pack(2, n, ph);
+    if (pair != NULL && (val == NULL || p_meta_set(ph, "val", val) == 0)
+        && PyList_Append(c->placeholders, pair) == 0
+        && stax_graph_fz_root(c, n, ph) == 0) {
+        rc = 0;
+    }
+    Py_XDECREF(pair);
+    Py_DECREF(ph);
+    return rc;
+}
+
+static int
+op_get_attr(p_op_ctx *c, PyObject *n)
+{
+    PyObject *t = stax_graph_p_attr(n, "target");
+    PyObject *e = t ? PyTuple_New(0) : NULL;
+    PyObject *nn = e ? p_create(c, "get_attr", t, e, NULL, PyUnicode_AsUTF8(t)) : NULL;
+    PyObject *val;
+    int rc = -1;
+    Py_XDECREF(t);
+    Py_XDECREF(e);
+    val = nn ? stax_graph_p_val(n) : NULL;
+    if (nn != NULL && (val == NULL || p_meta_set(nn, "val", val) == 0)
+        && stax_graph_fz_root(c, n, nn) == 0) {
+        rc = 0;
+    }
+    Py_XDECREF(nn);
+    return rc;
+}
+
+/* write-backs, the output, value numbering of identical decomposition
+ * subchains, DCE, and the op-level GraphModule (new reference) */
+static PyObject *
+op_finish(p_op_ctx *c, PyObject *gm, PyObject *outv)
+{
+    PyObject *tp, *res;
+    p_pass_ctx pc = {0};
+    int e;
+    c->cur_py = NULL;
+    if (stax_graph_fz_writeback(c) < 0) {
+        return NULL;
+    }
+    if (outv != NULL) {
+        PyObject *o = PyTuple_GET_SIZE(outv) > 0 ? PyTuple_GET_ITEM(outv, 0) : Py_None;
+        PyObject *r = PyObject_CallMethod(c->graph, "output", "(O)", o);
+        if (r == NULL) {
+            return NULL;
+        }
+        Py_DECREF(r);
+    }
+    pc.graph = c->graph;
+    pc.msg = PyList_New(0);
+    e = pc.msg ? stax_graph_p_cse(&pc) : -1;
+    Py_XDECREF(pc.msg);
+    if (e < 0 || p_op_dce(c->graph) < 0 || p_private_copies(c->graph) < 0) {
+        return NULL;
+    }
+    tp = stax_graph_p_opgm();
+    res = tp ? PyObject_CallFunction(tp, "OO", gm, c->graph) : NULL;
+    if (res == NULL && tp != NULL) {
+        PyErr_Clear();
+        res = PyObject_CallFunction(tp, "O", c->graph);
+    }
+    return res;
+}
+
 PyObject *
 stax_graph_make_op_graph(PyObject *gm, PyObject *basis)
 {
@@ -953,9 +1076,6 @@ stax_graph_make_op_graph(PyObject *gm, PyObject *basis)
      * at compile time and must leave the generator where it was */
     StaxGenerator *gen = stax_default_generator();
     uint64_t gen_seed = gen ? gen->seed : 0, gen_off = gen ? gen->offset : 0;
-    if (basis == NULL) {
-        basis = Py_None;
-    }
     graph = PyObject_GetAttrString(gm, "graph");
     if (graph == NULL || stax_graph_p_learn_node_type(graph) < 0) {
         goto done;
@@ -970,131 +1090,39 @@ stax_graph_make_op_graph(PyObject *gm, PyObject *basis)
         || !c.placeholders) {
         goto done;
     }
-    if (basis != Py_None) {
-        PyObject *names = PyList_New(0);
-        PyObject *it = names ? PyObject_GetIter(basis) : NULL, *x;
-        if (it == NULL) {
-            Py_XDECREF(names);
-            goto done;
-        }
-        while ((x = PyIter_Next(it)) != NULL) {
-            /* "add.Tensor" counts as "add" */
-            PyObject *parts = PyUnicode_Check(x)
-                              ? PyUnicode_Split(x, PyUnicode_FromString("."), 1)
-                              : NULL;
-            int e = parts ? PyList_Append(names, PyList_GET_ITEM(parts, 0)) : -1;
-            Py_XDECREF(parts);
-            Py_DECREF(x);
-            if (e < 0) {
-                Py_DECREF(it);
-                Py_DECREF(names);
-                goto done;
-            }
-        }
-        Py_DECREF(it);
-        if (PyErr_Occurred()) {
-            Py_DECREF(names);
-            goto done;
-        }
-        c.basis = PyFrozenSet_New(names);
-        Py_DECREF(names);
-        if (c.basis == NULL) {
-            goto done;
-        }
+    if (basis != NULL && basis != Py_None && (c.basis = basis_names(basis)) == NULL) {
+        goto done;
     }
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(nodes); i++) {
         PyObject *n = PyList_GET_ITEM(nodes, i);
         p_opcode_t op = stax_graph_p_opcode(n);
+        int rc;
         c.cur_py = n;
-        if (op == P_UNKNOWN) {
+        switch (op) {
+        case P_UNKNOWN:
             goto done;
-        }
-        if (op == P_PLACEHOLDER) {
-            goto placeholder;
-        }
-        if (op == P_OUTPUT) {
+        case P_PLACEHOLDER:
+            rc = op_placeholder(&c, n, ++nph);
+            break;
+        case P_OUTPUT: {
             PyObject *a = stax_graph_p_attr(n, "args");
             outv = a ? stax_graph_map_arg(a, p_cur_fn, &c) : NULL;
             Py_XDECREF(a);
-            if (outv == NULL) {
-                goto done;
-            }
-            continue;
+            rc = outv == NULL ? -1 : 0;
+            break;
         }
-        if (op == P_GET_ATTR) {
-            PyObject *t = stax_graph_p_attr(n, "target");
-            PyObject *e = t ? PyTuple_New(0) : NULL;
-            PyObject *nn = e ? p_create(&c, "get_attr", t, e, NULL,
-                                        PyUnicode_AsUTF8(t)) : NULL;
-            Py_XDECREF(t);
-            Py_XDECREF(e);
-            PyObject *val = nn ? stax_graph_p_val(n) : NULL;
-            if (nn == NULL || (val && p_meta_set(nn, "val", val) < 0)
-                || stax_graph_fz_root(&c, n, nn) < 0) {
-                Py_XDECREF(nn);
-                goto done;
-            }
-            Py_DECREF(nn);
-            continue;
+        case P_GET_ATTR:
+            rc = op_get_attr(&c, n);
+            break;
+        default:
+            rc = p_lower_call(&c, n, op);
+            break;
         }
-        if (p_lower_call(&c, n, op) < 0) {
-            goto done;
-        }
-        continue;
-placeholder:
-        {
-            char name[32];
-            snprintf(name, sizeof(name), "primals_%d", ++nph);
-            PyObject *ph = PyObject_CallMethod(c.graph, "placeholder", "s",
-                                               name);
-            if (ph == NULL) {
-                goto done;
-            }
-            PyObject *val = stax_graph_p_val(n);
-            PyObject *pair = PyTuple_Pack(2, n, ph);
-            if (pair == NULL || (val && p_meta_set(ph, "val", val) < 0)
-                || PyList_Append(c.placeholders, pair) < 0
-                || stax_graph_fz_root(&c, n, ph) < 0) {
-                Py_XDECREF(pair);
-                Py_DECREF(ph);
-                goto done;
-            }
-            Py_DECREF(pair);
-            Py_DECREF(ph);
-        }
-    }
-    c.cur_py = NULL;
-    if (stax_graph_fz_writeback(&c) < 0) {
-        goto done;
-    }
-    if (outv != NULL) {
-        PyObject *o = PyTuple_GET_SIZE(outv) > 0 ? PyTuple_GET_ITEM(outv, 0)
-                                                 : Py_None;
-        PyObject *r = PyObject_CallMethod(c.graph, "output", "(O)", o);
-        if (r == NULL) {
-            goto done;
-        }
-        Py_DECREF(r);
-    }
-    {
-        /* identical subchains of decompositions: value numbering */
-        p_pass_ctx pc = {0};
-        pc.graph = c.graph;
-        pc.msg = PyList_New(0);
-        int e = pc.msg ? stax_graph_p_cse(&pc) : -1;
-        Py_XDECREF(pc.msg);
-        if (e < 0 || p_op_dce(c.graph) < 0 || p_private_copies(c.graph) < 0) {
+        if (rc < 0) {
             goto done;
         }
     }
-    {
-        PyObject *tp = stax_graph_p_opgm();
-        res = tp ? PyObject_CallFunction(tp, "OO", gm, c.graph) : NULL;
-        if (res == NULL && tp != NULL) {
-            PyErr_Clear();
-            res = PyObject_CallFunction(tp, "O", c.graph);
-        }
-    }
+    res = op_finish(&c, gm, outv);
 done:
     if (gen != NULL) {
         gen->seed = gen_seed;

@@ -238,6 +238,60 @@ lower_tri(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x, vbuf *out,
     return out->body ? 1 : -1;
 }
 
+/* out->label: the ops inlined into this body, for kernel names */
+static void
+label_body(lw_ctx *c, struct lw_node_in *in, const stax_op_info *op,
+           PyObject *bound, vbuf *out)
+{
+    char lab[48] = "";
+    size_t n = 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(bound); i++) {
+        vbuf *a = lw_arg_vb(in, PyTuple_GET_ITEM(bound, i));
+        if (a != NULL && a->kind == VB_TENSOR && a->pbuf < 0 && a->label != NULL
+            && strstr(lab, a->label) == NULL) {
+            n += (size_t)snprintf(lab + n, sizeof(lab) > n ? sizeof(lab) - n : 0,
+                                  "%s%s", n ? "_" : "", a->label);
+            if (n >= sizeof(lab)) {
+                n = sizeof(lab) - 1;
+            }
+        }
+    }
+    if (op->kind != STAX_OPK_VIEW && n + strlen(op->name) + 2 < sizeof(lab)) {
+        snprintf(lab + n, sizeof(lab) - n, "%s%s", n ? "_" : "", op->name);
+    }
+    char *l = stax_arena_alloc(c->arena, strlen(lab) + 1);
+    if (l != NULL) {
+        memcpy(l, lab, strlen(lab) + 1);
+        out->label = l[0] ? l : NULL;
+    }
+}
+
+/* getitem of a tuple-valued node (max.dim, split ...): its item; else the
+ * view's index map */
+static int
+lower_view_rule(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
+                vbuf **out, const char **why)
+{
+    if (x->kind == VB_TUPLE && in->op->id == STAX_OP_GETITEM) {
+        PyObject *i = lw_bound_arg(bound, in->op, "index");
+        Py_ssize_t k = i && PyLong_Check(i) ? PyLong_AsSsize_t(i) : -1;
+        if (k < 0) {
+            k += x->nitems;
+        }
+        if (k < 0 || k >= x->nitems) {
+            *why = "getitem of a tuple";
+            return 0;
+        }
+        *out = x->items[k];
+        return 1;
+    }
+    if (x->kind == VB_TENSOR) {
+        return lw_lower_view(c, in, bound, x, *out, why);
+    }
+    *why = "view of a non-tensor";
+    return 0;
+}
+
 /* ------------------------------------------------------------- dispatch */
 int
 lw_lower_node(lw_ctx *c, struct lw_node_in *in, vbuf **outp, const char **why)
@@ -317,26 +371,7 @@ lw_lower_node(lw_ctx *c, struct lw_node_in *in, vbuf **outp, const char **why)
         rc = lw_lower_batch_norm(c, in, bound, x, out, why);
         break;
     case STAX_LOWER_VIEW:
-        if (x->kind == VB_TUPLE && id == STAX_OP_GETITEM) {
-            PyObject *i = lw_bound_arg(bound, op, "index");
-            Py_ssize_t k = i && PyLong_Check(i) ? PyLong_AsSsize_t(i) : -1;
-            if (k < 0) {
-                k += x->nitems;
-            }
-            if (k < 0 || k >= x->nitems) {
-                *why = "getitem of a tuple";
-            }
-            else {
-                out = x->items[k];
-                rc = 1;
-            }
-        }
-        else if (x->kind == VB_TENSOR) {
-            rc = lw_lower_view(c, in, bound, x, out, why);
-        }
-        else {
-            *why = "view of a non-tensor";
-        }
+        rc = lower_view_rule(c, in, bound, x, &out, why);
         break;
     case STAX_LOWER_MATMUL:
         rc = lw_lower_matmul(c, in, bound, out, why);
@@ -378,28 +413,7 @@ lw_lower_node(lw_ctx *c, struct lw_node_in *in, vbuf **outp, const char **why)
         break;
     }
     if (rc == 1 && out->kind == VB_TENSOR && out->label == NULL) {
-        /* the ops inlined into this body, for kernel names */
-        char lab[48] = "";
-        size_t n = 0;
-        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(bound); i++) {
-            vbuf *a = lw_arg_vb(in, PyTuple_GET_ITEM(bound, i));
-            if (a != NULL && a->kind == VB_TENSOR && a->pbuf < 0 && a->label != NULL
-                && strstr(lab, a->label) == NULL) {
-                n += (size_t)snprintf(lab + n, sizeof(lab) > n ? sizeof(lab) - n : 0,
-                                      "%s%s", n ? "_" : "", a->label);
-                if (n >= sizeof(lab)) {
-                    n = sizeof(lab) - 1;
-                }
-            }
-        }
-        if (op->kind != STAX_OPK_VIEW && n + strlen(op->name) + 2 < sizeof(lab)) {
-            snprintf(lab + n, sizeof(lab) - n, "%s%s", n ? "_" : "", op->name);
-        }
-        char *l = stax_arena_alloc(c->arena, strlen(lab) + 1);
-        if (l != NULL) {
-            memcpy(l, lab, strlen(lab) + 1);
-            out->label = l[0] ? l : NULL;
-        }
+        label_body(c, in, op, bound, out);
     }
     Py_DECREF(bound);
     if (rc == 1) {

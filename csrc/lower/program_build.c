@@ -525,6 +525,33 @@ rg_extra_map(PyObject *o, PyObject *masks, PyObject *sel, int fresh, int *any)
     Py_RETURN_NONE;
 }
 
+/* an in-place write of node into ph (a placeholder, or the root of a
+ * chain of in-place nodes) with operands' mask m. Eager: the target now
+ * requires grad when the write's operands do (ops' inplace_requires_grad);
+ * later readers of it see that */
+static int
+rg_note_write(PyObject *node, PyObject *ph, uint64_t m, PyObject *masks,
+              PyObject *roots, PyObject *alias, PyObject *phs, uint64_t *mutm,
+              int *anym)
+{
+    Py_ssize_t pk = PyDict_Contains(alias, ph) == 1 ? PySequence_Index(phs, ph) : -1;
+    PyObject *pm = PyDict_GetItemWithError(masks, ph);
+    uint64_t cur = pm ? PyLong_AsUnsignedLongLong(pm) : 0;
+    PyObject *nm2 = PyLong_FromUnsignedLongLong(cur | m);
+    if (nm2 == NULL || PyDict_SetItem(masks, ph, nm2) < 0
+        || PyDict_SetItem(roots, node, ph) < 0
+        || (pk >= 0 && PyDict_SetItem(alias, node, ph) < 0)) {
+        Py_XDECREF(nm2);
+        return -1;
+    }
+    Py_DECREF(nm2);
+    if (pk >= 0 && pk < 64) {
+        mutm[pk] |= m | cur;
+        *anym = 1;
+    }
+    return 0;
+}
+
 /* new reference: the rg_extra of the Python-level graph gm (see program.c:
  * rg_extra_apply), or NULL (none, no exception). Per node the mask of the
  * inputs its value comes from (0 for detach and non-floating values); an
@@ -618,26 +645,11 @@ rg_extra_template(PyObject *gm)
                         ph = ph != NULL ? ph : a0;
                     }
                     if (ph != NULL) {
-                        /* eager: the target now requires grad when the
-                         * write's operands do (ops' inplace_requires_grad);
-                         * later readers of it see that */
-                        Py_ssize_t pk = PyDict_Contains(alias, ph) == 1
-                                        ? PySequence_Index(phs, ph) : -1;
-                        PyObject *pm = PyDict_GetItemWithError(masks, ph);
-                        uint64_t cur = pm ? PyLong_AsUnsignedLongLong(pm) : 0;
-                        PyObject *nm2 = PyLong_FromUnsignedLongLong(cur | m);
-                        if (nm2 == NULL || PyDict_SetItem(masks, ph, nm2) < 0
-                            || PyDict_SetItem(roots, node, ph) < 0
-                            || (pk >= 0 && PyDict_SetItem(alias, node, ph) < 0)) {
-                            Py_XDECREF(nm2);
+                        if (rg_note_write(node, ph, m, masks, roots, alias, phs,
+                                          mutm, &anym) < 0) {
                             Py_DECREF(a);
                             Py_DECREF(op);
                             goto done;
-                        }
-                        Py_DECREF(nm2);
-                        if (pk >= 0 && pk < 64) {
-                            mutm[pk] |= m | cur;
-                            anym = 1;
                         }
                     }
                 }
