@@ -172,7 +172,7 @@ fz_retake(p_op_ctx *c, PyObject *st, PyObject *pv)
     if (op == NULL || ovl == NULL) {
         return NULL;
     }
-    if (strcmp(op, "alias") == 0) {
+    if (stax_op_row(op) == &stax_op_table[STAX_OP_ALIAS]) {
         return Py_NewRef(pv);
     }
     Py_ssize_t n = PyTuple_Check(tail) ? PyTuple_GET_SIZE(tail) : 0;
@@ -272,21 +272,25 @@ fz_scatter(p_op_ctx *c, PyObject *st, PyObject *pv, PyObject *v)
     if (op == NULL) {
         return NULL;
     }
-    if (strcmp(op, "alias") == 0) {
+    /* the view step's op (a row of the op table: view steps are recorded
+     * under their row's name), by id */
+    const stax_op_info *vi = stax_op_row(op);
+    stax_op_id_t id = vi != NULL ? vi->id : STAX_OP_NONE;
+    if (id == STAX_OP_ALIAS) {
         return Py_NewRef(v);
     }
-    if (strcmp(op, "select") == 0 || strcmp(op, "slice") == 0) {
+    if (id == STAX_OP_SELECT || id == STAX_OP_SLICE) {
         /* select_scatter(b, v, dim, index), slice_scatter(b, v, dim, ...) */
         PyObject *head = PyTuple_Pack(2, pv, v);
         args = head ? PySequence_Concat(head, tail) : NULL;
         Py_XDECREF(head);
         if (args != NULL) {
-            r = stax_graph_p_emit(c, op[1] == 'e' ? "select_scatter"
-                                                  : "slice_scatter",
+            r = stax_graph_p_emit(c, id == STAX_OP_SELECT ? "select_scatter"
+                                                          : "slice_scatter",
                                   "default", args, NULL, 0);
         }
     }
-    else if (strcmp(op, "narrow") == 0) {
+    else if (id == STAX_OP_NARROW) {
         PyObject *dim = PyTuple_GET_ITEM(tail, 0);
         PyObject *start = PyTuple_GET_ITEM(tail, 1);
         PyObject *end = PyNumber_Add(start, PyTuple_GET_ITEM(tail, 2));
@@ -298,7 +302,7 @@ fz_scatter(p_op_ctx *c, PyObject *st, PyObject *pv, PyObject *v)
             r = stax_graph_p_emit(c, "slice_scatter", "default", args, NULL, 0);
         }
     }
-    else if (strcmp(op, "transpose") == 0) {
+    else if (id == STAX_OP_TRANSPOSE) {
         PyObject *head = PyTuple_Pack(1, v);
         args = head ? PySequence_Concat(head, tail) : NULL;
         Py_XDECREF(head);
@@ -306,7 +310,7 @@ fz_scatter(p_op_ctx *c, PyObject *st, PyObject *pv, PyObject *v)
             r = stax_graph_p_emit(c, "transpose", "int", args, NULL, 0);
         }
     }
-    else if (strcmp(op, "as_strided") == 0 && PyTuple_Check(tail)
+    else if (id == STAX_OP_AS_STRIDED && PyTuple_Check(tail)
              && PyTuple_GET_SIZE(tail) == 3) {
         /* (size, stride, offset) relative to the parent's value */
         PyObject *head = PyTuple_Pack(2, pv, v);
@@ -317,28 +321,27 @@ fz_scatter(p_op_ctx *c, PyObject *st, PyObject *pv, PyObject *v)
                                   NULL, 0);
         }
     }
-    else if (strcmp(op, "t") == 0) {
+    else if (id == STAX_OP_T) {
         args = PyTuple_Pack(1, v);
         if (args != NULL) {
             r = stax_graph_p_emit(c, "t", "default", args, NULL, 0);
         }
     }
-    else if (strcmp(op, "permute") == 0) {
+    else if (id == STAX_OP_PERMUTE) {
         extra = fz_inverse_perm(PyTuple_GET_ITEM(tail, 0));
         args = extra ? PyTuple_Pack(2, v, extra) : NULL;
         if (args != NULL) {
             r = stax_graph_p_emit(c, "permute", "default", args, NULL, 0);
         }
     }
-    else if (strcmp(op, "unsqueeze") == 0) {
+    else if (id == STAX_OP_UNSQUEEZE) {
         args = PyTuple_Pack(2, v, PyTuple_GET_ITEM(tail, 0));
         if (args != NULL) {
             r = stax_graph_p_emit(c, "squeeze", "dim", args, NULL, 0);
         }
     }
-    else if ((strcmp(op, "squeeze") == 0 || strcmp(op, "view") == 0
-              || strcmp(op, "reshape") == 0 || strcmp(op, "flatten") == 0
-              || strcmp(op, "unflatten") == 0 || strcmp(op, "view_as") == 0)
+    else if ((id == STAX_OP_SQUEEZE || id == STAX_OP_VIEW || id == STAX_OP_RESHAPE
+              || id == STAX_OP_FLATTEN || id == STAX_OP_UNFLATTEN)
              && PyList_GET_ITEM(st, S_PSHAPE) != Py_None) {
         args = PyTuple_Pack(2, v, PyList_GET_ITEM(st, S_PSHAPE));
         if (args != NULL) {

@@ -423,7 +423,7 @@ p_lower_inplace(p_op_ctx *c, PyObject *n, p_opref *r, PyObject *args,
         rc = stax_graph_fz_root(c, n, Py_None);
         goto done;
     }
-    if (r->info != NULL && strcmp(r->info->name, "copy_") == 0) {
+    if (r->info != NULL && r->info->id == STAX_OP_COPY_) {
         v = PyTuple_GET_SIZE(mapped) >= 2
             ? p_fill_value(c, PyTuple_GET_ITEM(mapped, 0),
                            PyTuple_GET_ITEM(mapped, 1)) : NULL;
@@ -516,9 +516,10 @@ static PyObject *
 p_scalar_first(p_op_ctx *c, PyObject *n, const stax_op_info *op,
                PyObject *mapped)
 {
-    static const char *flip[][2] = {
-        {"lt", "gt"}, {"gt", "lt"}, {"le", "ge"}, {"ge", "le"},
-        {"eq", "eq"}, {"ne", "ne"}, {"sub", "rsub"}, {NULL, NULL},
+    static const stax_op_id_t flip[][2] = {
+        {STAX_OP_LT, STAX_OP_GT}, {STAX_OP_GT, STAX_OP_LT}, {STAX_OP_LE, STAX_OP_GE},
+        {STAX_OP_GE, STAX_OP_LE}, {STAX_OP_EQ, STAX_OP_EQ}, {STAX_OP_NE, STAX_OP_NE},
+        {STAX_OP_SUB, STAX_OP_RSUB},
     };
     PyObject *s = PyTuple_GET_ITEM(mapped, 0), *x = PyTuple_GET_ITEM(mapped, 1);
     const stax_op_info *op2 = NULL;
@@ -526,9 +527,9 @@ p_scalar_first(p_op_ctx *c, PyObject *n, const stax_op_info *op,
     if (op->flags & STAX_OPF_COMMUTATIVE) {
         op2 = op;
     }
-    for (int i = 0; op2 == NULL && flip[i][0]; i++) {
-        if (!strcmp(op->name, flip[i][0])) {
-            op2 = stax_graph_p_op_by_name(flip[i][1]);
+    for (size_t i = 0; op2 == NULL && i < sizeof(flip) / sizeof(flip[0]); i++) {
+        if (op->id == flip[i][0]) {
+            op2 = &stax_op_table[flip[i][1]];
         }
     }
     if (op2 != NULL) {

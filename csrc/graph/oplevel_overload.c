@@ -117,7 +117,7 @@ stax_graph_p_choose_overload(const stax_op_info *op, PyObject *bound, char *buf,
             ntens++;
         }
     }
-    if (strcmp(op->name, "where") == 0 && ntens == 3) {
+    if (op->id == STAX_OP_WHERE && ntens == 3) {
         const char *o = scal_pos[1] && scal_pos[2] ? "Scalar"
                         : scal_pos[1] ? "ScalarSelf"
                         : scal_pos[2] ? "ScalarOther" : "self";

@@ -524,11 +524,10 @@ p_normalize(p_pass_ctx *c)
             }
             if (ident) {
                 const char *nn = p_name(n), *xn = p_name(x);
-                const char *sym = !strcmp(r.info->name, "add") ? "+"
-                                : !strcmp(r.info->name, "sub") ? "-"
-                                : !strcmp(r.info->name, "mul") ? "*"
-                                : !strcmp(r.info->name, "div") ? "/"
-                                : r.info->name;
+                /* the Python operator's spelling (ops.def), else the name */
+                const stax_pyop_info *po = stax_pyop_of_op(r.info->id);
+                const char *sym = po != NULL && po->sym != NULL ? po->sym
+                                                                : r.info->name;
                 if (stax_graph_p_note(c, "eliminated %%%s = %s %s %S "
                                       "(its uses now read %%%s)", nn, xn,
                                       sym, k, xn) < 0

@@ -269,9 +269,9 @@ int lw_lower_factory(lw_ctx *c, const char *name, PyObject *args, PyObject *kwar
 int lw_is_extra_view(const char *name);
 int lw_lower_extra_view(lw_ctx *c, struct lw_node_in *in, vbuf **outp, const char **why);
 /* integer division, remainder or fmod in the body of v (the value of a
- * node of op `opname`, checked for floor_divide/remainder/fmod/div only):
+ * node of op `op`, checked for floor_divide/remainder/fmod/div only):
  * a kernel flagging a zero divisor (lw_ctx.zchecks); 0, or -1 + error */
-int lw_zero_check(lw_ctx *c, const char *opname, vbuf *v);
+int lw_zero_check(lw_ctx *c, const stax_op_info *op, vbuf *v);
 enum { LW_CHECK_ZERO = 0, LW_CHECK_INDEX, LW_CHECK_GATHER };
 /* a kernel flagging an index of idx (a VB_TENSOR of integers) outside
  * [0, n) (lw_ctx.zchecks, kind LW_CHECK_INDEX or LW_CHECK_GATHER); 0, or

@@ -724,14 +724,10 @@ add_check(lw_ctx *c, const vbuf *v, const stax_lval *bad, int kind)
 }
 
 int
-lw_zero_check(lw_ctx *c, const char *opname, vbuf *v)
+lw_zero_check(lw_ctx *c, const stax_op_info *op, vbuf *v)
 {
-    static const char *const divs_ops[] = {"floor_divide", "floordiv", "remainder", "mod",
-                                           "fmod", "div", "divide", NULL};
-    int is_div = 0;
-    for (int i = 0; opname != NULL && divs_ops[i]; i++) {
-        is_div |= !strcmp(opname, divs_ops[i]);
-    }
+    int is_div = op != NULL && (op->id == STAX_OP_FLOOR_DIVIDE || op->id == STAX_OP_REMAINDER
+                                || op->id == STAX_OP_FMOD || op->id == STAX_OP_DIV);
     if (!is_div || v == NULL || v->kind != VB_TENSOR || v->body == NULL
         || lw_is_float(v->dtype) || v->dtype == STAX_BOOL) {
         return 0;

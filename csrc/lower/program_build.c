@@ -1196,7 +1196,7 @@ lower_rule(lw_build *b, PyObject *node, const char *base, const stax_op_info *op
     else {
         struct lw_node_in in = {base, op, node, nargs, kw, val, b->vb, b->index};
         rc = lw_lower_node(c, &in, v, why);
-        if (rc > 0 && lw_zero_check(c, base, *v) < 0) {
+        if (rc > 0 && lw_zero_check(c, op, *v) < 0) {
             rc = -1;
         }
         if (rc < 0) {
