@@ -341,6 +341,101 @@ p_emit_mutating(p_op_ctx *c, p_opref *r, PyObject *mapped, PyObject *mkw)
     return node;
 }
 
+/* x[idx] = v with tensor indices: x[mask] = s is masked_fill; others one
+ * setitem node that records the argument it mutates */
+static int
+p_setitem_by_tensor(p_op_ctx *c, PyObject *n, const p_opref *r, PyObject *m,
+                    PyObject *args, PyObject *mapped)
+{
+    PyObject *idx = PyTuple_GET_ITEM(args, 1);
+    PyObject *iv = stax_graph_p_is_node(idx) ? stax_graph_p_val(idx) : NULL;
+    PyObject *mv = stax_graph_p_val(stax_graph_fz_resolve(c, m));
+    PyObject *src = PyTuple_GET_ITEM(mapped, 2);
+    PyObject *idt = iv ? PyObject_GetAttrString(iv, "dtype") : NULL;
+    PyObject *bdt = NULL, *curm, *a3, *v;
+    int is_mask = 0;
+    if (idt != NULL) {
+        bdt = Py_XNewRef(stax_dtype_object(STAX_BOOL));
+        is_mask = bdt && PyObject_RichCompareBool(idt, bdt, Py_EQ) == 1
+                  && mv != NULL && p_attr_shape_eq(iv, mv);
+    }
+    Py_XDECREF(idt);
+    Py_XDECREF(bdt);
+    PyErr_Clear();
+    curm = stax_graph_fz_current(c, m);
+    if (curm == NULL) {
+        return -1;
+    }
+    a3 = PyTuple_Pack(3, curm, PyTuple_GET_ITEM(mapped, 1), src);
+    Py_DECREF(curm);
+    if (a3 == NULL) {
+        return -1;
+    }
+    if (is_mask && stax_graph_p_is_number(src)) {
+        v = stax_graph_p_emit(c, "masked_fill", "Scalar", a3, NULL, 0);
+    }
+    else {
+        p_opref sr = *r;
+        sr.info = &stax_op_table[STAX_OP_SETITEM];
+        v = p_emit_mutating(c, &sr, a3, NULL);
+    }
+    Py_DECREF(a3);
+    if (v == NULL || stax_graph_fz_assign(c, m, v) < 0) {
+        Py_XDECREF(v);
+        return -1;
+    }
+    Py_DECREF(v);
+    return stax_graph_fz_root(c, n, Py_None);
+}
+
+/* the functional twin of an in-place call (add_ -> add; F.relu(x,
+ * inplace=True) -> relu(x)), cast back to the mutated tensor's dtype: x.mul_(double)
+ * on a float32 x computes, then rounds to float32. New reference or NULL */
+static PyObject *
+p_functional_twin(p_op_ctx *c, const p_opref *r, PyObject *m, PyObject *mapped,
+                  PyObject *mkw)
+{
+    PyObject *bound = stax_graph_p_bind(r->info, mapped, PyDict_Check(mkw) ? mkw : NULL);
+    PyObject *v;
+    if (bound != NULL && r->inplace_arg) {
+        for (int i = 0; i < stax_graph_p_schema_len(r->info); i++) {
+            if (strcmp(stax_graph_p_schema_name(r->info, i), "inplace") == 0
+                && i < PyTuple_GET_SIZE(bound)) {
+                Py_ssize_t nbn = PyTuple_GET_SIZE(bound);
+                PyObject *nb = PyTuple_New(nbn);
+                if (nb == NULL) {
+                    Py_DECREF(bound);
+                    return NULL;
+                }
+                for (Py_ssize_t j = 0; j < nbn; j++) {
+                    PyTuple_SET_ITEM(nb, j, Py_NewRef(j == i ? Py_False
+                                                             : PyTuple_GET_ITEM(bound, j)));
+                }
+                Py_SETREF(bound, nb);
+            }
+        }
+    }
+    v = bound ? p_emit_op(c, r->info, bound) : NULL;
+    Py_XDECREF(bound);
+    PyObject *mv = stax_graph_p_val(stax_graph_fz_resolve(c, m));
+    PyObject *vv = v && stax_graph_p_is_node(v) ? stax_graph_p_val(v) : NULL;
+    PyObject *d1 = mv ? PyObject_GetAttrString(mv, "dtype") : NULL;
+    PyObject *d2 = d1 && vv ? PyObject_GetAttrString(vv, "dtype") : NULL;
+    if (d2 != NULL && PyObject_RichCompareBool(d1, d2, Py_EQ) == 0) {
+        PyObject *a2 = PyTuple_Pack(1, v);
+        PyObject *kw = Py_BuildValue("{sO}", "dtype", d1);
+        Py_SETREF(v, a2 && kw ? stax_graph_p_emit(c, "_to_copy", "default", a2, kw, 0) : NULL);
+        Py_XDECREF(a2);
+        Py_XDECREF(kw);
+    }
+    Py_XDECREF(d1);
+    Py_XDECREF(d2);
+    if (v != NULL) {
+        PyErr_Clear();
+    }
+    return v;
+}
+
 static int
 p_lower_inplace(p_op_ctx *c, PyObject *n, p_opref *r, PyObject *args,
                 PyObject *kwargs)
@@ -370,47 +465,7 @@ p_lower_inplace(p_op_ctx *c, PyObject *n, p_opref *r, PyObject *args,
                 goto done;
             }
             PyErr_Clear();
-            /* x[mask] = s: masked_fill; other tensor indices: one node
-             * that records the argument it mutates */
-            PyObject *idx = PyTuple_GET_ITEM(args, 1);
-            PyObject *iv = stax_graph_p_is_node(idx) ? stax_graph_p_val(idx)
-                                                     : NULL;
-            PyObject *mv = stax_graph_p_val(stax_graph_fz_resolve(c, m));
-            PyObject *src = PyTuple_GET_ITEM(mapped, 2);
-            PyObject *idt = iv ? PyObject_GetAttrString(iv, "dtype") : NULL;
-            PyObject *bdt = NULL;
-            int is_mask = 0;
-            if (idt != NULL) {
-                bdt = Py_XNewRef(stax_dtype_object(STAX_BOOL));
-                is_mask = bdt && PyObject_RichCompareBool(idt, bdt, Py_EQ) == 1
-                          && mv != NULL && p_attr_shape_eq(iv, mv);
-            }
-            Py_XDECREF(idt);
-            Py_XDECREF(bdt);
-            PyErr_Clear();
-            PyObject *curm = stax_graph_fz_current(c, m);
-            if (curm == NULL) {
-                goto done;
-            }
-            PyObject *a3 = PyTuple_Pack(3, curm, PyTuple_GET_ITEM(mapped, 1),
-                                        src);
-            Py_DECREF(curm);
-            if (a3 == NULL) {
-                goto done;
-            }
-            if (is_mask && stax_graph_p_is_number(src)) {
-                v = stax_graph_p_emit(c, "masked_fill", "Scalar", a3, NULL, 0);
-            }
-            else {
-                p_opref sr = *r;
-                sr.info = stax_graph_p_op_by_name("setitem");
-                v = sr.info ? p_emit_mutating(c, &sr, a3, NULL) : NULL;
-            }
-            Py_DECREF(a3);
-            if (v == NULL || stax_graph_fz_assign(c, m, v) < 0) {
-                goto done;
-            }
-            rc = stax_graph_fz_root(c, n, Py_None);
+            rc = p_setitem_by_tensor(c, n, r, m, args, mapped);
             goto done;
         }
         cur = stax_graph_fz_current(c, key);
@@ -430,47 +485,7 @@ p_lower_inplace(p_op_ctx *c, PyObject *n, p_opref *r, PyObject *args,
     }
     else if (r->info != NULL && !(r->info->flags & STAX_OPF_INPLACE)) {
         /* the functional twin: add_ -> add */
-        bound = stax_graph_p_bind(r->info, mapped,
-                                  PyDict_Check(mkw) ? mkw : NULL);
-        if (bound != NULL && r->inplace_arg) {
-            /* F.relu(x, inplace=True): x <- relu(x) */
-            for (int i = 0; i < stax_graph_p_schema_len(r->info); i++) {
-                if (strcmp(stax_graph_p_schema_name(r->info, i), "inplace") == 0
-                    && i < PyTuple_GET_SIZE(bound)) {
-                    Py_ssize_t nbn = PyTuple_GET_SIZE(bound);
-                    PyObject *nb = PyTuple_New(nbn);
-                    if (nb == NULL) {
-                        goto done;
-                    }
-                    for (Py_ssize_t j = 0; j < nbn; j++) {
-                        PyTuple_SET_ITEM(nb, j, Py_NewRef(
-                            j == i ? Py_False : PyTuple_GET_ITEM(bound, j)));
-                    }
-                    Py_SETREF(bound, nb);
-                }
-            }
-        }
-        v = bound ? p_emit_op(c, r->info, bound) : NULL;
-        /* an in-place op keeps the mutated tensor's dtype: x.mul_(double)
-         * on a float32 x computes, then rounds to float32 */
-        PyObject *mv = stax_graph_p_val(stax_graph_fz_resolve(c, m));
-        PyObject *vv = v && stax_graph_p_is_node(v) ? stax_graph_p_val(v)
-                                                    : NULL;
-        PyObject *d1 = mv ? PyObject_GetAttrString(mv, "dtype") : NULL;
-        PyObject *d2 = d1 && vv ? PyObject_GetAttrString(vv, "dtype") : NULL;
-        if (d2 != NULL && PyObject_RichCompareBool(d1, d2, Py_EQ) == 0) {
-            PyObject *a2 = PyTuple_Pack(1, v);
-            PyObject *kw = Py_BuildValue("{sO}", "dtype", d1);
-            Py_SETREF(v, a2 && kw ? stax_graph_p_emit(c, "_to_copy", "default",
-                                                      a2, kw, 0) : NULL);
-            Py_XDECREF(a2);
-            Py_XDECREF(kw);
-        }
-        Py_XDECREF(d1);
-        Py_XDECREF(d2);
-        if (v != NULL) {
-            PyErr_Clear();
-        }
+        v = p_functional_twin(c, r, m, mapped, mkw);
     }
     else if (r->info == NULL && (strcmp(r->name, "zero_") == 0
                                  || strcmp(r->name, "fill_") == 0)) {

@@ -438,6 +438,130 @@ done:
     return rc;
 }
 
+/* NormalizeOperators' rules, each on one node: -1 error, 0 nothing done,
+ * 1 changed. */
+
+/* (1) scalar constants to the right of commutative ops; *args re-read */
+static int
+p_norm_const_right(p_pass_ctx *c, PyObject *n, p_opcode_t op, const p_opref *r,
+                   PyObject **args)
+{
+    PyObject *a = *args, *sw;
+    if (r->inplace || !(r->info->flags & STAX_OPF_COMMUTATIVE) || op != P_CALL_FUNCTION
+        || PyTuple_GET_SIZE(a) != 2 || !p_kwargs_empty(n)
+        || !p_is_scalar(PyTuple_GET_ITEM(a, 0))
+        || !stax_graph_p_is_node(PyTuple_GET_ITEM(a, 1))) {
+        return 0;
+    }
+    sw = PyTuple_Pack(2, PyTuple_GET_ITEM(a, 1), PyTuple_GET_ITEM(a, 0));
+    if (sw == NULL || stax_graph_p_set_args(n, sw, NULL) < 0) {
+        Py_XDECREF(sw);
+        return -1;
+    }
+    if (stax_graph_p_note(c, "moved the constant %S of %%%s to the right",
+                          PyTuple_GET_ITEM(sw, 1), p_name(n)) < 0) {
+        Py_DECREF(sw);
+        return -1;
+    }
+    Py_DECREF(sw);
+    Py_SETREF(*args, p_args(n));
+    return *args == NULL ? -1 : 1;
+}
+
+/* (2) identities x + 0, x - 0, x * 1, x / 1: n erased (1) */
+static int
+p_norm_identity(p_pass_ctx *c, PyObject *n, const p_opref *r, PyObject *args,
+                int has_inplace)
+{
+    unsigned fl = r->info->flags;
+    if (r->inplace || !(fl & (STAX_OPF_IDENTITY_0 | STAX_OPF_IDENTITY_1))
+        || PyTuple_GET_SIZE(args) != 2 || !p_kwargs_empty(n)
+        || !stax_graph_p_is_node(PyTuple_GET_ITEM(args, 0))) {
+        return 0;
+    }
+    double unit = (fl & STAX_OPF_IDENTITY_0) ? 0.0 : 1.0;
+    PyObject *x = PyTuple_GET_ITEM(args, 0);
+    PyObject *k = PyTuple_GET_ITEM(args, 1);
+    int ident = p_scalar_equals(k, unit) || p_is_const_tensor_node(k, unit);
+    /* dtype and shape unchanged, judged on the sample values */
+    ident = ident && stax_graph_p_same_meta(stax_graph_p_val(n), stax_graph_p_val(x));
+    /* no graph output may come to alias a graph input (or x) */
+    if (ident && p_used_by_output(n) && (!p_is_fresh(x) || p_used_by_output(x))) {
+        ident = 0;
+    }
+    /* with mutation in the graph, x must stay unaliased: neither x nor n
+     * (which would come to alias x) may be mutated in place or viewed
+     * afterwards (seed 4.2, aliasing) */
+    if (ident && has_inplace
+        && (!p_is_fresh(x) || p_has_mutating_or_view_user(x)
+            || p_has_mutating_or_view_user(n))) {
+        ident = 0;
+    }
+    if (!ident) {
+        return 0;
+    }
+    const char *nn = p_name(n), *xn = p_name(x);
+    /* the Python operator's spelling (ops.def), else the name */
+    const stax_pyop_info *po = stax_pyop_of_op(r->info->id);
+    const char *sym = po != NULL && po->sym != NULL ? po->sym : r->info->name;
+    if (stax_graph_p_note(c, "eliminated %%%s = %s %s %S (its uses now read %%%s)",
+                          nn, xn, sym, k, xn) < 0
+        || stax_graph_p_replace_uses(n, x) < 0
+        || stax_graph_p_erase(c->graph, n) < 0) {
+        return -1;
+    }
+    return 1;
+}
+
+/* (3) in-place -> out-of-place when nobody else sees the value */
+static int
+p_norm_inplace(p_pass_ctx *c, PyObject *n, p_opcode_t op, const p_opref *r,
+               PyObject *args)
+{
+    PyObject *m, *ft, *kw, *val = NULL, *nn = NULL;
+    int rc = 0;
+    if (!r->inplace || r->setitem || PyTuple_GET_SIZE(args) < 1
+        || !p_is_fresh(PyTuple_GET_ITEM(args, 0))
+        || stax_graph_p_users_count(PyTuple_GET_ITEM(args, 0)) != 1) {
+        return 0;
+    }
+    m = PyTuple_GET_ITEM(args, 0);
+    ft = p_functional_target(n, op);
+    kw = ft ? stax_graph_p_attr(n, "kwargs") : NULL;
+    if (ft == NULL || kw == NULL) {
+        Py_XDECREF(ft);
+        PyErr_Clear();
+        return 0;
+    }
+    val = stax_graph_p_run_on_vals(op, ft, args, kw);
+    if (val != NULL && stax_graph_p_same_meta(val, stax_graph_p_val(m))) {
+        nn = stax_graph_p_insert(c->graph, n, stax_graph_p_opcode_str(op), ft, args, kw, 0);
+        if (nn != NULL) {
+            stax_graph_p_copy_stack(nn, n);
+            PyObject *meta = stax_graph_p_attr(nn, "meta");
+            if (meta == NULL || PyMapping_SetItemString(meta, "val", val) < 0) {
+                Py_CLEAR(nn);
+            }
+            Py_XDECREF(meta);
+        }
+        if (nn == NULL
+            || stax_graph_p_note(c, "%%%s: in-place %s on a value with no other users "
+                                 "-> %%%s", p_name(n), r->name, p_name(nn)) < 0
+            || stax_graph_p_replace_uses(n, nn) < 0
+            || stax_graph_p_erase(c->graph, n) < 0) {
+            rc = -1;
+        }
+        else {
+            rc = 1;
+        }
+    }
+    Py_XDECREF(ft);
+    Py_XDECREF(kw);
+    Py_XDECREF(val);
+    Py_XDECREF(nn);
+    return rc;
+}
+
 static int
 p_normalize(p_pass_ctx *c)
 {
@@ -451,18 +575,17 @@ p_normalize(p_pass_ctx *c)
         PyObject *n = PyList_GET_ITEM(nodes, i);
         p_opref r;
         p_opcode_t op = stax_graph_p_opcode(n);
+        int g;
         if (op == P_UNKNOWN) {
             goto error;
         }
-        {
-            int g = p_namedtuple_field(c, n, op);
+        g = p_namedtuple_field(c, n, op);
+        if (g != 0) {
             if (g < 0) {
                 goto error;
             }
-            if (g > 0) {
-                changed = 1;
-                continue;
-            }
+            changed = 1;
+            continue;
         }
         if (!stax_graph_p_node_opref(n, &r) || r.info == NULL) {
             continue;
@@ -471,132 +594,23 @@ p_normalize(p_pass_ctx *c)
         if (args == NULL) {
             goto error;
         }
-        Py_ssize_t na = PyTuple_GET_SIZE(args);
-        unsigned fl = r.info->flags;
-        /* (1) scalar constants to the right of commutative ops */
-        if (!r.inplace && (fl & STAX_OPF_COMMUTATIVE) && op == P_CALL_FUNCTION
-            && na == 2 && p_kwargs_empty(n)
-            && p_is_scalar(PyTuple_GET_ITEM(args, 0))
-            && stax_graph_p_is_node(PyTuple_GET_ITEM(args, 1))) {
-            PyObject *sw = PyTuple_Pack(2, PyTuple_GET_ITEM(args, 1),
-                                        PyTuple_GET_ITEM(args, 0));
-            if (sw == NULL || stax_graph_p_set_args(n, sw, NULL) < 0) {
-                Py_XDECREF(sw);
-                goto error;
-            }
-            if (stax_graph_p_note(c, "moved the constant %S of %%%s to "
-                                  "the right", PyTuple_GET_ITEM(sw, 1),
-                                  p_name(n)) < 0) {
-                Py_DECREF(sw);
-                goto error;
-            }
-            Py_DECREF(sw);
-            changed = 1;
-            Py_SETREF(args, p_args(n));
-            if (args == NULL) {
-                goto error;
-            }
+        g = p_norm_const_right(c, n, op, &r, &args);
+        if (g < 0) {
+            goto error;
         }
-        /* (2) identities x + 0, x - 0, x * 1, x / 1 */
-        if (!r.inplace && (fl & (STAX_OPF_IDENTITY_0 | STAX_OPF_IDENTITY_1))
-            && na == 2 && p_kwargs_empty(n)
-            && stax_graph_p_is_node(PyTuple_GET_ITEM(args, 0))) {
-            double unit = (fl & STAX_OPF_IDENTITY_0) ? 0.0 : 1.0;
-            PyObject *x = PyTuple_GET_ITEM(args, 0);
-            PyObject *k = PyTuple_GET_ITEM(args, 1);
-            int ident = p_scalar_equals(k, unit)
-                        || p_is_const_tensor_node(k, unit);
-            /* dtype and shape unchanged, judged on the sample values */
-            ident = ident && stax_graph_p_same_meta(stax_graph_p_val(n),
-                                                    stax_graph_p_val(x));
-            /* no graph output may come to alias a graph input (or x) */
-            if (ident && p_used_by_output(n)
-                && (!p_is_fresh(x) || p_used_by_output(x))) {
-                ident = 0;
-            }
-            /* with mutation in the graph, x must stay unaliased: neither
-             * x nor n (which would come to alias x) may be mutated in
-             * place or viewed afterwards (seed 4.2, aliasing) */
-            if (ident && has_inplace
-                && (!p_is_fresh(x) || p_has_mutating_or_view_user(x)
-                    || p_has_mutating_or_view_user(n))) {
-                ident = 0;
-            }
-            if (ident) {
-                const char *nn = p_name(n), *xn = p_name(x);
-                /* the Python operator's spelling (ops.def), else the name */
-                const stax_pyop_info *po = stax_pyop_of_op(r.info->id);
-                const char *sym = po != NULL && po->sym != NULL ? po->sym
-                                                                : r.info->name;
-                if (stax_graph_p_note(c, "eliminated %%%s = %s %s %S "
-                                      "(its uses now read %%%s)", nn, xn,
-                                      sym, k, xn) < 0
-                    || stax_graph_p_replace_uses(n, x) < 0
-                    || stax_graph_p_erase(c->graph, n) < 0) {
-                    goto error;
-                }
-                changed = 1;
-                continue;
-            }
+        changed |= g;
+        g = p_norm_identity(c, n, &r, args, has_inplace);
+        if (g == 0) {
+            /* (2b) dropout that is not training (or p == 0): the identity */
+            g = p_inactive_dropout(c, n, &r, args, nodes);
         }
-        /* (2b) dropout that is not training (or p == 0): the identity */
-        {
-            int d = p_inactive_dropout(c, n, &r, args, nodes);
-            if (d < 0) {
-                goto error;
-            }
-            if (d > 0) {
-                changed = 1;
-                continue;
-            }
+        if (g == 0) {
+            g = p_norm_inplace(c, n, op, &r, args);
         }
-        /* (3) in-place -> out-of-place when nobody else sees the value */
-        if (r.inplace && !r.setitem && na >= 1
-            && p_is_fresh(PyTuple_GET_ITEM(args, 0))
-            && stax_graph_p_users_count(PyTuple_GET_ITEM(args, 0)) == 1) {
-            PyObject *m = PyTuple_GET_ITEM(args, 0);
-            PyObject *ft = p_functional_target(n, op);
-            PyObject *kw = ft ? stax_graph_p_attr(n, "kwargs") : NULL;
-            PyObject *val = NULL, *nn = NULL;
-            if (ft == NULL || kw == NULL) {
-                Py_XDECREF(ft);
-                PyErr_Clear();
-                continue;
-            }
-            val = stax_graph_p_run_on_vals(op, ft, args, kw);
-            if (val != NULL
-                && stax_graph_p_same_meta(val, stax_graph_p_val(m))) {
-                nn = stax_graph_p_insert(c->graph, n,
-                                         stax_graph_p_opcode_str(op), ft,
-                                         args, kw, 0);
-                if (nn != NULL) {
-                    stax_graph_p_copy_stack(nn, n);
-                    PyObject *meta = stax_graph_p_attr(nn, "meta");
-                    if (meta == NULL
-                        || PyMapping_SetItemString(meta, "val", val) < 0) {
-                        Py_CLEAR(nn);
-                    }
-                    Py_XDECREF(meta);
-                }
-                if (nn == NULL
-                    || stax_graph_p_note(c, "%%%s: in-place %s on a value "
-                                         "with no other users -> %%%s", p_name(n),
-                                         r.name, p_name(nn)) < 0
-                    || stax_graph_p_replace_uses(n, nn) < 0
-                    || stax_graph_p_erase(c->graph, n) < 0) {
-                    Py_XDECREF(ft);
-                    Py_XDECREF(kw);
-                    Py_XDECREF(val);
-                    Py_XDECREF(nn);
-                    goto error;
-                }
-                changed = 1;
-            }
-            Py_XDECREF(ft);
-            Py_XDECREF(kw);
-            Py_XDECREF(val);
-            Py_XDECREF(nn);
+        if (g < 0) {
+            goto error;
         }
+        changed |= g;
     }
     Py_XDECREF(args);
     Py_DECREF(nodes);
