@@ -263,6 +263,134 @@ tuple_out(lw_ctx *c, struct lw_node_in *in, vbuf *out, int n, vbuf **items)
     return 0;
 }
 
+/* var, std, var_mean, std_mean: two accumulators (sum, then the sum of
+ * squared deviations from the mean) in one kernel */
+static int
+red_variance(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x, redk *rp,
+             int *mask, vbuf *out, const stax_lval *v)
+{
+    stax_op_id_t id = in->op->id;
+    redk *r = rp;
+    kdraft *k = r->k;
+    double n = (double)r->n;
+    int a0;
+    stax_dtype_t fd = acc_float(x->dtype);
+    double corr = 1.0;
+    PyObject *unb = lw_bound_arg(bound, in->op, "unbiased");
+    PyObject *co = lw_bound_arg(bound, in->op, "correction");
+    if (unb != NULL && unb != Py_None) {
+        corr = PyObject_IsTrue(unb) ? 1.0 : 0.0;
+    }
+    if (co != NULL && co != Py_None) {
+        corr = lw_num(co, 1.0);
+    }
+    const stax_lval *xv = lw_cast(c, v, fd);
+    a0 = add_acc(k, STAX_RED_SUM, fd, xv, NULL);
+    if (a0 < 0) {
+        return -1;
+    }
+    const stax_lval *mean = lw_prim(c, STAX_PRIM_DIV, fd, lw_acc(c, a0, fd),
+                                    lw_size_const(c, fd, r->n), NULL);
+    const stax_lval *dv = lw_prim(c, STAX_PRIM_SUB, fd, xv, mean, NULL);
+    int a1 = add_acc(k, STAX_RED_SUM, fd, lw_prim(c, STAX_PRIM_MUL, fd, dv, dv, NULL), NULL);
+    if (a1 < 0) {
+        return -1;
+    }
+    const stax_lval *var = n == 0 ? lw_const(c, fd, NAN)
+                           : lw_prim(c, STAX_PRIM_DIV, fd, lw_acc(c, a1, fd),
+                                     c->symbolic && r->n > 1
+                                     ? lw_prim(c, STAX_PRIM_SUB, fd,
+                                               lw_size_const(c, fd, r->n),
+                                               lw_const(c, fd, corr), NULL)
+                                     : lw_const(c, fd, n - corr), NULL);
+    int sd = id == STAX_OP_STD || id == STAX_OP_STD_MEAN;
+    if (sd) {
+        var = lw_prim(c, STAX_PRIM_SQRT, fd, var, NULL, NULL);
+    }
+    if (id == STAX_OP_VAR_MEAN || id == STAX_OP_STD_MEAN) {
+        vbuf *items[2];
+        if (tuple_out(c, in, out, 2, items) < 0) {
+            return -1;
+        }
+        if (red_store(c, r, x, mask, items[0], var, 0) < 0) {
+            return -1;
+        }
+        return red_store(c, r, x, mask, items[1], mean, 0);
+    }
+    return red_store(c, r, x, mask, out, var, 0);
+}
+
+/* logsumexp: max, then log(sum(exp(x - max))) + max */
+static int
+red_logsumexp(lw_ctx *c, vbuf *x, redk *rp, int *mask, vbuf *out, const stax_lval *v)
+{
+    redk *r = rp;
+    kdraft *k = r->k;
+    int a0;
+    stax_dtype_t fd = acc_float(x->dtype);
+    const stax_lval *xv = lw_cast(c, v, fd);
+    a0 = add_acc(k, STAX_RED_MAX, fd, xv, NULL);
+    if (a0 < 0) {
+        return -1;
+    }
+    const stax_lval *m = lw_acc(c, a0, fd);
+    m = lw_prim(c, STAX_PRIM_WHERE, fd, lw_prim(c, STAX_PRIM_ISINF, STAX_BOOL, m, NULL, NULL),
+                lw_const(c, fd, 0.0), m);
+    const stax_lval *e = lw_prim(c, STAX_PRIM_EXP, fd,
+                                 lw_prim(c, STAX_PRIM_SUB, fd, xv, m, NULL), NULL, NULL);
+    int a1 = add_acc(k, STAX_RED_SUM, fd, e, NULL);
+    if (a1 < 0) {
+        return -1;
+    }
+    const stax_lval *res = lw_prim(c, STAX_PRIM_ADD, fd,
+                                   lw_prim(c, STAX_PRIM_LOG, fd, lw_acc(c, a1, fd), NULL, NULL),
+                                   m, NULL);
+    return red_store(c, r, x, mask, out, res, 0);
+}
+
+/* norm(p): max/min of |x| for p = +-inf, count for 0, sum for 1, sqrt of
+ * the sum of squares for 2, else (sum |x|^p)^(1/p) */
+static int
+red_norm(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x, redk *rp,
+         int *mask, vbuf *out, const stax_lval *v)
+{
+    redk *r = rp;
+    kdraft *k = r->k;
+    int a0;
+    stax_dtype_t fd = acc_float(x->dtype);
+    PyObject *po = lw_bound_arg(bound, in->op, "p");
+    double p = lw_num(po, 2.0);
+    const stax_lval *xv = lw_cast(c, v, fd);
+    const stax_lval *ax = lw_prim(c, STAX_PRIM_ABS, fd, xv, NULL, NULL);
+    const stax_lval *res;
+    if (isinf(p)) {
+        a0 = add_acc(k, p > 0 ? STAX_RED_MAX : STAX_RED_MIN, fd, ax, NULL);
+        res = a0 < 0 ? NULL : lw_acc(c, a0, fd);
+    }
+    else if (p == 0) {
+        a0 = add_acc(k, STAX_RED_SUM, fd, lw_cast(c, lw_cast(c, xv, STAX_BOOL), fd), NULL);
+        res = a0 < 0 ? NULL : lw_acc(c, a0, fd);
+    }
+    else if (p == 1) {
+        a0 = add_acc(k, STAX_RED_SUM, fd, ax, NULL);
+        res = a0 < 0 ? NULL : lw_acc(c, a0, fd);
+    }
+    else if (p == 2) {
+        a0 = add_acc(k, STAX_RED_SUM, fd, lw_prim(c, STAX_PRIM_MUL, fd, xv, xv, NULL), NULL);
+        res = a0 < 0 ? NULL : lw_prim(c, STAX_PRIM_SQRT, fd, lw_acc(c, a0, fd), NULL, NULL);
+    }
+    else {
+        a0 = add_acc(k, STAX_RED_SUM, fd,
+                     lw_prim(c, STAX_PRIM_POW, fd, ax, lw_const(c, fd, p), NULL), NULL);
+        res = a0 < 0 ? NULL : lw_prim(c, STAX_PRIM_POW, fd, lw_acc(c, a0, fd),
+                                      lw_const(c, fd, 1.0 / p), NULL);
+    }
+    if (res == NULL) {
+        return -1;
+    }
+    return red_store(c, r, x, mask, out, res, 0);
+}
+
 int
 lw_lower_reduction(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
                    vbuf *out, const char **why)
@@ -296,7 +424,6 @@ lw_lower_reduction(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
         return -1;
     }
     stax_dtype_t odt = out->kind == VB_TENSOR ? out->dtype : x->dtype;
-    double n = (double)r.n;
     int a0;
     if ((id == STAX_OP_SUM) || (id == STAX_OP_MEAN)) {
         stax_dtype_t ad = odt;
@@ -349,105 +476,13 @@ lw_lower_reduction(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
     }
     if ((id == STAX_OP_VAR) || (id == STAX_OP_STD) || (id == STAX_OP_VAR_MEAN)
         || (id == STAX_OP_STD_MEAN)) {
-        stax_dtype_t fd = acc_float(x->dtype);
-        double corr = 1.0;
-        PyObject *unb = lw_bound_arg(bound, in->op, "unbiased");
-        PyObject *co = lw_bound_arg(bound, in->op, "correction");
-        if (unb != NULL && unb != Py_None) {
-            corr = PyObject_IsTrue(unb) ? 1.0 : 0.0;
-        }
-        if (co != NULL && co != Py_None) {
-            corr = lw_num(co, 1.0);
-        }
-        const stax_lval *xv = lw_cast(c, v, fd);
-        a0 = add_acc(k, STAX_RED_SUM, fd, xv, NULL);
-        if (a0 < 0) {
-            return -1;
-        }
-        const stax_lval *mean = lw_prim(c, STAX_PRIM_DIV, fd, lw_acc(c, a0, fd),
-                                        lw_size_const(c, fd, r.n), NULL);
-        const stax_lval *dv = lw_prim(c, STAX_PRIM_SUB, fd, xv, mean, NULL);
-        int a1 = add_acc(k, STAX_RED_SUM, fd, lw_prim(c, STAX_PRIM_MUL, fd, dv, dv, NULL), NULL);
-        if (a1 < 0) {
-            return -1;
-        }
-        const stax_lval *var = n == 0 ? lw_const(c, fd, NAN)
-                               : lw_prim(c, STAX_PRIM_DIV, fd, lw_acc(c, a1, fd),
-                                         c->symbolic && r.n > 1
-                                         ? lw_prim(c, STAX_PRIM_SUB, fd,
-                                                   lw_size_const(c, fd, r.n),
-                                                   lw_const(c, fd, corr), NULL)
-                                         : lw_const(c, fd, n - corr), NULL);
-        int sd = id == STAX_OP_STD || id == STAX_OP_STD_MEAN;
-        if (sd) {
-            var = lw_prim(c, STAX_PRIM_SQRT, fd, var, NULL, NULL);
-        }
-        if (id == STAX_OP_VAR_MEAN || id == STAX_OP_STD_MEAN) {
-            vbuf *items[2];
-            if (tuple_out(c, in, out, 2, items) < 0) {
-                return -1;
-            }
-            if (red_store(c, &r, x, mask, items[0], var, 0) < 0) {
-                return -1;
-            }
-            return red_store(c, &r, x, mask, items[1], mean, 0);
-        }
-        return red_store(c, &r, x, mask, out, var, 0);
+        return red_variance(c, in, bound, x, &r, mask, out, v);
     }
-    if ((id == STAX_OP_LOGSUMEXP)) {
-        stax_dtype_t fd = acc_float(x->dtype);
-        const stax_lval *xv = lw_cast(c, v, fd);
-        a0 = add_acc(k, STAX_RED_MAX, fd, xv, NULL);
-        if (a0 < 0) {
-            return -1;
-        }
-        const stax_lval *m = lw_acc(c, a0, fd);
-        m = lw_prim(c, STAX_PRIM_WHERE, fd, lw_prim(c, STAX_PRIM_ISINF, STAX_BOOL, m, NULL, NULL),
-                    lw_const(c, fd, 0.0), m);
-        const stax_lval *e = lw_prim(c, STAX_PRIM_EXP, fd,
-                                     lw_prim(c, STAX_PRIM_SUB, fd, xv, m, NULL), NULL, NULL);
-        int a1 = add_acc(k, STAX_RED_SUM, fd, e, NULL);
-        if (a1 < 0) {
-            return -1;
-        }
-        const stax_lval *res = lw_prim(c, STAX_PRIM_ADD, fd,
-                                       lw_prim(c, STAX_PRIM_LOG, fd, lw_acc(c, a1, fd), NULL, NULL),
-                                       m, NULL);
-        return red_store(c, &r, x, mask, out, res, 0);
+    if (id == STAX_OP_LOGSUMEXP) {
+        return red_logsumexp(c, x, &r, mask, out, v);
     }
-    if ((id == STAX_OP_NORM)) {
-        stax_dtype_t fd = acc_float(x->dtype);
-        PyObject *po = lw_bound_arg(bound, in->op, "p");
-        double p = lw_num(po, 2.0);
-        const stax_lval *xv = lw_cast(c, v, fd);
-        const stax_lval *ax = lw_prim(c, STAX_PRIM_ABS, fd, xv, NULL, NULL);
-        const stax_lval *res;
-        if (isinf(p)) {
-            a0 = add_acc(k, p > 0 ? STAX_RED_MAX : STAX_RED_MIN, fd, ax, NULL);
-            res = a0 < 0 ? NULL : lw_acc(c, a0, fd);
-        }
-        else if (p == 0) {
-            a0 = add_acc(k, STAX_RED_SUM, fd, lw_cast(c, lw_cast(c, xv, STAX_BOOL), fd), NULL);
-            res = a0 < 0 ? NULL : lw_acc(c, a0, fd);
-        }
-        else if (p == 1) {
-            a0 = add_acc(k, STAX_RED_SUM, fd, ax, NULL);
-            res = a0 < 0 ? NULL : lw_acc(c, a0, fd);
-        }
-        else if (p == 2) {
-            a0 = add_acc(k, STAX_RED_SUM, fd, lw_prim(c, STAX_PRIM_MUL, fd, xv, xv, NULL), NULL);
-            res = a0 < 0 ? NULL : lw_prim(c, STAX_PRIM_SQRT, fd, lw_acc(c, a0, fd), NULL, NULL);
-        }
-        else {
-            a0 = add_acc(k, STAX_RED_SUM, fd,
-                         lw_prim(c, STAX_PRIM_POW, fd, ax, lw_const(c, fd, p), NULL), NULL);
-            res = a0 < 0 ? NULL : lw_prim(c, STAX_PRIM_POW, fd, lw_acc(c, a0, fd),
-                                          lw_const(c, fd, 1.0 / p), NULL);
-        }
-        if (res == NULL) {
-            return -1;
-        }
-        return red_store(c, &r, x, mask, out, res, 0);
+    if (id == STAX_OP_NORM) {
+        return red_norm(c, in, bound, x, &r, mask, out, v);
     }
     UNSUPPORTED("reduction without a lowering rule");
 }
