@@ -264,6 +264,115 @@ lower_getitem(lw_ctx *c, vbuf *x, PyObject *idx, vbuf *out, const char **why)
     return lw_view_map(c, x, out, map);
 }
 
+/* t, transpose, permute: out dim k reads input dim perm[k] */
+static int
+view_permute(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x, vbuf *out,
+             const char **why)
+{
+    stax_op_id_t id = in->op->id;
+    const stax_ix *map[STAX_MAX_DIMS];
+    int perm[STAX_MAX_DIMS];
+    for (int d = 0; d < x->ndim; d++) {
+        perm[d] = d;
+    }
+    if ((id == STAX_OP_T)) {
+        if (x->ndim == 2) {
+            perm[0] = 1;
+            perm[1] = 0;
+        }
+    }
+    else if ((id == STAX_OP_TRANSPOSE)) {
+        PyObject *d0 = lw_bound_arg(bound, in->op, "dim0"), *d1 = lw_bound_arg(bound, in->op, "dim1");
+        if (!d0 || !d1 || !PyLong_Check(d0) || !PyLong_Check(d1)) {
+            UNSUPPORTED("transpose dims");
+        }
+        int a = lw_norm_dim(PyLong_AsLongLong(d0), x->ndim);
+        int b = lw_norm_dim(PyLong_AsLongLong(d1), x->ndim);
+        if (a < 0 || b < 0) {
+            UNSUPPORTED("transpose dims");
+        }
+        perm[a] = b;
+        perm[b] = a;
+    }
+    else {
+        int64_t p[STAX_MAX_DIMS];
+        PyObject *dims = lw_bound_arg(bound, in->op, "dims");
+        if (dims == NULL || lw_int_list(dims, p, STAX_MAX_DIMS) != x->ndim) {
+            UNSUPPORTED("permute dims");
+        }
+        for (int d = 0; d < x->ndim; d++) {
+            perm[d] = lw_norm_dim(p[d], x->ndim);
+            if (perm[d] < 0) {
+                UNSUPPORTED("permute dims");
+            }
+        }
+    }
+    /* out dim k reads input dim perm[k] */
+    for (int k = 0; k < x->ndim; k++) {
+        map[perm[k]] = lw_ix_var(c, k);
+    }
+    return lw_view_map(c, x, out, map);
+}
+
+/* split, chunk, unbind: a tuple of index maps into x */
+static int
+view_split(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x, vbuf *out,
+           const char **why)
+{
+    stax_op_id_t id = in->op->id;
+    const stax_ix *map[STAX_MAX_DIMS];
+    if (!PyTuple_Check(in->val) && !PyList_Check(in->val)) {
+        UNSUPPORTED("split without a tuple value");
+    }
+    PyObject *dobj = lw_bound_arg(bound, in->op, "dim");
+    int d = dobj && PyLong_Check(dobj) ? lw_norm_dim(PyLong_AsLongLong(dobj), x->ndim) : 0;
+    if (d < 0) {
+        UNSUPPORTED("split dim");
+    }
+    PyObject *seq = PySequence_Tuple(in->val);
+    if (seq == NULL) {
+        return -1;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
+    out->kind = VB_TUPLE;
+    out->nitems = (int)n;
+    out->items = stax_arena_alloc(c->arena, sizeof(vbuf *) * (size_t)(n ? n : 1));
+    int64_t off = 0;
+    int unbind = (id == STAX_OP_UNBIND);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        vbuf *it = lw_vb_new(c);
+        int64_t st[STAX_MAX_DIMS];
+        if (it == NULL || out->items == NULL
+            || !lw_val_info(PyTuple_GET_ITEM(seq, i), &it->ndim, it->sizes, st, &it->dtype)) {
+            Py_DECREF(seq);
+            if (!PyErr_Occurred()) {
+                UNSUPPORTED("split item");
+            }
+            return -1;
+        }
+        it->kind = VB_TENSOR;
+        int od = 0;
+        for (int j = 0; j < x->ndim; j++) {
+            if (j == d) {
+                map[j] = unbind ? lw_ix_const(c, off)
+                                : lw_ix_bin(c, STAX_IX_ADD, lw_ix_const(c, off),
+                                            lw_ix_var(c, od++));
+            }
+            else {
+                map[j] = lw_ix_var(c, od++);
+            }
+        }
+        off += unbind ? 1 : it->sizes[d];
+        if (lw_view_map(c, x, it, map) < 0) {
+            Py_DECREF(seq);
+            return -1;
+        }
+        out->items[i] = it;
+    }
+    Py_DECREF(seq);
+    return 1;
+}
+
 int
 lw_lower_view(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
               vbuf *out, const char **why)
@@ -283,47 +392,7 @@ lw_lower_view(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
         return 1;
     }
     if ((id == STAX_OP_T) || (id == STAX_OP_TRANSPOSE) || (id == STAX_OP_PERMUTE)) {
-        int perm[STAX_MAX_DIMS];
-        for (int d = 0; d < x->ndim; d++) {
-            perm[d] = d;
-        }
-        if ((id == STAX_OP_T)) {
-            if (x->ndim == 2) {
-                perm[0] = 1;
-                perm[1] = 0;
-            }
-        }
-        else if ((id == STAX_OP_TRANSPOSE)) {
-            PyObject *d0 = lw_bound_arg(bound, in->op, "dim0"), *d1 = lw_bound_arg(bound, in->op, "dim1");
-            if (!d0 || !d1 || !PyLong_Check(d0) || !PyLong_Check(d1)) {
-                UNSUPPORTED("transpose dims");
-            }
-            int a = lw_norm_dim(PyLong_AsLongLong(d0), x->ndim);
-            int b = lw_norm_dim(PyLong_AsLongLong(d1), x->ndim);
-            if (a < 0 || b < 0) {
-                UNSUPPORTED("transpose dims");
-            }
-            perm[a] = b;
-            perm[b] = a;
-        }
-        else {
-            int64_t p[STAX_MAX_DIMS];
-            PyObject *dims = lw_bound_arg(bound, in->op, "dims");
-            if (dims == NULL || lw_int_list(dims, p, STAX_MAX_DIMS) != x->ndim) {
-                UNSUPPORTED("permute dims");
-            }
-            for (int d = 0; d < x->ndim; d++) {
-                perm[d] = lw_norm_dim(p[d], x->ndim);
-                if (perm[d] < 0) {
-                    UNSUPPORTED("permute dims");
-                }
-            }
-        }
-        /* out dim k reads input dim perm[k] */
-        for (int k = 0; k < x->ndim; k++) {
-            map[perm[k]] = lw_ix_var(c, k);
-        }
-        return lw_view_map(c, x, out, map);
+        return view_permute(c, in, bound, x, out, why);
     }
     if ((id == STAX_OP_EXPAND) || (id == STAX_OP_EXPAND_AS)) {
         int off = out->ndim - x->ndim;
@@ -385,56 +454,7 @@ lw_lower_view(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
         return lower_getitem(c, x, idx, out, why);
     }
     if ((id == STAX_OP_SPLIT) || (id == STAX_OP_CHUNK) || (id == STAX_OP_UNBIND)) {
-        if (!PyTuple_Check(in->val) && !PyList_Check(in->val)) {
-            UNSUPPORTED("split without a tuple value");
-        }
-        PyObject *dobj = lw_bound_arg(bound, in->op, "dim");
-        int d = dobj && PyLong_Check(dobj) ? lw_norm_dim(PyLong_AsLongLong(dobj), x->ndim) : 0;
-        if (d < 0) {
-            UNSUPPORTED("split dim");
-        }
-        PyObject *seq = PySequence_Tuple(in->val);
-        if (seq == NULL) {
-            return -1;
-        }
-        Py_ssize_t n = PyTuple_GET_SIZE(seq);
-        out->kind = VB_TUPLE;
-        out->nitems = (int)n;
-        out->items = stax_arena_alloc(c->arena, sizeof(vbuf *) * (size_t)(n ? n : 1));
-        int64_t off = 0;
-        int unbind = (id == STAX_OP_UNBIND);
-        for (Py_ssize_t i = 0; i < n; i++) {
-            vbuf *it = lw_vb_new(c);
-            int64_t st[STAX_MAX_DIMS];
-            if (it == NULL || out->items == NULL
-                || !lw_val_info(PyTuple_GET_ITEM(seq, i), &it->ndim, it->sizes, st, &it->dtype)) {
-                Py_DECREF(seq);
-                if (!PyErr_Occurred()) {
-                    UNSUPPORTED("split item");
-                }
-                return -1;
-            }
-            it->kind = VB_TENSOR;
-            int od = 0;
-            for (int j = 0; j < x->ndim; j++) {
-                if (j == d) {
-                    map[j] = unbind ? lw_ix_const(c, off)
-                                    : lw_ix_bin(c, STAX_IX_ADD, lw_ix_const(c, off),
-                                                lw_ix_var(c, od++));
-                }
-                else {
-                    map[j] = lw_ix_var(c, od++);
-                }
-            }
-            off += unbind ? 1 : it->sizes[d];
-            if (lw_view_map(c, x, it, map) < 0) {
-                Py_DECREF(seq);
-                return -1;
-            }
-            out->items[i] = it;
-        }
-        Py_DECREF(seq);
-        return 1;
+        return view_split(c, in, bound, x, out, why);
     }
     UNSUPPORTED("view without a lowering rule");
 }
