@@ -44,6 +44,10 @@ typedef struct {
     PyObject *ptx;             /* str */
     PyObject *cubin;           /* bytes, built at first launch */
     void *module, *fn;         /* resident: loaded once */
+    int reads_output;          /* a buffer it writes is also read: not
+                                  idempotent, never launched twice */
+    int tuned;                 /* launch configuration searched */
+    int64_t best_block;        /* threads per row found best, 0: default */
     int nbufs;
     stax_dtype_t dtype[STAX_NVRTC_MAX_BUFS];
     int is_output[STAX_NVRTC_MAX_BUFS];
@@ -208,6 +212,44 @@ collect_ix(nvrtc_handle *h, int *cap, const stax_ix *ix)
     return 0;
 }
 
+static int lval_reads_output(const stax_kernel *k, const stax_lval *v);
+
+static int
+ix_reads_output(const stax_kernel *k, const stax_ix *ix)
+{
+    if (ix == NULL) {
+        return 0;
+    }
+    if (ix->kind == STAX_IX_VALUE) {
+        return lval_reads_output(k, ix->val);
+    }
+    if (ix->kind >= STAX_IX_ADD && ix->kind <= STAX_IX_MOD) {
+        return ix_reads_output(k, ix->a) || ix_reads_output(k, ix->b);
+    }
+    return 0;
+}
+
+static int
+lval_reads_output(const stax_kernel *k, const stax_lval *v)
+{
+    if (v == NULL) {
+        return 0;
+    }
+    if (v->kind == STAX_LV_LOAD) {
+        return k->bufs[v->buf].is_output || ix_reads_output(k, v->index)
+               || lval_reads_output(k, v->mask);
+    }
+    if (v->kind == STAX_LV_INDEX && ix_reads_output(k, v->index)) {
+        return 1;
+    }
+    for (int i = 0; i < v->nargs; i++) {
+        if (lval_reads_output(k, v->args[i])) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static void
 handle_free(nvrtc_handle *h)
 {
@@ -270,6 +312,14 @@ nvrtc_compile_kernel(stax_backend *be, const stax_kernel *k,
         if (h->ptx == NULL) {
             goto error;
         }
+    }
+    for (int i = 0; i < k->nstores && !h->reads_output; i++) {
+        h->reads_output = lval_reads_output(k, k->stores[i].value)
+                          || ix_reads_output(k, k->stores[i].index);
+    }
+    for (int i = 0; i < k->naccs && !h->reads_output; i++) {
+        h->reads_output = lval_reads_output(k, k->accs[i].value)
+                          || ix_reads_output(k, k->accs[i].index);
     }
     h->nbufs = k->nbufs;
     for (int i = 0; i < k->nbufs; i++) {
@@ -400,6 +450,18 @@ nvrtc_launch(stax_backend *be, void *handle, char **bufs,
     return rc;
 }
 
+/* TENSORPLAY_NVRTC_TUNE=0 turns the launch-configuration search off */
+static int
+tune_enabled(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("TENSORPLAY_NVRTC_TUNE");
+        on = !(e != NULL && *e == '0');
+    }
+    return on;
+}
+
 /* buffers are device addresses already: launch on the stream and return
  * (the stream orders what follows; a host read synchronizes) */
 static int
@@ -434,6 +496,28 @@ nvrtc_launch_resident(stax_backend *be, void *handle, char **bufs,
     params[h->nbufs] = sz;
     params[h->nbufs + 1] = &st;
     params[h->nbufs + 2] = &en;
+    if (!h->tuned && h->shape.ninner > 0 && block[1] == 1 && block[0] >= 256
+        && grid[0] >= 512 && !h->reads_output && tune_enabled()) {
+        /* Little's law by measurement: long rows, many of them; time each
+         * block size once with events (the launches are idempotent: no
+         * buffer it writes is read) and keep the fastest */
+        static const int64_t cand[] = {128, 256, 512, 1024};
+        double best = 1e30;
+        h->tuned = 1;
+        for (int c = 0; c < 4; c++) {
+            block[0] = cand[c];
+            if (stax_nvrtc_launch_fn(h->fn, params, grid, block, 1) < 0) {
+                return -1;
+            }
+            if (stax_nvrtc_last_ms() < best) {
+                best = stax_nvrtc_last_ms();
+                h->best_block = cand[c];
+            }
+        }
+    }
+    if (h->best_block > 0 && block[1] == 1) {
+        block[0] = h->best_block;
+    }
     return stax_nvrtc_launch_fn(h->fn, params, grid, block, timed);
 }
 

@@ -70,6 +70,9 @@ int stax_nvrtc_launch_image(PyObject *image, const char *name, int nbufs,
 int stax_nvrtc_launch_fn(void *fn, void **params, const int64_t grid[3],
                          const int64_t block[3], int timed);
 
+/* the event time (ms) of the last timed launch */
+double stax_nvrtc_last_ms(void);
+
 /* launch configuration of a kernel at these sizes (nvrtc_render.c);
  * -1 + exception if an extent needs a size argument sizes lacks */
 int stax_nvrtc_launch_config(const stax_kernel *k, const int64_t *sizes,

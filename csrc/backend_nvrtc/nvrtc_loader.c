@@ -441,10 +441,10 @@ stax_nvrtc_py_last_kernel_ms(PyObject *self, PyObject *unused)
     return PyFloat_FromDouble(last_kernel_ms);
 }
 
-void
-stax_nvrtc_set_last_kernel_ms(double ms)
+double
+stax_nvrtc_last_ms(void)
 {
-    last_kernel_ms = ms;
+    return last_kernel_ms;
 }
 
 PyObject *

@@ -782,6 +782,26 @@ static const char preamble[] =
 "    i = shi[32];\n"
 "    __syncthreads();\n"
 "}\n"
+"/* one warp per row (blockDim.x == 32, rows on threadIdx.y): a butterfly\n"
+" * of shuffles, every lane gets the result; no shared memory, no barrier\n"
+" * (rows of one block may run different numbers of iterations) */\n"
+"template <typename T, typename F>\n"
+"static __device__ T stax_warp_reduce(T v, F f)\n"
+"{\n"
+"    for (int off = 16; off > 0; off >>= 1) {\n"
+"        v = f(v, __shfl_xor_sync(0xffffffffu, v, off));\n"
+"    }\n"
+"    return v;\n"
+"}\n"
+"template <bool MX, typename T>\n"
+"static __device__ void stax_warp_argreduce(T &v, long long &i)\n"
+"{\n"
+"    for (int off = 16; off > 0; off >>= 1) {\n"
+"        T ov = __shfl_xor_sync(0xffffffffu, v, off);\n"
+"        long long oi = __shfl_xor_sync(0xffffffffu, i, off);\n"
+"        if (stax_arg_better<MX>(ov, oi, v, i)) { v = ov; i = oi; }\n"
+"    }\n"
+"}\n"
 "#define STAX_RED_OP(NAME, EXPR) struct NAME { template <typename T> \\\n"
 "    __device__ T operator()(T a, T b) const { return EXPR; } };\n"
 "STAX_RED_OP(stax_op_sum, a + b)\n"
@@ -912,16 +932,22 @@ acc_block_reduce(emitter *m, const stax_stage *st)
         const stax_lacc *a = &m->k->accs[i];
         if (is_arg(a)) {
             const char *T = acc_ctype(a->value->dtype);
-            put(m->b, "%sstax_block_argreduce<%s>(accv%d, acci%d, "
-                "(%s *)stax_shv, stax_shi);\n", m->indent,
-                a->op == STAX_RED_ARGMAX ? "true" : "false", i, i, T);
+            put(m->b, "%sif (blockDim.y > 1) {\n%s    stax_warp_argreduce<%s>("
+                "accv%d, acci%d);\n%s} else {\n", m->indent, m->indent,
+                a->op == STAX_RED_ARGMAX ? "true" : "false", i, i, m->indent);
+            put(m->b, "%s    stax_block_argreduce<%s>(accv%d, acci%d, "
+                "(%s *)stax_shv, stax_shi);\n%s}\n", m->indent,
+                a->op == STAX_RED_ARGMAX ? "true" : "false", i, i, T,
+                m->indent);
             put(m->b, "%sif (acci%d < 0) {\n%s    acci%d = 0;\n%s}\n",
                 m->indent, i, m->indent, i, m->indent);
         }
         else {
             const char *T = acc_ctype(a->dtype);
-            put(m->b, "%sacc%d = stax_block_reduce(acc%d, %s(), (%s)",
-                m->indent, i, i, red_ops[a->op], T);
+            put(m->b, "%sacc%d = blockDim.y > 1 ? stax_warp_reduce(acc%d, "
+                "%s())\n%s    : stax_block_reduce(acc%d, %s(), (%s)",
+                m->indent, i, i, red_ops[a->op], m->indent, i, red_ops[a->op],
+                T);
             red_identity(m->b, a, a->dtype);
             put(m->b, ", (%s *)stax_shv);\n", T);
         }
@@ -1015,8 +1041,11 @@ render_body(emitter *m, int *has_red)
         return 0;
     }
     *has_red = 1;
-    put(b, "    for (int64_t xindex = blockIdx.x; xindex < xnumel; "
-        "xindex += gridDim.x) {\n");
+    /* rows on threadIdx.y (several rows per block for short rows, one
+     * warp each: blockDim.x == 32) or one row per block (blockDim.y == 1) */
+    put(b, "    for (int64_t xindex = (int64_t)blockIdx.x * blockDim.y + "
+        "threadIdx.y; xindex < xnumel;\n"
+        "         xindex += (int64_t)gridDim.x * blockDim.y) {\n");
     m->indent = "        ";
     emit_split(m, 0, k->nouter, "xindex", k->nouter ? "start" : NULL);
     for (int s = 0; s < k->nstages; s++) {
@@ -1326,6 +1355,15 @@ stax_nvrtc_launch_config(const stax_kernel *k, const int64_t *sizes,
             t *= 2;
         }
         block[0] = t;
+        if (t == 32 && xn > 1) {
+            /* short rows: one warp each, 8 rows per block (the seed's
+             * XBLOCK), so a block holds 256 threads */
+            const char *renv = getenv("TENSORPLAY_NVRTC_ROWS");
+            int64_t rows = renv ? atoll(renv) : 8;
+            rows = rows < 1 ? 1 : rows > 32 ? 32 : rows;
+            block[1] = rows;
+            xn = (xn + rows - 1) / rows;
+        }
         grid[0] = xn < (1 << 20) ? xn : (1 << 20);
     }
     return 0;

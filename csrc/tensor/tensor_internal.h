@@ -119,6 +119,7 @@ PyObject *stax_tensor_override_item(PyObject *self, PyObject *key,
 
 /* device_tensor.c: host round trips of CUDA tensors */
 int stax_tensor_device_init(PyObject *m);
+int stax_tensor_dlpack_init(PyObject *m);   /* dlpack.c */
 PyObject *stax_tensor_cuda_item(StaxTensor *t);
 PyObject *stax_tensor_cuda_copy_into(StaxTensor *dst, PyObject *src);
 StaxTensor *stax_tensor_cuda_to_dtype(StaxTensor *t, stax_dtype_t dt, int copy);

@@ -34,7 +34,7 @@ __all__ = [
     "can_cast", "is_tensor", "is_floating_point", "numel", "is_grad_enabled",
     "no_grad", "enable_grad", "set_grad_enabled", "inference_mode",
     "is_inference_mode_enabled",
-    "tensor", "as_tensor", "from_numpy", "zeros", "ones", "full", "empty",
+    "tensor", "as_tensor", "from_numpy", "from_dlpack", "zeros", "ones", "full", "empty",
     "empty_strided", "arange", "linspace", "logspace", "eye",
     "zeros_like", "ones_like", "full_like", "empty_like", "rand_like",
     "randn_like", "randint_like",
@@ -364,6 +364,9 @@ def as_tensor(data, dtype=None, device=None):
             return tensor(data, dtype=dtype)
         return t if dtype is None else t.to(dtype)
     return tensor(data, dtype=dtype)
+
+
+from_dlpack = _C.from_dlpack
 
 
 def from_numpy(ndarray):

@@ -309,3 +309,58 @@ def test_compiled_random_on_cuda_is_eagers_stream():
     tp.manual_seed(5)
     want = tp.nn.functional.dropout(x, 0.5, True) + tp.rand_like(x)
     close(got, want)
+
+
+# -------------------------------------------------------------------- DLPack
+
+def test_dlpack_with_torch_cuda_is_zero_copy_both_ways():
+    torch = pytest.importorskip("torch")
+    x = tp.arange(12.0, device="cuda").reshape(3, 4)
+    assert x.__dlpack_device__() == (2, 0)
+    t = torch.from_dlpack(x)
+    assert t.is_cuda and t.data_ptr() == x.data_ptr() and t.tolist() == x.cpu().tolist()
+    u = torch.arange(6.0, device="cuda").reshape(2, 3).t()
+    y = tp.from_dlpack(u)
+    assert y.is_cuda and y.data_ptr() == u.data_ptr() and y.stride() == u.stride()
+    u.mul_(2)                       # torch's stream: from_dlpack ordered it
+    close(y * 1, tp.tensor(u.cpu().numpy()))
+
+
+def test_dlpack_with_cupy_and_jax():
+    cp = pytest.importorskip("cupy")
+    a = cp.arange(10, dtype=cp.float32)
+    y = tp.from_dlpack(a)
+    assert y.is_cuda and y.data_ptr() == a.data.ptr
+    b = cp.from_dlpack(tp.ones(4, device="cuda") * 3)
+    assert cp.asnumpy(b).tolist() == [3.0] * 4
+    import os
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    jax = pytest.importorskip("jax")
+    j = jax.dlpack.from_dlpack(tp.arange(5.0, device="cuda"))
+    assert list(np.asarray(j)) == [0.0, 1.0, 2.0, 3.0, 4.0]
+
+
+@pytest.mark.parametrize("op", [
+    lambda x: x.mean(-1), lambda x: x.var(0), lambda x: tp.softmax(x, -1),
+    lambda x: x.sum(), lambda x: tp.nn.functional.layer_norm(x, (x.shape[-1],)),
+    lambda x: (x * 2 + 1).relu(), lambda x: x.amax(-1), lambda x: x.argmax(0),
+])
+def test_one_eager_op_at_many_sizes(op):
+    """the kernel cache keys every size apart (or, with
+    TENSORPLAY_CUDA_EAGER_DYNAMIC=1, one dynamic program per layout class):
+    either way each size gives eager's values"""
+    for shape in [(12, 40), (7, 3), (100, 1000), (1, 5), (64, 1)]:
+        x = data(shape, tp.float32, special=False, seed=sum(shape))
+        close(op(x.cuda()), op(x), tol=1e-4)
+
+
+def test_reductions_short_and_long_rows_match_cpu():
+    """rows of a few elements run several per block (one warp each), long
+    rows get a searched block size: both must reduce exactly as before"""
+    for shape in [(100000, 7), (3000, 33), (64, 100000), (4096, 4096)]:
+        x = data(shape, tp.float32, special=False, seed=1)
+        close(x.cuda().sum(-1), x.sum(-1), tol=1e-4)
+        close(tp.softmax(x.cuda(), -1), tp.softmax(x, -1), tol=1e-5)
+        close(x.cuda().argmax(-1), x.argmax(-1))
+        f = tp.compile(lambda v: (v * 2).sum(-1) + v.amax(-1))
+        close(f(x.cuda()), (x * 2).sum(-1) + x.amax(-1), tol=1e-4)
