@@ -212,6 +212,16 @@ def _rebuild(v, it):
     return v
 
 
+def _host_stand_in(t):
+    """a host tensor with t's sizes, strides and dtype; floats uninitialized
+    (never read, or read only to make NaNs), integers ones (no division by
+    zero while sampling)"""
+    from tensorplay import ones, empty
+    n = 0 if t.numel() == 0 else 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride()))
+    base = (empty if t.dtype.is_floating_point else ones)(n, dtype=t.dtype)
+    return base.as_strided(tuple(t.shape), t.stride(), 0)
+
+
 def _build(func, args, kwargs, tensors):
     def f(*ts):
         it = iter(ts)
@@ -223,7 +233,11 @@ def _build(func, args, kwargs, tensors):
     prev = _C.is_grad_enabled()
     _C._set_grad_enabled(False)
     try:
-        tr = _C.trace(f, tuple(tensors), {}, None)
+        # traced on host stand-ins of the operands' sizes and strides, with
+        # deferred samples: no copy of the operands and (for the ops meta
+        # mode serves) no element computed; lowering for the CUDA operands
+        # then reuses the trace's values (same sizes: no shape propagation)
+        tr = _C.trace(f, tuple(_host_stand_in(t) for t in tensors), {}, None, True)
         if getattr(tr, "gates", None):
             return None            # value-dependent: no one kernel
         gm = tr.graph_module
