@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dlfcn.h>
+#include <link.h>
 
 #define STAX_GIL_RELEASE_WORK 16384
 
@@ -270,6 +272,54 @@ instantiate(PyObject *t, PyObject **slots)
 }
 
 /* a library-call operand: the buffer's array, or a strided view of it */
+/* BLAS threads of a compiled matmul (docs/lowering.md, "The matmul
+ * path"): NumPy's OpenBLAS called with TENSORPLAY_BLAS_THREADS threads
+ * (default 1) through openblas_set_num_threads_local, found in the
+ * OpenBLAS NumPy loaded. Measured on the 13 GPT matmuls (bench/matmul.py):
+ * 16 ms with one thread, 145 ms with two on this loaded 2-core machine. */
+typedef int (*blas_local_fn)(int);
+static blas_local_fn blas_local = NULL;
+static int blas_threads = -1;
+
+static int
+find_openblas(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    if (info->dlpi_name != NULL && strstr(info->dlpi_name, "openblas") != NULL) {
+        void *h = dlopen(info->dlpi_name, RTLD_LAZY | RTLD_NOLOAD);
+        if (h != NULL) {
+            void *f = dlsym(h, "openblas_set_num_threads_local");
+            if (f != NULL) {
+                *(void **)data = f;
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* set this thread's BLAS thread count for a matmul; the previous one, or -1 */
+static int
+blas_enter(void)
+{
+    if (blas_threads < 0) {
+        const char *e = getenv("TENSORPLAY_BLAS_THREADS");
+        blas_threads = e != NULL && atoi(e) > 0 ? atoi(e) : 1;
+        void *f = NULL;
+        dl_iterate_phdr(find_openblas, &f);
+        blas_local = (blas_local_fn)f;
+    }
+    return blas_local != NULL ? blas_local(blas_threads) : -1;
+}
+
+static void
+blas_leave(int prev)
+{
+    if (blas_local != NULL && prev > 0) {
+        blas_local(prev);
+    }
+}
+
 static PyObject *
 operand_array(PyObject *slot, const void *viewp, stax_dtype_t dt)
 {
@@ -795,7 +845,9 @@ lw_program_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
                                     : Py_NewRef(b);
             }
             if (bt != NULL) {
+                int prev = blas_enter();
                 r = PyNumber_MatrixMultiply(a, bt);
+                blas_leave(prev);
             }
             Py_XDECREF(a);
             Py_XDECREF(b);
