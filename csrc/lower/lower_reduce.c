@@ -159,6 +159,52 @@ add_acc(kdraft *k, stax_red_t op, stax_dtype_t dt, const stax_lval *v,
     return i;
 }
 
+/* Mean and sum of squared deviations of a row in ONE pass over it (one
+ * REDUCE stage with two sums, instead of a sum, then a second pass for
+ * the deviations from the mean): shifted data, d = x - K with K the row's
+ * first element (hoisted out of the loop by LLVM), a0 = sum(d), a1 =
+ * sum(d*d); mean = K + a0/n and m2 = a1 - a0*a0/n, clamped at 0. The shift
+ * keeps the sums small for data with a large offset (1e4 + N(0, 1)), where
+ * the naive one-pass sum(x*x) - sum(x)^2/n cancels catastrophically; like
+ * Welford's update it needs one read of the data. *mean, *m2 and *dvs
+ * (x - mean, for layer_norm's output) are bodies over the kernel's vars. */
+static int add_acc_same(kdraft *k, stax_red_t op, stax_dtype_t dt, const stax_lval *v,
+                        const stax_ix *ix);
+
+static int
+shifted_moments(lw_ctx *c, redk *r, vbuf *x, const int *mask, const stax_lval *xv,
+                stax_dtype_t fd, const stax_lval **mean, const stax_lval **m2)
+{
+    const stax_lval *K = lw_const(c, fd, 0.0);
+    if (r->n > 0) {
+        const stax_ix *kv[STAX_MAX_DIMS];
+        for (int d = 0; d < x->ndim; d++) {
+            kv[d] = mask[d] ? lw_ix_const(c, 0) : r->ivars[d];
+        }
+        lw_rw rw = {0};
+        rw.vars = kv;
+        rw.nvars = x->ndim;
+        K = lw_cast(c, lw_rewrite(c, &rw, x->body), fd);
+        lw_rw_done(&rw);
+    }
+    const stax_lval *dx = lw_prim(c, STAX_PRIM_SUB, fd, xv, K, NULL);
+    int a0 = add_acc(r->k, STAX_RED_SUM, fd, dx, NULL);
+    int a1 = a0 < 0 ? -1 : add_acc_same(r->k, STAX_RED_SUM, fd,
+                                         lw_prim(c, STAX_PRIM_MUL, fd, dx, dx, NULL), NULL);
+    if (a1 < 0) {
+        return -1;
+    }
+    const stax_lval *nn = lw_size_const(c, fd, r->n);
+    const stax_lval *s0 = lw_acc(c, a0, fd);
+    const stax_lval *dm = lw_prim(c, STAX_PRIM_DIV, fd, s0, nn, NULL);
+    *mean = lw_prim(c, STAX_PRIM_ADD, fd, K, dm, NULL);
+    *m2 = lw_prim(c, STAX_PRIM_MAX, fd,
+                  lw_prim(c, STAX_PRIM_SUB, fd, lw_acc(c, a1, fd),
+                          lw_prim(c, STAX_PRIM_MUL, fd, s0, dm, NULL), NULL),
+                  lw_const(c, fd, 0.0), NULL);
+    return *mean != NULL && *m2 != NULL ? 0 : -1;
+}
+
 /* accumulators in the same REDUCE stage as the previous one */
 static int
 add_acc_same(kdraft *k, stax_red_t op, stax_dtype_t dt, const stax_lval *v,
@@ -271,9 +317,7 @@ red_variance(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x, redk *r
 {
     stax_op_id_t id = in->op->id;
     redk *r = rp;
-    kdraft *k = r->k;
     double n = (double)r->n;
-    int a0;
     stax_dtype_t fd = acc_float(x->dtype);
     double corr = 1.0;
     PyObject *unb = lw_bound_arg(bound, in->op, "unbiased");
@@ -285,19 +329,12 @@ red_variance(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x, redk *r
         corr = lw_num(co, 1.0);
     }
     const stax_lval *xv = lw_cast(c, v, fd);
-    a0 = add_acc(k, STAX_RED_SUM, fd, xv, NULL);
-    if (a0 < 0) {
-        return -1;
-    }
-    const stax_lval *mean = lw_prim(c, STAX_PRIM_DIV, fd, lw_acc(c, a0, fd),
-                                    lw_size_const(c, fd, r->n), NULL);
-    const stax_lval *dv = lw_prim(c, STAX_PRIM_SUB, fd, xv, mean, NULL);
-    int a1 = add_acc(k, STAX_RED_SUM, fd, lw_prim(c, STAX_PRIM_MUL, fd, dv, dv, NULL), NULL);
-    if (a1 < 0) {
+    const stax_lval *mean = NULL, *m2 = NULL;
+    if (shifted_moments(c, r, x, mask, xv, fd, &mean, &m2) < 0) {
         return -1;
     }
     const stax_lval *var = n == 0 ? lw_const(c, fd, NAN)
-                           : lw_prim(c, STAX_PRIM_DIV, fd, lw_acc(c, a1, fd),
+                           : lw_prim(c, STAX_PRIM_DIV, fd, m2,
                                      c->symbolic && r->n > 1
                                      ? lw_prim(c, STAX_PRIM_SUB, fd,
                                                lw_size_const(c, fd, r->n),
@@ -588,19 +625,12 @@ lw_lower_layer_norm(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
     }
     stax_dtype_t fd = acc_float(x->dtype);
     const stax_lval *xv = lw_cast(c, red_value(c, x, &r), fd);
-    int a0 = add_acc(r.k, STAX_RED_SUM, fd, xv, NULL);
-    if (a0 < 0) {
+    const stax_lval *mean = NULL, *m2 = NULL;
+    if (shifted_moments(c, &r, x, mask, xv, fd, &mean, &m2) < 0) {
         return -1;
     }
-    const stax_lval *mean = lw_prim(c, STAX_PRIM_DIV, fd, lw_acc(c, a0, fd),
-                                    lw_size_const(c, fd, r.n), NULL);
     const stax_lval *dv = lw_prim(c, STAX_PRIM_SUB, fd, xv, mean, NULL);
-    int a1 = add_acc(r.k, STAX_RED_SUM, fd, lw_prim(c, STAX_PRIM_MUL, fd, dv, dv, NULL), NULL);
-    if (a1 < 0) {
-        return -1;
-    }
-    const stax_lval *var = lw_prim(c, STAX_PRIM_DIV, fd, lw_acc(c, a1, fd),
-                                   lw_size_const(c, fd, r.n), NULL);
+    const stax_lval *var = lw_prim(c, STAX_PRIM_DIV, fd, m2, lw_size_const(c, fd, r.n), NULL);
     const stax_lval *rstd = lw_prim(c, STAX_PRIM_RSQRT, fd,
                                     lw_prim(c, STAX_PRIM_ADD, fd, var, lw_const(c, fd, eps), NULL),
                                     NULL, NULL);
