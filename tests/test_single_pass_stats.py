@@ -60,3 +60,11 @@ def test_variance_edge_sizes():
         want = (x.var(1), x.var(1, correction=0))
         for g, w in zip(got, want):
             np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-4, atol=1e-4, equal_nan=True)
+
+
+def test_variance_of_rows_with_inf_and_nan_is_nan_as_eager():
+    x = tp.from_numpy(np.array([[np.inf, 1.0, 2.0], [1.0, np.nan, 3.0], [1.0, 2.0, 3.0],
+                                [-np.inf, np.inf, 0.0]], dtype=np.float32))
+    cf = tp.compile(lambda a: (a.var(1), F.layer_norm(a, (3,))), strict_native=True)
+    for g, w in zip(cf(x), (x.var(1), F.layer_norm(x, (3,)))):
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-5, atol=1e-5, equal_nan=True)

@@ -165,7 +165,8 @@ add_acc(kdraft *k, stax_red_t op, stax_dtype_t dt, const stax_lval *v,
  * first element (hoisted out of the loop by LLVM), a0 = sum(d), a1 =
  * sum(d*d); mean = K + a0/n and m2 = a1 - a0*a0/n, clamped at 0. The shift
  * keeps the sums small for data with a large offset (1e4 + N(0, 1)), where
- * the naive one-pass sum(x*x) - sum(x)^2/n cancels catastrophically; like
+ * the naive one-pass sum(x*x) - sum(x)^2/n cancels catastrophically (the
+ * clamp propagates NaN: an inf in the row gives NaN, as eager); like
  * Welford's update it needs one read of the data. *mean, *m2 and *dvs
  * (x - mean, for layer_norm's output) are bodies over the kernel's vars. */
 static int add_acc_same(kdraft *k, stax_red_t op, stax_dtype_t dt, const stax_lval *v,
@@ -198,7 +199,7 @@ shifted_moments(lw_ctx *c, redk *r, vbuf *x, const int *mask, const stax_lval *x
     const stax_lval *s0 = lw_acc(c, a0, fd);
     const stax_lval *dm = lw_prim(c, STAX_PRIM_DIV, fd, s0, nn, NULL);
     *mean = lw_prim(c, STAX_PRIM_ADD, fd, K, dm, NULL);
-    *m2 = lw_prim(c, STAX_PRIM_MAX, fd,
+    *m2 = lw_prim(c, STAX_PRIM_MAXNAN, fd,
                   lw_prim(c, STAX_PRIM_SUB, fd, lw_acc(c, a1, fd),
                           lw_prim(c, STAX_PRIM_MUL, fd, s0, dm, NULL), NULL),
                   lw_const(c, fd, 0.0), NULL);
