@@ -41,6 +41,14 @@ FNS = {
     "softmax": lambda x, w: F.softmax(x * w, -1) + F.gelu(x),
     "split": lambda x, w: [a * 2 for a in (x + w).split(2, dim=1)],
     "comparison": lambda x, w: ((x > w) & (x < 1)).float() * x,
+    "linear": lambda x, w: (F.linear(x, w[:3], w[0, :3]), F.linear(x.t(), x[:2, :4])),
+    "matmul": lambda x, w: (x @ w.t(), x.reshape(2, 2, 6) @ w.reshape(1, 6, 4), x.t() @ w),
+    "layer_norm": lambda x, w: (F.layer_norm(x, (6,), w[0], w[1]), F.layer_norm(x.t(), [4]),
+                                F.layer_norm(x.reshape(2, 2, 6), (2, 6), eps=1e-3)),
+    "masked_fill": lambda x, w: (x.masked_fill(w > 0, float("-inf")), x.t().masked_fill(w[0, :4] > 0, 2),
+                                 tp.masked_fill(x, (w > 0)[:1], 0.5)),
+    "softmax_t": lambda x, w: (F.softmax(x.t(), -1), F.log_softmax(x, 0), x.softmax(1),
+                               F.gelu(x.t(), approximate="tanh")),
 }
 
 
@@ -200,3 +208,29 @@ def test_config_lazy_samples_off_computes_every_sample():
             tp.compiler.config.lazy_samples = 1
     finally:
         tp.compiler.config.lazy_samples = old
+
+
+@pytest.mark.parametrize("expr", [
+    "F.linear(x, w)", "F.linear(x, w.t(), w[0])", "x @ w", "F.layer_norm(x, (4,))",
+    "F.layer_norm(x, (6,), w[:, 0])", "F.softmax(x, 2)", "F.gelu(x, approximate='bogus')",
+    "F.linear(x.long(), w.t().long())", "F.softmax(x)", "x.masked_fill(w, 1.0)",
+    "x[:1].masked_fill(w > 0, 1.0)", "x.masked_fill(w > 0, w[0, 0])"])
+def test_composite_errors_and_warnings_are_eagers(expr):
+    """A meta rule only vouches for calls eager runs cleanly; anything else
+    runs eagerly, so the error (or warning) is eager's own."""
+    fn = eval("lambda x, w: " + expr)
+    x, w = tp.randn(4, 6), tp.randn(4, 6)
+    import warnings
+    def outcome(g):
+        with warnings.catch_warnings(record=True) as ws:
+            warnings.simplefilter("always")
+            try:
+                r = g(x, w)
+                res = ("ok", tuple(r.shape), r.dtype)
+            except Exception as e:  # noqa: BLE001
+                res = ("err", type(e), str(e).split(" (while")[0])
+        return res, sorted({str(m.message) for m in ws if "tensorplay.compile" not in str(m.message)})
+    want = outcome(fn)
+    got = outcome(tp.compile(fn))
+    assert got[0] == want[0]
+    assert set(want[1]) <= set(got[1])

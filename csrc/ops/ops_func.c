@@ -356,6 +356,217 @@ stax_ops_meta_unsupported(void)
     return NULL;
 }
 
+/* Metadata rules for composite and library ops whose eager implementation
+ * is Python over NumPy (its results are always contiguous, _ops_wrap):
+ * the result of a call eager would run without error, else the marker (the
+ * call then runs eagerly and raises eager's own error). Success only: each
+ * rule accepts the plain cases it can vouch for. */
+static int
+float_tensor(PyObject *o)
+{
+    return StaxTensor_Check(o) && stax_dtype_is_floating(((StaxTensor *)o)->dtype);
+}
+
+static PyObject *
+meta_result(int nd, const int64_t *shape, stax_dtype_t dt)
+{
+    return (PyObject *)stax_tensor_empty(nd, shape, dt);
+}
+
+static PyObject *
+meta_composite(const stax_op_info *op, PyObject *const *args, Py_ssize_t nargs,
+               PyObject *kwnames)
+{
+    PyObject *b = stax_ops_bind_vector(op, args, nargs, kwnames, args + nargs);
+    PyObject *res = NULL;
+    StaxTensor *x, *w;
+    int64_t shape[STAX_MAX_DIMS];
+    if (b == NULL) {
+        PyErr_Clear();
+        return stax_ops_meta_unsupported();
+    }
+    if (!float_tensor(PyTuple_GET_ITEM(b, 0))) {
+        goto unsupported;
+    }
+    x = (StaxTensor *)PyTuple_GET_ITEM(b, 0);
+    switch (op->id) {
+    case STAX_OP_GELU: {   /* (input, *, approximate) */
+        PyObject *ap = PyTuple_GET_ITEM(b, 1);
+        if (!PyUnicode_Check(ap) || (PyUnicode_CompareWithASCIIString(ap, "none") != 0
+                                     && PyUnicode_CompareWithASCIIString(ap, "tanh") != 0)) {
+            goto unsupported;
+        }
+        res = meta_result(x->ndim, x->sizes, x->dtype);
+        break;
+    }
+    case STAX_OP_SOFTMAX:
+    case STAX_OP_LOG_SOFTMAX: {   /* (self, dim, _stacklevel, dtype) */
+        PyObject *d = PyTuple_GET_ITEM(b, 1);
+        long dim;
+        if (!PyLong_CheckExact(d) || PyTuple_GET_ITEM(b, 3) != Py_None || x->ndim < 1) {
+            goto unsupported;
+        }
+        dim = PyLong_AsLong(d);
+        if (dim == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            goto unsupported;
+        }
+        if (dim < -x->ndim || dim >= x->ndim) {
+            goto unsupported;
+        }
+        res = meta_result(x->ndim, x->sizes, x->dtype);
+        break;
+    }
+    case STAX_OP_LAYER_NORM: {   /* (input, normalized_shape, weight, bias, eps) */
+        PyObject *ns = PyTuple_GET_ITEM(b, 1), *fast, *eps = PyTuple_GET_ITEM(b, 4);
+        int64_t nsv[STAX_MAX_DIMS];
+        Py_ssize_t k;
+        if (!(PyFloat_CheckExact(eps) || PyLong_CheckExact(eps))) {
+            goto unsupported;
+        }
+        if (PyLong_CheckExact(ns)) {
+            k = 1;
+            nsv[0] = PyLong_AsLongLong(ns);
+        }
+        else if (PyTuple_CheckExact(ns) || PyList_CheckExact(ns)) {
+            fast = ns;
+            k = PySequence_Fast_GET_SIZE(fast);
+            if (k > STAX_MAX_DIMS) {
+                goto unsupported;
+            }
+            for (Py_ssize_t i = 0; i < k; i++) {
+                PyObject *v = PySequence_Fast_GET_ITEM(fast, i);
+                if (!PyLong_CheckExact(v)) {
+                    goto unsupported;
+                }
+                nsv[i] = PyLong_AsLongLong(v);
+            }
+        }
+        else {
+            goto unsupported;
+        }
+        if (PyErr_Occurred()) {
+            PyErr_Clear();
+            goto unsupported;
+        }
+        if (k == 0 || x->ndim < k) {
+            goto unsupported;
+        }
+        for (Py_ssize_t i = 0; i < k; i++) {
+            if (x->sizes[x->ndim - k + i] != nsv[i]) {
+                goto unsupported;
+            }
+        }
+        for (int j = 2; j <= 3; j++) {
+            PyObject *p = PyTuple_GET_ITEM(b, j);
+            if (p == Py_None) {
+                continue;
+            }
+            if (!float_tensor(p) || ((StaxTensor *)p)->ndim != k) {
+                goto unsupported;
+            }
+            for (Py_ssize_t i = 0; i < k; i++) {
+                if (((StaxTensor *)p)->sizes[i] != nsv[i]) {
+                    goto unsupported;
+                }
+            }
+        }
+        res = meta_result(x->ndim, x->sizes, x->dtype);
+        break;
+    }
+    case STAX_OP_LINEAR: {   /* (input, weight, bias) */
+        PyObject *bias = PyTuple_GET_ITEM(b, 2);
+        if (!float_tensor(PyTuple_GET_ITEM(b, 1)) || x->ndim < 1) {
+            goto unsupported;
+        }
+        w = (StaxTensor *)PyTuple_GET_ITEM(b, 1);
+        if (w->ndim != 2 || w->dtype != x->dtype || x->sizes[x->ndim - 1] != w->sizes[1]) {
+            goto unsupported;
+        }
+        if (bias != Py_None
+            && (!StaxTensor_Check(bias) || ((StaxTensor *)bias)->dtype != x->dtype
+                || ((StaxTensor *)bias)->ndim != 1
+                || ((StaxTensor *)bias)->sizes[0] != w->sizes[0])) {
+            goto unsupported;
+        }
+        memcpy(shape, x->sizes, sizeof(int64_t) * (size_t)x->ndim);
+        shape[x->ndim - 1] = w->sizes[0];
+        res = meta_result(x->ndim, shape, x->dtype);
+        break;
+    }
+    case STAX_OP_MATMUL: {   /* (self, other), both at least 2-d */
+        int nb, na, no;
+        if (!float_tensor(PyTuple_GET_ITEM(b, 1))) {
+            goto unsupported;
+        }
+        w = (StaxTensor *)PyTuple_GET_ITEM(b, 1);
+        na = x->ndim;
+        nb = w->ndim;
+        if (na < 2 || nb < 2 || w->dtype != x->dtype
+            || x->sizes[na - 1] != w->sizes[nb - 2]) {
+            goto unsupported;
+        }
+        no = na > nb ? na : nb;
+        for (int i = 0; i < no - 2; i++) {   /* batch dims, right aligned */
+            int ia = i - (no - na), ib = i - (no - nb);
+            int64_t sa = ia >= 0 ? x->sizes[ia] : 1, sb = ib >= 0 ? w->sizes[ib] : 1;
+            if (sa != sb && sa != 1 && sb != 1) {
+                goto unsupported;
+            }
+            shape[i] = sa == 1 ? sb : sa;
+        }
+        shape[no - 2] = x->sizes[na - 2];
+        shape[no - 1] = w->sizes[nb - 1];
+        res = meta_result(no, shape, x->dtype);
+        break;
+    }
+    case STAX_OP_MASKED_FILL: {   /* (self, mask, value): mask broadcasts to self */
+        PyObject *v = PyTuple_GET_ITEM(b, 2);
+        StaxTensor *m;
+        if (!StaxTensor_Check(PyTuple_GET_ITEM(b, 1))
+            || !(PyFloat_CheckExact(v) || PyLong_CheckExact(v) || PyBool_Check(v))) {
+            goto unsupported;
+        }
+        m = (StaxTensor *)PyTuple_GET_ITEM(b, 1);
+        if (m->dtype != STAX_BOOL || m->ndim > x->ndim) {
+            goto unsupported;
+        }
+        for (int i = 0; i < m->ndim; i++) {
+            int64_t sm = m->sizes[i], sx = x->sizes[x->ndim - m->ndim + i];
+            if (sm != sx && sm != 1) {
+                goto unsupported;
+            }
+        }
+        res = meta_result(x->ndim, x->sizes, x->dtype);
+        break;
+    }
+    default:
+        goto unsupported;
+    }
+    Py_DECREF(b);
+    return res;
+unsupported:
+    Py_DECREF(b);
+    return stax_ops_meta_unsupported();
+}
+
+static int
+has_meta_composite(const stax_op_info *op)
+{
+    switch (op->id) {
+    case STAX_OP_GELU:
+    case STAX_OP_SOFTMAX:
+    case STAX_OP_LOG_SOFTMAX:
+    case STAX_OP_LAYER_NORM:
+    case STAX_OP_LINEAR:
+    case STAX_OP_MATMUL:
+    case STAX_OP_MASKED_FILL:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 /* the op of an armed call: the eager C kernel in meta mode, or the marker
  * when only the values could tell (nothing has run) */
 static PyObject *
@@ -365,7 +576,8 @@ run_op_meta(const stax_op_info *op, PyObject *const *args, size_t nargsf,
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     PyObject *types = NULL, *res;
     if (stax_ops_is_inplace_info(op)
-        || (op->kind != STAX_OPK_POINTWISE && op->kind != STAX_OPK_REDUCTION)
+        || (op->kind != STAX_OPK_POINTWISE && op->kind != STAX_OPK_REDUCTION
+            && !has_meta_composite(op))
         || (op->flags & STAX_OPF_NONDETERMINISTIC)
         || (autograd_hook != NULL && stax_grad_enabled())) {
         return stax_ops_meta_unsupported();
@@ -389,6 +601,10 @@ run_op_meta(const stax_op_info *op, PyObject *const *args, size_t nargsf,
     stax_ops_meta_mode = 0;
     if (res == Py_NotImplemented) {
         Py_DECREF(res);
+        if (has_meta_composite(op) && py_impls[op->id] != NULL) {
+            /* the eager call would run its Python implementation */
+            return meta_composite(op, args, nargs, kwnames);
+        }
         return stax_ops_meta_unsupported();
     }
     return res;
