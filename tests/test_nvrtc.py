@@ -333,3 +333,37 @@ def test_backend_includes_no_graph_or_op_table():
             capture_output=True, text=True, check=True).stdout
         assert "csrc/graph/" not in deps and "csrc/ops/" not in deps, (src, deps)
         assert "lower/lower.h" in deps
+
+
+@needs_nvrtc
+def test_ptx_goes_through_the_compile_cache(tmp_path, monkeypatch):
+    """Issue 17 item 3: the NVRTC back end stores each kernel's PTX in the
+    persistent compile cache and a later lowering of the same loop IR loads
+    it instead of running NVRTC (no GPU needed: the round trip of the
+    entry). A kernel of another function with the same loop IR launches the
+    stored entry point by its name."""
+    cfg = tp.compiler.config
+    monkeypatch.setattr(cfg, "cache_dir", str(tmp_path / "c"))
+    monkeypatch.setattr(cfg, "cache", True)
+    from tensorplay.compiler import _cache
+    _cache.sync()
+    x, w = _xw()
+    gm = C.trace(ex11, (x, w)).graph_module
+    c0 = C._cache_counters()
+    p1 = C.nvrtc_render(gm, [x, w])
+    c1 = C._cache_counters()
+    assert (c1[1] - c0[1], c1[2] - c0[2]) == (1, 1)          # a miss, compiled
+    ents = list((tmp_path / "c" / "kernels").glob("*.tpk"))
+    assert len(ents) == 1 and b"PTX1" in ents[0].read_bytes()
+    assert b".entry " + p1.kernels[0].name.encode() in ents[0].read_bytes()
+    p2 = C.nvrtc_render(gm, [x, w])
+    c2 = C._cache_counters()
+    assert (c2[0] - c1[0], c2[2] - c1[2]) == (1, 0)          # a hit, no NVRTC
+    assert p2.kernels[0].source == p1.kernels[0].source
+    # a damaged entry is recompiled, never loaded
+    b = bytearray(ents[0].read_bytes())
+    b[len(b) // 2] ^= 0x20
+    ents[0].write_bytes(bytes(b))
+    C.nvrtc_render(gm, [x, w])
+    c3 = C._cache_counters()
+    assert (c3[0] - c2[0], c3[2] - c2[2]) == (0, 1)

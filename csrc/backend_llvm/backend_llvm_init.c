@@ -412,9 +412,11 @@ error:
 }
 
 static void *
-llvm_load_object(stax_backend *be, const char *sym, const char *data, size_t n)
+llvm_load_object(stax_backend *be, const stax_kernel *k, const char *sym, const char *data,
+                 size_t n)
 {
     (void)be;
+    (void)k;    /* object code is self-contained */
     if (ensure_jit() < 0) {
         return NULL;
     }

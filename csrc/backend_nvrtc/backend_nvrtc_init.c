@@ -268,9 +268,12 @@ handle_free(nvrtc_handle *h)
 
 /* ------------------------------------------------------------ vtable */
 
+/* The handle of kernel k: its CUDA C rendered, and `image` (PTX from the
+ * compile cache, entry point `entry`) or, without one, NVRTC's PTX when the
+ * back end compiles. */
 static void *
-nvrtc_compile_kernel(stax_backend *be, const stax_kernel *k,
-                     PyObject **source)
+handle_new(stax_backend *be, const stax_kernel *k, const char *entry,
+           PyObject *image, PyObject **source)
 {
     nvrtc_handle *h = NULL;
     int cap = 0, nd = k->nouter + k->ninner;
@@ -286,7 +289,7 @@ nvrtc_compile_kernel(stax_backend *be, const stax_kernel *k,
         PyErr_NoMemory();
         return NULL;
     }
-    snprintf(h->name, sizeof(h->name), "%s", k->name);
+    snprintf(h->name, sizeof(h->name), "%s", entry != NULL ? entry : k->name);
     h->nsizes = stax_nvrtc_kernel_nsizes(k);
     h->source = stax_nvrtc_render_kernel(k, h->nsizes);
     if (h->source == NULL) {
@@ -305,6 +308,9 @@ nvrtc_compile_kernel(stax_backend *be, const stax_kernel *k,
                                          &h->module, &h->fn) < 0) {
             goto error;
         }
+    }
+    else if (image != NULL) {
+        h->ptx = Py_NewRef(image);
     }
     else if (cfg->compile) {
         h->ptx = stax_nvrtc_compile_source(PyUnicode_AsUTF8(h->source),
@@ -356,6 +362,87 @@ nvrtc_compile_kernel(stax_backend *be, const stax_kernel *k,
 error:
     handle_free(h);
     return NULL;
+}
+
+static void *
+nvrtc_compile_kernel(stax_backend *be, const stax_kernel *k,
+                     PyObject **source)
+{
+    return handle_new(be, k, NULL, NULL, source);
+}
+
+/* The compile cache (lower_cache.c): the object is "PTX1", the entry
+ * point's name and a NUL, then the PTX. The entry point is the name the
+ * kernel had when it was compiled: a kernel with the same loop IR under
+ * another name (another function) launches it by that name. */
+static const char ptx_magic[4] = {'P', 'T', 'X', '1'};
+
+static const char *
+nvrtc_cache_tag(stax_backend *be)
+{
+    static char tag[256];
+    const nvrtc_config *cfg = be->state;
+    PyObject *v = stax_nvrtc_py_version(NULL, NULL);
+    int major = 0, minor = 0;
+    if (v == NULL || !PyArg_ParseTuple(v, "ii", &major, &minor)) {
+        Py_XDECREF(v);
+        return NULL;
+    }
+    Py_DECREF(v);
+    snprintf(tag, sizeof tag, "NVRTC %d.%d; arch %s; PTX", major, minor, cfg->arch);
+    return tag;
+}
+
+static void *
+nvrtc_compile_object(stax_backend *be, const stax_kernel *k, const char *sym,
+                     PyObject **source, PyObject **object)
+{
+    nvrtc_handle *h = handle_new(be, k, NULL, NULL, source);
+    Py_ssize_t n = 0;
+    const char *ptx;
+    (void)sym;
+    if (h == NULL) {
+        return NULL;
+    }
+    ptx = h->ptx != NULL && PyUnicode_Check(h->ptx) ? PyUnicode_AsUTF8AndSize(h->ptx, &n) : NULL;
+    if (ptx == NULL) {
+        PyErr_Clear();
+        return h;     /* nothing to store (no PTX): *object stays NULL */
+    }
+    size_t ln = strlen(h->name);
+    *object = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(4 + ln + 1) + n);
+    if (*object == NULL) {
+        handle_free(h);
+        return NULL;
+    }
+    char *p = PyBytes_AS_STRING(*object);
+    memcpy(p, ptx_magic, 4);
+    memcpy(p + 4, h->name, ln + 1);
+    memcpy(p + 4 + ln + 1, ptx, (size_t)n);
+    return h;
+}
+
+static void *
+nvrtc_load_object(stax_backend *be, const stax_kernel *k, const char *sym,
+                  const char *data, size_t n)
+{
+    const char *end = data + n, *name = data + 4, *nul;
+    PyObject *image;
+    void *h;
+    (void)sym;
+    nul = n > 4 ? memchr(name, 0, (size_t)(end - name)) : NULL;
+    if (n < 5 || memcmp(data, ptx_magic, 4) != 0 || nul == NULL
+        || (size_t)(nul - name) >= sizeof(((nvrtc_handle *)0)->name)) {
+        PyErr_SetString(PyExc_ValueError, "not a PTX object of the NVRTC back end");
+        return NULL;
+    }
+    image = PyUnicode_DecodeUTF8(nul + 1, (Py_ssize_t)(end - nul - 1), "strict");
+    if (image == NULL) {
+        return NULL;
+    }
+    h = handle_new(be, k, name, image, NULL);
+    Py_DECREF(image);
+    return h;
 }
 
 /* bytes of each buffer the kernel may touch at these sizes (interval
@@ -544,6 +631,9 @@ static stax_backend stax_nvrtc_backend = {
     .free = nvrtc_free,
     .supports_op = nvrtc_supports_op,
     .kernel_fn = NULL,
+    .cache_tag = nvrtc_cache_tag,
+    .compile_object = nvrtc_compile_object,
+    .load_object = nvrtc_load_object,
     .state = &compile_config,
 };
 

@@ -260,14 +260,15 @@ typedef struct stax_backend {
      * receives a new bytes (the relocatable object code) -- or stays NULL
      * when `sym` is already loaded in this process and the handle is
      * shared.  load_object: a handle for object code that compile_object
-     * produced (possibly in another process); NULL + exception if it cannot
-     * be loaded.  Handles of both are freed with `free`. */
+     * produced (possibly in another process) for a kernel with k's loop IR
+     * (a GPU back end sizes its launches from k); NULL + exception if it
+     * cannot be loaded.  Handles of both are freed with `free`. */
     const char *(*cache_tag)(struct stax_backend *be);
     void *(*compile_object)(struct stax_backend *be, const stax_kernel *k,
                             const char *sym, PyObject **source,
                             PyObject **object);
-    void *(*load_object)(struct stax_backend *be, const char *sym,
-                         const char *data, size_t n);
+    void *(*load_object)(struct stax_backend *be, const stax_kernel *k,
+                         const char *sym, const char *data, size_t n);
     void *state;
     /* Where the buffers it launches on live: NULL (host memory, the CPU
      * ABI) or "cuda": device addresses of CUDA tensors; the runtime then

@@ -397,7 +397,7 @@ lw_compile_kernel(lw_ctx *c, const stax_kernel *k, PyObject **source)
             }
         }
         if (why == NULL) {
-            h = be->load_object(be, sym, po, lo);
+            h = be->load_object(be, k, sym, po, lo);
             if (h == NULL) {
                 PyObject *et, *ev, *etb;
                 PyErr_Fetch(&et, &ev, &etb);
