@@ -4,7 +4,10 @@
 For each case, new processes side by side in one run: the first call of the
 compiled function with an empty cache directory (cold: trace + lower + LLVM
 compile) and with the directory a previous process filled (warm: trace +
-lower + load the object code). Reports medians over `reps` process pairs,
+lower + load the object code), and a third cold process with
+TENSORPLAY_LAZY_SAMPLES=0 (every node's sample computed while tracing, as
+before deferred samples: the part of the first call that grows with the
+data). Reports medians over `reps` process pairs,
 the back-end compiles of each process (warm must be 0), the warm first call
 as a fraction of the cold one, and the back end's own share (lowering plus
 LLVM compile, or lowering plus cache load: the issue's goal is a hit costing
