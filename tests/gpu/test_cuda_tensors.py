@@ -364,3 +364,25 @@ def test_reductions_short_and_long_rows_match_cpu():
         close(x.cuda().argmax(-1), x.argmax(-1))
         f = tp.compile(lambda v: (v * 2).sum(-1) + v.amax(-1))
         close(f(x.cuda()), (x * 2).sum(-1) + x.amax(-1), tol=1e-4)
+
+
+def test_indexing_and_shape_ops_run_as_kernels():
+    x = data((6, 5), tp.float32, special=False)
+    i = tp.tensor([4, 0, 2])
+    w = data((10, 3), tp.float32, special=False)
+    before = dict(tp.cuda.host_fallbacks())
+    cases = [
+        lambda a: tp.cat([a, a * 2], 0), lambda a: tp.stack([a, a], 1),
+        lambda a: tp.index_select(a, 1, i.cuda() if a.is_cuda else i),
+        lambda a: tp.gather(a, 1, (tp.zeros(6, 2, dtype=tp.int64).cuda()
+                                   if a.is_cuda else tp.zeros(6, 2, dtype=tp.int64))),
+        lambda a: tp.nn.functional.pad(a, (1, 2)), lambda a: tp.flip(a, [0]),
+        lambda a: tp.tril(a), lambda a: tp.cumsum(a, 1), lambda a: tp.roll(a, 2, 0),
+    ]
+    for op in cases:
+        close(op(x.cuda()), op(x), 1e-5)
+    e = tp.nn.functional.embedding(i.cuda(), w.cuda())
+    close(e, tp.nn.functional.embedding(i, w))
+    after = tp.cuda.host_fallbacks()
+    for name in ("cat", "stack", "index_select", "embedding", "pad"):
+        assert after.get(name, 0) == before.get(name, 0), name

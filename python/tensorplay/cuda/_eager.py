@@ -30,8 +30,12 @@ _strict = [False]
 # CUDA tensors re-entered this dispatcher on the H200: off until fixed)
 _DYNAMIC = os.environ.get("TENSORPLAY_CUDA_EAGER_DYNAMIC", "0") == "1"
 
-# op kinds a generated kernel serves
-_KERNEL_KINDS = ("pointwise", "reduction", "composite", "random")
+# op kinds a generated kernel may serve (a lowering that refuses leaves the
+# op to the host; the refusal is cached); ops whose result's shape or kind
+# depends on the values never try
+_KERNEL_KINDS = ("pointwise", "reduction", "composite", "random", "other")
+_NO_KERNEL = {"nonzero", "unique", "allclose", "setitem", "median", "sort", "argsort",
+              "topk", "full_like", "zeros_like", "ones_like"}
 _kind_cache = {}
 _MATMUL = {"matmul", "mm", "bmm", "linear", "addmm", "__matmul__"}
 
@@ -92,7 +96,8 @@ def dispatch(name, func, args, kwargs, inplace):
         r = _matmul_op(name, args, kwargs)
         if r is not NotImplemented:
             return r
-    elif not getattr(_state, "building", False) and _kind(name) in _KERNEL_KINDS:
+    elif (not getattr(_state, "building", False) and _kind(name) in _KERNEL_KINDS
+          and name not in _NO_KERNEL):
         r = _kernel(name, func, args, kwargs, inplace)
         if r is not NotImplemented:
             return r
