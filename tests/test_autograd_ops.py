@@ -227,6 +227,19 @@ sample("median", lambda m, F, a: m.median(a, 1)[0], [(3, 5)], "sep")
 sample("median", lambda m, F, a: m.median(a), [(3, 5)], "sep")
 sample("index_add",
        lambda m, F, a, b: m.index_add(a, 0, _ix(m, [0, 2, 0]), b, alpha=2), [(3, 4), (3, 4)])
+sample("scatter",
+       lambda m, F, a, b: m.scatter(a, 0, _ix(m, [[0, 1, 2], [2, 0, 1]]), b), [(3, 3), (2, 3)])
+sample("scatter_add",
+       lambda m, F, a, b: m.scatter_add(a, 1, _ix(m, [[0, 0], [1, 2], [2, 2]]), b), [(3, 3), (3, 2)])
+sample("masked_select", lambda m, F, a: m.masked_select(a, _ix(m, [True, False, True, True], "bool")),
+       [(3, 4)])
+sample("repeat_interleave", lambda m, F, a: m.repeat_interleave(a, 2, dim=1), [(2, 3)])
+sample("repeat_interleave", lambda m, F, a: a.repeat_interleave(_ix(m, [1, 0, 3])), [(3,)])
+sample("unfold", lambda m, F, a: F.unfold(a, (2, 3), padding=1, stride=(2, 1)), [(1, 2, 4, 3)])
+sample("normalize", lambda m, F, a: F.normalize(a, dim=0), [(3, 4)])
+sample("normalize", lambda m, F, a: F.normalize(a, p=3.0), [(2, 5)], "pos")
+sample("cosine_similarity", lambda m, F, a, b: F.cosine_similarity(a, b), [(3, 4), (3, 4)])
+sample("cosine_similarity", lambda m, F, a, b: F.cosine_similarity(a, b, dim=0), [(3, 4), (4,)])
 
 # in-place forms: the target is a fresh non-leaf (a * 1)
 for _n, shapes, dom in [("add_", [(3, 4), (4,)], "any"), ("sub_", [(3, 4), (3, 4)], "any"),

@@ -53,6 +53,12 @@ def sample_args(name):
         "feature_alpha_dropout": (x, 0.5, False), "dropout1d": (x, 0.5, False),
         "dropout2d": (x.unsqueeze(0), 0.5, False),
         "dropout3d": (x.unsqueeze(0).unsqueeze(0), 0.5, False),
+        "scatter": (x, 0, tp.tensor([[0, 1, 2, 0]]), x),
+        "scatter_add": (x, 0, tp.tensor([[0, 1, 2, 0]]), x),
+        "masked_select": (x, m), "repeat_interleave": (x, 2),
+        "one_hot": (tp.tensor([0, 2, 1]),), "unfold": (x.reshape(1, 1, 3, 4), 2),
+        "bitwise_left_shift": (i, 2), "bitwise_right_shift": (i, 1),
+        "multinomial": (x.abs() + 0.1, 2),
     }
     if name in special:
         return special[name]

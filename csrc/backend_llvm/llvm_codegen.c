@@ -767,6 +767,24 @@ gen_prim_in(cg_t *g, const stax_lval *v, stax_dtype_t adt, LLVMValueRef *x)
         return LLVMBuildXor(b, x[0], x[1], "");
     case STAX_PRIM_NOT: case STAX_PRIM_BITNOT:
         return LLVMBuildNot(b, x[0], "");
+    case STAX_PRIM_SHL: case STAX_PRIM_SHR: {
+        /* LLVM's shifts are poison past the width: clamp (unsigned compare,
+         * so a negative amount counts as too large) and select torch's value */
+        unsigned w = LLVMGetIntTypeWidth(t);
+        LLVMValueRef wide = LLVMBuildICmp(b, LLVMIntUGE, x[1], LLVMConstInt(t, w, 0), "");
+        if (v->prim == STAX_PRIM_SHL) {
+            LLVMValueRef sh = LLVMBuildShl(b, x[0], LLVMBuildSelect(b, wide, LLVMConstInt(t, 0, 0),
+                                                                    x[1], ""), "");
+            return LLVMBuildSelect(b, wide, LLVMConstInt(t, 0, 0), sh, "");
+        }
+        if (un) {
+            LLVMValueRef sh = LLVMBuildLShr(b, x[0], LLVMBuildSelect(b, wide, LLVMConstInt(t, 0, 0),
+                                                                     x[1], ""), "");
+            return LLVMBuildSelect(b, wide, LLVMConstInt(t, 0, 0), sh, "");
+        }
+        return LLVMBuildAShr(b, x[0], LLVMBuildSelect(b, wide, LLVMConstInt(t, w - 1, 0), x[1], ""),
+                             "");
+    }
     case STAX_PRIM_ISNAN:
         if (!fp) {
             return LLVMConstInt(g->i1, 0, 0);

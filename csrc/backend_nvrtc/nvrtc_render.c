@@ -347,7 +347,8 @@ prim_kind(int p)
     case STAX_PRIM_BITXOR:
         return R_INFIX;
     case STAX_PRIM_NEG: case STAX_PRIM_NOT: case STAX_PRIM_BITNOT:
-    case STAX_PRIM_WHERE: case STAX_PRIM_SIGMOID:
+    case STAX_PRIM_WHERE: case STAX_PRIM_SIGMOID: case STAX_PRIM_SHL:
+    case STAX_PRIM_SHR:
         return R_SPECIAL;
     /* each has a definition in the preamble below */
     case STAX_PRIM_ABS: case STAX_PRIM_SIGN: case STAX_PRIM_FLOOR:
@@ -461,6 +462,26 @@ emit_prim(emitter *m, const stax_lval *v)
     else if (v->prim == STAX_PRIM_BITNOT) {
         put(b, v->dtype == STAX_BOOL ? "!" : "(%s)~", reg_ctypes[v->dtype]);
         ref(m, v->args[0]);
+    }
+    else if (v->prim == STAX_PRIM_SHL || v->prim == STAX_PRIM_SHR) {
+        /* torch's values past the width (C's shifts are undefined there) */
+        const char *ct = reg_ctypes[v->dtype];
+        put(b, "((unsigned long long)(");
+        ref(m, v->args[1]);
+        put(b, ") >= 8 * sizeof(%s) ? ", ct);
+        if (v->prim == STAX_PRIM_SHL) {
+            put(b, "(%s)0", ct);
+        }
+        else {
+            put(b, "(%s)((", ct);
+            ref(m, v->args[0]);
+            put(b, ") < 0 ? -1 : 0)");
+        }
+        put(b, " : (%s)(", ct);
+        ref(m, v->args[0]);
+        put(b, v->prim == STAX_PRIM_SHL ? " << " : " >> ");
+        ref(m, v->args[1]);
+        put(b, "))");
     }
     else if (v->prim == STAX_PRIM_WHERE) {
         ref(m, v->args[0]);

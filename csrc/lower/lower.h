@@ -82,8 +82,12 @@
     X(ISNAN, "isnan", 1) X(ISINF, "isinf", 1) X(ISFINITE, "isfinite", 1) \
     X(BITAND, "bitand", 2) X(BITOR, "bitor", 2) X(BITXOR, "bitxor", 2) \
     X(BITNOT, "bitnot", 1) X(SIGMOID, "sigmoid", 1) \
+    X(SHL, "shl", 2) X(SHR, "shr", 2) \
     X(PHILOX, "philox", 3)
-/* philox(seed, offset, j): int64 args and result; word j (0, 1, 2, ...) of
+/* shl(a, b) / shr(a, b): integer shifts with torch's results for any b:
+ * a shift by b < 0 or b >= the width gives 0 (shl, and shr of an unsigned
+ * or non-negative a) or -1 (shr of a negative a).
+ * philox(seed, offset, j): int64 args and result; word j (0, 1, 2, ...) of
  * the Philox4x32-10 stream of docs/rng.md for a draw starting at `offset`
  * (in words) of generator `seed`: key = (lo32(seed), hi32(seed)), counter
  * c = offset/4 + j/4, result = philox4x32(key, (lo32(c), hi32(c), 0, 0))

@@ -287,6 +287,10 @@ int lw_lower_view(lw_ctx *c, struct lw_node_in *in, PyObject *bound,
                   vbuf *x, vbuf *out, const char **why);
 int lw_lower_cat(lw_ctx *c, struct lw_node_in *in, PyObject *bound,
                  vbuf *out, int stack, const char **why);
+int lw_lower_one_hot(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
+                     vbuf *out, const char **why);
+int lw_lower_unfold(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
+                    vbuf *out, const char **why);
 int lw_lower_pad(lw_ctx *c, struct lw_node_in *in, PyObject *bound,
                  vbuf *x, vbuf *out, const char **why);
 int lw_lower_gather(lw_ctx *c, struct lw_node_in *in, PyObject *bound,

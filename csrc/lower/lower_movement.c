@@ -396,3 +396,93 @@ lw_lower_scatter(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
     out->body = lw_prim(c, STAX_PRIM_WHERE, out->dtype, mask, sb, lw_cast(c, x->body, out->dtype));
     return out->body ? 1 : -1;
 }
+
+/* one_hot: out[..., j] = (x[...] == j), int64; the class count must be
+ * given (num_classes=-1 reads the data: a fallback kernel) */
+int
+lw_lower_one_hot(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
+                 vbuf *out, const char **why)
+{
+    PyObject *nc = lw_bound_arg(bound, in->op, "num_classes");
+    if (nc == NULL || !PyLong_Check(nc) || PyLong_AsLongLong(nc) < 0) {
+        PyErr_Clear();
+        UNSUPPORTED("one_hot without num_classes (the class count is read from the data)");
+    }
+    if (out->ndim != x->ndim + 1 || out->dtype != STAX_INT64) {
+        UNSUPPORTED("one_hot shapes");
+    }
+    const stax_lval *v = lw_cast(c, x->body, STAX_INT64);
+    const stax_lval *j = lw_index(c, lw_ix_var(c, x->ndim), STAX_INT64);
+    const stax_lval *eq = lw_prim(c, STAX_PRIM_EQ, STAX_BOOL, v, j, NULL);
+    out->body = eq ? lw_cast(c, eq, STAX_INT64) : NULL;
+    return out->body ? 1 : -1;
+}
+
+/* unfold (im2col): out[n, (ci*kh + i)*kw + j, oh*OW + ow] =
+ * x[n, ci, oh*sh + i*dh - ph, ow*sw + j*dw - pw], 0 in the padding: a
+ * masked index map, so the producer of x fuses into it and the matmul of a
+ * convolution reads it as one materialized operand. */
+int
+lw_lower_unfold(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
+                vbuf *out, const char **why)
+{
+    int64_t k[2], dl[2], p[2], st[2];
+    const char *names[4] = {"kernel_size", "dilation", "padding", "stride"};
+    int64_t *dst[4] = {k, dl, p, st};
+    for (int i = 0; i < 4; i++) {
+        PyObject *o = lw_bound_arg(bound, in->op, names[i]);
+        if (o != NULL && PyLong_Check(o)) {
+            dst[i][0] = dst[i][1] = PyLong_AsLongLong(o);
+        }
+        else if (o == NULL || lw_int_list(o, dst[i], 2) != 2) {
+            PyErr_Clear();
+            UNSUPPORTED("unfold arguments");
+        }
+    }
+    if (x->ndim != 4 || out->ndim != 3) {
+        UNSUPPORTED("unfold of a tensor that is not 4-d");
+    }
+    int64_t H = x->sizes[2], W = x->sizes[3];
+    int64_t OW = (W + 2 * p[1] - dl[1] * (k[1] - 1) - 1) / st[1] + 1;
+    int64_t numel = x->sizes[0] * x->sizes[1] * H * W;
+    if (OW < 1 || k[0] < 1 || k[1] < 1) {
+        UNSUPPORTED("unfold geometry");
+    }
+    if (numel == 0) {
+        out->body = lw_const(c, out->dtype, 0.0);
+        return out->body ? 1 : -1;
+    }
+    const stax_ix *v1 = lw_ix_var(c, 1), *v2 = lw_ix_var(c, 2);
+    const stax_ix *kk = lw_ix_const(c, k[0] * k[1]);
+    const stax_ix *ci = lw_ix_bin(c, STAX_IX_DIV, v1, kk);
+    const stax_ix *ki = lw_ix_bin(c, STAX_IX_MOD, lw_ix_bin(c, STAX_IX_DIV, v1, lw_ix_const(c, k[1])),
+                                  lw_ix_const(c, k[0]));
+    const stax_ix *kj = lw_ix_bin(c, STAX_IX_MOD, v1, lw_ix_const(c, k[1]));
+    const stax_ix *oh = lw_ix_bin(c, STAX_IX_DIV, v2, lw_ix_const(c, OW));
+    const stax_ix *ow = lw_ix_bin(c, STAX_IX_MOD, v2, lw_ix_const(c, OW));
+    const stax_ix *ih = lw_ix_bin(c, STAX_IX_ADD,
+                                  lw_ix_bin(c, STAX_IX_ADD, lw_ix_bin(c, STAX_IX_MUL, oh, lw_ix_const(c, st[0])),
+                                            lw_ix_bin(c, STAX_IX_MUL, ki, lw_ix_const(c, dl[0]))),
+                                  lw_ix_const(c, -p[0]));
+    const stax_ix *iw = lw_ix_bin(c, STAX_IX_ADD,
+                                  lw_ix_bin(c, STAX_IX_ADD, lw_ix_bin(c, STAX_IX_MUL, ow, lw_ix_const(c, st[1])),
+                                            lw_ix_bin(c, STAX_IX_MUL, kj, lw_ix_const(c, dl[1]))),
+                                  lw_ix_const(c, -p[1]));
+    const stax_ix *map[4] = {lw_ix_var(c, 0), ci, ih, iw};
+    lw_rw rw = {0};
+    rw.vars = map;
+    rw.nvars = 4;
+    const stax_lval *b = lw_rewrite(c, &rw, x->body);
+    lw_rw_done(&rw);
+    if (b == NULL) {
+        return -1;
+    }
+    if (p[0] > 0 || p[1] > 0) {
+        const stax_lval *m = lw_prim(c, STAX_PRIM_AND, STAX_BOOL, in_range(c, ih, 0, H),
+                                     in_range(c, iw, 0, W), NULL);
+        b = lw_prim(c, STAX_PRIM_WHERE, out->dtype, m, masked(c, b, m),
+                    lw_const(c, out->dtype, 0.0));
+    }
+    out->body = lw_cast(c, b, out->dtype);
+    return out->body ? 1 : -1;
+}

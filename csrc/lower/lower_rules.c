@@ -392,8 +392,16 @@ lw_lower_node(lw_ctx *c, struct lw_node_in *in, vbuf **outp, const char **why)
     case STAX_LOWER_PAD:
     case STAX_LOWER_SCATTER:
     case STAX_LOWER_TRI:
+    case STAX_LOWER_ONE_HOT:
+    case STAX_LOWER_UNFOLD:
         if (x == NULL) {
             *why = "op without a lowering rule";
+        }
+        else if (rule == STAX_LOWER_ONE_HOT) {
+            rc = lw_lower_one_hot(c, in, bound, x, out, why);
+        }
+        else if (rule == STAX_LOWER_UNFOLD) {
+            rc = lw_lower_unfold(c, in, bound, x, out, why);
         }
         else if (rule == STAX_LOWER_PAD) {
             rc = lw_lower_pad(c, in, bound, x, out, why);

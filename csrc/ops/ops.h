@@ -18,7 +18,7 @@
  *     rsqrt sin cos tan tanh sinh cosh asin acos atan atan2 erf erfc floor
  *     ceil round trunc pow fmod remainder floordiv max min maxnan minnan
  *     eq ne lt le gt ge and or xor not where isnan isinf isfinite
- *     bitand bitor bitxor bitnot
+ *     bitand bitor bitxor bitnot shl shr
  *     (maxnan/minnan propagate NaN as PyTorch's maximum/relu/clamp do;
  *      arithmetic is done in the op's computation dtype).
  *   decomposition: (op arg ...) over op-table names (mul, sub, exp, where,
@@ -125,6 +125,8 @@ typedef enum {
     STAX_LOWER_SCATTER,       /* slice_scatter, select_scatter */
     STAX_LOWER_TRI,           /* tril, triu */
     STAX_LOWER_FILL_LIKE,     /* zeros_like, ones_like, full_like */
+    STAX_LOWER_ONE_HOT,       /* (x == j) at the new last index */
+    STAX_LOWER_UNFOLD,        /* im2col: a masked index map */
     STAX_LOWER_RANDOM
 } stax_lower_rule_t;
 extern const stax_lower_rule_t stax_op_lower[STAX_OP_COUNT];

@@ -683,15 +683,106 @@ run_op(const stax_op_info *op, PyObject *func, PyObject *const *args,
     return run_op_kernel(op, func, args, nargsf, kwnames);
 }
 
+/* PyTorch's keyword aliases and out=: `axis` for `dim` and `keepdims` for
+ * `keepdim` (NumPy spellings torch accepts), and out=, which runs the op
+ * out of place and writes the result into `out` (tensorplay._out_copy:
+ * torch's cast and shape checks; a copy_ node when traced). 1 when the
+ * call was rewritten (*res set, NULL on error), 0 when no keyword is one
+ * of them. */
+static int
+call_with_aliases(const stax_op_info *op, PyObject *func,
+                  PyObject *const *args, size_t nargsf, PyObject *kwnames,
+                  PyObject **res)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    Py_ssize_t nk = PyTuple_GET_SIZE(kwnames), i, hit = 0;
+    int has_dim = strstr(op->schema, " dim") != NULL;
+    int has_keep = strstr(op->schema, " keepdim") != NULL;
+    for (i = 0; i < nk; i++) {
+        PyObject *k = PyTuple_GET_ITEM(kwnames, i);
+        if (PyUnicode_CompareWithASCIIString(k, "out") == 0
+            || (has_dim && PyUnicode_CompareWithASCIIString(k, "axis") == 0)
+            || (has_keep && PyUnicode_CompareWithASCIIString(k, "keepdims") == 0)) {
+            hit = 1;
+        }
+    }
+    if (!hit) {
+        return 0;
+    }
+    PyObject *out = NULL, *names = NULL, *r = NULL;
+    PyObject **stack = PyMem_Malloc(sizeof(PyObject *) * (size_t)(nargs + nk + 1));
+    *res = NULL;
+    if (stack == NULL) {
+        PyErr_NoMemory();
+        return 1;
+    }
+    for (i = 0; i < nargs; i++) {
+        stack[i] = args[i];
+    }
+    names = PyList_New(0);
+    if (names == NULL) {
+        goto done;
+    }
+    Py_ssize_t j = 0;
+    for (i = 0; i < nk; i++) {
+        PyObject *k = PyTuple_GET_ITEM(kwnames, i), *v = args[nargs + i];
+        PyObject *name = NULL;
+        if (PyUnicode_CompareWithASCIIString(k, "out") == 0) {
+            if (v != Py_None) {
+                out = v;
+            }
+            continue;
+        }
+        if (has_dim && PyUnicode_CompareWithASCIIString(k, "axis") == 0) {
+            name = PyUnicode_FromString("dim");
+        }
+        else if (has_keep && PyUnicode_CompareWithASCIIString(k, "keepdims") == 0) {
+            name = PyUnicode_FromString("keepdim");
+        }
+        else {
+            name = Py_NewRef(k);
+        }
+        if (name == NULL || PyList_Append(names, name) < 0) {
+            Py_XDECREF(name);
+            goto done;
+        }
+        Py_DECREF(name);
+        stack[nargs + j++] = v;
+    }
+    PyObject *kn = PyList_AsTuple(names);
+    if (kn == NULL) {
+        goto done;
+    }
+    r = run_op(op, func, stack, (size_t)nargs, PyTuple_GET_SIZE(kn) ? kn : NULL);
+    Py_DECREF(kn);
+    if (r != NULL && out != NULL) {
+        PyObject *pkg = stax_py_registered(STAX_PY_PACKAGE);
+        PyObject *w = pkg ? PyObject_CallMethod(pkg, "_out_copy", "OOs", out, r, op->name) : NULL;
+        if (pkg == NULL && !PyErr_Occurred()) {
+            PyErr_SetString(PyExc_RuntimeError, "out= needs the tensorplay package");
+        }
+        Py_SETREF(r, w);
+    }
+done:
+    Py_XDECREF(names);
+    PyMem_Free(stack);
+    *res = r;
+    return 1;
+}
+
 static PyObject *
 opfunc_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
                   PyObject *kwnames)
 {
     StaxOpFunc *f = (StaxOpFunc *)self;
-    PyObject *pub = self;
+    PyObject *pub = self, *res = NULL;
     if (f->is_method && !stax_ops_is_inplace_info(f->op)
         && functions[f->op->id] != NULL) {
         pub = functions[f->op->id];   /* x.add(p) -> tensorplay.functional.add */
+    }
+    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0
+        && call_with_aliases(f->op, pub, args, nargsf, kwnames, &res)) {
+        return res;
     }
     return run_op(f->op, pub, args, nargsf, kwnames);
 }
@@ -1138,7 +1229,7 @@ py_set_impl(PyObject *m, PyObject *args)
 static const char *const lower_rule_names[] = {
     "none", "formula", "cast", "reduction", "softmax", "layer_norm",
     "batch_norm", "view", "matmul", "cat", "pad", "gather", "scatter", "tri",
-    "fill_like", "random"};
+    "fill_like", "one_hot", "unfold", "random"};
 _Static_assert(sizeof(lower_rule_names) / sizeof(lower_rule_names[0])
                    == STAX_LOWER_RANDOM + 1,
                "lower_rule_names: one name per stax_lower_rule_t");

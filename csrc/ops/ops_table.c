@@ -301,6 +301,16 @@ param_index(const stax_op_schema *s, PyObject *key)
             return i;
         }
     }
+    /* NumPy's spellings torch accepts: axis= for dim, keepdims= for keepdim
+     * (ops_func.c renames them for the eager kernels; a traced call keeps
+     * the user's spelling) */
+    const char *alias = strcmp(k, "axis") == 0 ? "dim"
+                        : strcmp(k, "keepdims") == 0 ? "keepdim" : NULL;
+    for (int i = 0; alias != NULL && i < s->n; i++) {
+        if (strcmp(s->params[i].name, alias) == 0) {
+            return i;
+        }
+    }
     /* torch accepts input= for self and self= nowhere; be lenient */
     if (s->n > 0 && (strcmp(k, "input") == 0 || strcmp(k, "self") == 0)
         && (strcmp(s->params[0].name, "self") == 0

@@ -981,6 +981,39 @@ find_tracer(PyObject *o)
     return NULL;
 }
 
+/* Trace-time decompositions (torch's CompositeImplicit habit): public
+ * function -> a Python callable run on the proxies instead of recording the
+ * call; it records the ops it calls, or returns NotImplemented when the
+ * call is recorded whole (batch_norm with training=True becomes the batch
+ * statistics, the normalization and the running-statistics updates, all
+ * native; with training=False it stays one node, lowered as a fused
+ * kernel). Set once from Python (_C._set_trace_decomposition); a Tensor
+ * method's entry is keyed by its name ("cumsum"). */
+static PyObject *trace_decomps;   /* dict, strong */
+
+PyObject *
+stax_trace_set_decomposition(PyObject *self, PyObject *args)
+{
+    PyObject *func, *fn;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OO:_set_trace_decomposition", &func, &fn)) {
+        return NULL;
+    }
+    if (trace_decomps == NULL && (trace_decomps = PyDict_New()) == NULL) {
+        return NULL;
+    }
+    if (fn == Py_None) {
+        if (PyDict_DelItem(trace_decomps, func) < 0) {
+            PyErr_Clear();
+        }
+        Py_RETURN_NONE;
+    }
+    if (PyDict_SetItem(trace_decomps, func, fn) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *
 pm_tensor_function(PyObject *cls, PyObject *args, PyObject *kwds)
 {
@@ -1010,6 +1043,20 @@ pm_tensor_function(PyObject *cls, PyObject *args, PyObject *kwds)
     if (tr == NULL) {
         Py_DECREF(a);
         Py_RETURN_NOTIMPLEMENTED;
+    }
+    if (trace_decomps != NULL) {
+        PyObject *dfn = PyDict_GetItemWithError(trace_decomps, func);
+        if (dfn == NULL && PyErr_Occurred()) {
+            PyErr_Clear();   /* an unhashable func: no decomposition */
+        }
+        if (dfn != NULL) {
+            PyObject *r = PyObject_Call(dfn, a, kw);
+            if (r != Py_NotImplemented) {
+                Py_DECREF(a);
+                return r;
+            }
+            Py_DECREF(r);
+        }
     }
     /* a Tensor method (descriptor) becomes a call_method node */
     objclass = PyObject_GetAttrString(func, "__objclass__");
@@ -1084,6 +1131,20 @@ pmeth_call(ProxyMethod *self, PyObject *args, PyObject *kwds)
     full = PySequence_Concat(h, args);
     Py_DECREF(h);
     if (full == NULL) {
+        return NULL;
+    }
+    /* a method's trace-time decomposition is registered under its name */
+    PyObject *dfn = trace_decomps ? PyDict_GetItemWithError(trace_decomps, self->name) : NULL;
+    if (dfn != NULL) {
+        r = PyObject_Call(dfn, full, kwds);
+        if (r != Py_NotImplemented) {
+            Py_DECREF(full);
+            return r;
+        }
+        Py_DECREF(r);
+    }
+    else if (PyErr_Occurred()) {
+        Py_DECREF(full);
         return NULL;
     }
     r = stax_trace_record(((StaxProxy *)self->proxy)->tracer,

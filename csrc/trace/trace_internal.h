@@ -125,4 +125,6 @@ PyObject *stax_trace_call_node(StaxNode *n, PyObject *va, PyObject *vk);
 int stax_trace_proxy_init(PyObject *m);
 int stax_trace_tracer_init(PyObject *m);
 
+PyObject *stax_trace_set_decomposition(PyObject *self, PyObject *args);
+
 #endif

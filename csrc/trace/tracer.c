@@ -838,6 +838,9 @@ static PyMethodDef trace_functions[] = {
     {"gate", (PyCFunction)py_gate, METH_O,
      "gate(v): keep a 0-d tensor value dynamic (no specialization)."},
     {"is_tracing", (PyCFunction)py_is_tracing, METH_NOARGS, NULL},
+    {"_set_trace_decomposition", (PyCFunction)stax_trace_set_decomposition, METH_VARARGS,
+     "_set_trace_decomposition(func, fn|None): run fn on the proxies instead of "
+     "recording func (fn may return NotImplemented)"},
     {NULL},
 };
 

@@ -6,8 +6,10 @@ docs/architecture.md for how the package and the C extension are laid out)."""
 from tensorplay import _C  # noqa: F401
 from tensorplay._tensor import *  # noqa: F401,F403
 from tensorplay._ops import *  # noqa: F401,F403
+from tensorplay._ops import _out_copy  # noqa: F401  (out= of the op functions)
 from tensorplay import random, functional, ops, nn, graph, compiler, autograd, optim, cuda  # noqa: F401
 from tensorplay._compile import *  # noqa: F401,F403
+from tensorplay._types import *  # noqa: F401,F403
 import sys as _sys
 from tensorplay import _tensor as _tensor_mod
 

@@ -1912,6 +1912,350 @@ for _k in (1, 2, 3):
     _feature_dropout(_k)
 
 
+# ------------------------------------------------- scatters, selection, shifts
+
+def _index_check(idx, name):
+    if idx.dtype not in (np.int64, np.int32):
+        # torch words it as scatter() for the whole family
+        raise RuntimeError("scatter(): Expected dtype int32/int64 for index")
+
+
+def _scatter_coords(a, d, idx, name):
+    if idx.ndim != a.ndim and not (idx.ndim <= 1 and a.ndim <= 1):
+        raise RuntimeError("Index tensor must have the same number of "
+                           "dimensions as self tensor")
+    if idx.size:
+        lo, hi = int(idx.min()), int(idx.max())
+        n = a.shape[d] if a.ndim else 1
+        if lo < -n or hi >= n:
+            bad = hi if hi >= n else lo
+            raise RuntimeError(f"index {bad} is out of bounds for dimension "
+                               f"{d} with size {n}")
+    for k in range(idx.ndim):
+        if k != d and idx.shape[k] > a.shape[k]:
+            raise RuntimeError(f"Size does not match at dimension {k} expected "
+                               f"index {list(idx.shape)} to be no larger than "
+                               f"self {list(a.shape)} apart from dimension {d}")
+    grid = list(np.indices(idx.shape, sparse=True))
+    if not grid:
+        return ()
+    grid[d] = idx
+    return tuple(grid)
+
+
+def _scatter_np(name, input, dim, index, src, reduce):
+    _check_tensor(input, name)
+    a = _arr(input)
+    d = _wrap_dim(dim, a.ndim)
+    idx = _arr(index)
+    _index_check(idx, name)
+    out = np.array(a, copy=True)
+    if out.ndim == 0:
+        out = out.reshape(1)
+        idx = idx.reshape(-1)
+    idx = idx.astype(np.int64)
+    coords = _scatter_coords(out, d, idx, name)
+    if _is_t(src):
+        s = _arr(src)
+        if s.dtype != a.dtype:
+            raise RuntimeError(f"{name}(): Expected self.dtype to be equal to "
+                               f"src.dtype")
+        s = s.reshape(s.shape if s.ndim else (1,))
+        for k in range(idx.ndim):
+            if idx.shape[k] > s.shape[k]:
+                raise RuntimeError(f"Size does not match at dimension {k} "
+                                   f"expected index {list(idx.shape)} to be no "
+                                   f"larger than src {list(s.shape)}")
+        vals = s[tuple(slice(0, n) for n in idx.shape)]
+    else:
+        vals = np.asarray(src, out.dtype)
+    if not coords:
+        return _wrap(np.asarray(out).reshape(a.shape), input, src)
+    if reduce is None:
+        out[coords] = vals
+    elif reduce == "add":
+        np.add.at(out, coords, np.broadcast_to(vals, idx.shape))
+    elif reduce == "multiply":
+        np.multiply.at(out, coords, np.broadcast_to(vals, idx.shape))
+    else:
+        raise RuntimeError(f"reduce argument must be either add or multiply, "
+                           f"got {reduce}")
+    return _wrap(out.reshape(a.shape), input, src)
+
+
+@_impl("scatter")
+def _scatter(input, dim, index, src=None, *, reduce=None, value=None):
+    if src is None:
+        src = value
+    return _scatter_np("scatter", input, dim, index, src, reduce)
+
+
+@_impl("scatter_add")
+def _scatter_add(input, dim, index, src):
+    _check_tensor(src, "scatter_add", "src", 4)
+    return _scatter_np("scatter_add", input, dim, index, src, "add")
+
+
+@_impl("masked_select")
+def _masked_select(input, mask):
+    _check_tensor(input, "masked_select")
+    _check_tensor(mask, "masked_select", "mask", 2)
+    m = _arr(mask)
+    if m.dtype != np.bool_:
+        raise RuntimeError(f"masked_select: expected BoolTensor for mask")
+    a = _arr(input)
+    sh = _bshape(a, m)
+    r = np.broadcast_to(a, sh).reshape(-1)[np.broadcast_to(m, sh).reshape(-1)]
+    return _wrap(np.ascontiguousarray(r), input)
+
+
+@_impl("repeat_interleave")
+def _repeat_interleave(input, repeats=None, dim=None, *, output_size=None):
+    if repeats is None:          # repeat_interleave(repeats): indices
+        r = _arr(input)
+        if r.ndim != 1:
+            raise RuntimeError("repeats must be 0-dim or 1-dim tensor")
+        if r.dtype.kind not in "iu":
+            raise RuntimeError("repeat_interleave only accept 1D vector as repeat")
+        if r.size and r.min() < 0:
+            raise RuntimeError("repeats can not be negative")
+        return _wrap(np.repeat(np.arange(r.size, dtype=np.int64), r))
+    _check_tensor(input, "repeat_interleave")
+    a = _arr(input)
+    if _is_t(repeats):
+        rep = _arr(repeats)
+        if rep.ndim > 1:
+            raise RuntimeError("repeats must be 0-dim or 1-dim tensor")
+        rep = rep.reshape(-1)
+    else:
+        rep = np.asarray([int(repeats)])
+    if rep.size and rep.min() < 0:
+        raise RuntimeError("repeats can not be negative")
+    if dim is None:
+        a = a.reshape(-1)
+        d = 0
+    else:
+        d = _wrap_dim(dim, a.ndim)
+        if a.ndim == 0:
+            a = a.reshape(1)
+    n = a.shape[d]
+    if rep.size not in (1, n):
+        raise RuntimeError(f"repeats must have the same size as input along dim, "
+                           f"but got repeats.size(0) = {rep.size} and "
+                           f"input.size({d}) = {n}")
+    r = np.repeat(a, rep if rep.size != 1 else int(rep[0]), axis=d)
+    if output_size is not None and r.shape[d] != output_size:
+        raise RuntimeError(f"allocated size does not match required size")
+    return _wrap(r, input)
+
+
+def _shift(input, other, left):
+    name = "bitwise_left_shift" if left else "bitwise_right_shift"
+    _binary_scalar_args(name, input, other)
+    rt = _result_np(input, other)
+    a = np.asarray(_arr(input), rt)
+    b = np.asarray(_arr(other), rt)
+    if rt.kind == "f" or rt == np.bool_:
+        raise NotImplementedError(f"\"{'lshift' if left else 'rshift'}_cpu\" not "
+                                  f"implemented for '{_title(rt)}'")
+    bits = rt.itemsize * 8
+    big = (b < 0) | (b >= bits)
+    bs = np.where(big, 0, b)
+    if left:
+        r = np.where(big, 0, np.left_shift(a, bs))
+    else:
+        r = np.where(big, np.where(a < 0, -1, 0) if rt.kind == "i" else 0,
+                     np.right_shift(a, bs))
+    return _wrap(np.asarray(r, rt), input, other)
+
+
+@_impl("bitwise_left_shift")
+def _lshift(input, other):
+    return _shift(input, other, True)
+
+
+@_impl("bitwise_right_shift")
+def _rshift(input, other):
+    return _shift(input, other, False)
+
+
+@_impl("one_hot")
+def _one_hot(input, num_classes=-1):
+    _check_tensor(input, "one_hot")
+    a = _arr(input)
+    if a.dtype != np.int64:
+        raise RuntimeError("one_hot is only applicable to index tensor of type "
+                           "LongTensor.")
+    if num_classes == -1:
+        if a.size == 0:
+            raise RuntimeError("Can not infer total number of classes from "
+                               "empty tensor.")
+        num_classes = int(a.max()) + 1
+    if a.size:
+        if a.min() < 0:
+            raise RuntimeError("Class values must be non-negative.")
+        if a.max() >= num_classes:
+            raise RuntimeError("Class values must be smaller than num_classes.")
+    r = (a[..., None] == np.arange(num_classes, dtype=np.int64)).astype(np.int64)
+    return _wrap(r)
+
+
+def _pair(v, name, n=2):
+    if isinstance(v, (list, tuple)):
+        if len(v) == 1:
+            return tuple(int(v[0]) for _ in range(n))
+        if len(v) != n:
+            raise RuntimeError(f"{name} must be an int or a tuple of {n} ints")
+        return tuple(int(x) for x in v)
+    return (int(v),) * n
+
+
+def _unfold_geometry(shape, kernel_size, dilation, padding, stride):
+    """(kh, kw), (dh, dw), (ph, pw), (sh, sw), (oh, ow) with torch's checks."""
+    k = _pair(kernel_size, "kernel_size")
+    dl = _pair(dilation, "dilation")
+    p = _pair(padding, "padding")
+    s = _pair(stride, "stride")
+    if _b.min(k) <= 0:
+        raise RuntimeError(f"kernel size should be greater than zero, but got "
+                           f"kH: {k[0]} kW: {k[1]}")
+    if _b.min(s) <= 0:
+        raise RuntimeError(f"stride should be greater than zero, but got dH: "
+                           f"{s[0]} dW: {s[1]}")
+    if _b.min(dl) <= 0:
+        raise RuntimeError(f"dilation should be greater than zero, but got "
+                           f"dilationH: {dl[0]} dilationW: {dl[1]}")
+    if _b.min(p) < 0:
+        raise RuntimeError("negative padding is not supported")
+    h, w = shape[-2], shape[-1]
+    oh = (h + 2 * p[0] - dl[0] * (k[0] - 1) - 1) // s[0] + 1
+    ow = (w + 2 * p[1] - dl[1] * (k[1] - 1) - 1) // s[1] + 1
+    if oh < 1 or ow < 1:
+        raise RuntimeError(f"Given input with spatial size ({h}, {w}), "
+                           f"kernel_size=({k[0]}, {k[1]}), dilation=({dl[0]}, "
+                           f"{dl[1]}), padding=({p[0]}, {p[1]}), calculated "
+                           f"shape of the array of sliding blocks as ({oh}, "
+                           f"{ow}), but its components must be at least one.")
+    return k, dl, p, s, (oh, ow)
+
+
+def _unfold_np(a, k, dl, p, s, o):
+    """(N, C, H, W) -> (N, C*kh*kw, oh*ow) by strided views (no Python loop
+    over elements)."""
+    n, c = a.shape[0], a.shape[1]
+    if p[0] or p[1]:
+        a = np.pad(a, ((0, 0), (0, 0), (p[0], p[0]), (p[1], p[1])))
+    st = a.strides
+    v = np.lib.stride_tricks.as_strided(
+        a, (n, c, k[0], k[1], o[0], o[1]),
+        (st[0], st[1], st[2] * dl[0], st[3] * dl[1], st[2] * s[0], st[3] * s[1]),
+        writeable=False)
+    return np.ascontiguousarray(v).reshape(n, c * k[0] * k[1], o[0] * o[1])
+
+
+@_impl("unfold")
+def _unfold(input, kernel_size, dilation=1, padding=0, stride=1):
+    _check_tensor(input, "unfold")
+    a = _arr(input)
+    if a.ndim not in (3, 4):
+        raise NotImplementedError(f"Input Error: Only 3D or 4D input Tensors are "
+                                  f"supported (got {a.ndim}D)")
+    if a.ndim == 3:
+        if a.shape[0] == 0 or a.shape[1] == 0:
+            raise RuntimeError(f"Expected 3D or 4D (batch mode) tensor with "
+                               f"optional 0 dim batch size for input, but got: "
+                               f"{list(a.shape)}")
+    k, dl, p, s, o = _unfold_geometry(a.shape, kernel_size, dilation, padding, stride)
+    r = _unfold_np(a if a.ndim == 4 else a[None], k, dl, p, s, o)
+    return _wrap(r if a.ndim == 4 else r[0], input)
+
+
+def _normalize_ops(input, p=2.0, dim=1, eps=1e-12):
+    """torch.nn.functional.normalize's composition (its decomposition row)."""
+    return input / input.norm(p, dim, True).clamp_min(eps)
+
+
+def _cosine_ops(x1, x2, dim=1, eps=1e-08):
+    # the norms are taken after broadcasting (torch's semantics)
+    x1, x2 = x1 + _FUNCS["zeros_like"](x2), x2 + _FUNCS["zeros_like"](x1)
+    n1 = x1.norm(2, dim, True).clamp_min(eps)
+    n2 = x2.norm(2, dim, True).clamp_min(eps)
+    return ((x1 / n1) * (x2 / n2)).sum(dim)
+
+
+@_impl("normalize")
+def _normalize(input, p=2.0, dim=1, eps=1e-12):
+    _check_tensor(input, "normalize")
+    with _NoGrad():
+        r = _normalize_ops(input, p, dim, eps)
+    return _wrap(_arr(r), input)
+
+
+@_impl("cosine_similarity")
+def _cosine_similarity(x1, x2, dim=1, eps=1e-08):
+    _check_tensor(x1, "cosine_similarity")
+    _check_tensor(x2, "cosine_similarity", "x2", 2)
+    with _NoGrad():
+        r = _cosine_ops(x1, x2, dim, eps)
+    return _wrap(_arr(r), x1, x2)
+
+
+class _NoGrad:
+    def __enter__(self):
+        self.prev = _C._set_grad_enabled(False)
+
+    def __exit__(self, *exc):
+        _C._set_grad_enabled(self.prev)
+
+
+def _uniform_np(shape):
+    import tensorplay
+    return _arr(tensorplay.rand(*shape, dtype=tensorplay.float64))
+
+
+@_impl("multinomial")
+def _multinomial(input, num_samples, replacement=False, *, generator=None):
+    _check_tensor(input, "multinomial")
+    a = _arr(input)
+    if a.ndim not in (1, 2):
+        raise RuntimeError("prob_dist must be 1 or 2 dim")
+    if a.dtype.kind != "f":
+        raise RuntimeError(f"multinomial only supports floating-point dtypes for "
+                           f"input, got: {_title(a.dtype)}")
+    if num_samples <= 0:
+        raise RuntimeError("cannot sample n_sample <= 0 samples")
+    p = a.reshape(-1, a.shape[-1]).astype(np.float64)
+    n_cat = p.shape[1]
+    if not replacement and num_samples > n_cat:
+        raise RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples "
+                           "without replacement")
+    if not np.all(np.isfinite(p)) or np.any(p < 0):
+        raise RuntimeError("probability tensor contains either `inf`, `nan` or "
+                           "element < 0")
+    tot = p.sum(1)
+    if np.any(tot <= 0):
+        raise RuntimeError("invalid multinomial distribution (sum of "
+                           "probabilities <= 0)")
+    u = _uniform_np((p.shape[0], num_samples if replacement else n_cat))
+    if replacement:
+        cdf = np.cumsum(p, 1) / tot[:, None]
+        cdf[:, -1] = 1.0
+        r = np.stack([np.searchsorted(cdf[i], u[i], side="right")
+                      for i in range(p.shape[0])])
+        # a zero-probability category is never drawn (u lands right of it)
+        r = np.minimum(r, n_cat - 1)
+    else:
+        # Gumbel-top-k (exponential races): p_i / E_i, E_i ~ Exp(1)
+        keys = np.where(p > 0, p / -np.log1p(-u), -1.0)
+        if np.any((p > 0).sum(1) < num_samples):
+            raise RuntimeError("invalid multinomial distribution (with "
+                               "replacement=False, not enough non-negative "
+                               "category to sample)")
+        r = np.argsort(-keys, axis=1, kind="stable")[:, :num_samples]
+    r = r.astype(np.int64)
+    return _wrap(r if a.ndim == 2 else r[0])
+
+
 class _MemoryFormat:
     """tp.contiguous_format / tp.preserve_format / tp.channels_last: accepted
     where PyTorch takes a memory_format (results are always contiguous)."""
@@ -1956,3 +2300,31 @@ for _k, _v in _FUNCS.items():
 __all__ = sorted(set(_public()) | {"return_types", "contiguous_format",
                                     "preserve_format", "channels_last",
                                     "channels_last_3d"})
+
+
+# ------------------------------------------------------------------ out=
+
+def _out_copy(out, res, name):
+    """out= of every op function (ops_func.c strips it, runs the op out of
+    place and calls this): torch's checks, then out.copy_(res). Unlike
+    torch, an out of another shape is an error (tensors do not resize)."""
+    if not isinstance(out, _C.Tensor) and type(out).__name__ != "Proxy":
+        raise TypeError(f"{name}(): argument 'out' must be Tensor, not "
+                        f"{type(out).__name__}")
+    if isinstance(res, (tuple, list)):
+        raise RuntimeError(f"{name}(): out= is supported for single-output "
+                           f"ops only here")
+    rd, od = _np_dtype(res.dtype), _np_dtype(out.dtype)
+    if (rd.kind == "f" and od.kind != "f") or (rd.kind in "iu" and od.kind == "b"):
+        raise RuntimeError(f"result type {_title(rd)} can't be cast to the "
+                           f"desired output type {_title(od)}")
+    if _grad_on() and getattr(res, "requires_grad", False):
+        raise RuntimeError(f"{name}(): functions with out=... arguments don't "
+                           f"support automatic differentiation, but one of "
+                           f"the arguments requires grad.")
+    if tuple(out.shape) != tuple(res.shape):
+        raise RuntimeError(f"{name}(): out= has shape {list(out.shape)} but "
+                           f"the result has shape {list(res.shape)} "
+                           f"(tensorplay does not resize out= tensors)")
+    out.copy_(res)
+    return out

@@ -34,3 +34,12 @@ def threshold_(input, threshold, value):
 
 _F_where = where  # noqa: F821  (installed from the op table above)
 __all__ = sorted(__all__ + ["threshold", "threshold_"])
+
+
+from tensorplay._composites import *  # noqa: E402,F401,F403
+from tensorplay._composites import __all__ as _comp_all  # noqa: E402
+from tensorplay._composites import _install as _install_trace_decompositions  # noqa: E402
+
+_install_trace_decompositions()
+
+__all__ = sorted(__all__ + list(_comp_all))

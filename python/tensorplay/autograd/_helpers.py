@@ -310,7 +310,9 @@ def _pick(node, grads, self):
             "implemented (as_strided addresses the storage, beyond the tensor's elements); "
             "call .contiguous() first")
     n = math.prod(shape)
-    ix = tp.arange(1, n + 1, dtype=tp.int64).reshape(shape)
+    # float64 indices (exact to 2**53): a replay can then write any constant,
+    # pad's value=-inf of max pooling included
+    ix = tp.arange(1, n + 1, dtype=tp.float64).reshape(shape)
     pos = node._replay(ix)
     # a constant the op writes (pad's value) is the same in a replay on
     # ix + n; an element of the input moves by n
@@ -322,7 +324,7 @@ def _pick(node, grads, self):
     for p, p2, g in zip(pos, pos2, grads):
         if g is None:
             continue
-        p = tp.where(p2 - p == n, p, 0)
+        p = tp.where(p2 - p == n, p, 0).to(tp.int64)
         flat = flat.index_add(0, p.reshape(-1), g.reshape(-1))
     return flat[1:].reshape(shape)
 
@@ -455,3 +457,36 @@ def _einsum_grad(grad, equation, tensors):
 def helpers():
     return {k: v for k, v in globals().items() if k.startswith("_") and callable(v)
             and not k.startswith("__")}
+
+
+def _scatter_self_grad(grad, dim, index, src):
+    """scatter's self: the gradient where scatter did not write."""
+    return grad.scatter(dim, index, 0.0)
+
+
+def _scatter_src_grad(grad, dim, index, src):
+    """scatter's src: the gradient read back at the written positions."""
+    tp = _tp()
+    if not isinstance(src, tp.Tensor):
+        return None
+    return grad.gather(dim, index)
+
+
+def _composite_grad(name, grad, inputs, args, which):
+    """The gradient of a composite op (normalize, cosine_similarity) as the
+    gradient of its decomposition: re-run the op-table composition on
+    detached copies with grad mode on and differentiate that; under
+    create_graph the recorded composition is differentiable again."""
+    tp = _tp()
+    from tensorplay import _ops
+    fn = {"normalize": _ops._normalize_ops, "cosine_similarity": _ops._cosine_ops}[name]
+    create = tp.is_grad_enabled()
+    xs = [x if create else x.detach() for x in inputs]
+    with tp.enable_grad():
+        leaves = [x.detach().requires_grad_() if not create else x for x in xs]
+        if create:
+            leaves = [x.detach().requires_grad_() if not x.requires_grad else x for x in xs]
+        out = fn(*leaves, *args)
+        g, = tp.autograd.grad([out], [leaves[which]], [grad], allow_unused=True,
+                              create_graph=create)
+    return g

@@ -577,6 +577,9 @@ class BatchNorm1d(Module):
         if input.dim() not in (2, 3):
             raise ValueError(f"expected 2D or 3D input (got {input.dim()}D "
                              f"input)")
+        return self._bn(input)
+
+    def _bn(self, input):
         use_batch = self.training or self.running_mean is None
         momentum = self.momentum
         if self.training and self.track_running_stats \
@@ -859,3 +862,302 @@ class ModuleDict(Module):
         items = modules.items() if hasattr(modules, "items") else modules
         for k, m in items:
             self.add_module(k, m)
+
+
+class Flatten(Module):
+    """input.flatten(start_dim, end_dim) (torch.nn.Flatten)."""
+
+    def __init__(self, start_dim=1, end_dim=-1):
+        super().__init__()
+        self.start_dim = start_dim
+        self.end_dim = end_dim
+
+    def forward(self, input):
+        return input.flatten(self.start_dim, self.end_dim)
+
+    def extra_repr(self):
+        return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
+
+
+class Unflatten(Module):
+    def __init__(self, dim, unflattened_size):
+        super().__init__()
+        self.dim = dim
+        self.unflattened_size = tuple(unflattened_size)
+
+    def forward(self, input):
+        return input.unflatten(self.dim, self.unflattened_size)
+
+
+class _Loss(Module):
+    def __init__(self, size_average=None, reduce=None, reduction="mean"):
+        super().__init__()
+        self.reduction = reduction
+
+
+class L1Loss(_Loss):
+    def forward(self, input, target):
+        return F.l1_loss(input, target, reduction=self.reduction)
+
+
+class NLLLoss(_Loss):
+    def __init__(self, weight=None, size_average=None, ignore_index=-100, reduce=None,
+                 reduction="mean"):
+        super().__init__(size_average, reduce, reduction)
+        self.register_buffer("weight", weight)
+        self.ignore_index = ignore_index
+
+    def forward(self, input, target):
+        return F.nll_loss(input, target, weight=self.weight,
+                          ignore_index=self.ignore_index, reduction=self.reduction)
+
+
+class BCEWithLogitsLoss(_Loss):
+    def __init__(self, weight=None, size_average=None, reduce=None, reduction="mean",
+                 pos_weight=None):
+        super().__init__(size_average, reduce, reduction)
+        self.register_buffer("weight", weight)
+        self.register_buffer("pos_weight", pos_weight)
+
+    def forward(self, input, target):
+        return F.binary_cross_entropy_with_logits(input, target, self.weight,
+                                                  pos_weight=self.pos_weight,
+                                                  reduction=self.reduction)
+
+
+class _ConvNd(Module):
+    _nd = 2
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
+                 dilation=1, groups=1, bias=True, padding_mode="zeros", device=None,
+                 dtype=None):
+        super().__init__()
+        nd = self._nd
+        if groups <= 0:
+            raise ValueError("groups must be a positive integer")
+        if in_channels % groups != 0:
+            raise ValueError("in_channels must be divisible by groups")
+        if out_channels % groups != 0:
+            raise ValueError("out_channels must be divisible by groups")
+        if isinstance(padding, str):
+            if padding not in ("same", "valid"):
+                raise ValueError(f"Invalid padding string {padding!r}, should be one of "
+                                 f"{{'valid', 'same'}}")
+            if padding == "same" and any(s != 1 for s in _ntuple(stride, nd)):
+                raise ValueError("padding='same' is not supported for strided convolutions")
+        if padding_mode not in ("zeros", "reflect", "replicate", "circular"):
+            raise ValueError(f"padding_mode must be one of ['zeros', 'reflect', "
+                             f"'replicate', 'circular'], but got padding_mode="
+                             f"'{padding_mode}'")
+        self.in_channels = in_channels
+        self.out_channels = out_channels
+        self.kernel_size = _ntuple(kernel_size, nd)
+        self.stride = _ntuple(stride, nd)
+        self.padding = padding if isinstance(padding, str) else _ntuple(padding, nd)
+        self.dilation = _ntuple(dilation, nd)
+        self.groups = groups
+        self.padding_mode = padding_mode
+        kw = {} if dtype is None else {"dtype": dtype}
+        self.weight = Parameter(_tp.empty(out_channels, in_channels // groups,
+                                          *self.kernel_size, **kw))
+        if bias:
+            self.bias = Parameter(_tp.empty(out_channels, **kw))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        """torch's default: weight kaiming_uniform_(a=sqrt(5)), bias
+        U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = in/groups * prod(kernel)."""
+        from tensorplay.nn import init
+        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            fan_in = (self.in_channels // self.groups) * math.prod(self.kernel_size)
+            bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
+            init.uniform_(self.bias, -bound, bound)
+
+    def _conv(self, input, fn):
+        if self.padding_mode != "zeros" and not isinstance(self.padding, str):
+            widths = []
+            for p in reversed(self.padding):
+                widths += [p, p]
+            return fn(F.pad(input, widths, mode=self.padding_mode), self.weight, self.bias,
+                      self.stride, 0, self.dilation, self.groups)
+        return fn(input, self.weight, self.bias, self.stride, self.padding, self.dilation,
+                  self.groups)
+
+    def extra_repr(self):
+        s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+             f"stride={self.stride}")
+        if self.padding != (0,) * self._nd:
+            s += f", padding={self.padding}"
+        if self.dilation != (1,) * self._nd:
+            s += f", dilation={self.dilation}"
+        if self.groups != 1:
+            s += f", groups={self.groups}"
+        if self.bias is None:
+            s += ", bias=False"
+        return s
+
+
+def _ntuple(v, n):
+    if isinstance(v, (list, tuple)):
+        return tuple(v) if len(v) == n else tuple(v) * n
+    return (v,) * n
+
+
+class Conv1d(_ConvNd):
+    """torch.nn.Conv1d: (N, C_in, L) -> (N, C_out, L_out)."""
+    _nd = 1
+
+    def forward(self, input):
+        return self._conv(input, F.conv1d)
+
+
+class Conv2d(_ConvNd):
+    """torch.nn.Conv2d: (N, C_in, H, W) -> (N, C_out, H_out, W_out)."""
+    _nd = 2
+
+    def forward(self, input):
+        return self._conv(input, F.conv2d)
+
+
+class MaxPool2d(Module):
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1,
+                 return_indices=False, ceil_mode=False):
+        super().__init__()
+        self.kernel_size = kernel_size
+        self.stride = stride if stride is not None else kernel_size
+        self.padding = padding
+        self.dilation = dilation
+        self.return_indices = return_indices
+        self.ceil_mode = ceil_mode
+
+    def forward(self, input):
+        return F.max_pool2d(input, self.kernel_size, self.stride, self.padding,
+                            self.dilation, self.ceil_mode, self.return_indices)
+
+    def extra_repr(self):
+        return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding="
+                f"{self.padding}, dilation={self.dilation}, ceil_mode={self.ceil_mode}")
+
+
+class MaxPool1d(MaxPool2d):
+    def forward(self, input):
+        return F.max_pool1d(input, self.kernel_size, self.stride, self.padding,
+                            self.dilation, self.ceil_mode, self.return_indices)
+
+
+class AvgPool2d(Module):
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False,
+                 count_include_pad=True, divisor_override=None):
+        super().__init__()
+        self.kernel_size = kernel_size
+        self.stride = stride if stride is not None else kernel_size
+        self.padding = padding
+        self.ceil_mode = ceil_mode
+        self.count_include_pad = count_include_pad
+        self.divisor_override = divisor_override
+
+    def forward(self, input):
+        return F.avg_pool2d(input, self.kernel_size, self.stride, self.padding,
+                            self.ceil_mode, self.count_include_pad, self.divisor_override)
+
+
+class AvgPool1d(AvgPool2d):
+    def forward(self, input):
+        return F.avg_pool1d(input, self.kernel_size, self.stride, self.padding,
+                            self.ceil_mode, self.count_include_pad)
+
+
+class AdaptiveAvgPool2d(Module):
+    def __init__(self, output_size):
+        super().__init__()
+        self.output_size = output_size
+
+    def forward(self, input):
+        return F.adaptive_avg_pool2d(input, self.output_size)
+
+    def extra_repr(self):
+        return f"output_size={self.output_size}"
+
+
+class AdaptiveAvgPool1d(AdaptiveAvgPool2d):
+    def forward(self, input):
+        return F.adaptive_avg_pool1d(input, self.output_size)
+
+
+class BatchNorm2d(BatchNorm1d):
+    """torch.nn.BatchNorm2d: (N, C, H, W); training mode normalizes with the
+    batch statistics and updates running_mean / running_var (unbiased)."""
+    _expect = 4
+
+    def forward(self, input):
+        if input.dim() != 4:
+            raise ValueError(f"expected 4D input (got {input.dim()}D input)")
+        return self._bn(input)
+
+
+class MultiheadAttention(Module):
+    """torch.nn.MultiheadAttention (same parameters: in_proj_weight (3E, E),
+    in_proj_bias, out_proj (Linear E -> E)); batch_first both ways, attn_mask
+    (L, S) or (N*H, L, S), bool or float, key_padding_mask (N, S),
+    need_weights (averaged over heads unless average_attn_weights=False),
+    is_causal. kdim/vdim other than embed_dim are not supported."""
+
+    def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False,
+                 add_zero_attn=False, kdim=None, vdim=None, batch_first=False, device=None,
+                 dtype=None):
+        super().__init__()
+        if embed_dim <= 0 or num_heads <= 0:
+            raise ValueError(f"embed_dim and num_heads must be greater than 0, got "
+                             f"embed_dim={embed_dim} and num_heads={num_heads} instead")
+        if embed_dim % num_heads != 0:
+            raise AssertionError("embed_dim must be divisible by num_heads")
+        if (kdim not in (None, embed_dim)) or (vdim not in (None, embed_dim)) \
+                or add_bias_kv or add_zero_attn:
+            raise NotImplementedError("MultiheadAttention: kdim/vdim != embed_dim, "
+                                      "add_bias_kv and add_zero_attn are not supported")
+        self.embed_dim = embed_dim
+        self.kdim = self.vdim = embed_dim
+        self._qkv_same_embed_dim = True
+        self.num_heads = num_heads
+        self.dropout = dropout
+        self.batch_first = batch_first
+        self.head_dim = embed_dim // num_heads
+        kw = {} if dtype is None else {"dtype": dtype}
+        self.in_proj_weight = Parameter(_tp.empty(3 * embed_dim, embed_dim, **kw))
+        if bias:
+            self.in_proj_bias = Parameter(_tp.zeros(3 * embed_dim, **kw))
+        else:
+            self.register_parameter("in_proj_bias", None)
+        self.out_proj = Linear(embed_dim, embed_dim, bias=bias, dtype=dtype)
+        self._reset_parameters()
+
+    def _reset_parameters(self):
+        from tensorplay.nn import init
+        init.xavier_uniform_(self.in_proj_weight)
+        if self.in_proj_bias is not None:
+            init.zeros_(self.in_proj_bias)
+            init.zeros_(self.out_proj.bias)
+
+    def forward(self, query, key, value, key_padding_mask=None, need_weights=True,
+                attn_mask=None, average_attn_weights=True, is_causal=False):
+        batched = query.dim() == 3
+        if self.batch_first and batched:
+            query, key, value = (t.transpose(0, 1) for t in (query, key, value))
+        out, w = F.multi_head_attention_forward(
+            query, key, value, self.num_heads, self.in_proj_weight, self.in_proj_bias,
+            self.out_proj.weight, self.out_proj.bias, key_padding_mask=key_padding_mask,
+            need_weights=need_weights, attn_mask=attn_mask,
+            average_attn_weights=average_attn_weights,
+            is_causal=is_causal and attn_mask is None, dropout_p=self.dropout,
+            training=self.training)
+        if self.batch_first and batched:
+            out = out.transpose(0, 1)
+        return out, w
+
+
+__all__ += ["Flatten", "Unflatten", "L1Loss", "NLLLoss", "BCEWithLogitsLoss", "Conv1d",
+            "Conv2d", "MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d", "AdaptiveAvgPool1d",
+            "AdaptiveAvgPool2d", "BatchNorm2d", "MultiheadAttention"]

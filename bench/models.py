@@ -1,0 +1,88 @@
+"""Real-model benchmark (issue 16): `python bench/models.py [--quick]`.
+
+The GPT-2-style decoder of tests/models (2 layers, 4 heads, 128 wide, batch
+8 x 64 tokens) and the ResNet-style CNN (batch 16, 3x32x32, width 16),
+same weights in both libraries, eval mode, no grad. Columns: tensorplay
+eager, tensorplay compiled (strict_native), torch eager, torch.compile;
+medians of repeated calls after warm-up, side by side in one run; and the
+first call (trace + compile + run) of each compiled version, the persistent
+compile cache off for tensorplay. Writes bench/results/models.json."""
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "models"))
+sys.path.insert(0, HERE)
+os.environ.setdefault("TENSORPLAY_CACHE", "0")
+import numpy as np  # noqa: E402
+
+from _timing import median_time  # noqa: E402
+import tensorplay as tp  # noqa: E402
+from _models import copy_weights, gpt, resnet  # noqa: E402
+
+try:
+    import torch
+    torch.set_num_threads(os.cpu_count())
+except Exception:  # torch is optional
+    torch = None
+
+
+def first_call(fn, *a):
+    t = time.perf_counter()
+    fn(*a)
+    return time.perf_counter() - t
+
+
+def case(name, factory, kw, make_input, reps):
+    torch.manual_seed(0)
+    tm = factory(torch)(**kw).eval()
+    m = factory(tp)(**kw).eval()
+    copy_weights(m, tm)
+    x = make_input()
+    px, tx = tp.tensor(x), torch.tensor(x)
+    row = {"case": name}
+    with tp.no_grad(), torch.no_grad():
+        cm = tp.compile(m, strict_native=True)
+        row["tp_first_call_s"] = first_call(cm, px)
+        tcm = torch.compile(tm)
+        row["torch_compile_first_call_s"] = first_call(tcm, tx)
+        np.testing.assert_allclose(cm(px).numpy(), tm(tx).numpy(), rtol=1e-3, atol=1e-4)
+        row["tp_eager_ms"] = median_time(lambda: m(px), reps=reps) * 1e3
+        row["tp_compiled_ms"] = median_time(lambda: cm(px), reps=reps) * 1e3
+        row["torch_eager_ms"] = median_time(lambda: tm(tx), reps=reps) * 1e3
+        row["torch_compile_ms"] = median_time(lambda: tcm(tx), reps=reps) * 1e3
+        row["fallbacks"] = cm.stats()["fallbacks"]
+    row["compiled_vs_torch_compile"] = row["torch_compile_ms"] / row["tp_compiled_ms"]
+    return row
+
+
+def main():
+    if torch is None:
+        print("bench/models.py needs torch for the weights and the comparison")
+        return
+    reps = 5 if "--quick" in sys.argv else 15
+    rng = np.random.default_rng(0)
+    rows = [
+        case("gpt 2x4x128, batch 8x64", gpt,
+             dict(vocab_size=256, block_size=64, n_layer=2, n_head=4, n_embd=128),
+             lambda: rng.integers(0, 256, (8, 64)), reps),
+        case("resnet w16, batch 16x3x32x32", resnet, dict(width=16),
+             lambda: rng.standard_normal((16, 3, 32, 32)).astype(np.float32), reps),
+    ]
+    cols = ["tp_eager_ms", "tp_compiled_ms", "torch_eager_ms", "torch_compile_ms",
+            "compiled_vs_torch_compile", "tp_first_call_s", "torch_compile_first_call_s",
+            "fallbacks"]
+    print(f"{'case':32s} " + " ".join(f"{c:>14s}" for c in cols))
+    for r in rows:
+        print(f"{r['case']:32s} " + " ".join(
+            f"{r[c]:14.3f}" if isinstance(r[c], float) else f"{r[c]:>14}" for c in cols))
+    os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
+    with open(os.path.join(HERE, "results", "models.json"), "w") as fh:
+        json.dump(rows, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()

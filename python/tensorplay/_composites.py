@@ -1,0 +1,570 @@
+"""Convolution, pooling and attention of tensorplay.nn.functional, written
+as compositions of op-table ops (torch writes several of these in Python
+too): conv = unfold (im2col, one masked index map when compiled) + one
+matmul (BLAS); pooling = unfold + a reduction; attention = matmul +
+softmax + matmul. Eager runs the same ops (NumPy strided views, BLAS), and
+under tp.compile every piece is native, so a compiled CNN or transformer
+has no fallback kernel. docs/ops.md says why (measured)."""
+import math
+
+import numpy as np
+
+from tensorplay import _C
+
+__all__ = ["conv1d", "conv2d", "max_pool1d", "max_pool2d", "avg_pool1d", "avg_pool2d",
+           "adaptive_avg_pool1d", "adaptive_avg_pool2d", "scaled_dot_product_attention",
+           "multi_head_attention_forward"]
+
+
+_CNAMES = {"float32": "float", "float64": "double", "float16": "c10::Half", "int64": "long int",
+           "int32": "int", "int16": "short int", "int8": "signed char", "uint8": "unsigned char",
+           "bool": "bool"}
+
+
+def _cname(dt):
+    """A dtype as torch's C++ checks print it (float, long int, ...)."""
+    return _CNAMES.get(str(dt).split(".")[-1], str(dt))
+
+
+def _F():
+    import tensorplay.functional as F
+    return F
+
+
+def _tp():
+    import tensorplay
+    return tensorplay
+
+
+def _tuple(v, n, name):
+    if isinstance(v, (list, tuple)):
+        if len(v) == 1:
+            v = tuple(v) * n
+        if len(v) != n:
+            raise RuntimeError(f"expected {name} to be a single integer value or a "
+                               f"list of {n} values to match the convolution dimensions, "
+                               f"but got {name}={list(v)}")
+        return tuple(int(x) for x in v)
+    return (int(v),) * n
+
+
+_TENSORS = (_C.Tensor, _C.Proxy) if hasattr(_C, "Proxy") else (_C.Tensor,)
+
+
+def _check_t(x, fname, argname, pos):
+    if not isinstance(x, _TENSORS):
+        raise TypeError(f"{fname}(): argument '{argname}' (position {pos}) must be "
+                        f"Tensor, not {type(x).__name__}")
+
+
+def _convnd(input, weight, bias, stride, padding, dilation, groups, nd):
+    """conv1d (nd=1, as a conv2d of height 1) and conv2d."""
+    name = f"conv{nd}d"
+    F = _F()
+    _check_t(input, name, "input", 1)
+    _check_t(weight, name, "weight", 2)
+    if input.dim() not in (nd + 1, nd + 2):
+        raise RuntimeError(f"Expected {nd + 1}D (unbatched) or {nd + 2}D (batched) input "
+                           f"to {name}, but got input of size: {list(input.shape)}")
+    if weight.dim() != nd + 2:
+        raise RuntimeError(f"weight should have at least three dimensions" if nd == 1 else
+                           f"Expected {nd + 2}-dimensional weight for "
+                           f"{nd + 2}-dimensional input {list(input.shape)}, but got "
+                           f"{weight.dim()}-dimensional weight of size {list(weight.shape)} "
+                           f"instead")
+    unbatched = input.dim() == nd + 1
+    if unbatched:
+        input = input.unsqueeze(0)
+    if input.dtype != weight.dtype:
+        raise RuntimeError(f"Input type ({input.dtype}) and weight type ({weight.dtype}) "
+                           f"should be the same")
+    groups = int(groups)
+    if groups <= 0:
+        raise RuntimeError("non-positive groups is not supported")
+    stride = _tuple(stride, nd, "stride")
+    dilation = _tuple(dilation, nd, "dilation")
+    if min(stride) <= 0:
+        raise RuntimeError("non-positive stride is not supported")
+    if min(dilation) <= 0:
+        raise RuntimeError("dilation should be greater than zero")
+    cout = weight.shape[0]
+    cin_g = weight.shape[1]
+    ks = tuple(weight.shape[2:])
+    if cout % groups != 0:
+        raise RuntimeError(f"Given groups={groups}, expected weight to be divisible by "
+                           f"{groups} at dimension 0, but got weight of size "
+                           f"[{list(weight.shape)}] instead")
+    if input.shape[1] != cin_g * groups:
+        raise RuntimeError(f"Given groups={groups}, weight of size {list(weight.shape)}, "
+                           f"expected input{list(input.shape)} to have {cin_g * groups} "
+                           f"channels, but got {input.shape[1]} channels instead")
+    if bias is not None and (bias.dim() != 1 or bias.shape[0] != cout):
+        raise RuntimeError(f"Given weight of size {list(weight.shape)}, expected bias to be "
+                           f"1-dimensional with {cout} elements, but got bias of size "
+                           f"{list(bias.shape)} instead")
+    if isinstance(padding, str):
+        if padding == "valid":
+            pad = (0,) * nd
+        elif padding == "same":
+            if any(s != 1 for s in stride):
+                raise RuntimeError("padding='same' is not supported for strided convolutions")
+            pad, extra = [], []
+            for d, k in zip(dilation, ks):
+                total = d * (k - 1)
+                pad.append(total // 2)
+                extra.append(total - 2 * (total // 2))
+            if any(extra):
+                # torch pads the odd element on the right
+                widths = []
+                for e in reversed(extra):
+                    widths += [0, e]
+                input = F.pad(input, widths)
+            pad = tuple(pad)
+        else:
+            raise ValueError(f"Invalid padding string '{padding}', should be one of "
+                             f"{{'valid', 'same'}}")
+    else:
+        pad = _tuple(padding, nd, "padding")
+        if min(pad) < 0:
+            raise RuntimeError("negative padding is not supported")
+    sp = tuple(input.shape[2:])
+    outs = []
+    for i in range(nd):
+        eff = dilation[i] * (ks[i] - 1) + 1
+        if sp[i] + 2 * pad[i] < eff:
+            raise RuntimeError(f"Calculated padded input size per channel: "
+                               f"({' x '.join(str(s + 2 * p) for s, p in zip(sp, pad))}). "
+                               f"Kernel size: ({' x '.join(str(k) for k in ks)}). Kernel "
+                               f"size can't be greater than actual input size")
+        outs.append((sp[i] + 2 * pad[i] - eff) // stride[i] + 1)
+    n = input.shape[0]
+    if nd == 1:
+        x4 = input.unsqueeze(2)
+        k2, d2, p2, s2 = (1, ks[0]), (1, dilation[0]), (0, pad[0]), (1, stride[0])
+    else:
+        x4, k2, d2, p2, s2 = input, ks, dilation, pad, stride
+    cols = F.unfold(x4, k2, d2, p2, s2)               # (N, C*kk, L)
+    kk = cin_g * math.prod(ks)
+    if groups == 1:
+        out = weight.reshape(cout, kk).matmul(cols)    # (N, Cout, L)
+    else:
+        cols = cols.reshape(n, groups, kk, -1)
+        out = weight.reshape(groups, cout // groups, kk).matmul(cols)
+        out = out.reshape(n, cout, -1)
+    out = out.reshape((n, cout) + tuple(outs))
+    if bias is not None:
+        out = out + bias.reshape((1, cout) + (1,) * nd)
+    return out.squeeze(0) if unbatched else out
+
+
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """2-D convolution (torch.nn.functional.conv2d).
+
+    input (N, C_in, H, W) or (C_in, H, W); weight (C_out, C_in/groups, kH, kW);
+    bias (C_out,) or None; stride, dilation: int or pair; padding: int, pair,
+    'valid' or 'same' (stride 1 only). Returns (N, C_out, H_out, W_out).
+    Raises RuntimeError (torch's words) for channel/group mismatches, a
+    kernel larger than the padded input, non-positive stride/dilation."""
+    return _convnd(input, weight, bias, stride, padding, dilation, groups, 2)
+
+
+def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """1-D convolution (torch.nn.functional.conv1d): input (N, C_in, L) or
+    (C_in, L); weight (C_out, C_in/groups, k). See conv2d."""
+    return _convnd(input, weight, bias, stride, padding, dilation, groups, 1)
+
+
+def _pool_geometry(name, shape, kernel_size, stride, padding, dilation, ceil_mode, nd):
+    ks = _tuple(kernel_size, nd, "kernel_size")
+    st = ks if stride is None or (isinstance(stride, (list, tuple)) and len(stride) == 0) \
+        else _tuple(stride, nd, "stride")
+    pd = _tuple(padding, nd, "padding")
+    dl = _tuple(dilation, nd, "dilation")
+    if min(ks) <= 0:
+        raise RuntimeError(f"kernel size should be greater than zero, but got "
+                           f"{' '.join(f'k{c}: {k}' for c, k in zip('HW' if nd == 2 else 'W', ks))}")
+    if min(st) <= 0:
+        raise RuntimeError(f"stride should be greater than zero, but got "
+                           f"{' '.join(f'd{c}: {s}' for c, s in zip('HW' if nd == 2 else 'W', st))}")
+    for p, k, d in zip(pd, ks, dl):
+        if p > (d * (k - 1) + 1) // 2:
+            raise RuntimeError(f"pad should be at most half of effective kernel size, but "
+                               f"got pad={p}, kernel_size={k} and dilation={d}")
+    sp = shape[-nd:]
+    outs, extra = [], []
+    for s, k, st_, p, d in zip(sp, ks, st, pd, dl):
+        eff = d * (k - 1) + 1
+        num = s + 2 * p - eff
+        o = (-(-num // st_) if ceil_mode else num // st_) + 1
+        if ceil_mode and (o - 1) * st_ >= s + p:
+            o -= 1       # the last window must start inside the input or left pad
+        if o < 1:
+            raise RuntimeError(f"Given input size: ({'x'.join(str(x) for x in shape[-nd - 1:])}). "
+                               f"Calculated output size: ({'x'.join(str(x) for x in shape[-nd - 1:-nd])}"
+                               f"x{'x'.join(str(x) for x in outs + [o])}). Output size is too small")
+        outs.append(o)
+        extra.append(max((o - 1) * st_ + eff - (s + 2 * p), 0))
+    return ks, st, pd, dl, outs, extra
+
+
+def _pool(name, input, kernel_size, stride, padding, dilation, ceil_mode, nd, kind,
+          count_include_pad=True, divisor_override=None):
+    F = _F()
+    _check_t(input, name, "input", 1)
+    if input.dim() not in (nd + 1, nd + 2):
+        raise RuntimeError(f"{name}: Expected {nd + 1}D or {nd + 2}D input, but got "
+                           f"{input.dim()}D input of size {list(input.shape)}"
+                           if nd == 1 else
+                           f"non-empty 3D or 4D (batch mode) tensor expected for input")
+    ks, st, pd, dl, outs, extra = _pool_geometry(name, tuple(input.shape), kernel_size,
+                                                 stride, padding, dilation, ceil_mode, nd)
+    lead = tuple(input.shape[:-nd])
+    x = input.reshape((-1, 1) + tuple(input.shape[-nd:]))
+    if nd == 1:
+        x = x.unsqueeze(2)
+        ks, st, pd, dl, extra = (1,) + ks, (1,) + st, (0,) + pd, (1,) + dl, [0] + extra
+    fill = float("-inf") if kind == "max" else 0.0
+    if any(pd) or any(extra):
+        widths = []
+        for p, e in zip(reversed(pd), reversed(extra)):
+            widths += [p, p + e]
+        x = F.pad(x, widths, value=fill)
+    cols = F.unfold(x, ks, dl, 0, st)                 # (B, kk, L)
+    if kind == "max":
+        out = cols.amax(1)
+    else:
+        kk = ks[0] * ks[1]
+        if divisor_override:
+            out = cols.sum(1) / float(divisor_override)
+        elif count_include_pad and not any(extra):
+            out = cols.mean(1)
+        else:
+            # the divisor counts the elements inside input (+ padding when
+            # count_include_pad): a constant of the shapes
+            h, w = x.shape[-2], x.shape[-1]
+            ones = np.zeros((1, 1, h, w), np.float64)
+            if count_include_pad:
+                ones[..., :h - extra[0], :w - extra[1]] = 1
+            else:
+                ones[..., pd[0]:h - pd[0] - extra[0], pd[1]:w - pd[1] - extra[1]] = 1
+            tp = _tp()
+            cnt = F.unfold(tp.tensor(ones), ks, dl, 0, st).sum(1)
+            out = cols.sum(1) / tp.tensor(np.asarray(cnt.numpy(), np.float64)).to(cols.dtype)
+    return out.reshape(lead + tuple(outs))
+
+
+def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    """2-D max pooling (torch.nn.functional.max_pool2d): input (N, C, H, W) or
+    (C, H, W); padding counts as -inf. return_indices=True is not supported."""
+    if return_indices:
+        raise NotImplementedError("max_pool2d(return_indices=True) is not supported")
+    return _pool("max_pool2d", input, kernel_size, stride, padding, dilation, ceil_mode, 2,
+                 "max")
+
+
+def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    """1-D max pooling: input (N, C, L) or (C, L)."""
+    if return_indices:
+        raise NotImplementedError("max_pool1d(return_indices=True) is not supported")
+    return _pool("max_pool1d", input, kernel_size, stride, padding, dilation, ceil_mode, 1,
+                 "max")
+
+
+def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
+               count_include_pad=True, divisor_override=None):
+    """2-D average pooling (torch.nn.functional.avg_pool2d)."""
+    return _pool("avg_pool2d", input, kernel_size, stride, padding, 1, ceil_mode, 2, "avg",
+                 count_include_pad, divisor_override)
+
+
+def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
+               count_include_pad=True):
+    """1-D average pooling (torch.nn.functional.avg_pool1d)."""
+    return _pool("avg_pool1d", input, kernel_size, stride, padding, 1, ceil_mode, 1, "avg",
+                 count_include_pad)
+
+
+def _avg_matrix(n_in, n_out):
+    """(n_out, n_in): row i averages input [floor(i*n/o), ceil((i+1)*n/o))."""
+    m = np.zeros((n_out, n_in), np.float64)
+    for i in range(n_out):
+        a = (i * n_in) // n_out
+        b = -(-((i + 1) * n_in) // n_out)
+        m[i, a:b] = 1.0 / (b - a)
+    return m
+
+
+def adaptive_avg_pool2d(input, output_size):
+    """torch.nn.functional.adaptive_avg_pool2d: input (N, C, H, W) or (C, H, W);
+    output_size int or pair (None keeps that size). Windows [floor(i*H/oh),
+    ceil((i+1)*H/oh)); computed as A_h @ x @ A_w^T (constant averaging
+    matrices: two small matmuls, native when compiled)."""
+    _check_t(input, "adaptive_avg_pool2d", "input", 1)
+    if input.dim() not in (3, 4):
+        raise ValueError(f"adaptive_avg_pool2d(): Expected 3D or 4D tensor, but got "
+                         f"{list(input.shape)}")
+    h, w = input.shape[-2], input.shape[-1]
+    if isinstance(output_size, (list, tuple)):
+        oh, ow = output_size
+    else:
+        oh = ow = output_size
+    oh = h if oh is None else int(oh)
+    ow = w if ow is None else int(ow)
+    if oh == 1 and ow == 1:
+        return input.mean((-2, -1), keepdim=True)
+    if h % oh == 0 and w % ow == 0:
+        return avg_pool2d(input, (h // oh, w // ow))
+    tp = _tp()
+    ah = tp.tensor(_avg_matrix(h, oh)).to(input.dtype)
+    aw = tp.tensor(_avg_matrix(w, ow).T.copy()).to(input.dtype)
+    return ah.matmul(input).matmul(aw)
+
+
+def adaptive_avg_pool1d(input, output_size):
+    """torch.nn.functional.adaptive_avg_pool1d: input (N, C, L) or (C, L)."""
+    o = output_size[0] if isinstance(output_size, (list, tuple)) else output_size
+    return adaptive_avg_pool2d(input.unsqueeze(-2), (1, o)).squeeze(-2)
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
+                                 is_causal=False, scale=None, enable_gqa=False):
+    """softmax(q @ k^T * scale + mask) @ v (torch.nn.functional.
+    scaled_dot_product_attention).
+
+    query (..., L, E), key (..., S, E), value (..., S, Ev) -> (..., L, Ev);
+    attn_mask: bool (True = take part) or float (added), broadcastable to
+    (..., L, S); is_causal: the lower-triangular mask (no attn_mask then);
+    scale: default 1/sqrt(E). Raises RuntimeError for mismatched head dims,
+    batch dims, or a mask of the wrong shape or dtype. Compiled: matmul,
+    the fused softmax lowering and matmul (the L x S scores are
+    materialized once; a tiled online-softmax kernel is not built yet)."""
+    for i, (t, n) in enumerate(((query, "query"), (key, "key"), (value, "value"))):
+        _check_t(t, "scaled_dot_product_attention", n, i + 1)
+    if query.dim() < 2 or key.dim() < 2 or value.dim() < 2:
+        raise RuntimeError(f"scaled_dot_product_attention: expected query, key and value "
+                           f"to have at least 2 dimensions, got {query.dim()}, {key.dim()} "
+                           f"and {value.dim()}")
+    if not (query.dtype == key.dtype == value.dtype):
+        raise RuntimeError(f"Expected query, key, and value to have the same dtype, but got "
+                           f"query.dtype: {query.dtype} key.dtype: {key.dtype} and "
+                           f"value.dtype: {value.dtype} instead.")
+    if query.shape[-1] != key.shape[-1]:
+        raise RuntimeError(f"Expected query and key to have the same size in the last "
+                           f"dimension (the head dim), but got query {list(query.shape)} "
+                           f"and key {list(key.shape)}")
+    if key.shape[-2] != value.shape[-2]:
+        raise RuntimeError(f"Expected key and value to have the same sequence length, but "
+                           f"got key {list(key.shape)} and value {list(value.shape)}")
+    if enable_gqa and query.dim() >= 3 and query.shape[-3] != key.shape[-3]:
+        rep = query.shape[-3] // key.shape[-3]
+        key = key.repeat_interleave(rep, -3)
+        value = value.repeat_interleave(rep, -3)
+    L, S = query.shape[-2], key.shape[-2]
+    F = _F()
+    tp = _tp()
+    sc = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+    scores = query.matmul(key.transpose(-2, -1)) * sc
+    if is_causal:
+        if attn_mask is not None:
+            raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should "
+                               "not be set when is_causal=True")
+        causal = tp.tensor(np.tril(np.ones((L, S), np.bool_)))
+        scores = scores.masked_fill(causal.logical_not(), float("-inf"))
+    elif attn_mask is not None:
+        _check_t(attn_mask, "scaled_dot_product_attention", "attn_mask", 4)
+        ms = tuple(attn_mask.shape)
+        want = tuple(scores.shape)
+        ok = len(ms) <= len(want) and all(
+            m == 1 or m == w for m, w in zip(reversed(ms), reversed(want)))
+        if not ok:
+            raise RuntimeError(f"scaled_dot_product_attention: attn_mask of shape "
+                               f"{list(ms)} is not broadcastable to the attention "
+                               f"scores' shape {list(want)} (query {list(query.shape)}, "
+                               f"key {list(key.shape)})")
+        if attn_mask.dtype == tp.bool:
+            scores = scores.masked_fill(attn_mask.logical_not(), float("-inf"))
+        elif attn_mask.is_floating_point():
+            if attn_mask.dtype != query.dtype:
+                raise RuntimeError(f"Expected attn_mask dtype to be bool or float or to "
+                                   f"match query dtype, but got attn_mask.dtype: "
+                                   f"{_cname(attn_mask.dtype)} and  query.dtype: "
+                                   f"{_cname(query.dtype)} instead.")
+            scores = scores + attn_mask
+        else:
+            raise RuntimeError(f"Expected attn_mask dtype to be bool or float or to match "
+                               f"query dtype, but got attn_mask.dtype: "
+                               f"{_cname(attn_mask.dtype)} and  query.dtype: "
+                               f"{_cname(query.dtype)} instead.")
+    attn = scores.softmax(-1)
+    if dropout_p > 0.0:
+        attn = F.dropout(attn, dropout_p, True)
+    return attn.matmul(value)
+
+
+def multi_head_attention_forward(query, key, value, num_heads, in_proj_weight, in_proj_bias,
+                                 out_proj_weight, out_proj_bias, key_padding_mask=None,
+                                 need_weights=True, attn_mask=None, average_attn_weights=True,
+                                 is_causal=False, dropout_p=0.0, training=True):
+    """nn.MultiheadAttention's computation; sequence-first (L, N, E) or
+    unbatched (L, E). Returns (output, weights or None)."""
+    F = _F()
+    tp = _tp()
+    unbatched = query.dim() == 2
+    if unbatched:
+        query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
+        if key_padding_mask is not None:
+            key_padding_mask = key_padding_mask.unsqueeze(0)
+    L, N, E = query.shape
+    S = key.shape[0]
+    if E % num_heads:
+        raise AssertionError(f"embed_dim {E} not divisible by num_heads {num_heads}")
+    hd = E // num_heads
+    if key.shape[-1] != E or value.shape[-1] != E:
+        raise AssertionError(f"was expecting embedding dimension of {E}, but got "
+                             f"{key.shape[-1]}")
+    if key.shape[:-1] != value.shape[:-1]:
+        raise AssertionError(f"key shape {tuple(key.shape)} does not match value shape "
+                             f"{tuple(value.shape)}")
+    w_q, w_k, w_v = in_proj_weight.chunk(3)
+    b_q = b_k = b_v = None
+    if in_proj_bias is not None:
+        b_q, b_k, b_v = in_proj_bias.chunk(3)
+    q = F.linear(query, w_q, b_q)
+    k = F.linear(key, w_k, b_k)
+    v = F.linear(value, w_v, b_v)
+    # (L, N, E) -> (N, H, L, hd)
+    q = q.reshape(L, N * num_heads, hd).transpose(0, 1).reshape(N, num_heads, L, hd)
+    k = k.reshape(S, N * num_heads, hd).transpose(0, 1).reshape(N, num_heads, S, hd)
+    v = v.reshape(S, N * num_heads, hd).transpose(0, 1).reshape(N, num_heads, S, hd)
+    mask = None
+    if attn_mask is not None:
+        if attn_mask.dim() == 2:
+            if tuple(attn_mask.shape) != (L, S):
+                raise RuntimeError(f"The shape of the 2D attn_mask is "
+                                   f"{attn_mask.shape}, but should be {(L, S)}.")
+            mask = attn_mask.reshape(1, 1, L, S)
+        elif attn_mask.dim() == 3:
+            if tuple(attn_mask.shape) != (N * num_heads, L, S):
+                raise RuntimeError(f"The shape of the 3D attn_mask is "
+                                   f"{attn_mask.shape}, but should be "
+                                   f"{(N * num_heads, L, S)}.")
+            mask = attn_mask.reshape(N, num_heads, L, S)
+        else:
+            raise RuntimeError(f"attn_mask's dimension {attn_mask.dim()} is not supported")
+        if mask.dtype == tp.bool:
+            mask = tp.zeros(mask.shape, dtype=q.dtype).masked_fill(mask, float("-inf"))
+        elif not mask.is_floating_point():
+            raise AssertionError(f"only bool and floating types of attn_mask are "
+                                 f"supported, got {mask.dtype}")
+    elif is_causal:
+        mask = tp.tensor(np.triu(np.full((L, S), -np.inf), 1)).to(q.dtype).reshape(1, 1, L, S)
+    if key_padding_mask is not None:
+        if tuple(key_padding_mask.shape) != (N, S):
+            raise AssertionError(f"expecting key_padding_mask shape of {(N, S)}, but got "
+                                 f"{tuple(key_padding_mask.shape)}")
+        kpm = key_padding_mask.reshape(N, 1, 1, S)
+        if kpm.dtype == tp.bool:
+            kpm = tp.zeros(kpm.shape, dtype=q.dtype).masked_fill(kpm, float("-inf"))
+        mask = kpm if mask is None else mask + kpm
+    p = dropout_p if training else 0.0
+    scores = q.matmul(k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
+    if mask is not None:
+        scores = scores + mask
+    attn = scores.softmax(-1)
+    if p > 0.0:
+        attn = F.dropout(attn, p, True)
+    out = attn.matmul(v)                                # (N, H, L, hd)
+    out = out.permute(2, 0, 1, 3).reshape(L, N, E)
+    out = F.linear(out, out_proj_weight, out_proj_bias)
+    w = None
+    if need_weights:
+        w = attn.mean(1) if average_attn_weights else attn
+    if unbatched:
+        out = out.squeeze(1)
+        if w is not None:
+            w = w.squeeze(0)
+    return out, w
+
+
+def _batch_norm_training(input, running_mean=None, running_var=None, weight=None, bias=None,
+                         training=False, momentum=0.1, eps=1e-05):
+    """batch_norm(training=True) while tracing: the batch mean and (biased)
+    variance (a Welford reduction), the normalization, and the running
+    statistics' in-place updates (unbiased variance, torch's) - every piece
+    native. training=False is recorded whole (a fused kernel)."""
+    if not training:
+        return NotImplemented
+    nd = input.dim()
+    if nd < 2:
+        return NotImplemented
+    c = input.shape[1]
+    n = 1
+    for i, s in enumerate(input.shape):
+        if i != 1:
+            n *= s
+    if n <= 1:
+        raise ValueError(f"Expected more than 1 value per channel when training, got "
+                         f"input size {list(input.shape)}")
+    dims = [0] + list(range(2, nd))
+    var, mean = _tp().var_mean(input, dims, correction=0)
+    shape = [1, c] + [1] * (nd - 2)
+    y = (input - mean.reshape(shape)) * (var.reshape(shape) + eps).rsqrt()
+    if weight is not None:
+        y = y * weight.reshape(shape)
+    if bias is not None:
+        y = y + bias.reshape(shape)
+    if running_mean is not None:
+        running_mean.mul_(1 - momentum).add_(mean.detach() * momentum)
+    if running_var is not None:
+        running_var.mul_(1 - momentum).add_(var.detach() * (momentum * n / (n - 1)))
+    return y
+
+
+def _install():
+    F = _F()
+    _C._set_trace_decomposition(F.batch_norm, _batch_norm_training)
+    _C._set_trace_decomposition(F.cumsum, _cumsum_traced)
+    _C._set_trace_decomposition("cumsum", _cumsum_traced)
+
+
+def _cumsum_traced(input, dim, *, dtype=None):
+    """cumsum of a floating tensor while tracing, as matmuls with constant
+    triangular matrices (native; BLAS): n <= 256 along dim: x @ U (U[i, j] =
+    1 for i <= j); longer: blocks of B = ceil(sqrt(n)) (x padded to nb*B),
+    the in-block prefix sums x_b @ U_B, plus the exclusive prefix of the
+    block totals (totals @ strict U_nb): O(n^1.5) work instead of a
+    sequential scan. Integer/bool inputs and dtype= conversions to an
+    integer type are recorded whole (a fallback kernel)."""
+    tp = _tp()
+    if dtype is not None:
+        if not getattr(dtype, "is_floating_point", False):
+            return NotImplemented
+        input = input.to(dtype)
+    if not input.is_floating_point() or input.dim() == 0:
+        return NotImplemented
+    nd = input.dim()
+    d = dim + nd if dim < 0 else dim
+    if d < 0 or d >= nd:
+        return NotImplemented      # the eager error, from the recorded call
+    x = input.transpose(d, -1) if d != nd - 1 else input
+    n = x.shape[-1]
+    npd = _NP_OF.get(str(x.dtype).split(".")[-1], np.float32)
+    if n <= 256:
+        out = x.matmul(tp.tensor(np.triu(np.ones((n, n), npd))))
+    else:
+        B = int(math.isqrt(n - 1)) + 1
+        nb = -(-n // B)
+        xp = _F().pad(x, [0, nb * B - n]) if nb * B != n else x
+        xb = xp.reshape(tuple(x.shape[:-1]) + (nb, B))
+        within = xb.matmul(tp.tensor(np.triu(np.ones((B, B), npd))))
+        totals = within[..., B - 1]
+        offs = totals.matmul(tp.tensor(np.triu(np.ones((nb, nb), npd), 1)))
+        out = (within + offs.unsqueeze(-1)).reshape(tuple(x.shape[:-1]) + (nb * B,))
+        if nb * B != n:
+            out = out[..., :n]
+    return out.transpose(d, -1) if d != nd - 1 else out
+
+
+_NP_OF = {"float32": np.float32, "float64": np.float64, "float16": np.float16}
