@@ -42,27 +42,27 @@ def test_gpt_generate_compiled_in_place():
     m, tm = _pair(gpt)
     idx = np.random.default_rng(2).integers(0, 64, (2, 4))
     # top_k=1: the argmax token, the same in both libraries
-    ref = tm.generate(torch.tensor(idx), 5, top_k=1)
+    ref = tm.generate(torch.tensor(idx), 3, top_k=1)
     m.compile(strict_native=True)
-    out = m.generate(tp.tensor(idx), 5, top_k=1)
+    out = m.generate(tp.tensor(idx), 3, top_k=1)
     np.testing.assert_array_equal(out.numpy(), ref.numpy())
     cf = m._compiled_call_impl
     st = cf.stats()
     assert st["eager_calls"] == 0 and st["fallbacks"] == 0
-    assert st["versions"] <= 5          # one per length until shapes are dynamic (item 1)
+    assert st["versions"] <= 3          # one per length until shapes are dynamic (item 1)
     # temperature / top-k sampling: the compiled forward draws nothing, so
     # the same seed gives the same tokens as eager, all within the top k
     tp.manual_seed(7)
-    a = m.generate(tp.tensor(idx), 3, temperature=0.8, top_k=5)
+    a = m.generate(tp.tensor(idx), 2, temperature=0.8, top_k=5)
     m2, _ = _pair(gpt)
     tp.manual_seed(7)
-    b = m2.generate(tp.tensor(idx), 3, temperature=0.8, top_k=5)
+    b = m2.generate(tp.tensor(idx), 2, temperature=0.8, top_k=5)
     np.testing.assert_array_equal(a.numpy(), b.numpy())
-    assert tuple(a.shape) == (2, 7) and a.dtype == tp.int64
+    assert tuple(a.shape) == (2, 6) and a.dtype == tp.int64
 
 
 def test_seq2seq_with_masks():
-    m, tm = _pair(seq2seq)
+    m, tm = _pair(seq2seq, layers=1)
     rng = np.random.default_rng(3)
     src = rng.integers(0, 40, (2, 9))
     tgt = rng.integers(0, 40, (2, 7))
