@@ -496,6 +496,12 @@ def _batch_norm_training(input, running_mean=None, running_var=None, weight=None
     native. training=False is recorded whole (a fused kernel)."""
     if not training:
         return NotImplemented
+    for t in (running_mean, running_var):
+        if t is not None and isinstance(t, _C.Tensor):
+            # a real tensor, not a lifted one: its update could not be
+            # recorded (it would run now, on the real buffer); the call is
+            # recorded whole and the tracer isolates its sample run
+            return NotImplemented
     nd = input.dim()
     if nd < 2:
         return NotImplemented
