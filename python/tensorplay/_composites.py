@@ -370,7 +370,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         if attn_mask is not None:
             raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should "
                                "not be set when is_causal=True")
-        causal = tp.tensor(np.tril(np.ones((L, S), np.bool_)))
+        # derived from the scores (an index map when compiled), not a
+        # constant: L and S stay symbolic sizes under dynamic shapes, so a
+        # generate() loop does not recompile per length
+        causal = tp.ones_like(scores, dtype=tp.bool).tril()
         scores = scores.masked_fill(causal.logical_not(), float("-inf"))
     elif attn_mask is not None:
         _check_t(attn_mask, "scaled_dot_product_attention", "attn_mask", 4)
@@ -459,7 +462,7 @@ def multi_head_attention_forward(query, key, value, num_heads, in_proj_weight, i
             raise AssertionError(f"only bool and floating types of attn_mask are "
                                  f"supported, got {mask.dtype}")
     elif is_causal:
-        mask = tp.tensor(np.triu(np.full((L, S), -np.inf), 1)).to(q.dtype).reshape(1, 1, L, S)
+        mask = tp.full((L, S), float("-inf"), dtype=q.dtype).triu(1).reshape(1, 1, L, S)
     if key_padding_mask is not None:
         if tuple(key_padding_mask.shape) != (N, S):
             raise AssertionError(f"expecting key_padding_mask shape of {(N, S)}, but got "

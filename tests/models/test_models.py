@@ -101,3 +101,17 @@ def test_resnet_eval_and_train():
     for (n, p), (tn, q) in zip(m.named_parameters(), tm.named_parameters()):
         assert n == tn
         close(p.grad, q.grad, rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("sdpa", [True, False], ids=["sdpa", "explicit"])
+def test_gpt_generate_dynamic_one_version(sdpa):
+    """dynamic=True: the growing length stays a symbolic size (SDPA's causal
+    mask is derived from the scores, not a constant of the length), so 20
+    tokens run one compiled version, no eager call."""
+    m, tm = _pair(gpt, sdpa=sdpa)
+    idx = np.random.default_rng(5).integers(0, 64, (1, 4))
+    m.compile(dynamic=True, strict_native=True)
+    out = m.generate(tp.tensor(idx), 20, top_k=1)
+    np.testing.assert_array_equal(out.numpy(), tm.generate(torch.tensor(idx), 20, top_k=1).numpy())
+    st = m._compiled_call_impl.stats()
+    assert st["versions"] == 1 and st["eager_calls"] == 0 and st["fallbacks"] == 0
