@@ -6,7 +6,11 @@ same weights in both libraries, eval mode, no grad. Columns: tensorplay
 eager, tensorplay compiled (strict_native), torch eager, torch.compile;
 medians of repeated calls after warm-up, side by side in one run; and the
 first call (trace + compile + run) of each compiled version, the persistent
-compile cache off for tensorplay. Writes bench/results/models.json."""
+compile cache off for tensorplay. Both libraries get the same thread count
+(--threads N, default 1): on this shared 2-core machine torch's OpenMP pool
+and NumPy's OpenBLAS pool oversubscribe the cores (a tensorplay ResNet
+forward measured 645 ms with both pools at their defaults against 40 ms
+with OPENBLAS_NUM_THREADS=1). Writes bench/results/models.json."""
 import json
 import os
 import sys
@@ -17,6 +21,9 @@ sys.path.insert(0, os.path.join(HERE, "..", "python"))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "models"))
 sys.path.insert(0, HERE)
 os.environ.setdefault("TENSORPLAY_CACHE", "0")
+THREADS = int(sys.argv[sys.argv.index("--threads") + 1]) if "--threads" in sys.argv else 1
+for _v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_v] = str(THREADS)       # before NumPy and torch load their pools
 import numpy as np  # noqa: E402
 
 from _timing import median_time  # noqa: E402
@@ -25,7 +32,7 @@ from _models import copy_weights, gpt, resnet  # noqa: E402
 
 try:
     import torch
-    torch.set_num_threads(os.cpu_count())
+    torch.set_num_threads(THREADS)
 except Exception:  # torch is optional
     torch = None
 
@@ -75,6 +82,7 @@ def main():
     cols = ["tp_eager_ms", "tp_compiled_ms", "torch_eager_ms", "torch_compile_ms",
             "compiled_vs_torch_compile", "tp_first_call_s", "torch_compile_first_call_s",
             "fallbacks"]
+    print(f"threads per library: {THREADS}; medians of {reps} calls")
     print(f"{'case':32s} " + " ".join(f"{c:>14s}" for c in cols))
     for r in rows:
         print(f"{r['case']:32s} " + " ".join(
