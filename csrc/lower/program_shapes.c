@@ -29,9 +29,19 @@ subst_vals(PyObject *o, PyObject *vals)
     return stax_graph_map_arg(o, val_of, vals);
 }
 
-/* run the graph eagerly on ex: node -> value (new dict) */
+/* run the graph eagerly on ex: node -> value (new dict); meta_ok: values
+ * only their metadata is read from (ops of the table in meta mode) */
+static PyObject *
+shape_prop(PyObject *gm, PyObject *ex, int meta_ok);
+
 PyObject *
 lw_shape_prop(PyObject *gm, PyObject *ex)
+{
+    return shape_prop(gm, ex, 0);
+}
+
+static PyObject *
+shape_prop(PyObject *gm, PyObject *ex, int meta_ok)
 {
     PyObject *graph = PyObject_GetAttrString(gm, "graph");
     PyObject *nl = graph ? PyObject_GetAttrString(graph, "nodes") : NULL;
@@ -70,12 +80,29 @@ lw_shape_prop(PyObject *gm, PyObject *ex)
                 }
                 if (sa != NULL && (sk != NULL || kw == Py_None || PyErr_Occurred() == NULL)) {
                     PyObject *kwd = (sk == NULL || sk == Py_None) ? NULL : sk;
+                    /* a size variant needs the nodes' metadata, not their
+                     * elements: ops of the table run in meta mode (eager's
+                     * checks, shapes and strides, nothing computed) */
                     if (!strcmp(o, "call_method")) {
-                        PyObject *m = PyObject_GetAttr(PyTuple_GET_ITEM(sa, 0), tg);
+                        PyObject *self = PyTuple_GET_ITEM(sa, 0);
+                        PyObject *m = PyObject_GetAttr(self, tg);
                         PyObject *rest = m ? PyTuple_GetSlice(sa, 1, PyTuple_GET_SIZE(sa)) : NULL;
-                        r = rest ? PyObject_Call(m, rest, kwd) : NULL;
+                        int meta = rest != NULL && meta_ok && StaxTensor_Check(self)
+                                   && PyUnicode_Check(tg)
+                                   && stax_ops_meta_target(_PyType_Lookup(Py_TYPE(self), tg));
+                        r = rest ? (meta ? stax_ops_meta_call(m, rest, kwd)
+                                         : PyObject_Call(m, rest, kwd)) : NULL;
+                        if (r == Py_NotImplemented) {
+                            Py_SETREF(r, PyObject_Call(m, rest, kwd));
+                        }
                         Py_XDECREF(m);
                         Py_XDECREF(rest);
+                    }
+                    else if (meta_ok && stax_ops_meta_target(tg)) {
+                        r = stax_ops_meta_call(tg, sa, kwd);
+                        if (r == Py_NotImplemented) {
+                            Py_SETREF(r, PyObject_Call(tg, sa, kwd));
+                        }
                     }
                     else {
                         r = PyObject_Call(tg, sa, kwd);
@@ -171,7 +198,7 @@ shape_prop_isolated(PyObject *gm, PyObject *ex)
         }
         PyTuple_SET_ITEM(cex, i, c);
     }
-    vals = lw_shape_prop(gm, cex);
+    vals = shape_prop(gm, cex, 1);
     if (vals != NULL) {
         /* placeholders keep the real inputs (their layout is the same) */
         PyObject *graph = PyObject_GetAttrString(gm, "graph");
@@ -256,7 +283,7 @@ lw_find_variant(Program *p, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     Py_XSETREF(((Program *)q)->rg_extra, Py_XNewRef(p->rg_extra));
-    if (PyList_GET_SIZE(p->variants) >= 16) {
+    if (PyList_GET_SIZE(p->variants) >= 64) {
         PySequence_DelItem(p->variants, 0);
     }
     int rc = PyList_Append(p->variants, q);
