@@ -290,7 +290,7 @@ def test_formula_and_decomposition_columns_have_one_parser():
                 assert tree is None, r["name"]
             else:
                 assert tree is not None and _unparse(tree) == " ".join(text.split()), r["name"]
-    assert _C._op_trees("add") == (("add", "a", ("mul", "b", "$alpha")), None)
+    assert _C._op_trees("add") == (("fma", "b", "$alpha", "a"), None)   # torch's fmadd
     assert _C._op_trees("add_") == _C._op_trees("add")
     # the pointwise lowering reads the same tree: div's (case ...) picks by rounding_mode
     x, y = tp.tensor([7.0, -7.0]), tp.tensor([2.0, 2.0])

@@ -559,6 +559,13 @@ gen_prim_in(cg_t *g, const stax_lval *v, stax_dtype_t adt, LLVMValueRef *x)
                                       : LLVMBuildAdd(b, x[0], x[1], ""));
     case STAX_PRIM_SUB:
         return fp ? LLVMBuildFSub(b, x[0], x[1], "") : LLVMBuildSub(b, x[0], x[1], "");
+    case STAX_PRIM_FMA:
+        if (fp) {
+            return intrinsic(g, "llvm.fma", t, x, 3);
+        }
+        return adt == STAX_BOOL
+            ? LLVMBuildOr(b, LLVMBuildAnd(b, x[0], x[1], ""), x[2], "")
+            : LLVMBuildAdd(b, LLVMBuildMul(b, x[0], x[1], ""), x[2], "");
     case STAX_PRIM_MUL:
         return fp ? LLVMBuildFMul(b, x[0], x[1], "")
                   : (adt == STAX_BOOL ? LLVMBuildAnd(b, x[0], x[1], "")

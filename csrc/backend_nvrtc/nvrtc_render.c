@@ -348,7 +348,7 @@ prim_kind(int p)
         return R_INFIX;
     case STAX_PRIM_NEG: case STAX_PRIM_NOT: case STAX_PRIM_BITNOT:
     case STAX_PRIM_WHERE: case STAX_PRIM_SIGMOID: case STAX_PRIM_SHL:
-    case STAX_PRIM_SHR:
+    case STAX_PRIM_SHR: case STAX_PRIM_FMA:
         return R_SPECIAL;
     /* each has a definition in the preamble below */
     case STAX_PRIM_ABS: case STAX_PRIM_SIGN: case STAX_PRIM_FLOOR:
@@ -489,6 +489,21 @@ emit_prim(emitter *m, const stax_lval *v)
         ref(m, v->args[1]);
         put(b, " : ");
         ref(m, v->args[2]);
+    }
+    else if (v->prim == STAX_PRIM_FMA) {
+        int fl = stax_nvrtc_is_float(adt);
+        if (fl) {
+            put(b, "fma%s(", f);
+        }
+        else {
+            put(b, v->dtype == STAX_BOOL ? "((" : "(%s)((", reg_ctypes[v->dtype]);
+        }
+        ref(m, v->args[0]);
+        put(b, fl ? ", " : (v->dtype == STAX_BOOL ? " && " : " * "));
+        ref(m, v->args[1]);
+        put(b, fl ? ", " : (v->dtype == STAX_BOOL ? ") || " : ") + "));
+        ref(m, v->args[2]);
+        put(b, ")");
     }
     else if (v->prim == STAX_PRIM_SIGMOID) {
         put(b, "%s / (%s + exp%s(-", f[0] ? "1.0f" : "1.0",

@@ -82,9 +82,11 @@
     X(ISNAN, "isnan", 1) X(ISINF, "isinf", 1) X(ISFINITE, "isfinite", 1) \
     X(BITAND, "bitand", 2) X(BITOR, "bitor", 2) X(BITXOR, "bitxor", 2) \
     X(BITNOT, "bitnot", 1) X(SIGMOID, "sigmoid", 1) \
-    X(SHL, "shl", 2) X(SHR, "shr", 2) \
+    X(SHL, "shl", 2) X(SHR, "shr", 2) X(FMA, "fma", 3) \
     X(PHILOX, "philox", 3)
-/* shl(a, b) / shr(a, b): integer shifts with torch's results for any b:
+/* fma(a, b, c): a * b + c, rounded once for floats (torch's CPU add/sub
+ * with alpha: vec::fmadd(other, alpha, self)); integers wrap.
+ * shl(a, b) / shr(a, b): integer shifts with torch's results for any b:
  * a shift by b < 0 or b >= the width gives 0 (shl, and shr of an unsigned
  * or non-negative a) or -1 (shr of a negative a).
  * philox(seed, offset, j): int64 args and result; word j (0, 1, 2, ...) of

@@ -53,6 +53,7 @@ typedef struct {
     int64_t osizes[STAX_MAX_DIMS];
     const stax_ix *ovars[STAX_MAX_DIMS];
     stax_dtype_t cd;             /* computation dtype */
+    stax_dtype_t od;             /* the node's dtype */
     const char *why;
 } fctx;
 
@@ -126,6 +127,24 @@ pair_type(fval *a, fval *b)
     return stax_promote_types(a->v->dtype, b->v->dtype);
 }
 
+/* d rounded to the nearest float16 (ties to even), as a double */
+static double
+round_to_half(double d)
+{
+    if (!isfinite(d) || d == 0.0) {
+        return d;
+    }
+    double a = fabs(d);
+    if (a >= 65520.0) {          /* past 65504 + half an ulp */
+        return copysign(INFINITY, d);
+    }
+    int e;
+    frexp(a, &e);
+    int ex = e - 1 < -14 ? -14 : e - 1;     /* subnormals: ulp 2^-24 */
+    double q = ldexp(1.0, ex - 10);
+    return copysign(nearbyint(a / q) * q, d);
+}
+
 static fval
 f_prim(fctx *f, int prim, fval *x, int n)
 {
@@ -165,6 +184,28 @@ f_prim(fctx *f, int prim, fval *x, int n)
     case STAX_PRIM_ISNAN: case STAX_PRIM_ISINF: case STAX_PRIM_ISFINITE:
         a[0] = x[0].v;
         rt = STAX_BOOL;
+        break;
+    case STAX_PRIM_FMA:
+        /* add/sub with alpha on float16: operands and alpha rounded to
+         * float16, then one float32 fma (torch's Half kernel); alpha 1 is
+         * eager's plain add (a Python number operand in float32) */
+        for (int i = 0; i < 3; i++) {
+            const stax_lval *v = x[i].v;
+            const stax_lval *al = x[1].v;
+            double one_v = f->op != NULL && f->op->id == STAX_OP_SUB ? -1.0 : 1.0;
+            int one = al->kind == STAX_LV_CONST
+                      && (lw_is_float(al->dtype) ? al->f : (double)al->i) == one_v;
+            if (f->od != STAX_FLOAT16 || one) {
+                a[i] = lw_cast(c, v, f->cd);
+            }
+            else if (v->kind == STAX_LV_CONST) {
+                a[i] = lw_const(c, f->cd, round_to_half(lw_is_float(v->dtype) ? v->f
+                                                                               : (double)v->i));
+            }
+            else {
+                a[i] = lw_cast(c, lw_cast(c, v, STAX_FLOAT16), f->cd);
+            }
+        }
         break;
     case STAX_PRIM_WHERE:
         a[0] = lw_cast(c, x[0].v, STAX_BOOL);
@@ -342,7 +383,7 @@ lw_lower_formula(lw_ctx *c, struct lw_node_in *in, PyObject *bound,
     f.nout = out->ndim;
     memcpy(f.osizes, out->sizes, sizeof(int64_t) * (size_t)out->ndim);
     lw_ident_vars(c, out->ndim, f.ovars);
-    f.cd = out->dtype;
+    f.cd = f.od = out->dtype;
     if (in->op->flags & STAX_OPF_COMPARISON) {
         vbuf *vs[4] = {NULL};
         PyObject *sc[4] = {NULL};

@@ -1,6 +1,7 @@
 /* The public function objects (tensorplay.functional.<name>, Tensor
  * methods), __tensor_function__ dispatch, the installer of Tensor methods
  * and number slots, stax_op_for_target, and the _C helpers of _ops.py. */
+#include <math.h>
 #include <string.h>
 
 #include "tensor/stax_numpy.h"
@@ -1398,6 +1399,55 @@ py_array(PyObject *m, PyObject *t)
     return stax_tensor_as_array((StaxTensor *)t);
 }
 
+/* _ops_fma(x, y, alpha): x + y * alpha rounded once (C fma / fmaf), for
+ * eager add/sub with alpha as torch's CPU kernel (vec::fmadd); x and y
+ * C-contiguous arrays of one shape and dtype float32 or float64 (alpha
+ * converted to that dtype first, as torch's opmath alpha) */
+static PyObject *
+py_fma(PyObject *m, PyObject *args)
+{
+    (void)m;
+    PyObject *xo, *yo;
+    double alpha;
+    if (!PyArg_ParseTuple(args, "OOd:_ops_fma", &xo, &yo, &alpha)) {
+        return NULL;
+    }
+    if (!PyArray_Check(xo) || !PyArray_Check(yo)) {
+        PyErr_SetString(PyExc_TypeError, "_ops_fma: expected two arrays");
+        return NULL;
+    }
+    PyArrayObject *x = (PyArrayObject *)xo, *y = (PyArrayObject *)yo;
+    int tn = PyArray_TYPE(x);
+    if ((tn != NPY_FLOAT32 && tn != NPY_FLOAT64) || PyArray_TYPE(y) != tn
+        || !PyArray_IS_C_CONTIGUOUS(x) || !PyArray_IS_C_CONTIGUOUS(y)
+        || PyArray_NDIM(x) != PyArray_NDIM(y)
+        || !PyArray_CompareLists(PyArray_DIMS(x), PyArray_DIMS(y), PyArray_NDIM(x))) {
+        PyErr_SetString(PyExc_TypeError, "_ops_fma: C-contiguous float32/float64 arrays "
+                        "of one shape and dtype");
+        return NULL;
+    }
+    PyObject *r = PyArray_SimpleNew(PyArray_NDIM(x), PyArray_DIMS(x), tn);
+    if (r == NULL) {
+        return NULL;
+    }
+    npy_intp n = PyArray_SIZE(x);
+    if (tn == NPY_FLOAT32) {
+        const float *a = PyArray_DATA(x), *b = PyArray_DATA(y);
+        float *o = PyArray_DATA((PyArrayObject *)r), al = (float)alpha;
+        for (npy_intp i = 0; i < n; i++) {
+            o[i] = fmaf(b[i], al, a[i]);
+        }
+    }
+    else {
+        const double *a = PyArray_DATA(x), *b = PyArray_DATA(y);
+        double *o = PyArray_DATA((PyArrayObject *)r);
+        for (npy_intp i = 0; i < n; i++) {
+            o[i] = fma(b[i], alpha, a[i]);
+        }
+    }
+    return r;
+}
+
 static PyObject *
 py_bump(PyObject *m, PyObject *t)
 {
@@ -1479,6 +1529,7 @@ static PyMethodDef ops_methods[] = {
     {"_ops_wrap", py_wrap, METH_O, "ndarray -> Tensor (no copy if contiguous)"},
     {"_ops_array", py_array, METH_O, "Tensor -> ndarray view"},
     {"_ops_bump_version", py_bump, METH_O, "bump a tensor's version"},
+    {"_ops_fma", py_fma, METH_VARARGS, "x + y * alpha rounded once (eager add/sub with alpha)"},
     {"_op_functions", py_functions, METH_NOARGS,
      "name -> public function object"},
     {NULL},

@@ -198,6 +198,16 @@ def _alpha_op(name, input, other, alpha):
         o = _arr(other) if _is_t(other) else np.asarray(other)
         i = _arr(input) if _is_t(input) else np.asarray(input)
         return _wrap(np.logical_or(i, np.logical_and(o, bool(alpha))))
+    if rt.kind == "f" and _is_t(input):
+        # torch's CPU kernel: vec::fmadd(other, alpha, input), rounded once;
+        # operands and alpha in the result dtype, float16 computed in float32
+        ct = np.float32 if rt == np.float16 else rt
+        i = _arr(input).astype(rt, copy=False).astype(ct, copy=False)
+        o = (_arr(other) if _is_t(other) else np.asarray(other)).astype(rt).astype(ct, copy=False)
+        i, o = np.broadcast_arrays(i, o)
+        r = _C._ops_fma(np.ascontiguousarray(i), np.ascontiguousarray(o),
+                        float(rt.type(-alpha if name == "sub" else alpha)))
+        return _wrap(r.astype(rt, copy=False), input, other)
     if _is_t(other) and _arr(other).dtype != rt:
         # torch scales in the result dtype: float64 - float32 * 3 scales in float64
         other = _wrap(_arr(other), other, dtype=rt)
