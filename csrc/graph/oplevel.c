@@ -91,7 +91,9 @@ stax_graph_p_emit(p_op_ctx *c, const char *opname, const char *ovl,
                   PyObject *args, PyObject *kwargs, int mutating)
 {
     PyObject *target = NULL, *node = NULL, *tag = NULL;
-    if (strcmp(opname, "getitem") == 0) {
+    const stax_op_info *row = stax_op_row(opname);
+    int is_getitem = row != NULL && row->id == STAX_OP_GETITEM;
+    if (is_getitem) {
         target = Py_NewRef(stax_pyop_function(
             &stax_pyop_table[STAX_PYOP_GETITEM], 0));
     }
@@ -105,7 +107,7 @@ stax_graph_p_emit(p_op_ctx *c, const char *opname, const char *ovl,
     if (node == NULL) {
         goto done;
     }
-    if (strcmp(opname, "getitem") != 0) {
+    if (!is_getitem) {
         tag = PyUnicode_FromFormat("%s.%s", opname, ovl);
         if (tag == NULL || p_meta_set(node, "op_overload", tag) < 0) {
             Py_CLEAR(node);
@@ -153,10 +155,10 @@ static PyObject *
 p_emit_decomp(const char *opname, PyObject *args, void *vctx)
 {
     p_op_ctx *c = vctx;
-    if (strcmp(opname, "getitem") == 0) {
-        return stax_graph_p_emit(c, "getitem", "", args, NULL, 0);
-    }
     const stax_op_info *op = stax_graph_p_op_by_name(opname);
+    if (op != NULL && op->id == STAX_OP_GETITEM) {
+        return stax_graph_p_emit(c, op->name, "", args, NULL, 0);
+    }
     if (op == NULL) {
         PyErr_Format(PyExc_LookupError, "decomposition names an unknown op "
                      "%s", opname);
@@ -487,11 +489,10 @@ p_lower_inplace(p_op_ctx *c, PyObject *n, p_opref *r, PyObject *args,
         /* the functional twin: add_ -> add */
         v = p_functional_twin(c, r, m, mapped, mkw);
     }
-    else if (r->info == NULL && (strcmp(r->name, "zero_") == 0
-                                 || strcmp(r->name, "fill_") == 0)) {
+    else if (r->info == NULL && r->call != NULL && r->call->kind == STAX_CALLK_FILL) {
         /* methods of the tensor room without a row: their values */
         PyObject *fv = NULL;
-        if (r->name[0] == 'z') {
+        if (r->call->key == STAX_CALL_ZERO_) {
             fv = PyLong_FromLong(0);
         }
         else if (PyTuple_GET_SIZE(mapped) >= 2) {

@@ -190,10 +190,13 @@ p_is_const_tensor_node(PyObject *o, double v)
     int r = 0;
     if (nm != NULL && PyUnicode_Check(nm)) {
         const char *s = PyUnicode_AsUTF8(nm);
-        if (s != NULL) {
-            r = v == 0.0 ? (!strcmp(s, "zeros") || !strcmp(s, "zeros_like"))
-                         : (!strcmp(s, "ones") || !strcmp(s, "ones_like"));
-        }
+        /* zeros/ones (call rows), zeros_like/ones_like (op rows) */
+        const stax_call_info *ci = s != NULL ? stax_call_by_name(s) : NULL;
+        const stax_op_info *row = s != NULL && ci == NULL ? stax_op_row(s) : NULL;
+        stax_call_key_t k = ci != NULL ? ci->key : STAX_CALL_NONE;
+        stax_op_id_t id = row != NULL ? row->id : STAX_OP_NONE;
+        r = v == 0.0 ? (k == STAX_CALL_ZEROS || id == STAX_OP_ZEROS_LIKE)
+                     : (k == STAX_CALL_ONES || id == STAX_OP_ONES_LIKE);
     }
     PyErr_Clear();
     Py_XDECREF(t);
@@ -673,7 +676,7 @@ p_constfold(p_pass_ctx *c)
         int ip = 0;
         const stax_pyop_info *po = s ? stax_pyop_by_fn(s, &ip) : NULL;
         int ok = po != NULL && !ip && (po->flags & STAX_PYOPF_FOLD);
-        int is_getitem = s && strcmp(s, "getitem") == 0;
+        int is_getitem = po != NULL && po->key == STAX_PYOP_GETITEM;
         Py_XDECREF(nm);
         PyObject *args = ok ? p_args(n) : NULL;
         if (args == NULL) {

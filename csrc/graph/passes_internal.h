@@ -47,6 +47,7 @@ typedef struct {
     int setitem;                /* operator.setitem */
     int random;                 /* draws random numbers (table or name) */
     int inplace_arg;            /* functional op called with inplace=True */
+    const stax_call_info *call; /* a name without an op row (zero_, rand) */
     char name[64];              /* name as written (add_, truediv...) */
 } p_opref;
 int stax_graph_p_node_opref(PyObject *node, p_opref *out); /* 1 known, 0 not */

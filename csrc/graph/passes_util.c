@@ -229,22 +229,20 @@ stax_graph_p_node_opref(PyObject *node, p_opref *out)
             Py_DECREF(target);
             return 0;
         }
-        {
-            /* operator.iadd -> add_; operator.imatmul -> matmul_ (no twin:
-             * an unknown in-place op below) */
-            int ip = 0;
-            const stax_pyop_info *po = stax_pyop_by_fn(out->name, &ip);
-            if (po != NULL && po->op != STAX_OP_NONE) {
-                const stax_op_info *o = &stax_op_table[po->op];
-                snprintf(out->name, sizeof(out->name), "%s%s",
-                         ip && o->inplace ? o->inplace : o->name,
-                         ip && !o->inplace ? "_" : "");
-            }
+        /* operator.iadd -> add_; operator.imatmul -> matmul_ (no twin:
+         * an unknown in-place op below) */
+        int ip = 0;
+        const stax_pyop_info *po = stax_pyop_by_fn(out->name, &ip);
+        if (po != NULL && po->op != STAX_OP_NONE) {
+            const stax_op_info *o = &stax_op_table[po->op];
+            snprintf(out->name, sizeof(out->name), "%s%s",
+                     ip && o->inplace ? o->inplace : o->name,
+                     ip && !o->inplace ? "_" : "");
         }
-        if (strcmp(out->name, "getitem") == 0) {
+        if (po != NULL && po->key == STAX_PYOP_GETITEM) {
             out->getitem = 1;
         }
-        else if (strcmp(out->name, "setitem") == 0) {
+        else if (po != NULL && po->key == STAX_PYOP_SETITEM) {
             out->setitem = 1;
             out->inplace = 1;
         }
@@ -258,15 +256,11 @@ stax_graph_p_node_opref(PyObject *node, p_opref *out)
         out->info = stax_graph_p_op_by_name(out->name);
         return 1;
     }
-    static const char *random_names[] = {
-        "rand", "randn", "randint", "randperm", "rand_like", "randn_like",
-        "randint_like", "normal", "bernoulli", "multinomial", "dropout",
-        "uniform_", "normal_", "bernoulli_", "random_", "exponential_", NULL,
-    };
-    for (int i = 0; random_names[i]; i++) {
-        if (strcmp(out->name, random_names[i]) == 0) {
-            out->random = 1;
-        }
+    out->call = stax_call_by_name(out->name);
+    if (out->call != NULL && (out->call->kind == STAX_CALLK_RANDOM
+                              || (out->call->kind == STAX_CALLK_FACTORY
+                                  && out->call->op != STAX_OP_NONE))) {
+        out->random = 1;   /* randint, rand (rand_like's draws), random_ */
     }
     const stax_op_info *info = stax_graph_p_op_by_name(out->name);
     if (info != NULL) {

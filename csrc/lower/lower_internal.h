@@ -261,13 +261,12 @@ int lw_lower_reduction(lw_ctx *c, struct lw_node_in *in, PyObject *bound,
                        vbuf *x, vbuf *out, const char **why);
 /* zeros/ones/full/empty/rand/randn (no op-table row: the value gives the
  * shape and dtype): 1 lowered into *outp, 0 refused (*why), -1 error */
-int lw_is_factory(const char *name);
-int lw_lower_factory(lw_ctx *c, const char *name, PyObject *args, PyObject *kwargs,
+int lw_lower_factory(lw_ctx *c, const stax_call_info *call, PyObject *args, PyObject *kwargs,
                      PyObject *val, vbuf **outp, const char **why);
 /* movedim / moveaxis / diagonal (no op-table row): index-map views of the
  * node's first argument; 1 lowered into *outp, 0 refused (*why), -1 error */
-int lw_is_extra_view(const char *name);
-int lw_lower_extra_view(lw_ctx *c, struct lw_node_in *in, vbuf **outp, const char **why);
+int lw_lower_extra_view(lw_ctx *c, const stax_call_info *call, struct lw_node_in *in,
+                        vbuf **outp, const char **why);
 /* integer division, remainder or fmod in the body of v (the value of a
  * node of op `op`, checked for floor_divide/remainder/fmod/div only):
  * a kernel flagging a zero divisor (lw_ctx.zchecks); 0, or -1 + error */

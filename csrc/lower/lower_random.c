@@ -199,8 +199,6 @@ lw_lower_random(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
 }
 
 /* ------------------------------------------------------------ factories */
-static const char *const factory_names[] = {"zeros", "ones", "full", "empty", "rand", "randn",
-                                            "arange", NULL};
 
 static int is_cpu_device(PyObject *d);
 
@@ -247,17 +245,6 @@ lower_arange(lw_ctx *c, PyObject *args, PyObject *kwargs, vbuf *out, const char 
     return out->body ? 1 : -1;
 }
 
-int
-lw_is_factory(const char *name)
-{
-    for (int i = 0; name != NULL && factory_names[i]; i++) {
-        if (!strcmp(name, factory_names[i])) {
-            return 1;
-        }
-    }
-    return 0;
-}
-
 static int
 is_cpu_device(PyObject *d)
 {
@@ -277,9 +264,10 @@ is_cpu_device(PyObject *d)
  * generator=None) or the node is refused (out=, requires_grad=True, a
  * generator, a tensor fill value) */
 int
-lw_lower_factory(lw_ctx *c, const char *name, PyObject *args, PyObject *kwargs,
+lw_lower_factory(lw_ctx *c, const stax_call_info *call, PyObject *args, PyObject *kwargs,
                  PyObject *val, vbuf **outp, const char **why)
 {
+    const stax_call_key_t key = call->key;
     vbuf *out = lw_vb_new(c);
     int64_t st[STAX_MAX_DIMS];
     PyObject *fill = NULL;
@@ -290,15 +278,15 @@ lw_lower_factory(lw_ctx *c, const char *name, PyObject *args, PyObject *kwargs,
     if (val == NULL || !lw_val_info(val, &out->ndim, out->sizes, st, &out->dtype)) {
         UNSUPPORTED("factory whose value is not a tensor");
     }
-    if (!strcmp(name, "arange")) {
+    if (key == STAX_CALL_ARANGE) {
         int rc = lower_arange(c, args, kwargs, out, why);
         if (rc > 0) {
             *outp = out;
         }
         return rc;
     }
-    int random = !strcmp(name, "rand") || !strcmp(name, "randn");
-    if (!strcmp(name, "full")) {
+    int random = call->op != STAX_OP_NONE;   /* rand -> rand_like's draws */
+    if (key == STAX_CALL_FULL) {
         fill = args != NULL && PyTuple_Check(args) && PyTuple_GET_SIZE(args) >= 2
                ? PyTuple_GET_ITEM(args, 1) : NULL;
     }
@@ -314,7 +302,7 @@ lw_lower_factory(lw_ctx *c, const char *name, PyObject *args, PyObject *kwargs,
             if (!strcmp(kn, "dtype") || !strcmp(kn, "size") || !strcmp(kn, "memory_format")) {
                 continue;     /* the value's dtype and shape; contiguous */
             }
-            if (!strcmp(kn, "fill_value") && !strcmp(name, "full")) {
+            if (!strcmp(kn, "fill_value") && key == STAX_CALL_FULL) {
                 fill = v;
             }
             else if (!strcmp(kn, "device")) {
@@ -353,10 +341,7 @@ lw_lower_factory(lw_ctx *c, const char *name, PyObject *args, PyObject *kwargs,
         }
     }
     if (random) {
-        const stax_op_info *op = stax_op_by_name(name[4] == 'n' ? "randn_like" : "rand_like");
-        if (op == NULL) {
-            UNSUPPORTED("random factory without a native lowering");
-        }
+        const stax_op_info *op = &stax_op_table[call->op];
         struct lw_node_in in;
         memset(&in, 0, sizeof(in));
         in.opname = op->name;
@@ -368,8 +353,8 @@ lw_lower_factory(lw_ctx *c, const char *name, PyObject *args, PyObject *kwargs,
         }
         return rc;
     }
-    double v = !strcmp(name, "ones") ? 1.0 : 0.0;
-    if (!strcmp(name, "full")) {
+    double v = key == STAX_CALL_ONES ? 1.0 : 0.0;
+    if (key == STAX_CALL_FULL) {
         if (fill == NULL || !(PyBool_Check(fill) || PyLong_Check(fill) || PyFloat_Check(fill))) {
             UNSUPPORTED("full with a fill value that is not a Python number");
         }

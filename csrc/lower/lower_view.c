@@ -460,13 +460,6 @@ lw_lower_view(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
 }
 
 /* ------------------------------------------ views without an op-table row */
-int
-lw_is_extra_view(const char *name)
-{
-    return name != NULL && (!strcmp(name, "movedim") || !strcmp(name, "moveaxis")
-                            || !strcmp(name, "diagonal"));
-}
-
 /* positional argument i or keyword `kw` of a node, or dflt (borrowed) */
 static PyObject *
 node_arg(PyObject *args, PyObject *kwargs, int i, const char *kw, PyObject *dflt)
@@ -481,10 +474,10 @@ node_arg(PyObject *args, PyObject *kwargs, int i, const char *kw, PyObject *dflt
 /* movedim(x, source, destination) and diagonal(x, offset, dim1, dim2): index
  * maps (views); every keyword is one of the schema's or the node is refused */
 int
-lw_lower_extra_view(lw_ctx *c, struct lw_node_in *in, vbuf **outp, const char **why)
+lw_lower_extra_view(lw_ctx *c, const stax_call_info *call, struct lw_node_in *in,
+                    vbuf **outp, const char **why)
 {
-    const char *name = in->opname;
-    int mv = strcmp(name, "diagonal") != 0;
+    int mv = call->key != STAX_CALL_DIAGONAL;
     static const char *const mv_kw[] = {"source", "destination", NULL};
     static const char *const dg_kw[] = {"offset", "dim1", "dim2", NULL};
     const char *const *allowed = mv ? mv_kw : dg_kw;

@@ -13,28 +13,6 @@
 #include <string.h>
 
 /* ------------------------------------------------------------- driver */
-/* other spellings of an op a node may call (Python operators are read
- * from ops.def in target_name) */
-static const char *
-method_alias(const char *n)
-{
-    static const char *const map[][2] = {
-        {"concat", "cat"},
-        {"concatenate", "cat"}, {"absolute", "abs"}, {"clamp_", "clamp_"},
-        {"divide", "div"}, {"multiply", "mul"}, {"subtract", "sub"},
-        {"greater", "gt"}, {"less", "lt"}, {"permute", "permute"},
-        {"float", "to"}, {"double", "to"}, {"half", "to"}, {"int", "to"},
-        {"long", "to"}, {"bool", "to"}, {"short", "to"}, {"byte", "to"},
-        {"char", "to"}, {"type", "to"}, {"type_as", "to"},
-        {NULL, NULL}};
-    for (int i = 0; map[i][0]; i++) {
-        if (!strcmp(map[i][0], n)) {
-            return map[i][1];
-        }
-    }
-    return n;
-}
-
 /* the op name of a node's target (new str) or NULL (no exception) */
 static PyObject *
 target_name(PyObject *node, int *is_method)
@@ -77,29 +55,37 @@ done:
 }
 
 /* A call node's target: its name (new str, or NULL without exception),
- * base (the op-table spelling: method aliases and ".overload" resolved,
- * "" when unknown) and *op (the op table's info for base, or NULL). */
+ * base (the op-table spelling: method aliases (ops.def's STAX_CALL rows) and
+ * ".overload" resolved, "" when unknown), *op (the op table's info for base,
+ * or NULL) and *call (the STAX_CALL row of a name without an op row, or
+ * NULL); resolved once here, the rules switch on ids. */
 static PyObject *
 node_target(PyObject *node, int *is_method, char *base, size_t nbase,
-            const stax_op_info **op)
+            const stax_op_info **op, const stax_call_info **call)
 {
     PyObject *nm = target_name(node, is_method);
     const char *opname = nm ? PyUnicode_AsUTF8(nm) : NULL;
-    const char *alias;
+    const stax_call_info *ci = opname ? stax_call_by_name(opname) : NULL;
     base[0] = 0;
+    *call = NULL;
     if (opname == NULL) {
         PyErr_Clear();
     }
-    alias = opname ? method_alias(opname) : NULL;
-    if (alias) {
+    else if (ci != NULL && ci->kind == STAX_CALLK_ALIAS) {
+        snprintf(base, nbase, "%s", stax_op_table[ci->op].name);
+    }
+    else {
         /* "add.Tensor" (op overloads) -> "add" */
-        snprintf(base, nbase, "%s", alias);
+        snprintf(base, nbase, "%s", opname);
         char *dot = strchr(base, '.');
         if (dot) {
             *dot = 0;
         }
     }
     *op = base[0] ? stax_op_by_name(base) : NULL;
+    if (*op == NULL) {
+        *call = ci;
+    }
     return nm;
 }
 
@@ -619,9 +605,10 @@ rg_extra_template(PyObject *gm)
                 goto done;
             }
             const stax_op_info *info;
+            const stax_call_info *call;
             char base[96];
             int im = 0;
-            Py_XDECREF(node_target(node, &im, base, sizeof(base), &info));
+            Py_XDECREF(node_target(node, &im, base, sizeof(base), &info, &call));
             PyObject *val = node_val(node, NULL);
             if ((info != NULL && stax_op_nondiff(info))
                 || (val != NULL && StaxTensor_Check(val)
@@ -837,16 +824,15 @@ stax_lower_program(PyObject *gm, PyObject *examples, stax_backend *be,
  * lowered for its own sizes, and in symbolic lowering the constants
  * become size arguments). 1: *out is that constant, 0: not such a node. */
 static int
-sym_node_const(lw_ctx *c, PyObject *node, const char *opname, PyObject *val, vbuf **vb,
+sym_node_const(lw_ctx *c, PyObject *node, const stax_call_info *call, PyObject *val, vbuf **vb,
                PyObject *index, vbuf **out)
 {
-    if (val == NULL || !(PyLong_CheckExact(val) || PyFloat_CheckExact(val) || PyBool_Check(val))
-        || opname == NULL) {
+    if (val == NULL || !(PyLong_CheckExact(val) || PyFloat_CheckExact(val) || PyBool_Check(val))) {
         return 0;
     }
     PyObject *tg = PyObject_GetAttrString(node, "target");
     int ip = 0;
-    int is_size = tg != NULL && PyUnicode_Check(tg) && !strcmp(opname, "size");
+    int is_size = tg != NULL && PyUnicode_Check(tg) && call != NULL && call->key == STAX_CALL_SIZE;
     int is_op = tg != NULL && !PyUnicode_Check(tg) && stax_pyop_for_target(tg, &ip) != NULL;
     Py_XDECREF(tg);
     PyErr_Clear();
@@ -1155,7 +1141,7 @@ take_input_copy(lw_build *b, Py_ssize_t i, PyObject *node, vbuf **v)
 /* the lowering rule of a call node: rc 1 lowered (*v), 0 not (*why) */
 static int
 lower_rule(lw_build *b, PyObject *node, const char *base, const stax_op_info *op,
-           PyObject *val, vbuf **v, const char **why)
+           const stax_call_info *call, PyObject *val, vbuf **v, const char **why)
 {
     lw_ctx *c = b->c;
     PyObject *nargs0 = PyObject_GetAttrString(node, "args");
@@ -1173,17 +1159,17 @@ lower_rule(lw_build *b, PyObject *node, const char *base, const stax_op_info *op
     else if (val == NULL) {
         *why = "node without meta['val']";
     }
-    else if (op == NULL && lw_is_factory(base)) {
-        rc = lw_lower_factory(c, base, nargs, kw, val, v, why);
+    else if (op == NULL && call != NULL && call->kind == STAX_CALLK_FACTORY) {
+        rc = lw_lower_factory(c, call, nargs, kw, val, v, why);
         if (rc < 0) {
             PyErr_Clear();
             *why = "lowering of a factory failed";
             rc = 0;
         }
     }
-    else if (op == NULL && lw_is_extra_view(base)) {
+    else if (op == NULL && call != NULL && call->kind == STAX_CALLK_VIEW) {
         struct lw_node_in in = {base, NULL, node, nargs, kw, val, b->vb, b->index};
-        rc = lw_lower_extra_view(c, &in, v, why);
+        rc = lw_lower_extra_view(c, call, &in, v, why);
         if (rc < 0) {
             PyErr_Clear();
             *why = "lowering of a view failed";
@@ -1228,7 +1214,8 @@ lower_call(lw_build *b, Py_ssize_t i, PyObject *node, vbuf **v)
     int is_method = 0, rc = -1;
     char base[96];
     const stax_op_info *op;
-    PyObject *nm = node_target(node, &is_method, base, sizeof(base), &op), *val = NULL;
+    const stax_call_info *call;
+    PyObject *nm = node_target(node, &is_method, base, sizeof(base), &op, &call), *val = NULL;
     const char *opname = nm ? PyUnicode_AsUTF8(nm) : NULL;
     const char *why = NULL;
     if (op != NULL && op->id == STAX_OP_COPY_ && take_input_copy(b, i, node, v)) {
@@ -1236,7 +1223,7 @@ lower_call(lw_build *b, Py_ssize_t i, PyObject *node, vbuf **v)
         goto done;
     }
     val = node_val(node, b->vals);
-    switch (sym_node_const(b->c, node, opname, val, b->vb, b->index, v)) {
+    switch (sym_node_const(b->c, node, call, val, b->vb, b->index, v)) {
     case -1:
         goto done;
     case 1:
@@ -1245,7 +1232,7 @@ lower_call(lw_build *b, Py_ssize_t i, PyObject *node, vbuf **v)
     default:
         break;
     }
-    if (lower_rule(b, node, base, op, val, v, &why) == 0) {
+    if (lower_rule(b, node, base, op, call, val, v, &why) == 0) {
         if (b->strict) {
             strict_error(node, opname ? opname : "?", why ? why : "unsupported");
             goto done;

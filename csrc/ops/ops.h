@@ -215,6 +215,37 @@ PyObject *stax_pyop_function(const stax_pyop_info *p, int inplace);
  * when inplace; NULL if none (lshift, imatmul). */
 const stax_op_info *stax_pyop_op(const stax_pyop_info *p, int inplace);
 
+/* ---- call targets without a row (the STAX_CALL rows of ops.def) ---- */
+typedef enum {
+    STAX_CALLK_ALIAS,      /* another spelling of op (x.divide, x.float)  */
+    STAX_CALLK_FACTORY,    /* zeros/ones/full/empty/rand/randn/arange     */
+    STAX_CALLK_VIEW,       /* movedim/moveaxis/diagonal                   */
+    STAX_CALLK_FILL,       /* zero_/fill_: a constant written in place    */
+    STAX_CALLK_SIZE,       /* x.size(...)                                 */
+    STAX_CALLK_RANDOM,     /* randint/normal/random_...: draws            */
+} stax_call_kind_t;
+
+typedef enum {
+    STAX_CALL_NONE = -1,
+#define STAX_CALL(KEY, name, OP, KIND) STAX_CALL_##KEY,
+#include "ops/ops.def"
+    STAX_CALL_COUNT
+} stax_call_key_t;
+
+typedef struct {
+    stax_call_key_t key;
+    const char *name;
+    stax_op_id_t op;       /* ALIAS: the op; FACTORY: its random op; NONE */
+    stax_call_kind_t kind;
+} stax_call_info;
+
+extern const stax_call_info stax_call_table[STAX_CALL_COUNT];
+
+/* The row of a call target's name ("divide", "zeros", "zero_"; an
+ * ".overload" suffix is ignored); NULL if none. Resolve once per node, then
+ * switch on ->key / ->kind. */
+const stax_call_info *stax_call_by_name(const char *name);
+
 /* Autograd: when a hook is set and grad mode is on, every op call (after
  * __tensor_function__ dispatch) goes through the hook, which runs the op
  * through `kernel` and records the result's history (csrc/autograd/). */

@@ -59,6 +59,26 @@ const stax_pyop_info stax_pyop_table[] = {
 _Static_assert(sizeof(stax_pyop_table) / sizeof(stax_pyop_table[0])
                == STAX_PYOP_COUNT, "stax_pyop_table: one row per key");
 
+const stax_call_info stax_call_table[] = {
+#define STAX_CALL(KEY, name, OP, KIND) {STAX_CALL_##KEY, name, STAX_OP_##OP, KIND},
+#include "ops/ops.def"
+};
+_Static_assert(sizeof(stax_call_table) / sizeof(stax_call_table[0])
+               == STAX_CALL_COUNT, "stax_call_table: one row per key");
+
+const stax_call_info *
+stax_call_by_name(const char *name)
+{
+    size_t n = name != NULL ? strcspn(name, ".") : 0;
+    for (int i = 0; n > 0 && i < STAX_CALL_COUNT; i++) {
+        const char *r = stax_call_table[i].name;
+        if (strncmp(r, name, n) == 0 && r[n] == 0) {
+            return &stax_call_table[i];
+        }
+    }
+    return NULL;
+}
+
 static PyObject *pyop_fns[STAX_PYOP_COUNT][2];   /* strong: operator.<fn>/<ifn> */
 
 /* in-place twins: info copies of the out-of-place rows */
