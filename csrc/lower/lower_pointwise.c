@@ -17,12 +17,6 @@ is_number(PyObject *o)
 }
 
 /* ------------------------------------------------------------ promotion */
-static int
-dt_cat(stax_dtype_t d)
-{
-    return d == STAX_BOOL ? 0 : (lw_is_float(d) ? 2 : 1);
-}
-
 /* torch.result_type over tensor operands (vbufs) and Python scalars, by
  * the tensor room's one promotion routine */
 static stax_dtype_t
@@ -110,21 +104,23 @@ f_operand(fctx *f, PyObject *o)
     return r;
 }
 
+/* The type two operands of a comparison meet in: the tensor room's one
+ * promotion routine, a literal ranking as a wrapped Python scalar (torch's
+ * category rule: 2.5 lifts an int tensor to the default float, 300 leaves
+ * int8 alone); a float literal is wrapped as the default dtype. */
 static stax_dtype_t
 pair_type(fval *a, fval *b)
 {
-    if (a->weak && !b->weak) {
-        stax_dtype_t bt = b->v->dtype, at = a->v->dtype;
-        return dt_cat(at) > dt_cat(bt) ? (at == STAX_FLOAT64 ? stax_default_dtype() : at) : bt;
+    stax_promo_operand d[2];
+    fval *x[2] = {a, b};
+    for (int i = 0; i < 2; i++) {
+        d[i].dtype = x[i]->v->dtype;
+        d[i].rank = x[i]->weak ? STAX_PROMO_SCALAR : STAX_PROMO_TENSOR;
+        if (x[i]->weak && d[i].dtype == STAX_FLOAT64) {
+            d[i].dtype = stax_default_dtype();
+        }
     }
-    if (b->weak && !a->weak) {
-        return pair_type(b, a);
-    }
-    if (a->weak && b->weak) {
-        stax_dtype_t t = stax_promote_types(a->v->dtype, b->v->dtype);
-        return t == STAX_FLOAT64 ? stax_default_dtype() : t;
-    }
-    return stax_promote_types(a->v->dtype, b->v->dtype);
+    return stax_result_type_of(d, 2);
 }
 
 /* d rounded to the nearest float16 (ties to even), as a double */
