@@ -666,6 +666,57 @@ p_copy_call(p_op_ctx *c, PyObject *n, p_opcode_t opc, PyObject *mapped, PyObject
     return rc;
 }
 
+/* 1 if a node argument of a call is (or may be) a tensor, 0 when every
+ * argument is a Python number (scalar arithmetic among sizes) */
+static int
+p_any_tensor_arg(PyObject *args, PyObject *mapped)
+{
+    int any_tensor = 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args); i++) {
+        PyObject *a = PyTuple_GET_ITEM(args, i);
+        PyObject *ma = PyTuple_GET_ITEM(mapped, i);
+        if (stax_graph_p_is_node(a)) {
+            PyObject *av = stax_graph_p_val(a);
+            any_tensor |= av == NULL || p_is_tensor_val(av)
+                          || (stax_graph_p_is_node(ma)
+                              && p_is_tensor_val(stax_graph_p_val(ma)));
+        }
+    }
+    return any_tensor;
+}
+
+/* a view op of the table (or a call that aliased its input on the samples)
+ * of the value x: a view step, view.default becoming reshape (a view of a
+ * functional value: values, not layout); 0, or -1 with an exception */
+static int
+p_table_view(p_op_ctx *c, PyObject *n, const stax_op_info *info, PyObject *x,
+             PyObject *bound)
+{
+    char ovl[64];
+    PyObject *cargs = NULL, *ckw = NULL;
+    stax_graph_p_choose_overload(info, bound, ovl, sizeof(ovl));
+    if (stax_graph_p_call_args(info, ovl, bound, &cargs, &ckw) < 0) {
+        return -1;
+    }
+    PyObject *tail = PyTuple_GetSlice(cargs, 1, PyTuple_GET_SIZE(cargs));
+    Py_DECREF(cargs);
+    Py_DECREF(ckw);
+    if (tail == NULL) {
+        return -1;
+    }
+    const char *vname = info->name;
+    if (info->id == STAX_OP_VIEW && !strcmp(ovl, "default")) {
+        vname = "reshape";
+    }
+    PyObject *v = stax_graph_p_view_step(c, n, x, vname, ovl, tail, stax_graph_p_val(n));
+    Py_DECREF(tail);
+    if (v == NULL) {
+        return -1;
+    }
+    Py_DECREF(v);
+    return 0;
+}
+
 static int
 p_lower_call(p_op_ctx *c, PyObject *n, p_opcode_t opc)
 {
@@ -724,17 +775,7 @@ p_lower_call(p_op_ctx *c, PyObject *n, p_opcode_t opc)
     }
     if (known && r.info != NULL) {
         /* scalar arithmetic among Python numbers stays as it is */
-        int any_tensor = 0;
-        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args); i++) {
-            PyObject *a = PyTuple_GET_ITEM(args, i);
-            PyObject *ma = PyTuple_GET_ITEM(mapped, i);
-            if (stax_graph_p_is_node(a)) {
-                PyObject *av = stax_graph_p_val(a);
-                any_tensor |= av == NULL || p_is_tensor_val(av)
-                              || (stax_graph_p_is_node(ma)
-                                  && p_is_tensor_val(stax_graph_p_val(ma)));
-            }
-        }
+        int any_tensor = p_any_tensor_arg(args, mapped);
         /* does the result share the input's storage (on the samples)? a
          * view op that copied (reshape of a non-contiguous tensor) is a
          * fresh value; contiguous()/to() that returned the input is an
@@ -750,27 +791,7 @@ p_lower_call(p_op_ctx *c, PyObject *n, p_opcode_t opc)
         if (((r.info->kind == STAX_OPK_VIEW && alias != 0) || alias == 1)
             && PyTuple_GET_SIZE(mapped) > 0
             && stax_graph_p_is_node(PyTuple_GET_ITEM(args, 0))) {
-            char ovl[64];
-            PyObject *cargs = NULL, *ckw = NULL;
-            stax_graph_p_choose_overload(r.info, bound, ovl, sizeof(ovl));
-            if (stax_graph_p_call_args(r.info, ovl, bound, &cargs, &ckw) < 0) {
-                goto done;
-            }
-            PyObject *tail = PyTuple_GetSlice(cargs, 1, PyTuple_GET_SIZE(cargs));
-            Py_DECREF(cargs);
-            Py_DECREF(ckw);
-            if (tail == NULL) {
-                goto done;
-            }
-            /* a view of a functional value: reshape (values, not layout) */
-            const char *vname = r.info->name;
-            if (r.info->id == STAX_OP_VIEW && !strcmp(ovl, "default")) {
-                vname = "reshape";
-            }
-            v = stax_graph_p_view_step(c, n, PyTuple_GET_ITEM(args, 0), vname, ovl,
-                                       tail, stax_graph_p_val(n));
-            Py_DECREF(tail);
-            rc = v ? 0 : -1;
+            rc = p_table_view(c, n, r.info, PyTuple_GET_ITEM(args, 0), bound);
             goto done;
         }
         if (any_tensor && r.is_operator && PyTuple_GET_SIZE(mapped) == 2
