@@ -546,30 +546,15 @@ gen_prim(cg_t *g, const stax_lval *v)
     return r;
 }
 
+/* Division, floor division, fmod and remainder (integer ones without a
+ * trap); NULL when v->prim is none of them. */
 static LLVMValueRef
-gen_prim_in(cg_t *g, const stax_lval *v, stax_dtype_t adt, LLVMValueRef *x)
+gen_prim_divmod(cg_t *g, const stax_lval *v, stax_dtype_t adt, LLVMValueRef *x)
 {
     int fp = is_fp(adt), un = is_unsigned(adt);
     LLVMTypeRef t = reg_type(g, adt);
     LLVMBuilderRef b = g->b;
     switch (v->prim) {
-    case STAX_PRIM_ADD:
-        return fp ? LLVMBuildFAdd(b, x[0], x[1], "")
-                  : (adt == STAX_BOOL ? LLVMBuildOr(b, x[0], x[1], "")
-                                      : LLVMBuildAdd(b, x[0], x[1], ""));
-    case STAX_PRIM_SUB:
-        return fp ? LLVMBuildFSub(b, x[0], x[1], "") : LLVMBuildSub(b, x[0], x[1], "");
-    case STAX_PRIM_FMA:
-        if (fp) {
-            return intrinsic(g, "llvm.fma", t, x, 3);
-        }
-        return adt == STAX_BOOL
-            ? LLVMBuildOr(b, LLVMBuildAnd(b, x[0], x[1], ""), x[2], "")
-            : LLVMBuildAdd(b, LLVMBuildMul(b, x[0], x[1], ""), x[2], "");
-    case STAX_PRIM_MUL:
-        return fp ? LLVMBuildFMul(b, x[0], x[1], "")
-                  : (adt == STAX_BOOL ? LLVMBuildAnd(b, x[0], x[1], "")
-                                      : LLVMBuildMul(b, x[0], x[1], ""));
     case STAX_PRIM_DIV:
         if (fp) {
             return LLVMBuildFDiv(b, x[0], x[1], "");
@@ -660,6 +645,20 @@ gen_prim_in(cg_t *g, const stax_lval *v, stax_dtype_t adt, LLVMValueRef *x)
         }
         return LLVMBuildSelect(b, isz, z, r, "");
     }
+    default:
+        return NULL;
+    }
+}
+
+/* Unary math (neg, abs, sign, exp/log, roots, trigonometry, rounding,
+ * sigmoid) and pow; NULL when v->prim is none of them. */
+static LLVMValueRef
+gen_prim_math(cg_t *g, const stax_lval *v, stax_dtype_t adt, LLVMValueRef *x)
+{
+    int fp = is_fp(adt), un = is_unsigned(adt);
+    LLVMTypeRef t = reg_type(g, adt);
+    LLVMBuilderRef b = g->b;
+    switch (v->prim) {
     case STAX_PRIM_NEG:
         return fp ? LLVMBuildFNeg(b, x[0], "") : LLVMBuildNeg(b, x[0], "");
     case STAX_PRIM_ABS:
@@ -735,6 +734,20 @@ gen_prim_in(cg_t *g, const stax_lval *v, stax_dtype_t adt, LLVMValueRef *x)
         return LLVMBuildFDiv(b, fconst(g, t, 1.0),
                              LLVMBuildFAdd(b, fconst(g, t, 1.0), e, ""), "");
     }
+    default:
+        return NULL;
+    }
+}
+
+/* Min/max, comparisons and the nan/inf tests; NULL when v->prim is none
+ * of them. */
+static LLVMValueRef
+gen_prim_compare(cg_t *g, const stax_lval *v, stax_dtype_t adt, LLVMValueRef *x)
+{
+    int fp = is_fp(adt), un = is_unsigned(adt);
+    LLVMTypeRef t = reg_type(g, adt);
+    LLVMBuilderRef b = g->b;
+    switch (v->prim) {
     case STAX_PRIM_MAX:
     case STAX_PRIM_MIN:
     case STAX_PRIM_MAXNAN:
@@ -766,6 +779,34 @@ gen_prim_in(cg_t *g, const stax_lval *v, stax_dtype_t adt, LLVMValueRef *x)
         }
         return LLVMBuildICmp(b, un ? upred[i] : spred[i], x[0], x[1], "");
     }
+    case STAX_PRIM_ISNAN:
+        if (!fp) {
+            return LLVMConstInt(g->i1, 0, 0);
+        }
+        return LLVMBuildFCmp(b, LLVMRealUNO, x[0], x[0], "");
+    case STAX_PRIM_ISINF:
+    case STAX_PRIM_ISFINITE: {
+        if (!fp) {
+            return LLVMConstInt(g->i1, v->prim == STAX_PRIM_ISFINITE, 0);
+        }
+        LLVMValueRef a = intrinsic(g, "llvm.fabs", t, x, 1);
+        return LLVMBuildFCmp(b, v->prim == STAX_PRIM_ISINF ? LLVMRealOEQ : LLVMRealOLT,
+                             a, fconst(g, t, INFINITY), "");
+    }
+    default:
+        return NULL;
+    }
+}
+
+/* Logical and bitwise operators and the shifts; NULL when v->prim is none
+ * of them. */
+static LLVMValueRef
+gen_prim_bits(cg_t *g, const stax_lval *v, stax_dtype_t adt, LLVMValueRef *x)
+{
+    int un = is_unsigned(adt);
+    LLVMTypeRef t = reg_type(g, adt);
+    LLVMBuilderRef b = g->b;
+    switch (v->prim) {
     case STAX_PRIM_AND: case STAX_PRIM_BITAND:
         return LLVMBuildAnd(b, x[0], x[1], "");
     case STAX_PRIM_OR: case STAX_PRIM_BITOR:
@@ -792,61 +833,99 @@ gen_prim_in(cg_t *g, const stax_lval *v, stax_dtype_t adt, LLVMValueRef *x)
         return LLVMBuildAShr(b, x[0], LLVMBuildSelect(b, wide, LLVMConstInt(t, w - 1, 0), x[1], ""),
                              "");
     }
-    case STAX_PRIM_ISNAN:
-        if (!fp) {
-            return LLVMConstInt(g->i1, 0, 0);
-        }
-        return LLVMBuildFCmp(b, LLVMRealUNO, x[0], x[0], "");
-    case STAX_PRIM_ISINF:
-    case STAX_PRIM_ISFINITE: {
-        if (!fp) {
-            return LLVMConstInt(g->i1, v->prim == STAX_PRIM_ISFINITE, 0);
-        }
-        LLVMValueRef a = intrinsic(g, "llvm.fabs", t, x, 1);
-        return LLVMBuildFCmp(b, v->prim == STAX_PRIM_ISINF ? LLVMRealOEQ : LLVMRealOLT,
-                             a, fconst(g, t, INFINITY), "");
-    }
-    case STAX_PRIM_PHILOX: {
-        LLVMValueRef i64_32 = LLVMConstInt(g->i64, 32, 0);
-        LLVMValueRef seed = x[0], off = x[1], j = x[2];
-        LLVMValueRef cc = LLVMBuildAdd(b, LLVMBuildLShr(b, off, LLVMConstInt(g->i64, 2, 0), ""),
-                                       LLVMBuildLShr(b, j, LLVMConstInt(g->i64, 2, 0), ""), "");
-        LLVMValueRef c0 = LLVMBuildTrunc(b, cc, g->i32, "");
-        LLVMValueRef c1 = LLVMBuildTrunc(b, LLVMBuildLShr(b, cc, i64_32, ""), g->i32, "");
-        LLVMValueRef c2 = LLVMConstInt(g->i32, 0, 0), c3 = LLVMConstInt(g->i32, 0, 0);
-        LLVMValueRef k0 = LLVMBuildTrunc(b, seed, g->i32, "");
-        LLVMValueRef k1 = LLVMBuildTrunc(b, LLVMBuildLShr(b, seed, i64_32, ""), g->i32, "");
-        for (int r = 0; r < 10; r++) {
-            LLVMValueRef p0 = LLVMBuildMul(b, LLVMBuildZExt(b, c0, g->i64, ""),
-                                           LLVMConstInt(g->i64, 0xD2511F53ULL, 0), "");
-            LLVMValueRef p1 = LLVMBuildMul(b, LLVMBuildZExt(b, c2, g->i64, ""),
-                                           LLVMConstInt(g->i64, 0xCD9E8D57ULL, 0), "");
-            LLVMValueRef hi0 = LLVMBuildTrunc(b, LLVMBuildLShr(b, p0, i64_32, ""), g->i32, "");
-            LLVMValueRef lo0 = LLVMBuildTrunc(b, p0, g->i32, "");
-            LLVMValueRef hi1 = LLVMBuildTrunc(b, LLVMBuildLShr(b, p1, i64_32, ""), g->i32, "");
-            LLVMValueRef lo1 = LLVMBuildTrunc(b, p1, g->i32, "");
-            LLVMValueRef n0 = LLVMBuildXor(b, LLVMBuildXor(b, hi1, c1, ""), k0, "");
-            LLVMValueRef n2 = LLVMBuildXor(b, LLVMBuildXor(b, hi0, c3, ""), k1, "");
-            c0 = n0;
-            c1 = lo1;
-            c2 = n2;
-            c3 = lo0;
-            k0 = LLVMBuildAdd(b, k0, LLVMConstInt(g->i32, 0x9E3779B9ULL, 0), "");
-            k1 = LLVMBuildAdd(b, k1, LLVMConstInt(g->i32, 0xBB67AE85ULL, 0), "");
-        }
-        LLVMValueRef sel = LLVMBuildAnd(b, j, LLVMConstInt(g->i64, 3, 0), "");
-        LLVMValueRef w = LLVMBuildSelect(
-            b, LLVMBuildICmp(b, LLVMIntEQ, sel, LLVMConstInt(g->i64, 0, 0), ""), c0,
-            LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntEQ, sel, LLVMConstInt(g->i64, 1, 0), ""), c1,
-                            LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntEQ, sel,
-                                                             LLVMConstInt(g->i64, 2, 0), ""),
-                                            c2, c3, ""), ""), "");
-        return LLVMBuildZExt(b, w, g->i64, "");
-    }
     default:
-        g->err = "primitive not supported by the LLVM back end";
-        return LLVMGetUndef(reg_type(g, v->dtype));
+        return NULL;
     }
+}
+
+/* Philox4x32-10 random bits: the 32-bit word for element x[2] of the
+ * stream keyed by x[0] at offset x[1], zero-extended to int64. */
+static LLVMValueRef
+gen_philox(cg_t *g, const LLVMValueRef *x)
+{
+    LLVMBuilderRef b = g->b;
+    LLVMValueRef i64_32 = LLVMConstInt(g->i64, 32, 0);
+    LLVMValueRef seed = x[0], off = x[1], j = x[2];
+    LLVMValueRef cc = LLVMBuildAdd(b, LLVMBuildLShr(b, off, LLVMConstInt(g->i64, 2, 0), ""),
+                                   LLVMBuildLShr(b, j, LLVMConstInt(g->i64, 2, 0), ""), "");
+    LLVMValueRef c0 = LLVMBuildTrunc(b, cc, g->i32, "");
+    LLVMValueRef c1 = LLVMBuildTrunc(b, LLVMBuildLShr(b, cc, i64_32, ""), g->i32, "");
+    LLVMValueRef c2 = LLVMConstInt(g->i32, 0, 0), c3 = LLVMConstInt(g->i32, 0, 0);
+    LLVMValueRef k0 = LLVMBuildTrunc(b, seed, g->i32, "");
+    LLVMValueRef k1 = LLVMBuildTrunc(b, LLVMBuildLShr(b, seed, i64_32, ""), g->i32, "");
+    for (int r = 0; r < 10; r++) {
+        LLVMValueRef p0 = LLVMBuildMul(b, LLVMBuildZExt(b, c0, g->i64, ""),
+                                       LLVMConstInt(g->i64, 0xD2511F53ULL, 0), "");
+        LLVMValueRef p1 = LLVMBuildMul(b, LLVMBuildZExt(b, c2, g->i64, ""),
+                                       LLVMConstInt(g->i64, 0xCD9E8D57ULL, 0), "");
+        LLVMValueRef hi0 = LLVMBuildTrunc(b, LLVMBuildLShr(b, p0, i64_32, ""), g->i32, "");
+        LLVMValueRef lo0 = LLVMBuildTrunc(b, p0, g->i32, "");
+        LLVMValueRef hi1 = LLVMBuildTrunc(b, LLVMBuildLShr(b, p1, i64_32, ""), g->i32, "");
+        LLVMValueRef lo1 = LLVMBuildTrunc(b, p1, g->i32, "");
+        LLVMValueRef n0 = LLVMBuildXor(b, LLVMBuildXor(b, hi1, c1, ""), k0, "");
+        LLVMValueRef n2 = LLVMBuildXor(b, LLVMBuildXor(b, hi0, c3, ""), k1, "");
+        c0 = n0;
+        c1 = lo1;
+        c2 = n2;
+        c3 = lo0;
+        k0 = LLVMBuildAdd(b, k0, LLVMConstInt(g->i32, 0x9E3779B9ULL, 0), "");
+        k1 = LLVMBuildAdd(b, k1, LLVMConstInt(g->i32, 0xBB67AE85ULL, 0), "");
+    }
+    LLVMValueRef sel = LLVMBuildAnd(b, j, LLVMConstInt(g->i64, 3, 0), "");
+    LLVMValueRef w = LLVMBuildSelect(
+        b, LLVMBuildICmp(b, LLVMIntEQ, sel, LLVMConstInt(g->i64, 0, 0), ""), c0,
+        LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntEQ, sel, LLVMConstInt(g->i64, 1, 0), ""), c1,
+                        LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntEQ, sel,
+                                                         LLVMConstInt(g->i64, 2, 0), ""),
+                                        c2, c3, ""), ""), "");
+    return LLVMBuildZExt(b, w, g->i64, "");
+}
+
+/* The arithmetic primitives here; the others by family in the helpers above. */
+static LLVMValueRef
+gen_prim_in(cg_t *g, const stax_lval *v, stax_dtype_t adt, LLVMValueRef *x)
+{
+    int fp = is_fp(adt);
+    LLVMTypeRef t = reg_type(g, adt);
+    LLVMBuilderRef b = g->b;
+    switch (v->prim) {
+    case STAX_PRIM_ADD:
+        return fp ? LLVMBuildFAdd(b, x[0], x[1], "")
+                  : (adt == STAX_BOOL ? LLVMBuildOr(b, x[0], x[1], "")
+                                      : LLVMBuildAdd(b, x[0], x[1], ""));
+    case STAX_PRIM_SUB:
+        return fp ? LLVMBuildFSub(b, x[0], x[1], "") : LLVMBuildSub(b, x[0], x[1], "");
+    case STAX_PRIM_FMA:
+        if (fp) {
+            return intrinsic(g, "llvm.fma", t, x, 3);
+        }
+        return adt == STAX_BOOL
+            ? LLVMBuildOr(b, LLVMBuildAnd(b, x[0], x[1], ""), x[2], "")
+            : LLVMBuildAdd(b, LLVMBuildMul(b, x[0], x[1], ""), x[2], "");
+    case STAX_PRIM_MUL:
+        return fp ? LLVMBuildFMul(b, x[0], x[1], "")
+                  : (adt == STAX_BOOL ? LLVMBuildAnd(b, x[0], x[1], "")
+                                      : LLVMBuildMul(b, x[0], x[1], ""));
+    case STAX_PRIM_PHILOX:
+        return gen_philox(g, x);
+    default:
+        break;
+    }
+    LLVMValueRef r = gen_prim_divmod(g, v, adt, x);
+    if (r == NULL) {
+        r = gen_prim_math(g, v, adt, x);
+    }
+    if (r == NULL) {
+        r = gen_prim_compare(g, v, adt, x);
+    }
+    if (r == NULL) {
+        r = gen_prim_bits(g, v, adt, x);
+    }
+    if (r == NULL) {
+        g->err = "primitive not supported by the LLVM back end";
+        r = LLVMGetUndef(reg_type(g, v->dtype));
+    }
+    return r;
 }
 
 static LLVMValueRef gen_val_(cg_t *g, const stax_lval *v);
