@@ -369,16 +369,11 @@ stax_nvrtc_renders_prim(int prim)
     return prim_kind(prim) != R_NONE;
 }
 
+/* 0, or -1 with NotImplementedError where v cannot be written: a primitive
+ * the renderer lacks, a wrong operand count, a bitwise op of a float */
 static int
-emit_prim(emitter *m, const stax_lval *v)
+check_prim(const stax_lval *v)
 {
-    sbuf *b = m->b;
-    stax_dtype_t adt = v->nargs ? v->args[v->nargs - 1]->dtype : v->dtype;
-    const char *f = adt == STAX_FLOAT64 ? "" : "f";
-    const char *mn = math_name(v->prim);
-    int rh = v->dtype == STAX_FLOAT16;   /* round each op to half */
-    const char *op2 = NULL;
-
     if (!stax_nvrtc_renders_prim(v->prim)) {
         return unsupported("primitive", v->prim);
     }
@@ -402,116 +397,184 @@ emit_prim(emitter *m, const stax_lval *v)
             }
         }
     }
-    if (rh) {
-        put(b, "stax_rh(");
+    return 0;
+}
+
+/* C's infix operator for p (with its spaces), or NULL */
+static const char *
+infix_op(stax_prim_t p)
+{
+    switch (p) {
+    case STAX_PRIM_ADD: return " + ";
+    case STAX_PRIM_SUB: return " - ";
+    case STAX_PRIM_MUL: return " * ";
+    case STAX_PRIM_DIV: return " / ";
+    case STAX_PRIM_EQ: return " == ";
+    case STAX_PRIM_NE: return " != ";
+    case STAX_PRIM_LT: return " < ";
+    case STAX_PRIM_LE: return " <= ";
+    case STAX_PRIM_GT: return " > ";
+    case STAX_PRIM_GE: return " >= ";
+    case STAX_PRIM_AND: return " && ";
+    case STAX_PRIM_OR: return " || ";
+    case STAX_PRIM_XOR: return " != ";
+    case STAX_PRIM_BITAND: return " & ";
+    case STAX_PRIM_BITOR: return " | ";
+    case STAX_PRIM_BITXOR: return " ^ ";
+    default: return NULL;
     }
-    switch (v->prim) {
-    case STAX_PRIM_ADD: op2 = " + "; break;
-    case STAX_PRIM_SUB: op2 = " - "; break;
-    case STAX_PRIM_MUL: op2 = " * "; break;
-    case STAX_PRIM_DIV: op2 = " / "; break;
-    case STAX_PRIM_EQ: op2 = " == "; break;
-    case STAX_PRIM_NE: op2 = " != "; break;
-    case STAX_PRIM_LT: op2 = " < "; break;
-    case STAX_PRIM_LE: op2 = " <= "; break;
-    case STAX_PRIM_GT: op2 = " > "; break;
-    case STAX_PRIM_GE: op2 = " >= "; break;
-    case STAX_PRIM_AND: op2 = " && "; break;
-    case STAX_PRIM_OR: op2 = " || "; break;
-    case STAX_PRIM_XOR: op2 = " != "; break;
-    case STAX_PRIM_BITAND: op2 = " & "; break;
-    case STAX_PRIM_BITOR: op2 = " | "; break;
-    case STAX_PRIM_BITXOR: op2 = " ^ "; break;
-    default: break;
+}
+
+static void
+emit_infix(emitter *m, const stax_lval *v, const char *op2)
+{
+    sbuf *b = m->b;
+    /* integer ops promote to int in C: convert back to the dtype */
+    int narrow = !stax_nvrtc_is_float(v->dtype) && v->dtype != STAX_BOOL
+                 && dtype_sizes[v->dtype] < 4;
+    if (v->prim == STAX_PRIM_XOR) {
+        put(b, "(bool)");
     }
-    if (op2 != NULL) {
-        if (v->prim == STAX_PRIM_XOR) {
-            put(b, "(bool)");
-        }
-        /* integer ops promote to int in C: convert back to the dtype */
-        if (!stax_nvrtc_is_float(v->dtype) && v->dtype != STAX_BOOL
-            && dtype_sizes[v->dtype] < 4) {
-            put(b, "(%s)(", reg_ctypes[v->dtype]);
-        }
-        ref(m, v->args[0]);
-        put(b, "%s", op2);
-        ref(m, v->args[1]);
-        if (!stax_nvrtc_is_float(v->dtype) && v->dtype != STAX_BOOL
-            && dtype_sizes[v->dtype] < 4) {
-            put(b, ")");
-        }
+    if (narrow) {
+        put(b, "(%s)(", reg_ctypes[v->dtype]);
     }
-    else if (mn != NULL) {
-        put(b, "%s%s(", mn, f);
-        ref(m, v->args[0]);
-        if (v->nargs == 2) {
-            put(b, ", ");
-            ref(m, v->args[1]);
-        }
+    ref(m, v->args[0]);
+    put(b, "%s", op2);
+    ref(m, v->args[1]);
+    if (narrow) {
         put(b, ")");
     }
-    else if (v->prim == STAX_PRIM_NEG) {
+}
+
+/* f(x) or f(x, y): mn the math function's double name, f its suffix */
+static void
+emit_call(emitter *m, const stax_lval *v, const char *mn, const char *f)
+{
+    sbuf *b = m->b;
+    put(b, "%s%s(", mn, f);
+    ref(m, v->args[0]);
+    if (v->nargs == 2) {
+        put(b, ", ");
+        ref(m, v->args[1]);
+    }
+    put(b, ")");
+}
+
+static void
+emit_shift(emitter *m, const stax_lval *v)
+{
+    sbuf *b = m->b;
+    /* torch's values past the width (C's shifts are undefined there) */
+    const char *ct = reg_ctypes[v->dtype];
+    put(b, "((unsigned long long)(");
+    ref(m, v->args[1]);
+    put(b, ") >= 8 * sizeof(%s) ? ", ct);
+    if (v->prim == STAX_PRIM_SHL) {
+        put(b, "(%s)0", ct);
+    }
+    else {
+        put(b, "(%s)((", ct);
+        ref(m, v->args[0]);
+        put(b, ") < 0 ? -1 : 0)");
+    }
+    put(b, " : (%s)(", ct);
+    ref(m, v->args[0]);
+    put(b, v->prim == STAX_PRIM_SHL ? " << " : " >> ");
+    ref(m, v->args[1]);
+    put(b, "))");
+}
+
+static void
+emit_fma(emitter *m, const stax_lval *v, stax_dtype_t adt, const char *f)
+{
+    sbuf *b = m->b;
+    int fl = stax_nvrtc_is_float(adt);
+    if (fl) {
+        put(b, "fma%s(", f);
+    }
+    else {
+        put(b, v->dtype == STAX_BOOL ? "((" : "(%s)((", reg_ctypes[v->dtype]);
+    }
+    ref(m, v->args[0]);
+    put(b, fl ? ", " : (v->dtype == STAX_BOOL ? " && " : " * "));
+    ref(m, v->args[1]);
+    put(b, fl ? ", " : (v->dtype == STAX_BOOL ? ") || " : ") + "));
+    ref(m, v->args[2]);
+    put(b, ")");
+}
+
+/* The primitives written in place (prim_kind's R_SPECIAL): 1 when v is one
+ * of them and written, 0 when not */
+static int
+emit_special(emitter *m, const stax_lval *v, stax_dtype_t adt, const char *f)
+{
+    sbuf *b = m->b;
+    switch (v->prim) {
+    case STAX_PRIM_NEG:
         put(b, "(%s)(-", reg_ctypes[v->dtype]);
         ref(m, v->args[0]);
         put(b, ")");
-    }
-    else if (v->prim == STAX_PRIM_NOT) {
+        return 1;
+    case STAX_PRIM_NOT:
         put(b, "!");
         ref(m, v->args[0]);
-    }
-    else if (v->prim == STAX_PRIM_BITNOT) {
+        return 1;
+    case STAX_PRIM_BITNOT:
         put(b, v->dtype == STAX_BOOL ? "!" : "(%s)~", reg_ctypes[v->dtype]);
         ref(m, v->args[0]);
-    }
-    else if (v->prim == STAX_PRIM_SHL || v->prim == STAX_PRIM_SHR) {
-        /* torch's values past the width (C's shifts are undefined there) */
-        const char *ct = reg_ctypes[v->dtype];
-        put(b, "((unsigned long long)(");
-        ref(m, v->args[1]);
-        put(b, ") >= 8 * sizeof(%s) ? ", ct);
-        if (v->prim == STAX_PRIM_SHL) {
-            put(b, "(%s)0", ct);
-        }
-        else {
-            put(b, "(%s)((", ct);
-            ref(m, v->args[0]);
-            put(b, ") < 0 ? -1 : 0)");
-        }
-        put(b, " : (%s)(", ct);
-        ref(m, v->args[0]);
-        put(b, v->prim == STAX_PRIM_SHL ? " << " : " >> ");
-        ref(m, v->args[1]);
-        put(b, "))");
-    }
-    else if (v->prim == STAX_PRIM_WHERE) {
+        return 1;
+    case STAX_PRIM_SHL:
+    case STAX_PRIM_SHR:
+        emit_shift(m, v);
+        return 1;
+    case STAX_PRIM_WHERE:
         ref(m, v->args[0]);
         put(b, " ? ");
         ref(m, v->args[1]);
         put(b, " : ");
         ref(m, v->args[2]);
-    }
-    else if (v->prim == STAX_PRIM_FMA) {
-        int fl = stax_nvrtc_is_float(adt);
-        if (fl) {
-            put(b, "fma%s(", f);
-        }
-        else {
-            put(b, v->dtype == STAX_BOOL ? "((" : "(%s)((", reg_ctypes[v->dtype]);
-        }
-        ref(m, v->args[0]);
-        put(b, fl ? ", " : (v->dtype == STAX_BOOL ? " && " : " * "));
-        ref(m, v->args[1]);
-        put(b, fl ? ", " : (v->dtype == STAX_BOOL ? ") || " : ") + "));
-        ref(m, v->args[2]);
-        put(b, ")");
-    }
-    else if (v->prim == STAX_PRIM_SIGMOID) {
+        return 1;
+    case STAX_PRIM_FMA:
+        emit_fma(m, v, adt, f);
+        return 1;
+    case STAX_PRIM_SIGMOID:
         put(b, "%s / (%s + exp%s(-", f[0] ? "1.0f" : "1.0",
             f[0] ? "1.0f" : "1.0", f);
         ref(m, v->args[0]);
         put(b, "))");
+        return 1;
+    default:
+        return 0;
     }
-    else if (prim_kind(v->prim) == R_HELPER) {
+}
+
+static int
+emit_prim(emitter *m, const stax_lval *v)
+{
+    sbuf *b = m->b;
+    stax_dtype_t adt = v->nargs ? v->args[v->nargs - 1]->dtype : v->dtype;
+    const char *f = adt == STAX_FLOAT64 ? "" : "f";
+    const char *mn = math_name(v->prim);
+    int rh = v->dtype == STAX_FLOAT16;   /* round each op to half */
+    const char *op2 = NULL;
+
+    if (check_prim(v) < 0) {
+        return -1;
+    }
+    if (rh) {
+        put(b, "stax_rh(");
+    }
+    op2 = infix_op(v->prim);
+    if (op2 != NULL) {
+        emit_infix(m, v, op2);
+    }
+    else if (mn != NULL) {
+        emit_call(m, v, mn, f);
+    }
+    else if (!emit_special(m, v, adt, f)) {
+        if (prim_kind(v->prim) != R_HELPER) {
+            return unsupported("primitive", v->prim);
+        }
         /* overloaded helpers of the preamble: stax_<prim>(...) */
         put(b, "stax_%s(", stax_prim_name(v->prim));
         for (int i = 0; i < v->nargs; i++) {
@@ -519,9 +582,6 @@ emit_prim(emitter *m, const stax_lval *v)
             ref(m, v->args[i]);
         }
         put(b, ")");
-    }
-    else {
-        return unsupported("primitive", v->prim);
     }
     if (rh) {
         put(b, ")");
