@@ -1043,13 +1043,145 @@ register_group(CFObject *self, PyObject *key, PyObject *group)
     return 0;
 }
 
+/* The call's tensors into c->flat, the free variables' first: nonzero where
+ * one cannot be taken there (the driver's slow path then) */
+static int
+flatten_call(call_t *c)
+{
+    int r = 0;
+    for (Py_ssize_t j = 0; !r && j < PyTuple_GET_SIZE(c->free); j++) {
+        PyObject *v = PyTuple_GET_ITEM(c->free, j);
+        if (is_tensor(v)) {
+            r = flat_add(v, c->flat, &c->nflat);
+        }
+    }
+    for (Py_ssize_t i = 0; !r && i < c->nargs; i++) {
+        r = flat_add(c->args[i], c->flat, &c->nflat);
+    }
+    for (Py_ssize_t i = 0; !r && i < c->nkw; i++) {
+        r = flat_add(c->args[c->nargs + c->order[i]], c->flat, &c->nflat);
+    }
+    return r;
+}
+
+/* Level 2: the objects (and versions) of the last resolved call. 1 when it
+ * ran the call (*res its result, or NULL with an exception), 0 when the
+ * call is not the last one's */
+static int
+level2(CFObject *self, PlanState *plan, call_t *c, const unsigned char fp[16],
+       PyObject **res)
+{
+    if (!self->has_last || self->last_entry == NULL
+        || memcmp(fp, self->last_fp, 16) != 0 || !last_alive(self->last_objs)) {
+        return 0;
+    }
+    PyObject *entry = Py_NewRef(self->last_entry);
+    EntryObject *e = (EntryObject *)entry;
+    int ok = 1;
+    if (e->gates) {
+        ok = entry_matches(self, e, c->flat, c->nflat);
+        if (ok < 0) {
+            /* a replay that cannot run differs (the driver's rule) */
+            PyErr_Clear();
+            ok = 0;
+        }
+    }
+    if (ok) {
+        self->hits2++;
+        *res = run_entry(self, plan, e, c);
+    }
+    Py_DECREF(entry);
+    return ok;
+}
+
+/* Level 3: the versions registered under the call's key kb. 1 when one
+ * matched and ran (*res as level2's), 0 when none did */
+static int
+level3(CFObject *self, PlanState *plan, call_t *c, const unsigned char fp[16],
+       const stax_keybuf *kb, PyObject **res)
+{
+    uint64_t h = XXH3_64bits(kb->p, kb->n);
+    PyObject *group = find_group(self, kb, h);
+    int found = 0;
+    Py_XINCREF(group);
+    Py_ssize_t n0 = group ? PyList_GET_SIZE(group) : 0;
+    for (Py_ssize_t i = 0; !found && i < n0 && i < PyList_GET_SIZE(group); i++) {
+        PyObject *entry = Py_NewRef(PyList_GET_ITEM(group, i));
+        int ok = entry_matches(self, (EntryObject *)entry, c->flat, c->nflat);
+        if (ok < 0) {
+            PyErr_Clear();
+            ok = 0;
+        }
+        if (ok) {
+            self->hits3++;
+            found = 1;
+            if (set_last(self, fp, entry, c) == 0) {
+                *res = run_entry(self, plan, (EntryObject *)entry, c);
+            }
+        }
+        Py_DECREF(entry);
+    }
+    Py_XDECREF(group);
+    return found;
+}
+
+/* A true miss (kb NULL: a key the bytes cannot hold): the driver keys the
+ * call, finds or compiles its version and hands it back to run here.
+ * New reference to the call's result, NULL with an exception. */
+static PyObject *
+level_miss(CFObject *self, PlanState *plan, call_t *c, const unsigned char fp[16],
+           int rho, int dt, const stax_keybuf *kb)
+{
+    PyObject *res = NULL, *entry = NULL, *got = NULL;
+    PyObject *a = call_args(c), *k = call_kwargs(c);
+    PyObject *key = kb != NULL ? PyBytes_FromStringAndSize((const char *)kb->p,
+                                                           (Py_ssize_t)kb->n)
+                               : Py_NewRef(Py_None);
+    PyObject *fpb = PyBytes_FromStringAndSize((const char *)fp, 16);
+    PyObject *dts = PyUnicode_FromString(stax_dtype_name((stax_dtype_t)dt));
+    if (a != NULL && k != NULL && key != NULL && fpb != NULL && dts != NULL) {
+        self->entries++;
+        got = PyObject_CallFunctionObjArgs(self->miss, a, k, c->free, fpb,
+                                           key, rho ? Py_True : Py_False,
+                                           dts, NULL);
+    }
+    if (got != NULL && (!PyTuple_Check(got) || PyTuple_GET_SIZE(got) != 2
+                        || (PyTuple_GET_ITEM(got, 0) != Py_None
+                            && (!PyObject_TypeCheck(
+                                    PyTuple_GET_ITEM(got, 0), &Entry_Type)
+                                || !PyList_Check(
+                                    PyTuple_GET_ITEM(got, 1)))))) {
+        PyErr_SetString(PyExc_TypeError,
+                        "driver._miss must return (entry, group) or "
+                        "(None, result)");
+        Py_CLEAR(got);
+    }
+    if (got != NULL && PyTuple_GET_ITEM(got, 0) == Py_None) {
+        res = Py_NewRef(PyTuple_GET_ITEM(got, 1));    /* ran eagerly */
+    }
+    else if (got != NULL) {
+        entry = Py_NewRef(PyTuple_GET_ITEM(got, 0));
+        if (set_last(self, fp, entry, c) == 0
+            && (key == Py_None
+                || register_group(self, key, PyTuple_GET_ITEM(got, 1)) == 0)) {
+            res = run_entry(self, plan, (EntryObject *)entry, c);
+        }
+    }
+    Py_XDECREF(got);
+    Py_XDECREF(key);
+    Py_XDECREF(fpb);
+    Py_XDECREF(dts);
+    Py_XDECREF(entry);
+    return res;
+}
+
 static PyObject *
 levels23(CFObject *self, PyObject *const *args, size_t nargsf,
          PyObject *kwnames)
 {
     call_t c;
     PlanState *plan = self->plan;
-    PyObject *res = NULL, *entry = NULL, *group = NULL;
+    PyObject *res = NULL;
     stax_keybuf kb;
     unsigned char fp[16];
     int rho, dt, r;
@@ -1081,20 +1213,7 @@ levels23(CFObject *self, PyObject *const *args, size_t nargsf,
     if (kw_sort(&c) < 0 || call_fingerprint(&c, rho, dt, fp) < 0) {
         goto done;
     }
-    r = 0;
-    for (Py_ssize_t j = 0; !r && j < PyTuple_GET_SIZE(c.free); j++) {
-        PyObject *v = PyTuple_GET_ITEM(c.free, j);
-        if (is_tensor(v)) {
-            r = flat_add(v, c.flat, &c.nflat);
-        }
-    }
-    for (Py_ssize_t i = 0; !r && i < c.nargs; i++) {
-        r = flat_add(args[i], c.flat, &c.nflat);
-    }
-    for (Py_ssize_t i = 0; !r && i < c.nkw; i++) {
-        r = flat_add(args[c.nargs + c.order[i]], c.flat, &c.nflat);
-    }
-    if (r) {
+    if (flatten_call(&c)) {
         res = slow_call(self, args, nargsf, kwnames);
         goto done;
     }
@@ -1106,104 +1225,17 @@ levels23(CFObject *self, PyObject *const *args, size_t nargsf,
             goto done;
         }
     }
-    /* level 2: the objects (and versions) of the last resolved call */
-    if (self->has_last && self->last_entry != NULL
-        && memcmp(fp, self->last_fp, 16) == 0 && last_alive(self->last_objs)) {
-        entry = Py_NewRef(self->last_entry);
-        EntryObject *e = (EntryObject *)entry;
-        int ok = 1;
-        if (e->gates) {
-            ok = entry_matches(self, e, c.flat, c.nflat);
-            if (ok < 0) {
-                /* a replay that cannot run differs (the driver's rule) */
-                PyErr_Clear();
-                ok = 0;
-            }
-        }
-        if (ok) {
-            self->hits2++;
-            res = run_entry(self, plan, e, &c);
-            goto done;
-        }
-        Py_CLEAR(entry);
+    if (level2(self, plan, &c, fp, &res)) {
+        goto done;
     }
     /* level 3: the key, then the versions registered under it */
     r = call_key(&c, plan, rho, dt, &kb);
-    if (r < 0) {
+    if (r < 0 || (r == 0 && level3(self, plan, &c, fp, &kb, &res))) {
         goto done;
     }
-    if (r == 0) {
-        uint64_t h = XXH3_64bits(kb.p, kb.n);
-        group = find_group(self, &kb, h);
-        Py_XINCREF(group);
-        Py_ssize_t n0 = group ? PyList_GET_SIZE(group) : 0;
-        for (Py_ssize_t i = 0; i < n0 && i < PyList_GET_SIZE(group); i++) {
-            entry = Py_NewRef(PyList_GET_ITEM(group, i));
-            int ok = entry_matches(self, (EntryObject *)entry, c.flat,
-                                   c.nflat);
-            if (ok < 0) {
-                PyErr_Clear();
-                ok = 0;
-            }
-            if (ok) {
-                self->hits3++;
-                if (set_last(self, fp, entry, &c) == 0) {
-                    res = run_entry(self, plan, (EntryObject *)entry, &c);
-                }
-                goto done;
-            }
-            Py_CLEAR(entry);
-        }
-    }
-    /* a true miss (or a key the bytes cannot hold): the driver keys the
-     * call, finds or compiles its version and hands it back to run here */
-    {
-        PyObject *a = call_args(&c), *k = call_kwargs(&c), *got = NULL;
-        PyObject *key = r == 0 ? PyBytes_FromStringAndSize((const char *)kb.p,
-                                                           (Py_ssize_t)kb.n)
-                               : Py_NewRef(Py_None);
-        PyObject *fpb = PyBytes_FromStringAndSize((const char *)fp, 16);
-        PyObject *dts = PyUnicode_FromString(
-            stax_dtype_name((stax_dtype_t)dt));
-        if (a != NULL && k != NULL && key != NULL && fpb != NULL
-            && dts != NULL) {
-            self->entries++;
-            got = PyObject_CallFunctionObjArgs(self->miss, a, k, c.free, fpb,
-                                               key, rho ? Py_True : Py_False,
-                                               dts, NULL);
-        }
-        if (got != NULL && (!PyTuple_Check(got) || PyTuple_GET_SIZE(got) != 2
-                            || (PyTuple_GET_ITEM(got, 0) != Py_None
-                                && (!PyObject_TypeCheck(
-                                        PyTuple_GET_ITEM(got, 0), &Entry_Type)
-                                    || !PyList_Check(
-                                        PyTuple_GET_ITEM(got, 1)))))) {
-            PyErr_SetString(PyExc_TypeError,
-                            "driver._miss must return (entry, group) or "
-                            "(None, result)");
-            Py_CLEAR(got);
-        }
-        if (got != NULL && PyTuple_GET_ITEM(got, 0) == Py_None) {
-            res = Py_NewRef(PyTuple_GET_ITEM(got, 1));    /* ran eagerly */
-        }
-        else if (got != NULL) {
-            entry = Py_NewRef(PyTuple_GET_ITEM(got, 0));
-            if (set_last(self, fp, entry, &c) == 0
-                && (key == Py_None
-                    || register_group(self, key, PyTuple_GET_ITEM(got, 1))
-                       == 0)) {
-                res = run_entry(self, plan, (EntryObject *)entry, &c);
-            }
-        }
-        Py_XDECREF(got);
-        Py_XDECREF(key);
-        Py_XDECREF(fpb);
-        Py_XDECREF(dts);
-    }
+    res = level_miss(self, plan, &c, fp, rho, dt, r == 0 ? &kb : NULL);
 done:
     stax_kb_free(&kb);
-    Py_XDECREF(entry);
-    Py_XDECREF(group);
     Py_XDECREF(c.argt);
     Py_XDECREF(c.kwd);
     Py_XDECREF(c.free);
