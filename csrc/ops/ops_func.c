@@ -374,14 +374,183 @@ meta_result(int nd, const int64_t *shape, stax_dtype_t dt)
     return (PyObject *)stax_tensor_empty(nd, shape, dt);
 }
 
+/* Each rule below: b the bound arguments, x the float tensor input; nonzero
+ * when the rule vouches for the call. */
+
+static int
+meta_gelu_ok(PyObject *b)
+{
+    /* (input, *, approximate) */
+    PyObject *ap = PyTuple_GET_ITEM(b, 1);
+    return PyUnicode_Check(ap) && (PyUnicode_CompareWithASCIIString(ap, "none") == 0
+                                   || PyUnicode_CompareWithASCIIString(ap, "tanh") == 0);
+}
+
+static int
+meta_softmax_ok(PyObject *b, const StaxTensor *x)
+{
+    /* (self, dim, _stacklevel, dtype) */
+    PyObject *d = PyTuple_GET_ITEM(b, 1);
+    long dim;
+    if (!PyLong_CheckExact(d) || PyTuple_GET_ITEM(b, 3) != Py_None || x->ndim < 1) {
+        return 0;
+    }
+    dim = PyLong_AsLong(d);
+    if (dim == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return dim >= -x->ndim && dim < x->ndim;
+}
+
+static int
+meta_layer_norm_ok(PyObject *b, const StaxTensor *x)
+{
+    /* (input, normalized_shape, weight, bias, eps) */
+    PyObject *ns = PyTuple_GET_ITEM(b, 1), *fast, *eps = PyTuple_GET_ITEM(b, 4);
+    int64_t nsv[STAX_MAX_DIMS];
+    Py_ssize_t k;
+    if (!(PyFloat_CheckExact(eps) || PyLong_CheckExact(eps))) {
+        return 0;
+    }
+    if (PyLong_CheckExact(ns)) {
+        k = 1;
+        nsv[0] = PyLong_AsLongLong(ns);
+    }
+    else if (PyTuple_CheckExact(ns) || PyList_CheckExact(ns)) {
+        fast = ns;
+        k = PySequence_Fast_GET_SIZE(fast);
+        if (k > STAX_MAX_DIMS) {
+            return 0;
+        }
+        for (Py_ssize_t i = 0; i < k; i++) {
+            PyObject *v = PySequence_Fast_GET_ITEM(fast, i);
+            if (!PyLong_CheckExact(v)) {
+                return 0;
+            }
+            nsv[i] = PyLong_AsLongLong(v);
+        }
+    }
+    else {
+        return 0;
+    }
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (k == 0 || x->ndim < k) {
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < k; i++) {
+        if (x->sizes[x->ndim - k + i] != nsv[i]) {
+            return 0;
+        }
+    }
+    for (int j = 2; j <= 3; j++) {
+        PyObject *p = PyTuple_GET_ITEM(b, j);
+        if (p == Py_None) {
+            continue;
+        }
+        if (!float_tensor(p) || ((StaxTensor *)p)->ndim != k) {
+            return 0;
+        }
+        for (Py_ssize_t i = 0; i < k; i++) {
+            if (((StaxTensor *)p)->sizes[i] != nsv[i]) {
+                return 0;
+            }
+        }
+    }
+    return 1;
+}
+
+/* the result's rank (its sizes in shape), 0 where the rule does not vouch */
+static int
+meta_linear_shape(PyObject *b, const StaxTensor *x, int64_t *shape)
+{
+    /* (input, weight, bias) */
+    PyObject *bias = PyTuple_GET_ITEM(b, 2);
+    StaxTensor *w;
+    if (!float_tensor(PyTuple_GET_ITEM(b, 1)) || x->ndim < 1) {
+        return 0;
+    }
+    w = (StaxTensor *)PyTuple_GET_ITEM(b, 1);
+    if (w->ndim != 2 || w->dtype != x->dtype || x->sizes[x->ndim - 1] != w->sizes[1]) {
+        return 0;
+    }
+    if (bias != Py_None
+        && (!StaxTensor_Check(bias) || ((StaxTensor *)bias)->dtype != x->dtype
+            || ((StaxTensor *)bias)->ndim != 1
+            || ((StaxTensor *)bias)->sizes[0] != w->sizes[0])) {
+        return 0;
+    }
+    memcpy(shape, x->sizes, sizeof(int64_t) * (size_t)x->ndim);
+    shape[x->ndim - 1] = w->sizes[0];
+    return x->ndim;
+}
+
+/* as meta_linear_shape; (self, other), both at least 2-d */
+static int
+meta_matmul_shape(PyObject *b, const StaxTensor *x, int64_t *shape)
+{
+    int nb, na, no;
+    StaxTensor *w;
+    if (!float_tensor(PyTuple_GET_ITEM(b, 1))) {
+        return 0;
+    }
+    w = (StaxTensor *)PyTuple_GET_ITEM(b, 1);
+    na = x->ndim;
+    nb = w->ndim;
+    if (na < 2 || nb < 2 || w->dtype != x->dtype
+        || x->sizes[na - 1] != w->sizes[nb - 2]) {
+        return 0;
+    }
+    no = na > nb ? na : nb;
+    for (int i = 0; i < no - 2; i++) {   /* batch dims, right aligned */
+        int ia = i - (no - na), ib = i - (no - nb);
+        int64_t sa = ia >= 0 ? x->sizes[ia] : 1, sb = ib >= 0 ? w->sizes[ib] : 1;
+        if (sa != sb && sa != 1 && sb != 1) {
+            return 0;
+        }
+        shape[i] = sa == 1 ? sb : sa;
+    }
+    shape[no - 2] = x->sizes[na - 2];
+    shape[no - 1] = w->sizes[nb - 1];
+    return no;
+}
+
+static int
+meta_masked_fill_ok(PyObject *b, const StaxTensor *x)
+{
+    /* (self, mask, value): mask broadcasts to self */
+    PyObject *v = PyTuple_GET_ITEM(b, 2);
+    StaxTensor *m;
+    if (!StaxTensor_Check(PyTuple_GET_ITEM(b, 1))
+        || !(PyFloat_CheckExact(v) || PyLong_CheckExact(v) || PyBool_Check(v))) {
+        return 0;
+    }
+    m = (StaxTensor *)PyTuple_GET_ITEM(b, 1);
+    if (m->dtype != STAX_BOOL || m->ndim > x->ndim) {
+        return 0;
+    }
+    for (int i = 0; i < m->ndim; i++) {
+        int64_t sm = m->sizes[i], sx = x->sizes[x->ndim - m->ndim + i];
+        if (sm != sx && sm != 1) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 static PyObject *
 meta_composite(const stax_op_info *op, PyObject *const *args, Py_ssize_t nargs,
                PyObject *kwnames)
 {
     PyObject *b = stax_ops_bind_vector(op, args, nargs, kwnames, args + nargs);
     PyObject *res = NULL;
-    StaxTensor *x, *w;
+    StaxTensor *x;
     int64_t shape[STAX_MAX_DIMS];
+    const int64_t *sizes;
+    int nd, ok;
     if (b == NULL) {
         PyErr_Clear();
         return stax_ops_meta_unsupported();
@@ -390,160 +559,38 @@ meta_composite(const stax_op_info *op, PyObject *const *args, Py_ssize_t nargs,
         goto unsupported;
     }
     x = (StaxTensor *)PyTuple_GET_ITEM(b, 0);
+    nd = x->ndim;      /* the result: x's shape, but for linear and matmul */
+    sizes = x->sizes;
     switch (op->id) {
-    case STAX_OP_GELU: {   /* (input, *, approximate) */
-        PyObject *ap = PyTuple_GET_ITEM(b, 1);
-        if (!PyUnicode_Check(ap) || (PyUnicode_CompareWithASCIIString(ap, "none") != 0
-                                     && PyUnicode_CompareWithASCIIString(ap, "tanh") != 0)) {
-            goto unsupported;
-        }
-        res = meta_result(x->ndim, x->sizes, x->dtype);
+    case STAX_OP_GELU:
+        ok = meta_gelu_ok(b);
         break;
-    }
     case STAX_OP_SOFTMAX:
-    case STAX_OP_LOG_SOFTMAX: {   /* (self, dim, _stacklevel, dtype) */
-        PyObject *d = PyTuple_GET_ITEM(b, 1);
-        long dim;
-        if (!PyLong_CheckExact(d) || PyTuple_GET_ITEM(b, 3) != Py_None || x->ndim < 1) {
-            goto unsupported;
-        }
-        dim = PyLong_AsLong(d);
-        if (dim == -1 && PyErr_Occurred()) {
-            PyErr_Clear();
-            goto unsupported;
-        }
-        if (dim < -x->ndim || dim >= x->ndim) {
-            goto unsupported;
-        }
-        res = meta_result(x->ndim, x->sizes, x->dtype);
+    case STAX_OP_LOG_SOFTMAX:
+        ok = meta_softmax_ok(b, x);
         break;
-    }
-    case STAX_OP_LAYER_NORM: {   /* (input, normalized_shape, weight, bias, eps) */
-        PyObject *ns = PyTuple_GET_ITEM(b, 1), *fast, *eps = PyTuple_GET_ITEM(b, 4);
-        int64_t nsv[STAX_MAX_DIMS];
-        Py_ssize_t k;
-        if (!(PyFloat_CheckExact(eps) || PyLong_CheckExact(eps))) {
-            goto unsupported;
-        }
-        if (PyLong_CheckExact(ns)) {
-            k = 1;
-            nsv[0] = PyLong_AsLongLong(ns);
-        }
-        else if (PyTuple_CheckExact(ns) || PyList_CheckExact(ns)) {
-            fast = ns;
-            k = PySequence_Fast_GET_SIZE(fast);
-            if (k > STAX_MAX_DIMS) {
-                goto unsupported;
-            }
-            for (Py_ssize_t i = 0; i < k; i++) {
-                PyObject *v = PySequence_Fast_GET_ITEM(fast, i);
-                if (!PyLong_CheckExact(v)) {
-                    goto unsupported;
-                }
-                nsv[i] = PyLong_AsLongLong(v);
-            }
-        }
-        else {
-            goto unsupported;
-        }
-        if (PyErr_Occurred()) {
-            PyErr_Clear();
-            goto unsupported;
-        }
-        if (k == 0 || x->ndim < k) {
-            goto unsupported;
-        }
-        for (Py_ssize_t i = 0; i < k; i++) {
-            if (x->sizes[x->ndim - k + i] != nsv[i]) {
-                goto unsupported;
-            }
-        }
-        for (int j = 2; j <= 3; j++) {
-            PyObject *p = PyTuple_GET_ITEM(b, j);
-            if (p == Py_None) {
-                continue;
-            }
-            if (!float_tensor(p) || ((StaxTensor *)p)->ndim != k) {
-                goto unsupported;
-            }
-            for (Py_ssize_t i = 0; i < k; i++) {
-                if (((StaxTensor *)p)->sizes[i] != nsv[i]) {
-                    goto unsupported;
-                }
-            }
-        }
-        res = meta_result(x->ndim, x->sizes, x->dtype);
+    case STAX_OP_LAYER_NORM:
+        ok = meta_layer_norm_ok(b, x);
         break;
-    }
-    case STAX_OP_LINEAR: {   /* (input, weight, bias) */
-        PyObject *bias = PyTuple_GET_ITEM(b, 2);
-        if (!float_tensor(PyTuple_GET_ITEM(b, 1)) || x->ndim < 1) {
-            goto unsupported;
-        }
-        w = (StaxTensor *)PyTuple_GET_ITEM(b, 1);
-        if (w->ndim != 2 || w->dtype != x->dtype || x->sizes[x->ndim - 1] != w->sizes[1]) {
-            goto unsupported;
-        }
-        if (bias != Py_None
-            && (!StaxTensor_Check(bias) || ((StaxTensor *)bias)->dtype != x->dtype
-                || ((StaxTensor *)bias)->ndim != 1
-                || ((StaxTensor *)bias)->sizes[0] != w->sizes[0])) {
-            goto unsupported;
-        }
-        memcpy(shape, x->sizes, sizeof(int64_t) * (size_t)x->ndim);
-        shape[x->ndim - 1] = w->sizes[0];
-        res = meta_result(x->ndim, shape, x->dtype);
+    case STAX_OP_LINEAR:
+        ok = (nd = meta_linear_shape(b, x, shape)) > 0;
+        sizes = shape;
         break;
-    }
-    case STAX_OP_MATMUL: {   /* (self, other), both at least 2-d */
-        int nb, na, no;
-        if (!float_tensor(PyTuple_GET_ITEM(b, 1))) {
-            goto unsupported;
-        }
-        w = (StaxTensor *)PyTuple_GET_ITEM(b, 1);
-        na = x->ndim;
-        nb = w->ndim;
-        if (na < 2 || nb < 2 || w->dtype != x->dtype
-            || x->sizes[na - 1] != w->sizes[nb - 2]) {
-            goto unsupported;
-        }
-        no = na > nb ? na : nb;
-        for (int i = 0; i < no - 2; i++) {   /* batch dims, right aligned */
-            int ia = i - (no - na), ib = i - (no - nb);
-            int64_t sa = ia >= 0 ? x->sizes[ia] : 1, sb = ib >= 0 ? w->sizes[ib] : 1;
-            if (sa != sb && sa != 1 && sb != 1) {
-                goto unsupported;
-            }
-            shape[i] = sa == 1 ? sb : sa;
-        }
-        shape[no - 2] = x->sizes[na - 2];
-        shape[no - 1] = w->sizes[nb - 1];
-        res = meta_result(no, shape, x->dtype);
+    case STAX_OP_MATMUL:
+        ok = (nd = meta_matmul_shape(b, x, shape)) > 0;
+        sizes = shape;
         break;
-    }
-    case STAX_OP_MASKED_FILL: {   /* (self, mask, value): mask broadcasts to self */
-        PyObject *v = PyTuple_GET_ITEM(b, 2);
-        StaxTensor *m;
-        if (!StaxTensor_Check(PyTuple_GET_ITEM(b, 1))
-            || !(PyFloat_CheckExact(v) || PyLong_CheckExact(v) || PyBool_Check(v))) {
-            goto unsupported;
-        }
-        m = (StaxTensor *)PyTuple_GET_ITEM(b, 1);
-        if (m->dtype != STAX_BOOL || m->ndim > x->ndim) {
-            goto unsupported;
-        }
-        for (int i = 0; i < m->ndim; i++) {
-            int64_t sm = m->sizes[i], sx = x->sizes[x->ndim - m->ndim + i];
-            if (sm != sx && sm != 1) {
-                goto unsupported;
-            }
-        }
-        res = meta_result(x->ndim, x->sizes, x->dtype);
+    case STAX_OP_MASKED_FILL:
+        ok = meta_masked_fill_ok(b, x);
         break;
-    }
     default:
+        ok = 0;
+        break;
+    }
+    if (!ok) {
         goto unsupported;
     }
+    res = meta_result(nd, sizes, x->dtype);
     Py_DECREF(b);
     return res;
 unsupported:
