@@ -3,8 +3,10 @@
 Cases: Example 1.1 (64x128 and 4096x4096), softmax, layer_norm, a GELU-MLP
 block, a chain of 8 pointwise ops, `x + 1` on one element (dispatch cost) and
 the first call (trace + compile + run; the persistent compile cache off),
-and the cache section (bench/cache.py: first calls of new processes with
-an empty and a warm cache directory). Columns: tensorplay eager,
+the cache section (bench/cache.py: first calls of new processes with
+an empty and a warm cache directory) and the training section
+(bench/training.py: a compiled training step of the digits MLP vs
+torch.compile's, and the min-cut saved bytes). Columns: tensorplay eager,
 tensorplay compiled, NumPy, torch eager and torch.compile when torch is
 installed. Times are medians of repeated calls after warm-up, measured side
 by side in one run. For each compiled case: bytes the kernels move, the
@@ -205,6 +207,10 @@ def main():
     import cache as cache_bench
     print()
     cache_bench.main(["cache.py", "5"])
+    # the training step (compiled autograd + fused optimizer) vs torch.compile
+    import training as training_bench
+    print()
+    training_bench.main([])
 
 
 if __name__ == "__main__":

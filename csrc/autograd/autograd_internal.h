@@ -52,6 +52,9 @@ typedef struct {
     PyObject *post_hooks;         /* list of fn(grad_inputs, grad_outputs) */
     PyObject *pyfn;               /* a Python backward (no formula):
                                      pyfn(*grads) -> grads of the inputs */
+    PyObject *view_base;          /* a view op's node (and the node of an
+                                     in-place write into a view): the base
+                                     tensor its outputs view (strong) */
 } StaxGradNode;
 
 #define StaxGradNode_Check(o) PyObject_TypeCheck((o), StaxGradNode_Type)
@@ -86,8 +89,19 @@ int stax_ag_engine_init(PyObject *m);
 PyObject *stax_ag_call_method(PyObject *obj, const char *name, PyObject *arg);
 PyObject *stax_ag_sum_to(PyObject *g, PyObject *shape);
 
+/* node.c: the saved tensors of a node with a Python backward
+ * (_autograd_attach(..., saved)), version-checked; new ref or NULL + the
+ * freed / version error */
+PyObject *stax_ag_saved_tuple(StaxGradNode *n);
+
+/* joint.c: _C._autograd_formula (the compiled joint graph's formulas) */
+int stax_ag_joint_init(PyObject *m);
+
 /* record.c */
 int stax_ag_record_init(PyObject *m);
+/* the op's schema parameter names (borrowed tuple) and the index of the
+ * first keyword-only one; NULL + exception */
+PyObject *stax_ag_schema_names(const stax_op_info *op, int *kwonly_from);
 /* run fn(*args, **kw) with grad mode off */
 PyObject *stax_ag_call_nograd(PyObject *fn, PyObject *args, PyObject *kw);
 

@@ -386,6 +386,18 @@ run_node(graph_t *G, int ix, int keep_graph, int create_graph,
     }
     if (nd->pyfn != NULL) {
         PyObject *ga = PyList_AsTuple(grads), *r;
+        if (ga != NULL && nd->had_saved) {
+            /* backward(saved, *grads): the saved tensors live in the node
+             * (freed after backward unless retain_graph, version-checked) */
+            PyObject *sv = stax_ag_saved_tuple(nd), *full = NULL;
+            if (sv != NULL) {
+                PyObject *head = PyTuple_Pack(1, sv);
+                full = head ? PySequence_Concat(head, ga) : NULL;
+                Py_XDECREF(head);
+                Py_DECREF(sv);
+            }
+            Py_SETREF(ga, full);
+        }
         r = ga ? PyObject_Call(nd->pyfn, ga, NULL) : NULL;
         Py_XDECREF(ga);
         gin = r ? PySequence_List(r) : NULL;
@@ -840,9 +852,12 @@ py_derivatives(PyObject *m, PyObject *unused)
     return stax_ag_derivatives_dict();
 }
 
-/* _autograd_attach(outputs, inputs, backward, name): one node whose
- * backward is a Python callable, backward(*grads of outputs) -> grads of
- * inputs (None: no gradient); it becomes the outputs' grad_fn. */
+/* _autograd_attach(outputs, inputs, backward, name, saved=None): one node
+ * whose backward is a Python callable, backward(*grads of outputs) -> grads
+ * of inputs (None: no gradient); it becomes the outputs' grad_fn. With
+ * saved (a sequence of tensors), the node holds them as torch's saved
+ * tensors (freed by a backward without retain_graph, checked against their
+ * versions) and the backward is called backward(saved, *grads). */
 static PyObject *
 py_attach(PyObject *m, PyObject *args)
 {
@@ -850,8 +865,9 @@ py_attach(PyObject *m, PyObject *args)
     const char *name;
     StaxGradNode *n = NULL;
     Py_ssize_t no, ni;
-    if (!PyArg_ParseTuple(args, "OOOs:_autograd_attach", &outs, &ins, &fn,
-                          &name)) {
+    PyObject *saved = Py_None;
+    if (!PyArg_ParseTuple(args, "OOOs|O:_autograd_attach", &outs, &ins, &fn,
+                          &name, &saved)) {
         return NULL;
     }
     o = PySequence_Tuple(outs);
@@ -910,6 +926,24 @@ py_attach(PyObject *m, PyObject *args)
         }
         PyTuple_SET_ITEM(n->out_shapes, k, sh);
         n->out_dtypes[k] = t->dtype;
+    }
+    if (saved != Py_None) {
+        n->results = PySequence_Tuple(saved);
+        if (n->results == NULL) {
+            goto fail;
+        }
+        n->res_versions = PyMem_Calloc(
+            (size_t)PyTuple_GET_SIZE(n->results) + 1, sizeof(uint64_t));
+        if (n->res_versions == NULL) {
+            goto fail;
+        }
+        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(n->results); k++) {
+            PyObject *v = PyTuple_GET_ITEM(n->results, k);
+            if (StaxTensor_Check(v)) {
+                n->res_versions[k] = ((StaxTensor *)v)->storage->version;
+            }
+        }
+        n->had_saved = 1;
     }
     for (Py_ssize_t k = 0; k < no; k++) {
         StaxTensor *t = (StaxTensor *)PyTuple_GET_ITEM(o, k);

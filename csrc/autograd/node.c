@@ -209,6 +209,25 @@ stax_ag_unpack_result(StaxGradNode *n, int k)
     return Py_NewRef(v);
 }
 
+PyObject *
+stax_ag_saved_tuple(StaxGradNode *n)
+{
+    if (n->results == NULL) {
+        return freed_error();
+    }
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(n->results); k++) {
+        PyObject *v = PyTuple_GET_ITEM(n->results, k);
+        if (StaxTensor_Check(v)
+            && ((StaxTensor *)v)->storage->version != n->res_versions[k]) {
+            StaxTensor *t = (StaxTensor *)v;
+            StaxGradNode *g = t->grad_fn && StaxGradNode_Check(t->grad_fn)
+                              ? (StaxGradNode *)t->grad_fn : NULL;
+            return version_error(t, g, t->output_nr, n->res_versions[k]);
+        }
+    }
+    return Py_NewRef(n->results);
+}
+
 /* Drops the saved tensors; scalar arguments stay (a formula reading only
  * them, like add's alpha, runs again as in torch). */
 void
@@ -236,12 +255,20 @@ stax_ag_replay(StaxGradNode *n, PyObject *self_value)
     if (n->args == NULL || n->replay == NULL) {
         return freed_error();
     }
-    args = PyTuple_GetSlice(n->args, 0, n->kwonly_from);
+    /* a new tuple: GetSlice of the whole tuple would return n->args itself,
+     * and the saved arguments must not change */
+    args = PyTuple_New(n->kwonly_from);
     kw = n->kwargs ? PyDict_Copy(n->kwargs) : PyDict_New();
-    if (args == NULL || kw == NULL) {
+    if (args == NULL || kw == NULL || n->kwonly_from < 1) {
+        if (args != NULL && kw != NULL) {
+            PyErr_SetString(PyExc_RuntimeError, "autograd: replay of an op without arguments");
+        }
         goto done;
     }
-    Py_SETREF(((PyTupleObject *)args)->ob_item[0], Py_NewRef(self_value));
+    PyTuple_SET_ITEM(args, 0, Py_NewRef(self_value));
+    for (Py_ssize_t i = 1; i < n->kwonly_from; i++) {
+        PyTuple_SET_ITEM(args, i, Py_NewRef(PyTuple_GET_ITEM(n->args, i)));
+    }
     for (Py_ssize_t i = n->kwonly_from; i < PyTuple_GET_SIZE(n->args); i++) {
         if (PyDict_SetItem(kw, PyTuple_GET_ITEM(n->names, i),
                            PyTuple_GET_ITEM(n->args, i)) < 0) {
@@ -272,6 +299,7 @@ node_traverse(PyObject *self, visitproc visit, void *arg)
     Py_VISIT(n->pre_hooks);
     Py_VISIT(n->post_hooks);
     Py_VISIT(n->pyfn);
+    Py_VISIT(n->view_base);
     return 0;
 }
 
@@ -290,6 +318,7 @@ node_clear(PyObject *self)
     Py_CLEAR(n->pre_hooks);
     Py_CLEAR(n->post_hooks);
     Py_CLEAR(n->pyfn);
+    Py_CLEAR(n->view_base);
     return 0;
 }
 

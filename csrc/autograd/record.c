@@ -97,6 +97,17 @@ sig_of(const stax_op_info *op)
     return s;
 }
 
+PyObject *
+stax_ag_schema_names(const stax_op_info *op, int *kwonly_from)
+{
+    const sig_t *s = sig_of(op);
+    if (s == NULL) {
+        return NULL;
+    }
+    *kwonly_from = s->kwonly_from;
+    return s->names;
+}
+
 /* ---- helpers ------------------------------------------------------------- */
 
 PyObject *
@@ -136,23 +147,127 @@ inplace_leaf_error(void)
     return NULL;
 }
 
-/* checks before an in-place write to t under grad mode */
-static int
-check_inplace_target(StaxTensor *t)
+/* The base a view (recorded by autograd) views: its node's view_base;
+ * NULL when unknown (borrowed). */
+static StaxTensor *
+view_base_of(StaxTensor *t)
 {
+    if (!t->ag_view || t->grad_fn == NULL || !StaxGradNode_Check(t->grad_fn)) {
+        return NULL;
+    }
+    PyObject *b = ((StaxGradNode *)t->grad_fn)->view_base;
+    return b != NULL && StaxTensor_Check(b) ? (StaxTensor *)b : NULL;
+}
+
+/* a view op's node: remember the root base of its outputs */
+static void
+set_view_base(StaxGradNode *n, PyObject *self)
+{
+    StaxTensor *b;
+    if (self == NULL || !StaxTensor_Check(self)) {
+        return;
+    }
+    b = view_base_of((StaxTensor *)self);
+    Py_XSETREF(n->view_base, Py_NewRef(b != NULL ? (PyObject *)b : self));
+}
+
+/* checks before an in-place write to t under grad mode; *base: for a view
+ * of a tensor that requires grad, its base (the caller rebases the base's
+ * history after the write: rebase_view) */
+static int
+check_inplace_target(StaxTensor *t, StaxTensor **base)
+{
+    *base = NULL;
     if (t->requires_grad && !t->nonleaf) {
         inplace_leaf_error();
         return -1;
     }
     if (t->ag_view) {
-        PyErr_SetString(PyExc_RuntimeError,
-                        "tensorplay: an in-place operation on a view of a "
-                        "tensor that requires grad is not supported yet "
-                        "(autograd does not rebase the base's history); "
-                        "write into a clone() of the view instead");
-        return -1;
+        StaxTensor *b = view_base_of(t);
+        if (b == NULL) {
+            PyErr_SetString(PyExc_RuntimeError,
+                            "tensorplay: an in-place operation on this view of a "
+                            "tensor that requires grad is not supported (its base "
+                            "is unknown); write into a clone() of the view instead");
+            return -1;
+        }
+        if (b->requires_grad && !b->nonleaf) {
+            PyErr_SetString(PyExc_RuntimeError,
+                            "a view of a leaf Variable that requires grad is being "
+                            "used in an in-place operation.");
+            return -1;
+        }
+        *base = b;
     }
     return 0;
+}
+
+/* After an in-place write into the view v (its grad_fn now the write's
+ * node), torch's CopySlices: the base's new history is one node whose
+ * inputs are the base's old history and the view's new value; its backward
+ * (_copy_slices) gives the old base the gradient outside the view's
+ * elements and the view the gradient inside. v stays a view of base. */
+static int
+rebase_view(StaxTensor *v, StaxTensor *base)
+{
+    PyObject *mk = PyDict_GetItemString(stax_ag_helpers, "_copy_slices");
+    PyObject *fn = NULL, *bsh = NULL, *vsh = NULL;
+    StaxGradNode *n = NULL, *vn;
+    int rc = -1;
+    if (v->grad_fn == NULL || !StaxGradNode_Check(v->grad_fn)) {
+        return 0;       /* the write recorded nothing (integer dtype) */
+    }
+    vn = (StaxGradNode *)v->grad_fn;
+    if (mk == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "autograd helpers not loaded");
+        return -1;
+    }
+    fn = PyObject_CallFunctionObjArgs(mk, (PyObject *)base, (PyObject *)v, NULL);
+    bsh = fn ? stax_tensor_size_object(base->ndim, base->sizes) : NULL;
+    vsh = bsh ? stax_tensor_size_object(v->ndim, v->sizes) : NULL;
+    n = vsh ? stax_ag_node_new("copy_slices", NULL) : NULL;
+    if (n == NULL) {
+        goto done;
+    }
+    snprintf(n->name, sizeof(n->name), "CopySlices");
+    n->pyfn = Py_NewRef(fn);
+    n->n_in = 2;
+    n->next = PyMem_Calloc(3, sizeof(stax_edge));
+    n->in_param = PyMem_Calloc(3, sizeof(int));
+    n->in_elem = PyMem_Calloc(3, sizeof(int));
+    n->in_dtypes = PyMem_Calloc(3, sizeof(stax_dtype_t));
+    n->in_shapes = PyTuple_Pack(2, bsh, vsh);
+    n->out_dtypes = PyMem_Calloc(2, sizeof(stax_dtype_t));
+    n->out_shapes = PyTuple_Pack(1, bsh);
+    if (!n->next || !n->in_param || !n->in_elem || !n->in_dtypes
+        || !n->in_shapes || !n->out_dtypes || !n->out_shapes) {
+        goto done;
+    }
+    n->in_param[1] = 1;
+    n->in_elem[0] = n->in_elem[1] = -1;
+    n->in_dtypes[0] = base->dtype;
+    n->in_dtypes[1] = v->dtype;
+    if (base->requires_grad && stax_ag_grad_edge(base, &n->next[0]) < 0) {
+        goto done;
+    }
+    n->next[1].fn = Py_NewRef((PyObject *)vn);
+    n->next[1].nr = v->output_nr;
+    n->n_out = 1;
+    n->out_dtypes[0] = base->dtype;
+    base->requires_grad = 1;
+    base->nonleaf = 1;
+    base->output_nr = 0;
+    Py_XSETREF(base->grad_fn, Py_NewRef((PyObject *)n));
+    /* later writes into v find the base again */
+    v->ag_view = 1;
+    Py_XSETREF(vn->view_base, Py_NewRef((PyObject *)base));
+    rc = 0;
+done:
+    Py_XDECREF(fn);
+    Py_XDECREF(bsh);
+    Py_XDECREF(vsh);
+    Py_XDECREF(n);
+    return rc;
 }
 
 static PyObject *
@@ -391,7 +506,7 @@ hook(const stax_op_info *op, PyObject *func, PyObject *const *args,
     PyObject *targs = NULL, *kw = NULL, *bound = NULL, *res = NULL;
     PyObject *saved_args = NULL;
     StaxGradNode *node = NULL;
-    StaxTensor *self = NULL;
+    StaxTensor *self = NULL, *vbase = NULL;
 
     for (Py_ssize_t i = 0; i < nargs + nkw && !any; i++) {
         any = wants_grad(args[i]);
@@ -451,7 +566,7 @@ hook(const stax_op_info *op, PyObject *func, PyObject *const *args,
     }
     if (inplace && sig->n > 0 && StaxTensor_Check(PyTuple_GET_ITEM(bound, 0))) {
         self = (StaxTensor *)PyTuple_GET_ITEM(bound, 0);
-        if (check_inplace_target(self) < 0) {
+        if (check_inplace_target(self, &vbase) < 0) {
             goto done;
         }
     }
@@ -506,6 +621,12 @@ hook(const stax_op_info *op, PyObject *func, PyObject *const *args,
     if (attach_outputs(node, res, base->kind == STAX_OPK_VIEW) < 0) {
         Py_CLEAR(res);
     }
+    else if (base->kind == STAX_OPK_VIEW && sig->n > 0) {
+        set_view_base(node, PyTuple_GET_ITEM(bound, 0));
+    }
+    else if (vbase != NULL && res == (PyObject *)self && rebase_view(self, vbase) < 0) {
+        Py_CLEAR(res);
+    }
 done:
     Py_XDECREF(targs);
     Py_XDECREF(kw);
@@ -554,6 +675,7 @@ wrap_call(PyObject *o, PyObject *args, PyObject *kw)
     WrapMethod *w = (WrapMethod *)o;
     PyObject *self, *rest = NULL, *res = NULL, *names = NULL, *sargs = NULL;
     StaxGradNode *node = NULL;
+    StaxTensor *vbase = NULL;
     const stax_deriv *d;
     int any, prev;
     if (PyTuple_GET_SIZE(args) < 1
@@ -581,7 +703,7 @@ wrap_call(PyObject *o, PyObject *args, PyObject *kw)
         return res;
     }
     if (w->kind == WM_COPY || w->kind == WM_FILL) {
-        if (check_inplace_target((StaxTensor *)self) < 0) {
+        if (check_inplace_target((StaxTensor *)self, &vbase) < 0) {
             Py_DECREF(rest);
             return NULL;
         }
@@ -627,7 +749,8 @@ wrap_call(PyObject *o, PyObject *args, PyObject *kw)
                         ? (StaxTensor *)self : NULL);
     if (res == NULL || res == self || !has_float_output(res)) {
         if (res == self && (w->kind == WM_COPY || w->kind == WM_FILL)) {
-            if (attach_outputs(node, res, 0) < 0) {
+            if (attach_outputs(node, res, 0) < 0
+                || (vbase != NULL && rebase_view((StaxTensor *)self, vbase) < 0)) {
                 Py_CLEAR(res);
             }
         }
@@ -636,6 +759,9 @@ wrap_call(PyObject *o, PyObject *args, PyObject *kw)
     if (attach_outputs(node, res, w->kind == WM_VIEW || w->kind == WM_PROPERTY)
         < 0) {
         Py_CLEAR(res);
+    }
+    else if (w->kind == WM_VIEW || w->kind == WM_PROPERTY) {
+        set_view_base(node, self);
     }
 done:
     Py_XDECREF(rest);
@@ -727,7 +853,7 @@ static const struct { const char *name; int kind; const char *op; } wrapped[] = 
     {"unflatten", WM_VIEW, "getitem"}, {"narrow", WM_VIEW, "getitem"},
     {"select", WM_VIEW, "getitem"}, {"unbind", WM_VIEW, "getitem"},
     {"split", WM_VIEW, "getitem"}, {"chunk", WM_VIEW, "getitem"},
-    {"diagonal", WM_VIEW, "getitem"}, {"as_strided", WM_VIEW, "getitem"},
+    {"diagonal", WM_VIEW, "getitem"}, {"as_strided", WM_VIEW, "as_strided"},
     {"movedim", WM_VIEW, "getitem"}, {"slice", WM_VIEW, "getitem"},
     {"clone", WM_IDENTITY, "clone"}, {"contiguous", WM_IDENTITY, "clone"},
     {"to", WM_IDENTITY, "clone"}, {"float", WM_IDENTITY, "clone"},
@@ -810,6 +936,9 @@ ag_subscript(PyObject *self, PyObject *key)
         if (attach_outputs(node, res, is_view) < 0) {
             Py_CLEAR(res);
         }
+        else if (is_view) {
+            set_view_base(node, self);
+        }
     }
     Py_DECREF(node);
     return res;
@@ -818,7 +947,7 @@ ag_subscript(PyObject *self, PyObject *key)
 static int
 ag_ass_subscript(PyObject *self, PyObject *key, PyObject *value)
 {
-    StaxTensor *t = (StaxTensor *)self;
+    StaxTensor *t = (StaxTensor *)self, *vbase = NULL;
     PyObject *sargs;
     StaxGradNode *node;
     int prev, rc;
@@ -826,7 +955,7 @@ ag_ass_subscript(PyObject *self, PyObject *key, PyObject *value)
         || !(t->requires_grad || wants_grad(value))) {
         return orig_ass_subscript(self, key, value);
     }
-    if (check_inplace_target(t) < 0) {
+    if (check_inplace_target(t, &vbase) < 0) {
         return -1;
     }
     sargs = PyTuple_Pack(3, self, key, value);
@@ -845,7 +974,8 @@ ag_ass_subscript(PyObject *self, PyObject *key, PyObject *value)
     stax_set_grad_enabled(prev);
     snap_versions(node, t);
     if (rc == 0 && stax_dtype_is_floating(t->dtype)
-        && attach_outputs(node, self, 0) < 0) {
+        && (attach_outputs(node, self, 0) < 0
+            || (vbase != NULL && rebase_view(t, vbase) < 0))) {
         rc = -1;
     }
     Py_DECREF(node);
@@ -943,7 +1073,8 @@ int
 stax_autograd_module_init(PyObject *m)
 {
     if (stax_ag_node_init(m) < 0 || stax_ag_formulas_init() < 0
-        || stax_ag_engine_init(m) < 0 || stax_ag_record_init(m) < 0) {
+        || stax_ag_engine_init(m) < 0 || stax_ag_record_init(m) < 0
+        || stax_ag_joint_init(m) < 0) {
         return -1;
     }
     return 0;

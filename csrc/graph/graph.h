@@ -156,4 +156,8 @@ PyObject *stax_graph_run_frontend_passes(PyObject *gm, PyObject *log,
  * the op table's). New reference or NULL. */
 PyObject *stax_graph_make_op_graph(PyObject *gm, PyObject *basis);
 
+/* tensorplay._C.min_cut_partition and _maxflow (partition.c): the
+ * rematerialization min cut of a joint forward+backward graph */
+int stax_graph_partition_init(PyObject *m);
+
 #endif

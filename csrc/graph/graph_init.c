@@ -8,5 +8,8 @@ stax_graph_module_init(PyObject *m)
     if (stax_graph_core_init(m) < 0) {
         return -1;
     }
-    return stax_graph_passes_init(m);
+    if (stax_graph_passes_init(m) < 0) {
+        return -1;
+    }
+    return stax_graph_partition_init(m);
 }

@@ -40,6 +40,14 @@ def compile(fn=None, *, backend="stax", dynamic=None, strict_native=False, fullg
     if inspect.isgeneratorfunction(fn) or inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
         raise TypeError(f"tensorplay.compile: {getattr(fn, '__name__', fn)!r} is a generator or coroutine "
                         "function; tracing needs a function that returns its tensors")
+    opt = getattr(fn, "__self__", None)
+    if getattr(fn, "__name__", None) == "step" and backend == "stax" and not dynamic:
+        from tensorplay.optim.optimizer import Optimizer
+        if isinstance(opt, Optimizer) and type(opt)._fused_step is not Optimizer._fused_step:
+            # tp.compile(opt.step): the optimizer's fused multi-tensor step
+            # (tracing step() itself would read the step counts in Python:
+            # a new version every step); docs/autograd.md
+            return opt._fused_runner(strict_native)
     if _is_module(fn):
         return OptimizedModule(fn, _compile_function(
             fn, backend=backend, dynamic=dynamic, strict_native=strict_native,

@@ -327,11 +327,14 @@ def test_dynamic_new_size_draws_like_eager():
         assert tp.rand(2).tolist() == after_eager, n
 
 
-@pytest.mark.xfail(strict=True, reason="autograd: in-place write through a view of a "
-                   "tensor that requires grad is refused in eager (PyTorch accepts); "
-                   "left out of test_eager_matches_pytorch via avoid='inplace_grad_view'")
 def test_eager_inplace_on_view_of_module_output_like_torch():
+    # in-place write through a view of a tensor that requires grad: the
+    # base's history is rebased (torch's CopySlices)
     tp.manual_seed(0)
     m = tp.nn.LayerNorm(3)
     v = tp.relu(m(tp.ones(3, 3)))
     v[:, :].add_(v.detach())
+    assert v.grad_fn.name() == "CopySlices"
+    # relu saved its output, which the write changed: torch's error too
+    with pytest.raises(RuntimeError, match="which is output 0 of Relu, is at version 1"):
+        v.sum().backward()

@@ -234,49 +234,57 @@ def _cdim(input):
     return 1 if input.dim() >= 2 else 0
 
 
+_TINY = {"float32": 1.1754943508222875e-38, "float64": 2.2250738585072014e-308,
+         "float16": 6.103515625e-05, "bfloat16": 1.1754943508222875e-38}
+
+
 def _nll_grad(grad, input, target, weight, ignore_index, reduction, label_smoothing):
     """d(loss)/d(log-probabilities) of nll_loss / cross_entropy's log_softmax
-    output: a constant coefficient array (NumPy) times the incoming grad."""
+    output: a coefficient array times the incoming grad. Written in tensor
+    ops only (no values read into Python), so the compiled joint graph
+    traces it like any formula."""
     tp = _tp()
-    x = input.detach().numpy()
-    cd = 1 if x.ndim >= 2 else 0
-    C = x.shape[cd]
-    t = target.detach().numpy()
-    w = weight.detach().numpy().astype(x.dtype) if weight is not None else None
-    if t.dtype.kind == "f":               # class probabilities
-        coef = -t.astype(x.dtype)
+    nd = input.dim()
+    cd = 1 if nd >= 2 else 0
+    C = input.shape[cd]
+    dt = input.dtype
+    shp = [1] * nd
+    shp[cd] = C
+    w = weight.to(dt) if weight is not None else None
+    if target.is_floating_point():               # class probabilities
+        coef = -target.to(dt)
         if label_smoothing:
-            coef = -(t * (1 - label_smoothing) + label_smoothing / C).astype(x.dtype)
+            coef = -(target.to(dt) * (1 - label_smoothing) + label_smoothing / C)
         if w is not None:
-            shp = [1] * x.ndim
-            shp[cd] = C
             coef = coef * w.reshape(shp)
-        denom = x.size // C if reduction == "mean" else 1
-        coef = coef / denom
+        if reduction == "mean":
+            coef = coef / max(input.numel() // C, 1)
     else:
-        tt = t.astype(np.int64)
-        valid = tt != ignore_index
-        safe = np.where(valid, tt, 0)
-        onehot = np.moveaxis(np.eye(C, dtype=x.dtype)[safe], -1, cd) if x.ndim >= 2 \
-            else np.eye(C, dtype=x.dtype)[safe]
-        wt = w[safe] if w is not None else np.ones(safe.shape, x.dtype)
-        wt = np.where(valid, wt, 0).astype(x.dtype)
-        wex = np.expand_dims(wt, cd) if x.ndim >= 2 else wt
+        valid = target != ignore_index
+        safe = tp.where(valid, target, 0)
+        classes = tp.arange(C, dtype=safe.dtype).reshape(shp)
+        onehot = ((safe.unsqueeze(cd) if nd >= 2 else safe.unsqueeze(0)) == classes).to(dt) \
+            if nd >= 2 else (safe == classes).to(dt)
+        if w is not None:
+            wt = w.index_select(0, safe.reshape(-1)).reshape(tuple(safe.shape))
+        else:
+            wt = tp.ones(tuple(safe.shape), dtype=dt)
+        wt = tp.where(valid, wt, 0.0)
+        wex = wt.unsqueeze(cd) if nd >= 2 else wt
         coef = -onehot * wex
         if label_smoothing:
-            wc = w if w is not None else np.ones(C, x.dtype)
-            shp = [1] * x.ndim
-            shp[cd] = C
-            validx = np.expand_dims(valid, cd) if x.ndim >= 2 else valid
-            smooth = -(wc.reshape(shp) if x.ndim >= 2 else wc) * validx / C
-            coef = coef * (1 - label_smoothing) + label_smoothing * smooth
+            wc = w if w is not None else tp.ones(C, dtype=dt)
+            validx = (valid.unsqueeze(cd) if nd >= 2 else valid).to(dt)
+            smooth = -(wc.reshape(shp) if nd >= 2 else wc) * validx / C
+            coef = coef * (1 - label_smoothing) + smooth * label_smoothing
         if reduction == "mean":
-            coef = coef / max(wt.sum(), np.finfo(x.dtype).tiny) \
-                if w is not None or not label_smoothing else coef / max(valid.sum(), 1)
-    c = tp.tensor(np.ascontiguousarray(coef), dtype=input.dtype)
-    if reduction == "none" and x.ndim >= 2:
+            if w is not None or not label_smoothing:
+                coef = coef / wt.sum().clamp_min(_TINY.get(str(dt).split(".")[-1], 1e-38))
+            else:
+                coef = coef / valid.sum().clamp_min(1).to(dt)
+    if reduction == "none" and nd >= 2:
         grad = grad.unsqueeze(cd)
-    return c * grad
+    return coef * grad
 
 
 def _ce_target_grad(grad, logp, target, weight, reduction, label_smoothing):
@@ -301,9 +309,16 @@ def _pick(node, grads, self):
     """Gradient of an op whose every output element is an element of its
     first argument (views, indexing, gather, flip, repeat, pad...): replay
     the op on 1 + the element index and add each output's gradient at the
-    index it names (0: a padding element, no input)."""
+    index it names (0: a padding element, no input). When no input element
+    appears twice among the outputs (views, flip, roll, slicing, indexing
+    by constants) the gradient is a gather instead of a scatter-add: the
+    inverse index map is computed here, once, and index_select reads each
+    input's gradient from the outputs' (what the compiled backward lowers
+    natively)."""
     tp = _tp()
-    shape = tuple(self.shape)
+    # self: the input, or only its shape (views read nothing else of their
+    # input: an in-place write to the base must not invalidate them)
+    shape = tuple(self.shape) if hasattr(self, "shape") else tuple(self)
     if node.name() == "AsStridedBackward0" and not self.is_contiguous():
         raise NotImplementedError(
             "tensorplay: the gradient of as_strided() of a non-contiguous tensor is not "
@@ -320,6 +335,27 @@ def _pick(node, grads, self):
     if isinstance(pos, _C.Tensor):
         pos, pos2 = (pos,), (pos2,)
     g0 = next(g for g in grads if g is not None)
+    if all(isinstance(p, _C.Tensor) for p in pos):
+        maps = [np.where(p2.numpy() - p.numpy() == n, p.numpy(), 0).reshape(-1).astype(np.int64)
+                for p, p2 in zip(pos, pos2)]
+        hit = np.concatenate(maps) if maps else np.zeros(0, np.int64)
+        nz = hit[hit > 0]
+        if len(np.unique(nz)) == len(nz):
+            out = None
+            for m, g in zip(maps, grads):
+                if g is None or not (m > 0).any():
+                    continue
+                # per input element: its position in this output, or -1
+                at = np.full(n + 1, -1, dtype=np.int64)
+                at[m[m > 0]] = np.nonzero(m > 0)[0]
+                at = at[1:]
+                picked = g.reshape(-1).index_select(0, tp.tensor(np.maximum(at, 0)))
+                if (at < 0).any():
+                    picked = tp.where(tp.tensor(at >= 0), picked, 0.0)
+                out = picked if out is None else out + picked
+            if out is None:
+                return tp.zeros(shape, dtype=g0.dtype)
+            return out.reshape(shape)
     flat = tp.zeros(n + 1, dtype=g0.dtype)
     for p, p2, g in zip(pos, pos2, grads):
         if g is None:
@@ -426,12 +462,13 @@ def _einsum_grad(grad, equation, tensors):
     """einsum: operand k's gradient is the einsum of the output gradient
     with the other operands, onto k's subscripts; a subscript only k has
     (summed out) is broadcast back. Explicit subscripts without ellipsis or
-    a subscript repeated within one operand only."""
+    a subscript repeated within one operand only; '...' is spelled out
+    as letters first."""
     tp = _tp()
     eq = equation.replace(" ", "")
+    tensors = list(tensors)
     if "..." in eq:
-        raise NotImplementedError("tensorplay: the derivative of einsum with '...' is not "
-                                  "implemented")
+        eq, tensors = _einsum_no_ellipsis(eq, tensors)
     lhs, _, out = eq.partition("->")
     subs = lhs.split(",")
     if not _:
@@ -452,6 +489,89 @@ def _einsum_grad(grad, equation, tensors):
             g = g.expand(tuple(t.shape))
         grads.append(g)
     return grads
+
+
+def _einsum_no_ellipsis(eq, tensors):
+    """The equation with '...' spelled out as letters it does not use (the
+    broadcast dims right-aligned, as einsum aligns them), and the operands
+    expanded to the broadcast sizes of those dims (the engine sums each
+    gradient back to its operand's shape)."""
+    lhs, arrow, out = eq.partition("->")
+    subs = lhs.split(",")
+    free = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz" if c not in eq]
+    counts = [t.dim() - (len(sb) - 3) if "..." in sb else 0 for sb, t in zip(subs, tensors)]
+    m = max(counts) if counts else 0
+    ell = free[:m]
+    sizes = [1] * m
+    for sb, t, c in zip(subs, tensors, counts):
+        if c:
+            start = sb.index("...")
+            for i in range(c):
+                sizes[m - c + i] = max(sizes[m - c + i], t.shape[start + i])
+    new_subs, new_ts = [], []
+    for sb, t, c in zip(subs, tensors, counts):
+        if "..." in sb:
+            start = sb.index("...")
+            letters = "".join(ell[m - c:])
+            want = list(t.shape)
+            want[start:start + c] = sizes[m - c:]
+            if tuple(want) != tuple(t.shape):
+                t = t.expand(tuple(want))
+            sb = sb.replace("...", letters)
+        new_subs.append(sb)
+        new_ts.append(t)
+    if arrow:
+        out = out.replace("...", "".join(ell))
+    else:
+        rest = lhs.replace("...", "").replace(",", "")
+        out = "".join(ell) + "".join(sorted(c for c in set(rest) if rest.count(c) == 1))
+    return ",".join(new_subs) + "->" + out, new_ts
+
+
+def _copy_slices(base, view):
+    """The backward of an in-place write into `view`, a view of `base`
+    (torch's CopySlices): base's new value is its old value outside the
+    view's elements and the written op's output inside. Returns
+    backward(grad of base) -> [grad of the old base, grad of the view's new
+    value]: the gradient with the view's elements zeroed, and those
+    elements."""
+    tp = _tp()
+    if not base.is_contiguous():
+        raise NotImplementedError(
+            "tensorplay: an in-place operation on a view of a non-contiguous tensor that "
+            "requires grad is not supported; write into a view of a contiguous tensor")
+    size, stride = tuple(view.shape), tuple(view.stride())
+    off = view.storage_offset() - base.storage_offset()
+    mask = tp.ones(tuple(base.shape), dtype=base.dtype)
+    mask.as_strided(size, stride, off).zero_()
+
+    def backward(g):
+        g = g.contiguous()
+        region = g.as_strided(size, stride, g.storage_offset() + off)
+        return [g * mask, region.contiguous()]
+    return backward
+
+
+def _cumprod_grad(grad, self, result, dim):
+    """cumprod's gradient, zeros included (no division by a zero): before
+    a slice's first zero, sum_{j>=k} g_j y_j / x_k; at the first zero z,
+    sum_{j>=z} g_j prod_{i<=j, i!=z} x_i (the cumulative product with x_z
+    taken as 1); after it, 0 (every product holds x_z). Tensor ops only."""
+    tp = _tp()
+    if self.dim() == 0:
+        return grad
+    d = dim % self.dim()
+
+    def rcumsum(t):
+        return t.flip([d]).cumsum(d).flip([d])
+    zero = self == 0
+    nz = zero.to(tp.int64).cumsum(d)
+    first = zero.logical_and(nz == 1)
+    before = nz == 0
+    safe = tp.where(zero, 1.0, self)
+    g_before = rcumsum(grad * result) / safe
+    g_first = rcumsum(grad * tp.where(first, 1.0, self).cumprod(d))
+    return tp.where(before, g_before, tp.where(first, g_first, 0.0))
 
 
 def helpers():

@@ -126,6 +126,24 @@ def _raise_sample_error(graph):
             err.add_note(f"(while compiling: node %{n.name}, at {n.meta.get('stack')})")
             raise err
 
+class _BackwardInGraph(Exception):
+    """The traced function calls backward() / autograd.grad (args: the
+    call's text, its source line)."""
+
+
+def _check_no_backward(graph):
+    for n in graph.nodes:
+        if n.op == "call_method" and n.target in ("backward",):
+            raise _BackwardInGraph(f"{n.args[0]}.backward()" if n.args else "backward()",
+                                   n.meta.get("stack") or "?")
+        if n.op == "call_function":
+            t = n.target
+            mod = getattr(t, "__module__", "") or ""
+            if getattr(t, "__name__", "") in ("backward", "grad") and "autograd" in mod:
+                raise _BackwardInGraph(f"tensorplay.autograd.{t.__name__}()",
+                                       n.meta.get("stack") or "?")
+
+
 class RecompileLimitError(RuntimeError):
     """A compiled function passed cache_size_limit or
     accumulated_cache_size_limit under strict_native=True."""
@@ -352,6 +370,8 @@ class Version:
         self.stores, self.n_extras = (), 0             # set by Driver._build
         self.seeds = ()
         self.detach_masks = _detach_masks(gm) if gm is not None else None
+        self.autograd = None                           # set by Driver._build
+        self.autograd_layouts = None   # dynamic: layout -> CompiledAutograd (or False)
 
     # -- inspection -------------------------------------------------------
     @property
@@ -366,6 +386,22 @@ class Version:
     @property
     def kernels(self):
         return list(getattr(self.artifact, "kernels", None) or [])
+
+    # compiled autograd (a version called with grad mode on and an input
+    # that requires grad): the partitioned programs; None otherwise
+    @property
+    def forward_graph(self):
+        return self.autograd.forward_graph if self.autograd is not None else None
+
+    @property
+    def backward_graph(self):
+        return self.autograd.backward_graph if self.autograd is not None else None
+
+    @property
+    def saved(self):
+        """[(name, shape, dtype, bytes)]: what the forward saves for the
+        backward (the min cut; inputs cost 0 bytes), [] without autograd."""
+        return list(self.autograd.saved) if self.autograd is not None else []
 
     @property
     def fallbacks(self):
@@ -505,6 +541,57 @@ class Version:
         return out
 
 
+def _only_diff_require_grad(out, diff, given):
+    """Outputs that eager's autograd does not reach (a detach, a no_grad
+    block, a nondiff op on the way) do not require grad: detached aliases
+    of the program's outputs. diff: tensor-leaf positions that do."""
+    T = _tensor_type()
+    k = [0]
+
+    def fix(o):
+        if isinstance(o, T):
+            i = k[0]
+            k[0] += 1
+            if i not in diff and o.requires_grad and id(o) not in given:
+                return o.detach()
+            return o
+        if isinstance(o, (tuple, list)):
+            return type(o)(fix(x) for x in o)
+        if isinstance(o, dict):
+            return {kk: fix(x) for kk, x in o.items()}
+        return o
+    return fix(out)
+
+
+class _ForwardOnly:
+    """The artifact of a version with compiled autograd, called without
+    grad: its forward program's outputs (the saved values dropped)."""
+
+    def __init__(self, ag):
+        self.autograd = ag
+
+    def __call__(self, *flat):
+        return self.autograd.fwd(*flat)[0]
+
+    @property
+    def kernels(self):
+        ag = self.autograd
+        return (list(getattr(ag.fwd, "kernels", None) or [])
+                + list(getattr(ag.bwd, "kernels", None) or []))
+
+    @property
+    def op_graph(self):
+        return getattr(self.autograd.fwd, "op_graph", None)
+
+    @property
+    def fallbacks(self):
+        n = 0
+        for a in (self.autograd.fwd, self.autograd.bwd):
+            k = getattr(a, "fallbacks", 0)
+            n += k if isinstance(k, int) else 0
+        return n
+
+
 class Driver:
     """Python side of one compiled function."""
 
@@ -531,6 +618,7 @@ class Driver:
         self._cf = None
         self._egroups = {}    # gkey -> [_C._DispatchEntry], parallel to _groups
         self._limit_warned = False
+        self._eager_only = None      # why every call runs eagerly (backward() inside)
         self._replay_warned = False
         self.compiles = 0
         self.hits_level2 = 0
@@ -551,6 +639,7 @@ class Driver:
             if self._self_plans is not None:
                 self._self_plans = {}
             self._limit_warned = False
+            self._eager_only = None
             self._replay_warned = False
             self.compiles = self.hits_level2 = self.hits_level3 = self.eager_calls = 0
             self._cache_counts = [0, 0, 0]
@@ -615,24 +704,29 @@ class Driver:
 
     def _run_autograd(self, v, flat, args, kwargs, plan, free):
         """Grad mode on and an input or lifted parameter requires grad.
-        Compiled autograd (a joint forward + backward graph) is not built
-        yet: the compiled forward runs, its outputs that require grad get one
-        grad_fn (CompiledFunctionBackward) whose backward recomputes the
-        function eagerly from the same inputs (and random state) and
-        differentiates that: every intermediate is rematerialized, only the
-        inputs are kept. A version that writes its inputs or has side
-        effects cannot be recomputed: the call runs eagerly instead. Under
-        strict_native both eager paths raise NativeCompileError
-        (docs/autograd.md)."""
-        from tensorplay import random as _random
+        A version with compiled autograd runs its forward program and gives
+        the outputs one grad_fn running the backward program
+        (_run_compiled_autograd). Otherwise (a back end other than stax,
+        dynamic=True, detach, side effects: Driver._autograd_blocker) the
+        compiled forward runs and the outputs' CompiledFunctionBackward
+        recomputes the function eagerly from the same inputs (and random
+        state) and differentiates that. A version that writes its inputs or
+        has side effects cannot be recomputed: the call runs eagerly
+        instead. Under strict_native both eager paths raise
+        NativeCompileError (docs/autograd.md)."""
+        if v.autograd is not None:
+            return self._run_compiled_autograd(v.autograd, flat, args, kwargs)
+        if v.autograd_layouts is not None:
+            ag = self._layout_autograd(v, flat, args, kwargs, plan, free)
+            if ag is not None:
+                return self._run_compiled_autograd(ag, flat, args, kwargs)
         if v.effects or v.effects_eager or v.mutates_inputs or v.n_extras:
             if self.strict_native:
                 raise _C.NativeCompileError(
                     f"tensorplay.compile: '{self.name}' writes its inputs or has side effects and "
-                    "was called with grad mode on and an input that requires grad; compiled "
-                    "autograd is not implemented yet, so this call would run eagerly")
+                    "was called with grad mode on and an input that requires grad; its backward "
+                    "cannot be compiled, so this call would run eagerly")
             return self._eager(args, kwargs)
-        rng = _random.get_rng_state()
         out = self._run(v, flat, args, kwargs, plan, free)
         cf = self._cf() if self._cf is not None else None
         if cf is not None:
@@ -646,14 +740,143 @@ class Driver:
         if not pos:
             return out
         ins = [x for x in flat if x.requires_grad]
-        versions = [x._version for x in ins]
-        fn, name, strict = self._eager_fn(), self.name, self.strict_native
+        eager = self._eager_backward(args, kwargs, pos, ins)
+        name, strict = self.name, self.strict_native
 
         def backward(*grads):
             if strict:
                 raise _C.NativeCompileError(
-                    f"tensorplay.compile: the backward of '{name}' would run eagerly (compiled "
-                    "autograd is not implemented yet)")
+                    f"tensorplay.compile: the backward of '{name}' would run eagerly (its "
+                    "version has no compiled autograd)")
+            return eager(*grads)
+
+        _C._autograd_attach([outs[i] for i in pos], ins, backward, "CompiledFunctionBackward")
+        return out
+
+    def _autograd_blocker(self, call, tr, gm):
+        """Why this version cannot get compiled autograd (None: it can)."""
+        if self.backend_name != "stax":
+            return f"back end {self.backend_name!r} (compiled autograd lowers with 'stax')"
+        if getattr(tr, "mutated_inputs", None):
+            return "it writes its inputs in place"
+        if call.effects or call.n_extras or call.unsafe_store is not None:
+            return "it has side effects outside the graph"
+        if call.seeds:
+            return "it calls tp.manual_seed"
+        return None
+
+    def _autograd_wanted(self, call, tr):
+        """Will _build_autograd try to build this version's programs?"""
+        return (bool(call.rho) and any(t.requires_grad for t in call.flat)
+                and self._autograd_blocker(call, tr, None) is None)
+
+    def _build_autograd(self, call, tr, gm, static=False):
+        """The compiled forward + backward of a version called with grad
+        mode on and an input that requires grad (compiler/_autograd.py), or
+        None: the version then runs its forward compiled and an eager
+        recompute backward (strict_native: an error instead)."""
+        if not call.rho or not any(t.requires_grad for t in call.flat):
+            return None
+        from . import _autograd
+        why = self._autograd_blocker(call, tr, gm)
+        if why is None:
+            log = None
+            if _logs.enabled("partition"):
+                lg = _logs.logger("partition")
+                log = lg.info
+            try:
+                lower = (lambda g, ex: self._lower(g, ex, static=True)) if static else self._lower
+                return _autograd.build(gm, call.flat, lower, self.name, log)
+            except (_C.NativeCompileError, _autograd.NoGradOutputs) as e:
+                if isinstance(e, _autograd.NoGradOutputs):
+                    return None          # the forward alone: nothing to differentiate
+                raise
+            except Exception as e:  # noqa: BLE001 - reported below
+                why = f"{type(e).__name__}: {e}"
+        if self.strict_native and self.backend_name == "stax":
+            raise _C.NativeCompileError(
+                f"strict_native: the backward of '{self.name}' cannot be compiled ({why}); "
+                "it would run eagerly")
+        if config.warn_on_fallback and self.backend_name == "stax":
+            warnings.warn(f"tensorplay.compile: the backward of '{self.name}' is not compiled "
+                          f"({why}); it recomputes the function eagerly", RuntimeWarning,
+                          stacklevel=6)
+        return None
+
+    def _layout_autograd(self, v, flat, args, kwargs, plan, free):
+        """A dynamic version's compiled autograd for this call's layout:
+        the joint graph is traced at concrete shapes (its formulas read
+        them), so a static retrace per layout, as _artifact does for
+        fixed-shape back ends. None: it cannot be built (warned once)."""
+        lay = _layout(flat)
+        ag = v.autograd_layouts.get(lay)
+        if ag is None:
+            with _compile_lock:
+                ag = v.autograd_layouts.get(lay)
+                if ag is None:
+                    c = _Call()
+                    c.args, c.kwargs, c.free, c.flat = args, kwargs, free, flat
+                    c.rho = True
+                    tr, gm, _ = self._trace(c, plan)
+                    ag = self._build_autograd(c, tr, gm, static=True) or False
+                    v.autograd_layouts[lay] = ag
+        return ag or None
+
+    def _run_compiled_autograd(self, ag, flat, args, kwargs):
+        """The forward program, then one grad_fn (CompiledFunctionBackward)
+        holding the saved tensors and running the backward program."""
+        cf = self._cf() if self._cf is not None else None
+        if cf is not None:
+            cf._clear_level1()       # every call must come back here
+        out, saved = ag.fwd(*flat)
+        T = _tensor_type()
+        outs = []
+        _flatten(out, "", outs, [], T)
+        diff = [outs[p] for p in ag.diff_pos]
+        if len(ag.diff_pos) != len(outs) and any(o.requires_grad for o in outs):
+            out = _only_diff_require_grad(out, set(ag.diff_pos), {id(x) for x in flat})
+        ins = [flat[i] for i in ag.grad_inputs]
+        held = {id(o) for o in outs}
+        saved = [s.detach() if id(s) in held or s.requires_grad else s for s in saved]
+        saved += [flat[i].detach() for i in ag.saved_primals]
+        eager = self._eager_backward(args, kwargs, range(len(outs)), ins)
+        strict, name = self.strict_native, self.name
+        tmeta, slots, bwd = ag.tangent_meta, ag.grad_slots, ag.bwd
+        diff_pos = ag.diff_pos
+
+        def backward(saved, *grads):
+            import tensorplay as _tp
+            if _tp.is_grad_enabled():
+                # create_graph=True: the compiled backward is not itself
+                # differentiable; eager recompute gives the graph
+                if strict:
+                    raise _C.NativeCompileError(
+                        f"strict_native: backward(create_graph=True) through compiled '{name}' "
+                        "runs its backward eagerly (the compiled backward is not differentiable)")
+                full = [None] * len(outs)
+                for p, g in zip(diff_pos, grads):
+                    full[p] = g
+                return eager(*full)
+            gs = [(_tp.zeros(s, dtype=d) if g is None else g.contiguous())
+                  for (s, d), g in zip(tmeta, grads)]
+            res = bwd(*saved, *gs)
+            return [None if k is None else res[k] for k in slots]
+
+        _C._autograd_attach(diff, ins, backward, "CompiledFunctionBackward", saved)
+        return out
+
+    def _eager_backward(self, args, kwargs, pos, ins):
+        """backward(*grads of outputs pos) that recomputes the function
+        eagerly from the same inputs and random state and differentiates
+        that (create_graph=True, versions without compiled autograd)."""
+        from tensorplay import random as _random
+        rng = _random.get_rng_state()
+        versions = [x._version for x in ins]
+        fn, name = self._eager_fn(), self.name
+        pos = list(pos)
+        T = _tensor_type()
+
+        def backward(*grads):
             for x, ver in zip(ins, versions):
                 if x._version != ver:
                     raise RuntimeError(
@@ -677,9 +900,7 @@ class Driver:
                 return [None] * len(ins)
             return _tp.autograd.grad([e for e, _ in pairs], ins, [g for _, g in pairs],
                                      allow_unused=True, create_graph=create)
-
-        _C._autograd_attach([outs[i] for i in pos], ins, backward, "CompiledFunctionBackward")
-        return out
+        return backward
 
     def _fn_line(self):
         fn = self.fn
@@ -817,7 +1038,10 @@ class Driver:
         return out
 
     def _resolve(self, call, plan):
-        """The version for call: a level-3 hit, else compiled (None: past a limit)."""
+        """The version for call: a level-3 hit, else compiled (None: past a
+        limit, or a function that runs eagerly: backward() inside)."""
+        if self._eager_only is not None:
+            return None
         v = self._lookup(call)
         if v is not None:
             self.hits_level3 += 1
@@ -984,7 +1208,21 @@ class Driver:
             log.info("  failed guards by version: " + "; ".join(
                 f"version {v.index}: " + ", ".join(_failed_condition(g) for g in gs)
                 for v, gs in failed))
-        v = self._build(call, plan)
+        try:
+            v = self._build(call, plan)
+        except _BackwardInGraph as e:
+            msg = (f"tensorplay.compile: '{self.name}' calls {e.args[0]} at {e.args[1]}; a backward "
+                   "cannot be traced into a compiled program (the compiled backward belongs to "
+                   "the grad_fn of the compiled function's outputs). Compile the loss function "
+                   "instead and call backward() and the optimizer outside it: loss = "
+                   "tp.compile(loss_fn)(x, y); loss.backward(); tp.compile(opt.step)() "
+                   "(docs/autograd.md, 'Compiled training')")
+            if self.strict_native:
+                raise _C.NativeCompileError("strict_native: " + msg) from None
+            if config.warn_on_fallback:
+                warnings.warn(msg + "; it runs eagerly", RuntimeWarning, stacklevel=5)
+            self._eager_only = msg
+            return None
         v._entry = _C._DispatchEntry(
             v.index, (v.artifact if v.shape_polymorphic and not v.effects_eager
                       and not v.n_extras and not v.seeds and v.detach_masks is None else None),
@@ -1117,6 +1355,7 @@ class Driver:
 
         def after_trace(tr):
             try:
+                _check_no_backward(tr.graph_module.graph)
                 _raise_sample_error(tr.graph_module.graph)
             except BaseException:
                 call.effects_before_error = bool(slog.entries or getattr(wrapper, "effects", None))
@@ -1191,23 +1430,23 @@ class Driver:
             outn.args = ((orig, tuple(p.node for p in extras)),)
             gm.recompile()
 
-    def _backend_options(self):
+    def _backend_options(self, static=False):
         opts = dict(self.options)
         opts["strict_native"] = self.strict_native
-        if self.dynamic and self.backend_name == "stax":
+        if self.dynamic and self.backend_name == "stax" and not static:
             # one artifact per version serves every size of the class: its
             # kernels take sizes, strides and numel constants as arguments
             opts.setdefault("dynamic", True)
         return opts
 
-    def _lower(self, gm, flat, lowered=None):
+    def _lower(self, gm, flat, lowered=None, static=False):
         """backend(gm, example_inputs, **options) -> (artifact, eager_fallback);
         lowered: what _C.stax_compile's lowering gave, (artifact, error,
         cache counter deltas), or None to call the back end here."""
         before = _C._cache_counters() if lowered is None else None
         try:
             if lowered is None:
-                art = self.backend(gm, list(flat), **self._backend_options())
+                art = self.backend(gm, list(flat), **self._backend_options(static))
             elif lowered[1] is not None:
                 raise lowered[1]
             else:
@@ -1278,11 +1517,16 @@ class Driver:
         return drew
 
     def _build(self, call, plan):
-        def lowers(tr):
+        def aliased(tr):
             # tensor inputs sharing a storage, one written in place: not
             # lowered (_aliased_writes)
-            return not (call.alias is not None and getattr(tr, "mutated_inputs", None)
-                        and self.backend_name != "eager")
+            return (call.alias is not None and getattr(tr, "mutated_inputs", None)
+                    and self.backend_name != "eager")
+
+        def lowers(tr):
+            # a version with compiled autograd lowers its forward and
+            # backward programs instead (_build_autograd)
+            return not aliased(tr) and not (not self.dynamic and self._autograd_wanted(call, tr))
 
         tr, gm, lowered = self._trace(call, plan, lower=True, prepare=lowers)
         gates = list(getattr(tr, "gates", None) or [])
@@ -1303,13 +1547,27 @@ class Driver:
             replay_random = self._check_replay(
                 replay, gate_kinds, gates0,
                 _C._trace_stand_ins(call.flat) if replay_copies else call.flat)
-        if not lowers(tr):
+        ag = None
+        if aliased(tr):
             artifact, eager_fallback = self._aliased_writes(gm, tr)
         else:
-            artifact, eager_fallback = self._lower(gm, call.flat, lowered)
+            # a dynamic version's backward: per concrete layout, at its
+            # first call with grad (_layout_autograd)
+            ag = self._build_autograd(call, tr, gm) if not self.dynamic else None
+            if ag is not None:
+                artifact, eager_fallback = _ForwardOnly(ag), False
+            else:
+                artifact, eager_fallback = self._lower(gm, call.flat, lowered)
         v = Version(len(self.versions), call, gm, artifact, replay, gate_kinds, gates0,
                     shape_reads, eager_fallback, plan.paths, self.dynamic, replay_copies,
                     replay_random, getattr(call, "symenv", None))
+        v.autograd = ag
+        if (self.dynamic and call.rho and any(t.requires_grad for t in call.flat)
+                and self._autograd_blocker(call, tr, gm) is None):
+            v.autograd_layouts = {}
+        if ag is not None and self.backend_name in ("stax", "eager"):
+            for g in (ag.joint_graph, ag.forward_graph, ag.backward_graph):
+                _strip_samples(g)
         # calls on effect-only containers, replayed by every call of v; a
         # call with a non-constant argument (a traced tensor): v runs eagerly
         if self.backend_name in ("stax", "eager"):

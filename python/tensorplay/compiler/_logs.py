@@ -1,6 +1,6 @@
 """Logging topics of the compiler, through Python's logging.
 
-TENSORPLAY_LOGS=recompiles,graph,passes,kernels,guards,cache,dynamic (comma list) or
+TENSORPLAY_LOGS=recompiles,graph,passes,kernels,guards,cache,dynamic,partition (comma list) or
 tp.compiler.set_logs(recompiles=True, ...). Each topic is the logger
 ``tensorplay.<topic>``; a StreamHandler to stderr is put on the ``tensorplay``
 logger once, if it has none."""
@@ -10,7 +10,7 @@ import sys
 
 __all__ = ["set_logs", "TOPICS", "logger", "enabled"]
 
-TOPICS = ("recompiles", "graph", "passes", "kernels", "guards", "cache", "dynamic")
+TOPICS = ("recompiles", "graph", "passes", "kernels", "guards", "cache", "dynamic", "partition")
 _on = {t: False for t in TOPICS}
 _root = logging.getLogger("tensorplay")
 _loggers = {t: logging.getLogger("tensorplay." + t) for t in TOPICS}

@@ -37,7 +37,10 @@ class Adam(Optimizer):
                                       fused=fused, decoupled_weight_decay=decoupled_weight_decay))
 
     def step(self, closure=None):
-        """One update of every parameter that has a .grad; returns closure()."""
+        """One update of every parameter that has a .grad; returns closure().
+        With fused=True, each group's update is one compiled program."""
+        if any(g.get("fused") for g in self.param_groups):
+            return self._fused_step(self._fused_runner(), closure)
         loss = self._closure(closure)
         with _tp.no_grad():
             for g in self.param_groups:
@@ -74,6 +77,42 @@ class Adam(Optimizer):
                     else:
                         denom = (v.sqrt() / bc2_sqrt).add_(eps)
                     p.add_(m * (-(lr / bc1)) / denom)
+        return loss
+
+
+    def _fused_step(self, runner, closure=None):
+        from tensorplay.optim._fused import adam_update
+        loss = self._closure(closure)
+        fn = runner._fn(adam_update)
+        with _tp.no_grad():
+            for g in self.param_groups:
+                lr, (b1, b2), eps = g["lr"], g["betas"], g["eps"]
+                wd, ams, maxim = g["weight_decay"], g["amsgrad"], g["maximize"]
+                decoupled = g["decoupled_weight_decay"]
+                ts, t = [], None
+                for p in g["params"]:
+                    if p.grad is None:
+                        continue
+                    st = self._state(p)
+                    if len(st) == 0:
+                        st["step"] = _tp.tensor(0.0)
+                        st["exp_avg"] = _tp.zeros_like(p)
+                        st["exp_avg_sq"] = _tp.zeros_like(p)
+                        if ams:
+                            st["max_exp_avg_sq"] = _tp.zeros_like(p)
+                    tp_ = st["step"].item() + 1
+                    if t is not None and tp_ != t:
+                        raise RuntimeError("fused optimizer step: the parameters of a group are at "
+                                           "different steps; use fused=False")
+                    t = tp_
+                    ts += [p, p.grad, st["exp_avg"], st["exp_avg_sq"], st["step"]]
+                    if ams:
+                        ts.append(st["max_exp_avg_sq"])
+                if t is None:
+                    continue
+                s = _tp.tensor([1 - lr * wd, (1 - b2 ** t) ** 0.5, -(lr / (1 - b1 ** t))],
+                               dtype=ts[0].dtype)
+                fn(s, b1, b2, eps, wd, decoupled, ams, maxim, len(ts) // (6 if ams else 5), *ts)
         return loss
 
 

@@ -143,6 +143,17 @@ class Optimizer:
     def step(self, closure=None):
         raise NotImplementedError
 
+    def _fused_runner(self, strict_native=False):
+        """The compiled programs of this optimizer's fused step (created once)."""
+        r = self.__dict__.get("_fused")
+        if r is None:
+            from tensorplay.optim._fused import FusedStep
+            r = self._fused = FusedStep(self, strict_native)
+        return r
+
+    def _fused_step(self, runner, closure=None):
+        raise NotImplementedError(f"{type(self).__name__} has no fused step")
+
     def _closure(self, closure):
         if closure is None:
             return None

@@ -31,7 +31,10 @@ class SGD(Optimizer):
                                       differentiable=differentiable, fused=fused))
 
     def step(self, closure=None):
-        """One update of every parameter that has a .grad; returns closure()."""
+        """One update of every parameter that has a .grad; returns closure().
+        With fused=True, each group's update is one compiled program."""
+        if any(g.get("fused") for g in self.param_groups):
+            return self._fused_step(self._fused_runner(), closure)
         loss = self._closure(closure)
         with _tp.no_grad():
             for g in self.param_groups:
@@ -53,4 +56,33 @@ class SGD(Optimizer):
                             buf.mul_(mom).add_(d, alpha=1 - damp)
                         d = d.add(buf, alpha=mom) if nest else buf
                     p.add_(d, alpha=-lr)
+        return loss
+
+    def _fused_step(self, runner, closure=None):
+        from tensorplay.optim._fused import sgd_update
+        loss = self._closure(closure)
+        fn = runner._fn(sgd_update)
+        with _tp.no_grad():
+            for g in self.param_groups:
+                lr, mom, damp = g["lr"], g["momentum"], g["dampening"]
+                wd, nest, maxim = g["weight_decay"], g["nesterov"], g["maximize"]
+                ts, first = [], None
+                for p in g["params"]:
+                    if p.grad is None:
+                        continue
+                    ts += [p, p.grad]
+                    if mom != 0:
+                        st = self._state(p)
+                        f = st.get("momentum_buffer") is None
+                        if f:
+                            st["momentum_buffer"] = _tp.zeros_like(p)
+                        if first is not None and f != first:
+                            raise RuntimeError("fused optimizer step: the parameters of a group "
+                                               "are at different steps; use fused=False")
+                        first = f
+                        ts.append(st["momentum_buffer"])
+                if not ts:
+                    continue
+                s = _tp.tensor([-lr], dtype=ts[0].dtype)
+                fn(s, mom, damp, wd, nest, maxim, bool(first), len(ts) // (3 if mom != 0 else 2), *ts)
         return loss
