@@ -7,6 +7,7 @@ writes to the inputs and the call runs eagerly, so the error (type and
 message, naming the index like torch) and the writes made before it are
 eager's.  Eager's own index errors are torch's.
 """
+import numpy as np
 import pytest
 
 import tensorplay as tp
@@ -362,3 +363,13 @@ def test_add_sub_alpha_compiled_equals_eager(dt, expr):
     y = tp.from_numpy((rng.standard_normal(257) * 10).astype(dt))
     fn = eval("lambda x, y: " + expr)
     np.testing.assert_array_equal(tp.compile(fn)(x, y).numpy(), fn(x, y).numpy())
+
+
+@pytest.mark.parametrize("shapes", [((), ()), ((), (3,)), ((2, 1), (3,))])
+def test_add_alpha_keeps_the_broadcast_shape(shapes):
+    # make fuzz N=20000: tp.add(v, v, alpha=2) of a 0-d tensor came back 1-d
+    a, b = tp.ones(*shapes[0]), tp.ones(*shapes[1])
+    want = tuple(np.broadcast_shapes(shapes[0], shapes[1]))
+    for fn in (lambda a, b: tp.add(a, b, alpha=2), lambda a, b: tp.sub(a, b, alpha=0.5)):
+        assert tuple(fn(a, b).shape) == want
+        assert tuple(tp.compile(fn)(a, b).shape) == want

@@ -205,8 +205,9 @@ def _alpha_op(name, input, other, alpha):
         i = _arr(input).astype(rt, copy=False).astype(ct, copy=False)
         o = (_arr(other) if _is_t(other) else np.asarray(other)).astype(rt).astype(ct, copy=False)
         i, o = np.broadcast_arrays(i, o)
+        # (ascontiguousarray makes 0-d arrays 1-d: the broadcast shape back)
         r = _C._ops_fma(np.ascontiguousarray(i), np.ascontiguousarray(o),
-                        float(rt.type(-alpha if name == "sub" else alpha)))
+                        float(rt.type(-alpha if name == "sub" else alpha))).reshape(i.shape)
         return _wrap(r.astype(rt, copy=False), input, other)
     if _is_t(other) and _arr(other).dtype != rt:
         # torch scales in the result dtype: float64 - float32 * 3 scales in float64
