@@ -273,9 +273,15 @@ red_store(lw_ctx *c, redk *r, vbuf *in, const int *mask, vbuf *out,
     return out->body ? 0 : -1;
 }
 
+/* float16 data is accumulated in float32, as eager and PyTorch do: the
+ * squared deviations of var/std/layer_norm overflow float16 (65504) as soon
+ * as a row's spread passes ~256, and float16 sums lose every digit past 2048 */
 static stax_dtype_t
 acc_float(stax_dtype_t dt)
 {
+    if (dt == STAX_FLOAT16) {
+        return STAX_FLOAT32;
+    }
     return lw_is_float(dt) ? dt : stax_default_dtype();
 }
 
@@ -334,13 +340,17 @@ red_variance(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x, redk *r
     if (shifted_moments(c, r, x, mask, xv, fd, &mean, &m2) < 0) {
         return -1;
     }
+    /* divisor max(0, n - correction), as eager and PyTorch: a correction
+     * of n or more gives 0/0 = NaN, never m2 / (negative) = -0 */
     const stax_lval *var = n == 0 ? lw_const(c, fd, NAN)
                            : lw_prim(c, STAX_PRIM_DIV, fd, m2,
                                      c->symbolic && r->n > 1
-                                     ? lw_prim(c, STAX_PRIM_SUB, fd,
-                                               lw_size_const(c, fd, r->n),
-                                               lw_const(c, fd, corr), NULL)
-                                     : lw_const(c, fd, n - corr), NULL);
+                                     ? lw_prim(c, STAX_PRIM_MAXNAN, fd,
+                                               lw_prim(c, STAX_PRIM_SUB, fd,
+                                                       lw_size_const(c, fd, r->n),
+                                                       lw_const(c, fd, corr), NULL),
+                                               lw_const(c, fd, 0.0), NULL)
+                                     : lw_const(c, fd, n - corr > 0 ? n - corr : 0.0), NULL);
     int sd = id == STAX_OP_STD || id == STAX_OP_STD_MEAN;
     if (sd) {
         var = lw_prim(c, STAX_PRIM_SQRT, fd, var, NULL, NULL);
