@@ -884,6 +884,15 @@ def _any(input, dim=None, keepdim=False):
     return _wrap(np.asarray(r, np.uint8 if a.dtype == np.uint8 else np.bool_))
 
 
+def _cum_acc(fn, a, d, out):
+    """fn (np.cumsum / np.cumprod) along d with a float16 result accumulated
+    in float32, as PyTorch does: a float16 running sum stops growing at 2048
+    when adding ones (its spacing there is 2)."""
+    if np.dtype(out) == np.float16:
+        return fn(a, axis=d, dtype=np.float32).astype(np.float16)
+    return fn(a, axis=d, dtype=out)
+
+
 @_impl("cumsum")
 def _cumsum(input, dim, *, dtype=None):
     a = _red_prep(input, "cumsum")
@@ -891,7 +900,7 @@ def _cumsum(input, dim, *, dtype=None):
     out = _acc_dtype(a, dtype, "cumsum")
     if a.ndim == 0:
         return _wrap(np.asarray(a, out), input)
-    return _wrap(np.cumsum(a, axis=d, dtype=out), input)
+    return _wrap(_cum_acc(np.cumsum, a, d, out), input)
 
 
 # --------------------------------------------------------------- composites
@@ -1791,7 +1800,7 @@ def _cumprod(input, dim, *, dtype=None):
     out = _acc_dtype(a, dtype, "cumprod")
     if a.ndim == 0:
         return _wrap(np.asarray(a, out), input)
-    return _wrap(np.cumprod(a, axis=d, dtype=out), input)
+    return _wrap(_cum_acc(np.cumprod, a, d, out), input)
 
 
 @_impl("diff")
