@@ -492,6 +492,7 @@ lw_lower_copy_into(lw_ctx *c, vbuf *dest, vbuf *src)
     if (r > 0 && lw_materialize(c, src) < 0) {
         return -1;
     }
+    pb = &c->pbufs[dest->pbuf];    /* materializing may have grown (moved) c->pbufs */
     kdraft *k = lw_new_kernel(c, "copy_");
     if (k == NULL) {
         return -1;
