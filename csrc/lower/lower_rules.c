@@ -274,7 +274,16 @@ lower_view_rule(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
 {
     if (x->kind == VB_TUPLE && in->op->id == STAX_OP_GETITEM) {
         PyObject *i = lw_bound_arg(bound, in->op, "index");
-        Py_ssize_t k = i && PyLong_Check(i) ? PyLong_AsSsize_t(i) : -1;
+        if (i == NULL || !PyLong_Check(i)) {
+            /* a slice of the tuple (split(2)[1:]) is a tuple, not its last
+             * item: left to eager */
+            *why = "getitem of a tuple with a non-integer index";
+            return 0;
+        }
+        Py_ssize_t k = PyLong_AsSsize_t(i);
+        if (k == -1 && PyErr_Occurred()) {
+            return -1;
+        }
         if (k < 0) {
             k += x->nitems;
         }
