@@ -455,7 +455,7 @@ run_sample(StaxTracer *tr, StaxNode *n, PyObject *args, PyObject *kwargs)
     PyObject *va = NULL, *vk = NULL, *res = NULL, *leaves = NULL;
     uint64_t *vers = NULL;
     Py_ssize_t nl = 0;
-    int grad, rc = -1, keep_first = 0, first_lazy = 0;
+    int rc = -1, keep_first = 0, first_lazy = 0;
     va = stax_trace_map_args(tr, args, 1, &missing);
     vk = va ? (kwargs ? stax_trace_map_args(tr, kwargs, 1, &missing) : PyDict_New())
             : NULL;
@@ -512,25 +512,7 @@ run_sample(StaxTracer *tr, StaxNode *n, PyObject *args, PyObject *kwargs)
     for (Py_ssize_t i = 0; i < nl; i++) {
         vers[i] = ((StaxTensor *)PyList_GET_ITEM(leaves, i))->storage->version;
     }
-    grad = stax_grad_enabled();
-    stax_set_grad_enabled(0);
-    if (n->op == STAX_NODE_CALL_METHOD) {
-        PyObject *m = NULL, *rest = NULL;
-        if (PyTuple_GET_SIZE(va) < 1) {
-            PyErr_SetString(PyExc_TypeError, "method call without self");
-        }
-        else {
-            m = PyObject_GetAttr(PyTuple_GET_ITEM(va, 0), n->target);
-            rest = m ? PyTuple_GetSlice(va, 1, PY_SSIZE_T_MAX) : NULL;
-            res = rest ? PyObject_Call(m, rest, vk) : NULL;
-        }
-        Py_XDECREF(m);
-        Py_XDECREF(rest);
-    }
-    else {
-        res = PyObject_Call(n->target, va, vk);
-    }
-    stax_set_grad_enabled(grad);
+    res = stax_trace_call_node(n, va, vk);
     if (nl > 0) {
         PyObject *et, *ev, *tb, *wrote = PySet_New(NULL);
         int bad = wrote == NULL;
