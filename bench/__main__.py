@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "python"))
 sys.path.insert(0, HERE)
 import numpy as np  # noqa: E402
 
-from _timing import cpu_model, median_time, stream_gbs  # noqa: E402
+from _timing import cpu_model, median_time, print_markdown_table, stream_gbs  # noqa: E402
 import tensorplay as tp  # noqa: E402
 import tensorplay.nn.functional as F  # noqa: E402
 
@@ -158,17 +158,7 @@ def main():
     cols = ["case", "tp_eager_us", "tp_compiled_us", "numpy_us", "torch_eager_us", "torch_compile_us",
             "first_call_ms", "torch_first_call_ms", "kernels", "bytes_moved", "lower_bound_bytes", "gbs",
             "of_copy", "max_abs_err"]
-
-    def fmt(v):
-        if v is None:
-            return "-"
-        if isinstance(v, float):
-            return f"{v:.3g}" if abs(v) < 1e4 else f"{v:.0f}"
-        return str(v)
-    print("| " + " | ".join(cols) + " |")
-    print("|" + "---|" * len(cols))
-    for r in rows:
-        print("| " + " | ".join(fmt(r.get(c)) for c in cols) + " |")
+    print_markdown_table(rows, cols)
     print("\nspeed-ups (compiled vs eager, vs torch.compile):")
     for r in rows:
         s = f"  {r['case']}: {r['tp_eager_us'] / r['tp_compiled_us']:.2f}x eager"

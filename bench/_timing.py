@@ -41,3 +41,20 @@ def cpu_model():
     except OSError:
         pass
     return platform.processor() or "unknown"
+
+
+def fmt_cell(v):
+    """One table cell: '-' for a missing value, 3 significant digits for a float."""
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.3g}" if abs(v) < 1e4 else f"{v:.0f}"
+    return str(v)
+
+
+def print_markdown_table(rows, cols):
+    """rows (dicts) as a Markdown table with the columns cols, in that order."""
+    print("| " + " | ".join(cols) + " |")
+    print("|" + "---|" * len(cols))
+    for r in rows:
+        print("| " + " | ".join(fmt_cell(r.get(c)) for c in cols) + " |")

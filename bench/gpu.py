@@ -16,11 +16,13 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
+sys.path.insert(0, HERE)
 
 import numpy as np  # noqa: E402
 
 import tensorplay as tp  # noqa: E402
 import tensorplay.nn.functional as F  # noqa: E402
+from _timing import fmt_cell, print_markdown_table  # noqa: E402
 
 try:
     import torch
@@ -180,22 +182,12 @@ def print_table(rows):
     cols = ["case", "tp_compiled_ms", "torch_compile_ms", "tp_eager_ms", "torch_eager_ms",
             "tp_of_copy", "torch_of_copy", "tp_first_call_ms", "torch_first_call_ms",
             "max_rel_err"]
-
-    def fmt(v):
-        if v is None:
-            return "-"
-        if isinstance(v, float):
-            return f"{v:.3g}" if abs(v) < 1e4 else f"{v:.0f}"
-        return str(v)
-    print("| " + " | ".join(cols) + " |")
-    print("|" + "---|" * len(cols))
-    for r in rows:
-        print("| " + " | ".join(fmt(r.get(c)) for c in cols) + " |")
+    print_markdown_table(rows, cols)
     r = rows[-1]
     print(f"# x+1 per call, back-to-back without a sync (us): tp compiled "
-          f"{fmt(r.get('tp_compiled_async_us'))}, tp eager {fmt(r.get('tp_eager_async_us'))}, "
-          f"torch.compile {fmt(r.get('torch_compile_async_us'))}, torch eager "
-          f"{fmt(r.get('torch_eager_async_us'))}")
+          f"{fmt_cell(r.get('tp_compiled_async_us'))}, tp eager {fmt_cell(r.get('tp_eager_async_us'))}, "
+          f"torch.compile {fmt_cell(r.get('torch_compile_async_us'))}, torch eager "
+          f"{fmt_cell(r.get('torch_eager_async_us'))}")
 
 
 if __name__ == "__main__":
