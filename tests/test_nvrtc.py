@@ -55,6 +55,33 @@ def test_render_needs_no_nvrtc():
     assert "sum" in k.loop_ir
 
 
+def _llvm_kernels(fn, *args):
+    progs = []
+
+    def stax(gm, example_inputs, **options):
+        progs.append(C.stax_backend(gm, example_inputs))
+        return progs[-1]
+
+    tp.compile(fn, backend=stax)(*args)
+    return [k.loop_ir for p in progs for k in p.kernels]
+
+
+def test_host_checks_follow_the_backend_caps():
+    # the zero-divisor and index-range checks read back on the host are the
+    # CPU back end's (torch raises there); the NVRTC back end's caps say its
+    # kernels need neither (CUDA: unspecified quotient, clamped loads with a
+    # device assert), so its programs have no check kernel
+    a = tp.arange(1, 9, dtype=tp.int32)
+    b = tp.full((8,), 3, dtype=tp.int32)
+    x, i = tp.randn(4, 3), tp.tensor([0, 2])
+    for fn, args, check in [(lambda a, b: a // b, (a, b), "zero_divisor"),
+                            (lambda x, i: x.index_select(0, i), (x, i),
+                             "index_check")]:
+        assert any(check in ir for ir in _llvm_kernels(fn, *args))
+        ks = nvrtc_kernels(fn, *args, compile=False)
+        assert not any(check in k.loop_ir for k in ks)
+
+
 @needs_nvrtc
 def test_example_1_1_fused_kernel_compiles_to_ptx():
     ks = nvrtc_kernels(ex11, *_xw())

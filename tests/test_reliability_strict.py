@@ -469,3 +469,11 @@ def test_keyword_arguments_never_dropped(name, fn):
         got = tp.compile(fn)(x, t, w, y)
     assert got.shape == want.shape and got.dtype == want.dtype
     assert tp.allclose(got.double(), want.double(), rtol=1e-5, atol=1e-6)
+
+
+def test_strict_names_operator_getitem_as_indexing():
+    # the call is named from the Python operator table (operator.getitem is
+    # "indexing x[...]"), not from the target's __name__
+    f = tp.compile(lambda x: x[x > 0] * 2, strict_native=True)
+    with pytest.raises(NativeCompileError, match=r"strict_native: indexing x\[\.\.\.\] cannot"):
+        f(tp.randn(4))

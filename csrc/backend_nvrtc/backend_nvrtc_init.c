@@ -635,6 +635,7 @@ static stax_backend stax_nvrtc_backend = {
     .compile_object = nvrtc_compile_object,
     .load_object = nvrtc_load_object,
     .state = &compile_config,
+    .caps = STAX_BE_NO_ZERO_DIV_CHECK | STAX_BE_DEVICE_INDEX_CHECK,
 };
 
 /* the same back end, rendering only: CUDA C without NVRTC (a launch
@@ -647,6 +648,7 @@ static stax_backend nvrtc_render_backend = {
     .supports_op = nvrtc_supports_op,
     .kernel_fn = NULL,
     .state = &render_config,
+    .caps = STAX_BE_NO_ZERO_DIV_CHECK | STAX_BE_DEVICE_INDEX_CHECK,
 };
 
 /* the back end of programs whose inputs are CUDA tensors (the device
@@ -659,6 +661,7 @@ static stax_backend nvrtc_cuda_backend = {
     .supports_op = nvrtc_supports_op,
     .kernel_fn = NULL,
     .state = &resident_config,
+    .caps = STAX_BE_NO_ZERO_DIV_CHECK | STAX_BE_DEVICE_INDEX_CHECK,
     .device = "cuda",
 };
 

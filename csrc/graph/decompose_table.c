@@ -19,7 +19,7 @@ static int
 p_row_index(const stax_op_info *op)
 {
     int i = (int)op->id;
-    if (i < 0 || i >= P_NROWS || strcmp(p_rows[i].name, op->name) != 0) {
+    if (i < 0 || i >= P_NROWS || op != &p_rows[i]) {
         return -1;
     }
     return i;

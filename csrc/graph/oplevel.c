@@ -851,8 +851,10 @@ p_is_writeback_of(PyObject *user, PyObject *ph)
     PyObject *m = stax_graph_p_attr(user, "meta");
     PyObject *ov = m && PyDict_Check(m) ? PyDict_GetItemString(m, "op_overload")
                                         : NULL;
-    int r = ov != NULL && PyUnicode_Check(ov)
-            && PyUnicode_CompareWithASCIIString(ov, "copy_.default") == 0;
+    const char *tag = ov != NULL && PyUnicode_Check(ov) ? PyUnicode_AsUTF8(ov) : NULL;
+    const char *ovl = NULL;
+    const stax_op_info *row = tag ? stax_op_by_overload(tag, &ovl) : NULL;
+    int r = row != NULL && row->id == STAX_OP_COPY_ && !strcmp(ovl, "default");
     Py_XDECREF(m);
     if (r) {
         PyObject *a = stax_graph_p_attr(user, "args");

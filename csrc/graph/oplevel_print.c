@@ -116,9 +116,10 @@ p_call_args(PyObject *n, p_opcode_t op, PyObject *a, PyObject *k,
     PyObject *meta0 = stax_graph_p_attr(n, "meta");
     PyObject *ov0 = meta0 && PyDict_Check(meta0)
                     ? PyDict_GetItemString(meta0, "op_overload") : NULL;
-    const char *ovs = ov0 ? PyUnicode_AsUTF8(ov0) : NULL;
-    if (!err && ovs && (!strcmp(ovs, "add.Scalar")
-                        || !strcmp(ovs, "sub.Scalar"))
+    const char *ovs = ov0 ? PyUnicode_AsUTF8(ov0) : NULL, *ovl = NULL;
+    const stax_op_info *row = ovs ? stax_op_by_overload(ovs, &ovl) : NULL;
+    if (!err && row && (row->id == STAX_OP_ADD || row->id == STAX_OP_SUB)
+        && !strcmp(ovl, "Scalar")
         && PyTuple_GET_SIZE(a) == 2 && PyDict_Check(kw)) {
         PyObject *al = PyDict_GetItemString(kw, "alpha");
         PyObject *one = PyLong_FromLong(1);

@@ -237,9 +237,9 @@ recomputable(PyObject *node)
     if (op == NULL) {
         PyErr_Clear();
         /* operator.getitem on a tuple of outputs */
-        return n->op == STAX_NODE_CALL_FUNCTION && PyCFunction_Check(n->target)
-               && strcmp(((PyCFunctionObject *)n->target)->m_ml->ml_name,
-                         "getitem") == 0;
+        const stax_pyop_info *po = n->op == STAX_NODE_CALL_FUNCTION
+                                   ? stax_pyop_for_target(n->target, NULL) : NULL;
+        return po != NULL && po->key == STAX_PYOP_GETITEM;
     }
     if (op->flags & STAX_OPF_NONDETERMINISTIC) {
         return 0;
@@ -249,9 +249,8 @@ recomputable(PyObject *node)
     case STAX_OPK_VIEW:
         return 1;
     case STAX_OPK_OTHER:
-        return strcmp(op->name, "zeros_like") == 0
-               || strcmp(op->name, "ones_like") == 0
-               || strcmp(op->name, "full_like") == 0;
+        return op->id == STAX_OP_ZEROS_LIKE || op->id == STAX_OP_ONES_LIKE
+               || op->id == STAX_OP_FULL_LIKE;
     default:
         return 0;
     }

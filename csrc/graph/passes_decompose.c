@@ -4,28 +4,11 @@
  * write them (operator.mul, Tensor.exp, tensorplay.functional.where);
  * each new node gets meta['val'] by running it on its inputs' values.
  *
- * Kept whole (numerics, or already a fused kernel): see p_keep_whole. */
+ * Kept whole (numerics, or already a fused kernel): the op table's rows
+ * flagged STAX_OPF_KEEP_WHOLE. */
 #include "graph/passes_internal.h"
 
 #include <string.h>
-
-static const char *p_keep_whole[] = {
-    "log1p", "expm1", "tanh", "sinh", "cosh", "erf", "erfc", "softplus",
-    "gelu", "softmax", "log_softmax", "layer_norm", "batch_norm",
-    "group_norm", "instance_norm", "native_layer_norm", "native_batch_norm",
-    "var_mean", "logsumexp", "sigmoid", NULL,
-};
-
-static int
-p_kept_whole(const char *name)
-{
-    for (int i = 0; p_keep_whole[i]; i++) {
-        if (strcmp(p_keep_whole[i], name) == 0) {
-            return 1;
-        }
-    }
-    return 0;
-}
 
 typedef struct {
     PyObject *graph;
@@ -121,7 +104,7 @@ stax_graph_p_decompose_pass(p_pass_ctx *c)
         p_opref r;
         if (!stax_graph_p_node_opref(n, &r) || r.info == NULL || r.inplace
             || r.getitem || stax_graph_p_is_random(r.info)
-            || p_kept_whole(r.info->name)) {
+            || (r.info->flags & STAX_OPF_KEEP_WHOLE)) {
             continue;
         }
         const p_sexp *t = stax_graph_p_decomp(r.info);

@@ -281,7 +281,18 @@ typedef struct stax_backend {
      * allocates outputs and temporaries as CUDA tensors, runs matmul steps
      * on the device, and reads flags back with a synchronizing copy. */
     const char *device;
+    unsigned caps;               /* STAX_BE_* below */
 } stax_backend;
+
+/* stax_backend.caps: how the back end's kernels behave where the lowering
+ * would otherwise add a check read back on the host.
+ * STAX_BE_NO_ZERO_DIV_CHECK: an integer division by zero is no error (CUDA
+ *   kernels give an unspecified value, as torch's do); torch raises on the
+ *   CPU only.
+ * STAX_BE_DEVICE_INDEX_CHECK: index loads are clamped and asserted on the
+ *   device, so the lowering adds no index-range check. */
+#define STAX_BE_NO_ZERO_DIV_CHECK   (1u << 0)
+#define STAX_BE_DEVICE_INDEX_CHECK  (1u << 1)
 
 /* Back ends register from their init function; the struct must outlive the
  * process.  0, or -1 + exception. */

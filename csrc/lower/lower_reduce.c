@@ -810,7 +810,7 @@ lw_zero_check(lw_ctx *c, const stax_op_info *op, vbuf *v)
     }
     /* torch raises for an integer division by zero on the CPU only (CUDA
      * kernels give an unspecified value): GPU back ends need no check */
-    if (c->be != NULL && c->be->name != NULL && strcmp(c->be->name, "nvrtc") == 0) {
+    if (c->be != NULL && (c->be->caps & STAX_BE_NO_ZERO_DIV_CHECK)) {
         return 0;
     }
     const stax_lval *divs[8];
@@ -851,7 +851,7 @@ lw_index_check(lw_ctx *c, vbuf *idx, int64_t n, int kind)
         return 0;
     }
     /* CUDA kernels assert on the device instead (the loads are clamped) */
-    if (c->be != NULL && c->be->name != NULL && strcmp(c->be->name, "nvrtc") == 0) {
+    if (c->be != NULL && (c->be->caps & STAX_BE_DEVICE_INDEX_CHECK)) {
         return 0;
     }
     const stax_lval *iv = lw_cast(c, idx->body, STAX_INT64);

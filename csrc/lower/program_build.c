@@ -369,17 +369,16 @@ user_call(PyObject *node, const char *opname)
         else {
             PyObject *nm = PyObject_GetAttrString(tg, "__name__");
             PyObject *mod = nm ? PyObject_GetAttrString(tg, "__module__") : NULL;
+            const stax_pyop_info *po = stax_pyop_for_target(tg, NULL);
             PyErr_Clear();
             if (nm != NULL && PyUnicode_Check(nm) && PyUnicode_CompareWithASCIIString(nm, "getattr") == 0
                 && PyTuple_Check(args) && PyTuple_GET_SIZE(args) == 2) {
                 r = PyUnicode_FromFormat("Tensor.%S", PyTuple_GET_ITEM(args, 1));
             }
-            else if (nm != NULL && PyUnicode_Check(nm)
-                     && PyUnicode_CompareWithASCIIString(nm, "getitem") == 0) {
+            else if (po != NULL && po->key == STAX_PYOP_GETITEM) {
                 r = PyUnicode_FromString("indexing x[...]");
             }
-            else if (nm != NULL && PyUnicode_Check(nm)
-                     && PyUnicode_CompareWithASCIIString(nm, "setitem") == 0) {
+            else if (po != NULL && po->key == STAX_PYOP_SETITEM) {
                 r = PyUnicode_FromString("index assignment x[...] = v");
             }
             else if (nm != NULL && mod != NULL && PyUnicode_Check(mod)
@@ -426,22 +425,25 @@ user_reason(const char *why)
     return why ? why : "unsupported";
 }
 
+/* strict_native's NativeCompileError for node: `call` (stolen; may be
+ * NULL) names what could not be compiled, why says why */
 static int
-strict_error(PyObject *node, const char *opname, const char *why)
+strict_raise(PyObject *node, PyObject *call, const char *why)
 {
-    PyObject *call = user_call(node, opname);
     PyObject *stack = node_stack(node);
     PyErr_Clear();
-    if (opname != NULL && !strcmp(opname, "copy_") && why != NULL
-        && !strcmp(why, "mutation of an expanded input")) {
-        Py_XSETREF(call, PyUnicode_FromString("an in-place write to an input"));
-    }
     PyErr_Format(stax_lower_NativeCompileError,
                  "strict_native: %U cannot be compiled natively: %s; at %U",
                  call ? call : Py_None, user_reason(why), stack ? stack : Py_None);
     Py_XDECREF(call);
     Py_XDECREF(stack);
     return -1;
+}
+
+static int
+strict_error(PyObject *node, const char *opname, const char *why)
+{
+    return strict_raise(node, user_call(node, opname), why);
 }
 
 static int64_t
@@ -1347,7 +1349,8 @@ bs_input_copies(lw_build *b)
         if (rc == 0) {
             vbuf *fv = NULL;
             if (b->strict) {
-                strict_error(node, "copy_", "mutation of an expanded input");
+                strict_raise(node, PyUnicode_FromString("an in-place write to an input"),
+                             "mutation of an expanded input");
                 return -1;
             }
             if (make_fallback(c, &b->tc, node, NULL, 0, &fv) < 0) {

@@ -70,6 +70,7 @@ typedef enum {
 #define STAX_OPF_NNF           (1u << 10) /* listed in tensorplay.nn.functional's surface */
 #define STAX_OPF_MULTI_OUT     (1u << 11) /* returns a tuple (max.dim, var_mean, native_layer_norm, split) */
 #define STAX_OPF_INT_OK        (1u << 12) /* integral inputs keep their dtype (floor, abs, ...) */
+#define STAX_OPF_KEEP_WHOLE    (1u << 13) /* DecomposePass keeps it whole (numerics, or a fused kernel) */
 /* shorthands used in ops.def */
 #define STAX_OPF_MF  (STAX_OPF_METHOD | STAX_OPF_FUNCTION)
 #define STAX_OPF_FP  (STAX_OPF_METHOD | STAX_OPF_FUNCTION | STAX_OPF_FLOAT_RESULT)
@@ -175,6 +176,11 @@ PyObject *stax_op_function(const stax_op_info *op);
 /* The row named name itself (never an in-place twin's info); NULL if none.
  * "copy_" finds its row, "add_" does not (add_ is add's twin). */
 const stax_op_info *stax_op_row(const char *name);
+/* The row of an op-level node's overload tag (meta['op_overload']):
+ * "add.Scalar" -> add's row, *overload (may be NULL) pointing at "Scalar"
+ * inside tag ("" when tag has no dot). Rows only, as stax_op_row: NULL for
+ * "add_.Tensor" and for names of no row. */
+const stax_op_info *stax_op_by_overload(const char *tag, const char **overload);
 /* The in-place twin's info of a row ("add" -> "add_"), NULL if none. */
 const stax_op_info *stax_op_inplace(const stax_op_info *op);
 

@@ -469,6 +469,22 @@ stax_op_row(const char *name)
 }
 
 const stax_op_info *
+stax_op_by_overload(const char *tag, const char **overload)
+{
+    char name[64];
+    size_t n = tag != NULL ? strcspn(tag, ".") : 0;
+    if (overload != NULL) {
+        *overload = tag != NULL ? tag + n + (tag[n] == '.') : "";
+    }
+    if (n == 0 || n >= sizeof(name)) {
+        return NULL;
+    }
+    memcpy(name, tag, n);
+    name[n] = 0;
+    return stax_op_row(name);
+}
+
+const stax_op_info *
 stax_op_inplace(const stax_op_info *op)
 {
     return stax_ops_inplace_of(op);
