@@ -434,6 +434,21 @@ vexp_f32(cg_t *g, LLVMValueRef x)
     return LLVMBuildSelect(b, nan, x, p, "");
 }
 
+/* An odd function of x from two pieces: small where |x| (ax) < cut, else
+ * big (computed for |x|) with x's sign; NaN stays NaN */
+static LLVMValueRef
+odd_pieces(cg_t *g, LLVMValueRef x, LLVMValueRef ax, double cut, LLVMValueRef small,
+           LLVMValueRef big)
+{
+    LLVMBuilderRef b = g->b;
+    LLVMValueRef xs[2] = {big, x};
+    big = intrinsic(g, "llvm.copysign", g->f32, xs, 2);
+    LLVMValueRef lt = LLVMBuildFCmp(b, LLVMRealOLT, ax, fk(g, cut), "");
+    LLVMValueRef r = LLVMBuildSelect(b, lt, small, big, "");
+    LLVMValueRef nan = LLVMBuildFCmp(b, LLVMRealUNO, x, x, "");
+    return LLVMBuildSelect(b, nan, x, r, "");
+}
+
 static LLVMValueRef
 vtanh_f32(cg_t *g, LLVMValueRef x)
 {
@@ -448,12 +463,7 @@ vtanh_f32(cg_t *g, LLVMValueRef x)
     LLVMValueRef e = vexp_f32(g, fadd_(g, ax, ax));
     LLVMValueRef big = LLVMBuildFSub(b, fk(g, 1.0),
                                      LLVMBuildFDiv(b, fk(g, 2.0), fadd_(g, e, fk(g, 1.0)), ""), "");
-    LLVMValueRef xs[2] = {big, x};
-    big = intrinsic(g, "llvm.copysign", g->f32, xs, 2);
-    LLVMValueRef lt = LLVMBuildFCmp(b, LLVMRealOLT, ax, fk(g, 0.625), "");
-    LLVMValueRef r = LLVMBuildSelect(b, lt, small, big, "");
-    LLVMValueRef nan = LLVMBuildFCmp(b, LLVMRealUNO, x, x, "");
-    return LLVMBuildSelect(b, nan, x, r, "");
+    return odd_pieces(g, x, ax, 0.625, small, big);
 }
 
 static LLVMValueRef
@@ -485,31 +495,59 @@ verf_f32(cg_t *g, LLVMValueRef x)
     LLVMValueRef lt2 = LLVMBuildFCmp(b, LLVMRealOLT, a, fk(g, 2.0), "");
     LLVMValueRef p = LLVMBuildSelect(b, lt2, polevl(g, y, P, 9), polevl(g, y, R, 8), "");
     LLVMValueRef erfc = fmul_(g, fmul_(g, ez, q), p);
-    LLVMValueRef big = LLVMBuildFSub(b, fk(g, 1.0), erfc, "");
-    xs[0] = big;
-    xs[1] = x;
-    big = intrinsic(g, "llvm.copysign", g->f32, xs, 2);
-    LLVMValueRef lt1 = LLVMBuildFCmp(b, LLVMRealOLT, ax, fk(g, 1.0), "");
-    LLVMValueRef r = LLVMBuildSelect(b, lt1, small, big, "");
-    LLVMValueRef nan = LLVMBuildFCmp(b, LLVMRealUNO, x, x, "");
-    return LLVMBuildSelect(b, nan, x, r, "");
+    return odd_pieces(g, x, ax, 1.0, small, LLVMBuildFSub(b, fk(g, 1.0), erfc, ""));
 }
 
-/* The divisor an integer division may use without a trap: 1 where the
- * divisor is 0 (*isz, the caller selects its result) and, signed, where it
- * is -1 (*m1: INT_MIN / -1 overflows; the caller selects -x, which wraps to
- * INT_MIN as torch's result does, and x % 1 == x % -1 == 0). */
+/* One primitive's operands and the traits of the dtype it computes in
+ * (operand 0's; float32 for float16 operands, see gen_prim): what every
+ * family of primitives below reads. */
+typedef struct {
+    cg_t *g;
+    LLVMBuilderRef b;
+    LLVMTypeRef t;          /* register type of adt */
+    stax_dtype_t adt;
+    int fp, un;
+    LLVMValueRef *x;
+} prim_ops;
+
+/* The divisor x[1] an integer division may use without a trap: 1 where it
+ * is 0 (*isz, the caller selects its result) and, signed, where it is -1
+ * (*m1, else NULL: INT_MIN / -1 overflows; the caller selects -x, which
+ * wraps to INT_MIN as torch's result does, and x % 1 == x % -1 == 0). */
 static LLVMValueRef
-safe_divisor(cg_t *g, LLVMTypeRef t, LLVMValueRef d, int un, LLVMValueRef *isz,
-             LLVMValueRef *m1)
+safe_divisor(const prim_ops *p, LLVMValueRef *isz, LLVMValueRef *m1)
 {
-    LLVMValueRef one = LLVMConstInt(t, 1, 0);
+    LLVMValueRef d = p->x[1];
+    *isz = LLVMBuildICmp(p->b, LLVMIntEQ, d, LLVMConstInt(p->t, 0, 0), "");
+    *m1 = NULL;
     LLVMValueRef bad = *isz;
-    if (!un) {
-        *m1 = LLVMBuildICmp(g->b, LLVMIntEQ, d, LLVMConstAllOnes(t), "");
-        bad = LLVMBuildOr(g->b, bad, *m1, "");
+    if (!p->un) {
+        *m1 = LLVMBuildICmp(p->b, LLVMIntEQ, d, LLVMConstAllOnes(p->t), "");
+        bad = LLVMBuildOr(p->b, bad, *m1, "");
     }
-    return LLVMBuildSelect(g->b, bad, one, d, "");
+    return LLVMBuildSelect(p->b, bad, LLVMConstInt(p->t, 1, 0), d, "");
+}
+
+/* r != 0 and its sign differs from d's: a truncated quotient is one above
+ * the floor, a C remainder is d short of Python's */
+static LLVMValueRef
+signs_differ(const prim_ops *p, LLVMValueRef r, LLVMValueRef d)
+{
+    LLVMBuilderRef b = p->b;
+    LLVMValueRef rnz, sx, sy;
+    if (p->fp) {
+        LLVMValueRef z = fconst(p->g, p->t, 0.0);
+        rnz = LLVMBuildFCmp(b, LLVMRealONE, r, z, "");
+        sx = LLVMBuildFCmp(b, LLVMRealOLT, r, z, "");
+        sy = LLVMBuildFCmp(b, LLVMRealOLT, d, z, "");
+    }
+    else {
+        LLVMValueRef z = LLVMConstInt(p->t, 0, 0);
+        rnz = LLVMBuildICmp(b, LLVMIntNE, r, z, "");
+        sx = LLVMBuildICmp(b, LLVMIntSLT, r, z, "");
+        sy = LLVMBuildICmp(b, LLVMIntSLT, d, z, "");
+    }
+    return LLVMBuildAnd(b, rnz, LLVMBuildXor(b, sx, sy, ""), "");
 }
 
 static LLVMValueRef gen_prim_in(cg_t *g, const stax_lval *v, stax_dtype_t adt,
@@ -546,296 +584,233 @@ gen_prim(cg_t *g, const stax_lval *v)
     return r;
 }
 
+/* torch's div_floor of floats: from fmod, so inf // 2 is nan and 1e4 //
+ * 1e-3 is 9999999 (the exact quotient's floor), not floor of the rounded
+ * quotient */
+static LLVMValueRef
+fp_floordiv(const prim_ops *p)
+{
+    cg_t *g = p->g;
+    LLVMBuilderRef b = p->b;
+    LLVMTypeRef t = p->t;
+    LLVMValueRef *x = p->x;
+    LLVMValueRef z = fconst(g, t, 0.0);
+    LLVMValueRef q = LLVMBuildFDiv(b, x[0], x[1], "");
+    LLVMValueRef mod = LLVMBuildFRem(b, x[0], x[1], "");
+    LLVMValueRef d = LLVMBuildFDiv(b, LLVMBuildFSub(b, x[0], mod, ""), x[1], "");
+    LLVMValueRef mnz = LLVMBuildFCmp(b, LLVMRealUNE, mod, z, "");
+    LLVMValueRef sb = LLVMBuildFCmp(b, LLVMRealOLT, x[1], z, "");
+    LLVMValueRef sm = LLVMBuildFCmp(b, LLVMRealOLT, mod, z, "");
+    LLVMValueRef adj = LLVMBuildAnd(b, mnz, LLVMBuildXor(b, sb, sm, ""), "");
+    d = LLVMBuildSelect(b, adj, LLVMBuildFSub(b, d, fconst(g, t, 1.0), ""), d, "");
+    LLVMValueRef fl = intrinsic(g, "llvm.floor", t, &d, 1);
+    LLVMValueRef up = LLVMBuildFCmp(b, LLVMRealOGT, LLVMBuildFSub(b, d, fl, ""),
+                                    fconst(g, t, 0.5), "");
+    fl = LLVMBuildSelect(b, up, LLVMBuildFAdd(b, fl, fconst(g, t, 1.0), ""), fl, "");
+    LLVMValueRef cs[2] = {z, q};
+    LLVMValueRef sz = intrinsic(g, "llvm.copysign", t, cs, 2);
+    LLVMValueRef dz = LLVMBuildFCmp(b, LLVMRealOEQ, d, z, "");
+    LLVMValueRef r = LLVMBuildSelect(b, dz, sz, fl, "");
+    LLVMValueRef bz = LLVMBuildFCmp(b, LLVMRealOEQ, x[1], z, "");
+    return LLVMBuildSelect(b, bz, q, r, "");
+}
+
 /* Division, floor division, fmod and remainder (integer ones without a
- * trap); NULL when v->prim is none of them. */
+ * trap: /0 gives 0, the program raises: lw_zero_check) */
 static LLVMValueRef
-gen_prim_divmod(cg_t *g, const stax_lval *v, stax_dtype_t adt, LLVMValueRef *x)
+gen_divmod(const prim_ops *p, int prim)
 {
-    int fp = is_fp(adt), un = is_unsigned(adt);
-    LLVMTypeRef t = reg_type(g, adt);
-    LLVMBuilderRef b = g->b;
-    switch (v->prim) {
-    case STAX_PRIM_DIV:
-        if (fp) {
+    LLVMBuilderRef b = p->b;
+    LLVMValueRef *x = p->x, isz, m1, d, r;
+    int rem = prim == STAX_PRIM_REMAINDER;
+    if (p->fp) {
+        switch (prim) {
+        case STAX_PRIM_DIV:
             return LLVMBuildFDiv(b, x[0], x[1], "");
-        }
-        else {
-            /* integer division truncating; /0 gives 0 instead of a trap
-             * (the program raises: lw_zero_check) */
-            LLVMValueRef z = LLVMConstInt(t, 0, 0);
-            LLVMValueRef isz = LLVMBuildICmp(b, LLVMIntEQ, x[1], z, "");
-            LLVMValueRef m1 = NULL;
-            LLVMValueRef d = safe_divisor(g, t, x[1], un, &isz, &m1);
-            LLVMValueRef q = un ? LLVMBuildUDiv(b, x[0], d, "") : LLVMBuildSDiv(b, x[0], d, "");
-            if (m1 != NULL) {
-                q = LLVMBuildSelect(b, m1, LLVMBuildNeg(b, x[0], ""), q, "");
-            }
-            return LLVMBuildSelect(b, isz, z, q, "");
-        }
-    case STAX_PRIM_FLOORDIV:
-        if (fp) {
-            /* torch's div_floor: from fmod, so inf // 2 is nan and
-             * 1e4 // 1e-3 is 9999999 (the exact quotient's floor), not
-             * floor of the rounded quotient */
-            LLVMValueRef z = fconst(g, t, 0.0);
-            LLVMValueRef q = LLVMBuildFDiv(b, x[0], x[1], "");
-            LLVMValueRef mod = LLVMBuildFRem(b, x[0], x[1], "");
-            LLVMValueRef d = LLVMBuildFDiv(b, LLVMBuildFSub(b, x[0], mod, ""), x[1], "");
-            LLVMValueRef mnz = LLVMBuildFCmp(b, LLVMRealUNE, mod, z, "");
-            LLVMValueRef sb = LLVMBuildFCmp(b, LLVMRealOLT, x[1], z, "");
-            LLVMValueRef sm = LLVMBuildFCmp(b, LLVMRealOLT, mod, z, "");
-            LLVMValueRef adj = LLVMBuildAnd(b, mnz, LLVMBuildXor(b, sb, sm, ""), "");
-            d = LLVMBuildSelect(b, adj, LLVMBuildFSub(b, d, fconst(g, t, 1.0), ""), d, "");
-            LLVMValueRef fl = intrinsic(g, "llvm.floor", t, &d, 1);
-            LLVMValueRef up = LLVMBuildFCmp(b, LLVMRealOGT, LLVMBuildFSub(b, d, fl, ""),
-                                            fconst(g, t, 0.5), "");
-            fl = LLVMBuildSelect(b, up, LLVMBuildFAdd(b, fl, fconst(g, t, 1.0), ""), fl, "");
-            LLVMValueRef cs[2] = {z, q};
-            LLVMValueRef sz = intrinsic(g, "llvm.copysign", t, cs, 2);
-            LLVMValueRef dz = LLVMBuildFCmp(b, LLVMRealOEQ, d, z, "");
-            LLVMValueRef r = LLVMBuildSelect(b, dz, sz, fl, "");
-            LLVMValueRef bz = LLVMBuildFCmp(b, LLVMRealOEQ, x[1], z, "");
-            return LLVMBuildSelect(b, bz, q, r, "");
-        }
-        else {
-            LLVMValueRef z = LLVMConstInt(t, 0, 0);
-            LLVMValueRef isz = LLVMBuildICmp(b, LLVMIntEQ, x[1], z, "");
-            LLVMValueRef m1 = NULL;
-            LLVMValueRef d = safe_divisor(g, t, x[1], un, &isz, &m1);
-            if (un) {
-                return LLVMBuildSelect(b, isz, z, LLVMBuildUDiv(b, x[0], d, ""), "");
-            }
-            LLVMValueRef q = LLVMBuildSDiv(b, x[0], d, "");
-            LLVMValueRef r = LLVMBuildSRem(b, x[0], d, "");
-            LLVMValueRef rnz = LLVMBuildICmp(b, LLVMIntNE, r, z, "");
-            LLVMValueRef sx = LLVMBuildICmp(b, LLVMIntSLT, r, z, "");
-            LLVMValueRef sy = LLVMBuildICmp(b, LLVMIntSLT, d, z, "");
-            LLVMValueRef adj = LLVMBuildAnd(b, rnz, LLVMBuildXor(b, sx, sy, ""), "");
-            q = LLVMBuildSub(b, q, LLVMBuildZExt(b, adj, t, ""), "");
-            q = LLVMBuildSelect(b, m1, LLVMBuildNeg(b, x[0], ""), q, "");
-            return LLVMBuildSelect(b, isz, z, q, "");
-        }
-    case STAX_PRIM_FMOD:
-    case STAX_PRIM_REMAINDER: {
-        LLVMValueRef r;
-        if (fp) {
+        case STAX_PRIM_FLOORDIV:
+            return fp_floordiv(p);
+        default:
             r = LLVMBuildFRem(b, x[0], x[1], "");
-            if (v->prim == STAX_PRIM_FMOD) {
-                return r;
-            }
-            LLVMValueRef z = fconst(g, t, 0.0);
-            LLVMValueRef rnz = LLVMBuildFCmp(b, LLVMRealONE, r, z, "");
-            LLVMValueRef sx = LLVMBuildFCmp(b, LLVMRealOLT, r, z, "");
-            LLVMValueRef sy = LLVMBuildFCmp(b, LLVMRealOLT, x[1], z, "");
-            LLVMValueRef adj = LLVMBuildAnd(b, rnz, LLVMBuildXor(b, sx, sy, ""), "");
-            return LLVMBuildSelect(b, adj, LLVMBuildFAdd(b, r, x[1], ""), r, "");
+            return !rem ? r : LLVMBuildSelect(b, signs_differ(p, r, x[1]),
+                                              LLVMBuildFAdd(b, r, x[1], ""), r, "");
         }
-        LLVMValueRef z = LLVMConstInt(t, 0, 0);
-        LLVMValueRef isz = LLVMBuildICmp(b, LLVMIntEQ, x[1], z, "");
-        LLVMValueRef m1 = NULL;
+    }
+    d = safe_divisor(p, &isz, &m1);
+    switch (prim) {
+    case STAX_PRIM_DIV:
+        /* integer division truncating */
+        r = p->un ? LLVMBuildUDiv(b, x[0], d, "") : LLVMBuildSDiv(b, x[0], d, "");
+        break;
+    case STAX_PRIM_FLOORDIV:
+        if (p->un) {
+            r = LLVMBuildUDiv(b, x[0], d, "");
+            break;
+        }
+        r = LLVMBuildSDiv(b, x[0], d, "");
+        r = LLVMBuildSub(b, r, LLVMBuildZExt(b, signs_differ(p, LLVMBuildSRem(b, x[0], d, ""), d),
+                                             p->t, ""), "");
+        break;
+    default:
         /* x % -1 == 0: the divisor 1 gives it without INT_MIN's trap */
-        LLVMValueRef d = safe_divisor(g, t, x[1], un, &isz, &m1);
-        r = un ? LLVMBuildURem(b, x[0], d, "") : LLVMBuildSRem(b, x[0], d, "");
-        if (v->prim == STAX_PRIM_REMAINDER && !un) {
-            LLVMValueRef rnz = LLVMBuildICmp(b, LLVMIntNE, r, z, "");
-            LLVMValueRef sx = LLVMBuildICmp(b, LLVMIntSLT, r, z, "");
-            LLVMValueRef sy = LLVMBuildICmp(b, LLVMIntSLT, d, z, "");
-            LLVMValueRef adj = LLVMBuildAnd(b, rnz, LLVMBuildXor(b, sx, sy, ""), "");
-            r = LLVMBuildSelect(b, adj, LLVMBuildAdd(b, r, d, ""), r, "");
+        r = p->un ? LLVMBuildURem(b, x[0], d, "") : LLVMBuildSRem(b, x[0], d, "");
+        if (rem && !p->un) {
+            r = LLVMBuildSelect(b, signs_differ(p, r, d), LLVMBuildAdd(b, r, d, ""), r, "");
         }
-        return LLVMBuildSelect(b, isz, z, r, "");
+        m1 = NULL;
+        break;
     }
-    default:
-        return NULL;
+    if (m1 != NULL) {
+        r = LLVMBuildSelect(b, m1, LLVMBuildNeg(b, x[0], ""), r, "");
     }
+    return LLVMBuildSelect(b, isz, LLVMConstInt(p->t, 0, 0), r, "");
 }
 
-/* Unary math (neg, abs, sign, exp/log, roots, trigonometry, rounding,
- * sigmoid) and pow; NULL when v->prim is none of them. */
+/* The unary (and atan2) primitives that are one call: an LLVM intrinsic or
+ * a libm function, or the float32 vector-friendly version (vexp_f32 ...);
+ * indexed by prim, zero rows for the others (gen_prim_in's switch). */
+typedef struct {
+    const char *intrinsic;      /* "llvm.<name>" */
+    const char *libm;           /* libm base name (libm() picks f/none) */
+    int nargs;
+    LLVMValueRef (*f32)(cg_t *g, LLVMValueRef x);
+} prim_call_t;
+
+static const prim_call_t prim_calls[STAX_PRIM_COUNT] = {
+    [STAX_PRIM_EXP] = {"llvm.exp", NULL, 1, vexp_f32},
+    [STAX_PRIM_EXP2] = {"llvm.exp2", NULL, 1, NULL},
+    [STAX_PRIM_LOG] = {"llvm.log", NULL, 1, NULL},
+    [STAX_PRIM_LOG2] = {"llvm.log2", NULL, 1, NULL},
+    [STAX_PRIM_LOG10] = {"llvm.log10", NULL, 1, NULL},
+    [STAX_PRIM_SQRT] = {"llvm.sqrt", NULL, 1, NULL},
+    [STAX_PRIM_SIN] = {"llvm.sin", NULL, 1, NULL},
+    [STAX_PRIM_COS] = {"llvm.cos", NULL, 1, NULL},
+    [STAX_PRIM_EXPM1] = {NULL, "expm1", 1, NULL},
+    [STAX_PRIM_LOG1P] = {NULL, "log1p", 1, NULL},
+    [STAX_PRIM_TAN] = {NULL, "tan", 1, NULL},
+    [STAX_PRIM_TANH] = {NULL, "tanh", 1, vtanh_f32},
+    [STAX_PRIM_SINH] = {NULL, "sinh", 1, NULL},
+    [STAX_PRIM_COSH] = {NULL, "cosh", 1, NULL},
+    [STAX_PRIM_ASIN] = {NULL, "asin", 1, NULL},
+    [STAX_PRIM_ACOS] = {NULL, "acos", 1, NULL},
+    [STAX_PRIM_ATAN] = {NULL, "atan", 1, NULL},
+    [STAX_PRIM_ATAN2] = {NULL, "atan2", 2, NULL},
+    [STAX_PRIM_ERF] = {NULL, "erf", 1, verf_f32},
+    [STAX_PRIM_ERFC] = {NULL, "erfc", 1, NULL},
+};
+
 static LLVMValueRef
-gen_prim_math(cg_t *g, const stax_lval *v, stax_dtype_t adt, LLVMValueRef *x)
+gen_abs(const prim_ops *p)
 {
-    int fp = is_fp(adt), un = is_unsigned(adt);
-    LLVMTypeRef t = reg_type(g, adt);
-    LLVMBuilderRef b = g->b;
-    switch (v->prim) {
-    case STAX_PRIM_NEG:
-        return fp ? LLVMBuildFNeg(b, x[0], "") : LLVMBuildNeg(b, x[0], "");
-    case STAX_PRIM_ABS:
-        if (fp) {
-            return intrinsic(g, "llvm.fabs", t, x, 1);
-        }
-        if (un) {
-            return x[0];
-        }
-        x[1] = LLVMConstInt(g->i1, 0, 0);
-        {
-            unsigned id = LLVMLookupIntrinsicID("llvm.abs", 8);
-            LLVMTypeRef ts[1] = {t};
-            LLVMValueRef f = LLVMGetIntrinsicDeclaration(g->mod, id, ts, 1);
-            LLVMTypeRef ft = LLVMIntrinsicGetType(g->cx, id, ts, 1);
-            return LLVMBuildCall2(b, ft, f, x, 2, "");
-        }
-    case STAX_PRIM_SIGN:
-        if (fp) {
-            LLVMValueRef z = fconst(g, t, 0.0);
-            LLVMValueRef pos = LLVMBuildUIToFP(b, LLVMBuildFCmp(b, LLVMRealOGT, x[0], z, ""), t, "");
-            LLVMValueRef neg = LLVMBuildUIToFP(b, LLVMBuildFCmp(b, LLVMRealOLT, x[0], z, ""), t, "");
-            /* ordered compares: sign(nan) = 0, as torch */
-            return LLVMBuildFSub(b, pos, neg, "");
-        }
-        else {
-            LLVMValueRef z = LLVMConstInt(t, 0, 0);
-            LLVMValueRef pos = LLVMBuildZExt(b, LLVMBuildICmp(b, un ? LLVMIntUGT : LLVMIntSGT, x[0], z, ""), t, "");
-            LLVMValueRef neg = LLVMBuildZExt(b, LLVMBuildICmp(b, LLVMIntSLT, x[0], z, ""), t, "");
-            return un ? pos : LLVMBuildSub(b, pos, neg, "");
-        }
-    case STAX_PRIM_EXP:
-        return t == g->f32 ? vexp_f32(g, x[0]) : intrinsic(g, "llvm.exp", t, x, 1);
-    case STAX_PRIM_EXP2: return intrinsic(g, "llvm.exp2", t, x, 1);
-    case STAX_PRIM_LOG: return intrinsic(g, "llvm.log", t, x, 1);
-    case STAX_PRIM_LOG2: return intrinsic(g, "llvm.log2", t, x, 1);
-    case STAX_PRIM_LOG10: return intrinsic(g, "llvm.log10", t, x, 1);
-    case STAX_PRIM_SQRT: return intrinsic(g, "llvm.sqrt", t, x, 1);
-    case STAX_PRIM_RSQRT:
-        return LLVMBuildFDiv(b, fconst(g, t, 1.0), intrinsic(g, "llvm.sqrt", t, x, 1), "");
-    case STAX_PRIM_SIN: return intrinsic(g, "llvm.sin", t, x, 1);
-    case STAX_PRIM_COS: return intrinsic(g, "llvm.cos", t, x, 1);
-    case STAX_PRIM_FLOOR:
-    case STAX_PRIM_CEIL:
-    case STAX_PRIM_ROUND:
-    case STAX_PRIM_TRUNC:
-        if (!fp) {
-            return x[0];    /* integers are their own floor (div rounding_mode) */
-        }
-        return intrinsic(g, v->prim == STAX_PRIM_FLOOR ? "llvm.floor"
-                            : v->prim == STAX_PRIM_CEIL ? "llvm.ceil"
-                            : v->prim == STAX_PRIM_ROUND ? "llvm.roundeven" : "llvm.trunc",
-                         t, x, 1);
-    case STAX_PRIM_POW:
-        return fp ? intrinsic(g, "llvm.pow", t, x, 2) : ipow(g, t, x[0], x[1], un);
-    case STAX_PRIM_EXPM1: return libm(g, "expm1", t, x, 1);
-    case STAX_PRIM_LOG1P: return libm(g, "log1p", t, x, 1);
-    case STAX_PRIM_TAN: return libm(g, "tan", t, x, 1);
-    case STAX_PRIM_TANH:
-        return t == g->f32 ? vtanh_f32(g, x[0]) : libm(g, "tanh", t, x, 1);
-    case STAX_PRIM_SINH: return libm(g, "sinh", t, x, 1);
-    case STAX_PRIM_COSH: return libm(g, "cosh", t, x, 1);
-    case STAX_PRIM_ASIN: return libm(g, "asin", t, x, 1);
-    case STAX_PRIM_ACOS: return libm(g, "acos", t, x, 1);
-    case STAX_PRIM_ATAN: return libm(g, "atan", t, x, 1);
-    case STAX_PRIM_ATAN2: return libm(g, "atan2", t, x, 2);
-    case STAX_PRIM_ERF:
-        return t == g->f32 ? verf_f32(g, x[0]) : libm(g, "erf", t, x, 1);
-    case STAX_PRIM_ERFC: return libm(g, "erfc", t, x, 1);
-    case STAX_PRIM_SIGMOID: {
-        LLVMValueRef n = LLVMBuildFNeg(b, x[0], "");
-        LLVMValueRef e = t == g->f32 ? vexp_f32(g, n) : intrinsic(g, "llvm.exp", t, &n, 1);
-        return LLVMBuildFDiv(b, fconst(g, t, 1.0),
-                             LLVMBuildFAdd(b, fconst(g, t, 1.0), e, ""), "");
+    if (p->fp) {
+        return intrinsic(p->g, "llvm.fabs", p->t, p->x, 1);
     }
-    default:
-        return NULL;
+    if (p->un) {
+        return p->x[0];
     }
+    LLVMValueRef args[2] = {p->x[0], LLVMConstInt(p->g->i1, 0, 0)};
+    unsigned id = LLVMLookupIntrinsicID("llvm.abs", 8);
+    LLVMTypeRef ts[1] = {p->t};
+    LLVMValueRef f = LLVMGetIntrinsicDeclaration(p->g->mod, id, ts, 1);
+    LLVMTypeRef ft = LLVMIntrinsicGetType(p->g->cx, id, ts, 1);
+    return LLVMBuildCall2(p->b, ft, f, args, 2, "");
 }
 
-/* Min/max, comparisons and the nan/inf tests; NULL when v->prim is none
- * of them. */
 static LLVMValueRef
-gen_prim_compare(cg_t *g, const stax_lval *v, stax_dtype_t adt, LLVMValueRef *x)
+gen_sign(const prim_ops *p)
 {
-    int fp = is_fp(adt), un = is_unsigned(adt);
-    LLVMTypeRef t = reg_type(g, adt);
-    LLVMBuilderRef b = g->b;
-    switch (v->prim) {
-    case STAX_PRIM_MAX:
-    case STAX_PRIM_MIN:
-    case STAX_PRIM_MAXNAN:
-    case STAX_PRIM_MINNAN: {
-        int mx = v->prim == STAX_PRIM_MAX || v->prim == STAX_PRIM_MAXNAN;
-        if (fp) {
-            int nan = v->prim == STAX_PRIM_MAXNAN || v->prim == STAX_PRIM_MINNAN;
-            return intrinsic(g, nan ? (mx ? "llvm.maximum" : "llvm.minimum")
-                                    : (mx ? "llvm.maxnum" : "llvm.minnum"),
-                             t, x, 2);
-        }
-        if (adt == STAX_BOOL) {
-            return mx ? LLVMBuildOr(b, x[0], x[1], "") : LLVMBuildAnd(b, x[0], x[1], "");
-        }
-        return intrinsic(g, un ? (mx ? "llvm.umax" : "llvm.umin")
-                               : (mx ? "llvm.smax" : "llvm.smin"), t, x, 2);
+    LLVMBuilderRef b = p->b;
+    LLVMValueRef x = p->x[0];
+    if (p->fp) {
+        LLVMValueRef z = fconst(p->g, p->t, 0.0);
+        LLVMValueRef pos = LLVMBuildUIToFP(b, LLVMBuildFCmp(b, LLVMRealOGT, x, z, ""), p->t, "");
+        LLVMValueRef neg = LLVMBuildUIToFP(b, LLVMBuildFCmp(b, LLVMRealOLT, x, z, ""), p->t, "");
+        /* ordered compares: sign(nan) = 0, as torch */
+        return LLVMBuildFSub(b, pos, neg, "");
     }
-    case STAX_PRIM_EQ: case STAX_PRIM_NE: case STAX_PRIM_LT:
-    case STAX_PRIM_LE: case STAX_PRIM_GT: case STAX_PRIM_GE: {
-        static const LLVMRealPredicate fpred[] = {
-            LLVMRealOEQ, LLVMRealUNE, LLVMRealOLT, LLVMRealOLE, LLVMRealOGT, LLVMRealOGE};
-        static const LLVMIntPredicate spred[] = {
-            LLVMIntEQ, LLVMIntNE, LLVMIntSLT, LLVMIntSLE, LLVMIntSGT, LLVMIntSGE};
-        static const LLVMIntPredicate upred[] = {
-            LLVMIntEQ, LLVMIntNE, LLVMIntULT, LLVMIntULE, LLVMIntUGT, LLVMIntUGE};
-        int i = (int)v->prim - (int)STAX_PRIM_EQ;
-        if (fp) {
-            return LLVMBuildFCmp(b, fpred[i], x[0], x[1], "");
-        }
-        return LLVMBuildICmp(b, un ? upred[i] : spred[i], x[0], x[1], "");
-    }
-    case STAX_PRIM_ISNAN:
-        if (!fp) {
-            return LLVMConstInt(g->i1, 0, 0);
-        }
-        return LLVMBuildFCmp(b, LLVMRealUNO, x[0], x[0], "");
-    case STAX_PRIM_ISINF:
-    case STAX_PRIM_ISFINITE: {
-        if (!fp) {
-            return LLVMConstInt(g->i1, v->prim == STAX_PRIM_ISFINITE, 0);
-        }
-        LLVMValueRef a = intrinsic(g, "llvm.fabs", t, x, 1);
-        return LLVMBuildFCmp(b, v->prim == STAX_PRIM_ISINF ? LLVMRealOEQ : LLVMRealOLT,
-                             a, fconst(g, t, INFINITY), "");
-    }
-    default:
-        return NULL;
-    }
+    LLVMValueRef z = LLVMConstInt(p->t, 0, 0);
+    LLVMValueRef pos = LLVMBuildZExt(b, LLVMBuildICmp(b, p->un ? LLVMIntUGT : LLVMIntSGT, x, z, ""),
+                                     p->t, "");
+    LLVMValueRef neg = LLVMBuildZExt(b, LLVMBuildICmp(b, LLVMIntSLT, x, z, ""), p->t, "");
+    return p->un ? pos : LLVMBuildSub(b, pos, neg, "");
 }
 
-/* Logical and bitwise operators and the shifts; NULL when v->prim is none
- * of them. */
 static LLVMValueRef
-gen_prim_bits(cg_t *g, const stax_lval *v, stax_dtype_t adt, LLVMValueRef *x)
+gen_sigmoid(const prim_ops *p)
 {
-    int un = is_unsigned(adt);
-    LLVMTypeRef t = reg_type(g, adt);
-    LLVMBuilderRef b = g->b;
-    switch (v->prim) {
-    case STAX_PRIM_AND: case STAX_PRIM_BITAND:
-        return LLVMBuildAnd(b, x[0], x[1], "");
-    case STAX_PRIM_OR: case STAX_PRIM_BITOR:
-        return LLVMBuildOr(b, x[0], x[1], "");
-    case STAX_PRIM_XOR: case STAX_PRIM_BITXOR:
-        return LLVMBuildXor(b, x[0], x[1], "");
-    case STAX_PRIM_NOT: case STAX_PRIM_BITNOT:
-        return LLVMBuildNot(b, x[0], "");
-    case STAX_PRIM_SHL: case STAX_PRIM_SHR: {
-        /* LLVM's shifts are poison past the width: clamp (unsigned compare,
-         * so a negative amount counts as too large) and select torch's value */
-        unsigned w = LLVMGetIntTypeWidth(t);
-        LLVMValueRef wide = LLVMBuildICmp(b, LLVMIntUGE, x[1], LLVMConstInt(t, w, 0), "");
-        if (v->prim == STAX_PRIM_SHL) {
-            LLVMValueRef sh = LLVMBuildShl(b, x[0], LLVMBuildSelect(b, wide, LLVMConstInt(t, 0, 0),
-                                                                    x[1], ""), "");
-            return LLVMBuildSelect(b, wide, LLVMConstInt(t, 0, 0), sh, "");
-        }
-        if (un) {
-            LLVMValueRef sh = LLVMBuildLShr(b, x[0], LLVMBuildSelect(b, wide, LLVMConstInt(t, 0, 0),
-                                                                     x[1], ""), "");
-            return LLVMBuildSelect(b, wide, LLVMConstInt(t, 0, 0), sh, "");
-        }
-        return LLVMBuildAShr(b, x[0], LLVMBuildSelect(b, wide, LLVMConstInt(t, w - 1, 0), x[1], ""),
+    cg_t *g = p->g;
+    LLVMValueRef n = LLVMBuildFNeg(p->b, p->x[0], "");
+    LLVMValueRef e = p->t == g->f32 ? vexp_f32(g, n) : intrinsic(g, "llvm.exp", p->t, &n, 1);
+    return LLVMBuildFDiv(p->b, fconst(g, p->t, 1.0),
+                         LLVMBuildFAdd(p->b, fconst(g, p->t, 1.0), e, ""), "");
+}
+
+/* max/min (maxnum/minnum ignore a NaN; maxnan/minnan propagate it) */
+static LLVMValueRef
+gen_minmax(const prim_ops *p, int prim)
+{
+    int mx = prim == STAX_PRIM_MAX || prim == STAX_PRIM_MAXNAN;
+    if (p->fp) {
+        int nan = prim == STAX_PRIM_MAXNAN || prim == STAX_PRIM_MINNAN;
+        return intrinsic(p->g, nan ? (mx ? "llvm.maximum" : "llvm.minimum")
+                                   : (mx ? "llvm.maxnum" : "llvm.minnum"),
+                         p->t, p->x, 2);
+    }
+    if (p->adt == STAX_BOOL) {
+        return mx ? LLVMBuildOr(p->b, p->x[0], p->x[1], "")
+                  : LLVMBuildAnd(p->b, p->x[0], p->x[1], "");
+    }
+    return intrinsic(p->g, p->un ? (mx ? "llvm.umax" : "llvm.umin")
+                                 : (mx ? "llvm.smax" : "llvm.smin"), p->t, p->x, 2);
+}
+
+static LLVMValueRef
+gen_compare(const prim_ops *p, int prim)
+{
+    static const LLVMRealPredicate fpred[] = {
+        LLVMRealOEQ, LLVMRealUNE, LLVMRealOLT, LLVMRealOLE, LLVMRealOGT, LLVMRealOGE};
+    static const LLVMIntPredicate spred[] = {
+        LLVMIntEQ, LLVMIntNE, LLVMIntSLT, LLVMIntSLE, LLVMIntSGT, LLVMIntSGE};
+    static const LLVMIntPredicate upred[] = {
+        LLVMIntEQ, LLVMIntNE, LLVMIntULT, LLVMIntULE, LLVMIntUGT, LLVMIntUGE};
+    int i = prim - (int)STAX_PRIM_EQ;
+    if (p->fp) {
+        return LLVMBuildFCmp(p->b, fpred[i], p->x[0], p->x[1], "");
+    }
+    return LLVMBuildICmp(p->b, p->un ? upred[i] : spred[i], p->x[0], p->x[1], "");
+}
+
+/* isnan, isinf, isfinite (integers: never nan or inf) */
+static LLVMValueRef
+gen_fpclass(const prim_ops *p, int prim)
+{
+    if (!p->fp) {
+        return LLVMConstInt(p->g->i1, prim == STAX_PRIM_ISFINITE, 0);
+    }
+    if (prim == STAX_PRIM_ISNAN) {
+        return LLVMBuildFCmp(p->b, LLVMRealUNO, p->x[0], p->x[0], "");
+    }
+    LLVMValueRef a = intrinsic(p->g, "llvm.fabs", p->t, p->x, 1);
+    return LLVMBuildFCmp(p->b, prim == STAX_PRIM_ISINF ? LLVMRealOEQ : LLVMRealOLT,
+                         a, fconst(p->g, p->t, INFINITY), "");
+}
+
+/* LLVM's shifts are poison past the width: clamp (unsigned compare, so a
+ * negative amount counts as too large) and select torch's value */
+static LLVMValueRef
+gen_shift(const prim_ops *p, int prim)
+{
+    LLVMBuilderRef b = p->b;
+    LLVMValueRef *x = p->x;
+    unsigned w = LLVMGetIntTypeWidth(p->t);
+    LLVMValueRef zero = LLVMConstInt(p->t, 0, 0);
+    LLVMValueRef wide = LLVMBuildICmp(b, LLVMIntUGE, x[1], LLVMConstInt(p->t, w, 0), "");
+    if (prim == STAX_PRIM_SHR && !p->un) {
+        return LLVMBuildAShr(b, x[0], LLVMBuildSelect(b, wide, LLVMConstInt(p->t, w - 1, 0), x[1], ""),
                              "");
     }
-    default:
-        return NULL;
-    }
+    LLVMValueRef n = LLVMBuildSelect(b, wide, zero, x[1], "");
+    LLVMValueRef sh = prim == STAX_PRIM_SHL ? LLVMBuildShl(b, x[0], n, "") : LLVMBuildLShr(b, x[0], n, "");
+    return LLVMBuildSelect(b, wide, zero, sh, "");
 }
 
 /* Philox4x32-10 random bits: the 32-bit word for element x[2] of the
@@ -881,51 +856,84 @@ gen_philox(cg_t *g, const LLVMValueRef *x)
     return LLVMBuildZExt(b, w, g->i64, "");
 }
 
-/* The arithmetic primitives here; the others by family in the helpers above. */
+/* One primitive computed in the dtype adt: a one-call row of prim_calls,
+ * else its case here (the longer ones in the helpers above). */
 static LLVMValueRef
 gen_prim_in(cg_t *g, const stax_lval *v, stax_dtype_t adt, LLVMValueRef *x)
 {
-    int fp = is_fp(adt);
-    LLVMTypeRef t = reg_type(g, adt);
+    const prim_ops p = {g, g->b, reg_type(g, adt), adt, is_fp(adt), is_unsigned(adt), x};
+    const prim_call_t *pc = &prim_calls[v->prim];
     LLVMBuilderRef b = g->b;
-    switch (v->prim) {
+    LLVMTypeRef t = p.t;
+    int prim = v->prim, bl = adt == STAX_BOOL;
+    if (pc->f32 != NULL && t == g->f32) {
+        return pc->f32(g, x[0]);
+    }
+    if (pc->intrinsic != NULL || pc->libm != NULL) {
+        return pc->intrinsic != NULL ? intrinsic(g, pc->intrinsic, t, x, pc->nargs)
+                                     : libm(g, pc->libm, t, x, pc->nargs);
+    }
+    switch (prim) {
     case STAX_PRIM_ADD:
-        return fp ? LLVMBuildFAdd(b, x[0], x[1], "")
-                  : (adt == STAX_BOOL ? LLVMBuildOr(b, x[0], x[1], "")
-                                      : LLVMBuildAdd(b, x[0], x[1], ""));
+        return p.fp ? LLVMBuildFAdd(b, x[0], x[1], "")
+                    : (bl ? LLVMBuildOr(b, x[0], x[1], "") : LLVMBuildAdd(b, x[0], x[1], ""));
     case STAX_PRIM_SUB:
-        return fp ? LLVMBuildFSub(b, x[0], x[1], "") : LLVMBuildSub(b, x[0], x[1], "");
+        return p.fp ? LLVMBuildFSub(b, x[0], x[1], "") : LLVMBuildSub(b, x[0], x[1], "");
     case STAX_PRIM_FMA:
-        if (fp) {
+        if (p.fp) {
             return intrinsic(g, "llvm.fma", t, x, 3);
         }
-        return adt == STAX_BOOL
-            ? LLVMBuildOr(b, LLVMBuildAnd(b, x[0], x[1], ""), x[2], "")
-            : LLVMBuildAdd(b, LLVMBuildMul(b, x[0], x[1], ""), x[2], "");
+        return bl ? LLVMBuildOr(b, LLVMBuildAnd(b, x[0], x[1], ""), x[2], "")
+                  : LLVMBuildAdd(b, LLVMBuildMul(b, x[0], x[1], ""), x[2], "");
     case STAX_PRIM_MUL:
-        return fp ? LLVMBuildFMul(b, x[0], x[1], "")
-                  : (adt == STAX_BOOL ? LLVMBuildAnd(b, x[0], x[1], "")
-                                      : LLVMBuildMul(b, x[0], x[1], ""));
+        return p.fp ? LLVMBuildFMul(b, x[0], x[1], "")
+                    : (bl ? LLVMBuildAnd(b, x[0], x[1], "") : LLVMBuildMul(b, x[0], x[1], ""));
     case STAX_PRIM_PHILOX:
         return gen_philox(g, x);
+    case STAX_PRIM_DIV: case STAX_PRIM_FLOORDIV: case STAX_PRIM_FMOD: case STAX_PRIM_REMAINDER:
+        return gen_divmod(&p, prim);
+    case STAX_PRIM_NEG:
+        return p.fp ? LLVMBuildFNeg(b, x[0], "") : LLVMBuildNeg(b, x[0], "");
+    case STAX_PRIM_ABS:
+        return gen_abs(&p);
+    case STAX_PRIM_SIGN:
+        return gen_sign(&p);
+    case STAX_PRIM_RSQRT:
+        return LLVMBuildFDiv(b, fconst(g, t, 1.0), intrinsic(g, "llvm.sqrt", t, x, 1), "");
+    case STAX_PRIM_FLOOR: case STAX_PRIM_CEIL: case STAX_PRIM_ROUND: case STAX_PRIM_TRUNC:
+        if (!p.fp) {
+            return x[0];    /* integers are their own floor (div rounding_mode) */
+        }
+        return intrinsic(g, prim == STAX_PRIM_FLOOR ? "llvm.floor"
+                            : prim == STAX_PRIM_CEIL ? "llvm.ceil"
+                            : prim == STAX_PRIM_ROUND ? "llvm.roundeven" : "llvm.trunc",
+                         t, x, 1);
+    case STAX_PRIM_POW:
+        return p.fp ? intrinsic(g, "llvm.pow", t, x, 2) : ipow(g, t, x[0], x[1], p.un);
+    case STAX_PRIM_SIGMOID:
+        return gen_sigmoid(&p);
+    case STAX_PRIM_MAX: case STAX_PRIM_MIN: case STAX_PRIM_MAXNAN: case STAX_PRIM_MINNAN:
+        return gen_minmax(&p, prim);
+    case STAX_PRIM_EQ: case STAX_PRIM_NE: case STAX_PRIM_LT:
+    case STAX_PRIM_LE: case STAX_PRIM_GT: case STAX_PRIM_GE:
+        return gen_compare(&p, prim);
+    case STAX_PRIM_ISNAN: case STAX_PRIM_ISINF: case STAX_PRIM_ISFINITE:
+        return gen_fpclass(&p, prim);
+    case STAX_PRIM_AND: case STAX_PRIM_BITAND:
+        return LLVMBuildAnd(b, x[0], x[1], "");
+    case STAX_PRIM_OR: case STAX_PRIM_BITOR:
+        return LLVMBuildOr(b, x[0], x[1], "");
+    case STAX_PRIM_XOR: case STAX_PRIM_BITXOR:
+        return LLVMBuildXor(b, x[0], x[1], "");
+    case STAX_PRIM_NOT: case STAX_PRIM_BITNOT:
+        return LLVMBuildNot(b, x[0], "");
+    case STAX_PRIM_SHL: case STAX_PRIM_SHR:
+        return gen_shift(&p, prim);
     default:
         break;
     }
-    LLVMValueRef r = gen_prim_divmod(g, v, adt, x);
-    if (r == NULL) {
-        r = gen_prim_math(g, v, adt, x);
-    }
-    if (r == NULL) {
-        r = gen_prim_compare(g, v, adt, x);
-    }
-    if (r == NULL) {
-        r = gen_prim_bits(g, v, adt, x);
-    }
-    if (r == NULL) {
-        g->err = "primitive not supported by the LLVM back end";
-        r = LLVMGetUndef(reg_type(g, v->dtype));
-    }
-    return r;
+    g->err = "primitive not supported by the LLVM back end";
+    return LLVMGetUndef(reg_type(g, v->dtype));
 }
 
 static LLVMValueRef gen_val_(cg_t *g, const stax_lval *v);
@@ -1081,6 +1089,30 @@ red_minmax(cg_t *g, int mx, int fp, stax_dtype_t vdt, LLVMTypeRef t,
                            : (mx ? "llvm.smax" : "llvm.smin"), t, xs, 2);
 }
 
+/* cur combined with v by a sum, product, max, min, any or all (fp: of
+ * floats, vdt: v's dtype, t: their register type); NULL for an arg
+ * reduction (red_fold keeps its index too) */
+static LLVMValueRef
+red_step(cg_t *g, stax_red_t op, int fp, stax_dtype_t vdt, LLVMTypeRef t, LLVMValueRef cur,
+         LLVMValueRef v)
+{
+    LLVMBuilderRef b = g->b;
+    switch (op) {
+    case STAX_RED_SUM:
+        return fp ? LLVMBuildFAdd(b, cur, v, "") : LLVMBuildAdd(b, cur, v, "");
+    case STAX_RED_PROD:
+        return fp ? LLVMBuildFMul(b, cur, v, "") : LLVMBuildMul(b, cur, v, "");
+    case STAX_RED_MAX: case STAX_RED_MIN:
+        return red_minmax(g, op == STAX_RED_MAX, fp, vdt, t, cur, v);
+    case STAX_RED_ANY:
+        return LLVMBuildOr(b, cur, v, "");
+    case STAX_RED_ALL:
+        return LLVMBuildAnd(b, cur, v, "");
+    default:
+        return NULL;
+    }
+}
+
 /* fold value into accumulator a (innermost loop body) */
 static void red_combine_store(cg_t *g, const stax_lacc *a, LLVMValueRef cur,
                               LLVMValueRef v, LLVMValueRef ptr);
@@ -1137,26 +1169,9 @@ red_fold(cg_t *g, int ai)
         return;
     }
     LLVMValueRef cur = LLVMBuildLoad2(b, reg_type(g, a->dtype), g->acc[ai], "");
-    LLVMValueRef r = NULL;
-    switch (a->op) {
-    case STAX_RED_SUM:
-        r = LLVMBuildAdd(b, cur, v, "");
-        break;
-    case STAX_RED_PROD:
-        r = fp ? LLVMBuildFMul(b, cur, v, "") : LLVMBuildMul(b, cur, v, "");
+    LLVMValueRef r = red_step(g, a->op, fp, vdt, t, cur, v);
+    if (a->op == STAX_RED_PROD) {
         set_reassoc(r);
-        break;
-    case STAX_RED_MAX: case STAX_RED_MIN:
-        r = red_minmax(g, a->op == STAX_RED_MAX, fp, vdt, t, cur, v);
-        break;
-    case STAX_RED_ANY:
-        r = LLVMBuildOr(b, cur, v, "");
-        break;
-    case STAX_RED_ALL:
-        r = LLVMBuildAnd(b, cur, v, "");
-        break;
-    default:
-        break;
     }
     LLVMBuildStore(b, r, g->acc[ai]);
 }
@@ -1165,32 +1180,14 @@ static void
 red_combine_store(cg_t *g, const stax_lacc *a, LLVMValueRef cur, LLVMValueRef v,
                   LLVMValueRef ptr)
 {
-    LLVMBuilderRef b = g->b;
     LLVMTypeRef t = LLVMTypeOf(cur);
     int fp = t == g->f32 || t == g->f64 || t == g->f16;
-    stax_dtype_t vdt = a->value->dtype;
-    LLVMValueRef r = NULL;
-    switch (a->op) {
-    case STAX_RED_SUM:
-        r = fp ? LLVMBuildFAdd(b, cur, v, "") : LLVMBuildAdd(b, cur, v, "");
-        break;
-    case STAX_RED_PROD:
-        r = fp ? LLVMBuildFMul(b, cur, v, "") : LLVMBuildMul(b, cur, v, "");
-        break;
-    case STAX_RED_MAX: case STAX_RED_MIN:
-        r = red_minmax(g, a->op == STAX_RED_MAX, fp, vdt, t, cur, v);
-        break;
-    case STAX_RED_ANY:
-        r = LLVMBuildOr(b, cur, v, "");
-        break;
-    case STAX_RED_ALL:
-        r = LLVMBuildAnd(b, cur, v, "");
-        break;
-    default:
+    LLVMValueRef r = red_step(g, a->op, fp, a->value->dtype, t, cur, v);
+    if (r == NULL) {
         g->err = "tiled reduction of an arg reduction";
         return;
     }
-    LLVMBuildStore(b, r, ptr);
+    LLVMBuildStore(g->b, r, ptr);
 }
 
 static void

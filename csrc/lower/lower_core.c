@@ -606,6 +606,41 @@ lw_contig_load(lw_ctx *c, int pbuf)
 }
 
 int
+lw_vb_over_pbuf(lw_ctx *c, vbuf *v, int pb)
+{
+    const pbuf_t *b = &c->pbufs[pb];
+    v->kind = VB_TENSOR;
+    v->ndim = b->ndim;
+    memcpy(v->sizes, b->sizes, sizeof(int64_t) * (size_t)b->ndim);
+    v->dtype = b->dtype;
+    v->pbuf = pb;
+    v->body = lw_contig_load(c, pb);
+    return v->body != NULL ? 0 : -1;
+}
+
+kdraft *
+lw_new_pointwise_kernel(lw_ctx *c, const char *label, int ndim, const int64_t *sizes,
+                        const stax_ix **vars)
+{
+    kdraft *k = lw_new_kernel(c, label);
+    if (k == NULL) {
+        return NULL;
+    }
+    k->nouter = ndim;
+    k->ninner = 0;
+    for (int d = 0; d < ndim; d++) {
+        k->dimv[d] = sizes[d];
+        vars[d] = lw_ix_var(c, d);
+    }
+    k->nstages = 1;
+    k->stages[0].kind = STAX_STAGE_OUTER;
+    k->stages[0].first = 0;
+    k->stages[0].n = 1;
+    k->nstores = 1;
+    return k;
+}
+
+int
 lw_materialize(lw_ctx *c, vbuf *v)
 {
     if (v->pbuf >= 0) {
@@ -619,29 +654,17 @@ lw_materialize(lw_ctx *c, vbuf *v)
     if (pb < 0) {
         return -1;
     }
-    kdraft *k = lw_new_kernel(c, v->label ? v->label : "pointwise");
+    const stax_ix *vars[STAX_MAX_DIMS];
+    kdraft *k = lw_new_pointwise_kernel(c, v->label ? v->label : "pointwise", v->ndim, v->sizes,
+                                        vars);
     if (k == NULL) {
         return -1;
     }
-    k->nouter = v->ndim;
-    k->ninner = 0;
-    const stax_ix *vars[STAX_MAX_DIMS];
-    for (int d = 0; d < v->ndim; d++) {
-        k->dimv[d] = v->sizes[d];
-        vars[d] = lw_ix_var(c, d);
-    }
-    k->nstages = 1;
-    k->stages[0].kind = STAX_STAGE_OUTER;
-    k->stages[0].first = 0;
-    k->stages[0].n = 1;
-    k->nstores = 1;
     k->stores[0].buf = pb;
     k->stores[0].index = lw_contig_index(c, v->ndim, v->sizes, vars);
     k->stores[0].value = v->body;
     if (k->stores[0].index == NULL) {
         return -1;
     }
-    v->pbuf = pb;
-    v->body = lw_contig_load(c, pb);
-    return v->body ? pb : -1;
+    return lw_vb_over_pbuf(c, v, pb) < 0 ? -1 : pb;
 }

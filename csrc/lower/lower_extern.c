@@ -77,12 +77,14 @@ lw_lower_matmul(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *out,
         return -1;
     }
     s->out = po;
-    out->body = lw_contig_load(c, po);
+    if (lw_vb_over_pbuf(c, out, po) < 0) {
+        return -1;
+    }
     if (bias == NULL) {
-        out->pbuf = po;
-        return out->body ? 1 : -1;
+        return 1;
     }
     /* the bias epilogue stays a pointwise body: fused into the consumer */
+    out->pbuf = -1;
     const stax_ix *ov[STAX_MAX_DIMS];
     lw_ident_vars(c, out->ndim, ov);
     const stax_lval *bb = lw_bcast(c, bias, out->ndim, out->sizes, ov);

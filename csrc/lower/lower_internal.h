@@ -192,6 +192,9 @@ int lw_new_pbuf(lw_ctx *c, pb_kind_t kind, int ndim, const int64_t *sizes,
                 stax_dtype_t dt);
 step_t *lw_new_step(lw_ctx *c, step_kind_t kind);
 const stax_lval *lw_contig_load(lw_ctx *c, int pbuf);
+/* v becomes the tensor value of program buffer pb: the buffer's shape and
+ * dtype, pbuf = pb, body = its lw_contig_load. 0, or -1 + exception. */
+int lw_vb_over_pbuf(lw_ctx *c, vbuf *v, int pb);
 const stax_ix *lw_contig_index(lw_ctx *c, int ndim, const int64_t *sizes,
                                const stax_ix *const *ix);
 int lw_dtype_size(stax_dtype_t dt);
@@ -200,6 +203,11 @@ int lw_is_float(stax_dtype_t dt);
 /* make v a real buffer (a pointwise kernel if needed): program buffer id */
 int lw_materialize(lw_ctx *c, vbuf *v);
 kdraft *lw_new_kernel(lw_ctx *c, const char *label);
+/* A new kernel writing one value per point of the ndim loops `sizes` (one
+ * OUTER stage, one store: stores[0] is the caller's to fill); vars receive
+ * the loop variables. NULL + exception. */
+kdraft *lw_new_pointwise_kernel(lw_ctx *c, const char *label, int ndim,
+                                const int64_t *sizes, const stax_ix **vars);
 
 /* compile one kernel with c->be, through the persistent compile cache
  * when it is on and the back end supports it (lower_cache.c): a handle, or

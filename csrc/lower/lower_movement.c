@@ -97,16 +97,10 @@ lw_lower_cat(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *out,
             if (len == 0) {
                 continue;
             }
-            kdraft *k = lw_new_kernel(c, stack ? "stack" : "cat");
+            const stax_ix *iv[STAX_MAX_DIMS], *sv[STAX_MAX_DIMS];
+            kdraft *k = lw_new_pointwise_kernel(c, stack ? "stack" : "cat", v->ndim, v->sizes, iv);
             if (k == NULL) {
                 return -1;
-            }
-            const stax_ix *iv[STAX_MAX_DIMS], *sv[STAX_MAX_DIMS];
-            k->nouter = v->ndim;
-            k->ninner = 0;
-            for (int q = 0; q < v->ndim; q++) {
-                k->dimv[q] = v->sizes[q];
-                iv[q] = lw_ix_var(c, q);
             }
             for (int q = 0, j = 0; q < out->ndim; q++) {
                 if (q == d) {
@@ -117,11 +111,6 @@ lw_lower_cat(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *out,
                     sv[q] = iv[j++];
                 }
             }
-            k->nstages = 1;
-            k->stages[0].kind = STAX_STAGE_OUTER;
-            k->stages[0].first = 0;
-            k->stages[0].n = 1;
-            k->nstores = 1;
             k->stores[0].buf = pb;
             k->stores[0].index = lw_contig_index(c, out->ndim, out->sizes, sv);
             k->stores[0].value = lw_cast(c, v->body, out->dtype);
@@ -130,9 +119,7 @@ lw_lower_cat(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *out,
             }
             off += len;
         }
-        out->pbuf = pb;
-        out->body = lw_contig_load(c, pb);
-        return out->body ? 1 : -1;
+        return lw_vb_over_pbuf(c, out, pb) < 0 ? -1 : 1;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         vbuf *v = lw_arg_vb(in, PySequence_Fast_GET_ITEM(ts, i));

@@ -268,9 +268,7 @@ red_store(lw_ctx *c, redk *r, vbuf *in, const int *mask, vbuf *out,
     if (lw_add_stage(k, inner ? STAX_STAGE_INNER : STAX_STAGE_OUTER, s, 1) < 0) {
         return -1;
     }
-    out->pbuf = pb;
-    out->body = lw_contig_load(c, pb);
-    return out->body ? 0 : -1;
+    return lw_vb_over_pbuf(c, out, pb);
 }
 
 /* float16 data is accumulated in float32, as eager and PyTorch do: the

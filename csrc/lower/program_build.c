@@ -278,12 +278,9 @@ make_fallback(lw_ctx *c, tmpl_ctx *t, PyObject *node, PyObject *val, int is_meth
             goto done;
         }
         c->steps[step_index].out = pb;
-        v->kind = VB_TENSOR;
-        v->ndim = nd;
-        memcpy(v->sizes, sz, sizeof(int64_t) * (size_t)nd);
-        v->dtype = dt;
-        v->pbuf = pb;
-        v->body = lw_contig_load(c, pb);
+        if (lw_vb_over_pbuf(c, v, pb) < 0) {
+            goto done;
+        }
     }
     else if (val != NULL && PyTuple_Check(val)) {
         int pb = lw_new_pbuf(c, PB_EXTERN, 0, sz, STAX_FLOAT32);
@@ -320,12 +317,9 @@ make_fallback(lw_ctx *c, tmpl_ctx *t, PyObject *node, PyObject *val, int is_meth
             x->src = pb;
             x->index = i;
             x->out = ob;
-            it->kind = VB_TENSOR;
-            it->ndim = nd;
-            memcpy(it->sizes, sz, sizeof(int64_t) * (size_t)nd);
-            it->dtype = dt;
-            it->pbuf = ob;
-            it->body = lw_contig_load(c, ob);
+            if (lw_vb_over_pbuf(c, it, ob) < 0) {
+                goto done;
+            }
         }
     }
     else {
@@ -1030,13 +1024,7 @@ source_vbuf(lw_build *b, PyObject *val, int kind, int k, PyObject *obj)
         else {
             c->pbufs[pb].obj = obj;
         }
-        v->kind = VB_TENSOR;
-        v->ndim = nd;
-        memcpy(v->sizes, sz, sizeof(int64_t) * (size_t)nd);
-        v->dtype = dt;
-        v->pbuf = pb;
-        v->body = lw_contig_load(c, pb);
-        return v;
+        return lw_vb_over_pbuf(c, v, pb) < 0 ? NULL : v;
     }
     pb = lw_new_pbuf(c, kind, 0, sz, STAX_FLOAT32);
     if (pb < 0) {

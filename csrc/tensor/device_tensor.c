@@ -89,29 +89,16 @@ cuda_storage(int64_t nbytes)
 {
     stax_cuptr p = 0;
     PyObject *blk = stax_cuda_block_new((size_t)nbytes, &p);
-    StaxStorage *s;
     if (blk == NULL) {
         return NULL;
     }
-    s = PyObject_New(StaxStorage, &StaxStorage_TypeObj);
-    if (s == NULL) {
-        Py_DECREF(blk);
-        return NULL;
-    }
-    s->owner = blk;
-    s->data = (char *)(uintptr_t)p;
-    s->nbytes = nbytes;
-    s->version = 0;
-    s->device = STAX_DEV_CUDA;
-    return s;
+    return stax_storage_new(blk, (char *)(uintptr_t)p, nbytes, STAX_DEV_CUDA);
 }
 
 StaxTensor *
 stax_tensor_empty_on(int ndim, const int64_t *sizes, stax_dtype_t dt,
                      int device)
 {
-    StaxTensor *t;
-    StaxStorage *st;
     if (device != STAX_DEV_CUDA) {
         return stax_tensor_empty(ndim, sizes, dt);
     }
@@ -129,25 +116,8 @@ stax_tensor_empty_on(int ndim, const int64_t *sizes, stax_dtype_t dt,
             return NULL;
         }
     }
-    st = cuda_storage(n * stax_dtype_itemsize(dt));
-    if (st == NULL) {
-        return NULL;
-    }
-    t = stax_tensor_alloc(&StaxTensor_TypeObj);
-    if (t == NULL) {
-        Py_DECREF(st);
-        return NULL;
-    }
-    t->storage = st;
-    t->dtype = dt;
-    t->ndim = ndim;
-    int64_t s = 1;
-    for (int i = ndim - 1; i >= 0; i--) {
-        t->sizes[i] = sizes[i];
-        t->strides[i] = s;
-        s *= sizes[i] > 1 ? sizes[i] : 1;
-    }
-    return t;
+    return stax_tensor_on_storage(cuda_storage(n * stax_dtype_itemsize(dt)), dt, ndim, sizes,
+                                  NULL);
 }
 
 /* elements [lo, hi] of the storage that t can reach (hi < lo: none) */

@@ -233,31 +233,10 @@ from_capsule(PyObject *cap)
     if (owner == NULL) {
         return NULL;
     }
-    st = PyObject_New(StaxStorage, &StaxStorage_TypeObj);
-    if (st == NULL) {
-        Py_DECREF(owner);
-        return NULL;
-    }
-    st->owner = owner;
-    st->data = (char *)dl->data + dl->byte_offset;
-    st->nbytes = empty ? 0 : (hi - lo + 1) * isz;
-    st->version = 0;
-    st->device = dl->device.device_type == DL_CUDA ? STAX_DEV_CUDA
-                                                   : STAX_DEV_CPU;
-    t = stax_tensor_alloc(&StaxTensor_TypeObj);
-    if (t == NULL) {
-        Py_DECREF(st);
-        return NULL;
-    }
-    t->storage = st;
-    t->dtype = dt;
-    t->ndim = dl->ndim;
-    int64_t c = 1;
-    for (int d = dl->ndim - 1; d >= 0; d--) {
-        t->sizes[d] = dl->shape[d];
-        t->strides[d] = dl->strides ? dl->strides[d] : c;
-        c *= dl->shape[d] > 1 ? dl->shape[d] : 1;
-    }
+    st = stax_storage_new(owner, (char *)dl->data + dl->byte_offset,
+                          empty ? 0 : (hi - lo + 1) * isz,
+                          dl->device.device_type == DL_CUDA ? STAX_DEV_CUDA : STAX_DEV_CPU);
+    t = stax_tensor_on_storage(st, dt, dl->ndim, dl->shape, dl->strides);
     return (PyObject *)t;
 }
 

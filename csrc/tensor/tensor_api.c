@@ -54,9 +54,8 @@ stax_double_to_half(double d)
     return (uint16_t)(sign | ((E + 15) << 10) | ((uint16_t)m - 1024));
 }
 
-/* steals owner */
-static StaxStorage *
-storage_new(PyObject *owner, char *data, int64_t nbytes)
+StaxStorage *
+stax_storage_new(PyObject *owner, char *data, int64_t nbytes, int device)
 {
     StaxStorage *s = PyObject_New(StaxStorage, &StaxStorage_TypeObj);
     if (s == NULL) {
@@ -67,15 +66,23 @@ storage_new(PyObject *owner, char *data, int64_t nbytes)
     s->data = data;
     s->nbytes = nbytes;
     s->version = 0;
-    s->device = STAX_DEV_CPU;
+    s->device = device;
     return s;
 }
 
-/* a new tensor of dtype dt and rank ndim on storage st (a new reference,
- * given up on failure; NULL: an error already set); sizes and strides are
- * the caller's to fill */
-static StaxTensor *
-tensor_on_storage(StaxStorage *st, stax_dtype_t dt, int ndim)
+void
+stax_contiguous_strides(int ndim, const int64_t *sizes, int64_t *strides)
+{
+    int64_t s = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+        strides[i] = s;
+        s *= sizes[i] > 1 ? sizes[i] : 1;
+    }
+}
+
+StaxTensor *
+stax_tensor_on_storage(StaxStorage *st, stax_dtype_t dt, int ndim,
+                       const int64_t *sizes, const int64_t *strides)
 {
     if (st == NULL) {
         return NULL;
@@ -88,18 +95,14 @@ tensor_on_storage(StaxStorage *st, stax_dtype_t dt, int ndim)
     t->storage = st;
     t->dtype = dt;
     t->ndim = ndim;
-    return t;
-}
-
-/* row-major strides for t's sizes (a dim of size 0 or 1 counts as 1) */
-static void
-contiguous_strides(StaxTensor *t)
-{
-    int64_t s = 1;
-    for (int i = t->ndim - 1; i >= 0; i--) {
-        t->strides[i] = s;
-        s *= t->sizes[i] > 1 ? t->sizes[i] : 1;
+    memcpy(t->sizes, sizes, sizeof(int64_t) * (size_t)ndim);
+    if (strides != NULL) {
+        memcpy(t->strides, strides, sizeof(int64_t) * (size_t)ndim);
     }
+    else {
+        stax_contiguous_strides(ndim, sizes, t->strides);
+    }
+    return t;
 }
 
 /* ---- core C API ----------------------------------------------------- */
@@ -173,17 +176,10 @@ stax_tensor_empty(int ndim, const int64_t *sizes, stax_dtype_t dt)
     if (arr == NULL) {
         return NULL;
     }
-    StaxTensor *t = tensor_on_storage(
-        storage_new(arr, PyArray_DATA((PyArrayObject *)arr),
-                    (int64_t)n * stax_dtype_itemsize(dt)), dt, ndim);
-    if (t == NULL) {
-        return NULL;
-    }
-    for (int i = 0; i < ndim; i++) {
-        t->sizes[i] = sizes[i];
-    }
-    contiguous_strides(t);
-    return t;
+    return stax_tensor_on_storage(
+        stax_storage_new(arr, PyArray_DATA((PyArrayObject *)arr),
+                         (int64_t)n * stax_dtype_itemsize(dt), STAX_DEV_CPU),
+        dt, ndim, sizes, NULL);
 }
 
 StaxTensor *
@@ -261,10 +257,12 @@ stax_tensor_from_array(PyObject *obj)
         return NULL;
     }
     int isz = stax_dtype_itemsize(dt);
-    int64_t extent = 1;
+    int64_t extent = 1, sizes[STAX_MAX_DIMS], strides[STAX_MAX_DIMS];
     int empty = PyArray_SIZE(arr) == 0;
     for (int i = 0; i < ndim; i++) {
         npy_intp st = PyArray_STRIDE(arr, i);
+        sizes[i] = PyArray_DIM(arr, i);
+        strides[i] = st / isz;
         if (st < 0) {
             PyErr_SetString(PyExc_ValueError,
                             "At least one stride in the given numpy array is "
@@ -288,20 +286,11 @@ stax_tensor_from_array(PyObject *obj)
             extent += (PyArray_DIM(arr, i) - 1) * (st / isz);
         }
     }
-    StaxTensor *t = tensor_on_storage(
-        storage_new(Py_NewRef(obj), PyArray_DATA(arr),
-                    empty ? 0 : extent * isz), dt, ndim);
-    if (t == NULL) {
-        return NULL;
-    }
-    for (int i = 0; i < ndim; i++) {
-        t->sizes[i] = PyArray_DIM(arr, i);
-        t->strides[i] = PyArray_STRIDE(arr, i) / isz;
-    }
-    if (empty) {   /* torch gives empty tensors contiguous strides */
-        contiguous_strides(t);
-    }
-    return t;
+    /* torch gives empty tensors contiguous strides */
+    return stax_tensor_on_storage(
+        stax_storage_new(Py_NewRef(obj), PyArray_DATA(arr),
+                         empty ? 0 : extent * isz, STAX_DEV_CPU),
+        dt, ndim, sizes, empty ? NULL : strides);
 }
 
 PyObject *

@@ -39,6 +39,17 @@ int stax_tensor_type_init(PyObject *m);
 extern PyObject *stax_repr_hook;
 /* tensor_api.c */
 StaxTensor *stax_tensor_alloc(PyTypeObject *tp);
+/* A storage of nbytes at data on device (STAX_DEV_*) whose bytes owner
+ * keeps alive (stolen, also on failure). NULL + exception. */
+StaxStorage *stax_storage_new(PyObject *owner, char *data, int64_t nbytes,
+                              int device);
+/* Row-major strides for sizes (a dim of size 0 or 1 counts as 1). */
+void stax_contiguous_strides(int ndim, const int64_t *sizes, int64_t *strides);
+/* A new tensor of dtype dt on storage st (stolen, also on failure; NULL
+ * passes an error through) at offset 0 with sizes and strides (NULL:
+ * row-major). NULL + exception. */
+StaxTensor *stax_tensor_on_storage(StaxStorage *st, stax_dtype_t dt, int ndim,
+                                   const int64_t *sizes, const int64_t *strides);
 PyObject *stax_tensor_copy_into(StaxTensor *dst, PyObject *src); /* -> None */
 StaxTensor *stax_tensor_to_dtype(StaxTensor *t, stax_dtype_t dt, int copy);
 PyObject *stax_tensor_item(StaxTensor *t);

@@ -15,16 +15,6 @@ int_list(int n, const int64_t *v)
     return l;
 }
 
-static void
-contiguous_strides(int n, const int64_t *sizes, int64_t *strides)
-{
-    int64_t s = 1;
-    for (int i = n - 1; i >= 0; i--) {
-        strides[i] = s;
-        s *= sizes[i] > 1 ? sizes[i] : 1;
-    }
-}
-
 StaxTensor *
 stax_tensor_as_strided(StaxTensor *t, int ndim, const int64_t *sizes,
                        const int64_t *strides, int64_t offset)
@@ -127,7 +117,7 @@ compute_stride(StaxTensor *t, int nd, const int64_t *newshape,
         old_nd = 1;
     }
     if (stax_tensor_numel(t) == 0) {
-        contiguous_strides(nd, newshape, newstride);
+        stax_contiguous_strides(nd, newshape, newstride);
         return 1;
     }
     int view_d = nd - 1;
@@ -187,7 +177,7 @@ stax_tensor_reshape(StaxTensor *t, int ndim, const int64_t *shape)
     if (c == NULL) {
         return NULL;
     }
-    contiguous_strides(ndim, sz, st);
+    stax_contiguous_strides(ndim, sz, st);
     r = stax_tensor_view(c, ndim, sz, st, 0);
     if (r != NULL) {
         r->requires_grad = c->requires_grad;
