@@ -262,7 +262,6 @@ p_inactive_dropout(p_pass_ctx *c, PyObject *n, const p_opref *r,
     PyObject *kw = NULL, *bound = NULL, *x, *outn = NULL, *tr, *p, *cf;
     PyObject *cl = NULL, *cargs = NULL, *oargs = NULL, *nargs = NULL;
     int it = -1, ip = -1, rc = -1, ident = 0, len;
-    const stax_op_info *clone_op;
     p_swap sw;
     if (r->inplace || r->info == NULL || r->info->kind != STAX_OPK_RANDOM) {
         return 0;
@@ -315,8 +314,7 @@ p_inactive_dropout(p_pass_ctx *c, PyObject *n, const p_opref *r,
             }
         }
         PyErr_Clear();
-        clone_op = stax_graph_p_op_by_name("clone");
-        cf = clone_op ? stax_op_function(clone_op) : NULL;
+        cf = stax_op_function(&stax_op_table[STAX_OP_CLONE]);
         if (outn == NULL || cf == NULL) {
             rc = 0;
             goto done;

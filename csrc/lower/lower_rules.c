@@ -83,55 +83,10 @@ lw_arg_vb(struct lw_node_in *in, PyObject *o)
     return in->vb_of_node[PyLong_AsLong(ix)];
 }
 
-/* schema parameter index by name (-1 none) */
-static int
-param_index(const stax_op_info *op, const char *name)
-{
-    const char *s = op->schema;
-    int idx = 0;
-    size_t n = strlen(name);
-    const char *p = s;
-    while (*p) {
-        /* a parameter: "Type name[=default]" separated by ',' ; '*' alone */
-        while (*p == '(' || *p == ' ' || *p == ',') {
-            p++;
-        }
-        if (*p == ')' || *p == 0) {
-            break;
-        }
-        const char *e = p;
-        int depth = 0;
-        while (*e && !(depth == 0 && (*e == ',' || *e == ')'))) {
-            if (*e == '[' || *e == '(') {
-                depth++;
-            }
-            if (*e == ']') {
-                depth--;
-            }
-            e++;
-        }
-        if (!(e - p == 1 && *p == '*')) {
-            /* name = last word before '=' */
-            const char *eq = memchr(p, '=', (size_t)(e - p));
-            const char *ne = eq ? eq : e;
-            const char *nb = ne;
-            while (nb > p && nb[-1] != ' ') {
-                nb--;
-            }
-            if ((size_t)(ne - nb) == n && strncmp(nb, name, n) == 0) {
-                return idx;
-            }
-            idx++;
-        }
-        p = e;
-    }
-    return -1;
-}
-
 PyObject *
 lw_bound_arg(PyObject *bound, const stax_op_info *op, const char *name)
 {
-    int i = param_index(op, name);
+    int i = stax_op_param_index(op, name);
     if (i < 0 || i >= PyTuple_GET_SIZE(bound)) {
         return NULL;
     }

@@ -358,7 +358,7 @@ static PyObject *
 device_matmul(Program *p, step_t *s, PyObject **slots)
 {
     PyObject *ops[2] = {NULL, NULL}, *args = NULL, *r = NULL;
-    const stax_op_info *mm = stax_op_by_name("matmul");
+    const stax_op_info *mm = &stax_op_table[STAX_OP_MATMUL];
     int which[2] = {s->a, s->b};
     for (int i = 0; i < 2; i++) {
         StaxTensor *t = (StaxTensor *)slots[which[i]];

@@ -181,6 +181,9 @@ const stax_op_info *stax_op_row(const char *name);
  * inside tag ("" when tag has no dot). Rows only, as stax_op_row: NULL for
  * "add_.Tensor" and for names of no row. */
 const stax_op_info *stax_op_by_overload(const char *tag, const char **overload);
+/* The position of the parameter `name` in op's schema ("dim" of sum: 1),
+ * -1 if it has none; the position of its value in stax_op_bind's tuple. */
+int stax_op_param_index(const stax_op_info *op, const char *name);
 /* The in-place twin's info of a row ("add" -> "add_"), NULL if none. */
 const stax_op_info *stax_op_inplace(const stax_op_info *op);
 

@@ -1063,7 +1063,7 @@ stax_op_for_target(const char *opcode, PyObject *target)
         }
     }
     if (target == builtin_abs) {
-        return stax_op_by_name("abs");
+        return &stax_op_table[STAX_OP_ABS];
     }
     {
         /* tp.ops.<name>.<overload> objects and Python functions */

@@ -306,6 +306,18 @@ stax_ops_schema(const stax_op_info *op)
     return &schemas[op->id];
 }
 
+int
+stax_op_param_index(const stax_op_info *op, const char *name)
+{
+    const stax_op_schema *s = stax_ops_schema(op);
+    for (int i = 0; i < s->n; i++) {
+        if (strcmp(s->params[i].name, name) == 0) {
+            return i;
+        }
+    }
+    return -1;
+}
+
 /* ---- binding ----------------------------------------------------------- */
 
 static int
