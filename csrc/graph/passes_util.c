@@ -294,17 +294,13 @@ stax_graph_p_node_opref(PyObject *node, p_opref *out)
 
 /* ---- schema ---------------------------------------------------------- */
 
+/* an op row's schema: the ops room's parse (names, types, keyword-only
+ * marks) and the defaults as Python literals ("[]" is a list, as a user
+ * writes it, where the eager binder keeps a tuple) */
 typedef struct {
-    char type[48];
-    char name[48];
-    PyObject *deflt;   /* NULL: required */
-    int kwonly;
-} p_param;
-
-typedef struct {
-    int parsed;
+    const stax_op_schema *os;      /* NULL until first use */
     int n;
-    p_param params[24];
+    PyObject *deflt[STAX_OP_MAX_PARAMS];   /* NULL: required */
 } p_schema;
 
 static p_schema p_schemas[STAX_OP_COUNT > 0 ? STAX_OP_COUNT : 1];
@@ -351,74 +347,21 @@ p_get_schema(const stax_op_info *op)
     }
     int idx = (int)op->id;
     p_schema *s = &p_schemas[idx];
-    if (s->parsed) {
+    if (s->os != NULL) {
         return s;
     }
-    s->parsed = 1;
-    const char *p = op->schema ? op->schema : "";
-    while (*p && *p != '(') {
-        p++;
-    }
-    if (*p == '(') {
-        p++;
-    }
-    int kwonly = 0;
-    while (*p && *p != ')' && s->n < 24) {
-        /* one parameter up to ',' or ')' at depth 0 */
-        char buf[160];
-        int depth = 0, k = 0;
-        while (*p == ' ') {
-            p++;
-        }
-        while (*p && !(depth == 0 && (*p == ',' || *p == ')'))) {
-            if (*p == '[' || *p == '(') {
-                depth++;
-            }
-            else if (*p == ']' || *p == ')') {
-                depth--;
-            }
-            if (k < (int)sizeof(buf) - 1) {
-                buf[k++] = *p;
-            }
-            p++;
-        }
-        buf[k] = '\0';
-        if (*p == ',') {
-            p++;
-        }
-        while (k > 0 && buf[k - 1] == ' ') {
-            buf[--k] = '\0';
-        }
-        if (strcmp(buf, "*") == 0) {
-            kwonly = 1;
-            continue;
-        }
-        if (k == 0) {
-            continue;
-        }
-        p_param *pp = &s->params[s->n];
-        char *eq = strchr(buf, '=');
-        if (eq != NULL) {
-            *eq = '\0';
-            pp->deflt = p_parse_default(eq + 1);
-            if (pp->deflt == NULL) {
+    const stax_op_schema *os = stax_ops_schema(op);
+    for (int i = 0; i < os->n; i++) {
+        if (os->params[i].dflt != NULL) {
+            s->deflt[i] = p_parse_default(os->params[i].dflt_text);
+            if (s->deflt[i] == NULL) {
                 PyErr_Clear();
-                pp->deflt = Py_NewRef(Py_None);
+                s->deflt[i] = Py_NewRef(Py_None);
             }
         }
-        char *sp = strrchr(buf, ' ');
-        if (sp != NULL) {
-            *sp = '\0';
-            snprintf(pp->type, sizeof(pp->type), "%s", buf);
-            snprintf(pp->name, sizeof(pp->name), "%s", sp + 1);
-        }
-        else {
-            snprintf(pp->type, sizeof(pp->type), "Tensor");
-            snprintf(pp->name, sizeof(pp->name), "%s", buf);
-        }
-        pp->kwonly = kwonly;
-        s->n++;
     }
+    s->n = os->n;
+    s->os = os;
     return s;
 }
 
@@ -432,25 +375,25 @@ stax_graph_p_schema_len(const stax_op_info *op)
 const char *
 stax_graph_p_schema_name(const stax_op_info *op, int i)
 {
-    return p_get_schema(op)->params[i].name;
+    return p_get_schema(op)->os->params[i].name;
 }
 
 const char *
 stax_graph_p_schema_type(const stax_op_info *op, int i)
 {
-    return p_get_schema(op)->params[i].type;
+    return p_get_schema(op)->os->params[i].type;
 }
 
 PyObject *
 stax_graph_p_schema_default(const stax_op_info *op, int i)
 {
-    return p_get_schema(op)->params[i].deflt;
+    return p_get_schema(op)->deflt[i];
 }
 
 int
 stax_graph_p_schema_kwonly(const stax_op_info *op, int i)
 {
-    return p_get_schema(op)->params[i].kwonly;
+    return p_get_schema(op)->os->params[i].kwonly;
 }
 
 PyObject *
@@ -469,9 +412,9 @@ stax_graph_p_bind(const stax_op_info *op, PyObject *args, PyObject *kwargs)
     }
     int npos = 0;
     for (int i = 0; i < s->n; i++) {
-        npos += !s->params[i].kwonly;
+        npos += !s->os->params[i].kwonly;
     }
-    if (na > npos && npos >= 2 && strstr(s->params[1].type, "[]") != NULL) {
+    if (na > npos && npos >= 2 && strstr(s->os->params[1].type, "[]") != NULL) {
         /* x.view(3, 4), x.permute(1, 0): varargs into the int[] param */
         PyObject *rest = PyTuple_GetSlice(args, 1, na);
         PyObject *lst = rest ? PySequence_List(rest) : NULL;
@@ -494,19 +437,19 @@ stax_graph_p_bind(const stax_op_info *op, PyObject *args, PyObject *kwargs)
     }
     for (int i = 0; i < s->n; i++) {
         PyObject *v = NULL;
-        if (i < na && !s->params[i].kwonly) {
+        if (i < na && !s->os->params[i].kwonly) {
             v = PyTuple_GET_ITEM(args, i);
         }
         else if (kwargs != NULL && PyDict_Check(kwargs)) {
-            v = PyDict_GetItemString(kwargs, s->params[i].name);
+            v = PyDict_GetItemString(kwargs, s->os->params[i].name);
             used_kw += v != NULL;
         }
         if (v == NULL) {
-            v = s->params[i].deflt;
+            v = s->deflt[i];
         }
         if (v == NULL) {
             PyErr_Format(PyExc_TypeError, "%s() missing argument '%s'",
-                         op->name, s->params[i].name);
+                         op->name, s->os->params[i].name);
             goto error;
         }
         PyTuple_SET_ITEM(out, i, Py_NewRef(v));

@@ -181,6 +181,29 @@ const stax_op_info *stax_op_row(const char *name);
  * inside tag ("" when tag has no dot). Rows only, as stax_op_row: NULL for
  * "add_.Tensor" and for names of no row. */
 const stax_op_info *stax_op_by_overload(const char *tag, const char **overload);
+/* An op's schema, parsed once at load (what stax_op_bind binds with). */
+#define STAX_OP_MAX_PARAMS 12
+
+typedef struct {
+    char name[32];
+    char type[24];        /* "Tensor", "int[1]", "Scalar?" */
+    PyObject *dflt;       /* strong; NULL = required */
+    char dflt_text[32];   /* the default as ops.def writes it ("[]", "'mean'") */
+    unsigned kwonly : 1;
+    unsigned is_tensor : 1;
+    unsigned is_tensor_list : 1;
+    unsigned is_list : 1;
+    unsigned optional : 1;
+} stax_op_param;
+
+typedef struct {
+    int n;        /* parameters */
+    int npos;     /* positional ones (before '*') */
+    stax_op_param params[STAX_OP_MAX_PARAMS];
+} stax_op_schema;
+
+/* The parsed schema of op (an in-place twin's is its row's); borrowed. */
+const stax_op_schema *stax_ops_schema(const stax_op_info *op);
 /* The position of the parameter `name` in op's schema ("dim" of sum: 1),
  * -1 if it has none; the position of its value in stax_op_bind's tuple. */
 int stax_op_param_index(const stax_op_info *op, const char *name);

@@ -1,31 +1,11 @@
-/* Private to csrc/ops/: parsed schemas, the function object type, eager
+/* Private to csrc/ops/: the table's init, in-place twins, the function object type, eager
  * kernels. Not a public header. */
 #ifndef STAX_OPS_INTERNAL_H
 #define STAX_OPS_INTERNAL_H
 
 #include "ops/ops.h"
 
-#define STAX_OP_MAX_PARAMS 12
-
-typedef struct {
-    char name[32];
-    char type[24];
-    PyObject *dflt;       /* strong; NULL = required */
-    unsigned kwonly : 1;
-    unsigned is_tensor : 1;
-    unsigned is_tensor_list : 1;
-    unsigned is_list : 1;
-    unsigned optional : 1;
-} stax_op_param;
-
-typedef struct {
-    int n;        /* parameters */
-    int npos;     /* positional ones (before '*') */
-    stax_op_param params[STAX_OP_MAX_PARAMS];
-} stax_op_schema;
-
 int stax_ops_table_init(void);
-const stax_op_schema *stax_ops_schema(const stax_op_info *op);
 int stax_ops_is_inplace_info(const stax_op_info *op);
 const stax_op_info *stax_ops_inplace_of(const stax_op_info *op);
 const stax_op_info *stax_ops_outofplace_of(const stax_op_info *op);

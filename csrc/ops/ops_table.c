@@ -280,6 +280,7 @@ parse_schema(const char *schema, stax_op_schema *out)
             const char *ds = eq + 1, *de = ce;
             trim(&ds, &de);
             pa->dflt = parse_default(ds, (size_t)(de - ds));
+            snprintf(pa->dflt_text, sizeof(pa->dflt_text), "%.*s", (int)(de - ds), ds);
             if (pa->dflt == NULL) {
                 return -1;
             }
