@@ -477,3 +477,17 @@ def test_strict_names_operator_getitem_as_indexing():
     f = tp.compile(lambda x: x[x > 0] * 2, strict_native=True)
     with pytest.raises(NativeCompileError, match=r"strict_native: indexing x\[\.\.\.\] cannot"):
         f(tp.randn(4))
+
+
+def test_strict_names_a_write_into_an_expanded_input():
+    # the functionalized write-back copy_ into an expanded input: strict
+    # names the write, not the copy_ op the graph holds
+    def fn(x):
+        x[0].add_(1)
+        return x * 2
+
+    f = tp.compile(fn, strict_native=True)
+    with pytest.raises(NativeCompileError,
+                       match=r"^strict_native: an in-place write to an input cannot be compiled "
+                             r"natively: it writes in place into an expanded input"):
+        f(tp.ones(1, 3).expand(4, 3))
