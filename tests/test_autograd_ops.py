@@ -231,6 +231,20 @@ sample("scatter",
        lambda m, F, a, b: m.scatter(a, 0, _ix(m, [[0, 1, 2], [2, 0, 1]]), b), [(3, 3), (2, 3)])
 sample("scatter_add",
        lambda m, F, a, b: m.scatter_add(a, 1, _ix(m, [[0, 0], [1, 2], [2, 2]]), b), [(3, 3), (3, 2)])
+for _r in ["sum", "mean", "prod"]:
+    for _inc in (True, False):
+        sample("scatter_reduce",
+               lambda m, F, a, b, r=_r, inc=_inc: m.scatter_reduce(
+                   a, 1, _ix(m, [[0, 0], [1, 2], [2, 2]]), b, r, include_self=inc),
+               [(3, 3), (3, 2)], "pos")
+for _r in ["amax", "amin"]:
+    sample("scatter_reduce",
+           lambda m, F, a, b, r=_r: m.scatter_reduce(a, 0, _ix(m, [[0, 1, 2], [2, 0, 1]]), b, r),
+           [(3, 3), (2, 3)], "sep")
+sample("index_copy",
+       lambda m, F, a, b: m.index_copy(a, 1, _ix(m, [2, 0]), b), [(3, 4), (3, 2)])
+sample("index_fill",
+       lambda m, F, a: m.index_fill(a, 0, _ix(m, [2, 0]), -1.5), [(3, 4)])
 sample("masked_select", lambda m, F, a: m.masked_select(a, _ix(m, [True, False, True, True], "bool")),
        [(3, 4)])
 sample("repeat_interleave", lambda m, F, a: m.repeat_interleave(a, 2, dim=1), [(2, 3)])

@@ -457,7 +457,59 @@ static PyType_Spec hook_spec = {
     .slots = hook_slots,
 };
 
-/* Install the hooks; returns a list of (name, previous value) to restore. */
+/* builtins.len while a trace with symbolic sizes runs: len(x) of a tensor
+ * proxy in the user's code is its symbolic dim 0 (an int could only be an
+ * exact size: a guard per length); anything else is the original len */
+static PyObject *
+len_hook(PyObject *orig, PyObject *arg)
+{
+    if (!called_from_package()) {
+        PyObject *r = stax_trace_sym_len(arg);
+        if (r != NULL || PyErr_Occurred()) {
+            return r;
+        }
+    }
+    return PyObject_CallOneArg(orig, arg);
+}
+
+static PyMethodDef len_hook_def = {
+    "len", (PyCFunction)len_hook, METH_O,
+    "len(obj): the original builtin, except for a tensor proxy traced with "
+    "symbolic sizes (its dim 0, symbolic)."
+};
+
+static int
+install_len_hook(PyObject *saved)
+{
+    PyObject *bi = PyImport_ImportModule("builtins"), *orig = NULL, *h = NULL, *e = NULL;
+    int rc = -1;
+    if (bi == NULL) {
+        return -1;
+    }
+    orig = PyObject_GetAttrString(bi, "len");
+    if (orig == NULL) {
+        goto done;
+    }
+    if (PyCFunction_Check(orig) && PyCFunction_GetFunction(orig) == (PyCFunction)len_hook) {
+        rc = 0;       /* a nested trace: already hooked */
+        goto done;
+    }
+    h = PyCFunction_New(&len_hook_def, orig);
+    e = Py_BuildValue("(OsO)", bi, "len", orig);
+    if (h == NULL || e == NULL || PyList_Append(saved, e) < 0) {
+        goto done;
+    }
+    rc = PyObject_SetAttrString(bi, "len", h);
+done:
+    Py_XDECREF(e);
+    Py_XDECREF(h);
+    Py_XDECREF(orig);
+    Py_DECREF(bi);
+    return rc;
+}
+
+/* Install the hooks; returns a list of (name, previous value) to restore
+ * on the package, or (object, name, previous value). */
 PyObject *
 stax_trace_hooks_install(StaxTracer *tr)
 {
@@ -505,6 +557,10 @@ stax_trace_hooks_install(StaxTracer *tr)
     }
     }
     Py_DECREF(mod);
+    if (saved != NULL && tr->symenv != NULL && install_len_hook(saved) < 0) {
+        stax_trace_hooks_remove(saved);
+        Py_CLEAR(saved);
+    }
     return saved;
 }
 
@@ -519,8 +575,12 @@ stax_trace_hooks_remove(PyObject *saved)
     mod = Py_XNewRef(stax_py_registered(STAX_PY_PACKAGE));
     for (Py_ssize_t i = 0; mod && i < PyList_GET_SIZE(saved); i++) {
         PyObject *e = PyList_GET_ITEM(saved, i);
-        if (PyObject_SetAttr(mod, PyTuple_GET_ITEM(e, 0),
-                             PyTuple_GET_ITEM(e, 1)) < 0) {
+        int r = PyTuple_GET_SIZE(e) == 3
+                    ? PyObject_SetAttrString(PyTuple_GET_ITEM(e, 0),
+                                             PyUnicode_AsUTF8(PyTuple_GET_ITEM(e, 1)),
+                                             PyTuple_GET_ITEM(e, 2))
+                    : PyObject_SetAttr(mod, PyTuple_GET_ITEM(e, 0), PyTuple_GET_ITEM(e, 1));
+        if (r < 0) {
             PyErr_Clear();
         }
     }

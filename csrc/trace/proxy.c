@@ -472,6 +472,32 @@ first_dim(StaxProxy *p, const char *what)
     return PyObject_Length(v);
 }
 
+PyObject *
+stax_trace_sym_len(PyObject *o)
+{
+    StaxProxy *p;
+    PyObject *v;
+    if (!StaxProxy_Check(o)) {
+        return NULL;
+    }
+    p = (StaxProxy *)o;
+    if (p->tracer->symenv == NULL) {
+        return NULL;
+    }
+    v = stax_trace_need_val(p);
+    if (v == NULL) {
+        return NULL;
+    }
+    if (!is_tensor(v)) {
+        return NULL;
+    }
+    if (((StaxTensor *)v)->ndim == 0) {
+        PyErr_SetString(PyExc_TypeError, "len() of a 0-d tensor");
+        return NULL;
+    }
+    return stax_trace_sym_dim(p, 0);
+}
+
 static Py_ssize_t
 p_len(PyObject *self)
 {
@@ -825,7 +851,23 @@ static PyObject *
 pm_numel(PyObject *self, PyObject *unused)
 {
     StaxProxy *p = (StaxProxy *)self;
-    if (stax_trace_need_val(p) == NULL
+    PyObject *v = stax_trace_need_val(p);
+    if (v != NULL && p->tracer->symenv != NULL && is_tensor(v)) {
+        /* dynamic shapes: the product of the (symbolic) sizes, a size
+         * expression rather than a guard on every dim */
+        PyObject *acc = PyLong_FromLong(1);
+        for (int d = 0; acc != NULL && d < ((StaxTensor *)v)->ndim; d++) {
+            PyObject *x = stax_trace_sym_dim(p, d);
+            if (x == NULL) {
+                Py_CLEAR(acc);
+                break;
+            }
+            Py_SETREF(acc, PyNumber_Multiply(acc, x));
+            Py_DECREF(x);
+        }
+        return acc;
+    }
+    if (v == NULL
         || stax_trace_shape_read(p->tracer, p->node, -1) < 0) {
         return NULL;
     }

@@ -59,6 +59,10 @@ int stax_trace_shape_read(StaxTracer *tr, StaxNode *n, int dim);
 /* Dynamic shapes (tr->symenv set): dimension dim of proxy p's tensor as
  * an int (static) or a size proxy carrying meta['sym']; new reference. */
 PyObject *stax_trace_sym_dim(StaxProxy *p, int dim);
+/* Dynamic shapes: len(o) of a tensor proxy o as stax_trace_sym_dim(o,
+ * 0) (builtins.len is hooked while such a trace runs); NULL without an
+ * exception when o is not a proxy of a tensor traced with symbolic sizes. */
+PyObject *stax_trace_sym_len(PyObject *o);
 /* 1 when node n is a symbolic size (meta['sym']), 0 not */
 int stax_trace_is_sym(StaxNode *n);
 /* New reference: "file:line in func: code" of the first frame outside the

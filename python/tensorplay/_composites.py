@@ -10,8 +10,9 @@ import math
 import numpy as np
 
 from tensorplay import _C
+from tensorplay import _native_decomps
 
-__all__ = ["conv1d", "conv2d", "max_pool1d", "max_pool2d", "avg_pool1d", "avg_pool2d",
+__all__ = ["conv1d", "conv2d", "max_pool1d", "max_pool2d", "max_unpool1d", "max_unpool2d", "avg_pool1d", "avg_pool2d",
            "adaptive_avg_pool1d", "adaptive_avg_pool2d", "scaled_dot_product_attention",
            "multi_head_attention_forward"]
 
@@ -86,7 +87,7 @@ def _convnd(input, weight, bias, stride, padding, dilation, groups, nd):
     if min(stride) <= 0:
         raise RuntimeError("non-positive stride is not supported")
     if min(dilation) <= 0:
-        raise RuntimeError("dilation should be greater than zero")
+        raise RuntimeError(f"dilation should be greater than zero, but got {list(dilation)}")
     cout = weight.shape[0]
     cin_g = weight.shape[1]
     ks = tuple(weight.shape[2:])
@@ -121,8 +122,7 @@ def _convnd(input, weight, bias, stride, padding, dilation, groups, nd):
                 input = F.pad(input, widths)
             pad = tuple(pad)
         else:
-            raise ValueError(f"Invalid padding string '{padding}', should be one of "
-                             f"{{'valid', 'same'}}")
+            raise RuntimeError(f"Invalid padding string: '{padding}'")
     else:
         pad = _tuple(padding, nd, "padding")
         if min(pad) < 0:
@@ -184,8 +184,14 @@ def _pool_geometry(name, shape, kernel_size, stride, padding, dilation, ceil_mod
         raise RuntimeError(f"kernel size should be greater than zero, but got "
                            f"{' '.join(f'k{c}: {k}' for c, k in zip('HW' if nd == 2 else 'W', ks))}")
     if min(st) <= 0:
-        raise RuntimeError(f"stride should be greater than zero, but got "
-                           f"{' '.join(f'd{c}: {s}' for c, s in zip('HW' if nd == 2 else 'W', st))}")
+        # torch's three wordings: max_pool1d's own check, then the 2-d
+        # kernels' (1-d average pooling is 2-d of height 1)
+        if name == "max_pool1d":
+            raise RuntimeError(f"max_pool1d() stride must be greater than zero, but got {st[0]}")
+        if 0 in st:
+            raise RuntimeError("stride should not be zero")
+        hw = st if nd == 2 else (1,) + tuple(st)
+        raise RuntimeError(f"stride should be greater than zero, but got dH: {hw[0]} dW: {hw[1]}")
     for p, k, d in zip(pd, ks, dl):
         if p > (d * (k - 1) + 1) // 2:
             raise RuntimeError(f"pad should be at most half of effective kernel size, but "
@@ -198,17 +204,18 @@ def _pool_geometry(name, shape, kernel_size, stride, padding, dilation, ceil_mod
         o = (-(-num // st_) if ceil_mode else num // st_) + 1
         if ceil_mode and (o - 1) * st_ >= s + p:
             o -= 1       # the last window must start inside the input or left pad
-        if o < 1:
-            raise RuntimeError(f"Given input size: ({'x'.join(str(x) for x in shape[-nd - 1:])}). "
-                               f"Calculated output size: ({'x'.join(str(x) for x in shape[-nd - 1:-nd])}"
-                               f"x{'x'.join(str(x) for x in outs + [o])}). Output size is too small")
         outs.append(o)
         extra.append(max((o - 1) * st_ + eff - (s + 2 * p), 0))
+    if min(outs) < 1:
+        # every dim's size in the message, as torch prints it
+        raise RuntimeError(f"Given input size: ({'x'.join(str(x) for x in shape[-nd - 1:])}). "
+                           f"Calculated output size: ({'x'.join(str(x) for x in shape[-nd - 1:-nd])}"
+                           f"x{'x'.join(str(max(x, 0)) for x in outs)}). Output size is too small")
     return ks, st, pd, dl, outs, extra
 
 
 def _pool(name, input, kernel_size, stride, padding, dilation, ceil_mode, nd, kind,
-          count_include_pad=True, divisor_override=None):
+          count_include_pad=True, divisor_override=None, return_indices=False):
     F = _F()
     _check_t(input, name, "input", 1)
     if input.dim() not in (nd + 1, nd + 2):
@@ -230,6 +237,21 @@ def _pool(name, input, kernel_size, stride, padding, dilation, ceil_mode, nd, ki
             widths += [p, p + e]
         x = F.pad(x, widths, value=fill)
     cols = F.unfold(x, ks, dl, 0, st)                 # (B, kk, L)
+    if kind == "max" and return_indices:
+        # torch's indices: the flat position in the input's (H*W) plane of
+        # each window's first maximum; the window's positions are the same
+        # unfold of a plane of position numbers (-1 in the padding)
+        tp = _tp()
+        h0, w0 = (1,) + tuple(input.shape[-1:]) if nd == 1 else tuple(input.shape[-2:])
+        plane = tp.arange(h0 * w0, dtype=tp.float64).reshape(1, 1, h0, w0)
+        if any(pd) or any(extra):
+            plane = F.pad(plane, widths, value=-1.0)
+        pos = F.unfold(plane, ks, dl, 0, st)          # (1, kk, L)
+        at = cols.argmax(1, keepdim=True)             # (B, 1, L)
+        sel = at == tp.arange(int(pos.shape[1])).reshape(1, -1, 1)
+        idx = tp.where(sel, pos, 0.0).sum(1).to(tp.int64)
+        out = cols.amax(1)
+        return out.reshape(lead + tuple(outs)), idx.reshape(lead + tuple(outs))
     if kind == "max":
         out = cols.amax(1)
     else:
@@ -256,20 +278,74 @@ def _pool(name, input, kernel_size, stride, padding, dilation, ceil_mode, nd, ki
 def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
                return_indices=False):
     """2-D max pooling (torch.nn.functional.max_pool2d): input (N, C, H, W) or
-    (C, H, W); padding counts as -inf. return_indices=True is not supported."""
-    if return_indices:
-        raise NotImplementedError("max_pool2d(return_indices=True) is not supported")
+    (C, H, W); padding counts as -inf. return_indices=True also returns the
+    int64 flat index (h * W + w) of each maximum in its input plane, torch's
+    (what max_unpool2d takes)."""
     return _pool("max_pool2d", input, kernel_size, stride, padding, dilation, ceil_mode, 2,
-                 "max")
+                 "max", return_indices=return_indices)
 
 
 def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
                return_indices=False):
-    """1-D max pooling: input (N, C, L) or (C, L)."""
-    if return_indices:
-        raise NotImplementedError("max_pool1d(return_indices=True) is not supported")
+    """1-D max pooling: input (N, C, L) or (C, L); return_indices=True also
+    returns the int64 position of each maximum along L."""
     return _pool("max_pool1d", input, kernel_size, stride, padding, dilation, ceil_mode, 1,
-                 "max")
+                 "max", return_indices=return_indices)
+
+
+def _max_unpool(name, input, indices, kernel_size, stride, padding, output_size, nd):
+    tp = _tp()
+    _check_t(input, name, "input", 1)
+    ks = _tuple(kernel_size, nd, "kernel_size")
+    st = ks if stride is None else _tuple(stride, nd, "stride")
+    pd = _tuple(padding, nd, "padding")
+    if indices.dtype != tp.int64:
+        from tensorplay._ops import _title
+        raise RuntimeError(f"elements in indices should be type int64 but got: "
+                           f"{_title(str(indices.dtype).split('.')[-1])}")
+    if tuple(indices.shape) != tuple(input.shape):
+        raise RuntimeError(f"Expected shape of indices to be same as that of the input "
+                           f"tensor ({list(input.shape)}) but got indices tensor with shape: "
+                           f"{list(indices.shape)}")
+    sp = tuple(input.shape[-nd:])
+    default = [(i - 1) * s - 2 * p + k for i, s, p, k in zip(sp, st, pd, ks)]
+    if output_size is None:
+        out_sp = default
+    else:
+        out_sp = [int(o) for o in output_size][-nd:]
+        if len(out_sp) != nd:
+            raise ValueError(f"output_size should be a sequence containing {nd} or "
+                             f"{nd + 2} elements, but it has a length of "
+                             f"'{len(list(output_size))}'")
+        for o, d, s in zip(out_sp, default, st):
+            if not d - s < o < d + s:
+                raise ValueError(f"invalid output_size \"{list(out_sp)}\" (dim {len(out_sp)}"
+                                 f" must be between {[a - b for a, b in zip(default, st)]} and "
+                                 f"{[a + b for a, b in zip(default, st)]})")
+    lead = tuple(input.shape[:-nd])
+    n = 1
+    for o in out_sp:
+        n *= o
+    flat_in = input.reshape(lead + (-1,))
+    flat_ix = indices.reshape(lead + (-1,))
+    out = tp.zeros(lead + (n,), dtype=input.dtype).scatter(-1, flat_ix, flat_in)
+    return out.reshape(lead + tuple(out_sp))
+
+
+def max_unpool2d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
+    """The partial inverse of max_pool2d (torch.nn.functional.max_unpool2d):
+    input and indices (N, C, H, W) from max_pool2d(return_indices=True); the
+    output (N, C, H_out, W_out) is zero except input's values at indices
+    (H_out = (H - 1) * stride - 2 * padding + kernel_size unless
+    output_size says otherwise)."""
+    return _max_unpool("max_unpool2d", input, indices, kernel_size, stride, padding,
+                       output_size, 2)
+
+
+def max_unpool1d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
+    """1-D max_unpool: input and indices (N, C, L) from max_pool1d."""
+    return _max_unpool("max_unpool1d", input, indices, kernel_size, stride, padding,
+                       output_size, 1)
 
 
 def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
@@ -328,6 +404,32 @@ def adaptive_avg_pool1d(input, output_size):
     return adaptive_avg_pool2d(input.unsqueeze(-2), (1, o)).squeeze(-2)
 
 
+def _bshape(a, b):
+    n = max(len(a), len(b))
+    a = (1,) * (n - len(a)) + tuple(a)
+    b = (1,) * (n - len(b)) + tuple(b)
+    return tuple(y if x == 1 else x for x, y in zip(a, b))
+
+
+def _bcast_or_raise(a, b):
+    """torch's error for batch dims that do not broadcast."""
+    n = max(len(a), len(b))
+    a = (1,) * (n - len(a)) + tuple(a)
+    b = (1,) * (n - len(b)) + tuple(b)
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y and x != 1 and y != 1:
+            raise RuntimeError(f"The size of tensor a ({x}) must match the size of tensor b "
+                               f"({y}) at non-singleton dimension {i}")
+
+
+def _flash_eligible(q, k, v, dropout_p):
+    """The inputs torch 2.13's CPU flash-attention kernel takes (where an
+    attn_mask and is_causal combine instead of raising)."""
+    return (q.dim() == k.dim() == v.dim() == 4 and dropout_p == 0.0
+            and q.shape[-1] == k.shape[-1] == v.shape[-1]
+            and tuple(q.shape[:2]) == tuple(k.shape[:2]) == tuple(v.shape[:2]))
+
+
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
                                  is_causal=False, scale=None, enable_gqa=False):
     """softmax(q @ k^T * scale + mask) @ v (torch.nn.functional.
@@ -335,7 +437,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 
     query (..., L, E), key (..., S, E), value (..., S, Ev) -> (..., L, Ev);
     attn_mask: bool (True = take part) or float (added), broadcastable to
-    (..., L, S); is_causal: the lower-triangular mask (no attn_mask then);
+    (..., L, S); is_causal: the lower-triangular mask (with attn_mask too:
+    both apply where torch 2.13's CPU flash kernel would run -- 4-D, one
+    head dim, same batch and heads, no dropout -- else torch's error);
     scale: default 1/sqrt(E). Raises RuntimeError for mismatched head dims,
     batch dims, or a mask of the wrong shape or dtype. Compiled: matmul,
     the fused softmax lowering and matmul (the L x S scores are
@@ -348,8 +452,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                            f"and {value.dim()}")
     if not (query.dtype == key.dtype == value.dtype):
         raise RuntimeError(f"Expected query, key, and value to have the same dtype, but got "
-                           f"query.dtype: {query.dtype} key.dtype: {key.dtype} and "
-                           f"value.dtype: {value.dtype} instead.")
+                           f"query.dtype: {_cname(query.dtype)} key.dtype: {_cname(key.dtype)} "
+                           f"and value.dtype: {_cname(value.dtype)} instead.")
     if query.shape[-1] != key.shape[-1]:
         raise RuntimeError(f"Expected query and key to have the same size in the last "
                            f"dimension (the head dim), but got query {list(query.shape)} "
@@ -357,6 +461,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if key.shape[-2] != value.shape[-2]:
         raise RuntimeError(f"Expected key and value to have the same sequence length, but "
                            f"got key {list(key.shape)} and value {list(value.shape)}")
+    if not enable_gqa:
+        # batch dims broadcast as the matmuls do: torch's broadcasting error
+        _bcast_or_raise(query.shape[:-2], key.shape[:-2])
+        _bcast_or_raise(_bshape(query.shape[:-2], key.shape[:-2]), value.shape[:-2])
     if enable_gqa and query.dim() >= 3 and query.shape[-3] != key.shape[-3]:
         rep = query.shape[-3] // key.shape[-3]
         key = key.repeat_interleave(rep, -3)
@@ -367,7 +475,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     sc = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
     scores = query.matmul(key.transpose(-2, -1)) * sc
     if is_causal:
-        if attn_mask is not None:
+        if attn_mask is not None and not _flash_eligible(query, key, value, dropout_p):
+            # torch's math kernel refuses both; its CPU flash kernel (4-D,
+            # one head dim, same batch and heads, no dropout) applies both
             raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should "
                                "not be set when is_causal=True")
         # derived from the scores (an index map when compiled), not a
@@ -375,7 +485,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         # generate() loop does not recompile per length
         causal = tp.ones_like(scores, dtype=tp.bool).tril()
         scores = scores.masked_fill(causal.logical_not(), float("-inf"))
-    elif attn_mask is not None:
+    if attn_mask is not None:
         _check_t(attn_mask, "scaled_dot_product_attention", "attn_mask", 4)
         ms = tuple(attn_mask.shape)
         want = tuple(scores.shape)
@@ -409,9 +519,17 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 def multi_head_attention_forward(query, key, value, num_heads, in_proj_weight, in_proj_bias,
                                  out_proj_weight, out_proj_bias, key_padding_mask=None,
                                  need_weights=True, attn_mask=None, average_attn_weights=True,
-                                 is_causal=False, dropout_p=0.0, training=True):
+                                 is_causal=False, dropout_p=0.0, training=True, bias_k=None,
+                                 bias_v=None, add_zero_attn=False, q_proj_weight=None,
+                                 k_proj_weight=None, v_proj_weight=None):
     """nn.MultiheadAttention's computation; sequence-first (L, N, E) or
-    unbatched (L, E). Returns (output, weights or None)."""
+    unbatched (L, E); key (S, N, kdim), value (S, N, vdim). in_proj_weight
+    (3E, E), or None and the separate q_proj_weight (E, E), k_proj_weight
+    (E, kdim), v_proj_weight (E, vdim); bias_k/bias_v (1, 1, E) append one
+    key/value (add_bias_kv), add_zero_attn one zero key/value after the
+    projection (masks get a zero column for each, as torch). Returns (output
+    (L, N, E), weights (N, L, S') averaged over heads or (N, H, L, S'), or
+    None)."""
     F = _F()
     tp = _tp()
     unbatched = query.dim() == 2
@@ -424,23 +542,30 @@ def multi_head_attention_forward(query, key, value, num_heads, in_proj_weight, i
     if E % num_heads:
         raise AssertionError(f"embed_dim {E} not divisible by num_heads {num_heads}")
     hd = E // num_heads
-    if key.shape[-1] != E or value.shape[-1] != E:
-        raise AssertionError(f"was expecting embedding dimension of {E}, but got "
-                             f"{key.shape[-1]}")
-    if key.shape[:-1] != value.shape[:-1]:
-        raise AssertionError(f"key shape {tuple(key.shape)} does not match value shape "
-                             f"{tuple(value.shape)}")
-    w_q, w_k, w_v = in_proj_weight.chunk(3)
+    if in_proj_weight is not None:
+        if key.shape[-1] != E or value.shape[-1] != E:
+            raise AssertionError(f"was expecting embedding dimension of {E}, but got "
+                                 f"{key.shape[-1] if key.shape[-1] != E else value.shape[-1]}")
+        if key.shape[:-1] != value.shape[:-1]:
+            raise AssertionError(f"key shape {tuple(key.shape)} does not match value shape "
+                                 f"{tuple(value.shape)}")
+        w_q, w_k, w_v = in_proj_weight.chunk(3)
+    else:
+        if tuple(key.shape[:2]) != tuple(value.shape[:2]):
+            raise AssertionError(f"key's sequence and batch dims {tuple(key.shape[:2])} do "
+                                 f"not match value's {tuple(value.shape[:2])}")
+        w_q, w_k, w_v = q_proj_weight, k_proj_weight, v_proj_weight
+        for w, t, what in ((w_q, query, "query"), (w_k, key, "key"), (w_v, value, "value")):
+            if tuple(w.shape) != (E, t.shape[-1]):
+                raise AssertionError(f"expecting {what} weights shape of "
+                                     f"{(E, t.shape[-1])}, but got {tuple(w.shape)}")
     b_q = b_k = b_v = None
     if in_proj_bias is not None:
         b_q, b_k, b_v = in_proj_bias.chunk(3)
     q = F.linear(query, w_q, b_q)
     k = F.linear(key, w_k, b_k)
     v = F.linear(value, w_v, b_v)
-    # (L, N, E) -> (N, H, L, hd)
-    q = q.reshape(L, N * num_heads, hd).transpose(0, 1).reshape(N, num_heads, L, hd)
-    k = k.reshape(S, N * num_heads, hd).transpose(0, 1).reshape(N, num_heads, S, hd)
-    v = v.reshape(S, N * num_heads, hd).transpose(0, 1).reshape(N, num_heads, S, hd)
+    # the masks as additive float masks, checked against the source length S
     mask = None
     if attn_mask is not None:
         if attn_mask.dim() == 2:
@@ -459,10 +584,10 @@ def multi_head_attention_forward(query, key, value, num_heads, in_proj_weight, i
         if mask.dtype == tp.bool:
             mask = tp.zeros(mask.shape, dtype=q.dtype).masked_fill(mask, float("-inf"))
         elif not mask.is_floating_point():
-            raise AssertionError(f"only bool and floating types of attn_mask are "
-                                 f"supported, got {mask.dtype}")
+            raise AssertionError("only bool and floating types of attn_mask are supported")
     elif is_causal:
         mask = tp.full((L, S), float("-inf"), dtype=q.dtype).triu(1).reshape(1, 1, L, S)
+    kpm = None
     if key_padding_mask is not None:
         if tuple(key_padding_mask.shape) != (N, S):
             raise AssertionError(f"expecting key_padding_mask shape of {(N, S)}, but got "
@@ -470,6 +595,33 @@ def multi_head_attention_forward(query, key, value, num_heads, in_proj_weight, i
         kpm = key_padding_mask.reshape(N, 1, 1, S)
         if kpm.dtype == tp.bool:
             kpm = tp.zeros(kpm.shape, dtype=q.dtype).masked_fill(kpm, float("-inf"))
+        elif not kpm.is_floating_point():
+            raise AssertionError("only bool and floating types of key_padding_mask are "
+                                 "supported")
+    extra = 0
+    if bias_k is not None or bias_v is not None:
+        if bias_k is None or bias_v is None:
+            raise AssertionError("bias_k and bias_v must both be given")
+        k = tp.cat([k, bias_k.reshape(1, 1, E).expand(1, N, E)])
+        v = tp.cat([v, bias_v.reshape(1, 1, E).expand(1, N, E)])
+        extra += 1
+    # (L, N, E) -> (N, H, L, hd)
+    Sk = S + extra
+    q = q.reshape(L, N * num_heads, hd).transpose(0, 1).reshape(N, num_heads, L, hd)
+    k = k.reshape(Sk, N * num_heads, hd).transpose(0, 1).reshape(N, num_heads, Sk, hd)
+    v = v.reshape(Sk, N * num_heads, hd).transpose(0, 1).reshape(N, num_heads, Sk, hd)
+    if add_zero_attn:
+        z = tp.zeros((N, num_heads, 1, hd), dtype=k.dtype)
+        k = tp.cat([k, z], 2)
+        v = tp.cat([v, z], 2)
+        extra += 1
+    if extra:
+        # the appended keys are attended to: a zero column per key
+        if mask is not None:
+            mask = F.pad(mask, [0, extra])
+        if kpm is not None:
+            kpm = F.pad(kpm, [0, extra])
+    if kpm is not None:
         mask = kpm if mask is None else mask + kpm
     p = dropout_p if training else 0.0
     scores = q.matmul(k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
@@ -536,6 +688,7 @@ def _install():
     _C._set_trace_decomposition(F.batch_norm, _batch_norm_training)
     _C._set_trace_decomposition(F.cumsum, _cumsum_traced)
     _C._set_trace_decomposition("cumsum", _cumsum_traced)
+    _native_decomps.install()
 
 
 def _cumsum_traced(input, dim, *, dtype=None):
@@ -545,13 +698,15 @@ def _cumsum_traced(input, dim, *, dtype=None):
     the in-block prefix sums x_b @ U_B, plus the exclusive prefix of the
     block totals (totals @ strict U_nb): O(n^1.5) work instead of a
     sequential scan. Integer/bool inputs and dtype= conversions to an
-    integer type are recorded whole (a fallback kernel)."""
+    integer type: _native_decomps.cumsum_int (exact masked block sums)."""
     tp = _tp()
     if dtype is not None:
         if not getattr(dtype, "is_floating_point", False):
-            return NotImplemented
+            return _native_decomps.cumsum_int(input, dim, dtype)
         input = input.to(dtype)
-    if not input.is_floating_point() or input.dim() == 0:
+    if not input.is_floating_point():
+        return _native_decomps.cumsum_int(input, dim, dtype)
+    if input.dim() == 0:
         return NotImplemented
     nd = input.dim()
     d = dim + nd if dim < 0 else dim

@@ -1945,11 +1945,12 @@ def _scatter_coords(a, d, idx, name):
         raise RuntimeError("Index tensor must have the same number of "
                            "dimensions as self tensor")
     if idx.size:
-        lo, hi = int(idx.min()), int(idx.max())
         n = a.shape[d] if a.ndim else 1
-        if lo < -n or hi >= n:
-            bad = hi if hi >= n else lo
-            raise RuntimeError(f"index {bad} is out of bounds for dimension "
+        bad = (idx < 0) | (idx >= n)
+        if bad.any():
+            # torch's kernel names the first bad index in row-major order
+            first = int(idx.reshape(-1)[int(np.argmax(bad.reshape(-1)))])
+            raise RuntimeError(f"index {first} is out of bounds for dimension "
                                f"{d} with size {n}")
     for k in range(idx.ndim):
         if k != d and idx.shape[k] > a.shape[k]:
@@ -2014,6 +2015,157 @@ def _scatter(input, dim, index, src=None, *, reduce=None, value=None):
 def _scatter_add(input, dim, index, src):
     _check_tensor(src, "scatter_add", "src", 4)
     return _scatter_np("scatter_add", input, dim, index, src, "add")
+
+
+_SR_REDUCES = ("sum", "prod", "mean", "amax", "amin")
+
+
+@_impl("scatter_reduce")
+def _scatter_reduce(input, dim, index, src, reduce, *, include_self=True):
+    """torch.scatter_reduce: out = input with src's values combined into it
+    at index along dim by reduce (sum, prod, mean, amax, amin); with
+    include_self=False a written position forgets input's value. Integer
+    mean divides with floor rounding, as torch."""
+    _check_tensor(input, "scatter_reduce")
+    _check_tensor(src, "scatter_reduce", "src", 4)
+    reduce = {"max": "amax", "min": "amin"}.get(reduce, reduce)   # torch's aliases
+    if reduce not in _SR_REDUCES:
+        raise RuntimeError(f"reduce argument must be either sum, prod, mean, amax or "
+                           f"amin, got {reduce}")
+    a = _arr(input)
+    d = _wrap_dim(dim, a.ndim)
+    idx = _arr(index)
+    _index_check(idx, "scatter_reduce")
+    s = _arr(src)
+    if s.dtype != a.dtype:
+        raise RuntimeError("scatter_reduce(): Expected self.dtype to be equal to "
+                           "src.dtype")
+    out = np.array(a, copy=True).reshape(a.shape if a.ndim else (1,))
+    idx = idx.reshape(idx.shape if idx.ndim or a.ndim else (-1,)).astype(np.int64)
+    s = s.reshape(s.shape if s.ndim else (1,))
+    coords = _scatter_coords(out, d, idx, "scatter_reduce")
+    for k in range(idx.ndim):
+        if idx.shape[k] > s.shape[k]:
+            raise RuntimeError(f"Size does not match at dimension {k} expected index "
+                               f"{list(idx.shape)} to be no larger than src "
+                               f"{list(s.shape)}")
+    if not coords:
+        return _wrap(out.reshape(a.shape), input, src)
+    vals = s[tuple(slice(0, n) for n in idx.shape)]
+    cnt = np.zeros(out.shape, np.int64)
+    np.add.at(cnt, coords, 1)
+    touched = cnt > 0
+    if reduce in ("sum", "mean"):
+        acc = np.zeros_like(out)
+        np.add.at(acc, coords, vals)
+    elif reduce == "prod":
+        acc = np.ones_like(out)
+        np.multiply.at(acc, coords, vals)
+    else:
+        if out.dtype.kind == "f":
+            fill = -np.inf if reduce == "amax" else np.inf
+        elif out.dtype == np.bool_:
+            fill = reduce == "amin"
+        else:
+            info = np.iinfo(out.dtype)
+            fill = info.min if reduce == "amax" else info.max
+        acc = np.full_like(out, fill)
+        (np.maximum if reduce == "amax" else np.minimum).at(acc, coords, vals)
+    with np.errstate(all="ignore"):
+        if reduce == "sum":
+            r = out + acc if include_self else np.where(touched, acc, out)
+        elif reduce == "prod":
+            r = out * acc if include_self else np.where(touched, acc, out)
+        elif reduce == "mean":
+            tot = acc + out if include_self else acc
+            num = cnt + 1 if include_self else np.maximum(cnt, 1)
+            if out.dtype.kind == "f":
+                q = tot / num.astype(out.dtype)
+            else:
+                q = np.floor_divide(tot, num)
+            r = q if include_self else np.where(touched, q, out)
+        else:
+            fn = np.maximum if reduce == "amax" else np.minimum
+            r = np.where(touched, fn(out, acc) if include_self else acc, out)
+    return _wrap(np.asarray(r, a.dtype).reshape(a.shape), input, src)
+
+
+def _index_dim_args(input, dim, index, name):
+    a = _arr(input)
+    d = _wrap_dim(dim, a.ndim)
+    idx = _arr(index)
+    if idx.dtype.kind not in "iu" or idx.ndim > 1:
+        raise IndexError(f"{name}(): Index is supposed to be a vector")
+    if idx.dtype not in (np.int64, np.int32):
+        raise RuntimeError(f"{name}(): Expected a long tensor for index, but got "
+                           f"{_title(idx.dtype)}")
+    idx = idx.reshape(-1).astype(np.int64)
+    n = a.shape[d] if a.ndim else 1
+    for i in idx.tolist():
+        if i < -n or i >= n:
+            raise IndexError(f"index {i} is out of bounds for dimension {d} with "
+                             f"size {n}")
+    return a, d, np.where(idx < 0, idx + n, idx)
+
+
+@_impl("index_copy")
+def _index_copy(input, dim, index, source):
+    """torch.index_copy: out = input with out.select(dim, index[i]) =
+    source.select(dim, i); a repeated index keeps the last copy."""
+    _check_tensor(input, "index_copy")
+    _check_tensor(source, "index_copy", "source", 4)
+    a, d, idx = _index_dim_args(input, dim, index, "index_copy_")
+    s = _arr(source)
+    if s.dtype != a.dtype:
+        raise RuntimeError(f"index_copy_(): self and source expected to have the same "
+                           f"dtype, but got (self) {_title(a.dtype)} and (source) "
+                           f"{_title(s.dtype)}")
+    out = np.array(a, copy=True)
+    if out.ndim == 0:
+        if idx.size != 1 or s.size != 1:
+            raise RuntimeError("index_copy_(): When source and destination are "
+                               "scalars, index should also be a scalar")
+        return _wrap(s.reshape(()).copy(), input, source)
+    dst_sl = list(a.shape[:d] + a.shape[d + 1:])
+    src_sl = list(s.shape[:d] + s.shape[d + 1:]) if s.ndim == a.ndim else None
+    if src_sl != dst_sl:
+        src_sl = list(s.shape[:d] + s.shape[d + 1:]) if s.ndim > d else list(s.shape)
+        raise RuntimeError(f"index_copy_(): Source/destination tensor must have same "
+                           f"slice shapes. Destination slice shape: "
+                           f"{' '.join(map(str, dst_sl))} at dimension {d} and source "
+                           f"slice shape: {' '.join(map(str, src_sl))} at dimension 0.")
+    if s.shape[d] != idx.size:
+        raise RuntimeError(f"index_copy_(): Number of indices ({idx.size}) should be "
+                           f"equal to source.size(dim) ({s.shape[d]})")
+    om = np.moveaxis(out, d, 0)
+    sm = np.moveaxis(s, d, 0)
+    for i, j in enumerate(idx.tolist()):
+        om[j] = sm[i]
+    return _wrap(out, input, source)
+
+
+@_impl("index_fill")
+def _index_fill(input, dim, index, value):
+    """torch.index_fill: out = input with every slice index[i] along dim set
+    to value (a number or a 0-d tensor)."""
+    _check_tensor(input, "index_fill")
+    a, d, idx = _index_dim_args(input, dim, index, "index_fill_")
+    if _is_t(value):
+        v = _arr(value)
+        if v.ndim != 0:
+            raise IndexError(f"index_fill_ only supports a 0-dimensional value tensor, "
+                             f"but got tensor with {v.ndim} dimension(s).")
+        v = v.reshape(())
+    else:
+        v = value
+    out = np.array(a, copy=True)
+    if out.ndim == 0:
+        out = np.asarray(v, a.dtype).reshape(()) if idx.size else out
+        return _wrap(np.asarray(out, a.dtype), input)
+    om = np.moveaxis(out, d, 0)
+    if idx.size:
+        om[idx] = np.asarray(v).astype(a.dtype)
+    return _wrap(out, input)
 
 
 @_impl("masked_select")

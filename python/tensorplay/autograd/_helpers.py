@@ -592,6 +592,70 @@ def _scatter_src_grad(grad, dim, index, src):
     return grad.gather(dim, index)
 
 
+def _scatter_reduce_grad(grad, self, dim, index, src, reduce, include_self, result, which):
+    """scatter_reduce's gradients (torch's formulas): which=0 self, 1 src.
+    sum: grad (self: where no include_self, only unwritten positions);
+    mean: grad / count; amax/amin: grad split evenly among the values equal
+    to the result; prod: grad * result / value (zeros: the product of the
+    others)."""
+    tp = _tp()
+    reduce = {"max": "amax", "min": "amin"}.get(reduce, reduce)
+    g = _scatter_reduce_grad_of(grad, self, dim, index, src, reduce, include_self, result, which)
+    if which == 1 and tuple(g.shape) != tuple(src.shape):
+        full = tp.zeros_like(src)
+        full[tuple(slice(0, n) for n in index.shape)] = g
+        g = full
+    return g
+
+
+def _scatter_reduce_grad_of(grad, self, dim, index, src, reduce, include_self, result, which):
+    tp = _tp()
+    ones = tp.ones_like(src)
+    cnt = tp.zeros_like(grad).scatter_add(dim, index, ones)
+    if include_self:
+        cnt = cnt + 1
+    touched = tp.zeros_like(grad).scatter_add(dim, index, ones) > 0
+    if reduce == "sum":
+        if which == 0:
+            return grad if include_self else grad.masked_fill(touched, 0)
+        return grad.gather(dim, index)
+    if reduce == "mean":
+        g = grad / cnt.clamp(min=1)
+        if which == 0:
+            return g if include_self else grad.masked_fill(touched, 0)
+        return g.gather(dim, index)
+    if reduce in ("amax", "amin"):
+        res_s = result.gather(dim, index)
+        src_hit = (src[tuple(slice(0, n) for n in index.shape)] == res_s).to(grad.dtype)
+        # torch counts self's ties even with include_self=False
+        self_hit = (self == result).to(grad.dtype)
+        n = self_hit.scatter_add(dim, index, src_hit)
+        g = grad / n.clamp(min=1)
+        if which == 0:
+            r = g * self_hit
+            return r if include_self else grad.masked_fill(touched, 0)
+        return g.gather(dim, index) * src_hit
+    # prod
+    if which == 0:
+        if not include_self:
+            return grad.masked_fill(touched, 0)
+        others = tp.ones_like(self).scatter_reduce(dim, index, src, "prod")
+        return grad * others
+    srcv = src[tuple(slice(0, n) for n in index.shape)]
+    base = self if include_self else tp.ones_like(self)
+    g_res = (grad * result).gather(dim, index)
+    zero = srcv == 0
+    out = g_res / tp.where(zero, tp.ones_like(srcv), srcv)
+    # a zero value: grad times the product of the others written there
+    for pos in zero.nonzero().tolist():
+        pos = tuple(pos)
+        rest = srcv.clone()
+        rest[pos] = 1
+        prod = base.scatter_reduce(dim, index, rest, "prod", include_self=True)
+        out[pos] = (grad * prod).gather(dim, index)[pos]
+    return out
+
+
 def _composite_grad(name, grad, inputs, args, which):
     """The gradient of a composite op (normalize, cosine_similarity) as the
     gradient of its decomposition: re-run the op-table composition on

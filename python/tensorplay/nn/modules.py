@@ -1048,6 +1048,26 @@ class MaxPool1d(MaxPool2d):
                             self.dilation, self.ceil_mode, self.return_indices)
 
 
+class MaxUnpool2d(Module):
+    """torch.nn.MaxUnpool2d: forward(input, indices, output_size=None)."""
+
+    def __init__(self, kernel_size, stride=None, padding=0):
+        super().__init__()
+        self.kernel_size = kernel_size
+        self.stride = stride if stride is not None else kernel_size
+        self.padding = padding
+
+    def forward(self, input, indices, output_size=None):
+        return F.max_unpool2d(input, indices, self.kernel_size, self.stride, self.padding,
+                              output_size)
+
+
+class MaxUnpool1d(MaxUnpool2d):
+    def forward(self, input, indices, output_size=None):
+        return F.max_unpool1d(input, indices, self.kernel_size, self.stride, self.padding,
+                              output_size)
+
+
 class AvgPool2d(Module):
     def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False,
                  count_include_pad=True, divisor_override=None):
@@ -1099,11 +1119,13 @@ class BatchNorm2d(BatchNorm1d):
 
 
 class MultiheadAttention(Module):
-    """torch.nn.MultiheadAttention (same parameters: in_proj_weight (3E, E),
-    in_proj_bias, out_proj (Linear E -> E)); batch_first both ways, attn_mask
-    (L, S) or (N*H, L, S), bool or float, key_padding_mask (N, S),
-    need_weights (averaged over heads unless average_attn_weights=False),
-    is_causal. kdim/vdim other than embed_dim are not supported."""
+    """torch.nn.MultiheadAttention, same parameters and state_dict keys:
+    in_proj_weight (3E, E) -- or q_proj_weight (E, E), k_proj_weight (E,
+    kdim), v_proj_weight (E, vdim) when kdim/vdim differ from embed_dim --
+    in_proj_bias (3E), out_proj (Linear E -> E), bias_k/bias_v (1, 1, E)
+    with add_bias_kv; add_zero_attn; batch_first both ways; attn_mask (L, S)
+    or (N*H, L, S), bool or float; key_padding_mask (N, S); need_weights
+    (averaged over heads unless average_attn_weights=False); is_causal."""
 
     def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False,
                  add_zero_attn=False, kdim=None, vdim=None, batch_first=False, device=None,
@@ -1112,38 +1134,65 @@ class MultiheadAttention(Module):
         if embed_dim <= 0 or num_heads <= 0:
             raise ValueError(f"embed_dim and num_heads must be greater than 0, got "
                              f"embed_dim={embed_dim} and num_heads={num_heads} instead")
-        if embed_dim % num_heads != 0:
-            raise AssertionError("embed_dim must be divisible by num_heads")
-        if (kdim not in (None, embed_dim)) or (vdim not in (None, embed_dim)) \
-                or add_bias_kv or add_zero_attn:
-            raise NotImplementedError("MultiheadAttention: kdim/vdim != embed_dim, "
-                                      "add_bias_kv and add_zero_attn are not supported")
         self.embed_dim = embed_dim
-        self.kdim = self.vdim = embed_dim
-        self._qkv_same_embed_dim = True
+        self.kdim = kdim if kdim is not None else embed_dim
+        self.vdim = vdim if vdim is not None else embed_dim
+        self._qkv_same_embed_dim = self.kdim == embed_dim and self.vdim == embed_dim
         self.num_heads = num_heads
         self.dropout = dropout
         self.batch_first = batch_first
         self.head_dim = embed_dim // num_heads
+        if self.head_dim * num_heads != embed_dim:
+            raise AssertionError("embed_dim must be divisible by num_heads")
         kw = {} if dtype is None else {"dtype": dtype}
-        self.in_proj_weight = Parameter(_tp.empty(3 * embed_dim, embed_dim, **kw))
+        if not self._qkv_same_embed_dim:
+            self.q_proj_weight = Parameter(_tp.empty(embed_dim, embed_dim, **kw))
+            self.k_proj_weight = Parameter(_tp.empty(embed_dim, self.kdim, **kw))
+            self.v_proj_weight = Parameter(_tp.empty(embed_dim, self.vdim, **kw))
+            self.register_parameter("in_proj_weight", None)
+        else:
+            self.in_proj_weight = Parameter(_tp.empty(3 * embed_dim, embed_dim, **kw))
+            self.register_parameter("q_proj_weight", None)
+            self.register_parameter("k_proj_weight", None)
+            self.register_parameter("v_proj_weight", None)
         if bias:
             self.in_proj_bias = Parameter(_tp.zeros(3 * embed_dim, **kw))
         else:
             self.register_parameter("in_proj_bias", None)
         self.out_proj = Linear(embed_dim, embed_dim, bias=bias, dtype=dtype)
+        if add_bias_kv:
+            self.bias_k = Parameter(_tp.empty(1, 1, embed_dim, **kw))
+            self.bias_v = Parameter(_tp.empty(1, 1, embed_dim, **kw))
+        else:
+            self.bias_k = self.bias_v = None
+        self.add_zero_attn = add_zero_attn
         self._reset_parameters()
 
     def _reset_parameters(self):
         from tensorplay.nn import init
-        init.xavier_uniform_(self.in_proj_weight)
+        if self._qkv_same_embed_dim:
+            init.xavier_uniform_(self.in_proj_weight)
+        else:
+            init.xavier_uniform_(self.q_proj_weight)
+            init.xavier_uniform_(self.k_proj_weight)
+            init.xavier_uniform_(self.v_proj_weight)
         if self.in_proj_bias is not None:
             init.zeros_(self.in_proj_bias)
             init.zeros_(self.out_proj.bias)
+        if self.bias_k is not None:
+            init.xavier_normal_(self.bias_k)
+        if self.bias_v is not None:
+            init.xavier_normal_(self.bias_v)
 
     def forward(self, query, key, value, key_padding_mask=None, need_weights=True,
                 attn_mask=None, average_attn_weights=True, is_causal=False):
+        """query (L, N, E) (or (N, L, E) with batch_first, or unbatched (L,
+        E)), key (S, N, kdim), value (S, N, vdim); returns (output like
+        query, weights (N, L, S') or (N, H, L, S') or None)."""
         batched = query.dim() == 3
+        if query.shape[-1] != self.embed_dim:
+            raise AssertionError(f"was expecting embedding dimension of {self.embed_dim}, "
+                                 f"but got {query.shape[-1]}")
         if self.batch_first and batched:
             query, key, value = (t.transpose(0, 1) for t in (query, key, value))
         out, w = F.multi_head_attention_forward(
@@ -1152,7 +1201,9 @@ class MultiheadAttention(Module):
             need_weights=need_weights, attn_mask=attn_mask,
             average_attn_weights=average_attn_weights,
             is_causal=is_causal and attn_mask is None, dropout_p=self.dropout,
-            training=self.training)
+            training=self.training, bias_k=self.bias_k, bias_v=self.bias_v,
+            add_zero_attn=self.add_zero_attn, q_proj_weight=self.q_proj_weight,
+            k_proj_weight=self.k_proj_weight, v_proj_weight=self.v_proj_weight)
         if self.batch_first and batched:
             out = out.transpose(0, 1)
         return out, w
@@ -1160,4 +1211,5 @@ class MultiheadAttention(Module):
 
 __all__ += ["Flatten", "Unflatten", "L1Loss", "NLLLoss", "BCEWithLogitsLoss", "Conv1d",
             "Conv2d", "MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d", "AdaptiveAvgPool1d",
-            "AdaptiveAvgPool2d", "BatchNorm2d", "MultiheadAttention"]
+            "AdaptiveAvgPool2d", "BatchNorm2d", "MultiheadAttention", "MaxUnpool1d",
+            "MaxUnpool2d"]

@@ -1,0 +1,664 @@
+"""Trace-time decompositions that make ops without a kernel of their own
+native under tp.compile (issue 16 item 7): each runs on the tracer's proxies
+instead of recording the op, and records op-table ops that lowering takes
+(reductions, where, gather/index_select, views, matmul). A decomposition
+returns NotImplemented where the call is recorded whole: arguments eager
+rejects (the recorded call's sample run raises eager's error at trace time)
+and cases it does not cover.
+
+How each op is built (n: the size of the scattered dim, m: the index
+length along it):
+* scatter / scatter_add / scatter_reduce / index_add / index_copy /
+  index_fill: a hit mask ``index == arange(n)`` of (..., n, m) folded over
+  m by one reduction (sum, prod, amax, amin, count; for scatter and
+  index_copy the last writer, torch CPU's order). O(n*m) per row instead of
+  O(m): a fused reduction, nothing of (..., n, m) is stored; index_add of
+  float32/float64 is a matmul with the hit matrix (BLAS).
+* cumsum of integers/bools: prefix sums as masked sums over blocks of
+  ceil(sqrt(n)) (exact in int64; O(n^1.5) work, no sequential scan).
+* one_hot(num_classes=-1), masked_select, repeat_interleave(Tensor): the
+  output size comes from the data, so it is a value gate (``int(x.max())``,
+  ``int(mask.sum())``, ``int(repeats.sum())``): the program is native for
+  that size and a new size is a new version (torch.compile graph-breaks on
+  these unless given capture_dynamic_output_shape_ops). The output is then
+  filled by a count kernel: the j-th selected position is the number of
+  inclusive prefix counts <= j (O(N*n)).
+* multinomial: the same float64 uniform draw as eager (one tp.rand call,
+  same Philox words), then the inverse CDF as a count (with replacement) or
+  exponential races with an argmax per sample (without replacement), as
+  eager does.
+* nll_loss / cross_entropy: class weights, ignore_index, label_smoothing,
+  every reduction, class-probability targets.
+
+Index range errors keep eager's wording: the index goes through an
+index_select of arange(n) (the identity for valid indices) whose runtime
+range check reruns the call eagerly, which raises eager's error."""
+import math
+
+from tensorplay import _C
+
+
+def _tp():
+    import tensorplay
+    return tensorplay
+
+
+def _F():
+    import tensorplay.functional as F
+    return F
+
+
+def _is_t(o):
+    return isinstance(o, _C.Tensor) or type(o).__name__ == "Proxy"
+
+
+def _ints(shape):
+    return [int(s) for s in shape]
+
+
+def _to_last(t, d):
+    """t with dim d moved last (a permute: movedim's compiled backward
+    would be an as_strided view)."""
+    nd = t.dim()
+    if d == nd - 1:
+        return t
+    return t.permute([k for k in range(nd) if k != d] + [d])
+
+
+def _from_last(t, d):
+    """The inverse of _to_last."""
+    nd = t.dim()
+    if d == nd - 1:
+        return t
+    order = list(range(nd - 1))
+    order.insert(d, nd - 1)
+    return t.permute(order)
+
+
+def _checked_index(idx, n):
+    """idx unchanged when every entry is in [0, n); otherwise the compiled
+    program's index check reruns the call eagerly (eager's error)."""
+    tp = _tp()
+    flat = idx.reshape(-1)
+    if flat.dtype != tp.int64:
+        flat = flat.to(tp.int64)
+    return tp.arange(n).index_select(0, flat).reshape(tuple(idx.shape))
+
+
+def _pick_where(sel, vals, axis):
+    """The one value of vals where the bool mask sel holds along axis (0
+    where none): a masked sum instead of a gather by a computed index, so
+    the compiled backward is a where too (no scatter)."""
+    tp = _tp()
+    dt = vals.dtype
+    return tp.where(sel, vals, tp.zeros((), dtype=dt)).sum(axis).to(dt)
+
+
+def _pad_to(t, shape, value=0):
+    """t (leading dims <= shape's, same last dim) padded at the end of each
+    leading dim up to shape with value."""
+    pads = []
+    for have, want in zip(reversed(_ints(t.shape)), reversed(_ints(shape))):
+        pads += [0, want - have]
+    if not any(pads):
+        return t
+    return _F().pad(t, pads, value=value)
+
+
+def _fill_min(dt):
+    tp = _tp()
+    if dt.is_floating_point:
+        return float("-inf")
+    if dt == tp.bool:
+        return False
+    return tp.iinfo(dt).min
+
+
+def _fill_max(dt):
+    tp = _tp()
+    if dt.is_floating_point:
+        return float("inf")
+    if dt == tp.bool:
+        return True
+    return tp.iinfo(dt).max
+
+
+# ------------------------------------------------------------ scatter family
+
+def _scatter_shapes_ok(self, d, index, src):
+    """The shapes eager accepts (else NotImplemented: eager's error)."""
+    tp = _tp()
+    if not _is_t(index) or index.dtype not in (tp.int64, tp.int32):
+        return False
+    if self.dim() == 0 or index.dim() != self.dim():
+        return False
+    for k in range(index.dim()):
+        if k != d and index.shape[k] > self.shape[k]:
+            return False
+        if _is_t(src) and index.shape[k] > src.shape[k]:
+            return False
+    if _is_t(src) and (src.dim() != self.dim() or src.dtype != self.dtype):
+        return False
+    return True
+
+
+def _wrapdim(dim, nd):
+    d = int(dim)
+    if d < -nd or d >= nd:
+        return None
+    return d + nd if d < 0 else d
+
+
+def _scatter_core(self, dim, index, src, mode, include_self=True):
+    """out = self with the values of src (a tensor or a number) at index
+    along dim, combined by mode ('set', 'sum', 'prod', 'amax', 'amin',
+    'mean'); NotImplemented when eager would raise."""
+    tp = _tp()
+    if not _is_t(self):
+        return NotImplemented
+    d = _wrapdim(dim, max(self.dim(), 1))
+    if d is None or not _scatter_shapes_ok(self, d, index, src):
+        return NotImplemented
+    if not _is_t(src) and not isinstance(src, (int, float, bool)):
+        return NotImplemented
+    if index.numel() == 0:
+        return self.clone()
+    n = int(self.shape[d])
+    ish = _ints(index.shape)
+    idx = _to_last(_checked_index(index, n), d)              # (..i.., m)
+    m = ish[d]
+    lead = ish[:d] + ish[d + 1:]
+    hit = idx.unsqueeze(-2) == tp.arange(n).reshape(n, 1)      # (..i.., n, m)
+    if _is_t(src):
+        sl = tuple(slice(0, s) for s in ish)
+        val = _to_last(src[sl], d).unsqueeze(-2)             # (..i.., 1, m)
+    else:
+        val = src
+    sm = _to_last(self, d)                                   # (..s.., n)
+    full = _ints(sm.shape)
+    dt = self.dtype
+
+    def back(t):
+        return _from_last(t, d)
+
+    def padded(t, value=0):
+        return _pad_to(t, full, value)
+
+    if mode == "set":
+        pos = tp.where(hit, tp.arange(1, m + 1), 0).amax(-1) - 1       # last writer
+        if _is_t(src):
+            v = _pick_where(tp.arange(m) == pos.unsqueeze(-1), val, -1)
+        else:
+            v = tp.full(lead + [n], src, dtype=dt)
+        written = padded((pos >= 0).to(tp.int8)) != 0
+        return back(tp.where(written, padded(v.to(dt)), sm))
+    cnt = hit.sum(-1)                                          # (..i.., n) int64
+    touched = padded(cnt.to(tp.int8)) != 0
+    if mode in ("sum", "mean"):
+        s = tp.where(hit, val, tp.zeros((), dtype=dt)).sum(-1).to(dt)
+        if mode == "sum":
+            r = padded(s)
+            return back(sm + r if include_self else tp.where(touched, r, sm))
+        c = padded(cnt)
+        tot = padded(s) + (sm if include_self else 0)
+        num = (c + 1) if include_self else c.clamp(min=1)
+        if dt.is_floating_point:
+            q = (tot / num).to(dt)
+        else:
+            q = tp.div(tot, num, rounding_mode="floor").to(dt)
+        return back(q if include_self else tp.where(touched, q, sm))
+    if mode == "prod":
+        p = tp.where(hit, val, tp.ones((), dtype=dt)).prod(-1).to(dt)
+        r = padded(p, 1)
+        return back(sm * r if include_self else tp.where(touched, r, sm))
+    if mode in ("amax", "amin"):
+        fill = _fill_min(dt) if mode == "amax" else _fill_max(dt)
+        fn = tp.amax if mode == "amax" else tp.amin
+        r = fn(tp.where(hit, val, tp.full((), fill, dtype=dt)), -1)
+        r = padded(r, fill)
+        if include_self:
+            both = tp.maximum(sm, r) if mode == "amax" else tp.minimum(sm, r)
+            return back(tp.where(touched, both, sm))
+        return back(tp.where(touched, r, sm))
+    return NotImplemented
+
+
+def _scatter(self, dim, index, src=None, *, reduce=None, value=None):
+    if src is None:
+        src = value
+    if src is None:
+        return NotImplemented
+    if reduce is None:
+        return _scatter_core(self, dim, index, src, "set")
+    if reduce == "add":
+        return _scatter_core(self, dim, index, src, "sum")
+    if reduce == "multiply":
+        return _scatter_core(self, dim, index, src, "prod")
+    return NotImplemented
+
+
+def _scatter_add(self, dim, index, src):
+    if not _is_t(src):
+        return NotImplemented
+    return _scatter_core(self, dim, index, src, "sum")
+
+
+_SR_MODES = ("sum", "prod", "mean", "amax", "amin")
+
+
+def _scatter_reduce(self, dim, index, src, reduce, *, include_self=True):
+    reduce = {"max": "amax", "min": "amin"}.get(reduce, reduce)
+    if not _is_t(src) or reduce not in _SR_MODES:
+        return NotImplemented
+    return _scatter_core(self, dim, index, src, reduce, bool(include_self))
+
+
+def _index_args(self, dim, index):
+    tp = _tp()
+    if not _is_t(self) or not _is_t(index):
+        return None
+    if index.dtype not in (tp.int64, tp.int32) or index.dim() > 1 or self.dim() == 0:
+        return None
+    return _wrapdim(dim, self.dim())
+
+
+def _index_add(self, dim, index, source, *, alpha=1):
+    tp = _tp()
+    d = _index_args(self, dim, index)
+    if d is None or not _is_t(source) or source.dtype != self.dtype:
+        return NotImplemented
+    m = int(index.numel())
+    want = _ints(self.shape)
+    want[d] = m
+    if _ints(source.shape) != want or isinstance(alpha, bool):
+        return NotImplemented
+    if m == 0:
+        return self.clone()
+    n = int(self.shape[d])
+    idx = _checked_index(index.reshape(-1), n)
+    hit = idx.unsqueeze(0) == tp.arange(n).reshape(n, 1)          # (n, m)
+    src = _to_last(source, d)                                  # (..., m)
+    dt = self.dtype
+    if dt in (tp.float32, tp.float64):
+        s = src.matmul(hit.to(dt).transpose(0, 1))               # (..., n)
+    else:
+        s = tp.where(hit, src.unsqueeze(-2), tp.zeros((), dtype=dt)).sum(-1).to(dt)
+    if alpha != 1:
+        s = (s * alpha).to(dt)
+    return _from_last(_to_last(self, d) + s, d)
+
+
+def _index_copy(self, dim, index, source):
+    tp = _tp()
+    d = _index_args(self, dim, index)
+    if d is None or not _is_t(source) or source.dtype != self.dtype:
+        return NotImplemented
+    m = int(index.numel())
+    want = _ints(self.shape)
+    want[d] = m
+    if _ints(source.shape) != want:
+        return NotImplemented
+    if m == 0:
+        return self.clone()
+    n = int(self.shape[d])
+    idx = _checked_index(index.reshape(-1), n)
+    hit = idx.unsqueeze(0) == tp.arange(n).reshape(n, 1)          # (n, m)
+    pos = tp.where(hit, tp.arange(1, m + 1), 0).amax(-1) - 1       # (n,)
+    src = _to_last(source, d)
+    v = _pick_where(tp.arange(m) == pos.unsqueeze(-1), src.unsqueeze(-2), -1)
+    return _from_last(tp.where(pos >= 0, v, _to_last(self, d)), d)
+
+
+def _index_fill(self, dim, index, value):
+    tp = _tp()
+    d = _index_args(self, dim, index)
+    if d is None:
+        return NotImplemented
+    if _is_t(value):
+        if value.dim() != 0:
+            return NotImplemented
+        value = value.to(self.dtype)
+    elif not isinstance(value, (int, float, bool)):
+        return NotImplemented
+    n = int(self.shape[d])
+    if index.numel() == 0:
+        return self.clone()
+    idx = _checked_index(index.reshape(-1), n)
+    mask = (idx.unsqueeze(0) == tp.arange(n).reshape(n, 1)).any(-1)   # (n,)
+    r = tp.where(mask, value, _to_last(self, d))
+    return _from_last(r.to(self.dtype), d)
+
+
+# ------------------------------------------------------------ scans, sizes
+
+def _prefix_sum_int(x):
+    """Inclusive prefix sums along the last dim of an integer tensor, exact:
+    masked sums over blocks of B = ceil(sqrt(n))."""
+    tp = _tp()
+    n = int(x.shape[-1])
+    dt = x.dtype
+
+    def tri_sum(t, k, strict=False):
+        # out[..., i] = sum_{j <= i} t[..., j]  (j < i when strict)
+        keep = tp.ones(k, k, dtype=tp.bool).tril(-1 if strict else 0)
+        return tp.where(keep, t.unsqueeze(-2), tp.zeros((), dtype=dt)).sum(-1).to(dt)
+
+    if n <= 64:
+        return tri_sum(x, n)
+    B = int(math.isqrt(n - 1)) + 1
+    nb = -(-n // B)
+    lead = _ints(x.shape[:-1])
+    xp = _F().pad(x, [0, nb * B - n]) if nb * B != n else x
+    xb = xp.reshape(tuple(lead) + (nb, B))
+    within = tri_sum(xb, B)
+    offs = tri_sum(within[..., B - 1], nb, strict=True)
+    out = (within + offs.unsqueeze(-1)).reshape(tuple(lead) + (nb * B,))
+    return out[..., :n] if nb * B != n else out
+
+
+def cumsum_int(input, dim, dtype=None):
+    """cumsum of an integer/bool tensor (or to an integer dtype) while
+    tracing; NotImplemented for what it does not cover."""
+    tp = _tp()
+    if dtype is not None:
+        if getattr(dtype, "is_floating_point", True):
+            return NotImplemented
+        x = input.to(dtype)
+    else:
+        if input.is_floating_point():
+            return NotImplemented
+        x = input.to(tp.int64)
+    if input.dim() == 0:
+        return NotImplemented
+    nd = input.dim()
+    d = _wrapdim(dim, nd)
+    if d is None or x.dtype == tp.bool or int(x.shape[d]) == 0:
+        return NotImplemented
+    xt = _to_last(x, d)
+    return _from_last(_prefix_sum_int(xt), d)
+
+
+def _one_hot(input, num_classes=-1):
+    tp = _tp()
+    if num_classes != -1 or not _is_t(input) or input.dtype != tp.int64 or input.numel() == 0:
+        return NotImplemented
+    k = int(input.max()) + 1           # a value gate: the class count
+    if k <= 0:
+        return NotImplemented          # eager's "Class values must be non-negative."
+    return _F().one_hot(input, k)
+
+
+def _bshape(a, b):
+    n = max(len(a), len(b))
+    a, b = [1] * (n - len(a)) + a, [1] * (n - len(b)) + b
+    out = []
+    for x, y in zip(a, b):
+        if x != y and 1 not in (x, y):
+            return None
+        out.append(y if x == 1 else x)
+    return tuple(out)
+
+
+def _select_positions(m):
+    """The positions of the True entries of the 1-D bool tensor m, as a
+    count kernel: position j = #(inclusive prefix count <= j). The count
+    n is a value gate."""
+    tp = _tp()
+    n = int(m.sum())
+    if n == 0:
+        return None, 0
+    csum = _prefix_sum_int(m.to(tp.int64))
+    pos = (csum.unsqueeze(0) <= tp.arange(n).reshape(n, 1)).sum(-1)
+    return pos, n
+
+
+def _masked_select(input, mask):
+    tp = _tp()
+    if not _is_t(input) or not _is_t(mask) or mask.dtype != tp.bool:
+        return NotImplemented
+    shape = _bshape(_ints(input.shape), _ints(mask.shape))
+    if shape is None:
+        return NotImplemented
+    m = mask.expand(shape).reshape(-1)
+    pos, n = _select_positions(m)
+    if pos is None:
+        return tp.empty(0, dtype=input.dtype)
+    flat = input.expand(shape).reshape(-1)
+    return _pick_where(pos.unsqueeze(1) == tp.arange(int(flat.shape[0])), flat.unsqueeze(0), 1)
+
+
+def _repeat_interleave(input, repeats=None, dim=None, *, output_size=None):
+    tp = _tp()
+    if not _is_t(input):
+        return NotImplemented
+    if repeats is None:              # repeat_interleave(repeats): indices
+        if input.dim() != 1 or input.is_floating_point() or input.dtype == tp.bool:
+            return NotImplemented
+        return _repeat_index(input, output_size)
+    if _is_t(repeats):
+        if repeats.dim() > 1 or repeats.is_floating_point() or repeats.dtype == tp.bool:
+            return NotImplemented
+        if repeats.numel() == 1:
+            return NotImplemented if repeats.dim() > 1 else _repeat_tensor_scalar(
+                input, repeats, dim, output_size)
+        x = input.reshape(-1) if dim is None else input
+        d = 0 if dim is None else _wrapdim(dim, max(x.dim(), 1))
+        if d is None or x.dim() == 0 or int(repeats.numel()) != int(x.shape[d]):
+            return NotImplemented
+        idx = _repeat_index(repeats, output_size)
+        if idx is NotImplemented:
+            return NotImplemented
+        xl = _to_last(x, d)                                   # (..., n)
+        k = int(x.shape[d])
+        sel = idx.unsqueeze(1) == tp.arange(k)                # (total, n)
+        return _from_last(_pick_where(sel, xl.unsqueeze(-2), -1), d)
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 0:
+        return NotImplemented
+    x = input.reshape(-1) if dim is None else input
+    if x.dim() == 0:
+        x = x.reshape(1)
+    d = 0 if dim is None else _wrapdim(dim, x.dim())
+    if d is None:
+        return NotImplemented
+    sh = _ints(x.shape)
+    if output_size is not None and output_size != sh[d] * repeats:
+        return NotImplemented
+    e = sh[:d + 1] + [repeats] + sh[d + 1:]
+    out = sh[:d] + [sh[d] * repeats] + sh[d + 1:]
+    return x.unsqueeze(d + 1).expand(e).reshape(out)
+
+
+def _repeat_tensor_scalar(input, repeats, dim, output_size):
+    # a one-element repeats tensor: its value decides the shape (value gate)
+    return _repeat_interleave(input, int(repeats.reshape(())), dim, output_size=output_size)
+
+
+def _repeat_index(rep, output_size):
+    """repeat_interleave(rep) for a 1-D integer tensor: index i repeated
+    rep[i] times; the total is a value gate (or output_size)."""
+    tp = _tp()
+    r = rep.to(tp.int64)
+    if bool((r < 0).any()):
+        return NotImplemented          # eager's "repeats can not be negative"
+    total = int(r.sum()) if output_size is None else int(output_size)
+    if total == 0:
+        return tp.empty(0, dtype=tp.int64)
+    csum = _prefix_sum_int(r)
+    return (csum.unsqueeze(0) <= tp.arange(total).reshape(total, 1)).sum(-1)
+
+
+# ------------------------------------------------------------ multinomial
+
+def _multinomial(input, num_samples, replacement=False, *, generator=None):
+    tp = _tp()
+    if generator is not None or not _is_t(input) or input.dim() not in (1, 2):
+        return NotImplemented
+    if not input.is_floating_point() or isinstance(num_samples, bool):
+        return NotImplemented
+    ns = int(num_samples)
+    p = input.reshape(-1, int(input.shape[-1])).to(tp.float64)
+    rows, n_cat = _ints(p.shape)
+    if ns <= 0 or (not replacement and ns > n_cat) or rows == 0 or n_cat == 0:
+        return NotImplemented
+    if not replacement and ns > 16:
+        return NotImplemented
+    tot = p.sum(1)
+    bad = (~tp.isfinite(p)).any(1) | (p < 0).any(1) | (tot <= 0)
+    # the same draw as eager: one float64 uniform tensor from the generator
+    # (rand_like of a proxy is recorded; tp.rand called from the package
+    # would be drawn once, at trace time)
+    shape_src = p[:, :1].expand(rows, ns) if replacement else p
+    u = tp.rand_like(shape_src, dtype=tp.float64)
+    if replacement:
+        cdf = p.cumsum(1) / tot.unsqueeze(1)
+        last = tp.arange(n_cat) == n_cat - 1
+        cdf = tp.where(last, 1.0, cdf)
+        r = (cdf.unsqueeze(1) <= u.unsqueeze(2)).sum(-1)           # searchsorted right
+        r = r.clamp(max=n_cat - 1)
+    else:
+        keys = tp.where(p > 0, p / -tp.log1p(-u), -1.0)
+        bad = bad | ((p > 0).sum(1) < ns)
+        cols = []
+        ar = tp.arange(n_cat)
+        for _ in range(ns):
+            j = keys.argmax(1, keepdim=True)           # first maximum: a stable sort's order
+            cols.append(j)
+            keys = tp.where(ar == j, float("-inf"), keys)
+        r = tp.cat(cols, 1) if ns > 1 else cols[0]
+    # an invalid row indexes out of range: the runtime check reruns the
+    # call eagerly, which raises eager's error
+    r = r + bad.to(tp.int64).unsqueeze(1) * n_cat
+    r = tp.arange(n_cat).index_select(0, r.reshape(-1)).reshape(rows, ns)
+    return r if input.dim() == 2 else r.reshape(ns)
+
+
+# ------------------------------------------------------------ losses
+
+_RED = ("mean", "sum", "none")
+
+
+def _nll_core(logp, target, weight, ignore_index, reduction):
+    """nll_loss of log-probabilities (N, C, ...) / (C,) with class-index
+    targets, torch's semantics."""
+    tp = _tp()
+    one = logp.dim() == 1
+    if one:
+        logp, target = logp.unsqueeze(0), target.reshape(1)
+    valid = target != ignore_index
+    t = tp.where(valid, target, 0)
+    c = int(logp.shape[1])
+    t = _checked_index(t, c)           # eager's error for a class out of range
+    cls = tp.arange(c).reshape([c] + [1] * (t.dim() - 1))
+    sel = t.unsqueeze(1) == cls                               # (N, C, ...)
+    picked = _pick_where(sel, logp, 1)
+    if weight is not None:
+        wb = weight.reshape([c] + [1] * (t.dim() - 1))
+        w = tp.where(valid, _pick_where(sel, wb.expand(tuple(logp.shape)), 1),
+                     tp.zeros((), dtype=weight.dtype))
+    else:
+        w = valid.to(logp.dtype)
+    loss = -picked * w
+    if reduction == "none":
+        return loss.reshape(()) if one else loss
+    if reduction == "sum":
+        return loss.sum()
+    return loss.sum() / w.sum()
+
+
+def _loss_args_ok(input, target, weight, size_average, reduce, reduction, ignore_index):
+    tp = _tp()
+    if size_average is not None or reduce is not None or reduction not in _RED:
+        return False
+    if not _is_t(input) or not _is_t(target) or not input.is_floating_point():
+        return False
+    if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
+        return False
+    if input.dim() == 0:
+        return False
+    cd = 0 if input.dim() == 1 else 1
+    c = int(input.shape[cd])
+    if weight is not None:
+        if not _is_t(weight) or weight.dim() != 1 or int(weight.numel()) != c \
+                or weight.dtype != input.dtype:
+            return False
+    if target.is_floating_point():
+        return _ints(target.shape) == _ints(input.shape)
+    if target.dtype != tp.int64:
+        return False
+    want = [] if input.dim() == 1 else [int(input.shape[0])] + _ints(input.shape[2:])
+    return _ints(target.shape) == want
+
+
+def _nll_loss(input, target, weight=None, size_average=None, ignore_index=-100,
+              reduce=None, reduction="mean"):
+    if not _loss_args_ok(input, target, weight, size_average, reduce, reduction, ignore_index):
+        return NotImplemented
+    if target.is_floating_point():
+        return NotImplemented
+    return _nll_core(input, target, weight, ignore_index, reduction)
+
+
+def _cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100,
+                   reduce=None, reduction="mean", label_smoothing=0.0):
+    tp = _tp()
+    if not _loss_args_ok(input, target, weight, size_average, reduce, reduction, ignore_index):
+        return NotImplemented
+    ls = float(label_smoothing)
+    if not 0.0 <= ls <= 1.0 or input.dtype == tp.float16:
+        return NotImplemented
+    cd = 0 if input.dim() == 1 else 1
+    c = int(input.shape[cd])
+    logp = _F().log_softmax(input, cd)
+    wb = None
+    if weight is not None:
+        wb = weight.reshape([c] + [1] * (input.dim() - cd - 1))
+    if target.is_floating_point():
+        tt = target * (1 - ls) + ls / c if ls else target
+        prod = logp * tt if wb is None else logp * tt * wb
+        loss = -prod.sum(cd)
+        if reduction == "mean":
+            return loss.mean() if input.dim() > 1 else loss
+        return loss.sum() if reduction == "sum" else loss
+    r = _nll_core(logp, target, weight, ignore_index, reduction)
+    if not ls:
+        return r
+    lp = logp if input.dim() > 1 else logp.unsqueeze(0)
+    tt = target if input.dim() > 1 else target.reshape(1)
+    valid = tt != ignore_index
+    wsum = lp if wb is None else lp * wb
+    smooth = -wsum.sum(1) * valid
+    if reduction == "mean":
+        if weight is None:
+            s = smooth.sum() / valid.sum()
+        else:
+            ts = tp.where(valid, tt, 0)
+            sel = ts.unsqueeze(1) == tp.arange(c).reshape([c] + [1] * (ts.dim() - 1))
+            wt = _pick_where(sel, wb.expand(tuple(lp.shape)), 1)
+            s = smooth.sum() / (wt * valid).sum()
+    elif reduction == "sum":
+        s = smooth.sum()
+    else:
+        s = smooth if input.dim() > 1 else smooth.reshape(())
+    return (1 - ls) * r + ls * s / c
+
+
+def install():
+    F = _F()
+    tp = _tp()
+    reg = _C._set_trace_decomposition
+    for key, fn in (("scatter", _scatter), ("scatter_add", _scatter_add),
+                    ("scatter_reduce", _scatter_reduce), ("index_add", _index_add),
+                    ("index_copy", _index_copy), ("index_fill", _index_fill),
+                    ("masked_select", _masked_select),
+                    ("repeat_interleave", _repeat_interleave),
+                    ("multinomial", _multinomial)):
+        reg(key, fn)
+        f = getattr(F, key, None)
+        if f is not None:
+            reg(f, fn)
+        f = getattr(tp, key, None)
+        if f is not None:
+            reg(f, fn)
+    reg(F.one_hot, _one_hot)
+    reg(F.nll_loss, _nll_loss)
+    reg(F.cross_entropy, _cross_entropy)
