@@ -303,10 +303,9 @@ def test_dynamic_version_gets_a_compiled_backward_per_layout():
         assert all(ag for ag in v.autograd_layouts.values())
 
 
-@pytest.mark.xfail(strict=True, reason="known gap: functionalization turns v1.copy_(x) into clone(x), so the joint "
-                   "graph loses that v1 required grad and the compiled output comes back requires_grad=False "
-                   "(found by make fuzz N=20000; eager and torch keep it True)")
 def test_copy_into_an_intermediate_that_requires_grad_keeps_requires_grad():
+    # make fuzz N=20000 program 873: functionalization turned v1.copy_(x)
+    # into clone(x) and the output lost requires_grad
     m0, m1 = tp.nn.LayerNorm(3), tp.nn.LayerNorm(3)
 
     def f(x):
@@ -317,3 +316,85 @@ def test_copy_into_an_intermediate_that_requires_grad_keeps_requires_grad():
     want = [t.requires_grad for t in f(x)]
     got = [t.requires_grad for t in tp.compile(f, dynamic=False)(x)]
     assert got == want == [True, True]
+
+
+_M0, _M1 = tp.nn.LayerNorm(3), tp.nn.LayerNorm(3)
+_W = tp.randn(3, 3, requires_grad=True)
+
+
+def _ow_copy(x):
+    v1 = _M0(x)
+    v1.copy_(x)
+    return tp.relu(_M1(v1)), v1
+
+
+def _ow_copy_view_out(x):
+    v1 = _M0(x)
+    v = v1[0]
+    v.copy_(x[1])
+    return tp.relu(_M1(v1)), v
+
+
+def _ow_copy_into_view(x):
+    v1 = _M0(x)
+    v1[1].copy_(x[0])
+    return tp.relu(_M1(v1)), v1
+
+
+def _ow_fill(x):
+    v1 = _M0(x)
+    v1.fill_(2.0)
+    return _M1(v1) * 2, v1
+
+
+def _ow_zero(x):
+    v1 = _M0(x)
+    v1.zero_()
+    return _M1(v1) * 2, v1
+
+
+def _ow_copy_then_fill(x):
+    v1 = _M0(x)
+    v1.copy_(x)
+    v1.fill_(0.5)
+    return tp.relu(_M1(v1)), v1
+
+
+def _ow_copy_from_a_returned_value(x):
+    v1 = _M0(x)
+    y = x * 2
+    v1.copy_(y)
+    return v1, y
+
+
+def _ow_copy_into_an_input(x, w):
+    x.copy_(w * 2)
+    return x * 3, x
+
+
+@pytest.mark.parametrize("f", [_ow_copy, _ow_copy_view_out, _ow_copy_into_view, _ow_fill, _ow_zero,
+                               _ow_copy_then_fill, _ow_copy_from_a_returned_value,
+                               _ow_copy_into_an_input], ids=lambda f: f.__name__)
+def test_values_overwritten_in_place_keep_requires_grad_and_zero_grads(f):
+    # copy_/fill_/zero_ over a value that requires grad: eager (and torch)
+    # keep requires_grad and give the overwritten value's parameters a
+    # zero gradient (not None); the outputs are separate tensors
+    params = list(_M0.parameters()) + list(_M1.parameters()) + [_W]
+
+    def run(g):
+        for p in params:
+            p.grad = None
+        x = tp.arange(9.).reshape(3, 3)
+        out = g(x, _W) if f is _ow_copy_into_an_input else g(x)
+        rgs = [t.requires_grad for t in out]
+        loss = sum((t * (i + 1)).sum() for i, t in enumerate(out) if t.requires_grad)
+        loss.backward()
+        same = out[0].data_ptr() == out[1].data_ptr()
+        return (rgs, [None if p.grad is None else p.grad.tolist() for p in params],
+                [t.tolist() for t in out], same)
+    want = run(f)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        got = run(tp.compile(f, dynamic=False))
+    assert got == want

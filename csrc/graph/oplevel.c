@@ -438,6 +438,23 @@ p_functional_twin(p_op_ctx *c, const p_opref *r, PyObject *m, PyObject *mapped,
     return v;
 }
 
+/* v, the value a copy_/fill_/zero_ writes over `old`, records old's name
+ * (meta['overwrites']): eager's in-place result keeps requiring grad when
+ * the tensor it overwrote did, though v does not read old (compiled
+ * autograd's requires-grad analysis reads the mark) */
+static int
+p_mark_overwrite(PyObject *v, PyObject *old)
+{
+    if (!stax_graph_p_is_node(v) || !stax_graph_p_is_node(old) || v == old
+        || stax_graph_p_opcode(v) == P_PLACEHOLDER) {
+        return 0;
+    }
+    PyObject *name = PyObject_GetAttrString(old, "name");
+    int rc = name ? p_meta_set(v, "overwrites", name) : -1;
+    Py_XDECREF(name);
+    return rc;
+}
+
 static int
 p_lower_inplace(p_op_ctx *c, PyObject *n, p_opref *r, PyObject *args,
                 PyObject *kwargs)
@@ -472,6 +489,17 @@ p_lower_inplace(p_op_ctx *c, PyObject *n, p_opref *r, PyObject *args,
         }
         cur = stax_graph_fz_current(c, key);
         v = cur ? p_fill_value(c, cur, PyTuple_GET_ITEM(mapped, 2)) : NULL;
+        if (v != NULL && v == PyTuple_GET_ITEM(mapped, 2)
+            && !(stax_graph_p_is_node(v) && stax_graph_p_opcode(v) == P_PLACEHOLDER)) {
+            /* x[:] = y writes a value of its own (see copy_ below) */
+            PyObject *a1 = PyTuple_Pack(1, v);
+            Py_SETREF(v, a1 ? stax_graph_p_emit(c, "clone", "default", a1, NULL, 0)
+                            : NULL);
+            Py_XDECREF(a1);
+        }
+        if (v != NULL && p_mark_overwrite(v, cur) < 0) {
+            Py_CLEAR(v);
+        }
         if (v == NULL || stax_graph_fz_assign(c, key, v) < 0) {
             Py_DECREF(key);
             goto done;
@@ -484,6 +512,18 @@ p_lower_inplace(p_op_ctx *c, PyObject *n, p_opref *r, PyObject *args,
         v = PyTuple_GET_SIZE(mapped) >= 2
             ? p_fill_value(c, PyTuple_GET_ITEM(mapped, 0),
                            PyTuple_GET_ITEM(mapped, 1)) : NULL;
+        /* dst.copy_(src) leaves two tensors: returned together they are
+         * two storages in eager, and dst keeps requiring grad where src
+         * does not: a value of its own */
+        if (v != NULL && v == PyTuple_GET_ITEM(mapped, 1)) {
+            PyObject *a1 = PyTuple_Pack(1, v);
+            Py_SETREF(v, a1 ? stax_graph_p_emit(c, "clone", "default", a1, NULL, 0)
+                            : NULL);
+            Py_XDECREF(a1);
+        }
+        if (v != NULL && p_mark_overwrite(v, PyTuple_GET_ITEM(mapped, 0)) < 0) {
+            Py_CLEAR(v);
+        }
     }
     else if (r->info != NULL && !(r->info->flags & STAX_OPF_INPLACE)) {
         /* the functional twin: add_ -> add */
@@ -506,6 +546,9 @@ p_lower_inplace(p_op_ctx *c, PyObject *n, p_opref *r, PyObject *args,
         }
         v = fv ? p_fill_value(c, PyTuple_GET_ITEM(mapped, 0), fv) : NULL;
         Py_XDECREF(fv);
+        if (v != NULL && p_mark_overwrite(v, PyTuple_GET_ITEM(mapped, 0)) < 0) {
+            Py_CLEAR(v);
+        }
     }
     else {
         /* no functional overload (uniform_, random_, bernoulli_, ...) */
@@ -983,17 +1026,20 @@ p_op_dce(PyObject *graph)
     return 0;
 }
 
+static PyObject *op_graph_build(PyObject *gm, PyObject *basis, int keep_dead);
+
 PyObject *
 stax_graph_p_make_op_graph(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    static char *kwlist[] = {"gm", "basis", NULL};
+    static char *kwlist[] = {"gm", "basis", "keep_dead", NULL};
     PyObject *gm = NULL, *basis = Py_None;
+    int keep_dead = 0;
     (void)self;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O:make_op_graph", kwlist,
-                                     &gm, &basis)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|Op:make_op_graph", kwlist,
+                                     &gm, &basis, &keep_dead)) {
         return NULL;
     }
-    return stax_graph_make_op_graph(gm, basis);
+    return op_graph_build(gm, basis, keep_dead);
 }
 
 /* the op names of a basis (an iterable of names; "add.Tensor" counts as
@@ -1093,7 +1139,8 @@ op_finish(p_op_ctx *c, PyObject *gm, PyObject *outv)
     pc.msg = PyList_New(0);
     e = pc.msg ? stax_graph_p_cse(&pc) : -1;
     Py_XDECREF(pc.msg);
-    if (e < 0 || p_op_dce(c->graph) < 0 || p_private_copies(c->graph) < 0) {
+    if (e < 0 || (!c->keep_dead && p_op_dce(c->graph) < 0)
+        || p_private_copies(c->graph) < 0) {
         return NULL;
     }
     tp = stax_graph_p_opgm();
@@ -1107,6 +1154,12 @@ op_finish(p_op_ctx *c, PyObject *gm, PyObject *outv)
 
 PyObject *
 stax_graph_make_op_graph(PyObject *gm, PyObject *basis)
+{
+    return op_graph_build(gm, basis, 0);
+}
+
+static PyObject *
+op_graph_build(PyObject *gm, PyObject *basis, int keep_dead)
 {
     PyObject *graph = NULL, *nodes = NULL;
     PyObject *res = NULL, *outv = NULL;
@@ -1130,6 +1183,7 @@ stax_graph_make_op_graph(PyObject *gm, PyObject *basis)
         || !c.placeholders) {
         goto done;
     }
+    c.keep_dead = keep_dead;
     if (basis != NULL && basis != Py_None && (c.basis = basis_names(basis)) == NULL) {
         goto done;
     }

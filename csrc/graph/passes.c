@@ -785,13 +785,49 @@ p_key(PyObject *o)
     return Py_BuildValue("(sN)", "o", PyLong_FromVoidPtr(o));
 }
 
+/* renamed[name of n] = name of rep, n merged into rep */
+static int
+p_cse_rename(PyObject *renamed, PyObject *n, PyObject *rep)
+{
+    PyObject *a = stax_graph_p_attr(n, "name");
+    PyObject *b = a ? stax_graph_p_attr(rep, "name") : NULL;
+    int rc = b ? PyDict_SetItem(renamed, a, b) : -1;
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    return rc;
+}
+
+/* meta['overwrites'] (the value a copy_/fill_ wrote over, by name: see
+ * oplevel.c) follows a merged node to the node it was merged into */
+static int
+p_cse_fix_marks(PyObject *nodes, PyObject *renamed)
+{
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(nodes); i++) {
+        PyObject *meta = stax_graph_p_attr(PyList_GET_ITEM(nodes, i), "meta");
+        if (meta == NULL) {
+            return -1;
+        }
+        PyObject *old = PyDict_Check(meta) ? PyDict_GetItemString(meta, "overwrites") : NULL;
+        PyObject *nw = old ? PyDict_GetItemWithError(renamed, old) : NULL;
+        if (nw != NULL && PyDict_SetItemString(meta, "overwrites", nw) < 0) {
+            Py_DECREF(meta);
+            return -1;
+        }
+        Py_DECREF(meta);
+        if (PyErr_Occurred()) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
 int
 stax_graph_p_cse(p_pass_ctx *c)
 {
     PyObject *nodes = stax_graph_p_nodes(c->graph), *table = NULL;
     int changed = 0, has_inplace, merged = 0;
-    PyObject *names = PyList_New(0);
-    if (nodes == NULL || names == NULL) {
+    PyObject *names = PyList_New(0), *renamed = PyDict_New();
+    if (nodes == NULL || names == NULL || renamed == NULL) {
         goto error;
     }
     has_inplace = p_graph_has_inplace(nodes);
@@ -861,11 +897,15 @@ stax_graph_p_cse(p_pass_ctx *c)
         }
         Py_DECREF(s);
         if (stax_graph_p_replace_uses(n, rep) < 0
+            || p_cse_rename(renamed, n, rep) < 0
             || stax_graph_p_erase(c->graph, n) < 0) {
             goto error;
         }
         changed = 1;
         merged++;
+    }
+    if (changed && p_cse_fix_marks(nodes, renamed) < 0) {
+        goto error;
     }
     if (changed) {
         PyObject *sep = PyUnicode_FromString(", ");
@@ -881,11 +921,13 @@ stax_graph_p_cse(p_pass_ctx *c)
     Py_DECREF(table);
     Py_DECREF(nodes);
     Py_DECREF(names);
+    Py_DECREF(renamed);
     return changed;
 error:
     Py_XDECREF(table);
     Py_XDECREF(nodes);
     Py_XDECREF(names);
+    Py_XDECREF(renamed);
     return -1;
 }
 
@@ -1305,9 +1347,10 @@ static PyMethodDef p_methods[] = {
      "PointwiseFusionHint, in rounds, to a fixed point (in place)."},
     {"make_op_graph", (PyCFunction)(void (*)(void))stax_graph_p_make_op_graph,
      METH_VARARGS | METH_KEYWORDS,
-     "make_op_graph(gm, basis=None) -> GraphModule\n"
+     "make_op_graph(gm, basis=None, keep_dead=False) -> GraphModule\n"
      "The op-level graph: every node a tp.ops.<name>.<overload> call,\n"
-     "functionalized and decomposed against the basis."},
+     "functionalized and decomposed against the basis. keep_dead: no DCE\n"
+     "(values a copy_/fill_ overwrote stay, for autograd's analysis)."},
     {"_check_decompositions", stax_graph_p_check_decompositions_py,
      METH_VARARGS,
      "_check_decompositions(rules=None): the Prop. 4.3 check run at import\n"

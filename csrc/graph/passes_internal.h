@@ -131,6 +131,7 @@ typedef struct {
     PyObject *placeholders; /* list of (key, op placeholder) in order */
     PyObject *cur_py;       /* Python node being lowered (borrowed) */
     int depth;              /* decomposition depth (Prop. 4.3 guard) */
+    int keep_dead;          /* skip DCE (values overwritten in place stay) */
 } p_op_ctx;
 
 /* oplevel.c: one node tp.ops.<opname>.<ovl>(*args, **kwargs). mutating:

@@ -131,14 +131,48 @@ def _op_name(n):
     return getattr(n.target, "op_name", None)
 
 
-def _requires_grad_nodes(og, flat):
+class _RGSet(set):
+    """The nodes that require grad; overwrite_only: those that do only
+    because they overwrote one that does (no gradient flows through them),
+    each with the flat indices of the inputs that requiring grad reached
+    the overwritten value (eager gives them a zero gradient)."""
+
+    def __init__(self):
+        super().__init__()
+        self.overwrite_only = {}
+
+
+def _rg_inputs(n, rg, index):
+    """Flat indices of the placeholders (index: node -> flat index) that
+    reach n through nodes of rg."""
+    seen, stack, out = set(), [n], set()
+    while stack:
+        m = stack.pop()
+        if m in seen or m not in rg:
+            continue
+        seen.add(m)
+        if m in index:
+            out.add(index[m])
+        # a chain of overwrites (copy_ then fill_) reaches what the first
+        # one overwrote
+        out.update(rg.overwrite_only.get(m, ()))
+        stack.extend(m.all_input_nodes)
+    return frozenset(out)
+
+
+def _requires_grad_nodes(og, flat, dead_rg=None):
     """The op-level nodes whose value requires grad in eager (a formula
     through every op from an input that requires grad; nondiff ops,
-    integer and bool values cut it)."""
-    rg = set()
+    integer and bool values cut it). dead_rg: {name: flat indices} of the
+    values DCE removed that require grad (see _overwritten_rg)."""
+    rg = _RGSet()
+    names, index = {}, {}
+    dead_rg = dead_rg or {}
     k = 0
     for n in og.graph.nodes:
+        names[n.name] = n
         if n.op == "placeholder":
+            index[n] = k
             t = flat[k]
             k += 1
             if t.requires_grad and t.is_floating_point():
@@ -146,27 +180,57 @@ def _requires_grad_nodes(og, flat):
             continue
         if n.op not in ("call_function", "call_method"):
             continue
-        if not any(i in rg for i in n.all_input_nodes):
-            continue
-        v = _val(n)
-        if n.target is operator.getitem or _is_cast(n):
-            if _is_float_tensor(v):
-                rg.add(n)
-            continue
-        op = _op_name(n)
-        if op is None:
-            raise JointError(f"node %{n.name} calls {n.target!r}, not an op of the op table")
-        kind = _deriv_kind(op)
-        if kind == "nondiff":
-            continue
-        if kind is None:
-            raise JointError(f"op '{op}' has no derivative formula")
-        if kind == "notimpl":
-            raise NotImplementedError(f"tensorplay: the derivative for '{op}' is not implemented")
-        if _is_float_tensor(v) or (isinstance(v, (tuple, list))
-                                   and any(_is_float_tensor(x) for x in v)):
+        _rg_node(n, rg)
+        over = n.meta.get("overwrites")
+        if n not in rg and over is not None and _is_float_tensor(_val(n)) \
+                and (names.get(over) in rg or over in dead_rg):
+            # copy_/fill_/zero_ over a value that requires grad: eager's
+            # result keeps requiring grad (its gradient to the overwritten
+            # value is zero), though the new value reads no such input
+            # or reads it through a nondiff op (full_like)
             rg.add(n)
+            rg.overwrite_only[n] = (_rg_inputs(names[over], rg, index)
+                                    if over in names else dead_rg[over])
     return rg
+
+
+def _overwritten_rg(og, gm, flat):
+    """The names of the values a copy_/fill_/zero_ overwrote (meta
+    'overwrites') that DCE removed from og and that require grad: the
+    analysis runs on the op graph built again without DCE (same names)."""
+    present = {n.name for n in og.graph.nodes}
+    gone = {n.meta.get("overwrites") for n in og.graph.nodes} - present - {None}
+    if not gone:
+        return {}
+    full = _C.make_op_graph(gm, keep_dead=True)
+    rg = _requires_grad_nodes(full, flat)   # JointError: the eager backward
+    index = {n: i for i, n in enumerate(n for n in full.graph.nodes if n.op == "placeholder")}
+    return {n.name: _rg_inputs(n, rg, index) for n in rg if n.name in gone}
+
+
+def _rg_node(n, rg):
+    """Adds the call node n to rg when a formula carries an input's
+    requires-grad to its value."""
+    if not any(i in rg for i in n.all_input_nodes):
+        return
+    v = _val(n)
+    if n.target is operator.getitem or _is_cast(n):
+        if _is_float_tensor(v):
+            rg.add(n)
+        return
+    op = _op_name(n)
+    if op is None:
+        raise JointError(f"node %{n.name} calls {n.target!r}, not an op of the op table")
+    kind = _deriv_kind(op)
+    if kind == "nondiff":
+        return
+    if kind is None:
+        raise JointError(f"op '{op}' has no derivative formula")
+    if kind == "notimpl":
+        raise NotImplementedError(f"tensorplay: the derivative for '{op}' is not implemented")
+    if _is_float_tensor(v) or (isinstance(v, (tuple, list))
+                               and any(_is_float_tensor(x) for x in v)):
+        rg.add(n)
 
 
 def _call_op(target, args, kwargs):
@@ -254,10 +318,15 @@ def _joint_fn(og, rg, diff_nodes, grad_inputs, n_primals, got_grad):
         out = load(out_node.args[0]) if out_node.args else None
         tangents = vals[n_primals:]
         grads, multi = {}, {}
+        zero_reach = set()
         for node, t in zip(diff_nodes, tangents):
             grads[node] = _add(grads.get(node), t)
         for n in reversed(nodes):
             if n.op not in ("call_function", "call_method") or n not in rg:
+                continue
+            if n in rg.overwrite_only:
+                if grads.pop(n, None) is not None:
+                    zero_reach.update(rg.overwrite_only[n])
                 continue
             if _is_cast(n):
                 g = grads.pop(n, None)
@@ -308,6 +377,10 @@ def _joint_fn(og, rg, diff_nodes, grad_inputs, n_primals, got_grad):
         out_grads = []
         for i in grad_inputs:
             g = grads.get(placeholders[i])
+            if g is None and i in zero_reach:
+                # reached only through a value overwritten in place
+                import tensorplay as tp
+                g = tp.zeros_like(vals[i])
             if g is not None:
                 got_grad.append(i)
                 out_grads.append(g)
@@ -367,7 +440,7 @@ def build(gm, flat, lower, name, log=None):
     differentiated as a graph."""
     import tensorplay as tp
     og = _C.make_op_graph(gm)
-    rg = _requires_grad_nodes(og, flat)
+    rg = _requires_grad_nodes(og, flat, _overwritten_rg(og, gm, flat))
     out_node = next(n for n in og.graph.nodes if n.op == "output")
     out_struct = out_node.args[0] if out_node.args else None
     leaves = _leaves(out_struct, [])
