@@ -548,3 +548,29 @@ def test_alpha_scales_in_the_result_dtype_eager_and_compiled():
     for got in (tp.sub(x, y, alpha=3), x.sub(y, alpha=3), tp.add(x, y, alpha=-3), *cf(x, y)):
         assert got.dtype == tp.float64
         np.testing.assert_array_equal(got.numpy(), want)
+
+
+@pytest.mark.parametrize("op", ["sum", "mean"])
+def test_float16_sum_mean_accumulate_in_float32_compiled(op):
+    # a float16 accumulator stops growing at 2048 when adding ones; eager
+    # and torch accumulate in float32 and round once
+    x = tp.ones(3, 5000, dtype=tp.float16)
+    f = (lambda t: t.sum(-1)) if op == "sum" else (lambda t: t.mean(-1))
+    got = tp.compile(f, strict_native=True)(x)
+    want = 5000.0 if op == "sum" else 1.0
+    assert got.dtype == tp.float16 and got.tolist() == [want] * 3 == f(x).tolist()
+    rng = np.random.default_rng(3)
+    a = rng.random((4, 3000)).astype(np.float16)
+    got = tp.compile(f, strict_native=True)(tp.tensor(a)).numpy()
+    np.testing.assert_array_equal(got, f(tp.tensor(a)).numpy())
+    if torch is not None:
+        np.testing.assert_array_equal(got, f(torch.tensor(a)).numpy())
+
+
+def test_float16_cumsum_accumulates_in_float32_compiled():
+    x = tp.ones(2, 5000, dtype=tp.float16)
+    got = tp.compile(lambda t: t.cumsum(-1), strict_native=True)(x)
+    assert got.dtype == tp.float16
+    np.testing.assert_array_equal(got.numpy(), x.cumsum(-1).numpy())
+    assert got[:, -1].tolist() == [5000.0, 5000.0]
+

@@ -472,7 +472,9 @@ lw_lower_reduction(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
     stax_dtype_t odt = out->kind == VB_TENSOR ? out->dtype : x->dtype;
     int a0;
     if ((id == STAX_OP_SUM) || (id == STAX_OP_MEAN)) {
-        stax_dtype_t ad = odt;
+        /* float16 sums and means accumulate (and divide) in float32 and
+         * round once, as eager and PyTorch do */
+        stax_dtype_t ad = odt == STAX_FLOAT16 ? STAX_FLOAT32 : odt;
         a0 = add_acc(k, STAX_RED_SUM, ad, lw_cast(c, v, ad), NULL);
         if (a0 < 0) {
             return -1;

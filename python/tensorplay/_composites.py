@@ -708,6 +708,10 @@ def _cumsum_traced(input, dim, *, dtype=None):
         return _native_decomps.cumsum_int(input, dim, dtype)
     if input.dim() == 0:
         return NotImplemented
+    if input.dtype == tp.float16 or str(input.dtype).endswith("bfloat16"):
+        # accumulated in float32 and rounded once, as eager and PyTorch do
+        # (a float16 running sum of ones stops at 2048)
+        return _cumsum_traced(input.float(), dim).to(input.dtype)
     nd = input.dim()
     d = dim + nd if dim < 0 else dim
     if d < 0 or d >= nd:
