@@ -574,3 +574,67 @@ def test_float16_cumsum_accumulates_in_float32_compiled():
     np.testing.assert_array_equal(got.numpy(), x.cumsum(-1).numpy())
     assert got[:, -1].tolist() == [5000.0, 5000.0]
 
+
+def _all_finite_halves():
+    h = np.arange(0, 65536, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    return h[np.isfinite(h)].copy()
+
+
+_HALF_SCALAR_OPS = {
+    "add": lambda m, x, s: x + s, "radd": lambda m, x, s: s + x,
+    "sub": lambda m, x, s: x - s, "rsub": lambda m, x, s: s - x,
+    "rsub_fn": lambda m, x, s: m.rsub(x, s),
+    "fmod": lambda m, x, s: m.fmod(x, s), "remainder": lambda m, x, s: x % s,
+    "pow": lambda m, x, s: x ** s, "floor_divide": lambda m, x, s: x // s,
+    "mul": lambda m, x, s: x * s, "div": lambda m, x, s: x / s,
+    "add_alpha": lambda m, x, s: m.add(x, s, alpha=0.3),
+    "rsub_alpha": lambda m, x, s: m.rsub(x, s, alpha=0.3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_HALF_SCALAR_OPS))
+def test_float16_op_python_scalar_bit_exact_with_torch(name):
+    """torch's float16 add/sub/rsub/fmod/remainder/pow/floor_divide read a
+    Python scalar as float16 (x + 0.1 adds half(0.1) = 0.0999755859375 in
+    float32 and rounds once); mul and div keep it at float32. Every finite
+    float16, eager and compiled."""
+    f = _HALF_SCALAR_OPS[name]
+    h = _all_finite_halves()
+    x = tp.tensor(h)
+    for s in (0.1, 2.7, -0.7, 1 / 3):
+        e = f(tp, x, s).numpy()
+        c = tp.compile(lambda t: f(tp, t, s), dynamic=False, strict_native=True)(x).numpy()
+        np.testing.assert_array_equal(c, e)
+        if name in ("add", "radd", "sub", "rsub", "rsub_fn"):
+            # without torch: the scalar rounded to half, one float32 op
+            hs = np.float32(np.float16(s))
+            want = {"add": h.astype(np.float32) + hs, "radd": h.astype(np.float32) + hs,
+                    "sub": h.astype(np.float32) - hs}.get(name, hs - h.astype(np.float32))
+            np.testing.assert_array_equal(e, want.astype(np.float16))
+        if torch is not None:
+            np.testing.assert_array_equal(e, f(torch, torch.from_numpy(h), s).numpy(),
+                                          err_msg=f"{name} {s}")
+
+
+@pytest.mark.parametrize("dt", ["float32", "float64"])
+def test_rsub_alpha_is_one_fma_like_torch(dt):
+    # torch: rsub(x, y, alpha) = sub(y, x, alpha), one fma y - alpha * x;
+    # eager and compiled computed alpha * x, rounded, then the subtraction
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal(1003).astype(dt)
+    b = rng.standard_normal(1003).astype(dt)
+    x, y = tp.tensor(a), tp.tensor(b)
+    want = (np.longdouble(b) - np.longdouble(0.3 if dt == "float64" else np.float32(0.3))
+            * np.longdouble(a)).astype(dt)
+    for other in (y, 2.5):
+        w = want if other is y else (np.longdouble(2.5) - np.longdouble(
+            0.3 if dt == "float64" else np.float32(0.3)) * np.longdouble(a)).astype(dt)
+        e = tp.rsub(x, other, alpha=0.3).numpy()
+        c = tp.compile(lambda t, o: tp.rsub(t, o, alpha=0.3), dynamic=False,
+                       strict_native=True)(x, other).numpy()
+        np.testing.assert_array_equal(c, e)
+        if dt == "float32":
+            np.testing.assert_array_equal(e, w)
+        if torch is not None:
+            to = torch.from_numpy(b) if other is y else 2.5
+            np.testing.assert_array_equal(e, torch.rsub(torch.from_numpy(a), to, alpha=0.3).numpy())

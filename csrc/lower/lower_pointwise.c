@@ -182,16 +182,11 @@ f_prim(fctx *f, int prim, fval *x, int n)
         rt = STAX_BOOL;
         break;
     case STAX_PRIM_FMA:
-        /* add/sub with alpha on float16: operands and alpha rounded to
-         * float16, then one float32 fma (torch's Half kernel); alpha 1 is
-         * eager's plain add (a Python number operand in float32) */
+        /* add/sub/rsub with alpha on float16: operands and alpha rounded
+         * to float16, then one float32 fma (torch's Half kernel) */
         for (int i = 0; i < 3; i++) {
             const stax_lval *v = x[i].v;
-            const stax_lval *al = x[1].v;
-            double one_v = f->op != NULL && f->op->id == STAX_OP_SUB ? -1.0 : 1.0;
-            int one = al->kind == STAX_LV_CONST
-                      && (lw_is_float(al->dtype) ? al->f : (double)al->i) == one_v;
-            if (f->od != STAX_FLOAT16 || one) {
+            if (f->od != STAX_FLOAT16) {
                 a[i] = lw_cast(c, v, f->cd);
             }
             else if (v->kind == STAX_LV_CONST) {
@@ -278,6 +273,19 @@ f_case(fctx *f, const stax_sexp *t)
     return chosen;
 }
 
+/* ops whose float16 kernels in torch read their operands as float16 */
+static int
+half_operands(const stax_op_info *op)
+{
+    switch (op != NULL ? op->id : STAX_OP_NONE) {
+    case STAX_OP_ADD: case STAX_OP_SUB: case STAX_OP_RSUB: case STAX_OP_FMOD:
+    case STAX_OP_REMAINDER: case STAX_OP_POW:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 /* an atom: an operand a-d, a $argument, or a number */
 static fval
 f_atom(fctx *f, const char *tok)
@@ -290,7 +298,21 @@ f_atom(fctx *f, const char *tok)
             f->why = "formula operand out of range";
             return r;
         }
-        return f_operand(f, PyTuple_GET_ITEM(f->bound, i));
+        r = f_operand(f, PyTuple_GET_ITEM(f->bound, i));
+        if (r.v != NULL && f->od == STAX_FLOAT16 && i < 2 && half_operands(f->op)) {
+            /* torch casts the operands of a float16 add/sub/rsub/fmod/
+             * remainder/pow to float16 first (a Python scalar included:
+             * x + 0.1 adds half(0.1)), then computes in float32: mul, div
+             * and floor_divide keep the scalar at float32 */
+            if (r.v->kind == STAX_LV_CONST) {
+                double d = lw_is_float(r.v->dtype) ? r.v->f : (double)r.v->i;
+                r.v = lw_const(f->c, STAX_FLOAT64, round_to_half(d));
+            }
+            else if (r.v->dtype != STAX_FLOAT16) {
+                r.v = lw_cast(f->c, r.v, STAX_FLOAT16);
+            }
+        }
+        return r;
     }
     if (tok[0] == '$') {
         PyObject *o = lw_bound_arg(f->bound, f->op, tok + 1);

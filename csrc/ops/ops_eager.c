@@ -417,6 +417,21 @@ binary_meta(const stax_op_info *op, PyObject *a, PyObject *b,
     return (PyObject *)out;
 }
 
+/* an operand rounded to float16, as a float32 (f64: float64) array (new
+ * reference) */
+static PyObject *
+half_operand(PyObject *o, int f64)
+{
+    PyObject *h = operand_array(o, STAX_FLOAT16, 1);
+    if (h == NULL || !PyArray_Check(h)) {
+        return h;
+    }
+    PyObject *f = (PyObject *)PyArray_CastToType(
+        (PyArrayObject *)h, PyArray_DescrFromType(f64 ? NPY_FLOAT64 : NPY_FLOAT32), 0);
+    Py_DECREF(h);
+    return f;
+}
+
 static PyObject *
 binary_impl(const stax_op_info *op, PyObject *a, PyObject *b,
             StaxTensor *inplace_out)
@@ -426,7 +441,7 @@ binary_impl(const stax_op_info *op, PyObject *a, PyObject *b,
     StaxTensor *out = NULL;
     stax_dtype_t rt, ct, ot;
     int64_t shape[STAX_MAX_DIMS];
-    int nd, na, nb;
+    int nd, na, nb, half_in = 0;
     const int64_t *sa, *sb;
     PyObject *uf = ufuncs[op->id];
 
@@ -544,15 +559,27 @@ binary_impl(const stax_op_info *op, PyObject *a, PyObject *b,
          * at full precision (x * 0.1 does not round 0.1 to half first, as
          * NumPy would), and rounds the result once into the output */
         ct = STAX_FLOAT32;
+        /* ... but add/sub/fmod/remainder/pow read their
+         * operands as float16 first (x + 0.1 adds half(0.1)), as torch's
+         * Half kernels for these ops do */
+        half_in = op->id == STAX_OP_ADD || op->id == STAX_OP_SUB
+                  || op->id == STAX_OP_FMOD || op->id == STAX_OP_REMAINDER
+                  || op->id == STAX_OP_POW;
     }
     if (stax_ops_meta_mode) {
         return binary_meta(op, a, b, inplace_out, ct, ot, nd, shape);
     }
-    xa = operand_array(a, ct, 1);
+    /* pow: torch's std::pow(float, float) is glibc's powf (within an
+     * ulp of the exact value, unlike NumPy's vectorized float32 power):
+     * computed in float64, rounded to float32, then to float16 */
+    if (half_in && op->id == STAX_OP_POW) {
+        half_in = 2;
+    }
+    xa = half_in ? half_operand(a, half_in == 2) : operand_array(a, ct, 1);
     if (xa == NULL) {
         goto done;
     }
-    xb = operand_array(b, ct, 1);
+    xb = half_in ? half_operand(b, half_in == 2) : operand_array(b, ct, 1);
     if (xb == NULL) {
         goto done;
     }
@@ -582,10 +609,14 @@ binary_impl(const stax_op_info *op, PyObject *a, PyObject *b,
     if (oarr == NULL) {
         goto done;
     }
-    if (inplace_out != NULL && inplace_out->dtype != ot) {
+    if ((inplace_out != NULL && inplace_out->dtype != ot) || half_in == 2) {
         /* compute in ot, then cast into self */
         PyObject *args[2] = {xa, xb};
         PyObject *tmp = ufunc_array(uf, args, 2);
+        if (tmp != NULL && half_in == 2 && PyArray_Check(tmp)) {
+            Py_SETREF(tmp, (PyObject *)PyArray_CastToType(
+                (PyArrayObject *)tmp, PyArray_DescrFromType(NPY_FLOAT32), 0));
+        }
         if (tmp == NULL || PyArray_CopyInto((PyArrayObject *)oarr,
                                             (PyArrayObject *)tmp) < 0) {
             Py_XDECREF(tmp);

@@ -229,6 +229,19 @@ def _sub(input, other, alpha=1):
 
 @_impl("rsub")
 def _rsub(input, other, alpha=1):
+    if alpha != 1 and not isinstance(alpha, bool) and _is_t(input):
+        rt = _result_np(input, other)
+        if rt.kind == "f":
+            # torch: sub(other, input, alpha), one fma of other - alpha *
+            # input; operands and alpha in the result dtype, float16
+            # computed in float32
+            ct = np.float32 if rt == np.float16 else rt
+            i = _arr(input).astype(rt, copy=False).astype(ct, copy=False)
+            o = (_arr(other) if _is_t(other) else np.asarray(other)).astype(rt).astype(ct, copy=False)
+            i, o = np.broadcast_arrays(i, o)
+            r = _C._ops_fma(np.ascontiguousarray(o), np.ascontiguousarray(i),
+                            float(rt.type(-alpha))).reshape(i.shape)
+            return _wrap(r.astype(rt, copy=False), input, other)
     scaled = input if alpha == 1 else _FUNCS["mul"](input, alpha)
     if _is_t(other):
         return _FUNCS["sub"](other, scaled)
