@@ -455,6 +455,75 @@ p_mark_overwrite(PyObject *v, PyObject *old)
     return rc;
 }
 
+/* x.bernoulli_(p) as a value: bernoulli(x, p) for a number p (eager draws
+ * zeros_like(x).bernoulli_(p): the same words), bernoulli(p expanded to x)
+ * cast to x's dtype for a tensor p. NULL without an exception: no such
+ * form (an explicit generator, other arguments) */
+static PyObject *
+p_bernoulli_value(p_op_ctx *c, PyObject *mapped, PyObject *mkw)
+{
+    PyObject *x = PyTuple_GET_ITEM(mapped, 0), *p = NULL, *r = NULL, *args = NULL;
+    Py_ssize_t na = PyTuple_GET_SIZE(mapped);
+    if (na > 2) {
+        return NULL;
+    }
+    if (PyDict_Check(mkw)) {
+        PyObject *k, *v;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(mkw, &pos, &k, &v)) {
+            if (PyUnicode_Check(k) && PyUnicode_CompareWithASCIIString(k, "p") == 0 && na == 1) {
+                p = v;
+            }
+            else if (!(PyUnicode_Check(k) && PyUnicode_CompareWithASCIIString(k, "generator") == 0
+                       && v == Py_None)) {
+                return NULL;
+            }
+        }
+    }
+    if (na == 2) {
+        p = PyTuple_GET_ITEM(mapped, 1);
+    }
+    PyObject *xv = stax_graph_p_is_node(x) ? stax_graph_p_val(x) : NULL;
+    if (xv == NULL) {
+        return NULL;
+    }
+    if (p == NULL || PyFloat_Check(p) || (PyLong_Check(p) && !PyBool_Check(p))) {
+        PyObject *pf = p ? PyNumber_Float(p) : PyFloat_FromDouble(0.5);
+        args = pf ? PyTuple_Pack(2, x, pf) : NULL;
+        Py_XDECREF(pf);
+        r = args ? stax_graph_p_emit(c, "bernoulli", "p", args, NULL, 0) : NULL;
+        Py_XDECREF(args);
+        return r;
+    }
+    if (!stax_graph_p_is_node(p) || stax_graph_p_val(p) == NULL) {
+        return NULL;
+    }
+    PyObject *shape = PyObject_GetAttrString(xv, "shape");
+    PyObject *l = shape ? PySequence_List(shape) : NULL;
+    Py_XDECREF(shape);
+    args = l ? PyTuple_Pack(2, p, l) : NULL;
+    Py_XDECREF(l);
+    PyObject *e = args ? stax_graph_p_emit(c, "expand", "default", args, NULL, 0) : NULL;
+    Py_XDECREF(args);
+    args = e ? PyTuple_Pack(1, e) : NULL;
+    Py_XDECREF(e);
+    r = args ? stax_graph_p_emit(c, "bernoulli", "default", args, NULL, 0) : NULL;
+    Py_XDECREF(args);
+    PyObject *rv = r && stax_graph_p_is_node(r) ? stax_graph_p_val(r) : NULL;
+    PyObject *d1 = rv ? PyObject_GetAttrString(xv, "dtype") : NULL;
+    PyObject *d2 = d1 ? PyObject_GetAttrString(rv, "dtype") : NULL;
+    if (d2 != NULL && PyObject_RichCompareBool(d1, d2, Py_EQ) == 0) {
+        PyObject *a2 = PyTuple_Pack(1, r);
+        PyObject *kw = Py_BuildValue("{sO}", "dtype", d1);
+        Py_SETREF(r, a2 && kw ? stax_graph_p_emit(c, "_to_copy", "default", a2, kw, 0) : NULL);
+        Py_XDECREF(a2);
+        Py_XDECREF(kw);
+    }
+    Py_XDECREF(d1);
+    Py_XDECREF(d2);
+    return r;
+}
+
 static int
 p_lower_inplace(p_op_ctx *c, PyObject *n, p_opref *r, PyObject *args,
                 PyObject *kwargs)
@@ -550,8 +619,15 @@ p_lower_inplace(p_op_ctx *c, PyObject *n, p_opref *r, PyObject *args,
             Py_CLEAR(v);
         }
     }
+    else if (r->info == NULL && r->call != NULL && r->call->key == STAX_CALL_BERNOULLI_
+             && (v = p_bernoulli_value(c, mapped, mkw)) != NULL) {
+        /* x.bernoulli_(p): the value bernoulli(x, p), a fresh draw */
+    }
     else {
-        /* no functional overload (uniform_, random_, bernoulli_, ...) */
+        if (PyErr_Occurred()) {
+            goto done;
+        }
+        /* no functional overload (uniform_, random_, ...) */
         v = p_emit_mutating(c, r, mapped, PyDict_Check(mkw) ? mkw : NULL);
     }
     if (v == NULL || stax_graph_fz_assign(c, m, v) < 0

@@ -111,6 +111,198 @@ rand_uniform(lw_ctx *c, vbuf *out, stax_dtype_t dt, int *ok)
     return lw_cast(c, u, STAX_FLOAT32);
 }
 
+/* the Box-Muller normal of eager's fill (float64: 4 words, else 2), in
+ * double */
+static const stax_lval *
+normal_z(lw_ctx *c, rdraw *r, int f64)
+{
+    const stax_lval *u1, *u2;
+    if (f64) {
+        u1 = u53(c, rword(c, r, 0), rword(c, r, 1));
+        u2 = u53(c, rword(c, r, 2), rword(c, r, 3));
+    }
+    else {
+        u1 = u24(c, rword(c, r, 0));
+        u2 = u24(c, rword(c, r, 1));
+    }
+    stax_dtype_t D = STAX_FLOAT64;
+    const stax_lval *lg = lw_prim(c, STAX_PRIM_LOG, D,
+                                  lw_prim(c, STAX_PRIM_SUB, D, lw_const(c, D, 1.0), u1, NULL),
+                                  NULL, NULL);
+    const stax_lval *rad = lw_prim(c, STAX_PRIM_SQRT, D,
+                                   lw_prim(c, STAX_PRIM_MUL, D, lw_const(c, D, -2.0), lg, NULL),
+                                   NULL, NULL);
+    const stax_lval *cs = lw_prim(c, STAX_PRIM_COS, D,
+                                  lw_prim(c, STAX_PRIM_MUL, D,
+                                          lw_const(c, D, 2.0 * 3.14159265358979323846), u2, NULL),
+                                  NULL, NULL);
+    return lw_prim(c, STAX_PRIM_MUL, D, rad, cs, NULL);
+}
+
+/* x.uniform_(from, to) / x.normal_(mean, std) as a value: a fresh draw of
+ * x's shape, element i from words i*W.. of the stream as eager's fill
+ * (which draws a view in its row-major order too), so a write through a
+ * view is this draw scattered into the base. uniform float32/float16:
+ * (float)(a + (b - a) * u24) in double; float64: a + (b - a) * u53;
+ * normal: a + b * z in double, rounded to the dtype once (float16: from
+ * double, as eager's store) */
+static int
+lower_uniform_normal(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *out,
+                     const char **why)
+{
+    stax_dtype_t dt = out->dtype, D = STAX_FLOAT64;
+    int uni = in->op->id == STAX_OP_UNIFORM_;
+    if (dt != STAX_FLOAT16 && dt != STAX_FLOAT32 && dt != STAX_FLOAT64) {
+        UNSUPPORTED("random fill of a non-float dtype");
+    }
+    PyObject *pa = lw_bound_arg(bound, in->op, uni ? "from" : "mean");
+    PyObject *pb = lw_bound_arg(bound, in->op, uni ? "to" : "std");
+    for (int k = 0; k < 2; k++) {
+        PyObject *o = k ? pb : pa;
+        if (o != NULL && o != Py_None && !PyFloat_Check(o) && !PyLong_Check(o)) {
+            UNSUPPORTED("random fill with a parameter that is not a Python number");
+        }
+    }
+    double a = lw_num(pa, 0.0), b = lw_num(pb, 1.0);
+    rdraw r;
+    int f64 = dt == STAX_FLOAT64;
+    int ok = rand_draw(c, out, uni ? (f64 ? 2 : 1) : (f64 ? 4 : 2), &r);
+    if (ok <= 0) {
+        if (ok == 0) {
+            UNSUPPORTED("too many random draws in one program");
+        }
+        return -1;
+    }
+    const stax_lval *v;
+    if (uni) {
+        const stax_lval *u = f64 ? u53(c, rword(c, &r, 0), rword(c, &r, 1))
+                                 : u24(c, rword(c, &r, 0));
+        v = lw_prim(c, STAX_PRIM_ADD, D, lw_const(c, D, a),
+                    lw_prim(c, STAX_PRIM_MUL, D, lw_const(c, D, b - a), u, NULL), NULL);
+        if (!f64) {
+            v = lw_cast(c, v, STAX_FLOAT32);
+        }
+    }
+    else {
+        v = lw_prim(c, STAX_PRIM_ADD, D, lw_const(c, D, a),
+                    lw_prim(c, STAX_PRIM_MUL, D, lw_const(c, D, b), normal_z(c, &r, f64), NULL),
+                    NULL);
+    }
+    out->body = lw_cast(c, v, dt);
+    return out->body ? 1 : -1;
+}
+
+/* bernoulli(x, p) (a number p: eager's zeros_like(x).bernoulli_(p)) or
+ * bernoulli(x) (x the probabilities): element i is 1 where u53 of words
+ * 2i, 2i+1 < p, in the value's dtype */
+static int
+lower_bernoulli(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x, vbuf *out,
+                const char **why)
+{
+    PyObject *p = lw_bound_arg(bound, in->op, "p");
+    const stax_lval *pv;
+    if (p != NULL && p != Py_None) {
+        if (!PyFloat_Check(p) && !PyLong_Check(p)) {
+            UNSUPPORTED("bernoulli with a probability that is not a Python number");
+        }
+        double pd = lw_num(p, 0.5);
+        if (!(pd >= 0 && pd <= 1)) {
+            UNSUPPORTED("bernoulli probability out of [0, 1] (eager raises)");
+        }
+        pv = lw_const(c, STAX_FLOAT64, pd);
+    }
+    else {
+        if (x == NULL || !lw_is_float(x->dtype)) {
+            UNSUPPORTED("bernoulli of a non-float probability tensor");
+        }
+        pv = lw_cast(c, x->body, STAX_FLOAT64);
+    }
+    rdraw r;
+    int ok = rand_draw(c, out, 2, &r);
+    if (ok <= 0) {
+        if (ok == 0) {
+            UNSUPPORTED("too many random draws in one program");
+        }
+        return -1;
+    }
+    const stax_lval *u = u53(c, rword(c, &r, 0), rword(c, &r, 1));
+    const stax_lval *hit = lw_prim(c, STAX_PRIM_LT, STAX_BOOL, u, pv, NULL);
+    out->body = lw_cast(c, hit, out->dtype);
+    return out->body ? 1 : -1;
+}
+
+/* x.random_(from, to) as a value: eager's randint fill, element i = lo +
+ * (w[2i] | w[2i+1] << 32) mod (hi - lo) in unsigned 64-bit arithmetic,
+ * here as ((hi32 mod m) * (2^32 mod m) + lo32 mod m) mod m, exact in int64
+ * for m <= 2^31 (wider ranges: float64's and int64's defaults, refused) */
+static int
+lower_random_int(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *out,
+                 const char **why)
+{
+    PyObject *pf = lw_bound_arg(bound, in->op, "from");
+    PyObject *pt = lw_bound_arg(bound, in->op, "to");
+    int64_t lo = 0, hi;
+    stax_dtype_t dt = out->dtype;
+    for (int k = 0; k < 2; k++) {
+        PyObject *o = k ? pt : pf;
+        if (o != NULL && o != Py_None && (!PyLong_Check(o) || PyBool_Check(o))) {
+            UNSUPPORTED("random_ with a bound that is not a Python int");
+        }
+    }
+    int ovf = 0;
+    if (pt != NULL && pt != Py_None) {
+        lo = pf != NULL && pf != Py_None ? PyLong_AsLongLongAndOverflow(pf, &ovf) : 0;
+        hi = PyLong_AsLongLongAndOverflow(pt, &ovf);
+    }
+    else if (pf != NULL && pf != Py_None) {
+        hi = PyLong_AsLongLongAndOverflow(pf, &ovf);
+    }
+    else {
+        /* eager's default range for the dtype (_tensor._random_) */
+        switch (dt) {
+        case STAX_FLOAT32: hi = (1LL << 24) + 1; break;
+        case STAX_FLOAT16: hi = (1LL << 11) + 1; break;
+        case STAX_BOOL: hi = 2; break;
+        case STAX_UINT8: hi = 256; break;
+        case STAX_INT8: hi = 128; break;
+        case STAX_INT16: hi = 32768; break;
+        case STAX_INT32: hi = 2147483648LL; break;
+        default: UNSUPPORTED("random_ over a range wider than 2**31");
+        }
+    }
+    if (ovf || PyErr_Occurred()) {
+        PyErr_Clear();
+        UNSUPPORTED("random_ bound beyond int64");
+    }
+    if (lo > (1LL << 53) || lo < -(1LL << 53)) {
+        UNSUPPORTED("random_ with a lower bound beyond 2**53");
+    }
+    if (hi <= lo || hi - lo > (1LL << 31)) {
+        UNSUPPORTED(hi <= lo ? "random_ with an empty range (eager raises)"
+                             : "random_ over a range wider than 2**31");
+    }
+    int64_t m = hi - lo;
+    rdraw r;
+    int ok = rand_draw(c, out, 2, &r);
+    if (ok <= 0) {
+        if (ok == 0) {
+            UNSUPPORTED("too many random draws in one program");
+        }
+        return -1;
+    }
+    stax_dtype_t it = STAX_INT64;
+    const stax_lval *mm = lw_const(c, it, (double)m);
+    const stax_lval *w0 = lw_prim(c, STAX_PRIM_REMAINDER, it, rword(c, &r, 0), mm, NULL);
+    const stax_lval *w1 = lw_prim(c, STAX_PRIM_REMAINDER, it, rword(c, &r, 1), mm, NULL);
+    const stax_lval *sh = lw_const(c, it, (double)(int64_t)((1ULL << 32) % (uint64_t)m));
+    const stax_lval *v = lw_prim(c, STAX_PRIM_ADD, it, lw_prim(c, STAX_PRIM_MUL, it, w1, sh, NULL),
+                                 w0, NULL);
+    v = lw_prim(c, STAX_PRIM_REMAINDER, it, v, mm, NULL);
+    v = lw_prim(c, STAX_PRIM_ADD, it, v, lw_const(c, it, (double)lo), NULL);
+    out->body = lw_cast(c, v, dt);
+    return out->body ? 1 : -1;
+}
+
 int
 lw_lower_random(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
                 vbuf *out, const char **why)
@@ -123,7 +315,19 @@ lw_lower_random(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
     if (gen != NULL && gen != Py_None) {
         UNSUPPORTED("random op with an explicit generator");
     }
-    if (out->kind != VB_TENSOR || (out->dtype != STAX_FLOAT32 && out->dtype != STAX_FLOAT64)) {
+    if (out->kind != VB_TENSOR) {
+        UNSUPPORTED("random op of a non-tensor value");
+    }
+    if (id == STAX_OP_BERNOULLI) {
+        return lower_bernoulli(c, in, bound, x, out, why);
+    }
+    if (id == STAX_OP_UNIFORM_ || id == STAX_OP_NORMAL_) {
+        return lower_uniform_normal(c, in, bound, out, why);
+    }
+    if (id == STAX_OP_RANDOM_) {
+        return lower_random_int(c, in, bound, out, why);
+    }
+    if (out->dtype != STAX_FLOAT32 && out->dtype != STAX_FLOAT64) {
         UNSUPPORTED("random op of a non-float dtype");
     }
     int ok = 0;

@@ -270,7 +270,9 @@ lw_lower_node(lw_ctx *c, struct lw_node_in *in, vbuf **outp, const char **why)
     if (op == NULL) {
         UNSUPPORTED("no op of the op table matches the node's target");
     }
-    if (op->flags & STAX_OPF_INPLACE) {
+    if ((op->flags & STAX_OPF_INPLACE) && stax_op_lower[op->id] != STAX_LOWER_RANDOM) {
+        /* (uniform_/normal_ stay in-place nodes; their value is a fresh
+         * draw of the operand's shape, lowered as one) */
         UNSUPPORTED("in-place op (functionalization did not remove it)");
     }
     bound = stax_op_bind(op, in->args, in->kwargs);
