@@ -332,9 +332,17 @@ load_buf(cg_t *g, int buf, const stax_ix *index, const stax_lval *mask)
     LLVMTypeRef mt = mem_type(g, dt);
     LLVMValueRef idx = gen_ix(g, index);
     LLVMValueRef m = NULL;
+    LLVMBasicBlockRef from = NULL, join = NULL;
     if (mask != NULL) {
+        /* a load under a branch, not at a selected index: the loop
+         * vectorizer makes a contiguous masked load of it (im2col, pad)
+         * where a select of the index made a gather */
         m = gen_val(g, mask);
-        idx = LLVMBuildSelect(g->b, m, idx, LLVMConstInt(g->i64, 0, 0), "");
+        from = LLVMGetInsertBlock(g->b);
+        LLVMBasicBlockRef then = LLVMAppendBasicBlockInContext(g->cx, g->fn, "mload");
+        join = LLVMAppendBasicBlockInContext(g->cx, g->fn, "mjoin");
+        LLVMBuildCondBr(g->b, m, then, join);
+        LLVMPositionBuilderAtEnd(g->b, then);
     }
     LLVMValueRef p = LLVMBuildGEP2(g->b, mt, g->bufs[buf], &idx, 1, "");
     LLVMValueRef l = LLVMBuildLoad2(g->b, mt, p, "");
@@ -343,7 +351,14 @@ load_buf(cg_t *g, int buf, const stax_ix *index, const stax_lval *mask)
         l = LLVMBuildICmp(g->b, LLVMIntNE, l, LLVMConstInt(g->i8, 0, 0), "");
     }
     if (m != NULL) {
-        l = LLVMBuildSelect(g->b, m, l, LLVMConstNull(reg_type(g, dt)), "");
+        LLVMBasicBlockRef then_end = LLVMGetInsertBlock(g->b);
+        LLVMBuildBr(g->b, join);
+        LLVMPositionBuilderAtEnd(g->b, join);
+        LLVMValueRef phi = LLVMBuildPhi(g->b, reg_type(g, dt), "");
+        LLVMValueRef vals[2] = {l, LLVMConstNull(reg_type(g, dt))};
+        LLVMBasicBlockRef blocks[2] = {then_end, from};
+        LLVMAddIncoming(phi, vals, blocks, 2);
+        l = phi;
     }
     return l;
 }

@@ -345,15 +345,30 @@ lw_rewrite_ix(lw_ctx *c, lw_rw *rw, const stax_ix *ix)
         return v == ix->val ? ix : lw_ix_value(c, v);
     }
     default: {
+        ptrmap *m = NULL;
+        if (rw->ranges != NULL) {
+            /* memoized: simplification rebuilds shared nodes once */
+            if ((m = rw_memo(rw)) == NULL) {
+                return NULL;
+            }
+            const stax_ix *hit = pm_get(m, ix);
+            if (hit != NULL) {
+                return hit;
+            }
+        }
         const stax_ix *a = lw_rewrite_ix(c, rw, ix->a);
         const stax_ix *b = lw_rewrite_ix(c, rw, ix->b);
         if (a == NULL || b == NULL) {
             return NULL;
         }
-        if (a == ix->a && b == ix->b) {
-            return ix;
+        const stax_ix *r = (a == ix->a && b == ix->b) ? ix : lw_ix_bin(c, ix->kind, a, b);
+        if (m != NULL && r != NULL) {
+            r = lw_ix_simplify(c, r, rw->ranges, rw->nranges);
+            if (r == NULL || pm_put(m, ix, r) < 0) {
+                return NULL;
+            }
         }
-        return lw_ix_bin(c, ix->kind, a, b);
+        return r;
     }
     }
 }
@@ -377,7 +392,10 @@ lw_rewrite(lw_ctx *c, lw_rw *rw, const stax_lval *v)
     case STAX_LV_CONST:
         break;
     case STAX_LV_ACC:
-        if (rw->acc_shift) {
+        if (rw->accs != NULL && v->acc < rw->naccs && rw->accs[v->acc] != NULL) {
+            r = rw->accs[v->acc];
+        }
+        else if (rw->acc_shift) {
             r = lw_acc(c, v->acc + rw->acc_shift, v->dtype);
         }
         break;

@@ -825,6 +825,9 @@ static int
 finalize_kernel(lw_ctx *c, step_t *s)
 {
     kdraft *d = s->draft;
+    if (lw_unroll_small_reductions(c, d) < 0 || lw_split_loops(c, d) < 0) {
+        return -1;
+    }
     int n = c->npbufs;
     unsigned char *read = calloc((size_t)n, 1), *wr = calloc((size_t)n, 1);
     int *map = malloc(sizeof(int) * (size_t)n);

@@ -177,6 +177,13 @@ typedef struct lw_rw {
     void *hook_ctx;
     const int *bufmap;            /* program -> kernel buffer, or NULL */
     int nbufmap;
+    /* loop extents of the result's vars (NULL: unknown): div/mod nodes
+     * are simplified by interval arithmetic (lower_simplify.c) */
+    const int64_t *ranges;
+    int nranges;
+    /* value replacing accumulator k (NULL: keep), or NULL */
+    const struct stax_lval *const *accs;
+    int naccs;
     void *memo;
 } lw_rw;
 const stax_lval *lw_rewrite(lw_ctx *c, lw_rw *rw, const stax_lval *v);
@@ -217,6 +224,16 @@ void *lw_compile_kernel(lw_ctx *c, const stax_kernel *k, PyObject **source);
 /* finalize: merge/fuse, build stax_kernels, buffer plan, compile */
 int lw_finalize(lw_ctx *c, const int *outputs, int noutputs);
 void lw_ctx_clear(lw_ctx *c);
+/* lower_simplify.c: div/mod of ix that interval arithmetic over the loop
+ * extents ext[0..n) proves exact, removed (ix itself if none; NULL on
+ * memory error) */
+const stax_ix *lw_ix_simplify(lw_ctx *c, const stax_ix *ix, const int64_t *ext, int n);
+/* split loop vars reached through div/mod into two loops each, where that
+ * removes div/mod nodes (CPU back end); 0 or -1 + exception */
+int lw_split_loops(lw_ctx *c, kdraft *d);
+/* a float max/min reduction over a few elements (pooling windows) as one
+ * unrolled maxnan/minnan expression of the outer loops; 0 or -1 */
+int lw_unroll_small_reductions(lw_ctx *c, kdraft *d);
 
 /* node rules (lower_rules.c: dispatch and shared helpers; per op kind in
  * lower_pointwise.c, lower_reduce.c, lower_view.c, lower_movement.c,
