@@ -156,3 +156,26 @@ def test_dim_amax_with_argmax_not_unrolled():
     x = tp.randn(16, 3)
     cf, got, ref = _run(lambda x: x.max(1), x)
     _close(got, ref)
+
+
+def test_identical_kernels_of_one_program_compile_once():
+    # the same block twice (a model's repeated layers): its kernels'
+    # machine code is compiled once and shared; the values stay eager's
+    from tensorplay import _C
+    w1, w2 = tp.randn(16, 16), tp.randn(16, 16)
+
+    def block(x, w):
+        y = tp.relu(x @ w)
+        return tp.softmax(y * 0.5 + 1, -1)
+
+    def f(x):
+        return block(block(x, w1), w2)
+
+    x = tp.randn(8, 16)
+    c0 = _C._jit_compile_count()
+    cf, got, ref = _run(f, x)
+    _close(got, ref)
+    n = len(cf.versions[0].kernels)
+    names = [k.name for k in cf.versions[0].kernels]
+    assert len(set(names)) == n           # each kernel keeps its own name
+    assert _C._jit_compile_count() - c0 < n, (names, _C._jit_compile_count() - c0)

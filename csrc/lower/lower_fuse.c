@@ -765,13 +765,15 @@ hcap_free(PyObject *cap)
     }
 }
 
-/* compile s->k through the kernel cache: a kernel of the same structure
- * (another size of the class) reuses the machine code. 0 or -1 */
+/* compile s->k through a kernel cache keyed by its structure: a kernel of
+ * the same structure reuses the machine code (symbolize: another size of
+ * the class, its constants as size arguments; else an identical kernel of
+ * the same program, e.g. the same layer repeated in a model). 0 or -1 */
 static int
-compile_symbolic(lw_ctx *c, step_t *s)
+compile_keyed(lw_ctx *c, step_t *s, PyObject *cache, int symbolize)
 {
     stax_strbuf key = {0};
-    if (sym_kernel(c, s->k, NULL) < 0 || sym_kernel(c, s->k, &key) < 0) {
+    if ((symbolize && sym_kernel(c, s->k, NULL) < 0) || sym_kernel(c, s->k, &key) < 0) {
         free(key.p);
         return -1;
     }
@@ -780,7 +782,7 @@ compile_symbolic(lw_ctx *c, step_t *s)
     if (kb == NULL) {
         return -1;
     }
-    PyObject *hit = PyDict_GetItemWithError(c->kcache, kb);
+    PyObject *hit = PyDict_GetItemWithError(cache, kb);
     if (hit != NULL) {
         s->hcap = Py_NewRef(PyTuple_GET_ITEM(hit, 0));
         s->source = Py_XNewRef(PyTuple_GET_ITEM(hit, 1));
@@ -815,7 +817,7 @@ compile_symbolic(lw_ctx *c, step_t *s)
     s->handle = h;
     s->fn = c->be->kernel_fn ? c->be->kernel_fn(c->be, h) : NULL;
     PyObject *ent = PyTuple_Pack(2, cap, s->source ? s->source : Py_None);
-    int rc = ent ? PyDict_SetItem(c->kcache, kb, ent) : -1;
+    int rc = ent ? PyDict_SetItem(cache, kb, ent) : -1;
     Py_XDECREF(ent);
     Py_DECREF(kb);
     return rc;
@@ -1125,14 +1127,30 @@ lw_finalize(lw_ctx *c, const int *outputs, int noutputs)
             }
         }
     }
-    /* compile */
+    /* compile; in static mode identical kernels (the same block of a model
+     * repeated: GPT's layers) compile once: the first call of the 2-layer
+     * GPT compiled 17 kernels, 6 of them copies (bench/models.py) */
+    PyObject *same = NULL;
+    if (!(c->symbolic && c->kcache != NULL) && c->be->device == NULL) {
+        same = PyDict_New();
+        if (same == NULL) {
+            return -1;
+        }
+    }
     for (int i = 0; i < c->nsteps; i++) {
         step_t *s = &c->steps[i];
         if (s->kind != ST_KERNEL) {
             continue;
         }
         if (c->symbolic && c->kcache != NULL) {
-            if (compile_symbolic(c, s) < 0) {
+            if (compile_keyed(c, s, c->kcache, 1) < 0) {
+                return -1;
+            }
+            continue;
+        }
+        if (same != NULL) {
+            if (compile_keyed(c, s, same, 0) < 0) {
+                Py_DECREF(same);
                 return -1;
             }
             continue;
@@ -1143,5 +1161,6 @@ lw_finalize(lw_ctx *c, const int *outputs, int noutputs)
         }
         s->fn = c->be->kernel_fn ? c->be->kernel_fn(c->be, s->handle) : NULL;
     }
+    Py_XDECREF(same);
     return 0;
 }
