@@ -557,3 +557,47 @@ def test_sdpa_causal_with_mask_raises_off_the_flash_path():
                                                           is_causal=True),
                    lambda: TF.scaled_dot_product_attention(*map(torch.tensor, arrs),
                                                            attn_mask=torch.tensor(m), is_causal=True))
+
+
+# ------------------------------------------------ in-place writes to constants
+
+_HELD = {}
+
+
+def test_compiled_writes_to_an_unlifted_tensor_land_in_it():
+    """A tensor the trace meets that is not lifted (held in a dict) is a
+    constant held by reference; the function's in-place writes to it are
+    written back by the compiled program (they were dropped)."""
+    for strict in (False, True):
+        _HELD["buf"] = tp.zeros(3)
+
+        def f(a):
+            _HELD["buf"].add_(a.sum(0))
+            return a * 2
+        cf = tp.compile(f, strict_native=strict)
+        cf(tp.ones(4, 3))
+        cf(tp.ones(4, 3))
+        close(_HELD["buf"], np.full(3, 8.0, np.float32), 0, 0)
+        _HELD["c"] = tp.zeros(2, 3)
+
+        def g(a):
+            _HELD["c"][1].copy_(a)
+            return _HELD["c"].sum() + a
+        cg = tp.compile(g, strict_native=strict)
+        r = cg(tp.arange(3.0))
+        close(_HELD["c"], np.array([[0, 0, 0], [0, 1, 2]], np.float32), 0, 0)
+        close(r, np.arange(3.0) + 3.0, 0, 0)
+
+
+def test_batch_norm_training_with_unlifted_running_stats_native():
+    _HELD["rm"], _HELD["rv"] = tp.zeros(3), tp.ones(3)
+    cf = strict(lambda a: F.batch_norm(a, _HELD["rm"], _HELD["rv"], training=True, momentum=0.2))
+    trm, trv = torch.zeros(3), torch.ones(3)
+    for _ in range(3):
+        x = RNG.standard_normal((4, 3, 5, 5)).astype(np.float32)
+        y = cf(tp.tensor(x))
+        ty = TF.batch_norm(torch.tensor(x), trm, trv, training=True, momentum=0.2)
+        close(y, ty, 1e-5, 1e-5)
+        close(_HELD["rm"], trm, 1e-5, 1e-6)
+        close(_HELD["rv"], trv, 1e-5, 1e-6)
+    assert len(cf.versions) == 1

@@ -962,8 +962,8 @@ done:
 
 /* ---- make_op_graph --------------------------------------------------- */
 
-/* 1 if `user` writes its first argument back into the input `ph` (the
- * write-back copy_ of functionalization) */
+/* 1 if `user` writes its first argument back into the input or constant
+ * `ph` (the write-back copy_ of functionalization) */
 static int
 p_is_writeback_of(PyObject *user, PyObject *ph)
 {
@@ -979,7 +979,8 @@ p_is_writeback_of(PyObject *user, PyObject *ph)
         PyObject *a = stax_graph_p_attr(user, "args");
         r = a && PyTuple_Check(a) && PyTuple_GET_SIZE(a) >= 1
             && PyTuple_GET_ITEM(a, 0) == ph
-            && stax_graph_p_opcode(ph) == P_PLACEHOLDER;
+            && (stax_graph_p_opcode(ph) == P_PLACEHOLDER
+                || stax_graph_p_opcode(ph) == P_GET_ATTR);
         Py_XDECREF(a);
     }
     PyErr_Clear();
@@ -1183,10 +1184,16 @@ op_get_attr(p_op_ctx *c, PyObject *n)
     Py_XDECREF(t);
     Py_XDECREF(e);
     val = nn ? stax_graph_p_val(n) : NULL;
-    if (nn != NULL && (val == NULL || p_meta_set(nn, "val", val) == 0)
+    /* a constant held by reference (a tensor the trace met that was not
+     * lifted: in a dict, a list) is written back like a placeholder when
+     * the function writes it in place */
+    PyObject *pair = nn ? PyTuple_Pack(2, n, nn) : NULL;
+    if (pair != NULL && (val == NULL || p_meta_set(nn, "val", val) == 0)
+        && PyList_Append(c->placeholders, pair) == 0
         && stax_graph_fz_root(c, n, nn) == 0) {
         rc = 0;
     }
+    Py_XDECREF(pair);
     Py_XDECREF(nn);
     return rc;
 }

@@ -21,6 +21,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* a buffer the program writes in place (an input, or a constant held by
+ * reference): its stores are effects, never dead, and keep their place */
+static int
+written_in_place(const lw_ctx *c, int b)
+{
+    return c->pbufs[b].kind == PB_INPUT || c->pbufs[b].kind == PB_CONST;
+}
+
 /* ------------------------------------------------------ load collection */
 typedef struct {
     unsigned char *read;     /* per program buffer */
@@ -218,14 +226,15 @@ try_merge(lw_ctx *c, int pi, int ci, unsigned char *avail)
     if (!fit) {
         return 0;
     }
-    /* writes into inputs (functionalized mutation) keep their place */
+    /* writes into inputs and constants (functionalized mutation) keep
+     * their place */
     for (int i = 0; i < p->nstores; i++) {
-        if (c->pbufs[p->stores[i].buf].kind == PB_INPUT) {
+        if (written_in_place(c, p->stores[i].buf)) {
             return 0;
         }
     }
     for (int i = 0; i < k->nstores; i++) {
-        if (c->pbufs[k->stores[i].buf].kind == PB_INPUT) {
+        if (written_in_place(c, k->stores[i].buf)) {
             return 0;
         }
     }
@@ -341,7 +350,7 @@ drop_dead_stores(lw_ctx *c)
         stax_lstore keep[LW_MAX_STORES];
         for (int i = 0; i < k->nstores; i++) {
             int b = k->stores[i].buf;
-            if (read[b] || c->pbufs[b].is_output || c->pbufs[b].kind == PB_INPUT) {
+            if (read[b] || c->pbufs[b].is_output || written_in_place(c, b)) {
                 map[i] = ns;
                 keep[ns++] = k->stores[i];
             }

@@ -441,8 +441,13 @@ lw_body_reads(lw_ctx *c, const stax_lval *body, int buf)
 int
 lw_lower_copy_into(lw_ctx *c, vbuf *dest, vbuf *src)
 {
-    if (dest->kind != VB_TENSOR || src->kind != VB_TENSOR || dest->pbuf < 0
-        || c->pbufs[dest->pbuf].kind != PB_INPUT) {
+    if (dest->kind != VB_TENSOR || src->kind != VB_TENSOR || dest->pbuf < 0) {
+        return 0;
+    }
+    /* an input, or a host constant the program holds by reference (the
+     * caller's tensor: a device program holds a copy, written eagerly) */
+    if (c->pbufs[dest->pbuf].kind != PB_INPUT
+        && (c->pbufs[dest->pbuf].kind != PB_CONST || c->be->device != NULL)) {
         return 0;
     }
     pbuf_t *pb = &c->pbufs[dest->pbuf];

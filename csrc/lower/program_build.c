@@ -913,7 +913,7 @@ typedef struct {
     lw_ctx *c;
     vbuf **vb;                           /* per node, malloc'd */
     tmpl_ctx tc;
-    int copy_nodes[64], ncopies;         /* copy_ into a placeholder */
+    int copy_nodes[64], ncopies;         /* copy_ into a placeholder / constant */
     PyObject *output_t;                  /* owned until moved to p */
     int nph;                             /* placeholders seen */
 } lw_build;
@@ -1116,8 +1116,12 @@ take_input_copy(lw_build *b, Py_ssize_t i, PyObject *node, vbuf **v)
     }
     Py_XDECREF(ca);
     PyErr_Clear();
+    /* into an input, or a host constant held by reference (a tensor the
+     * trace met that was not lifted: the caller's own tensor) */
     if (dv != NULL && sv != NULL && dv->kind == VB_TENSOR && sv->kind == VB_TENSOR
-        && dv->pbuf >= 0 && b->c->pbufs[dv->pbuf].kind == PB_INPUT) {
+        && dv->pbuf >= 0 && (b->c->pbufs[dv->pbuf].kind == PB_INPUT
+                             || (b->c->pbufs[dv->pbuf].kind == PB_CONST
+                                 && b->c->be->device == NULL))) {
         b->tc.copy_src[b->tc.ncopy] = sv;
         b->tc.copy_dst[b->tc.ncopy] = dv->pbuf;
         b->tc.ncopy++;

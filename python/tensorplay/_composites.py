@@ -651,12 +651,6 @@ def _batch_norm_training(input, running_mean=None, running_var=None, weight=None
     native. training=False is recorded whole (a fused kernel)."""
     if not training:
         return NotImplemented
-    for t in (running_mean, running_var):
-        if t is not None and isinstance(t, _C.Tensor):
-            # a real tensor, not a lifted one: its update could not be
-            # recorded (it would run now, on the real buffer); the call is
-            # recorded whole and the tracer isolates its sample run
-            return NotImplemented
     nd = input.dim()
     if nd < 2:
         return NotImplemented
@@ -677,10 +671,22 @@ def _batch_norm_training(input, running_mean=None, running_var=None, weight=None
     if bias is not None:
         y = y + bias.reshape(shape)
     if running_mean is not None:
-        running_mean.mul_(1 - momentum).add_(mean.detach() * momentum)
+        _update(running_mean, mean.detach() * momentum, 1 - momentum)
     if running_var is not None:
-        running_var.mul_(1 - momentum).add_(var.detach() * (momentum * n / (n - 1)))
+        _update(running_var, var.detach() * (momentum * n / (n - 1)), 1 - momentum)
     return y
+
+
+def _update(buf, step, keep):
+    """buf = buf * keep + step, in place. A lifted buffer is a proxy (its
+    in-place methods are recorded); a real tensor (not lifted: held in a
+    dict, a list) must not be written now, so the new value is computed
+    from the proxy side -- buf enters the graph as a constant held by
+    reference -- and copied into buf by a recorded copy_."""
+    if isinstance(buf, _C.Tensor) and not isinstance(step, _C.Tensor):
+        buf.copy_(step.add(buf, alpha=keep))
+    else:
+        buf.mul_(keep).add_(step)
 
 
 def _install():
