@@ -601,3 +601,37 @@ def test_batch_norm_training_with_unlifted_running_stats_native():
         close(_HELD["rm"], trm, 1e-5, 1e-6)
         close(_HELD["rv"], trv, 1e-5, 1e-6)
     assert len(cf.versions) == 1
+
+
+# ------------------------------------------------ guards that can never hold
+
+def test_mark_dynamic_specialized_is_a_constraint_violation():
+    """A dim marked with mark_dynamic that the function pins (s0 == 4) or
+    bounds (s0 > 3) cannot serve the sizes >= 2 the mark asks for: torch's
+    ConstraintViolationError, naming the dim and the guard."""
+    def pinned(x):
+        return x * 2 if x.size(0) == 4 else x
+
+    def as_int(x):
+        return x * int(x.size(0))
+
+    def bounded(x):
+        return x * 2 if x.size(0) > 3 else x
+
+    for fn, text in ((pinned, "specialized it to be a constant (4)"),
+                     (as_int, "specialized it to be a constant (4)"),
+                     (bounded, "satisfy the generated guard size(inputs[0][0], 0) > 3")):
+        cf = tp.compile(fn)
+        x = tp.randn(4, 3)
+        tp.compiler.mark_dynamic(x, 0)
+        with pytest.raises(tp.compiler.ConstraintViolationError,
+                           match=r"Constraints violated \(size\(inputs\[0\]\[0\], 0\)\)") as e:
+            cf(x)
+        assert text in str(e.value)
+        assert isinstance(e.value, RuntimeError)
+    cf = tp.compile(lambda x: x * x.size(0) + x.size(1))   # symbolic all the way: fine
+    x = tp.randn(4, 3)
+    tp.compiler.mark_dynamic(x, 0)
+    close(cf(x), x.numpy() * 4 + 3)
+    cf2 = tp.compile(pinned)                               # unmarked: a plain guard
+    close(cf2(tp.ones(4, 3)), np.full((4, 3), 2.0))

@@ -11,7 +11,7 @@ from ._config import config
 from ._logs import set_logs
 from ._backends import register_backend, list_backends, lookup_backend
 from ._guards import Guard
-from ._driver import Version, RecompileLimitError, reset
+from ._driver import Version, RecompileLimitError, ConstraintViolationError, reset
 from ._cache import cache_info, save_cache_artifacts, load_cache_artifacts
 
 
@@ -54,6 +54,6 @@ def mark_static(t, dim):
 NativeCompileError = _C.NativeCompileError
 
 __all__ = ["config", "set_logs", "register_backend", "list_backends", "lookup_backend",
-           "NativeCompileError", "RecompileLimitError", "Version", "Guard", "reset",
+           "NativeCompileError", "RecompileLimitError", "ConstraintViolationError", "Version", "Guard", "reset",
            "cache_info", "save_cache_artifacts", "load_cache_artifacts", "mark_dynamic",
            "mark_static"]

@@ -10,13 +10,14 @@ whose artifact depends on the layout or that runs eagerly
 (``_run_index``), and for whole calls it does not take (``_dispatch``:
 the first call, calls while tracing, values its key bytes cannot encode
 exactly, methods compiled on a class)."""
+import re
 import threading
 import types
 import warnings
 import weakref
 
 from tensorplay import _C
-from . import _logs
+from . import _logs, _symbolic
 from ._config import config
 from ._guards import GATE_TEXT, Guard, diff_sig, leaves_sig
 from . import _lift
@@ -26,7 +27,7 @@ from . import _stores
 from ._symbolic import ShapeEnv, eval_guards, compile_guards
 from . import _backends, _cache
 
-__all__ = ["Version", "Driver", "RecompileLimitError", "reset"]
+__all__ = ["Version", "Driver", "RecompileLimitError", "ConstraintViolationError", "reset"]
 
 _SCALARS = (type(None), bool, int, float, str)
 # the C back end stax_compile lowers with; when _C.stax_backend was replaced
@@ -147,6 +148,12 @@ def _check_no_backward(graph):
 class RecompileLimitError(RuntimeError):
     """A compiled function passed cache_size_limit or
     accumulated_cache_size_limit under strict_native=True."""
+
+
+class ConstraintViolationError(RuntimeError):
+    """A dimension marked with tp.compiler.mark_dynamic that the function
+    specializes (a shape guard that fails for some of the sizes >= 2 the
+    mark asks for, e.g. ``s0 == 4``): torch's ConstraintViolationError."""
 
 
 def _tensor_type():
@@ -1223,6 +1230,7 @@ class Driver:
                 warnings.warn(msg + "; it runs eagerly", RuntimeWarning, stacklevel=5)
             self._eager_only = msg
             return None
+        self._check_constraints(call, v)
         v._entry = _C._DispatchEntry(
             v.index, (v.artifact if v.shape_polymorphic and not v.effects_eager
                       and not v.n_extras and not v.seeds and v.detach_masks is None else None),
@@ -1236,6 +1244,41 @@ class Driver:
         k = self._code_key()
         _code_compiles[k] = _code_compiles.get(k, 0) + 1
         return v
+
+    def _check_constraints(self, call, v):
+        """Raise ConstraintViolationError when a dim the caller marked with
+        tp.compiler.mark_dynamic got a guard that some size of its range
+        fails (torch: "Constraints violated")."""
+        srcs = getattr(v, "sym_sources", None) or ()
+        marked = {k for k, (i, d) in enumerate(srcs)
+                  if i < len(call.flat)
+                  and d in (getattr(call.flat[i], "_tp_dynamic_dims", None) or ())}
+        if not marked or not getattr(v, "sym_guards", None):
+            return
+        paths = call.paths
+
+        def names(i, d):
+            return f"size({paths[i]}, {d})" if i < len(paths) else f"size(flat[{i}], {d})"
+        bad = _symbolic.constraint_violations(
+            v.sym_guards, marked,
+            lambda i, d: names(i, d))
+        if not bad:
+            return
+        lines = []
+        for k, text, const in bad:
+            i, d = srcs[k]
+            who = names(i, d)
+            text = re.sub(rf"\bs{k}\b", who, text)
+            if const is not None:
+                lines.append(f"  - You marked {who} as dynamic but your code specialized it to "
+                             f"be a constant ({const}). If you're using mark_dynamic, either "
+                             f"remove it or leave the dim to automatic dynamic shapes.")
+            else:
+                lines.append(f"  - Not all values of {who} in the specified range (>= 2) "
+                             f"satisfy the generated guard {text}.")
+        who = ", ".join(dict.fromkeys(names(*srcs[k]) for k, _, _ in bad))
+        raise ConstraintViolationError(f"Constraints violated ({who})! In '{self.name}':\n"
+                                       + "\n".join(lines))
 
     def _dyn_map(self, call):
         """flat index -> the set of its dims traced symbolically: every dim

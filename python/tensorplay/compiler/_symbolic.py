@@ -323,6 +323,43 @@ class ShapeEnv:
         return [(e if exp else e.negated()).text(nm) for e, exp in self.guards]
 
 
+_PROBES = tuple(range(2, 130)) + (1000, 4097, 65537, 2 ** 20 + 1, 2 ** 31 - 1)
+
+
+def constraint_violations(guards, marked, names):
+    """Guards on one symbolic size that some size of its dynamic range (>=
+    2) fails: the dims the user asked to be dynamic (marked: the symbols of
+    tp.compiler.mark_dynamic) but the function specialized. A list of
+    (symbol, guard text, constant or None): the constant when the guard
+    pins the size (s0 == 4), as torch's ConstraintViolationError says."""
+    out = []
+    for e, expected in guards:
+        free = e.free_symbols()
+        if len(free) != 1:
+            continue
+        (k,) = free
+        if k not in marked:
+            continue
+        g = e if expected else e.negated()
+
+        def holds(n):
+            try:
+                return bool(g.evaluate({k: n}, lambda i, d: 0))
+            except (ArithmeticError, ValueError):
+                return False
+        if all(holds(n) for n in _PROBES):
+            continue
+        const = None
+        if g.op == "eq":
+            a, b = g.args
+            if isinstance(a, Expr) and a.op == "sym" and not isinstance(b, Expr):
+                const = b
+            elif isinstance(b, Expr) and b.op == "sym" and not isinstance(a, Expr):
+                const = a
+        out.append((k, g.text(names), const))
+    return out
+
+
 def eval_guards(guards, sources, flat):
     """The first guard (index) that fails on the call's tensors, or -1."""
     def sizes(i, d):
