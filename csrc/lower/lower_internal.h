@@ -301,6 +301,8 @@ enum { LW_CHECK_ZERO = 0, LW_CHECK_INDEX, LW_CHECK_GATHER };
  * [0, n) (lw_ctx.zchecks, kind LW_CHECK_INDEX or LW_CHECK_GATHER); 0, or
  * -1 + error */
 int lw_index_check(lw_ctx *c, vbuf *idx, int64_t n, int kind);
+/* the same for an index that may count from the end: [-n, n) */
+int lw_index_check_wrap(lw_ctx *c, vbuf *idx, int64_t n, int kind);
 int lw_lower_softmax(lw_ctx *c, struct lw_node_in *in, PyObject *bound,
                      vbuf *x, vbuf *out, int logsm, const char **why);
 int lw_lower_layer_norm(lw_ctx *c, struct lw_node_in *in, PyObject *bound,

@@ -844,8 +844,22 @@ lw_zero_check(lw_ctx *c, const stax_op_info *op, vbuf *v)
     return 0;
 }
 
+static int index_check(lw_ctx *c, vbuf *idx, int wrap, int64_t n, int kind);
+
 int
 lw_index_check(lw_ctx *c, vbuf *idx, int64_t n, int kind)
+{
+    return index_check(c, idx, 0, n, kind);
+}
+
+int
+lw_index_check_wrap(lw_ctx *c, vbuf *idx, int64_t n, int kind)
+{
+    return index_check(c, idx, 1, n, kind);
+}
+
+static int
+index_check(lw_ctx *c, vbuf *idx, int wrap, int64_t n, int kind)
 {
     if (idx == NULL || idx->kind != VB_TENSOR || idx->body == NULL) {
         return 0;
@@ -858,7 +872,9 @@ lw_index_check(lw_ctx *c, vbuf *idx, int64_t n, int kind)
     const stax_lval *nn = lw_size_const(c, STAX_INT64, n);
     const stax_lval *bad = iv && nn
         ? lw_prim(c, STAX_PRIM_OR, STAX_BOOL,
-                  lw_prim(c, STAX_PRIM_LT, STAX_BOOL, iv, lw_const(c, STAX_INT64, 0), NULL),
+                  lw_prim(c, STAX_PRIM_LT, STAX_BOOL, iv,
+                          wrap ? lw_prim(c, STAX_PRIM_NEG, STAX_INT64, nn, NULL, NULL)
+                               : lw_const(c, STAX_INT64, 0), NULL),
                   lw_prim(c, STAX_PRIM_GE, STAX_BOOL, iv, nn, NULL), NULL)
         : NULL;
     if (bad == NULL) {

@@ -135,9 +135,201 @@ int_list_index(PyObject *o)
     return 1;
 }
 
+/* x[idx] with integer index tensors (gather-style advanced indexing), as
+ * torch indexes: ints select first; slices, None and Ellipsis make the
+ * dims of a view y; the index tensors broadcast to B and pick along their
+ * dims of y, B standing in their place when those dims are adjacent, else
+ * first. An index counts from the end when negative; the runtime check
+ * flags one outside [-n, n) (the call then reruns eagerly for eager's
+ * IndexError) and the load is clamped meanwhile. Bool masks give a
+ * data-dependent shape: refused (a fallback kernel). */
+static int
+lower_getitem_adv(lw_ctx *c, struct lw_node_in *in, vbuf *x, PyObject *const *items,
+                  Py_ssize_t n, vbuf *out, const char **why)
+{
+    enum { S_SLICE, S_NONE, S_ADV };
+    int skind[STAX_MAX_DIMS], sxd[STAX_MAX_DIMS];
+    int64_t sstart[STAX_MAX_DIMS], sstep[STAX_MAX_DIMS];
+    vbuf *sadv[STAX_MAX_DIMS];
+    const stax_ix *map[STAX_MAX_DIMS];
+    int ns = 0, xd = 0, consumed = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *it = items[i];
+        consumed += it != Py_None && it != Py_Ellipsis;
+    }
+    for (int d = 0; d < x->ndim; d++) {
+        map[d] = NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *it = items[i];
+        if (ns >= STAX_MAX_DIMS - 1) {
+            UNSUPPORTED("index too long");
+        }
+        if (it == Py_Ellipsis) {
+            int skip = x->ndim - consumed;
+            for (int j = 0; j < skip; j++) {
+                skind[ns] = S_SLICE;
+                sxd[ns] = xd++;
+                sstart[ns] = 0;
+                sstep[ns++] = 1;
+            }
+            consumed = x->ndim;
+            continue;
+        }
+        if (it == Py_None) {
+            skind[ns++] = S_NONE;
+            continue;
+        }
+        if (xd >= x->ndim) {
+            UNSUPPORTED("too many indices");
+        }
+        if (PyLong_Check(it)) {
+            int64_t k = PyLong_AsLongLong(it);
+            if (k < -x->sizes[xd] || k >= x->sizes[xd]) {
+                PyErr_Clear();
+                UNSUPPORTED("int index out of range (eager raises IndexError)");
+            }
+            map[xd] = lw_ix_const(c, k < 0 ? k + x->sizes[xd] : k);
+            xd++;
+            continue;
+        }
+        if (PySlice_Check(it)) {
+            Py_ssize_t start, stop, step;
+            if (PySlice_Unpack(it, &start, &stop, &step) < 0) {
+                return -1;
+            }
+            PySlice_AdjustIndices((Py_ssize_t)x->sizes[xd], &start, &stop, step);
+            if (step <= 0) {
+                UNSUPPORTED("non-positive slice step");
+            }
+            skind[ns] = S_SLICE;
+            sxd[ns] = xd++;
+            sstart[ns] = start;
+            sstep[ns++] = step;
+            continue;
+        }
+        vbuf *t = lw_arg_vb(in, it);
+        if (t == NULL || t->kind != VB_TENSOR) {
+            UNSUPPORTED("advanced index that is not a tensor");
+        }
+        if (t->dtype == STAX_BOOL || t->dtype == STAX_UINT8) {
+            UNSUPPORTED("boolean mask index (its result's shape depends on the data)");
+        }
+        if (lw_is_float(t->dtype)) {
+            UNSUPPORTED("float index tensor (eager raises IndexError)");
+        }
+        skind[ns] = S_ADV;
+        sxd[ns] = xd++;
+        sadv[ns++] = t;
+    }
+    while (xd < x->ndim && ns < STAX_MAX_DIMS) {
+        skind[ns] = S_SLICE;
+        sxd[ns] = xd++;
+        sstart[ns] = 0;
+        sstep[ns++] = 1;
+    }
+    /* B: the index tensors broadcast */
+    int64_t B[STAX_MAX_DIMS];
+    int nb = 0, first = -1, last = -1, nadv = 0;
+    for (int k = 0; k < ns; k++) {
+        if (skind[k] == S_ADV) {
+            nb = sadv[k]->ndim > nb ? sadv[k]->ndim : nb;
+            nadv++;
+            first = first < 0 ? k : first;
+            last = k;
+        }
+    }
+    for (int q = 0; q < nb; q++) {
+        B[q] = 1;
+    }
+    for (int k = 0; k < ns; k++) {
+        if (skind[k] != S_ADV) {
+            continue;
+        }
+        vbuf *t = sadv[k];
+        for (int q = 0; q < t->ndim; q++) {
+            int bq = nb - t->ndim + q;
+            if (B[bq] == 1) {
+                B[bq] = t->sizes[q];
+            }
+            else if (t->sizes[q] != 1 && t->sizes[q] != B[bq]) {
+                UNSUPPORTED("index tensors do not broadcast (eager raises)");
+            }
+        }
+    }
+    int adjacent = last - first + 1 == nadv;
+    /* output vars: B at the first index slot (adjacent) or first */
+    int od = 0, pb = adjacent ? -1 : 0;
+    if (!adjacent) {
+        od = nb;
+    }
+    const stax_ix *svar[STAX_MAX_DIMS];
+    for (int k = 0; k < ns; k++) {
+        if (skind[k] == S_ADV) {
+            if (pb < 0) {
+                pb = od;
+                od += nb;
+            }
+            continue;
+        }
+        svar[k] = lw_ix_var(c, od++);
+    }
+    if (od != out->ndim || od > STAX_MAX_DIMS) {
+        UNSUPPORTED("index result rank mismatch");
+    }
+    for (int q = 0; q < nb; q++) {
+        if (out->sizes[pb + q] != B[q]) {
+            UNSUPPORTED("index result shape mismatch");
+        }
+    }
+    for (int k = 0; k < ns; k++) {
+        if (skind[k] == S_SLICE) {
+            map[sxd[k]] = lw_ix_bin(c, STAX_IX_ADD, lw_ix_const(c, sstart[k]),
+                                    lw_ix_bin(c, STAX_IX_MUL, svar[k], lw_ix_const(c, sstep[k])));
+        }
+        else if (skind[k] == S_ADV) {
+            vbuf *t = sadv[k];
+            int64_t size = x->sizes[sxd[k]];
+            const stax_ix *tv[STAX_MAX_DIMS];
+            for (int q = 0; q < t->ndim; q++) {
+                int bq = nb - t->ndim + q;
+                tv[q] = t->sizes[q] == 1 ? lw_ix_const(c, 0) : lw_ix_var(c, pb + bq);
+            }
+            lw_rw rw = {0};
+            rw.vars = tv;
+            rw.nvars = t->ndim;
+            const stax_lval *iv = lw_rewrite(c, &rw, t->body);
+            lw_rw_done(&rw);
+            if (iv == NULL || lw_index_check_wrap(c, t, size, LW_CHECK_INDEX) < 0) {
+                return -1;
+            }
+            const stax_dtype_t I64 = STAX_INT64;
+            iv = lw_cast(c, iv, I64);
+            const stax_lval *nn = lw_size_const(c, I64, size);
+            const stax_lval *z = lw_const(c, I64, 0);
+            const stax_lval *w = lw_prim(c, STAX_PRIM_WHERE, I64,
+                                         lw_prim(c, STAX_PRIM_LT, STAX_BOOL, iv, z, NULL),
+                                         lw_prim(c, STAX_PRIM_ADD, I64, iv, nn, NULL), iv);
+            w = lw_prim(c, STAX_PRIM_MIN, I64, lw_prim(c, STAX_PRIM_MAX, I64, w, z, NULL),
+                        lw_prim(c, STAX_PRIM_SUB, I64, nn, lw_const(c, I64, 1), NULL), NULL);
+            if (w == NULL) {
+                return -1;
+            }
+            map[sxd[k]] = lw_ix_value(c, w);
+        }
+    }
+    for (int d = 0; d < x->ndim; d++) {
+        if (map[d] == NULL) {
+            UNSUPPORTED("index left a dim unmapped");
+        }
+    }
+    return lw_view_map(c, x, out, map);
+}
+
 /* getitem with ints, slices, None, Ellipsis and one list of ints */
 static int
-lower_getitem(lw_ctx *c, vbuf *x, PyObject *idx, vbuf *out, const char **why)
+lower_getitem(lw_ctx *c, struct lw_node_in *in, vbuf *x, PyObject *idx, vbuf *out,
+              const char **why)
 {
     PyObject *items[2 * STAX_MAX_DIMS];
     Py_ssize_t n;
@@ -155,6 +347,11 @@ lower_getitem(lw_ctx *c, vbuf *x, PyObject *idx, vbuf *out, const char **why)
         items[0] = idx;
     }
     int consumed = 0, nlists = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (lw_arg_vb(in, items[i]) != NULL) {
+            return lower_getitem_adv(c, in, x, items, n, out, why);
+        }
+    }
     for (Py_ssize_t i = 0; i < n; i++) {
         if (PyLong_Check(items[i]) || PySlice_Check(items[i])) {
             consumed++;
@@ -451,7 +648,7 @@ lw_lower_view(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
         if (idx == NULL) {
             UNSUPPORTED("getitem index");
         }
-        return lower_getitem(c, x, idx, out, why);
+        return lower_getitem(c, in, x, idx, out, why);
     }
     if ((id == STAX_OP_SPLIT) || (id == STAX_OP_CHUNK) || (id == STAX_OP_UNBIND)) {
         return view_split(c, in, bound, x, out, why);

@@ -283,6 +283,89 @@ as_key_tuple(PyObject *key)
     return PyTuple_Pack(1, key);
 }
 
+/* torch applies the ints of an advanced key as selects first (x[0, :, i]
+ * has shape (3, len(i)) for x of shape (2, 3, 4); NumPy counts the 0 as an
+ * advanced index and puts the broadcast dims first): *t1 = the selects
+ * applied (a view), *k2 = the key without its ints. 0: done, 1: no ints
+ * (nothing changed), -1: error */
+static int
+select_ints_first(StaxTensor *t, PyObject *k, StaxTensor **t1, PyObject **k2)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(k), nints = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = PyTuple_GET_ITEM(k, i);
+        nints += PyLong_Check(o) && !PyBool_Check(o);
+    }
+    if (nints == 0) {
+        return 1;
+    }
+    PyObject *key1 = PyList_New(0), *key2 = PyList_New(0), *k1 = NULL;
+    int rc = -1;
+    if (key1 == NULL || key2 == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = PyTuple_GET_ITEM(k, i);
+        if (PyLong_Check(o) && !PyBool_Check(o)) {
+            if (PyList_Append(key1, o) < 0) {
+                goto done;
+            }
+            continue;
+        }
+        if (PyList_Append(key2, o) < 0) {
+            goto done;
+        }
+        if (o == Py_None) {
+            continue;
+        }
+        if (o == Py_Ellipsis) {
+            if (PyList_Append(key1, o) < 0) {
+                goto done;
+            }
+            continue;
+        }
+        /* a bool mask consumes as many dims as it has */
+        Py_ssize_t dims = 1;
+        if (StaxTensor_Check(o) && ((StaxTensor *)o)->dtype == STAX_BOOL) {
+            dims = ((StaxTensor *)o)->ndim;
+        }
+        else if (PyList_Check(o) || PyArray_Check(o)) {
+            PyObject *a = PyArray_FromAny(o, NULL, 0, 0, 0, NULL);
+            if (a == NULL) {
+                goto done;
+            }
+            if (PyArray_ISBOOL((PyArrayObject *)a)) {
+                dims = PyArray_NDIM((PyArrayObject *)a);
+            }
+            Py_DECREF(a);
+        }
+        for (Py_ssize_t d = 0; d < dims; d++) {
+            PyObject *full = PySlice_New(NULL, NULL, NULL);
+            if (full == NULL || PyList_Append(key1, full) < 0) {
+                Py_XDECREF(full);
+                goto done;
+            }
+            Py_DECREF(full);
+        }
+    }
+    k1 = PyList_AsTuple(key1);
+    *k2 = k1 ? PyList_AsTuple(key2) : NULL;
+    if (*k2 == NULL) {
+        goto done;
+    }
+    *t1 = basic_index(t, k1);
+    if (*t1 == NULL) {
+        Py_CLEAR(*k2);
+        goto done;
+    }
+    rc = 0;
+done:
+    Py_XDECREF(key1);
+    Py_XDECREF(key2);
+    Py_XDECREF(k1);
+    return rc;
+}
+
 PyObject *
 stax_tensor_getitem(StaxTensor *t, PyObject *key)
 {
@@ -302,6 +385,23 @@ stax_tensor_getitem(StaxTensor *t, PyObject *key)
     if (stax_tensor_is_cuda(t)) {
         out = stax_tensor_cuda_getitem(t, key);
         goto done;
+    }
+    {
+        StaxTensor *t1 = NULL;
+        PyObject *k2 = NULL;
+        int s = select_ints_first(t, k, &t1, &k2);
+        if (s < 0) {
+            goto done;
+        }
+        if (s == 0) {
+            out = stax_tensor_getitem(t1, k2);
+            if (out != NULL && StaxTensor_Check(out) && t->requires_grad && stax_grad_enabled()) {
+                stax_tensor_set_result_requires_grad((StaxTensor *)out, 1);
+            }
+            Py_DECREF(t1);
+            Py_DECREF(k2);
+            goto done;
+        }
     }
     nk = numpy_key(k);
     if (nk != NULL && adv_bounds(t, nk) < 0) {
