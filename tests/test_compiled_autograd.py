@@ -398,3 +398,37 @@ def test_values_overwritten_in_place_keep_requires_grad_and_zero_grads(f):
         warnings.simplefilter("ignore", RuntimeWarning)
         got = run(tp.compile(f, dynamic=False))
     assert got == want
+
+
+def _cast_back_mul(x):
+    v = _M0(x) * 1
+    v.mul_(_W[0].double())
+    return v
+
+
+def _cast_back_copy(x):
+    v = _M0(x)
+    v.copy_(_W[0].double() * x)
+    return v
+
+
+@pytest.mark.parametrize("f", [_cast_back_mul, _cast_back_copy], ids=lambda f: f.__name__)
+def test_inplace_write_cast_back_to_dtype_backward_is_compiled(f):
+    # an in-place write of a float64 value into a float32 tensor rounds it
+    # back (_to_copy in the op graph): the joint graph traces it (it raised
+    # JointError, found by make fuzz), and the overwritten value's
+    # parameters get eager's zero gradient
+    params = list(_M0.parameters()) + [_W]
+
+    def run(g):
+        for p in params:
+            p.grad = None
+        out = g(tp.arange(6.).reshape(2, 3))
+        (out * tp.arange(1., 4.)).sum().backward()
+        return [out.detach().numpy()] + [None if p.grad is None else p.grad.numpy() for p in params]
+    want = run(f)
+    got = run(tp.compile(f, strict_native=True, dynamic=False))
+    for a, b in zip(got, want):
+        assert (a is None) == (b is None)
+        if a is not None:
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

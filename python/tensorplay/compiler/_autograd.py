@@ -140,6 +140,7 @@ class _RGSet(set):
     def __init__(self):
         super().__init__()
         self.overwrite_only = {}
+        self.zero_reach = {}     # every such overwrite: node -> those inputs
 
 
 def _rg_inputs(n, rg, index):
@@ -155,7 +156,7 @@ def _rg_inputs(n, rg, index):
             out.add(index[m])
         # a chain of overwrites (copy_ then fill_) reaches what the first
         # one overwrote
-        out.update(rg.overwrite_only.get(m, ()))
+        out.update(rg.zero_reach.get(m, ()))
         stack.extend(m.all_input_nodes)
     return frozenset(out)
 
@@ -182,6 +183,11 @@ def _requires_grad_nodes(og, flat, dead_rg=None):
             continue
         _rg_node(n, rg)
         over = n.meta.get("overwrites")
+        if over is not None and (names.get(over) in rg or over in dead_rg):
+            # eager gives the overwritten value's inputs a zero gradient
+            # whenever a gradient reaches the overwrite
+            rg.zero_reach[n] = (_rg_inputs(names[over], rg, index)
+                                if over in names else dead_rg[over])
         if n not in rg and over is not None and _is_float_tensor(_val(n)) \
                 and (names.get(over) in rg or over in dead_rg):
             # copy_/fill_/zero_ over a value that requires grad: eager's
@@ -251,6 +257,9 @@ def _call_op(target, args, kwargs):
         return operator.getitem(x, args[1])
     if name == "alias":
         return x.view(tuple(x.shape))
+    if name == "_to_copy":
+        # (an in-place op's value cast back to its tensor's dtype)
+        return x.to(**kwargs, copy=True)
     meth = getattr(_C.Tensor, name, None)
     if meth is None:
         raise JointError(f"op '{name}' has no function or Tensor method to trace")
@@ -324,9 +333,10 @@ def _joint_fn(og, rg, diff_nodes, grad_inputs, n_primals, got_grad):
         for n in reversed(nodes):
             if n.op not in ("call_function", "call_method") or n not in rg:
                 continue
+            if n in rg.zero_reach and (grads.get(n) is not None or n in multi):
+                zero_reach.update(rg.zero_reach[n])
             if n in rg.overwrite_only:
-                if grads.pop(n, None) is not None:
-                    zero_reach.update(rg.overwrite_only[n])
+                grads.pop(n, None)
                 continue
             if _is_cast(n):
                 g = grads.pop(n, None)
