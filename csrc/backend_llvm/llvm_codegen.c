@@ -1500,6 +1500,230 @@ emit_outer(cg_t *g, int d, LLVMValueRef start, LLVMValueRef end)
     loop_end(g, &l, LLVMConstInt(g->i64, 1, 0));
 }
 
+/* ------------------------------------------------------------ attention
+ * lower.h's ATTENTION KERNELS: for each query block of tile_q rows, one
+ * pass over K and V in tiles of tile_k keys; per row the online-softmax
+ * state (m, l, acc[Ev]) lives in stack arrays (the score tile of one row
+ * too), so nothing of size L x S is ever stored. */
+static LLVMValueRef
+at_exp(cg_t *g, LLVMTypeRef t, LLVMValueRef x)
+{
+    if (t == g->f32) {
+        return vexp_f32(g, x);
+    }
+    return libm(g, "exp", t, &x, 1);
+}
+
+static LLVMValueRef
+at_ptr(cg_t *g, LLVMTypeRef t, LLVMValueRef base, LLVMValueRef i)
+{
+    return LLVMBuildGEP2(g->b, t, base, &i, 1, "");
+}
+
+static LLVMValueRef
+at_load(cg_t *g, LLVMTypeRef t, LLVMValueRef base, LLVMValueRef i)
+{
+    return LLVMBuildLoad2(g->b, t, at_ptr(g, t, base, i), "");
+}
+
+static void
+at_store(cg_t *g, LLVMTypeRef t, LLVMValueRef base, LLVMValueRef i, LLVMValueRef v)
+{
+    LLVMBuildStore(g->b, v, at_ptr(g, t, base, i));
+}
+
+static LLVMValueRef
+at_min(cg_t *g, LLVMValueRef a, LLVMValueRef b)
+{
+    return LLVMBuildSelect(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, a, b, ""), a, b, "");
+}
+
+static LLVMValueRef
+at_max(cg_t *g, LLVMValueRef a, LLVMValueRef b)
+{
+    return LLVMBuildSelect(g->b, LLVMBuildICmp(g->b, LLVMIntSGT, a, b, ""), a, b, "");
+}
+
+/* the causal bound's key limit for query i: clamp(bound(i) + 1, 0, S) */
+static LLVMValueRef
+at_causal_end(cg_t *g, const stax_ix *bound, LLVMValueRef i, LLVMValueRef S)
+{
+    LLVMValueRef save = g->vars[1];
+    g->vars[1] = i;
+    LLVMValueRef e = LLVMBuildNSWAdd(g->b, gen_ix(g, bound), LLVMConstInt(g->i64, 1, 0), "");
+    g->vars[1] = save;
+    return at_max(g, at_min(g, e, S), LLVMConstInt(g->i64, 0, 0));
+}
+
+static void
+emit_attention(cg_t *g, const stax_stage *st, const stax_lstore *out, LLVMValueRef start,
+               LLVMValueRef end)
+{
+    const stax_kernel *k = g->k;
+    const stax_lacc *A = &k->accs[st->first];
+    LLVMTypeRef at = reg_type(g, A[0].dtype);
+    LLVMValueRef i64_0 = LLVMConstInt(g->i64, 0, 0), i64_1 = LLVMConstInt(g->i64, 1, 0);
+    LLVMValueRef TQ = LLVMConstInt(g->i64, (unsigned long long)st->tile_q, 0);
+    LLVMValueRef TK = LLVMConstInt(g->i64, (unsigned long long)st->tile_k, 0);
+    LLVMValueRef L = gen_ix(g, k->dims[1]), S = gen_ix(g, k->dims[2]);
+    LLVMValueRef E = gen_ix(g, k->dims[3]), Ev = gen_ix(g, k->dims[4]);
+    LLVMValueRef ninf = fconst(g, at, -INFINITY), zero = fconst(g, at, 0.0);
+    LLVMValueRef one = fconst(g, at, 1.0);
+    /* row state: m, l (tile_q each), acc (tile_q x Ev), one row's scores */
+    LLVMValueRef m = entry_alloca(g, LLVMArrayType(at, (unsigned)st->tile_q), "m");
+    LLVMValueRef l = entry_alloca(g, LLVMArrayType(at, (unsigned)st->tile_q), "l");
+    LLVMValueRef sc = entry_alloca(g, LLVMArrayType(at, (unsigned)st->tile_k), "sc");
+    LLVMValueRef acc = LLVMBuildArrayAlloca(g->b, at, LLVMBuildNSWMul(g->b, TQ, Ev, ""), "acc");
+    LLVMValueRef dot = entry_alloca(g, at, "dot"), mx = entry_alloca(g, at, "mx");
+    LLVMValueRef nqb = LLVMBuildUDiv(g->b, LLVMBuildNSWAdd(g->b, L, LLVMBuildNSWSub(g->b, TQ, i64_1, ""), ""),
+                                     TQ, "nqb");
+    loop_t lb, lr, le, lj, ljj, lc;
+    loop_begin(g, &lb, start, end, -1);
+    LLVMValueRef blk = loop_var(g, &lb);
+    LLVMValueRef bidx = LLVMBuildUDiv(g->b, blk, nqb, "b");
+    LLVMValueRef i0 = LLVMBuildNSWMul(g->b, LLVMBuildURem(g->b, blk, nqb, ""), TQ, "i0");
+    LLVMValueRef nr = LLVMBuildNSWSub(g->b, at_min(g, LLVMBuildNSWAdd(g->b, i0, TQ, ""), L), i0, "nr");
+    LLVMValueRef iend = LLVMBuildNSWAdd(g->b, i0, nr, "");
+    LLVMValueRef jend = S;
+    if (A[1].index != NULL) {
+        g->vars[0] = bidx;
+        jend = at_causal_end(g, A[1].index, LLVMBuildNSWSub(g->b, iend, i64_1, ""), S);
+    }
+    /* reset the block's row state */
+    loop_begin(g, &lr, i64_0, nr, -1);
+    {
+        LLVMValueRef r = loop_var(g, &lr);
+        LLVMValueRef z2[2] = {i64_0, r};
+        LLVMBuildStore(g->b, ninf, LLVMBuildGEP2(g->b, LLVMArrayType(at, (unsigned)st->tile_q), m, z2, 2, ""));
+        LLVMBuildStore(g->b, zero, LLVMBuildGEP2(g->b, LLVMArrayType(at, (unsigned)st->tile_q), l, z2, 2, ""));
+        LLVMValueRef rowp = at_ptr(g, at, acc, LLVMBuildNSWMul(g->b, r, Ev, ""));
+        loop_begin(g, &le, i64_0, Ev, -1);
+        at_store(g, at, rowp, loop_var(g, &le), zero);
+        loop_end(g, &le, i64_1);
+    }
+    loop_end(g, &lr, i64_1);
+    /* one pass over the keys, a tile at a time */
+    loop_begin(g, &lj, i64_0, jend, -1);
+    {
+        LLVMValueRef j0 = loop_var(g, &lj);
+        LLVMValueRef jn = at_min(g, TK, LLVMBuildNSWSub(g->b, jend, j0, ""));
+        loop_begin(g, &lr, i64_0, nr, -1);
+        {
+            LLVMValueRef r = loop_var(g, &lr);
+            LLVMValueRef i = LLVMBuildNSWAdd(g->b, i0, r, "i");
+            g->vars[0] = bidx;
+            g->vars[1] = i;
+            LLVMValueRef jl = jn;
+            if (A[1].index != NULL) {
+                LLVMValueRef ce = at_causal_end(g, A[1].index, i, S);
+                jl = at_max(g, at_min(g, LLVMBuildNSWSub(g->b, ce, j0, ""), jn), i64_0);
+            }
+            LLVMBuildStore(g->b, ninf, mx);
+            /* the row's scores of this tile and their maximum */
+            loop_begin(g, &ljj, i64_0, jl, -1);
+            {
+                LLVMValueRef jj = loop_var(g, &ljj);
+                g->vars[0] = bidx;
+                g->vars[1] = i;
+                g->vars[2] = LLVMBuildNSWAdd(g->b, j0, jj, "j");
+                LLVMBuildStore(g->b, zero, dot);
+                loop_begin(g, &lc, i64_0, E, 3);
+                {
+                    g->vars[0] = bidx;
+                    g->vars[1] = i;
+                    g->vars[2] = LLVMBuildNSWAdd(g->b, j0, jj, "j");
+                    LLVMValueRef t = gen_val(g, A[0].value);
+                    LLVMValueRef sum = LLVMBuildFAdd(g->b, LLVMBuildLoad2(g->b, at, dot, ""), t, "");
+                    set_reassoc(sum);
+                    LLVMBuildStore(g->b, sum, dot);
+                }
+                loop_end(g, &lc, i64_1);
+                g->vars[0] = bidx;
+                g->vars[1] = i;
+                g->vars[2] = LLVMBuildNSWAdd(g->b, j0, jj, "j");
+                /* acc0 as read_acc reads a float sum: a double */
+                LLVMBuildStore(g->b, LLVMBuildFPExt(g->b, LLVMBuildLoad2(g->b, at, dot, ""), g->f64, ""),
+                               g->acc[st->first]);
+                LLVMValueRef s = gen_val(g, A[1].value);
+                at_store(g, at, sc, jj, s);
+                LLVMValueRef xs[2] = {LLVMBuildLoad2(g->b, at, mx, ""), s};
+                LLVMBuildStore(g->b, intrinsic(g, "llvm.maximum", at, xs, 2), mx);
+            }
+            loop_end(g, &ljj, i64_1);
+            /* merge (m, l, acc) with the tile's: rescale, then add */
+            LLVMTypeRef qt = LLVMArrayType(at, (unsigned)st->tile_q);
+            LLVMValueRef z2[2] = {i64_0, r};
+            LLVMValueRef mp = LLVMBuildGEP2(g->b, qt, m, z2, 2, "");
+            LLVMValueRef lp = LLVMBuildGEP2(g->b, qt, l, z2, 2, "");
+            LLVMValueRef mo = LLVMBuildLoad2(g->b, at, mp, "");
+            LLVMValueRef xs[2] = {mo, LLVMBuildLoad2(g->b, at, mx, "")};
+            LLVMValueRef mn = intrinsic(g, "llvm.maximum", at, xs, 2);
+            LLVMValueRef alpha = LLVMBuildSelect(
+                g->b, LLVMBuildFCmp(g->b, LLVMRealOEQ, mo, mn, ""), one,
+                at_exp(g, at, LLVMBuildFSub(g->b, mo, mn, "")), "alpha");
+            LLVMValueRef dead = LLVMBuildFCmp(g->b, LLVMRealOEQ, mn, ninf, "");
+            LLVMBuildStore(g->b, LLVMBuildFMul(g->b, LLVMBuildLoad2(g->b, at, lp, ""), alpha, ""), lp);
+            LLVMBuildStore(g->b, mn, mp);
+            LLVMValueRef rowp = at_ptr(g, at, acc, LLVMBuildNSWMul(g->b, r, Ev, ""));
+            loop_begin(g, &le, i64_0, Ev, -1);
+            {
+                LLVMValueRef e = loop_var(g, &le);
+                at_store(g, at, rowp, e, LLVMBuildFMul(g->b, at_load(g, at, rowp, e), alpha, ""));
+            }
+            loop_end(g, &le, i64_1);
+            loop_begin(g, &ljj, i64_0, jl, -1);
+            {
+                LLVMValueRef jj = loop_var(g, &ljj);
+                LLVMValueRef p = LLVMBuildSelect(
+                    g->b, dead, zero, at_exp(g, at, LLVMBuildFSub(g->b, at_load(g, at, sc, jj), mn, "")), "p");
+                LLVMBuildStore(g->b, LLVMBuildFAdd(g->b, LLVMBuildLoad2(g->b, at, lp, ""), p, ""), lp);
+                LLVMValueRef j = LLVMBuildNSWAdd(g->b, j0, jj, "j");
+                loop_begin(g, &le, i64_0, Ev, 4);
+                {
+                    g->vars[0] = bidx;
+                    g->vars[1] = i;
+                    g->vars[2] = j;
+                    LLVMValueRef e = loop_var(g, &le);
+                    LLVMValueRef vv = gen_val(g, A[2].value);
+                    LLVMValueRef nv = LLVMBuildFAdd(g->b, at_load(g, at, rowp, e),
+                                                    LLVMBuildFMul(g->b, p, vv, ""), "");
+                    at_store(g, at, rowp, e, nv);
+                }
+                loop_end(g, &le, i64_1);
+            }
+            loop_end(g, &ljj, i64_1);
+        }
+        loop_end(g, &lr, i64_1);
+    }
+    loop_end(g, &lj, TK);
+    /* out = acc / l */
+    loop_begin(g, &lr, i64_0, nr, -1);
+    {
+        LLVMValueRef r = loop_var(g, &lr);
+        LLVMValueRef i = LLVMBuildNSWAdd(g->b, i0, r, "i");
+        LLVMValueRef z2[2] = {i64_0, r};
+        LLVMValueRef lv = LLVMBuildLoad2(g->b, at, LLVMBuildGEP2(g->b, LLVMArrayType(at, (unsigned)st->tile_q),
+                                                                 l, z2, 2, ""), "");
+        LLVMValueRef rowp = at_ptr(g, at, acc, LLVMBuildNSWMul(g->b, r, Ev, ""));
+        stax_dtype_t odt = k->bufs[out->buf].dtype;
+        LLVMTypeRef mt = mem_type(g, odt);
+        loop_begin(g, &le, i64_0, Ev, 4);
+        {
+            g->vars[0] = bidx;
+            g->vars[1] = i;
+            LLVMValueRef e = loop_var(g, &le);
+            LLVMValueRef val = gen_cast(g, LLVMBuildFDiv(g->b, at_load(g, at, rowp, e), lv, ""),
+                                        A[0].dtype, odt);
+            LLVMValueRef idx = gen_ix(g, out->index);
+            LLVMValueRef sp = LLVMBuildStore(g->b, val, LLVMBuildGEP2(g->b, mt, g->bufs[out->buf], &idx, 1, ""));
+            LLVMSetAlignment(sp, (unsigned)item_size(odt));
+        }
+        loop_end(g, &le, i64_1);
+    }
+    loop_end(g, &lr, i64_1);
+    loop_end(g, &lb, i64_1);
+}
+
 static void
 add_fn_attr(cg_t *g, LLVMValueRef f, const char *name)
 {
@@ -1592,7 +1816,13 @@ stax_llvm_build_module(LLVMContextRef cx, LLVMModuleRef mod,
             g.acc[i] = entry_alloca(&g, reg_type(&g, a->dtype), "acc");
         }
     }
-    g.tiled = getenv("STAX_NO_TILE") == NULL && tile_ok(k);
+    int attention = k->nstages == 2 && k->stages[0].kind == STAX_STAGE_ATTENTION
+                    && k->naccs >= 3 && k->nstores >= 1 && k->nouter == 2 && k->ninner == 3;
+    if (k->nstages > 0 && k->stages[0].kind == STAX_STAGE_ATTENTION && !attention) {
+        *err = "malformed attention kernel";
+        return -1;
+    }
+    g.tiled = !attention && getenv("STAX_NO_TILE") == NULL && tile_ok(k);
     if (g.tiled) {
         for (int i = 0; i < k->naccs; i++) {
             const stax_lacc *a = &k->accs[i];
@@ -1608,7 +1838,12 @@ stax_llvm_build_module(LLVMContextRef cx, LLVMModuleRef mod,
     }
     LLVMValueRef start = LLVMGetParam(g.fn, (unsigned)k->nbufs + 1);
     LLVMValueRef end = LLVMGetParam(g.fn, (unsigned)k->nbufs + 2);
-    emit_outer(&g, 0, start, end);
+    if (attention) {
+        emit_attention(&g, &k->stages[0], &k->stores[k->stages[1].first], start, end);
+    }
+    else {
+        emit_outer(&g, 0, start, end);
+    }
     LLVMBuildRetVoid(g.b);
 
     /* the ABI wrapper */

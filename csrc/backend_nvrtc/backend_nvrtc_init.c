@@ -337,6 +337,16 @@ handle_new(stax_backend *be, const stax_kernel *k, const char *entry,
     }
     h->shape.nouter = k->nouter;
     h->shape.ninner = k->ninner;
+    if (k->nstages > 0 && k->stages[0].kind == STAX_STAGE_ATTENTION) {
+        /* the launch sizes its grid from the query blocks */
+        stax_stage *st = stax_arena_alloc(h->arena, sizeof(stax_stage));
+        if (st == NULL) {
+            goto error;
+        }
+        *st = k->stages[0];
+        h->shape.stages = st;
+        h->shape.nstages = 1;
+    }
     for (int d = 0; d < nd; d++) {
         if ((h->shape.dims[d] = ix_copy(h->arena, k->dims[d])) == NULL) {
             goto error;
@@ -470,9 +480,9 @@ handle_extents(nvrtc_handle *h, const int64_t *sizes, int64_t start,
         vlo[d] = 0;
         vhi[d] = hi - 1;
     }
-    if (h->shape.nouter > 0) {
+    if (h->shape.nouter > 0 && h->shape.nstages == 0) {
         vlo[0] = start;
-        vhi[0] = end - 1;
+        vhi[0] = end - 1;   /* attention: [start, end) are query blocks */
     }
     for (int i = 0; i < h->naccess; i++) {
         const access_t *a = &h->access[i];

@@ -1184,6 +1184,102 @@ render_body(emitter *m, int *has_red)
     return 0;
 }
 
+/* lower.h's ATTENTION KERNELS on the GPU: one thread per query row (the
+ * ABI's blocks of tile_q rows, thread t of a block = row t), the online
+ * softmax's state (m, l, acc) in registers, updated key by key; acc holds
+ * STAX_ATT_EC columns of the output, so a row makes ceil(Ev / EC) passes
+ * over K and V (no L x S buffer, no local array of runtime size). */
+#define STAX_ATT_EC 32
+
+static int
+render_attention(emitter *m)
+{
+    const stax_kernel *k = m->k;
+    const stax_stage *st = &k->stages[0];
+    const stax_lacc *A = &k->accs[st->first];
+    const stax_lstore *out = &k->stores[k->stages[1].first];
+    sbuf *b = m->b;
+    const char *at = reg_ctypes[A[0].dtype];
+    const char *fx = A[0].dtype == STAX_FLOAT64 ? "exp" : "expf";
+    int keep;
+    put(b, "    const int64_t tq = %d, nqb = (d1 + tq - 1) / tq;\n", st->tile_q);
+    put(b, "    const int64_t xnumel = (end - start) * tq;\n");
+    put(b, "    for (int64_t xindex = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; "
+        "xindex < xnumel;\n"
+        "         xindex += (int64_t)blockDim.x * gridDim.x) {\n");
+    put(b, "        const int64_t blk = start + xindex / tq;\n"
+        "        const int64_t x0 = blk / nqb;\n"
+        "        const int64_t x1 = (blk %% nqb) * tq + xindex %% tq;\n"
+        "        if (x1 >= d1) continue;\n");
+    put(b, "        int64_t jend = d2;\n");
+    if (A[1].index != NULL) {
+        m->indent = "        ";
+        if (prep_ix(m, A[1].index) < 0) {
+            return -1;
+        }
+        put(b, "        jend = ");
+        render_ix(m, A[1].index);
+        put(b, " + 1;\n        jend = jend < 0 ? 0 : (jend > d2 ? d2 : jend);\n");
+    }
+    put(b, "        for (int64_t e0 = 0; e0 < d4; e0 += %d) {\n", STAX_ATT_EC);
+    put(b, "            const int64_t ne = d4 - e0 < %d ? d4 - e0 : %d;\n", STAX_ATT_EC,
+        STAX_ATT_EC);
+    put(b, "            const %s ninf = ", at);
+    literal(b, -INFINITY, 0, A[0].dtype);
+    put(b, ";\n            %s mrun = ninf, lrun = 0, accv[%d];\n", at, STAX_ATT_EC);
+    put(b, "            for (int e = 0; e < %d; e++) accv[e] = 0;\n", STAX_ATT_EC);
+    put(b, "            for (int64_t r0 = 0; r0 < jend; r0++) {\n");
+    put(b, "                %s acc0 = 0;\n", at);
+    put(b, "                for (int64_t r1 = 0; r1 < d3; r1++) {\n");
+    keep = m->nmemo;
+    m->indent = "                    ";
+    if (emit_val(m, A[0].value) < 0) {
+        return -1;
+    }
+    put(b, "                    acc0 += ");
+    ref(m, A[0].value);
+    put(b, ";\n                }\n");
+    scope_reset(m, keep);
+    m->indent = "                ";
+    if (emit_val(m, A[1].value) < 0) {
+        return -1;
+    }
+    put(b, "                const %s s = ", at);
+    ref(m, A[1].value);
+    put(b, ";\n"
+        "                const %s mn = stax_maxnan(mrun, s);\n"
+        "                const %s alpha = mrun == mn ? (%s)1 : %s(mrun - mn);\n"
+        "                const %s p = mn == ninf ? (%s)0 : %s(s - mn);\n"
+        "                lrun = lrun * alpha + p;\n"
+        "                mrun = mn;\n", at, at, at, fx, at, at, fx);
+    scope_reset(m, keep);
+    put(b, "                for (int e = 0; e < ne; e++) {\n"
+        "                    const int64_t r2 = e0 + e;\n");
+    m->indent = "                    ";
+    if (emit_val(m, A[2].value) < 0) {
+        return -1;
+    }
+    put(b, "                    accv[e] = accv[e] * alpha + p * ");
+    ref(m, A[2].value);
+    put(b, ";\n                }\n");
+    scope_reset(m, keep);
+    put(b, "            }\n");
+    put(b, "            for (int e = 0; e < ne; e++) {\n"
+        "                const int64_t r2 = e0 + e;\n");
+    m->indent = "                ";
+    if (prep_ix(m, out->index) < 0) {
+        return -1;
+    }
+    put(b, "                buf%d[", out->buf);
+    render_ix(m, out->index);
+    stax_dtype_t odt = k->bufs[out->buf].dtype;
+    put(b, "] = %s(accv[e] / lrun);\n", odt == STAX_FLOAT16 ? "stax_f2h" :
+        odt == STAX_FLOAT64 ? "(double)" : "(float)");
+    scope_reset(m, keep);
+    put(b, "            }\n        }\n    }\n");
+    return 0;
+}
+
 static int max_sym_lval(const stax_lval *v);
 
 int
@@ -1293,6 +1389,19 @@ stax_nvrtc_render_kernel(const stax_kernel *k, int nsizes)
         put(&b, ";  // extent of ");
         var_name(&b, k, d);
         put(&b, "\n");
+    }
+    if (k->nstages == 2 && k->stages[0].kind == STAX_STAGE_ATTENTION && k->naccs >= 3
+        && k->nouter == 2 && k->ninner == 3) {
+        if (render_attention(m) < 0) {
+            goto done;
+        }
+        put(&b, "}\n");
+        if (b.oom) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        res = PyUnicode_FromStringAndSize(b.buf, (Py_ssize_t)b.len);
+        goto done;
     }
     put(&b, "    const int64_t xnumel = ");  /* outer points */
     if (k->nouter == 0) {
@@ -1429,6 +1538,14 @@ stax_nvrtc_launch_config(const stax_kernel *k, const int64_t *sizes,
         xn = end > start ? 1 : 0;
     }
     grid[1] = grid[2] = block[1] = block[2] = 1;
+    if (k->nstages > 0 && k->stages[0].kind == STAX_STAGE_ATTENTION) {
+        /* one thread per query row of the blocks [start, end) */
+        int64_t rows = (end > start ? end - start : 0) * k->stages[0].tile_q;
+        block[0] = 128;
+        grid[0] = (rows + 127) / 128;
+        grid[0] = grid[0] < 1 ? 1 : grid[0] > (1 << 20) ? (1 << 20) : grid[0];
+        return 0;
+    }
     if (k->ninner == 0) {
         int64_t blocks = (xn + 255) / 256;
         block[0] = 256;

@@ -296,6 +296,32 @@ stax_lower_kernel_str(const stax_kernel *k)
     for (int s = 0; s < k->nstages; s++) {
         const stax_stage *st = &k->stages[s];
         int in = ind;
+        if (st->kind == STAX_STAGE_ATTENTION) {
+            stax_strbuf_printf(&sb, "%*s# attention (online softmax): query blocks of %d "
+                               "rows (x0, x1 // %d parallel), keys r0<", 4 * ind, "",
+                               st->tile_q, st->tile_q);
+            stax_lower_ix_render(&sb, k->dims[k->nouter]);
+            stax_strbuf_printf(&sb, " in tiles of %d, r1<", st->tile_k);
+            stax_lower_ix_render(&sb, k->dims[k->nouter + 1]);
+            stax_strbuf_printf(&sb, ", r2<");
+            stax_lower_ix_render(&sb, k->dims[k->nouter + 2]);
+            stax_strbuf_printf(&sb, "\n");
+            static const char *const what[3] = {"dot over r1", "score, running max",
+                                                "softmax-weighted over r0"};
+            for (int i = st->first; i < st->first + st->n && i - st->first < 3; i++) {
+                const stax_lacc *a = &k->accs[i];
+                stax_strbuf_printf(&sb, "%*sacc%d = %s[%s](", 4 * (ind + 1), "", i,
+                                   red_names[a->op], dt_name(a->dtype));
+                stax_lower_lval_render(&sb, a->value);
+                stax_strbuf_printf(&sb, ")  # %s", what[i - st->first]);
+                if (a->index != NULL) {
+                    stax_strbuf_printf(&sb, "; causal: r0 <= ");
+                    stax_lower_ix_render(&sb, a->index);
+                }
+                stax_strbuf_printf(&sb, "\n");
+            }
+            continue;
+        }
         if (st->kind != STAX_STAGE_OUTER && k->ninner > 0) {
             stax_strbuf_printf(&sb, "%*s# %s over", 4 * ind, "",
                                st->kind == STAX_STAGE_REDUCE ? "reduce"

@@ -26,6 +26,30 @@
  * Accumulators are reset at the start of each REDUCE stage that fills them
  * (i.e. once per outer point).
  *
+ * ATTENTION KERNELS (STAX_STAGE_ATTENTION, lower_attention.c)
+ *   out[b, i, e] = sum_j softmax_j(score(b, i, j)) * v(b, j, e)
+ * with the L x S scores never in memory: a kernel whose first stage is
+ * STAX_STAGE_ATTENTION has nouter == 2, ninner == 3 and the loop variables
+ *   x0 = b (flattened batch dims), x1 = i (query, < L),
+ *   r0 = j (key, < S), r1 = c (< E, the q/k head dim), r2 = e (< Ev);
+ * its accumulators (stage.first .. +3) say what is computed, not how:
+ *   acc0 = sum[acc dtype](q(b,i,c) * k(b,j,c))      the dot product
+ *   acc1 = max[acc dtype](score(b,i,j))             the online softmax's
+ *          running maximum of the score (an expression reading acc0); its
+ *          `index`, when not NULL, is a causal bound: keys j > index(i)
+ *          are known masked (-inf) and may be skipped whole
+ *   acc2 = sum[acc dtype](v(b,j,e))                 weighted by the softmax
+ * and the following OUTER stage stores out[...] = acc2 / the softmax's sum
+ * (the store's value is written acc2 / acc1 in the IR).  The back end owns
+ * the schedule: the ABI's [start, end) run over query blocks of
+ * stage.tile_q rows, block x = b * ceil(L / tile_q) + i / tile_q; each block
+ * makes one pass over K and V in tiles of stage.tile_k keys, keeping for
+ * every row the monoid state (m, l, acc[Ev]) of the online softmax:
+ *   (m, l, a) . (m', l', a') = (M, l e^(m-M) + l' e^(m'-M),
+ *                               a e^(m-M) + a' e^(m'-M)),  M = max(m, m').
+ * A row whose scores are all -inf ends with l == 0 and stores 0/0 = NaN,
+ * as the decomposed softmax does.
+ *
  * Index expressions (stax_ix) are int64 trees over loop variables, kernel
  * size arguments (STAX_IX_SYM k = sizes[k] of the ABI) and constants, with
  * + * floordiv mod (operands of div/mod are non-negative).  A view is just an
@@ -196,13 +220,17 @@ typedef struct {
 typedef enum {
     STAX_STAGE_REDUCE = 0,       /* accs[acc0 .. acc0+n) over the inner dims */
     STAX_STAGE_INNER,            /* stores[...] inside the inner loops */
-    STAX_STAGE_OUTER             /* stores[...] at the outer level */
+    STAX_STAGE_OUTER,            /* stores[...] at the outer level */
+    STAX_STAGE_ATTENTION         /* accs[first..first+3): see ATTENTION
+                                    KERNELS above */
 } stax_stage_kind_t;
 
 typedef struct {
     stax_stage_kind_t kind;
-    int first, n;                /* REDUCE: accs[first..first+n);
+    int first, n;                /* REDUCE/ATTENTION: accs[first..first+n);
                                     INNER/OUTER: stores[first..first+n) */
+    int tile_q, tile_k;          /* ATTENTION: query rows per block (the
+                                    parallel unit), keys per K/V tile */
 } stax_stage;
 
 typedef struct {

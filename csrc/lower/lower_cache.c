@@ -250,6 +250,8 @@ ser_kernel(const stax_kernel *k, bbuf *b)
         bb_i64(b, k->stages[i].kind);
         bb_i64(b, k->stages[i].first);
         bb_i64(b, k->stages[i].n);
+        bb_i64(b, k->stages[i].tile_q);
+        bb_i64(b, k->stages[i].tile_k);
     }
     bb_put(b, "A", 1);
     bb_i64(b, k->naccs);

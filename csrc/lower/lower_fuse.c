@@ -191,6 +191,11 @@ dims_eq(const int64_t *a, const int64_t *b, int n)
 static int
 nest_fit(kdraft *p, kdraft *c)
 {
+    /* an attention kernel has its own schedule (query blocks): nothing
+     * joins it */
+    if (lw_is_attention(p) || lw_is_attention(c)) {
+        return 0;
+    }
     /* a REDUCE stage of a kernel without inner dims folds once: it must not
      * move under inner loops */
     if (c->ninner == 0 && p->ninner > 0) {
@@ -365,7 +370,7 @@ drop_dead_stores(lw_ctx *c)
         int nst = 0;
         for (int j = 0; j < k->nstages; j++) {
             stax_stage g = k->stages[j];
-            if (g.kind == STAX_STAGE_REDUCE) {
+            if (g.kind == STAX_STAGE_REDUCE || g.kind == STAX_STAGE_ATTENTION) {
                 st[nst++] = g;
                 continue;
             }
@@ -732,8 +737,9 @@ sym_kernel(lw_ctx *c, stax_kernel *k, stax_strbuf *key)
                                k->bufs[i].is_output, k->bufs[i].noalias);
         }
         for (int i = 0; i < k->nstages; i++) {
-            stax_strbuf_printf(key, "g%d,%d,%d|", (int)k->stages[i].kind,
-                               k->stages[i].first, k->stages[i].n);
+            stax_strbuf_printf(key, "g%d,%d,%d,%d,%d|", (int)k->stages[i].kind,
+                               k->stages[i].first, k->stages[i].n,
+                               k->stages[i].tile_q, k->stages[i].tile_k);
         }
     }
     for (int i = 0; i < k->nouter + k->ninner; i++) {
@@ -963,6 +969,11 @@ finalize_kernel(lw_ctx *c, step_t *s)
     }
     s->k = k;
     s->par_n = d->nouter > 0 ? d->dimv[0] : 1;
+    if (lw_is_attention(d)) {
+        /* the parallel unit is a block of tile_q query rows */
+        int64_t tq = d->stages[0].tile_q;
+        s->par_n = d->dimv[0] * ((d->dimv[1] + tq - 1) / tq);
+    }
     s->work = k->work;
     free(read);
     free(wr);

@@ -325,6 +325,18 @@ int lw_lower_scatter(lw_ctx *c, struct lw_node_in *in, PyObject *bound,
                      vbuf *x, vbuf *out, const char **why);
 int lw_lower_matmul(lw_ctx *c, struct lw_node_in *in, PyObject *bound,
                     vbuf *out, const char **why);
+/* attention (lower_attention.c): a matmul(softmax(X, -1), v) whose X is a
+ * pointwise chain over the scores q @ kT (found by program_build.c before
+ * lowering; the scores node lowers to a load of `phantom`, a program buffer
+ * nothing ever writes).  Builds the attention kernel (lower.h) writing
+ * out's buffer.  q: (..., L, E), kt: (..., E, S), v: (..., S, Ev), x the
+ * scores chain (..., L, S); causal: keys j > i + causal_off are known
+ * masked.  1 lowered, -1 error */
+int lw_lower_attention(lw_ctx *c, vbuf *q, vbuf *kt, vbuf *v, vbuf *x,
+                       int phantom, int causal, int64_t causal_off,
+                       vbuf *out);
+/* 1 if kernel draft k is an attention kernel */
+int lw_is_attention(const kdraft *k);
 int lw_lower_random(lw_ctx *c, struct lw_node_in *in, PyObject *bound,
                     vbuf *x, vbuf *out, const char **why);
 

@@ -1055,6 +1055,37 @@ program_get_steps(Program *p, void *closure)
     return l;
 }
 
+/* the buffer plan: every buffer that exists when the program runs (inputs,
+ * constants, and each buffer some step writes), as
+ * (kind, sizes, dtype, first step, last step) */
+static PyObject *
+program_get_buffer_plan(Program *p, void *closure)
+{
+    (void)closure;
+    static const char *kinds[] = {"input", "temp", "extern", "const"};
+    PyObject *l = PyList_New(0);
+    for (int b = 0; l && b < p->c.npbufs; b++) {
+        pbuf_t *pb = &p->c.pbufs[b];
+        if (pb->kind != PB_INPUT && pb->kind != PB_CONST && pb->first < 0) {
+            continue;   /* nothing writes it: never allocated */
+        }
+        PyObject *sz = PyTuple_New(pb->ndim > 0 ? pb->ndim : 0);
+        for (int d = 0; sz && d < pb->ndim; d++) {
+            PyTuple_SET_ITEM(sz, d, PyLong_FromLongLong(pb->sizes[d]));
+        }
+        PyObject *e = sz ? Py_BuildValue("(sNsii)", kinds[pb->kind], sz,
+                                         stax_dtype_name(pb->dtype), pb->first, pb->last)
+                         : NULL;
+        if (e == NULL || PyList_Append(l, e) < 0) {
+            Py_XDECREF(e);
+            Py_DECREF(l);
+            return NULL;
+        }
+        Py_DECREF(e);
+    }
+    return l;
+}
+
 static PyObject *
 program_get_backend(Program *p, void *closure)
 {
@@ -1077,6 +1108,9 @@ static PyGetSetDef program_getset[] = {
     {"dynamic", (getter)program_get_dynamic, NULL,
      "one artifact serves every size (a variant per size class)", NULL},
     {"steps", (getter)program_get_steps, NULL, "the program's steps", NULL},
+    {"buffer_plan", (getter)program_get_buffer_plan, NULL,
+     "the buffers that exist at run time: (kind, sizes, dtype, first step, "
+     "last step) of inputs, constants and every buffer a step writes", NULL},
     {NULL},
 };
 

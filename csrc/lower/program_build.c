@@ -8,6 +8,7 @@
 #include "graph/graph.h"
 #include "tensor/stax_numpy.h"
 
+#include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -916,7 +917,18 @@ typedef struct {
     int copy_nodes[64], ncopies;         /* copy_ into a placeholder / constant */
     PyObject *output_t;                  /* owned until moved to p */
     int nph;                             /* placeholders seen */
+    /* attention (bs_attention): per node 0, or ATT_SCORES / ATT_PROBS /
+     * ATT_ROOT of attention att_of[i] */
+    signed char *att_role;
+    int *att_of;
+    int natt;
+    struct lw_att {
+        int root, z, p, x, q, kt, v, causal, phantom;
+        int64_t off;
+    } att[16];
 } lw_build;
+
+enum { ATT_SCORES = 1, ATT_PROBS, ATT_ROOT };
 
 /* the Program object, its lowering context and the per-input arrays */
 static int
@@ -1132,6 +1144,508 @@ take_input_copy(lw_build *b, Py_ssize_t i, PyObject *node, vbuf **v)
     return 0;
 }
 
+/* ------------------------------------------------------------ attention
+ * softmax(X, -1) @ v where X is a pointwise chain over the scores q @ kT
+ * (scale, masked_fill / where, + mask, ...) becomes one attention kernel
+ * (lower_attention.c) when neither the scores nor anything of the chain
+ * nor the probabilities is read by another node (shape-only readers such as
+ * ones_like(scores) excepted): with another reader (returned, saved for
+ * backward, dropout between softmax and @ v) the decomposition stays. */
+typedef struct {
+    lw_build *b;
+    int *opid;                 /* per node: op id, or -1 */
+    signed char *state;        /* 0 unknown, 1 in the chain, 2 not */
+    int z;
+    int fail;
+} att_walk;
+
+static int
+att_node_index(lw_build *b, PyObject *o)
+{
+    if (StaxNode_Type == NULL || !PyObject_TypeCheck(o, StaxNode_Type)) {
+        return -1;
+    }
+    PyObject *ix = PyDict_GetItemWithError(b->index, o);
+    if (ix == NULL) {
+        PyErr_Clear();
+        return -1;
+    }
+    return (int)PyLong_AsLong(ix);
+}
+
+/* the i-th positional argument of node n, or kwargs[name] (borrowed into
+ * *out, NULL when absent); the args/kwargs objects are owned by the node */
+static PyObject *
+att_arg(PyObject *node, int i, const char *name)
+{
+    PyObject *a = PyObject_GetAttrString(node, "args");
+    PyObject *kw = a ? PyObject_GetAttrString(node, "kwargs") : NULL;
+    PyObject *r = NULL;
+    if (a != NULL && PyTuple_Check(a) && i >= 0 && i < PyTuple_GET_SIZE(a)) {
+        r = PyTuple_GET_ITEM(a, i);
+    }
+    else if (kw != NULL && PyDict_Check(kw) && name != NULL) {
+        r = PyDict_GetItemString(kw, name);
+    }
+    Py_XINCREF(r);
+    Py_XDECREF(a);
+    Py_XDECREF(kw);
+    PyErr_Clear();
+    return r;   /* new reference or NULL */
+}
+
+static int
+att_nargs(PyObject *node, Py_ssize_t *nkw)
+{
+    PyObject *a = PyObject_GetAttrString(node, "args");
+    PyObject *kw = a ? PyObject_GetAttrString(node, "kwargs") : NULL;
+    int n = a != NULL && PyTuple_Check(a) ? (int)PyTuple_GET_SIZE(a) : -1;
+    *nkw = kw != NULL && PyDict_Check(kw) ? PyDict_Size(kw) : 0;
+    Py_XDECREF(a);
+    Py_XDECREF(kw);
+    PyErr_Clear();
+    return n;
+}
+
+/* 1 if node i is in the pointwise chain that reads the scores */
+static int
+att_reach(att_walk *w, int i, int depth)
+{
+    if (i < 0 || w->fail) {
+        return 0;
+    }
+    if (w->state[i]) {
+        return w->state[i] == 1;
+    }
+    int id = w->opid[i];
+    if (id == STAX_OP_MATMUL) {
+        if (w->z >= 0 && w->z != i) {
+            w->fail = 1;     /* two score matmuls: not the pattern */
+            return 0;
+        }
+        w->z = i;
+        w->state[i] = 1;
+        return 1;
+    }
+    int r = 0;
+    if (id >= 0 && stax_op_table[id].kind == STAX_OPK_POINTWISE && depth < 48) {
+        PyObject *node = PyList_GET_ITEM(w->b->nodes, i);
+        PyObject *a = PyObject_GetAttrString(node, "args");
+        PyObject *kw = a ? PyObject_GetAttrString(node, "kwargs") : NULL;
+        if (a != NULL && PyTuple_Check(a)) {
+            for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(a); k++) {
+                r |= att_reach(w, att_node_index(w->b, PyTuple_GET_ITEM(a, k)), depth + 1);
+            }
+        }
+        if (kw != NULL && PyDict_Check(kw)) {
+            PyObject *key, *val;
+            Py_ssize_t pos = 0;
+            while (PyDict_Next(kw, &pos, &key, &val)) {
+                r |= att_reach(w, att_node_index(w->b, val), depth + 1);
+            }
+        }
+        Py_XDECREF(a);
+        Py_XDECREF(kw);
+        PyErr_Clear();
+    }
+    w->state[i] = r ? 1 : 2;
+    return r;
+}
+
+/* shape and dtype of node i's value: ndim (-1 if not a tensor) */
+static int
+att_shape(lw_build *b, int i, int64_t *sizes, stax_dtype_t *dt)
+{
+    PyObject *val = node_val(PyList_GET_ITEM(b->nodes, i), b->vals);
+    int64_t st[STAX_MAX_DIMS];
+    int nd = -1;
+    if (val == NULL || !lw_val_info(val, &nd, sizes, st, dt)) {
+        nd = -1;
+    }
+    Py_XDECREF(val);
+    PyErr_Clear();
+    return nd;
+}
+
+static int
+att_same_shape(lw_build *b, int i, int nd, const int64_t *sizes, stax_dtype_t dt)
+{
+    int64_t s[STAX_MAX_DIMS];
+    stax_dtype_t d;
+    return att_shape(b, i, s, &d) == nd && d == dt
+           && memcmp(s, sizes, sizeof(int64_t) * (size_t)nd) == 0;
+}
+
+/* 1 if Python number / 0-d constant node o is -inf */
+static int
+att_is_neg_inf(lw_build *b, PyObject *o)
+{
+    double v = 0.0;
+    int i = att_node_index(b, o);
+    if (i >= 0) {
+        PyObject *val = node_val(PyList_GET_ITEM(b->nodes, i), b->vals);
+        PyObject *it = val ? PyObject_CallMethod(val, "item", NULL) : NULL;
+        v = it && PyFloat_Check(it) ? PyFloat_AsDouble(it) : 0.0;
+        Py_XDECREF(it);
+        Py_XDECREF(val);
+    }
+    else if (PyFloat_Check(o)) {
+        v = PyFloat_AsDouble(o);
+    }
+    PyErr_Clear();
+    return isinf(v) && v < 0;
+}
+
+/* a constant (get_attr) bool mask node i, inverted if inv, equal to
+ * (j > i + off) over its last two dims (L, S), leading dims of size 1:
+ * 1 and *off, or 0 (a constant never changes between calls) */
+static int
+att_const_causal(lw_build *b, int i, int inv, int64_t L, int64_t S, int64_t *off)
+{
+    PyObject *node = PyList_GET_ITEM(b->nodes, i);
+    PyObject *opn = PyObject_GetAttrString(node, "op");
+    int ga = opn != NULL && PyUnicode_Check(opn)
+             && PyUnicode_CompareWithASCIIString(opn, "get_attr") == 0;
+    Py_XDECREF(opn);
+    PyObject *val = ga ? node_val(node, b->vals) : NULL;
+    PyObject *np = val ? PyObject_CallMethod(val, "numpy", NULL) : NULL;
+    PyArrayObject *a = np ? (PyArrayObject *)PyArray_FROMANY(np, NPY_BOOL, 2, STAX_MAX_DIMS,
+                                                             NPY_ARRAY_CARRAY_RO)
+                          : NULL;
+    int rc = 0, nd = a ? PyArray_NDIM(a) : 0;
+    if (a != NULL && PyArray_DIM(a, nd - 2) == L && PyArray_DIM(a, nd - 1) == S
+        && PyArray_SIZE(a) == L * S) {
+        const npy_bool *m = (const npy_bool *)PyArray_DATA(a);
+        int64_t o = -1;
+        while (o + 1 < S && !(m[o + 1] ^ inv)) {
+            o++;    /* row 0 keeps j <= o */
+        }
+        rc = 1;
+        for (int64_t r = 0; r < L && rc; r++) {
+            for (int64_t c = 0; c < S && rc; c++) {
+                rc = (int)(!!(m[r * S + c]) ^ inv) == (c > r + o);
+            }
+        }
+        *off = o;
+    }
+    Py_XDECREF((PyObject *)a);
+    Py_XDECREF(np);
+    Py_XDECREF(val);
+    PyErr_Clear();
+    return rc;
+}
+
+/* 1 if node i is a constant (get_attr) with every element nonzero */
+static int
+att_const_ones(lw_build *b, int i)
+{
+    PyObject *node = PyList_GET_ITEM(b->nodes, i);
+    PyObject *opn = PyObject_GetAttrString(node, "op");
+    int ga = opn != NULL && PyUnicode_Check(opn)
+             && PyUnicode_CompareWithASCIIString(opn, "get_attr") == 0;
+    Py_XDECREF(opn);
+    PyObject *val = ga ? node_val(node, b->vals) : NULL;
+    PyObject *np = val ? PyObject_CallMethod(val, "numpy", NULL) : NULL;
+    PyObject *all = np ? PyObject_CallMethod(np, "all", NULL) : NULL;
+    int rc = all != NULL && PyObject_IsTrue(all) == 1;
+    Py_XDECREF(all);
+    Py_XDECREF(np);
+    Py_XDECREF(val);
+    PyErr_Clear();
+    return rc;
+}
+
+/* the causal structure of X = where(mask, -inf, scores) /
+ * masked_fill(scores, mask, -inf) with mask = logical_not(tril(ones, d))
+ * (keep j <= i + d) or triu(ones, d) (keep j <= i + d - 1), ones a
+ * ones_like / ones of the scores' last two sizes: 1 and *off, or 0 */
+static int
+att_causal(att_walk *w, int x, int nd, const int64_t *zs, int64_t *off)
+{
+    lw_build *b = w->b;
+    PyObject *xn = PyList_GET_ITEM(b->nodes, x), *m = NULL, *f = NULL;
+    int rc = 0;
+    if (w->opid[x] == STAX_OP_WHERE) {
+        m = att_arg(xn, 0, "condition");
+        f = att_arg(xn, 1, "self");
+    }
+    else if (w->opid[x] == STAX_OP_MASKED_FILL) {
+        m = att_arg(xn, 1, "mask");
+        f = att_arg(xn, 2, "value");
+    }
+    int mi = m ? att_node_index(b, m) : -1;
+    if (mi < 0 || f == NULL || !att_is_neg_inf(b, f)) {
+        goto done;
+    }
+    int neg = 0, t = mi;
+    if (w->opid[mi] == STAX_OP_LOGICAL_NOT) {
+        PyObject *a = att_arg(PyList_GET_ITEM(b->nodes, mi), 0, "self");
+        t = a ? att_node_index(b, a) : -1;
+        Py_XDECREF(a);
+        neg = 1;
+    }
+    if (t >= 0 && att_const_causal(b, t, neg, zs[nd - 2], zs[nd - 1], off)) {
+        rc = 1;
+        goto done;
+    }
+    if (t < 0 || (neg ? w->opid[t] != STAX_OP_TRIL : w->opid[t] != STAX_OP_TRIU)) {
+        goto done;
+    }
+    PyObject *tn = PyList_GET_ITEM(b->nodes, t);
+    PyObject *o = att_arg(tn, 0, "self"), *dg = att_arg(tn, 1, "diagonal");
+    int oi = o ? att_node_index(b, o) : -1;
+    int64_t d = dg == NULL ? 0 : PyLong_Check(dg) ? PyLong_AsLongLong(dg) : INT64_MIN;
+    Py_XDECREF(o);
+    Py_XDECREF(dg);
+    PyErr_Clear();
+    if (oi < 0 || d == INT64_MIN) {
+        goto done;
+    }
+    int ones = w->opid[oi] == STAX_OP_ONES_LIKE || att_const_ones(b, oi);
+    if (!ones && w->opid[oi] < 0) {
+        int ism;
+        PyObject *nm = target_name(PyList_GET_ITEM(b->nodes, oi), &ism);
+        ones = nm != NULL && !ism && PyUnicode_CompareWithASCIIString(nm, "ones") == 0;
+        Py_XDECREF(nm);
+    }
+    int64_t os[STAX_MAX_DIMS];
+    stax_dtype_t odt;
+    int ond = att_shape(b, oi, os, &odt);
+    if (ones && ond >= 2 && ond <= nd && os[ond - 2] == zs[nd - 2] && os[ond - 1] == zs[nd - 1]) {
+        *off = neg ? d : d - 1;
+        rc = 1;
+    }
+done:
+    Py_XDECREF(m);
+    Py_XDECREF(f);
+    PyErr_Clear();
+    return rc;
+}
+
+/* is node r = matmul(softmax(X, -1), v) the pattern?  fills a; 1 yes */
+static int
+att_match(att_walk *w, int r, struct lw_att *a)
+{
+    lw_build *b = w->b;
+    Py_ssize_t nn = PyList_GET_SIZE(b->nodes), nkw;
+    PyObject *rn = PyList_GET_ITEM(b->nodes, r);
+    if (att_nargs(rn, &nkw) != 2 || nkw != 0) {
+        return 0;
+    }
+    PyObject *po = att_arg(rn, 0, NULL), *vo = att_arg(rn, 1, NULL);
+    int p = po ? att_node_index(b, po) : -1, v = vo ? att_node_index(b, vo) : -1;
+    Py_XDECREF(po);
+    Py_XDECREF(vo);
+    if (p < 0 || v < 0 || w->opid[p] != STAX_OP_SOFTMAX) {
+        return 0;
+    }
+    PyObject *pn = PyList_GET_ITEM(b->nodes, p);
+    PyObject *xo = att_arg(pn, 0, "self"), *dim = att_arg(pn, 1, "dim");
+    PyObject *dto = att_arg(pn, 3, "dtype");
+    int x = xo ? att_node_index(b, xo) : -1;
+    int64_t dv = dim && PyLong_Check(dim) ? PyLong_AsLongLong(dim) : INT64_MIN;
+    int dtype_none = dto == NULL || dto == Py_None;
+    Py_XDECREF(xo);
+    Py_XDECREF(dim);
+    Py_XDECREF(dto);
+    PyErr_Clear();
+    if (x < 0 || !dtype_none || dv == INT64_MIN) {
+        return 0;
+    }
+    memset(w->state, 0, (size_t)nn);
+    w->z = -1;
+    w->fail = 0;
+    if (!att_reach(w, x, 0) || w->fail || w->z < 0) {
+        return 0;
+    }
+    int z = w->z;
+    int64_t zs[STAX_MAX_DIMS], qs[STAX_MAX_DIMS], ks[STAX_MAX_DIMS], vs[STAX_MAX_DIMS],
+        rs[STAX_MAX_DIMS];
+    stax_dtype_t zd, qd, kd, vd, rd;
+    int nd = att_shape(b, z, zs, &zd);
+    if (nd < 2 || (dv != -1 && dv != nd - 1)
+        || !(zd == STAX_FLOAT16 || zd == STAX_FLOAT32 || zd == STAX_FLOAT64)) {
+        return 0;
+    }
+    PyObject *zn = PyList_GET_ITEM(b->nodes, z);
+    if (att_nargs(zn, &nkw) != 2 || nkw != 0) {
+        return 0;
+    }
+    PyObject *qo = att_arg(zn, 0, NULL), *ko = att_arg(zn, 1, NULL);
+    int q = qo ? att_node_index(b, qo) : -1, kt = ko ? att_node_index(b, ko) : -1;
+    Py_XDECREF(qo);
+    Py_XDECREF(ko);
+    if (q < 0 || kt < 0 || w->state[q] == 1 || w->state[kt] == 1 || w->state[v] == 1) {
+        return 0;
+    }
+    int qn = att_shape(b, q, qs, &qd), kn = att_shape(b, kt, ks, &kd);
+    int vn = att_shape(b, v, vs, &vd), rnd = att_shape(b, r, rs, &rd);
+    if (qn < 2 || kn < 2 || vn < 2 || rnd != nd || qd != zd || kd != zd || vd != zd
+        || rd != zd || vs[vn - 2] != zs[nd - 1] || rs[nd - 1] != vs[vn - 1]
+        || memcmp(rs, zs, sizeof(int64_t) * (size_t)(nd - 1)) != 0) {
+        return 0;
+    }
+    for (int d = 0; d < nd; d++) {
+        if (zs[d] < 1) {
+            return 0;   /* empty: the decomposition's zeros / empty rows */
+        }
+    }
+    if (qs[qn - 1] < 1 || vs[vn - 1] < 1) {
+        return 0;
+    }
+    /* the chain: same shape as the scores, read only inside the chain (or
+     * for its shape), and X by the softmax alone, the softmax by r alone */
+    for (Py_ssize_t i = 0; i < nn; i++) {
+        if (w->state[i] != 1) {
+            continue;
+        }
+        if (!att_same_shape(b, (int)i, nd, zs, zd)) {
+            return 0;
+        }
+        PyObject *users = PyObject_GetAttrString(PyList_GET_ITEM(b->nodes, i), "users");
+        if (users == NULL || !PyDict_Check(users)) {
+            Py_XDECREF(users);
+            PyErr_Clear();
+            return 0;
+        }
+        PyObject *key, *val;
+        Py_ssize_t pos = 0;
+        int ok = 1;
+        while (ok && PyDict_Next(users, &pos, &key, &val)) {
+            int u = att_node_index(b, key);
+            ok = u >= 0 && ((w->state[u] == 1 && u != z) || (u == p && i == x)
+                            || w->opid[u] == STAX_OP_ONES_LIKE
+                            || w->opid[u] == STAX_OP_ZEROS_LIKE
+                            || w->opid[u] == STAX_OP_FULL_LIKE);
+        }
+        Py_DECREF(users);
+        if (!ok) {
+            return 0;
+        }
+    }
+    PyObject *pu = PyObject_GetAttrString(pn, "users");
+    int pu_ok = pu != NULL && PyDict_Check(pu) && PyDict_Size(pu) == 1;
+    Py_XDECREF(pu);
+    PyErr_Clear();
+    if (!pu_ok) {
+        return 0;
+    }
+    a->root = r;
+    a->z = z;
+    a->p = p;
+    a->x = x;
+    a->q = q;
+    a->kt = kt;
+    a->v = v;
+    a->off = 0;
+    a->causal = att_causal(w, x, nd, zs, &a->off);
+    a->phantom = -1;
+    return 1;
+}
+
+static int
+bs_attention(lw_build *b)
+{
+    Py_ssize_t nn = PyList_GET_SIZE(b->nodes);
+    static int off = -1;
+    if (off < 0) {
+        off = getenv("STAX_NO_FUSED_ATTENTION") != NULL;
+    }
+    b->att_role = calloc((size_t)(nn ? nn : 1), 1);
+    b->att_of = calloc((size_t)(nn ? nn : 1), sizeof(int));
+    int *opid = malloc(sizeof(int) * (size_t)(nn ? nn : 1));
+    signed char *state = calloc((size_t)(nn ? nn : 1), 1);
+    if (b->att_role == NULL || b->att_of == NULL || opid == NULL || state == NULL) {
+        free(opid);
+        free(state);
+        PyErr_NoMemory();
+        return -1;
+    }
+    int any = 0;
+    for (Py_ssize_t i = 0; i < nn; i++) {
+        PyObject *node = PyList_GET_ITEM(b->nodes, i);
+        PyObject *ii = PyLong_FromSsize_t(i);
+        if (ii == NULL || PyDict_SetItem(b->index, node, ii) < 0) {
+            Py_XDECREF(ii);
+            free(opid);
+            free(state);
+            return -1;
+        }
+        Py_DECREF(ii);
+        int is_method;
+        char base[96];
+        const stax_op_info *op = NULL;
+        const stax_call_info *call = NULL;
+        PyObject *nm = node_target(node, &is_method, base, sizeof(base), &op, &call);
+        Py_XDECREF(nm);
+        PyErr_Clear();
+        opid[i] = op ? (int)op->id : -1;
+        any |= opid[i] == STAX_OP_SOFTMAX;
+    }
+    att_walk w = {b, opid, state, -1, 0};
+    for (Py_ssize_t i = 0; i < nn && any && !off && b->natt < 16; i++) {
+        struct lw_att a;
+        if (opid[i] != STAX_OP_MATMUL || !att_match(&w, (int)i, &a)) {
+            continue;
+        }
+        if (b->att_role[a.z] || b->att_role[a.p] || b->att_role[a.root]) {
+            continue;
+        }
+        b->att_role[a.z] = ATT_SCORES;
+        b->att_role[a.p] = ATT_PROBS;
+        b->att_role[a.root] = ATT_ROOT;
+        b->att_of[a.z] = b->att_of[a.p] = b->att_of[a.root] = b->natt;
+        b->att[b->natt++] = a;
+    }
+    free(opid);
+    free(state);
+    return 0;
+}
+
+/* a node of an attention: the scores (a load of a phantom buffer nothing
+ * writes), the probabilities (read by nobody but the root) or the root
+ * (the attention kernel).  0, or -1 + exception */
+static int
+lower_attention_node(lw_build *b, Py_ssize_t i, vbuf **v)
+{
+    lw_ctx *c = b->c;
+    struct lw_att *a = &b->att[b->att_of[i]];
+    PyObject *val = node_val(PyList_GET_ITEM(b->nodes, i), b->vals);
+    vbuf *o = lw_vb_new(c);
+    int64_t st[STAX_MAX_DIMS];
+    if (val == NULL || o == NULL || !lw_val_info(val, &o->ndim, o->sizes, st, &o->dtype)) {
+        Py_XDECREF(val);
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_RuntimeError, "attention lowering: node without a value");
+        }
+        return -1;
+    }
+    Py_DECREF(val);
+    o->kind = VB_TENSOR;
+    *v = o;
+    switch (b->att_role[i]) {
+    case ATT_SCORES:
+        a->phantom = lw_new_pbuf(c, PB_TEMP, o->ndim, o->sizes, o->dtype);
+        o->body = a->phantom < 0 ? NULL : lw_contig_load(c, a->phantom);
+        o->label = "scores";
+        return o->body ? 0 : -1;
+    case ATT_PROBS:
+        o->body = lw_const(c, o->dtype, 0.0);
+        o->label = "probs";
+        return o->body ? 0 : -1;
+    default:
+        break;
+    }
+    vbuf *q = b->vb[a->q], *kt = b->vb[a->kt], *vv = b->vb[a->v], *x = b->vb[a->x];
+    if (q == NULL || kt == NULL || vv == NULL || x == NULL || q->kind != VB_TENSOR
+        || kt->kind != VB_TENSOR || vv->kind != VB_TENSOR || x->kind != VB_TENSOR
+        || a->phantom < 0) {
+        PyErr_SetString(PyExc_RuntimeError, "attention lowering: operands not lowered");
+        return -1;
+    }
+    return lw_lower_attention(c, q, kt, vv, x, a->phantom, a->causal, a->off, o) < 0 ? -1 : 0;
+}
+
 /* the lowering rule of a call node: rc 1 lowered (*v), 0 not (*why) */
 static int
 lower_rule(lw_build *b, PyObject *node, const char *base, const stax_op_info *op,
@@ -1278,7 +1792,8 @@ bs_lower_nodes(lw_build *b)
             rc = lower_output(b, node);
             break;
         default:
-            rc = lower_call(b, i, node, &v);
+            rc = b->att_role != NULL && b->att_role[i] ? lower_attention_node(b, i, &v)
+                                                      : lower_call(b, i, node, &v);
             break;
         }
         if (rc < 0) {
@@ -1422,6 +1937,7 @@ static const struct {
     int (*run)(lw_build *b);
 } build_stages[] = {
     {"setup", bs_setup},                 /* Program, context, inputs */
+    {"attention", bs_attention},         /* softmax(q @ kT ...) @ v found */
     {"lower nodes", bs_lower_nodes},     /* node -> virtual buffer */
     {"input copies", bs_input_copies},   /* functionalized mutations */
     {"finalize", bs_finalize},           /* outputs, fusion, kernels */
@@ -1453,6 +1969,8 @@ lw_build_program(PyObject *gm, PyObject *ex, stax_backend *be, int strict, int d
     b.p = NULL;
 done:
     free(b.vb);
+    free(b.att_role);
+    free(b.att_of);
     Py_XDECREF(b.graph);
     Py_XDECREF(b.nodes);
     Py_XDECREF(b.index);
