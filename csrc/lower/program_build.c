@@ -1547,10 +1547,9 @@ static int
 bs_attention(lw_build *b)
 {
     Py_ssize_t nn = PyList_GET_SIZE(b->nodes);
-    static int off = -1;
-    if (off < 0) {
-        off = getenv("STAX_NO_FUSED_ATTENTION") != NULL;
-    }
+    /* read per compile: bench/attention.py times the decomposition too */
+    const char *offe = getenv("STAX_NO_FUSED_ATTENTION");
+    int off = offe != NULL && *offe && *offe != '0';
     b->att_role = calloc((size_t)(nn ? nn : 1), 1);
     b->att_of = calloc((size_t)(nn ? nn : 1), sizeof(int));
     int *opid = malloc(sizeof(int) * (size_t)(nn ? nn : 1));
