@@ -441,9 +441,14 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     both apply where torch 2.13's CPU flash kernel would run -- 4-D, one
     head dim, same batch and heads, no dropout -- else torch's error);
     scale: default 1/sqrt(E). Raises RuntimeError for mismatched head dims,
-    batch dims, or a mask of the wrong shape or dtype. Compiled: matmul,
-    the fused softmax lowering and matmul (the L x S scores are
-    materialized once; a tiled online-softmax kernel is not built yet)."""
+    batch dims, or a mask of the wrong shape or dtype. Compiled: one
+    tiled online-softmax attention kernel (the L x S scores never in
+    memory; is_causal skips the key tiles past the diagonal) when nothing
+    else reads the scores or probabilities; with dropout_p > 0 in training
+    or under autograd (the probabilities are saved) it stays matmul, the
+    fused softmax kernel and matmul. A row whose keys are all masked is NaN
+    here, eager and compiled (torch 2.13's SDPA returns 0 there, its
+    explicit formula NaN)."""
     for i, (t, n) in enumerate(((query, "query"), (key, "key"), (value, "value"))):
         _check_t(t, "scaled_dot_product_attention", n, i + 1)
     if query.dim() < 2 or key.dim() < 2 or value.dim() < 2:
