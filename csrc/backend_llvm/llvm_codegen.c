@@ -1505,6 +1505,13 @@ emit_outer(cg_t *g, int d, LLVMValueRef start, LLVMValueRef end)
  * pass over K and V in tiles of tile_k keys; per row the online-softmax
  * state (m, l, acc[Ev]) lives in stack arrays (the score tile of one row
  * too), so nothing of size L x S is ever stored. */
+/* micro-kernel widths: keys per step of the dots (8 AVX-512 registers of
+ * float: enough independent FMA chains to hide their latency; tile_k is a
+ * multiple), output columns per step of the weighted sum (Ev is padded to
+ * a multiple) */
+#define AT_CHK 128
+#define AT_CH 64
+
 static LLVMValueRef
 at_exp(cg_t *g, LLVMTypeRef t, LLVMValueRef x)
 {
@@ -1569,12 +1576,44 @@ emit_attention(cg_t *g, const stax_stage *st, const stax_lstore *out, LLVMValueR
     LLVMValueRef E = gen_ix(g, k->dims[3]), Ev = gen_ix(g, k->dims[4]);
     LLVMValueRef ninf = fconst(g, at, -INFINITY), zero = fconst(g, at, 0.0);
     LLVMValueRef one = fconst(g, at, 1.0);
-    /* row state: m, l (tile_q each), acc (tile_q x Ev), one row's scores */
+    /* acc0 = q * k: K's tile is packed transposed and the dots run as
+     * vector FMAs over the keys (a small GEMM per row); V's tile is packed
+     * with rows of Evp = Ev rounded up to AT_CH, so the weighted sum keeps
+     * AT_CH output columns in registers over the keys */
+    const stax_lval *d0 = A[0].value;
+    int packed = d0->kind == STAX_LV_PRIM && d0->prim == STAX_PRIM_MUL && d0->nargs == 2
+                 && d0->args[0]->dtype == A[0].dtype && d0->args[1]->dtype == A[0].dtype
+                 && st->tile_k % AT_CHK == 0 && A[2].value->dtype == A[0].dtype;
+    const stax_lval *qpart = packed ? d0->args[0] : NULL, *kpart = packed ? d0->args[1] : NULL;
+    LLVMValueRef chv = LLVMConstInt(g->i64, AT_CH, 0);
+    LLVMValueRef Evp = packed ? LLVMBuildNSWMul(g->b, LLVMBuildUDiv(g->b, LLVMBuildNSWAdd(
+                                    g->b, Ev, LLVMConstInt(g->i64, AT_CH - 1, 0), ""), chv, ""), chv, "evp")
+                              : Ev;
+    /* row state: m, l (tile_q each), acc (tile_q x Evp), one row's scores */
     LLVMValueRef m = entry_alloca(g, LLVMArrayType(at, (unsigned)st->tile_q), "m");
     LLVMValueRef l = entry_alloca(g, LLVMArrayType(at, (unsigned)st->tile_q), "l");
     LLVMValueRef sc = entry_alloca(g, LLVMArrayType(at, (unsigned)st->tile_k), "sc");
-    LLVMValueRef acc = LLVMBuildArrayAlloca(g->b, at, LLVMBuildNSWMul(g->b, TQ, Ev, ""), "acc");
+    LLVMValueRef acc = LLVMBuildArrayAlloca(g->b, at, LLVMBuildNSWMul(g->b, TQ, Evp, ""), "acc");
     LLVMValueRef dot = entry_alloca(g, at, "dot"), mx = entry_alloca(g, at, "mx");
+    LLVMValueRef kt = packed ? LLVMBuildArrayAlloca(g->b, at, LLVMBuildNSWMul(g->b, TK, E, ""), "kt")
+                             : NULL;
+    LLVMValueRef vp = packed ? LLVMBuildArrayAlloca(g->b, at, LLVMBuildNSWMul(g->b, TK, Evp, ""), "vp")
+                             : NULL;
+    LLVMValueRef dv = entry_alloca(g, LLVMVectorType(at, AT_CH), "dv");
+    LLVMValueRef dv2 = entry_alloca(g, LLVMVectorType(at, AT_CH), "dv2");
+    LLVMValueRef dk = entry_alloca(g, LLVMVectorType(at, AT_CHK), "dk");
+    if (packed) {
+        /* columns past a short last tile (K) or past Ev (V) are read but
+         * never used: zeros, so they hold no denormals or NaN that slow the
+         * FMAs down */
+        loop_t lz;
+        loop_begin(g, &lz, i64_0, LLVMBuildNSWMul(g->b, TK, E, ""), -1);
+        at_store(g, at, kt, loop_var(g, &lz), zero);
+        loop_end(g, &lz, i64_1);
+        loop_begin(g, &lz, i64_0, LLVMBuildNSWMul(g->b, TK, Evp, ""), -1);
+        at_store(g, at, vp, loop_var(g, &lz), zero);
+        loop_end(g, &lz, i64_1);
+    }
     LLVMValueRef nqb = LLVMBuildUDiv(g->b, LLVMBuildNSWAdd(g->b, L, LLVMBuildNSWSub(g->b, TQ, i64_1, ""), ""),
                                      TQ, "nqb");
     loop_t lb, lr, le, lj, ljj, lc;
@@ -1596,8 +1635,8 @@ emit_attention(cg_t *g, const stax_stage *st, const stax_lstore *out, LLVMValueR
         LLVMValueRef z2[2] = {i64_0, r};
         LLVMBuildStore(g->b, ninf, LLVMBuildGEP2(g->b, LLVMArrayType(at, (unsigned)st->tile_q), m, z2, 2, ""));
         LLVMBuildStore(g->b, zero, LLVMBuildGEP2(g->b, LLVMArrayType(at, (unsigned)st->tile_q), l, z2, 2, ""));
-        LLVMValueRef rowp = at_ptr(g, at, acc, LLVMBuildNSWMul(g->b, r, Ev, ""));
-        loop_begin(g, &le, i64_0, Ev, -1);
+        LLVMValueRef rowp = at_ptr(g, at, acc, LLVMBuildNSWMul(g->b, r, Evp, ""));
+        loop_begin(g, &le, i64_0, Evp, -1);
         at_store(g, at, rowp, loop_var(g, &le), zero);
         loop_end(g, &le, i64_1);
     }
@@ -1607,6 +1646,37 @@ emit_attention(cg_t *g, const stax_stage *st, const stax_lstore *out, LLVMValueR
     {
         LLVMValueRef j0 = loop_var(g, &lj);
         LLVMValueRef jn = at_min(g, TK, LLVMBuildNSWSub(g->b, jend, j0, ""));
+        if (packed) {
+            /* K's tile, transposed: kt[c][jj], read by every row of the block
+             * (keys innermost: contiguous stores, strided loads) */
+            loop_begin(g, &lc, i64_0, E, 3);
+            {
+                LLVMValueRef kr = at_ptr(g, at, kt, LLVMBuildNSWMul(g->b, loop_var(g, &lc), TK, ""));
+                loop_begin(g, &ljj, i64_0, jn, -1);
+                {
+                    LLVMValueRef jj = loop_var(g, &ljj);
+                    g->vars[0] = bidx;
+                    g->vars[2] = LLVMBuildNSWAdd(g->b, j0, jj, "j");
+                    at_store(g, at, kr, jj, gen_val(g, kpart));
+                }
+                loop_end(g, &ljj, i64_1);
+            }
+            loop_end(g, &lc, i64_1);
+            /* V's tile: vp[jj][e], rows of Evp */
+            loop_begin(g, &ljj, i64_0, jn, -1);
+            {
+                LLVMValueRef jj = loop_var(g, &ljj);
+                LLVMValueRef vr = at_ptr(g, at, vp, LLVMBuildNSWMul(g->b, jj, Evp, ""));
+                loop_begin(g, &le, i64_0, Ev, 4);
+                {
+                    g->vars[0] = bidx;
+                    g->vars[2] = LLVMBuildNSWAdd(g->b, j0, jj, "j");
+                    at_store(g, at, vr, loop_var(g, &le), gen_val(g, A[2].value));
+                }
+                loop_end(g, &le, i64_1);
+            }
+            loop_end(g, &ljj, i64_1);
+        }
         loop_begin(g, &lr, i64_0, nr, -1);
         {
             LLVMValueRef r = loop_var(g, &lr);
@@ -1620,27 +1690,68 @@ emit_attention(cg_t *g, const stax_stage *st, const stax_lstore *out, LLVMValueR
             }
             LLVMBuildStore(g->b, ninf, mx);
             /* the row's scores of this tile and their maximum */
+            if (packed) {
+                /* dots against the packed tile, AT_CH keys at a time in
+                 * vector registers (a GEMM micro-kernel: one q element
+                 * broadcast, one row of the tile, one FMA per lane); keys
+                 * past jl are computed from whatever the tile holds there
+                 * and never read */
+                LLVMTypeRef vt = LLVMVectorType(at, AT_CHK);
+                LLVMValueRef kb = LLVMConstInt(g->i64, AT_CHK, 0);
+                loop_t lk;
+                loop_begin(g, &lk, i64_0, jl, -1);
+                {
+                    LLVMValueRef jb = loop_var(g, &lk);
+                    LLVMBuildStore(g->b, LLVMConstNull(vt), dk);
+                    loop_begin(g, &lc, i64_0, E, 3);
+                    {
+                        g->vars[0] = bidx;
+                        g->vars[1] = i;
+                        LLVMValueRef qc = gen_val(g, qpart);
+                        LLVMValueRef kr = at_ptr(g, at, kt, LLVMBuildNSWAdd(
+                            g->b, LLVMBuildNSWMul(g->b, loop_var(g, &lc), TK, ""), jb, ""));
+                        LLVMValueRef kv = LLVMBuildLoad2(g->b, vt, kr, "");
+                        LLVMSetAlignment(kv, (unsigned)item_size(A[0].dtype));
+                        LLVMValueRef sp = LLVMBuildInsertElement(g->b, LLVMGetUndef(vt), qc, i64_0, "");
+                        LLVMValueRef splat = LLVMBuildShuffleVector(
+                            g->b, sp, LLVMGetUndef(vt),
+                            LLVMConstNull(LLVMVectorType(g->i32, AT_CHK)), "");
+                        LLVMValueRef xs3[3] = {splat, kv, LLVMBuildLoad2(g->b, vt, dk, "")};
+                        LLVMBuildStore(g->b, intrinsic(g, "llvm.fmuladd", vt, xs3, 3), dk);
+                    }
+                    loop_end(g, &lc, i64_1);
+                    LLVMValueRef st2 = LLVMBuildStore(g->b, LLVMBuildLoad2(g->b, vt, dk, ""),
+                                                      at_ptr(g, at, sc, jb));
+                    LLVMSetAlignment(st2, (unsigned)item_size(A[0].dtype));
+                }
+                loop_end(g, &lk, kb);
+            }
             loop_begin(g, &ljj, i64_0, jl, -1);
             {
                 LLVMValueRef jj = loop_var(g, &ljj);
                 g->vars[0] = bidx;
                 g->vars[1] = i;
                 g->vars[2] = LLVMBuildNSWAdd(g->b, j0, jj, "j");
-                LLVMBuildStore(g->b, zero, dot);
-                loop_begin(g, &lc, i64_0, E, 3);
-                {
+                if (packed) {
+                    LLVMBuildStore(g->b, at_load(g, at, sc, jj), dot);
+                }
+                else {
+                    LLVMBuildStore(g->b, zero, dot);
+                    loop_begin(g, &lc, i64_0, E, 3);
+                    {
+                        g->vars[0] = bidx;
+                        g->vars[1] = i;
+                        g->vars[2] = LLVMBuildNSWAdd(g->b, j0, jj, "j");
+                        LLVMValueRef t = gen_val(g, A[0].value);
+                        LLVMValueRef sum = LLVMBuildFAdd(g->b, LLVMBuildLoad2(g->b, at, dot, ""), t, "");
+                        set_reassoc(sum);
+                        LLVMBuildStore(g->b, sum, dot);
+                    }
+                    loop_end(g, &lc, i64_1);
                     g->vars[0] = bidx;
                     g->vars[1] = i;
                     g->vars[2] = LLVMBuildNSWAdd(g->b, j0, jj, "j");
-                    LLVMValueRef t = gen_val(g, A[0].value);
-                    LLVMValueRef sum = LLVMBuildFAdd(g->b, LLVMBuildLoad2(g->b, at, dot, ""), t, "");
-                    set_reassoc(sum);
-                    LLVMBuildStore(g->b, sum, dot);
                 }
-                loop_end(g, &lc, i64_1);
-                g->vars[0] = bidx;
-                g->vars[1] = i;
-                g->vars[2] = LLVMBuildNSWAdd(g->b, j0, jj, "j");
                 /* acc0 as read_acc reads a float sum: a double */
                 LLVMBuildStore(g->b, LLVMBuildFPExt(g->b, LLVMBuildLoad2(g->b, at, dot, ""), g->f64, ""),
                                g->acc[st->first]);
@@ -1664,34 +1775,89 @@ emit_attention(cg_t *g, const stax_stage *st, const stax_lstore *out, LLVMValueR
             LLVMValueRef dead = LLVMBuildFCmp(g->b, LLVMRealOEQ, mn, ninf, "");
             LLVMBuildStore(g->b, LLVMBuildFMul(g->b, LLVMBuildLoad2(g->b, at, lp, ""), alpha, ""), lp);
             LLVMBuildStore(g->b, mn, mp);
-            LLVMValueRef rowp = at_ptr(g, at, acc, LLVMBuildNSWMul(g->b, r, Ev, ""));
-            loop_begin(g, &le, i64_0, Ev, -1);
+            LLVMValueRef rowp = at_ptr(g, at, acc, LLVMBuildNSWMul(g->b, r, Evp, ""));
+            loop_begin(g, &le, i64_0, Evp, -1);
             {
                 LLVMValueRef e = loop_var(g, &le);
                 at_store(g, at, rowp, e, LLVMBuildFMul(g->b, at_load(g, at, rowp, e), alpha, ""));
             }
             loop_end(g, &le, i64_1);
+            /* p = exp(s - m) over the tile (a vector loop), its sum into l */
+            LLVMBuildStore(g->b, zero, dot);
             loop_begin(g, &ljj, i64_0, jl, -1);
             {
                 LLVMValueRef jj = loop_var(g, &ljj);
                 LLVMValueRef p = LLVMBuildSelect(
                     g->b, dead, zero, at_exp(g, at, LLVMBuildFSub(g->b, at_load(g, at, sc, jj), mn, "")), "p");
-                LLVMBuildStore(g->b, LLVMBuildFAdd(g->b, LLVMBuildLoad2(g->b, at, lp, ""), p, ""), lp);
-                LLVMValueRef j = LLVMBuildNSWAdd(g->b, j0, jj, "j");
-                loop_begin(g, &le, i64_0, Ev, 4);
-                {
-                    g->vars[0] = bidx;
-                    g->vars[1] = i;
-                    g->vars[2] = j;
-                    LLVMValueRef e = loop_var(g, &le);
-                    LLVMValueRef vv = gen_val(g, A[2].value);
-                    LLVMValueRef nv = LLVMBuildFAdd(g->b, at_load(g, at, rowp, e),
-                                                    LLVMBuildFMul(g->b, p, vv, ""), "");
-                    at_store(g, at, rowp, e, nv);
-                }
-                loop_end(g, &le, i64_1);
+                at_store(g, at, sc, jj, p);
+                LLVMValueRef ps = LLVMBuildFAdd(g->b, LLVMBuildLoad2(g->b, at, dot, ""), p, "");
+                set_reassoc(ps);
+                LLVMBuildStore(g->b, ps, dot);
             }
             loop_end(g, &ljj, i64_1);
+            LLVMBuildStore(g->b, LLVMBuildFAdd(g->b, LLVMBuildLoad2(g->b, at, lp, ""),
+                                               LLVMBuildLoad2(g->b, at, dot, ""), ""), lp);
+            if (packed) {
+                LLVMTypeRef vt = LLVMVectorType(at, AT_CH);
+                unsigned al = (unsigned)item_size(A[0].dtype);
+                loop_t lec;
+                loop_begin(g, &lec, i64_0, Evp, -1);
+                {
+                    LLVMValueRef ec = loop_var(g, &lec);
+                    LLVMValueRef ap = at_ptr(g, at, rowp, ec);
+                    LLVMValueRef a0 = LLVMBuildLoad2(g->b, vt, ap, "");
+                    LLVMSetAlignment(a0, al);
+                    LLVMBuildStore(g->b, a0, dv);
+                    LLVMBuildStore(g->b, LLVMConstNull(vt), dv2);
+                    /* two sets of accumulators over even / odd keys: twice
+                     * the independent FMA chains (their latency is the
+                     * bound), then the odd key left over */
+                    LLVMValueRef jl2 = LLVMBuildAnd(g->b, jl, LLVMConstInt(g->i64, ~1ULL, 0), "");
+                    for (int pass = 0; pass < 2; pass++) {
+                        loop_begin(g, &ljj, pass ? jl2 : i64_0, pass ? jl : jl2, -1);
+                        for (int h = 0; h < 2 - pass; h++) {
+                            LLVMValueRef jj = LLVMBuildNSWAdd(g->b, loop_var(g, &ljj),
+                                                              LLVMConstInt(g->i64, (unsigned)h, 0), "");
+                            LLVMValueRef p = at_load(g, at, sc, jj);
+                            LLVMValueRef vr = at_ptr(g, at, vp, LLVMBuildNSWAdd(
+                                g->b, LLVMBuildNSWMul(g->b, jj, Evp, ""), ec, ""));
+                            LLVMValueRef vv = LLVMBuildLoad2(g->b, vt, vr, "");
+                            LLVMSetAlignment(vv, al);
+                            LLVMValueRef sp = LLVMBuildInsertElement(g->b, LLVMGetUndef(vt), p, i64_0, "");
+                            LLVMValueRef splat = LLVMBuildShuffleVector(
+                                g->b, sp, LLVMGetUndef(vt), LLVMConstNull(LLVMVectorType(g->i32, AT_CH)), "");
+                            LLVMValueRef dst = h ? dv2 : dv;
+                            LLVMValueRef xs3[3] = {splat, vv, LLVMBuildLoad2(g->b, vt, dst, "")};
+                            LLVMBuildStore(g->b, intrinsic(g, "llvm.fmuladd", vt, xs3, 3), dst);
+                        }
+                        loop_end(g, &ljj, pass ? i64_1 : LLVMConstInt(g->i64, 2, 0));
+                    }
+                    LLVMBuildStore(g->b, LLVMBuildFAdd(g->b, LLVMBuildLoad2(g->b, vt, dv, ""),
+                                                       LLVMBuildLoad2(g->b, vt, dv2, ""), ""), dv);
+                    LLVMValueRef s2 = LLVMBuildStore(g->b, LLVMBuildLoad2(g->b, vt, dv, ""), ap);
+                    LLVMSetAlignment(s2, al);
+                }
+                loop_end(g, &lec, chv);
+            }
+            else {
+                loop_begin(g, &ljj, i64_0, jl, -1);
+                {
+                    LLVMValueRef jj = loop_var(g, &ljj);
+                    LLVMValueRef p = at_load(g, at, sc, jj);
+                    LLVMValueRef j = LLVMBuildNSWAdd(g->b, j0, jj, "j");
+                    loop_begin(g, &le, i64_0, Ev, 4);
+                    {
+                        g->vars[0] = bidx;
+                        g->vars[1] = i;
+                        g->vars[2] = j;
+                        LLVMValueRef e = loop_var(g, &le);
+                        LLVMValueRef xs3[3] = {p, gen_val(g, A[2].value), at_load(g, at, rowp, e)};
+                        at_store(g, at, rowp, e, intrinsic(g, "llvm.fmuladd", at, xs3, 3));
+                    }
+                    loop_end(g, &le, i64_1);
+                }
+                loop_end(g, &ljj, i64_1);
+            }
         }
         loop_end(g, &lr, i64_1);
     }
@@ -1704,7 +1870,7 @@ emit_attention(cg_t *g, const stax_stage *st, const stax_lstore *out, LLVMValueR
         LLVMValueRef z2[2] = {i64_0, r};
         LLVMValueRef lv = LLVMBuildLoad2(g->b, at, LLVMBuildGEP2(g->b, LLVMArrayType(at, (unsigned)st->tile_q),
                                                                  l, z2, 2, ""), "");
-        LLVMValueRef rowp = at_ptr(g, at, acc, LLVMBuildNSWMul(g->b, r, Ev, ""));
+        LLVMValueRef rowp = at_ptr(g, at, acc, LLVMBuildNSWMul(g->b, r, Evp, ""));
         stax_dtype_t odt = k->bufs[out->buf].dtype;
         LLVMTypeRef mt = mem_type(g, odt);
         loop_begin(g, &le, i64_0, Ev, 4);

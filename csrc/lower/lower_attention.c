@@ -43,8 +43,8 @@ cache_sizes(int64_t *l1, int64_t *l2)
 /* Tile sizes from the caches and the head dims (seed Key Point 10: traffic
  * Theta(N^2 d^2 / M)): a tile of tile_k keys of K and V (tile_k * (E + Ev)
  * elements) stays in half of L2 while every row of the query block passes
- * over it; the block's row state (tile_q rows of Ev accumulators and of
- * tile_k scores) stays in half of L1.  Each query block reads K and V once,
+ * over it; the block's row state (tile_q rows of Ev accumulators, m and l)
+ * stays in half of L1.  Each query block reads K and V once,
  * so main memory sees L / tile_q passes over them. */
 static void
 choose_tiles(int64_t e, int64_t ev, int in_size, int acc_size, int64_t l_q,
@@ -53,9 +53,9 @@ choose_tiles(int64_t e, int64_t ev, int in_size, int acc_size, int64_t l_q,
     int64_t l1, l2;
     cache_sizes(&l1, &l2);
     int64_t tk = (l2 / 2) / ((e + ev > 0 ? e + ev : 1) * in_size);
-    tk = tk > 256 ? 256 : tk < 16 ? 16 : tk;
-    tk -= tk % 16;
-    int64_t tq = (l1 / 2) / ((tk + ev) * acc_size);
+    tk = tk > 256 ? 256 : tk < 128 ? 128 : tk;
+    tk -= tk % 128;    /* the CPU micro-kernel steps over whole chunks */
+    int64_t tq = (l1 / 2) / ((ev + 2) * acc_size);
     tq = tq > 64 ? 64 : tq < 1 ? 1 : tq;
     if (tq > l_q && l_q > 0) {
         tq = l_q;
