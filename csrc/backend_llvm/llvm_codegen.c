@@ -1505,12 +1505,13 @@ emit_outer(cg_t *g, int d, LLVMValueRef start, LLVMValueRef end)
  * pass over K and V in tiles of tile_k keys; per row the online-softmax
  * state (m, l, acc[Ev]) lives in stack arrays (the score tile of one row
  * too), so nothing of size L x S is ever stored. */
-/* micro-kernel widths: keys per step of the dots (8 AVX-512 registers of
- * float: enough independent FMA chains to hide their latency; tile_k is a
- * multiple), output columns per step of the weighted sum (Ev is padded to
- * a multiple) */
-#define AT_CHK 128
+/* micro-kernel widths: output columns per step of the weighted sum (Ev is
+ * padded to a multiple) */
 #define AT_CH 64
+/* the packed kernel: AT_R query rows share each loaded vector of a tile;
+ * AT_CHQ keys per step of their dots (AT_R x AT_CHQ / 16 accumulators) */
+#define AT_R 6
+#define AT_CHQ 32
 
 static LLVMValueRef
 at_exp(cg_t *g, LLVMTypeRef t, LLVMValueRef x)
@@ -1562,6 +1563,197 @@ at_causal_end(cg_t *g, const stax_ix *bound, LLVMValueRef i, LLVMValueRef S)
     return at_max(g, at_min(g, e, S), LLVMConstInt(g->i64, 0, 0));
 }
 
+/* what the row-group body of a packed attention kernel reads */
+typedef struct {
+    const stax_lacc *A;
+    LLVMTypeRef at;
+    LLVMValueRef TK, E, Evp, S, sc, kt, vp, m, l, acc, mx, dot, bidx, i0, nr, ninf, zero, one;
+    LLVMValueRef dq[AT_R], da[AT_R];   /* vector accumulators (allocas) */
+    const stax_lval *qpart;
+    int tile_q;
+} at_ctx;
+
+static LLVMValueRef
+at_splat(cg_t *g, LLVMTypeRef vt, unsigned n, LLVMValueRef x)
+{
+    LLVMValueRef sp = LLVMBuildInsertElement(g->b, LLVMGetUndef(vt), x,
+                                             LLVMConstInt(g->i64, 0, 0), "");
+    return LLVMBuildShuffleVector(g->b, sp, LLVMGetUndef(vt),
+                                  LLVMConstNull(LLVMVectorType(g->i32, n)), "");
+}
+
+static LLVMValueRef
+at_vload(cg_t *g, LLVMTypeRef vt, LLVMValueRef p, unsigned al)
+{
+    LLVMValueRef v = LLVMBuildLoad2(g->b, vt, p, "");
+    LLVMSetAlignment(v, al);
+    return v;
+}
+
+static void
+at_vstore(cg_t *g, LLVMValueRef v, LLVMValueRef p, unsigned al)
+{
+    LLVMSetAlignment(LLVMBuildStore(g->b, v, p), al);
+}
+
+/* one tile for AT_R query rows at a time (a GEMM micro-kernel blocked over
+ * rows and keys: every vector of K's or V's tile loaded once feeds AT_R
+ * FMAs): dots, then per row the score, the merge of (m, l, acc) and p,
+ * then the weighted sum.  Rows of the group past nr compute on the last
+ * row's data and keep p = 0; their state is never stored.  Keys past a
+ * row's causal bound need no care: its score is -inf there. */
+static void
+at_rows_packed(cg_t *g, at_ctx *x, LLVMValueRef j0, LLVMValueRef jn, LLVMValueRef jend_of_row)
+{
+    (void)jend_of_row;
+    const stax_lacc *A = x->A;
+    LLVMTypeRef at = x->at;
+    unsigned al = (unsigned)item_size(A[0].dtype);
+    LLVMValueRef i64_0 = LLVMConstInt(g->i64, 0, 0), i64_1 = LLVMConstInt(g->i64, 1, 0);
+    LLVMValueRef Rv = LLVMConstInt(g->i64, AT_R, 0);
+    LLVMTypeRef vk = LLVMVectorType(at, AT_CHQ), vv = LLVMVectorType(at, AT_CH);
+    loop_t lg, lk, lc, lh, ljj, lec;
+    loop_begin(g, &lg, i64_0, x->nr, -1);
+    LLVMValueRef g0 = loop_var(g, &lg);
+    LLVMValueRef last = LLVMBuildNSWSub(g->b, x->nr, i64_1, "");
+    LLVMValueRef rows[AT_R];
+    for (int h = 0; h < AT_R; h++) {
+        rows[h] = at_min(g, LLVMBuildNSWAdd(g->b, g0, LLVMConstInt(g->i64, (unsigned)h, 0), ""), last);
+    }
+    LLVMValueRef nh = at_min(g, Rv, LLVMBuildNSWSub(g->b, x->nr, g0, ""));
+    /* keys this group needs: the causal end of its last row */
+    LLVMValueRef jl = jn;
+    if (A[1].index != NULL) {
+        LLVMValueRef ce = at_causal_end(g, A[1].index, LLVMBuildNSWAdd(g->b, x->i0, rows[AT_R - 1], ""),
+                                        x->S);
+        jl = at_max(g, at_min(g, LLVMBuildNSWSub(g->b, ce, j0, ""), jn), i64_0);
+    }
+    /* dots: AT_R rows x AT_CHQ keys of accumulators */
+    loop_begin(g, &lk, i64_0, jl, -1);
+    {
+        LLVMValueRef jb = loop_var(g, &lk);
+        for (int h = 0; h < AT_R; h++) {
+            LLVMBuildStore(g->b, LLVMConstNull(vk), x->dq[h]);
+        }
+        loop_begin(g, &lc, i64_0, x->E, 3);
+        {
+            LLVMValueRef kv = at_vload(g, vk, at_ptr(g, at, x->kt, LLVMBuildNSWAdd(
+                g->b, LLVMBuildNSWMul(g->b, loop_var(g, &lc), x->TK, ""), jb, "")), al);
+            for (int h = 0; h < AT_R; h++) {
+                memo_reset(g);
+                g->vars[0] = x->bidx;
+                g->vars[1] = LLVMBuildNSWAdd(g->b, x->i0, rows[h], "");
+                LLVMValueRef xs3[3] = {at_splat(g, vk, AT_CHQ, gen_val(g, x->qpart)), kv,
+                                       LLVMBuildLoad2(g->b, vk, x->dq[h], "")};
+                LLVMBuildStore(g->b, intrinsic(g, "llvm.fmuladd", vk, xs3, 3), x->dq[h]);
+            }
+        }
+        loop_end(g, &lc, i64_1);
+        for (int h = 0; h < AT_R; h++) {
+            LLVMValueRef sp = at_ptr(g, at, x->sc, LLVMBuildNSWAdd(
+                g->b, LLVMBuildNSWMul(g->b, LLVMConstInt(g->i64, (unsigned)h, 0), x->TK, ""), jb, ""));
+            at_vstore(g, LLVMBuildLoad2(g->b, vk, x->dq[h], ""), sp, al);
+        }
+    }
+    loop_end(g, &lk, LLVMConstInt(g->i64, AT_CHQ, 0));
+    /* per row: scores, running max, merge, p; rows past nr get p = 0 */
+    loop_begin(g, &lh, i64_0, Rv, -1);
+    {
+        LLVMValueRef h = loop_var(g, &lh);
+        LLVMValueRef sch = at_ptr(g, at, x->sc, LLVMBuildNSWMul(g->b, h, x->TK, ""));
+        LLVMValueRef real = LLVMBuildICmp(g->b, LLVMIntSLT, h, nh, "");
+        LLVMValueRef r = at_min(g, LLVMBuildNSWAdd(g->b, g0, h, ""), last);
+        LLVMValueRef i = LLVMBuildNSWAdd(g->b, x->i0, r, "i");
+        LLVMBuildStore(g->b, x->ninf, x->mx);
+        loop_begin(g, &ljj, i64_0, jl, -1);
+        {
+            LLVMValueRef jj = loop_var(g, &ljj);
+            g->vars[0] = x->bidx;
+            g->vars[1] = i;
+            g->vars[2] = LLVMBuildNSWAdd(g->b, j0, jj, "j");
+            LLVMBuildStore(g->b, LLVMBuildFPExt(g->b, at_load(g, at, sch, jj), g->f64, ""),
+                           g->acc[0 + (int)(A - g->k->accs)]);
+            LLVMValueRef s = gen_val(g, A[1].value);
+            at_store(g, at, sch, jj, s);
+            LLVMValueRef xs[2] = {LLVMBuildLoad2(g->b, at, x->mx, ""), s};
+            LLVMBuildStore(g->b, intrinsic(g, "llvm.maximum", at, xs, 2), x->mx);
+        }
+        loop_end(g, &ljj, i64_1);
+        LLVMTypeRef qt = LLVMArrayType(at, (unsigned)x->tile_q);
+        LLVMValueRef z2[2] = {i64_0, r};
+        LLVMValueRef mp = LLVMBuildGEP2(g->b, qt, x->m, z2, 2, "");
+        LLVMValueRef lp = LLVMBuildGEP2(g->b, qt, x->l, z2, 2, "");
+        LLVMValueRef mo = LLVMBuildLoad2(g->b, at, mp, "");
+        LLVMValueRef xs[2] = {mo, LLVMBuildLoad2(g->b, at, x->mx, "")};
+        LLVMValueRef mn = intrinsic(g, "llvm.maximum", at, xs, 2);
+        LLVMValueRef alpha = LLVMBuildSelect(
+            g->b, LLVMBuildFCmp(g->b, LLVMRealOEQ, mo, mn, ""), x->one,
+            at_exp(g, at, LLVMBuildFSub(g->b, mo, mn, "")), "alpha");
+        LLVMValueRef dead = LLVMBuildOr(g->b, LLVMBuildFCmp(g->b, LLVMRealOEQ, mn, x->ninf, ""),
+                                        LLVMBuildNot(g->b, real, ""), "");
+        /* a padding row (past nr) leaves the state of the row it copies */
+        LLVMValueRef keep = LLVMBuildSelect(g->b, real, alpha, x->one, "");
+        LLVMValueRef lo = LLVMBuildLoad2(g->b, at, lp, "");
+        LLVMBuildStore(g->b, LLVMBuildSelect(g->b, real, mn, mo, ""), mp);
+        LLVMBuildStore(g->b, LLVMBuildFMul(g->b, lo, keep, ""), lp);
+        LLVMValueRef rowp = at_ptr(g, at, x->acc, LLVMBuildNSWMul(
+            g->b, LLVMBuildNSWAdd(g->b, g0, h, ""), x->Evp, ""));
+        loop_t le;
+        loop_begin(g, &le, i64_0, x->Evp, -1);
+        {
+            LLVMValueRef e = loop_var(g, &le);
+            at_store(g, at, rowp, e, LLVMBuildFMul(g->b, at_load(g, at, rowp, e), keep, ""));
+        }
+        loop_end(g, &le, i64_1);
+        LLVMBuildStore(g->b, x->zero, x->dot);
+        loop_begin(g, &ljj, i64_0, jl, -1);
+        {
+            LLVMValueRef jj = loop_var(g, &ljj);
+            LLVMValueRef p = LLVMBuildSelect(
+                g->b, dead, x->zero, at_exp(g, at, LLVMBuildFSub(g->b, at_load(g, at, sch, jj), mn, "")), "p");
+            at_store(g, at, sch, jj, p);
+            LLVMValueRef ps = LLVMBuildFAdd(g->b, LLVMBuildLoad2(g->b, at, x->dot, ""), p, "");
+            set_reassoc(ps);
+            LLVMBuildStore(g->b, ps, x->dot);
+        }
+        loop_end(g, &ljj, i64_1);
+        LLVMBuildStore(g->b, LLVMBuildFAdd(g->b, LLVMBuildLoad2(g->b, at, lp, ""),
+                                           LLVMBuildLoad2(g->b, at, x->dot, ""), ""), lp);
+    }
+    loop_end(g, &lh, i64_1);
+    /* the weighted sum: AT_R rows x AT_CH columns of accumulators */
+    loop_begin(g, &lec, i64_0, x->Evp, -1);
+    {
+        LLVMValueRef ec = loop_var(g, &lec);
+        LLVMValueRef ap[AT_R];
+        for (int h = 0; h < AT_R; h++) {
+            ap[h] = at_ptr(g, at, x->acc, LLVMBuildNSWAdd(g->b, LLVMBuildNSWMul(
+                g->b, LLVMBuildNSWAdd(g->b, g0, LLVMConstInt(g->i64, (unsigned)h, 0), ""), x->Evp, ""),
+                ec, ""));
+            LLVMBuildStore(g->b, at_vload(g, vv, ap[h], al), x->da[h]);
+        }
+        loop_begin(g, &ljj, i64_0, jl, -1);
+        {
+            LLVMValueRef jj = loop_var(g, &ljj);
+            LLVMValueRef vr = at_vload(g, vv, at_ptr(g, at, x->vp, LLVMBuildNSWAdd(
+                g->b, LLVMBuildNSWMul(g->b, jj, x->Evp, ""), ec, "")), al);
+            for (int h = 0; h < AT_R; h++) {
+                LLVMValueRef p = at_load(g, at, x->sc, LLVMBuildNSWAdd(g->b, LLVMBuildNSWMul(
+                    g->b, LLVMConstInt(g->i64, (unsigned)h, 0), x->TK, ""), jj, ""));
+                LLVMValueRef xs3[3] = {at_splat(g, vv, AT_CH, p), vr,
+                                       LLVMBuildLoad2(g->b, vv, x->da[h], "")};
+                LLVMBuildStore(g->b, intrinsic(g, "llvm.fmuladd", vv, xs3, 3), x->da[h]);
+            }
+        }
+        loop_end(g, &ljj, i64_1);
+        for (int h = 0; h < AT_R; h++) {
+            at_vstore(g, LLVMBuildLoad2(g->b, vv, x->da[h], ""), ap[h], al);
+        }
+    }
+    loop_end(g, &lec, LLVMConstInt(g->i64, AT_CH, 0));
+    loop_end(g, &lg, Rv);
+}
+
 static void
 emit_attention(cg_t *g, const stax_stage *st, const stax_lstore *out, LLVMValueRef start,
                LLVMValueRef end)
@@ -1583,7 +1775,7 @@ emit_attention(cg_t *g, const stax_stage *st, const stax_lstore *out, LLVMValueR
     const stax_lval *d0 = A[0].value;
     int packed = d0->kind == STAX_LV_PRIM && d0->prim == STAX_PRIM_MUL && d0->nargs == 2
                  && d0->args[0]->dtype == A[0].dtype && d0->args[1]->dtype == A[0].dtype
-                 && st->tile_k % AT_CHK == 0 && A[2].value->dtype == A[0].dtype;
+                 && st->tile_k % AT_CHQ == 0 && A[2].value->dtype == A[0].dtype;
     const stax_lval *qpart = packed ? d0->args[0] : NULL, *kpart = packed ? d0->args[1] : NULL;
     LLVMValueRef chv = LLVMConstInt(g->i64, AT_CH, 0);
     LLVMValueRef Evp = packed ? LLVMBuildNSWMul(g->b, LLVMBuildUDiv(g->b, LLVMBuildNSWAdd(
@@ -1592,16 +1784,17 @@ emit_attention(cg_t *g, const stax_stage *st, const stax_lstore *out, LLVMValueR
     /* row state: m, l (tile_q each), acc (tile_q x Evp), one row's scores */
     LLVMValueRef m = entry_alloca(g, LLVMArrayType(at, (unsigned)st->tile_q), "m");
     LLVMValueRef l = entry_alloca(g, LLVMArrayType(at, (unsigned)st->tile_q), "l");
-    LLVMValueRef sc = entry_alloca(g, LLVMArrayType(at, (unsigned)st->tile_k), "sc");
-    LLVMValueRef acc = LLVMBuildArrayAlloca(g->b, at, LLVMBuildNSWMul(g->b, TQ, Evp, ""), "acc");
+    /* packed: AT_R rows of scores, and acc rows for a last group padded
+     * to AT_R rows */
+    LLVMValueRef sc = entry_alloca(g, LLVMArrayType(at, (unsigned)(st->tile_k * (packed ? AT_R : 1))),
+                                   "sc");
+    LLVMValueRef TQp = LLVMConstInt(g->i64, (unsigned long long)((st->tile_q + AT_R - 1) / AT_R * AT_R), 0);
+    LLVMValueRef acc = LLVMBuildArrayAlloca(g->b, at, LLVMBuildNSWMul(g->b, TQp, Evp, ""), "acc");
     LLVMValueRef dot = entry_alloca(g, at, "dot"), mx = entry_alloca(g, at, "mx");
     LLVMValueRef kt = packed ? LLVMBuildArrayAlloca(g->b, at, LLVMBuildNSWMul(g->b, TK, E, ""), "kt")
                              : NULL;
     LLVMValueRef vp = packed ? LLVMBuildArrayAlloca(g->b, at, LLVMBuildNSWMul(g->b, TK, Evp, ""), "vp")
                              : NULL;
-    LLVMValueRef dv = entry_alloca(g, LLVMVectorType(at, AT_CH), "dv");
-    LLVMValueRef dv2 = entry_alloca(g, LLVMVectorType(at, AT_CH), "dv2");
-    LLVMValueRef dk = entry_alloca(g, LLVMVectorType(at, AT_CHK), "dk");
     if (packed) {
         /* columns past a short last tile (K) or past Ev (V) are read but
          * never used: zeros, so they hold no denormals or NaN that slow the
@@ -1676,7 +1869,15 @@ emit_attention(cg_t *g, const stax_stage *st, const stax_lstore *out, LLVMValueR
                 loop_end(g, &le, i64_1);
             }
             loop_end(g, &ljj, i64_1);
+            at_ctx ax = {A, at, TK, E, Evp, S, sc, kt, vp, m, l, acc, mx, dot, bidx, i0, nr, ninf,
+                         zero, one, {NULL}, {NULL}, qpart, st->tile_q};
+            for (int h = 0; h < AT_R; h++) {
+                ax.dq[h] = entry_alloca(g, LLVMVectorType(at, AT_CHQ), "dq");
+                ax.da[h] = entry_alloca(g, LLVMVectorType(at, AT_CH), "da");
+            }
+            at_rows_packed(g, &ax, j0, jn, NULL);
         }
+        else {
         loop_begin(g, &lr, i64_0, nr, -1);
         {
             LLVMValueRef r = loop_var(g, &lr);
@@ -1690,68 +1891,27 @@ emit_attention(cg_t *g, const stax_stage *st, const stax_lstore *out, LLVMValueR
             }
             LLVMBuildStore(g->b, ninf, mx);
             /* the row's scores of this tile and their maximum */
-            if (packed) {
-                /* dots against the packed tile, AT_CH keys at a time in
-                 * vector registers (a GEMM micro-kernel: one q element
-                 * broadcast, one row of the tile, one FMA per lane); keys
-                 * past jl are computed from whatever the tile holds there
-                 * and never read */
-                LLVMTypeRef vt = LLVMVectorType(at, AT_CHK);
-                LLVMValueRef kb = LLVMConstInt(g->i64, AT_CHK, 0);
-                loop_t lk;
-                loop_begin(g, &lk, i64_0, jl, -1);
-                {
-                    LLVMValueRef jb = loop_var(g, &lk);
-                    LLVMBuildStore(g->b, LLVMConstNull(vt), dk);
-                    loop_begin(g, &lc, i64_0, E, 3);
-                    {
-                        g->vars[0] = bidx;
-                        g->vars[1] = i;
-                        LLVMValueRef qc = gen_val(g, qpart);
-                        LLVMValueRef kr = at_ptr(g, at, kt, LLVMBuildNSWAdd(
-                            g->b, LLVMBuildNSWMul(g->b, loop_var(g, &lc), TK, ""), jb, ""));
-                        LLVMValueRef kv = LLVMBuildLoad2(g->b, vt, kr, "");
-                        LLVMSetAlignment(kv, (unsigned)item_size(A[0].dtype));
-                        LLVMValueRef sp = LLVMBuildInsertElement(g->b, LLVMGetUndef(vt), qc, i64_0, "");
-                        LLVMValueRef splat = LLVMBuildShuffleVector(
-                            g->b, sp, LLVMGetUndef(vt),
-                            LLVMConstNull(LLVMVectorType(g->i32, AT_CHK)), "");
-                        LLVMValueRef xs3[3] = {splat, kv, LLVMBuildLoad2(g->b, vt, dk, "")};
-                        LLVMBuildStore(g->b, intrinsic(g, "llvm.fmuladd", vt, xs3, 3), dk);
-                    }
-                    loop_end(g, &lc, i64_1);
-                    LLVMValueRef st2 = LLVMBuildStore(g->b, LLVMBuildLoad2(g->b, vt, dk, ""),
-                                                      at_ptr(g, at, sc, jb));
-                    LLVMSetAlignment(st2, (unsigned)item_size(A[0].dtype));
-                }
-                loop_end(g, &lk, kb);
-            }
             loop_begin(g, &ljj, i64_0, jl, -1);
             {
                 LLVMValueRef jj = loop_var(g, &ljj);
                 g->vars[0] = bidx;
                 g->vars[1] = i;
                 g->vars[2] = LLVMBuildNSWAdd(g->b, j0, jj, "j");
-                if (packed) {
-                    LLVMBuildStore(g->b, at_load(g, at, sc, jj), dot);
-                }
-                else {
-                    LLVMBuildStore(g->b, zero, dot);
-                    loop_begin(g, &lc, i64_0, E, 3);
-                    {
-                        g->vars[0] = bidx;
-                        g->vars[1] = i;
-                        g->vars[2] = LLVMBuildNSWAdd(g->b, j0, jj, "j");
-                        LLVMValueRef t = gen_val(g, A[0].value);
-                        LLVMValueRef sum = LLVMBuildFAdd(g->b, LLVMBuildLoad2(g->b, at, dot, ""), t, "");
-                        set_reassoc(sum);
-                        LLVMBuildStore(g->b, sum, dot);
-                    }
-                    loop_end(g, &lc, i64_1);
+                LLVMBuildStore(g->b, zero, dot);
+                loop_begin(g, &lc, i64_0, E, 3);
+                {
                     g->vars[0] = bidx;
                     g->vars[1] = i;
                     g->vars[2] = LLVMBuildNSWAdd(g->b, j0, jj, "j");
+                    LLVMValueRef t = gen_val(g, A[0].value);
+                    LLVMValueRef sum = LLVMBuildFAdd(g->b, LLVMBuildLoad2(g->b, at, dot, ""), t, "");
+                    set_reassoc(sum);
+                    LLVMBuildStore(g->b, sum, dot);
                 }
+                loop_end(g, &lc, i64_1);
+                g->vars[0] = bidx;
+                g->vars[1] = i;
+                g->vars[2] = LLVMBuildNSWAdd(g->b, j0, jj, "j");
                 /* acc0 as read_acc reads a float sum: a double */
                 LLVMBuildStore(g->b, LLVMBuildFPExt(g->b, LLVMBuildLoad2(g->b, at, dot, ""), g->f64, ""),
                                g->acc[st->first]);
@@ -1797,69 +1957,26 @@ emit_attention(cg_t *g, const stax_stage *st, const stax_lstore *out, LLVMValueR
             loop_end(g, &ljj, i64_1);
             LLVMBuildStore(g->b, LLVMBuildFAdd(g->b, LLVMBuildLoad2(g->b, at, lp, ""),
                                                LLVMBuildLoad2(g->b, at, dot, ""), ""), lp);
-            if (packed) {
-                LLVMTypeRef vt = LLVMVectorType(at, AT_CH);
-                unsigned al = (unsigned)item_size(A[0].dtype);
-                loop_t lec;
-                loop_begin(g, &lec, i64_0, Evp, -1);
+            loop_begin(g, &ljj, i64_0, jl, -1);
+            {
+                LLVMValueRef jj = loop_var(g, &ljj);
+                LLVMValueRef p = at_load(g, at, sc, jj);
+                LLVMValueRef j = LLVMBuildNSWAdd(g->b, j0, jj, "j");
+                loop_begin(g, &le, i64_0, Ev, 4);
                 {
-                    LLVMValueRef ec = loop_var(g, &lec);
-                    LLVMValueRef ap = at_ptr(g, at, rowp, ec);
-                    LLVMValueRef a0 = LLVMBuildLoad2(g->b, vt, ap, "");
-                    LLVMSetAlignment(a0, al);
-                    LLVMBuildStore(g->b, a0, dv);
-                    LLVMBuildStore(g->b, LLVMConstNull(vt), dv2);
-                    /* two sets of accumulators over even / odd keys: twice
-                     * the independent FMA chains (their latency is the
-                     * bound), then the odd key left over */
-                    LLVMValueRef jl2 = LLVMBuildAnd(g->b, jl, LLVMConstInt(g->i64, ~1ULL, 0), "");
-                    for (int pass = 0; pass < 2; pass++) {
-                        loop_begin(g, &ljj, pass ? jl2 : i64_0, pass ? jl : jl2, -1);
-                        for (int h = 0; h < 2 - pass; h++) {
-                            LLVMValueRef jj = LLVMBuildNSWAdd(g->b, loop_var(g, &ljj),
-                                                              LLVMConstInt(g->i64, (unsigned)h, 0), "");
-                            LLVMValueRef p = at_load(g, at, sc, jj);
-                            LLVMValueRef vr = at_ptr(g, at, vp, LLVMBuildNSWAdd(
-                                g->b, LLVMBuildNSWMul(g->b, jj, Evp, ""), ec, ""));
-                            LLVMValueRef vv = LLVMBuildLoad2(g->b, vt, vr, "");
-                            LLVMSetAlignment(vv, al);
-                            LLVMValueRef sp = LLVMBuildInsertElement(g->b, LLVMGetUndef(vt), p, i64_0, "");
-                            LLVMValueRef splat = LLVMBuildShuffleVector(
-                                g->b, sp, LLVMGetUndef(vt), LLVMConstNull(LLVMVectorType(g->i32, AT_CH)), "");
-                            LLVMValueRef dst = h ? dv2 : dv;
-                            LLVMValueRef xs3[3] = {splat, vv, LLVMBuildLoad2(g->b, vt, dst, "")};
-                            LLVMBuildStore(g->b, intrinsic(g, "llvm.fmuladd", vt, xs3, 3), dst);
-                        }
-                        loop_end(g, &ljj, pass ? i64_1 : LLVMConstInt(g->i64, 2, 0));
-                    }
-                    LLVMBuildStore(g->b, LLVMBuildFAdd(g->b, LLVMBuildLoad2(g->b, vt, dv, ""),
-                                                       LLVMBuildLoad2(g->b, vt, dv2, ""), ""), dv);
-                    LLVMValueRef s2 = LLVMBuildStore(g->b, LLVMBuildLoad2(g->b, vt, dv, ""), ap);
-                    LLVMSetAlignment(s2, al);
+                    g->vars[0] = bidx;
+                    g->vars[1] = i;
+                    g->vars[2] = j;
+                    LLVMValueRef e = loop_var(g, &le);
+                    LLVMValueRef xs3[3] = {p, gen_val(g, A[2].value), at_load(g, at, rowp, e)};
+                    at_store(g, at, rowp, e, intrinsic(g, "llvm.fmuladd", at, xs3, 3));
                 }
-                loop_end(g, &lec, chv);
+                loop_end(g, &le, i64_1);
             }
-            else {
-                loop_begin(g, &ljj, i64_0, jl, -1);
-                {
-                    LLVMValueRef jj = loop_var(g, &ljj);
-                    LLVMValueRef p = at_load(g, at, sc, jj);
-                    LLVMValueRef j = LLVMBuildNSWAdd(g->b, j0, jj, "j");
-                    loop_begin(g, &le, i64_0, Ev, 4);
-                    {
-                        g->vars[0] = bidx;
-                        g->vars[1] = i;
-                        g->vars[2] = j;
-                        LLVMValueRef e = loop_var(g, &le);
-                        LLVMValueRef xs3[3] = {p, gen_val(g, A[2].value), at_load(g, at, rowp, e)};
-                        at_store(g, at, rowp, e, intrinsic(g, "llvm.fmuladd", at, xs3, 3));
-                    }
-                    loop_end(g, &le, i64_1);
-                }
-                loop_end(g, &ljj, i64_1);
-            }
+            loop_end(g, &ljj, i64_1);
         }
         loop_end(g, &lr, i64_1);
+        }
     }
     loop_end(g, &lj, TK);
     /* out = acc / l */
