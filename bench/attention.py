@@ -5,10 +5,15 @@ float32: compiled (the tiled online-softmax kernel), compiled with the
 kernel turned off (STAX_NO_FUSED_ATTENTION=1: BLAS matmul, the fused
 softmax kernel over the materialized N x N scores, BLAS matmul), eager,
 and torch.compile / torch eager when torch is installed.
-Medians in ms, side by side in one run."""
+Medians in ms, side by side in one run. `--cpu`: CPU time per call
+(time.process_time) instead of wall time, which a machine shared with
+other jobs inflates unevenly; run it with TENSORPLAY_NUM_THREADS=1 (and
+torch at one thread) for a per-core comparison."""
 import math
 import os
+import statistics
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
@@ -33,14 +38,31 @@ def handwritten(q, k, v):
     return (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(-1) @ v
 
 
+def cpu_median(fn, reps=5, warm=1):
+    """Median CPU seconds (all threads of this process) per call of fn."""
+    for _ in range(warm):
+        fn()
+    ts = []
+    for _ in range(reps):
+        t = time.process_time()
+        fn()
+        ts.append(time.process_time() - t)
+    return statistics.median(ts)
+
+
 def main():
+    cpu = "--cpu" in sys.argv
+    timer = cpu_median if cpu else (lambda fn, reps=5: median_time(fn, reps=reps))
     try:
         import torch
     except ImportError:
         torch = None
-    sizes = [int(a) for a in sys.argv[1:]] or [512, 1024, 2048]
+    sizes = [int(a) for a in sys.argv[1:] if a.isdigit()] or [512, 1024, 2048]
+    if cpu and torch is not None:
+        torch.set_num_threads(int(os.environ.get("TENSORPLAY_NUM_THREADS", "1")))
     H, d = 4, 64
-    print(f"attention, batch 1 x {H} heads, d = {d}, float32, ms (medians); "
+    print(f"attention, batch 1 x {H} heads, d = {d}, float32, "
+          f"{'CPU' if cpu else 'wall'} ms (medians); "
           f"threads = {tp._C.num_threads() if hasattr(tp._C, 'num_threads') else '?'}")
     cols = ["case", "N", "compiled", "decomposed", "eager", "torch.compile", "torch eager"]
     print(" | ".join(cols))
@@ -64,9 +86,9 @@ def main():
                 del os.environ["STAX_NO_FUSED_ATTENTION"]
             assert not any("attention" in x.name for x in cfd.versions[0].artifact.kernels)
             row = [name, n]
-            row.append(median_time(lambda: cf(q, k, v), reps=5, inner=1) * 1e3)
-            row.append(median_time(lambda: cfd(q, k, v), reps=5, inner=1) * 1e3)
-            row.append(median_time(lambda: f(q, k, v), reps=5, inner=1) * 1e3)
+            row.append(timer(lambda: cf(q, k, v)) * 1e3)
+            row.append(timer(lambda: cfd(q, k, v)) * 1e3)
+            row.append(timer(lambda: f(q, k, v), reps=3) * 1e3)
             if torch is not None:
                 tq, tk, tv = (torch.tensor(a) for a in (qa, ka, va))
                 tf = {"sdpa": lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v),
@@ -76,8 +98,8 @@ def main():
                 tcf = torch.compile(tf)
                 with torch.no_grad():
                     tcf(tq, tk, tv)
-                    row.append(median_time(lambda: tcf(tq, tk, tv), reps=5) * 1e3)
-                    row.append(median_time(lambda: tf(tq, tk, tv), reps=5) * 1e3)
+                    row.append(timer(lambda: tcf(tq, tk, tv)) * 1e3)
+                    row.append(timer(lambda: tf(tq, tk, tv)) * 1e3)
             print(" | ".join(f"{c:.2f}" if isinstance(c, float) else str(c) for c in row))
 
 
