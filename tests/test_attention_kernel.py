@@ -281,3 +281,10 @@ def test_nvrtc_renders_the_attention_kernel_to_ptx(dt):
         src = ks[0].source
         # one pass over the keys per row, the running (m, l, acc) in registers
         assert "mrun" in src and "lrun" in src and "accv[e] * alpha" in src
+
+
+def test_very_wide_heads_keep_the_decomposition():
+    # the packed K / V tiles of a head dim past 512 would not fit a thread's
+    # stack: decomposed, still native and right
+    q, k, v = r(1, 3, 600), r(1, 4, 600), r(1, 4, 2)
+    check(sdpa, q, k, v, fused=False)

@@ -1490,8 +1490,8 @@ att_match(att_walk *w, int r, struct lw_att *a)
             return 0;   /* empty: the decomposition's zeros / empty rows */
         }
     }
-    if (qs[qn - 1] < 1 || vs[vn - 1] < 1) {
-        return 0;
+    if (qs[qn - 1] < 1 || vs[vn - 1] < 1 || qs[qn - 1] > 512 || vs[vn - 1] > 512) {
+        return 0;   /* very wide heads: the kernel's tiles would not fit its stack */
     }
     /* the chain: same shape as the scores, read only inside the chain (or
      * for its shape), and X by the softmax alone, the softmax by r alone */
