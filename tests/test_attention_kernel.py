@@ -288,3 +288,11 @@ def test_very_wide_heads_keep_the_decomposition():
     # stack: decomposed, still native and right
     q, k, v = r(1, 3, 600), r(1, 4, 600), r(1, 4, 2)
     check(sdpa, q, k, v, fused=False)
+
+
+def test_softmax_of_a_weight_product_is_not_attention():
+    # q @ k.transpose(-2, -1) marks the scores; softmax(relu(x @ w)) @ w2
+    # (a model's layer) keeps its BLAS matmuls
+    w1, w2 = r(16, 16), r(16, 8)
+    check(lambda x, a, b: tp.softmax(tp.relu(x @ a) * 0.5, -1) @ b, r(8, 16), w1, w2,
+          fused=False)

@@ -1422,6 +1422,33 @@ done:
     return rc;
 }
 
+/* 1 if node kt is k.transpose(-2, -1) (either order, negative or not):
+ * the scores of attention are q @ k.transpose(-2, -1); a product with a
+ * weight (softmax(relu(x @ w)) @ w2, a model's layer) is left alone */
+static int
+att_is_key_transpose(att_walk *w, int kt)
+{
+    if (w->opid[kt] != STAX_OP_TRANSPOSE) {
+        return 0;
+    }
+    int64_t ks[STAX_MAX_DIMS];
+    stax_dtype_t kd;
+    int n = att_shape(w->b, kt, ks, &kd);
+    PyObject *node = PyList_GET_ITEM(w->b->nodes, kt);
+    PyObject *d0 = att_arg(node, 1, "dim0"), *d1 = att_arg(node, 2, "dim1");
+    int64_t a = d0 && PyLong_Check(d0) ? PyLong_AsLongLong(d0) : INT64_MIN;
+    int64_t c = d1 && PyLong_Check(d1) ? PyLong_AsLongLong(d1) : INT64_MIN;
+    Py_XDECREF(d0);
+    Py_XDECREF(d1);
+    PyErr_Clear();
+    if (n < 2 || a == INT64_MIN || c == INT64_MIN) {
+        return 0;
+    }
+    a = a < 0 ? a + n : a;
+    c = c < 0 ? c + n : c;
+    return (a == n - 2 && c == n - 1) || (a == n - 1 && c == n - 2);
+}
+
 /* is node r = matmul(softmax(X, -1), v) the pattern?  fills a; 1 yes */
 static int
 att_match(att_walk *w, int r, struct lw_att *a)
@@ -1475,7 +1502,8 @@ att_match(att_walk *w, int r, struct lw_att *a)
     int q = qo ? att_node_index(b, qo) : -1, kt = ko ? att_node_index(b, ko) : -1;
     Py_XDECREF(qo);
     Py_XDECREF(ko);
-    if (q < 0 || kt < 0 || w->state[q] == 1 || w->state[kt] == 1 || w->state[v] == 1) {
+    if (q < 0 || kt < 0 || w->state[q] == 1 || w->state[kt] == 1 || w->state[v] == 1
+        || !att_is_key_transpose(w, kt)) {
         return 0;
     }
     int qn = att_shape(b, q, qs, &qd), kn = att_shape(b, kt, ks, &kd);
