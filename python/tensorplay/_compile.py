@@ -61,7 +61,7 @@ def _is_module(fn):
     return isinstance(fn, Module)
 
 
-def _compile_function(fn, *, backend="stax", dynamic=False, strict_native=False,
+def _compile_function(fn, *, backend="stax", dynamic=None, strict_native=False,
                       fullgraph=True, options=None, name=None):
     """The CompiledFunction of fn (for a module: of its forward; the module's
     hooks are run around it by Module.__call__)."""

@@ -115,3 +115,18 @@ def test_gpt_generate_dynamic_one_version(sdpa):
     np.testing.assert_array_equal(out.numpy(), tm.generate(torch.tensor(idx), 20, top_k=1).numpy())
     st = m._compiled_call_impl.stats()
     assert st["versions"] == 1 and st["eager_calls"] == 0 and st["fallbacks"] == 0
+
+
+def test_gpt_generate_default_compile_goes_dynamic():
+    """The default (dynamic=None) is automatic dynamic for module.compile()
+    as for tp.compile(): the second length makes the length symbolic, so 10
+    tokens of a growing sequence run 2 versions and no eager call (it was
+    one version per length, then eager past the limit, for
+    module.compile())."""
+    m, tm = _pair(gpt)
+    idx = np.random.default_rng(3).integers(0, 64, (1, 4))
+    m.compile(strict_native=True)
+    out = m.generate(tp.tensor(idx), 10, top_k=1)
+    np.testing.assert_array_equal(out.numpy(), tm.generate(torch.tensor(idx), 10, top_k=1).numpy())
+    st = m._compiled_call_impl.stats()
+    assert st["versions"] == 2 and st["eager_calls"] == 0 and st["fallbacks"] == 0
