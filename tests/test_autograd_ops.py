@@ -4,6 +4,8 @@ the same inputs in float32 and float64, with broadcasting, keepdim
 reductions, non-contiguous inputs (views) and in-place forms. The walk is
 over _C._op_table(): a new differentiable op without a sample here fails
 test_every_differentiable_op_has_a_sample."""
+import zlib
+
 import numpy as np
 import pytest
 import torch
@@ -278,6 +280,10 @@ def _setitem(a, b):
 
 # torch rounds these ops' constants (alpha, 1/6) to float32 even in float64
 LOOSE64 = {"celu", "hardsigmoid", "hardswish", "elu", "selu"}
+# float32 gradients that are exactly 0 in exact arithmetic (cosine_similarity
+# is invariant to scaling a broadcast operand) come out as cancellation noise
+# of ~1e-4 of the gradients' scale, in torch (~1e-5) and here (~6e-5)
+LOOSE32 = {"cosine_similarity": 2e-4}
 
 
 def _make(shape, domain, rng, dtype):
@@ -351,7 +357,8 @@ def test_every_differentiable_op_has_a_sample():
 @pytest.mark.parametrize("name,i", CASES, ids=[f"{n}-{i}" for n, i in CASES])
 def test_gradcheck_float64_and_vs_torch(name, i):
     fn, shapes, domain = S[name][i]
-    rng = np.random.default_rng(abs(hash((name, i))) % 2**32)
+    # a seed that does not change with PYTHONHASHSEED: the same data every run
+    rng = np.random.default_rng(zlib.crc32(f"{name}-{i}".encode()))
     arrays = [_make(s, domain, rng, np.float64) for s in shapes]
     with tp.no_grad():
         o = fn(tp, tp.nn.functional, *[tp.tensor(a) for a in arrays])
@@ -373,7 +380,7 @@ def test_gradcheck_float64_and_vs_torch(name, i):
         got, _ = _grads(tp, fn, a32, nc, w)
         ref, _ = _grads(torch, fn, a32, nc, w)
         for g, r in zip(got, ref):
-            np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(g, r, rtol=1e-5, atol=LOOSE32.get(name, 1e-5))
 
 
 def test_as_strided_of_a_non_contiguous_tensor_says_so():
