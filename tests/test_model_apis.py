@@ -635,3 +635,15 @@ def test_mark_dynamic_specialized_is_a_constraint_violation():
     close(cf(x), x.numpy() * 4 + 3)
     cf2 = tp.compile(pinned)                               # unmarked: a plain guard
     close(cf2(tp.ones(4, 3)), np.full((4, 3), 2.0))
+
+
+def test_index_fill_negative_indices_compiled():
+    """index_fill takes indices in [-n, n) as torch does (index_add and
+    index_copy do not); the compiled decomposition wrapped none of them and
+    raised IndexError at trace time."""
+    j = np.array([0, -1, -6], np.int64)
+    close(tp.tensor(X).index_fill(1, tp.tensor(j), -2.0),
+          torch.tensor(X).index_fill(1, torch.tensor(j), -2.0))
+    check_compiled(lambda a, k: a.index_fill(1, k, -2.0), tp.tensor(X), tp.tensor(j))
+    with pytest.raises(IndexError):
+        tp.compile(lambda a, k: a.index_fill(1, k, -2.0))(tp.tensor(X), tp.tensor([-7]))

@@ -323,7 +323,9 @@ def _index_fill(self, dim, index, value):
     n = int(self.shape[d])
     if index.numel() == 0:
         return self.clone()
-    idx = _checked_index(index.reshape(-1), n)
+    # index_fill (unlike index_add/index_copy) takes indices in [-n, n)
+    flat = index.reshape(-1)
+    idx = _checked_index(tp.where(flat < 0, flat + n, flat), n)
     mask = (idx.unsqueeze(0) == tp.arange(n).reshape(n, 1)).any(-1)   # (n,)
     r = tp.where(mask, value, _to_last(self, d))
     return _from_last(r.to(self.dtype), d)
