@@ -1125,6 +1125,22 @@ level3(CFObject *self, PlanState *plan, call_t *c, const unsigned char fp[16],
     return found;
 }
 
+/* The call's key as the driver's tuples, (sig_args, sig_kwargs, sig_free,
+ * aliasing, dynamic): its level 3 and the new version's key read them */
+static PyObject *
+call_sig(PlanState *plan, PyObject *args, PyObject *kwargs, PyObject *free,
+         PyObject *const *flat, Py_ssize_t nflat)
+{
+    PyObject *tup = stax_guard_call_key(args, kwargs, free, plan->effect,
+                                        plan->dynamic, flat, nflat);
+    PyObject *sig = tup ? PyTuple_Pack(5, PyTuple_GET_ITEM(tup, 0), PyTuple_GET_ITEM(tup, 1),
+                                       PyTuple_GET_ITEM(tup, 2), PyTuple_GET_ITEM(tup, 3),
+                                       plan->dynamic ? Py_True : Py_False)
+                        : NULL;
+    Py_XDECREF(tup);
+    return sig;
+}
+
 /* A true miss (kb NULL: a key the bytes cannot hold): the driver keys the
  * call, finds or compiles its version and hands it back to run here.
  * New reference to the call's result, NULL with an exception. */
@@ -1132,18 +1148,24 @@ static PyObject *
 level_miss(CFObject *self, PlanState *plan, call_t *c, const unsigned char fp[16],
            int rho, int dt, const stax_keybuf *kb)
 {
-    PyObject *res = NULL, *entry = NULL, *got = NULL;
+    PyObject *res = NULL, *entry = NULL, *got = NULL, *sig = NULL;
     PyObject *a = call_args(c), *k = call_kwargs(c);
     PyObject *key = kb != NULL ? PyBytes_FromStringAndSize((const char *)kb->p,
                                                            (Py_ssize_t)kb->n)
                                : Py_NewRef(Py_None);
     PyObject *fpb = PyBytes_FromStringAndSize((const char *)fp, 16);
     PyObject *dts = PyUnicode_FromString(stax_dtype_name((stax_dtype_t)dt));
-    if (a != NULL && k != NULL && key != NULL && fpb != NULL && dts != NULL) {
+    /* the call's key as the driver's tuples (its level 3, the new
+     * version's key and guards), keyed here once instead of by a call
+     * back into C */
+    if (a != NULL && k != NULL) {
+        sig = call_sig(plan, a, k, c->free, c->flat, c->nflat);
+    }
+    if (sig != NULL && key != NULL && fpb != NULL && dts != NULL) {
         self->entries++;
         got = PyObject_CallFunctionObjArgs(self->miss, a, k, c->free, fpb,
                                            key, rho ? Py_True : Py_False,
-                                           dts, NULL);
+                                           dts, sig, NULL);
     }
     if (got != NULL && (!PyTuple_Check(got) || PyTuple_GET_SIZE(got) != 2
                         || (PyTuple_GET_ITEM(got, 0) != Py_None
@@ -1172,6 +1194,7 @@ level_miss(CFObject *self, PlanState *plan, call_t *c, const unsigned char fp[16
     Py_XDECREF(fpb);
     Py_XDECREF(dts);
     Py_XDECREF(entry);
+    Py_XDECREF(sig);
     return res;
 }
 
@@ -1547,9 +1570,11 @@ cf_register(CFObject *self, PyObject *const *a, Py_ssize_t n)
     Py_RETURN_NONE;
 }
 
-/* _key(args, kwargs, free) -> the key bytes C dispatch computes for this
+/* _key(args, kwargs, free) -> (the key bytes C dispatch computes for this
  * call, or None when its values cannot be encoded exactly (the driver's
- * first call registers its key with it). kwargs sorted by name. */
+ * first call registers its key with it); the call's key as the driver's
+ * tuples (call_sig), or None when C cannot flatten the call), or None
+ * without a plan. kwargs sorted by name. */
 static PyObject *
 cf_key(CFObject *self, PyObject *const *a, Py_ssize_t n)
 {
@@ -1601,15 +1626,21 @@ cf_key(CFObject *self, PyObject *const *a, Py_ssize_t n)
     for (Py_ssize_t j = 0; !r && j < c.nargs + c.nkw; j++) {
         r = flat_add(stack[j], c.flat, &c.nflat);
     }
+    int flat_ok = !r;
     if (!r) {
         r = call_key(&c, plan, stax_grad_enabled(),
                      (int)stax_default_dtype(), &kb);
     }
-    if (r == 0) {
-        res = PyBytes_FromStringAndSize((const char *)kb.p, (Py_ssize_t)kb.n);
-    }
-    else if (r == 1) {
-        res = Py_NewRef(Py_None);
+    if (r >= 0) {
+        PyObject *kb_obj = r == 0 ? PyBytes_FromStringAndSize((const char *)kb.p,
+                                                              (Py_ssize_t)kb.n)
+                                  : Py_NewRef(Py_None);
+        PyObject *sig = kb_obj == NULL ? NULL
+                        : flat_ok ? call_sig(plan, a[0], a[1], a[2], c.flat, c.nflat)
+                                  : Py_NewRef(Py_None);
+        res = sig ? PyTuple_Pack(2, kb_obj, sig) : NULL;
+        Py_XDECREF(kb_obj);
+        Py_XDECREF(sig);
     }
     stax_kb_free(&kb);
     Py_DECREF(plan);
@@ -1756,7 +1787,8 @@ static PyMethodDef cf_methods[] = {
     {"_register", (PyCFunction)(void (*)(void))cf_register, METH_FASTCALL,
      "map C key bytes to the driver's group of versions (driver use)"},
     {"_key", (PyCFunction)(void (*)(void))cf_key, METH_FASTCALL,
-     "the C key bytes of a call (args, sorted kwargs, free), or None"},
+     "(C key bytes or None, key tuples or None) of a call (args, sorted "
+     "kwargs, free), or None without a plan"},
     {"_set_last", (PyCFunction)(void (*)(void))cf_set_last, METH_FASTCALL,
      "remember the last resolved call for level 2 (driver use)"},
     {"_get_last", (PyCFunction)cf_get_last, METH_NOARGS,

@@ -67,6 +67,44 @@ int stax_guard_fp_cstr(stax_keybuf *kb, const char *s);
 int stax_guard_sig_feed(stax_keybuf *kb, PyObject *o, int dynamic);
 int stax_guard_sig_identity(stax_keybuf *kb, PyObject *o);
 
+/* The tuple components of a call's key, (sig_args, sig_kwargs, sig_free,
+ * aliasing): sigma of each argument, keyword argument (by name) and free
+ * variable (effect[j] != 0: free variable j by type and identity; effect
+ * may be NULL), and which of the call's tensors flat[0..nflat) share a
+ * storage (None, or per tensor the index of the first sharing it). */
+PyObject *stax_guard_call_key(PyObject *args, PyObject *kwargs, PyObject *free,
+                              const unsigned char *effect, int dynamic,
+                              PyObject *const *flat, Py_ssize_t nflat);
+
+/* The guard text of gamma_g (the data gates' outcomes). */
+#define STAX_GATE_TEXT "control-flow gate outcomes match the traced branch"
+
+/* A new version's key from its trace (version.c). call: the call's key
+ * components (sig_args, sig_kwargs, sig_free, aliasing, grad_mode,
+ * default_dtype, paths, free_paths, dynamic); flat: the call's tensors (a
+ * list). Runs the guard replay slice once on flat (the generator left as
+ * found). New dict: key (sigma, gamma_s, gamma_g, rho), gate_kinds, gates,
+ * replay, replay_copies, replay_random, replay_got (None, or the outcomes
+ * the slice gave instead of gates), shape_reads [(flat index, dim, size,
+ * path)]; NULL + exception. */
+PyObject *stax_guard_version_key(PyObject *tr, PyObject *call, PyObject *flat);
+/* ver["guards"] = the key's projection, [(path, condition, expected)]
+ * (symenv: the dynamic shapes' ShapeEnv or None, its relations' texts). */
+int stax_guard_version_guards(PyObject *ver, PyObject *call, PyObject *symenv);
+/* The gate outcomes (bool(), int(), float(), tolist(), item() by kind) of
+ * a replay's outputs, a tuple (zip of the two sequences). */
+PyObject *stax_guard_gate_values(PyObject *kinds, PyObject *outs);
+/* Per output leaf of gm (the pytree of the output node), the mask of the
+ * inputs (placeholders, in order) whose requires_grad reaches it in eager:
+ * cut by a detach (the op table's DETACH, also the detach nodes the tracer
+ * adds for no_grad blocks), 0 for non-floating values; an in-place write
+ * (the graph room's stax_graph_node_writes: in-place ops, setitem) adds
+ * its operands' mask to its target. None when the graph has no detach:
+ * the program's own requires_grad is then eager's. NULL + exception. */
+PyObject *stax_guard_detach_masks(PyObject *gm);
+/* The default generator's state as Generator.get_state().tolist() gives it. */
+PyObject *stax_guard_rng_state_list(void);
+
 int stax_guard_dispatch_init(PyObject *m);
 int stax_guard_driver_init(PyObject *m);   /* _C.stax_compile */
 int stax_guard_signature_init(PyObject *m);

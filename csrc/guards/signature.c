@@ -652,29 +652,22 @@ py_default_dtype(PyObject *self, PyObject *unused)
     return PyUnicode_FromString(stax_dtype_name(stax_default_dtype()));
 }
 
-/* _guard_aliasing(tensors): None when no two of the tensors share a
- * storage (the common case), else a tuple giving, for each tensor, the
- * index of the first tensor sharing its storage (its own index if none).
- * The trace (and a back end) depends on which inputs alias: part of the key. */
+/* None when no two of the tensors share a storage (the common case), else
+ * a tuple giving, for each tensor, the index of the first tensor sharing
+ * its storage (its own index if none). The trace (and a back end) depends
+ * on which inputs alias: part of the key. */
 static PyObject *
-py_aliasing(PyObject *self, PyObject *seq)
+aliasing_of(PyObject *const *items, Py_ssize_t n)
 {
-    PyObject *fast = PySequence_Fast(seq, "_guard_aliasing expects a sequence");
     PyObject *res = NULL;
-    Py_ssize_t n;
     int any = 0;
-    (void)self;
-    if (fast == NULL) {
-        return NULL;
-    }
-    n = PySequence_Fast_GET_SIZE(fast);
     for (Py_ssize_t i = 1; i < n && !any; i++) {
-        PyObject *a = PySequence_Fast_GET_ITEM(fast, i);
+        PyObject *a = items[i];
         if (!StaxTensor_Check(a)) {
             continue;
         }
         for (Py_ssize_t j = 0; j < i; j++) {
-            PyObject *b = PySequence_Fast_GET_ITEM(fast, j);
+            PyObject *b = items[j];
             if (StaxTensor_Check(b) && ((StaxTensor *)a)->storage
                                            == ((StaxTensor *)b)->storage) {
                 any = 1;
@@ -683,16 +676,15 @@ py_aliasing(PyObject *self, PyObject *seq)
         }
     }
     if (!any) {
-        Py_DECREF(fast);
         Py_RETURN_NONE;
     }
     res = PyTuple_New(n);
     for (Py_ssize_t i = 0; res != NULL && i < n; i++) {
-        PyObject *a = PySequence_Fast_GET_ITEM(fast, i), *ix;
+        PyObject *a = items[i], *ix;
         Py_ssize_t first = i;
         if (StaxTensor_Check(a)) {
             for (Py_ssize_t j = 0; j < i; j++) {
-                PyObject *b = PySequence_Fast_GET_ITEM(fast, j);
+                PyObject *b = items[j];
                 if (StaxTensor_Check(b) && ((StaxTensor *)a)->storage
                                                == ((StaxTensor *)b)->storage) {
                     first = j;
@@ -707,38 +699,39 @@ py_aliasing(PyObject *self, PyObject *seq)
         }
         PyTuple_SET_ITEM(res, i, ix);
     }
+    return res;
+}
+
+/* _guard_aliasing(tensors): aliasing_of a sequence */
+static PyObject *
+py_aliasing(PyObject *self, PyObject *seq)
+{
+    PyObject *fast = PySequence_Fast(seq, "_guard_aliasing expects a sequence");
+    (void)self;
+    if (fast == NULL) {
+        return NULL;
+    }
+    PyObject *res = aliasing_of(PySequence_Fast_ITEMS(fast),
+                                PySequence_Fast_GET_SIZE(fast));
     Py_DECREF(fast);
     return res;
 }
 
-/* _guard_call_key(args, kwargs, free, effect_only, dynamic, flat) ->
- * (sig_args, sig_kwargs, sig_free, aliasing): the tuple components of a
- * call's key in one call (a miss keys the call in Python). effect_only:
- * indices of free values keyed by (type, id). */
-static PyObject *
-py_call_key(PyObject *self, PyObject *const *a, Py_ssize_t n)
+PyObject *
+stax_guard_call_key(PyObject *args, PyObject *kwargs, PyObject *free,
+                    const unsigned char *effect, int dyn,
+                    PyObject *const *flat, Py_ssize_t nflat)
 {
     PyObject *sa = NULL, *sk = NULL, *sf = NULL, *al = NULL, *res = NULL;
-    (void)self;
-    if (n != 6 || !PyTuple_Check(a[0]) || !PyDict_Check(a[1])
-        || !PyTuple_Check(a[2]) || !PyTuple_Check(a[3])) {
-        PyErr_SetString(PyExc_TypeError, "_guard_call_key(args, kwargs, "
-                        "free, effect_only, dynamic, flat)");
-        return NULL;
-    }
-    int dyn = PyObject_IsTrue(a[4]);
-    if (dyn < 0) {
-        return NULL;
-    }
-    Py_ssize_t na = PyTuple_GET_SIZE(a[0]), nf = PyTuple_GET_SIZE(a[2]);
+    Py_ssize_t na = PyTuple_GET_SIZE(args), nf = PyTuple_GET_SIZE(free);
     sa = PyTuple_New(na);
-    sk = PyTuple_New(PyDict_GET_SIZE(a[1]));
+    sk = PyTuple_New(PyDict_GET_SIZE(kwargs));
     sf = PyTuple_New(nf);
     if (sa == NULL || sk == NULL || sf == NULL) {
         goto done;
     }
     for (Py_ssize_t i = 0; i < na; i++) {
-        PyObject *g = stax_guard_signature(PyTuple_GET_ITEM(a[0], i), dyn);
+        PyObject *g = stax_guard_signature(PyTuple_GET_ITEM(args, i), dyn);
         if (g == NULL) {
             goto done;
         }
@@ -746,7 +739,7 @@ py_call_key(PyObject *self, PyObject *const *a, Py_ssize_t n)
     }
     Py_ssize_t pos = 0, i = 0;
     PyObject *k, *v;
-    while (PyDict_Next(a[1], &pos, &k, &v)) {
+    while (PyDict_Next(kwargs, &pos, &k, &v)) {
         PyObject *g = stax_guard_signature(v, dyn);
         PyObject *kv = g ? PyTuple_Pack(2, k, g) : NULL;
         Py_XDECREF(g);
@@ -756,16 +749,9 @@ py_call_key(PyObject *self, PyObject *const *a, Py_ssize_t n)
         PyTuple_SET_ITEM(sk, i++, kv);
     }
     for (Py_ssize_t j = 0; j < nf; j++) {
-        PyObject *fv = PyTuple_GET_ITEM(a[2], j), *g = NULL;
-        int eff = 0;
-        for (Py_ssize_t e = 0; e < PyTuple_GET_SIZE(a[3]); e++) {
-            Py_ssize_t ix = PyLong_AsSsize_t(PyTuple_GET_ITEM(a[3], e));
-            if (ix == -1 && PyErr_Occurred()) {
-                goto done;
-            }
-            eff |= ix == j;
-        }
-        if (eff) {
+        PyObject *fv = PyTuple_GET_ITEM(free, j), *g = NULL;
+        if (effect != NULL && effect[j]) {
+            /* an effect-only container: its identity, not its contents */
             PyObject *id = PyLong_FromVoidPtr(fv);
             g = id ? PyTuple_Pack(2, (PyObject *)Py_TYPE(fv), id) : NULL;
             Py_XDECREF(id);
@@ -778,7 +764,7 @@ py_call_key(PyObject *self, PyObject *const *a, Py_ssize_t n)
         }
         PyTuple_SET_ITEM(sf, j, g);
     }
-    al = py_aliasing(NULL, a[5]);
+    al = aliasing_of(flat, nflat);
     if (al != NULL) {
         res = PyTuple_Pack(4, sa, sk, sf, al);
     }
@@ -787,6 +773,51 @@ done:
     Py_XDECREF(sk);
     Py_XDECREF(sf);
     Py_XDECREF(al);
+    return res;
+}
+
+/* _guard_call_key(args, kwargs, free, effect_only, dynamic, flat) ->
+ * stax_guard_call_key, effect_only the indices of free values keyed by
+ * (type, id) (the Python driver's whole-call path keys a call so). */
+static PyObject *
+py_call_key(PyObject *self, PyObject *const *a, Py_ssize_t n)
+{
+    PyObject *fast = NULL, *res = NULL;
+    unsigned char *effect = NULL;
+    (void)self;
+    if (n != 6 || !PyTuple_Check(a[0]) || !PyDict_Check(a[1])
+        || !PyTuple_Check(a[2]) || !PyTuple_Check(a[3])) {
+        PyErr_SetString(PyExc_TypeError, "_guard_call_key(args, kwargs, "
+                        "free, effect_only, dynamic, flat)");
+        return NULL;
+    }
+    int dyn = PyObject_IsTrue(a[4]);
+    if (dyn < 0) {
+        return NULL;
+    }
+    Py_ssize_t nf = PyTuple_GET_SIZE(a[2]);
+    effect = PyMem_Calloc(nf ? nf : 1, 1);
+    if (effect == NULL) {
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t e = 0; e < PyTuple_GET_SIZE(a[3]); e++) {
+        Py_ssize_t ix = PyLong_AsSsize_t(PyTuple_GET_ITEM(a[3], e));
+        if (ix == -1 && PyErr_Occurred()) {
+            goto done;
+        }
+        if (ix >= 0 && ix < nf) {
+            effect[ix] = 1;
+        }
+    }
+    fast = PySequence_Fast(a[5], "_guard_call_key: flat is a sequence");
+    if (fast != NULL) {
+        res = stax_guard_call_key(a[0], a[1], a[2], effect, dyn,
+                                  PySequence_Fast_ITEMS(fast),
+                                  PySequence_Fast_GET_SIZE(fast));
+    }
+done:
+    PyMem_Free(effect);
+    Py_XDECREF(fast);
     return res;
 }
 

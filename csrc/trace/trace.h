@@ -31,6 +31,12 @@ extern PyTypeObject *StaxProxy_Type;
 PyObject *stax_trace_run(PyObject *fn, PyObject *args, PyObject *kwargs,
                          PyObject *names, int lazy, PyObject *symenv);
 
+/* Layout-keeping copies of the tensors of seq (the stand-ins of tracing;
+ * tensors sharing a storage share one copied storage), other items as
+ * they are: a new list, or NULL + exception. A guard replay that writes
+ * aliased inputs runs on them. */
+PyObject *stax_trace_stand_ins(PyObject *seq);
+
 /* 1 while some trace is running in this interpreter. */
 int stax_trace_active(void);
 

@@ -789,13 +789,12 @@ py_is_tracing(PyObject *mod, PyObject *unused)
 /* _trace_stand_ins(tensors) -> list: layout-keeping copies of the tensors
  * (the stand-ins of tracing), tensors that share a storage sharing one
  * copied storage; used to run a guard replay that writes aliased inputs. */
-static PyObject *
-py_stand_ins(PyObject *mod, PyObject *seq)
+PyObject *
+stax_trace_stand_ins(PyObject *seq)
 {
     PyObject *fast = PySequence_Fast(seq, "_trace_stand_ins expects a sequence");
     PyObject *ext = PyDict_New(), *bases = PyDict_New(), *res = NULL;
     Py_ssize_t n;
-    (void)mod;
     if (fast == NULL || ext == NULL || bases == NULL) {
         goto done;
     }
@@ -823,6 +822,13 @@ done:
     Py_XDECREF(ext);
     Py_XDECREF(bases);
     return res;
+}
+
+static PyObject *
+py_stand_ins(PyObject *mod, PyObject *seq)
+{
+    (void)mod;
+    return stax_trace_stand_ins(seq);
 }
 
 static PyMethodDef trace_functions[] = {

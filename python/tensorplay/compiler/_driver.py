@@ -19,7 +19,7 @@ import weakref
 from tensorplay import _C
 from . import _logs, _symbolic
 from ._config import config
-from ._guards import GATE_TEXT, Guard, diff_sig, leaves_sig
+from ._guards import GATE_TEXT, Guard, diff_sig
 from . import _lift
 from ._lift import analyze
 from ._aliasing import with_view_outputs
@@ -185,21 +185,6 @@ def _layout(flat):
     return tuple(sig(t, False) for t in flat)
 
 
-def _gate_value(kind, v):
-    T = _tensor_type()
-    if isinstance(v, T):
-        if kind == "bool":
-            return bool(v)
-        if kind in ("int", "index"):
-            return int(v)
-        if kind == "float":
-            return float(v)
-        if kind == "tolist":
-            return _tuplify(v.tolist())
-        return v.item()
-    return _tuplify(v)
-
-
 def _run_replay(replay, flat, fork=False):
     """Run a guard replay slice on the call's tensors. fork: the slice draws
     random numbers (found when the version was built): run it on a fork of
@@ -218,57 +203,6 @@ def _run_replay(replay, flat, fork=False):
         finally:
             _random.set_rng_state(st)
     return out if isinstance(out, (tuple, list)) else (out,)
-
-
-def _target_name(n):
-    t = n.target
-    if isinstance(t, str):
-        return t
-    return getattr(t, "_stax_op", None) or getattr(t, "__name__", "")
-
-
-def _detach_masks(gm):
-    """Per output leaf of gm, the mask of the inputs (placeholders, in
-    order) whose requires_grad reaches it in eager: cut by detach (and the
-    detach nodes the tracer adds for `with tp.no_grad():` blocks), 0 for
-    non-floating values; in-place writes add their operands' mask to their
-    target. None when the graph has no detach (the compiled program's own
-    requires_grad is then eager's)."""
-    masks, k, cut, out = {}, 0, False, None
-    T = _tensor_type()
-    for n in gm.graph.nodes:
-        if n.op == "placeholder":
-            masks[n] = 1 << k
-            k += 1
-            continue
-        if n.op == "output":
-            out = n.args[0] if len(n.args) == 1 else n.args
-            break
-        m = 0
-        for i in n.all_input_nodes:
-            m |= masks.get(i, 0)
-        name = _target_name(n)
-        if name == "detach":
-            m, cut = 0, True
-        val = n.meta.get("val")
-        if isinstance(val, T) and not val.is_floating_point():
-            m = 0
-        if (name.endswith("_") and not name.endswith("__")) or "setitem" in name:
-            a0 = n.args[0] if n.args else None
-            if a0 in masks:
-                masks[a0] |= m
-                m |= masks[a0]
-        masks[n] = m
-    if not cut or out is None:
-        return None
-
-    def walk(o):
-        if isinstance(o, (tuple, list)):
-            return type(o)(walk(x) for x in o)
-        if isinstance(o, dict):
-            return {kk: walk(x) for kk, x in o.items()}
-        return masks.get(o) if type(o).__name__ == "Node" else None
-    return walk(out)
 
 
 def _apply_detach_masks(out, masks, flat):
@@ -292,17 +226,11 @@ def _apply_detach_masks(out, masks, flat):
     return fix(out, masks)
 
 
-def _tuplify(v):
-    if isinstance(v, list):
-        return tuple(_tuplify(x) for x in v)
-    return v
-
-
 class _Call:
     """The parts of one call's key that the slow path computes."""
     __slots__ = ("args", "kwargs", "free", "sig_args", "sig_kwargs", "sig_free", "effects_before_error",
                  "rho", "dtype", "flat", "paths", "gkey", "alias", "effects", "stores",
-                 "n_extras", "unsafe_store", "seeds", "symenv", "dyn", "effect", "_static")
+                 "n_extras", "unsafe_store", "seeds", "symenv", "dyn", "effect", "_static", "ver")
 
     def static_sigs(self):
         """sigma of the call in its static form (sizes and strides), for the
@@ -328,9 +256,10 @@ def _failed_condition(g):
 class Version:
     """One specialization version: its key, guards, graphs and artifact."""
 
-    def __init__(self, index, call, gm, artifact, replay, gate_kinds, gates0,
-                 shape_reads, eager_fallback, free_paths, dynamic, replay_copies=False,
-                 replay_random=False, symenv=None):
+    def __init__(self, index, call, gm, artifact, ver, eager_fallback, free_paths, dynamic,
+                 symenv=None):
+        """ver: the key, guards and gate replay _C.stax_compile gave the
+        version (csrc/guards/version.c)."""
         self.index = index
         self.graph_module = gm
         self.artifact = artifact
@@ -341,12 +270,12 @@ class Version:
         self.artifacts = {}
         if not self.shape_polymorphic:
             self.artifacts[_layout(call.flat)] = artifact
-        self.replay = replay
-        self.replay_copies = replay_copies
-        self.replay_random = replay_random
-        self.gate_kinds = gate_kinds
-        self.gates = gates0
-        self.shape_reads = shape_reads     # [(flat index, dim, size, path)]
+        self.replay = ver["replay"]
+        self.replay_copies = ver["replay_copies"]
+        self.replay_random = ver["replay_random"]
+        self.gate_kinds = ver["gate_kinds"]
+        self.gates = ver["gates"]
+        self.shape_reads = ver["shape_reads"]     # [(flat index, dim, size, path)]
         # dynamic shapes: the shape guards (relations over the symbols s<k>,
         # each read from (flat index, dim) of the call) and their texts
         self.sym_guards = tuple(symenv.guards) if symenv is not None else ()
@@ -366,17 +295,15 @@ class Version:
         self.alias = call.alias
         self.alias_paths = call.paths
         self.ntensors = len(call.flat)
-        gamma_s = tuple(s for _, _, s, _ in shape_reads)
-        sigma = (call.sig_args, call.sig_kwargs, call.sig_free)
-        if call.alias is not None:
-            sigma += (call.alias,)
-        self.key = (sigma, gamma_s, gates0, call.rho)
-        self.guards = self._projection()
+        self.key = ver["key"]           # (sigma, gamma_s, gamma_g, rho)
+        self.guards = [Guard(p, c, e, e) for p, c, e in ver["guards"]]
         self.effects, self.effects_eager = (), False   # set by Driver._build
         self.mutates_inputs = False
         self.stores, self.n_extras = (), 0             # set by Driver._build
         self.seeds = ()
-        self.detach_masks = _detach_masks(gm) if gm is not None else None
+        # per output leaf, the inputs whose requires_grad reaches it past a
+        # detach (None: no detach); csrc/guards/version.c
+        self.detach_masks = ver["detach_masks"]
         self.autograd = None                           # set by Driver._build
         self.autograd_layouts = None   # dynamic: layout -> CompiledAutograd (or False)
 
@@ -420,30 +347,6 @@ class Version:
         return (f"<Version {self.index}: {len(self.guards)} guards, "
                 f"{len(self.kernels)} kernels{', eager fallback' if self.eager_fallback else ''}>")
 
-    def _projection(self):
-        out = []
-        out.append(Guard("inputs[0]", f"len(inputs[0]) == {len(self.sig_args)}",
-                         len(self.sig_args), len(self.sig_args)))
-        for i, s in enumerate(self.sig_args):
-            leaves_sig(s, f"inputs[0][{i}]", out)
-        ks = [k for k, _ in self.sig_kwargs]
-        out.append(Guard("inputs[1]", f"keys(inputs[1]) == {ks!r}", ks, ks))
-        for k, s in self.sig_kwargs:
-            leaves_sig(s, f"inputs[1][{k!r}]", out)
-        for p, s in zip(self.free_paths, self.sig_free):
-            leaves_sig(s, p, out)
-        if self.alias is not None:
-            out.append(self._alias_guard(self.alias))
-        out.append(Guard("grad_mode", f"grad_mode == {self.rho}", self.rho, self.rho))
-        out.append(Guard("default_dtype", f"default_dtype == {self.dtype}", self.dtype, self.dtype))
-        for _, d, s, p in self.shape_reads:
-            out.append(Guard(f"size({p}, {d})", f"size({p}, {d}) == {s}", s, s))
-        for t in self.sym_texts:
-            out.append(Guard("shape", t, True, True))
-        if self.gate_kinds:
-            out.append(Guard("gates", GATE_TEXT, self.gates, self.gates))
-        return out
-
     def shape_guards_hold(self, flat):
         return not self.sym_guards or eval_guards(self.sym_guards, self.sym_sources, flat) < 0
 
@@ -481,8 +384,8 @@ class Version:
     def gate_outcomes(self, flat):
         if self.replay_copies:
             flat = _C._trace_stand_ins(flat)
-        out = _run_replay(self.replay, flat, self.replay_random)
-        return tuple(_gate_value(k, v) for k, v in zip(self.gate_kinds, out))
+        return _C._guard_gate_values(self.gate_kinds,
+                                     _run_replay(self.replay, flat, self.replay_random))
 
     def matches_data(self, call):
         """gamma_s (dynamic mode) and gamma_g, for a call whose sigma and
@@ -971,11 +874,14 @@ class Driver:
         if kwargs:
             kwargs = dict(sorted(kwargs.items()))
         cf = self._cf() if self._cf is not None else None
-        key = None
+        key = sig = None
         if cf is not None and self._self_plans is None:
-            # from now on C reads the free variables and does levels 2/3
+            # from now on C reads the free variables and does levels 2/3;
+            # C keys the call (bytes for its level 3, tuples for the driver's)
             cf._set_plan(plan.read_tuples(), plan.effect_tuple, self.dynamic)
-            key = cf._key(args, kwargs, free)
+            keyed = cf._key(args, kwargs, free)
+            if keyed is not None:
+                key, sig = keyed
         rho = _grad_mode()
         need_grad = rho and self._needs_autograd(args, kwargs, free)
         dtype = _default_dtype()
@@ -995,7 +901,7 @@ class Driver:
                 if need_grad:
                     return self._run_autograd(v, flat, args, kwargs, plan, free)
                 return self._run(v, flat, args, kwargs, plan, free)
-        call = self._make_call(args, kwargs, free, rho, dtype, plan, T)
+        call = self._make_call(args, kwargs, free, rho, dtype, plan, T, sig)
         try:
             v = self._resolve(call, plan)
         except Exception:
@@ -1010,16 +916,18 @@ class Driver:
             return self._run_autograd(v, call.flat, args, kwargs, plan, free)
         return self._run(v, call.flat, args, kwargs, plan, free)
 
-    def _miss(self, args, kwargs, free, fp, key, rho, dtype):
+    def _miss(self, args, kwargs, free, fp, key, rho, dtype, sig=None):
         """From C: levels 1-3 missed there (kwargs sorted by name; free the
         values C read; fp the call's fingerprint; key the C key bytes, or
         None when the call's values cannot be encoded exactly; rho, dtype
-        as keyed). Level 3 with the tuple keys, else compile. Returns
+        as keyed; sig the call's key as tuples, keyed in C: sig_args,
+        sig_kwargs, sig_free, aliasing, dynamic). Level 3 with the tuple
+        keys, else compile. Returns
         (entry, group): C remembers the call for level 2, maps key to the
         version's group and runs it; or (None, result) when the call ran
         eagerly (past a limit)."""
         plan = self._plan_now(args)
-        call = self._make_call(args, kwargs, free, rho, dtype, plan, _tensor_type())
+        call = self._make_call(args, kwargs, free, rho, dtype, plan, _tensor_type(), sig)
         try:
             v = self._resolve(call, plan)
         except Exception:
@@ -1153,7 +1061,7 @@ class Driver:
                 cf._clear_level1()
         return out
 
-    def _make_call(self, args, kwargs, free, rho, dtype, plan, T):
+    def _make_call(self, args, kwargs, free, rho, dtype, plan, T, sig=None):
         c = _Call()
         c.args, c.kwargs, c.free = args, kwargs, free
         c.rho, c.dtype = rho, dtype
@@ -1169,8 +1077,11 @@ class Driver:
         c.flat, c.paths = flat, paths
         # an effect-only container (only appended to, never read: _lift):
         # its identity, not its contents
-        c.sig_args, c.sig_kwargs, c.sig_free, c.alias = _C._guard_call_key(
-            tuple(args), kwargs, tuple(free), plan.effect_tuple, self.dynamic, flat)
+        if sig is not None and sig[4] == self.dynamic:
+            c.sig_args, c.sig_kwargs, c.sig_free, c.alias = sig[:4]
+        else:
+            c.sig_args, c.sig_kwargs, c.sig_free, c.alias = _C._guard_call_key(
+                tuple(args), kwargs, tuple(free), plan.effect_tuple, self.dynamic, flat)
         c.gkey = (c.sig_args, c.sig_kwargs, c.sig_free, rho, dtype, c.alias)
         c.dyn, c.effect = self.dynamic, plan.effect_tuple
         return c
@@ -1354,7 +1265,7 @@ class Driver:
         call.gkey = (call.sig_args, call.sig_kwargs, call.sig_free, call.rho, call.dtype, call.alias)
         call.dyn = self.dynamic
 
-    def _trace(self, call, plan, lower=False, prepare=None):
+    def _trace(self, call, plan, lower=False, prepare=None, key=False):
         """lift -> one _C.stax_compile (csrc/guards/driver.c): trace, this
         driver's bookkeeping of the Python state the trace touched, the
         front-end passes and, when lower and the back end is Stax's, the
@@ -1379,7 +1290,7 @@ class Driver:
         prev, _nnm._store_log = _nnm._store_log, slog
         seeds = _random._trace_seeds
         sprev = getattr(seeds, "log", None), getattr(seeds, "state0", None)
-        seeds.log, seeds.state0 = [], _random.get_rng_state().tolist()
+        seeds.log = []      # stax_compile sets seeds.state0
         env = None
         if self.dynamic and getattr(call, "paths", None) is not None:
             dyn = self._dyn_map(call)
@@ -1417,12 +1328,19 @@ class Driver:
         if lower and self.backend is _backends.stax and _C.stax_backend is _STAX_BACKEND:
             _cache.sync()
             opts = self._backend_options()
+        # key: the call's key components; stax_compile keys the new version
+        # (sigma, gamma_s, gamma_g after its replay check, rho) and writes its
+        # guards (csrc/guards/version.c)
+        ckey = ((call.sig_args, call.sig_kwargs, call.sig_free, call.alias, call.rho, call.dtype,
+                 tuple(call.paths), tuple(plan.paths), self.dynamic) if key else None)
         try:
-            tr, gm, art, err, counts = _C.stax_compile(
+            got = _C.stax_compile(
                 wrapper, lifted + tuple(call.args), dict(call.kwargs), names, list(call.flat),
                 after_trace, passes_log, opts,
                 lazy=config.lazy_samples and self.backend_name in ("stax", "eager"),
-                symenv=env)
+                symenv=env, key=ckey, seeds=seeds)
+            tr, gm, art, err, counts = got[:5]
+            call.ver = got[5] if key else None
         except BaseException:
             if tracing[0]:      # the trace itself failed
                 call.effects_before_error = bool(slog.entries or getattr(wrapper, "effects", None))
@@ -1535,30 +1453,6 @@ class Driver:
             warnings.warn(msg + "; this version runs eagerly", RuntimeWarning, stacklevel=6)
         return gm, True
 
-    def _check_replay(self, replay, kinds, gates0, flat):
-        """The replay slice must reproduce the traced gate outcomes on the
-        very inputs it was traced on; if it does not, this version's gate
-        guard can never hold (every later call recompiles): say so once.
-        Returns whether the slice draws random numbers (the generator moved
-        while it ran; restored)."""
-        from tensorplay import random as _random
-        st = _random.get_rng_state()
-        drew = True
-        try:
-            out = _run_replay(replay, flat)
-            drew = _random.get_rng_state().tolist() != st.tolist()
-            got = tuple(_gate_value(k, x) for k, x in zip(kinds, out))
-        except Exception as e:  # noqa: BLE001
-            got = f"replay failed: {type(e).__name__}: {e}"
-        finally:
-            _random.set_rng_state(st)
-        if got != gates0 and not self._replay_warned:
-            self._replay_warned = True
-            warnings.warn(f"tensorplay.compile: the guard replay subgraph of '{self.name}' gives {got!r} "
-                          f"on the traced inputs, not the traced gate outcomes {gates0!r}; versions of "
-                          "this function cannot be reused on data gates", RuntimeWarning, stacklevel=6)
-        return drew
-
     def _build(self, call, plan):
         def aliased(tr):
             # tensor inputs sharing a storage, one written in place: not
@@ -1571,25 +1465,18 @@ class Driver:
             # backward programs instead (_build_autograd)
             return not aliased(tr) and not (not self.dynamic and self._autograd_wanted(call, tr))
 
-        tr, gm, lowered = self._trace(call, plan, lower=True, prepare=lowers)
-        gates = list(getattr(tr, "gates", None) or [])
-        gate_kinds = tuple(g[1] for g in gates)
-        gates0 = tuple(_gate_value(g[1], g[2]) for g in gates)
-        replay = getattr(tr, "replay", None) if gates else None
-        shape_reads = []
-        if self.dynamic:
-            for ph, d in getattr(tr, "shape_reads", None) or ():
-                shape = tuple(call.flat[ph].shape)
-                for dd in (range(len(shape)) if d is None or d < 0 else (d,)):
-                    ent = (ph, dd, shape[dd], call.paths[ph])
-                    if ent not in shape_reads:
-                        shape_reads.append(ent)
-        replay_copies = bool(getattr(tr, "replay_copies_inputs", False))
-        replay_random = False
-        if gates and replay is not None:
-            replay_random = self._check_replay(
-                replay, gate_kinds, gates0,
-                _C._trace_stand_ins(call.flat) if replay_copies else call.flat)
+        tr, gm, lowered = self._trace(call, plan, lower=True, prepare=lowers, key=True)
+        ver = call.ver
+        replay = ver["replay"]
+        if ver["replay_got"] is not None and not self._replay_warned:
+            # the replay slice does not reproduce the traced gate outcomes on
+            # the very inputs it was traced on: this version's gate guard can
+            # never hold (every later call recompiles): say so once
+            self._replay_warned = True
+            warnings.warn(f"tensorplay.compile: the guard replay subgraph of '{self.name}' gives "
+                          f"{ver['replay_got']!r} on the traced inputs, not the traced gate outcomes "
+                          f"{ver['gates']!r}; versions of this function cannot be reused on data gates",
+                          RuntimeWarning, stacklevel=5)
         ag = None
         if aliased(tr):
             artifact, eager_fallback = self._aliased_writes(gm, tr)
@@ -1601,9 +1488,8 @@ class Driver:
                 artifact, eager_fallback = _ForwardOnly(ag), False
             else:
                 artifact, eager_fallback = self._lower(gm, call.flat, lowered)
-        v = Version(len(self.versions), call, gm, artifact, replay, gate_kinds, gates0,
-                    shape_reads, eager_fallback, plan.paths, self.dynamic, replay_copies,
-                    replay_random, getattr(call, "symenv", None))
+        v = Version(len(self.versions), call, gm, artifact, ver, eager_fallback, plan.paths,
+                    self.dynamic, getattr(call, "symenv", None))
         v.autograd = ag
         if (self.dynamic and call.rho and any(t.requires_grad for t in call.flat)
                 and self._autograd_blocker(call, tr, gm) is None):

@@ -5,14 +5,18 @@ arguments (``inputs[0]`` positional, ``inputs[1]`` keyword, by name) and the
 free variables (``globals['x']``, ``closure['k']``, ``self.w``), and rho the
 grad mode (with the default dtype beside it). A guard is one component:
 its path in that structure, its condition text, the expected value (from the
-version's key) and the actual value (from the call's key). ``diff`` returns
-exactly the components where two keys differ (Corollary 2.1)."""
+version's key) and the actual value (from the call's key). A version's
+guards are written in C with its key (csrc/guards/version.c, inside
+_C.stax_compile); ``diff_sig`` returns exactly the components where two keys
+differ (Corollary 2.1), for the recompile log."""
 
 import numpy as _np
 
-__all__ = ["Guard", "diff_sig", "leaves_sig", "GATE_TEXT"]
+from tensorplay import _C
 
-GATE_TEXT = "control-flow gate outcomes match the traced branch"
+__all__ = ["Guard", "diff_sig", "GATE_TEXT"]
+
+GATE_TEXT = _C._guard_gate_text    # one text: csrc/guards/guards.h
 _SCALARS = (type(None), bool, int, float, str)
 
 
@@ -101,34 +105,6 @@ def diff_sig(e, a, p, out):
         return
     if e[1] != a[1]:
         out.append(Guard(f"{p}[1]", _id_text(p, e[1]), e[1], a[1]))
-
-
-def leaves_sig(e, p, out):
-    """Append one Guard per component of e (expected == actual: as traced)."""
-    te = _type_of(e)
-    out.append(Guard(p, f"type({p}) is {_tname(te)}", _tname(te), _tname(te)))
-    if _is_tsig(e):
-        if isinstance(e[2], int):
-            out.append(Guard(f"{p}[2]", f"{p}[2] == {e[2]}", e[2], e[2]))
-        else:
-            out.append(Guard(f"{p}[2]", f"len({p}[2]) == {len(e[2])}", len(e[2]), len(e[2])))
-            for i, x in enumerate(e[2]):
-                out.append(Guard(f"{p}[2][{i}]", f"{p}[2][{i}] == {x}", x, x))
-        for k, _ in _TFIELDS:
-            out.append(Guard(f"{p}[{k}]", f"{p}[{k}] == {e[k]!r}", e[k], e[k]))
-    elif _is_value(te):
-        out.append(Guard(f"{p}[1]", f"{p}[1] == {e[1]!r}", e[1], e[1]))
-    elif isinstance(e[1], tuple) and issubclass(te, (tuple, list)):
-        out.append(Guard(f"{p}[1]", f"len({p}[1]) == {len(e[1])}", len(e[1]), len(e[1])))
-        for i, x in enumerate(e[1]):
-            leaves_sig(x, f"{p}[1][{i}]", out)
-    elif isinstance(e[1], tuple) and issubclass(te, dict):
-        ke = [k for k, _ in e[1]]
-        out.append(Guard(f"{p}[1]", f"keys({p}[1]) == {ke!r}", ke, ke))
-        for k, x in e[1]:
-            leaves_sig(x, f"{p}[1][{k!r}]", out)
-    else:
-        out.append(Guard(f"{p}[1]", _id_text(p, e[1]), e[1], e[1]))
 
 
 def _id_text(p, v):
