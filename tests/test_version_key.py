@@ -195,3 +195,24 @@ def test_stax_compile_rejects_a_malformed_key(bad):
 def test_count_still_sees_c_calls():
     n, names = count(lambda: _C._guard_grad_mode())
     assert n == 1 and names == ["_guard_grad_mode"]
+
+
+def test_a_mutating_recompile_crosses_into_c_once():
+    """The op-level graph of a function that writes in place runs each
+    emitted op on the samples through the ops room, not through its
+    tp.ops.<name>.<overload> object (which crossed back into C from Python:
+    _op_call, once per op)."""
+    def f(x, w):
+        y = x * 1
+        y.add_(w)
+        return tp.relu(y) * 2
+
+    cf = tp.compile(f)
+    x, w = tp.randn(8), tp.randn(8)
+    first = count(lambda: cf(x, w))
+    np.testing.assert_allclose(cf(x, w).numpy(), f(x, w).numpy(), rtol=1e-6)
+    y, v = tp.randn(4, 3), tp.randn(4, 3)
+    recompile = count(lambda: cf(y, v))
+    assert len(cf.versions) == 2
+    assert "_op_call" not in first[1], first[1]
+    assert recompile[1] == ["stax_compile"], recompile[1]

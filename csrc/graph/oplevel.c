@@ -131,8 +131,11 @@ stax_graph_p_emit(p_op_ctx *c, const char *opname, const char *ovl,
         }
     }
     else {
-        PyObject *val = stax_graph_p_run_on_vals(P_CALL_FUNCTION, target, args,
-                                                 kwargs);
+        /* an op of the table runs through the ops room directly: its
+         * tp.ops object would cross back into C from Python */
+        PyObject *val = row != NULL && !is_getitem
+                        ? stax_graph_p_run_op_on_vals(row, args, kwargs)
+                        : stax_graph_p_run_on_vals(P_CALL_FUNCTION, target, args, kwargs);
         if (val != NULL) {
             if (p_meta_set(node, "val", val) < 0) {
                 Py_CLEAR(node);

@@ -68,6 +68,10 @@ int stax_graph_p_schema_kwonly(const stax_op_info *op, int i);
  * is missing or the call fails. */
 PyObject *stax_graph_p_run_on_vals(p_opcode_t op, PyObject *target,
                                    PyObject *args, PyObject *kwargs);
+/* The same for an op of the table, run through the ops room (what calling
+ * its tp.ops.<name>.<overload> object does, without the Python hop). */
+PyObject *stax_graph_p_run_op_on_vals(const stax_op_info *op, PyObject *args,
+                                      PyObject *kwargs);
 /* fn(node) for graph.h's stax_graph_map_arg */
 typedef PyObject *(*p_map_fn)(PyObject *node, void *ctx);  /* new ref */
 int stax_graph_p_same_meta(PyObject *a, PyObject *b); /* dtype&shape eq */

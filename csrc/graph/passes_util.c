@@ -483,9 +483,9 @@ p_val_of(PyObject *node, void *ctx)
     return Py_NewRef(v);
 }
 
-PyObject *
-stax_graph_p_run_on_vals(p_opcode_t op, PyObject *target, PyObject *args,
-                         PyObject *kwargs)
+static PyObject *
+run_on_vals(p_opcode_t op, const stax_op_info *info, PyObject *target,
+            PyObject *args, PyObject *kwargs)
 {
     PyObject *a = NULL, *k = NULL, *r = NULL, *fn = NULL, *rest = NULL;
     a = stax_graph_map_arg(args, p_val_of, NULL);
@@ -498,7 +498,10 @@ stax_graph_p_run_on_vals(p_opcode_t op, PyObject *target, PyObject *args,
             goto done;
         }
     }
-    if (op == P_CALL_FUNCTION) {
+    if (op == P_CALL_FUNCTION && info != NULL) {
+        r = stax_op_call(info, a, k);
+    }
+    else if (op == P_CALL_FUNCTION) {
         r = PyObject_Call(target, a, k);
     }
     else if (op == P_CALL_METHOD && PyTuple_GET_SIZE(a) > 0) {
@@ -515,6 +518,20 @@ done:
     Py_XDECREF(fn);
     Py_XDECREF(rest);
     return r;
+}
+
+PyObject *
+stax_graph_p_run_on_vals(p_opcode_t op, PyObject *target, PyObject *args,
+                         PyObject *kwargs)
+{
+    return run_on_vals(op, NULL, target, args, kwargs);
+}
+
+PyObject *
+stax_graph_p_run_op_on_vals(const stax_op_info *op, PyObject *args,
+                            PyObject *kwargs)
+{
+    return run_on_vals(P_CALL_FUNCTION, op, NULL, args, kwargs);
 }
 
 static int
