@@ -858,6 +858,7 @@ static const struct { const char *name; int kind; const char *op; } wrapped[] = 
     {"clone", WM_IDENTITY, "clone"}, {"contiguous", WM_IDENTITY, "clone"},
     {"to", WM_IDENTITY, "clone"}, {"float", WM_IDENTITY, "clone"},
     {"double", WM_IDENTITY, "clone"}, {"half", WM_IDENTITY, "clone"},
+    {"bfloat16", WM_IDENTITY, "clone"},
     {"type", WM_IDENTITY, "clone"},
     {"copy_", WM_COPY, "copy_"},
     {"fill_", WM_FILL, "copy_"}, {"zero_", WM_FILL, "copy_"},

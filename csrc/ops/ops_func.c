@@ -279,6 +279,87 @@ done:
     return res;
 }
 
+/* 1 if o (or an element of a list/tuple o) is a bfloat16 tensor */
+static int
+has_bf16(PyObject *o)
+{
+    if (StaxTensor_Check(o)) {
+        return ((StaxTensor *)o)->dtype == STAX_BFLOAT16;
+    }
+    if (PyList_Check(o) || PyTuple_Check(o)) {
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); i++) {
+            PyObject *e = PySequence_Fast_GET_ITEM(o, i);
+            if (StaxTensor_Check(e)
+                && ((StaxTensor *)e)->dtype == STAX_BFLOAT16) {
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* An op computing on values with a bfloat16 operand (or dtype=bfloat16):
+ * NumPy has no bfloat16, so tensorplay._ops._bf16_dispatch runs it as
+ * torch's CPU kernels do, in float32 rounded once to bfloat16. Views,
+ * copies and the tensor room's own methods handle bfloat16 themselves. */
+static int
+bf16_computed(const stax_op_info *op, PyObject *const *args, Py_ssize_t nargs,
+              PyObject *kwnames, int inplace)
+{
+    Py_ssize_t nk = kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0;
+    int hit = 0;
+    if (op->kind == STAX_OPK_VIEW || op->id == STAX_OP_TO
+        || op->id == STAX_OP_COPY_) {
+        return 0;
+    }
+    if ((inplace ? py_inplace_impls[op->id] : py_impls[op->id]) == NULL
+        && op->kind != STAX_OPK_POINTWISE && op->kind != STAX_OPK_REDUCTION) {
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < nargs + nk && !hit; i++) {
+        hit = has_bf16(args[i]);
+    }
+    for (Py_ssize_t i = 0; i < nk && !hit; i++) {
+        hit = args[nargs + i] == stax_dtype_object(STAX_BFLOAT16)
+              && PyUnicode_CompareWithASCIIString(
+                     PyTuple_GET_ITEM(kwnames, i), "dtype") == 0;
+    }
+    return hit;
+}
+
+/* tensorplay._ops._bf16_dispatch(name, func, args, kwargs, mutates) */
+static PyObject *
+run_bf16(const stax_op_info *op, PyObject *func, PyObject *const *args,
+         Py_ssize_t nargs, PyObject *kwnames, int mutates)
+{
+    PyObject *h = stax_py_registered(STAX_PY_BF16_DISPATCH);
+    PyObject *t = NULL, *kw = NULL, *name = NULL, *res = NULL;
+    Py_ssize_t nkw = kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0;
+    if (h == NULL || (t = PyTuple_New(nargs)) == NULL
+        || (kw = PyDict_New()) == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        PyTuple_SET_ITEM(t, i, Py_NewRef(args[i]));
+    }
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        if (PyDict_SetItem(kw, PyTuple_GET_ITEM(kwnames, i), args[nargs + i])
+            < 0) {
+            goto done;
+        }
+    }
+    name = PyUnicode_FromString(op->name);
+    if (name != NULL) {
+        res = PyObject_CallFunctionObjArgs(h, name, func, t, kw,
+                                           mutates ? Py_True : Py_False, NULL);
+    }
+done:
+    Py_XDECREF(t);
+    Py_XDECREF(kw);
+    Py_XDECREF(name);
+    return res;
+}
+
 /* the op itself, after __tensor_function__ dispatch and autograd */
 static PyObject *
 run_op_kernel(const stax_op_info *op, PyObject *func, PyObject *const *args,
@@ -304,6 +385,14 @@ run_op_kernel(const stax_op_info *op, PyObject *func, PyObject *const *args,
                 return res;
             }
         }
+    }
+    if (bf16_computed(op, args, nargs, kwnames, inplace)) {
+        int mutates = inplace || op->name[strlen(op->name) - 1] == '_';
+        res = run_bf16(op, func, args, nargs, kwnames, mutates);
+        if (res != NULL && mutates) {
+            inplace_requires_grad(args, nargs, kwnames);
+        }
+        return res;
     }
     res = stax_ops_eager_c(op, args, nargs, kwnames);
     if (res == Py_NotImplemented) {
@@ -638,9 +727,10 @@ run_op_meta(const stax_op_info *op, PyObject *const *args, size_t nargsf,
         return stax_ops_meta_unsupported();
     }
     for (Py_ssize_t i = 0; i < nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0); i++) {
-        if (has_cuda(args[i])) {
+        if (has_cuda(args[i]) || has_bf16(args[i])) {
             /* the meta kernels make host results: CUDA values are computed
-             * (a generated kernel on the device) */
+             * (a generated kernel on the device); the C kernels know no
+             * bfloat16 (its values are computed by _bf16_dispatch) */
             return stax_ops_meta_unsupported();
         }
     }

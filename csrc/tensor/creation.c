@@ -21,7 +21,12 @@ fill_ones(StaxTensor *t)
     case STAX_INT16: for (int64_t i = 0; i < n; i++) ((int16_t *)p)[i] = 1; break;
     case STAX_INT32: for (int64_t i = 0; i < n; i++) ((int32_t *)p)[i] = 1; break;
     case STAX_INT64: for (int64_t i = 0; i < n; i++) ((int64_t *)p)[i] = 1; break;
-    case STAX_FLOAT16: for (int64_t i = 0; i < n; i++) ((uint16_t *)p)[i] = 0x3c00; break;
+    case STAX_FLOAT16:
+    case STAX_BFLOAT16: {
+        uint16_t one = stax_double_to_half_like(t->dtype, 1.0);
+        for (int64_t i = 0; i < n; i++) ((uint16_t *)p)[i] = one;
+        break;
+    }
     case STAX_FLOAT32: for (int64_t i = 0; i < n; i++) ((float *)p)[i] = 1.0f; break;
     case STAX_FLOAT64: for (int64_t i = 0; i < n; i++) ((double *)p)[i] = 1.0; break;
     default: break;
@@ -195,7 +200,8 @@ py_scalar_tensor(PyObject *self, PyObject *args)
         case STAX_INT16: *(int16_t *)p = (int16_t)(int64_t)d; break;
         case STAX_INT32: *(int32_t *)p = (int32_t)(int64_t)d; break;
         case STAX_INT64: *(int64_t *)p = (int64_t)d; break;
-        case STAX_FLOAT16: *(uint16_t *)p = stax_double_to_half(d); break;
+        case STAX_FLOAT16:
+        case STAX_BFLOAT16: *(uint16_t *)p = stax_double_to_half_like(dt, d); break;
         case STAX_FLOAT32: *(float *)p = (float)d; break;
         case STAX_FLOAT64: *(double *)p = d; break;
         default: break;

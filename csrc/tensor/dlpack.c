@@ -16,7 +16,7 @@
 #include <stdlib.h>
 
 enum { DL_CPU = 1, DL_CUDA = 2 };
-enum { DL_INT = 0, DL_UINT = 1, DL_FLOAT = 2, DL_BOOL = 6 };
+enum { DL_INT = 0, DL_UINT = 1, DL_FLOAT = 2, DL_BFLOAT = 4, DL_BOOL = 6 };
 
 typedef struct {
     int32_t device_type;
@@ -50,7 +50,7 @@ static const DLDataType dl_types[STAX_NUM_DTYPES] = {
     [STAX_INT8] = {DL_INT, 8, 1},    [STAX_INT16] = {DL_INT, 16, 1},
     [STAX_INT32] = {DL_INT, 32, 1},  [STAX_INT64] = {DL_INT, 64, 1},
     [STAX_FLOAT16] = {DL_FLOAT, 16, 1}, [STAX_FLOAT32] = {DL_FLOAT, 32, 1},
-    [STAX_FLOAT64] = {DL_FLOAT, 64, 1},
+    [STAX_FLOAT64] = {DL_FLOAT, 64, 1}, [STAX_BFLOAT16] = {DL_BFLOAT, 16, 1},
 };
 
 /* ---- export ------------------------------------------------------------ */

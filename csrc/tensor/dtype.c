@@ -6,16 +6,17 @@
 
 static const char *dtype_names[STAX_NUM_DTYPES] = {
     "bool", "uint8", "int8", "int16", "int32", "int64",
-    "float16", "float32", "float64",
+    "float16", "float32", "float64", "bfloat16",
 };
 /* PyTorch's scalar-type names (x.type() "torch.FloatTensor", error messages) */
 static const char *dtype_titles[STAX_NUM_DTYPES] = {
     "Bool", "Byte", "Char", "Short", "Int", "Long", "Half", "Float", "Double",
+    "BFloat16",
 };
-static const int dtype_sizes[STAX_NUM_DTYPES] = {1, 1, 1, 2, 4, 8, 2, 4, 8};
+static const int dtype_sizes[STAX_NUM_DTYPES] = {1, 1, 1, 2, 4, 8, 2, 4, 8, 2};
 static const int dtype_npy[STAX_NUM_DTYPES] = {
     NPY_BOOL, NPY_UINT8, NPY_INT8, NPY_INT16, NPY_INT32, NPY_INT64,
-    NPY_FLOAT16, NPY_FLOAT32, NPY_FLOAT64,
+    NPY_FLOAT16, NPY_FLOAT32, NPY_FLOAT64, NPY_UINT16,
 };
 static StaxDTypeObject dtype_objs[STAX_NUM_DTYPES];
 static stax_dtype_t default_dtype = STAX_FLOAT32;
@@ -41,7 +42,28 @@ stax_dtype_title(stax_dtype_t dt)
 int
 stax_dtype_is_floating(stax_dtype_t dt)
 {
-    return dt == STAX_FLOAT16 || dt == STAX_FLOAT32 || dt == STAX_FLOAT64;
+    return dt == STAX_FLOAT16 || dt == STAX_FLOAT32 || dt == STAX_FLOAT64
+           || dt == STAX_BFLOAT16;
+}
+
+int
+stax_dtype_is_half_like(stax_dtype_t dt)
+{
+    return dt == STAX_FLOAT16 || dt == STAX_BFLOAT16;
+}
+
+double
+stax_half_like_to_double(stax_dtype_t dt, uint16_t bits)
+{
+    return dt == STAX_BFLOAT16 ? (double)stax_bf16_to_float(bits)
+                               : stax_half_to_double(bits);
+}
+
+uint16_t
+stax_double_to_half_like(stax_dtype_t dt, double d)
+{
+    return dt == STAX_BFLOAT16 ? stax_float_to_bf16((float)d)
+                               : stax_double_to_half(d);
 }
 
 int
@@ -112,6 +134,7 @@ static const struct { const char *name; stax_dtype_t dt; } dtype_aliases[] = {
     {"float16", STAX_FLOAT16}, {"half", STAX_FLOAT16},
     {"float32", STAX_FLOAT32}, {"float", STAX_FLOAT32},
     {"float64", STAX_FLOAT64}, {"double", STAX_FLOAT64},
+    {"bfloat16", STAX_BFLOAT16},
     {NULL, STAX_BOOL},
 };
 
@@ -187,6 +210,12 @@ stax_promote_types(stax_dtype_t a, stax_dtype_t b)
     }
     int fa = stax_dtype_is_floating(a), fb = stax_dtype_is_floating(b);
     if (fa && fb) {
+        /* bfloat16 and float16 meet in float32; bfloat16 ranks below
+         * float32 (its enum value is past float64's) */
+        if (a == STAX_BFLOAT16 || b == STAX_BFLOAT16) {
+            stax_dtype_t o = a == STAX_BFLOAT16 ? b : a;
+            return o == STAX_FLOAT16 ? STAX_FLOAT32 : o;
+        }
         return a > b ? a : b;
     }
     if (fa) {
@@ -334,6 +363,12 @@ dtype_itemsize(PyObject *self, void *c)
 static PyObject *
 dtype_np(PyObject *self, void *c)
 {
+    if (((StaxDTypeObject *)self)->dt == STAX_BFLOAT16) {
+        /* NumPy has no bfloat16: no silent stand-in (the uint16 storage
+         * would compute on bits) */
+        PyErr_SetString(PyExc_TypeError, "Got unsupported ScalarType BFloat16");
+        return NULL;
+    }
     return (PyObject *)PyArray_DescrFromType(
         dtype_npy[((StaxDTypeObject *)self)->dt]);
 }
@@ -765,7 +800,7 @@ py_set_default_dtype(PyObject *self, PyObject *arg)
     if (stax_dtype_from_object(arg, &dt) < 0) {
         return NULL;
     }
-    if (dt != STAX_FLOAT32 && dt != STAX_FLOAT64 && dt != STAX_FLOAT16) {
+    if (!stax_dtype_is_floating(dt)) {
         PyErr_Format(PyExc_TypeError,
                      "only floating-point types are supported as the "
                      "default type");

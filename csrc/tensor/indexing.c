@@ -407,7 +407,7 @@ stax_tensor_getitem(StaxTensor *t, PyObject *key)
     if (nk != NULL && adv_bounds(t, nk) < 0) {
         goto done;
     }
-    arr = nk ? stax_tensor_as_array(t) : NULL;
+    arr = nk ? stax_tensor_as_storage_array(t) : NULL;
     if (arr == NULL) {
         goto done;
     }
@@ -423,7 +423,7 @@ stax_tensor_getitem(StaxTensor *t, PyObject *key)
         if (cp == NULL) {
             goto done;
         }
-        StaxTensor *r = stax_tensor_from_array(cp);
+        StaxTensor *r = stax_tensor_from_storage_array(cp, t->dtype);
         Py_DECREF(cp);
         if (r != NULL && t->requires_grad && stax_grad_enabled()) {
             stax_tensor_set_result_requires_grad(r, 1);
@@ -436,6 +436,25 @@ done:
     Py_XDECREF(arr);
     Py_XDECREF(res);
     return out;
+}
+
+/* the bfloat16 bits (a uint16 array) of numbers, lists or an array */
+static PyObject *
+bf16_bits_of(PyObject *value)
+{
+    PyObject *a = PyArray_FromAny(value,
+                                  PyArray_DescrFromType(NPY_FLOAT32), 0, 0,
+                                  NPY_ARRAY_DEFAULT | NPY_ARRAY_ENSURECOPY
+                                  | NPY_ARRAY_FORCECAST, NULL), *r = NULL;
+    StaxTensor *f = a ? stax_tensor_from_array(a) : NULL, *b;
+    Py_XDECREF(a);
+    b = f ? stax_tensor_to(f, STAX_BFLOAT16, 1) : NULL;
+    Py_XDECREF(f);
+    if (b != NULL) {
+        r = stax_tensor_as_storage_array(b);
+        Py_DECREF(b);
+    }
+    return r;
 }
 
 int
@@ -473,12 +492,25 @@ stax_tensor_setitem(StaxTensor *t, PyObject *key, PyObject *value)
     if (nk != NULL && adv_bounds(t, nk) < 0) {
         goto done;
     }
-    arr = nk ? stax_tensor_as_array(t) : NULL;
+    arr = nk ? stax_tensor_as_storage_array(t) : NULL;
     if (arr == NULL) {
         goto done;
     }
-    if (StaxTensor_Check(value)) {
-        val = stax_tensor_as_array((StaxTensor *)value);
+    if (StaxTensor_Check(value) && ((StaxTensor *)value)->dtype != t->dtype
+        && (t->dtype == STAX_BFLOAT16
+            || ((StaxTensor *)value)->dtype == STAX_BFLOAT16)) {
+        /* NumPy casts bits: the values are converted first */
+        StaxTensor *cv = stax_tensor_to((StaxTensor *)value, t->dtype, 1);
+        val = cv ? stax_tensor_as_storage_array(cv) : NULL;
+        Py_XDECREF(cv);
+    }
+    else if (StaxTensor_Check(value)) {
+        val = stax_tensor_as_storage_array((StaxTensor *)value);
+    }
+    else if (t->dtype == STAX_BFLOAT16
+             && (PyNumber_Check(value) || PyList_Check(value)
+                 || PyTuple_Check(value) || PyArray_Check(value))) {
+        val = bf16_bits_of(value);
     }
     else if (PyNumber_Check(value) || PyList_Check(value)
              || PyTuple_Check(value) || PyArray_Check(value)) {

@@ -87,7 +87,8 @@ store(char *p, stax_dtype_t dt, double v)
     case STAX_INT16: *(int16_t *)p = (int16_t)(int64_t)v; break;
     case STAX_INT32: *(int32_t *)p = (int32_t)(int64_t)v; break;
     case STAX_INT64: *(int64_t *)p = (int64_t)v; break;
-    case STAX_FLOAT16: *(uint16_t *)p = stax_double_to_half(v); break;
+    case STAX_FLOAT16:
+    case STAX_BFLOAT16: *(uint16_t *)p = stax_double_to_half_like(dt, v); break;
     case STAX_FLOAT32: *(float *)p = (float)v; break;
     case STAX_FLOAT64: *(double *)p = v; break;
     default: break;
@@ -115,7 +116,8 @@ load(const char *p, stax_dtype_t dt)
     case STAX_INT16: return *(const int16_t *)p;
     case STAX_INT32: return *(const int32_t *)p;
     case STAX_INT64: return (double)*(const int64_t *)p;
-    case STAX_FLOAT16: return stax_half_to_double(*(const uint16_t *)p);
+    case STAX_FLOAT16:
+    case STAX_BFLOAT16: return stax_half_like_to_double(dt, *(const uint16_t *)p);
     case STAX_FLOAT32: return *(const float *)p;
     case STAX_FLOAT64: return *(const double *)p;
     default: return 0;

@@ -20,6 +20,7 @@ typedef enum {
     STAX_FLOAT16,
     STAX_FLOAT32,
     STAX_FLOAT64,
+    STAX_BFLOAT16,   /* last: the numbering of the others is kept in caches */
     STAX_NUM_DTYPES
 } stax_dtype_t;
 
@@ -78,7 +79,36 @@ const char *stax_dtype_name(stax_dtype_t dt);        /* "float32" */
 const char *stax_dtype_title(stax_dtype_t dt);       /* torch's scalar type: "Float" */
 int stax_dtype_is_floating(stax_dtype_t dt);
 int stax_dtype_is_integral(stax_dtype_t dt);         /* bool excluded */
+/* The NumPy type of the storage: a half-like dtype without a NumPy twin
+ * (bfloat16) is stored as NPY_UINT16 bits. */
 int stax_dtype_to_npy(stax_dtype_t dt);              /* NPY_FLOAT32 ... */
+/* 16-bit floating dtypes (float16, bfloat16): stored as bits, computed in
+ * float32 (torch's opmath type) and rounded to nearest even once per op.
+ * The conversions are the only difference between the two. */
+int stax_dtype_is_half_like(stax_dtype_t dt);
+double stax_half_like_to_double(stax_dtype_t dt, uint16_t bits);
+/* float16 rounds directly from the double; bfloat16 goes through float32
+ * first, as c10::BFloat16(float(d)) does */
+uint16_t stax_double_to_half_like(stax_dtype_t dt, double d);
+/* bfloat16 <-> float32: the bits are float32's high half; rounding is to
+ * nearest even and every NaN becomes 0x7fc0 (c10's round_to_nearest_even) */
+static inline float
+stax_bf16_to_float(uint16_t b)
+{
+    union { uint32_t u; float f; } v;
+    v.u = (uint32_t)b << 16;
+    return v.f;
+}
+static inline uint16_t
+stax_float_to_bf16(float f)
+{
+    union { uint32_t u; float f; } v;
+    v.f = f;
+    if ((v.u & 0x7fffffffu) > 0x7f800000u) {
+        return 0x7fc0;
+    }
+    return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
+}
 int stax_dtype_from_npy(int npy_type, stax_dtype_t *out);   /* -1 + TypeError */
 PyObject *stax_dtype_object(stax_dtype_t dt);        /* borrowed tp.float32 */
 int stax_dtype_from_object(PyObject *o, stax_dtype_t *out); /* tp.float32, "float32", np.float32 */
@@ -143,8 +173,16 @@ StaxTensor *stax_tensor_empty(int ndim, const int64_t *sizes, stax_dtype_t dt);
  * grad (as a non-leaf) when base does and grad mode is on */
 StaxTensor *stax_tensor_view(StaxTensor *base, int ndim, const int64_t *sizes,
                              const int64_t *strides, int64_t offset);
-/* a NumPy array viewing the same bytes (no copy; base keeps storage alive) */
+/* a NumPy array viewing the same bytes (no copy; base keeps storage alive);
+ * bfloat16 has no NumPy type: TypeError("Got unsupported ScalarType
+ * BFloat16"), as torch's t.numpy() */
 PyObject *stax_tensor_as_array(StaxTensor *t);
+/* the same view for byte-level work (gathers, copies between tensors of one
+ * dtype): bfloat16 comes as its uint16 bits */
+PyObject *stax_tensor_as_storage_array(StaxTensor *t);
+/* a tensor of dtype dt on an array holding dt's storage type (the uint16
+ * bits of bfloat16; for other dtypes the array's own dtype must be dt's) */
+StaxTensor *stax_tensor_from_storage_array(PyObject *ndarray, stax_dtype_t dt);
 int stax_tensor_is_contiguous(StaxTensor *t);
 int64_t stax_tensor_numel(StaxTensor *t);
 void stax_tensor_bump_version(StaxTensor *t);
@@ -272,6 +310,8 @@ typedef enum {
     STAX_PY_REBUILD_TENSOR,   /* tensorplay._tensor._rebuild_tensor (pickle) */
     STAX_PY_CUDA_DISPATCH,    /* tensorplay.cuda._dispatch: eager ops on CUDA
                                  tensors (kernels, cuBLAS, host fallback) */
+    STAX_PY_BF16_DISPATCH,    /* tensorplay._ops._bf16_dispatch: eager ops
+                                 with a bfloat16 operand (float32 compute) */
     STAX_PY_COUNT
 } stax_py_key;
 /* borrowed; NULL + RuntimeError when the package has not registered it */

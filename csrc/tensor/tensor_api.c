@@ -296,6 +296,48 @@ stax_tensor_from_array(PyObject *obj)
 PyObject *
 stax_tensor_as_array(StaxTensor *t)
 {
+    if (t->dtype == STAX_BFLOAT16) {
+        PyErr_SetString(PyExc_TypeError, "Got unsupported ScalarType BFloat16");
+        return NULL;
+    }
+    return stax_tensor_as_storage_array(t);
+}
+
+StaxTensor *
+stax_tensor_from_storage_array(PyObject *ndarray, stax_dtype_t dt)
+{
+    if (dt != STAX_BFLOAT16) {
+        StaxTensor *t = stax_tensor_from_array(ndarray);
+        if (t != NULL && t->dtype != dt) {
+            Py_DECREF(t);
+            PyErr_Format(PyExc_SystemError, "storage array of dtype %s for "
+                         "a %s tensor", stax_dtype_name(t->dtype),
+                         stax_dtype_name(dt));
+            return NULL;
+        }
+        return t;
+    }
+    if (!PyArray_Check(ndarray)
+        || PyArray_TYPE((PyArrayObject *)ndarray) != NPY_UINT16) {
+        PyErr_SetString(PyExc_SystemError,
+                        "bfloat16 storage must be a uint16 array");
+        return NULL;
+    }
+    /* wrap the bits as uint16 (int16 is the nearest stax dtype of that
+     * size) and retag: sizes, strides and the storage are the same */
+    PyObject *v = PyArray_View((PyArrayObject *)ndarray,
+                               PyArray_DescrFromType(NPY_INT16), NULL);
+    StaxTensor *t = v ? stax_tensor_from_array(v) : NULL;
+    Py_XDECREF(v);
+    if (t != NULL) {
+        t->dtype = STAX_BFLOAT16;
+    }
+    return t;
+}
+
+PyObject *
+stax_tensor_as_storage_array(StaxTensor *t)
+{
     npy_intp dims[STAX_MAX_DIMS], strides[STAX_MAX_DIMS];
     if (stax_tensor_is_cuda(t)) {
         /* torch's words: no host view of device memory */
@@ -341,20 +383,63 @@ shape_str(StaxTensor *t)
     return l;
 }
 
+/* float32 values of an array of half-like bits (any strides), contiguous */
+static PyObject *
+half_like_bits_to_f32(PyObject *bits, stax_dtype_t dt)
+{
+    PyObject *c = PyArray_NewCopy((PyArrayObject *)bits, NPY_CORDER), *f;
+    if (c == NULL) {
+        return NULL;
+    }
+    f = PyArray_SimpleNew(PyArray_NDIM((PyArrayObject *)c),
+                          PyArray_DIMS((PyArrayObject *)c), NPY_FLOAT32);
+    if (f != NULL) {
+        const uint16_t *in = PyArray_DATA((PyArrayObject *)c);
+        float *out = PyArray_DATA((PyArrayObject *)f);
+        npy_intp n = PyArray_SIZE((PyArrayObject *)c);
+        for (npy_intp i = 0; i < n; i++) {
+            out[i] = (float)stax_half_like_to_double(dt, in[i]);
+        }
+    }
+    Py_DECREF(c);
+    return f;
+}
+
+/* half-like bits of a contiguous float32 array, rounded to nearest even */
+static PyObject *
+f32_to_half_like_bits(PyObject *f, stax_dtype_t dt)
+{
+    PyObject *b = PyArray_SimpleNew(PyArray_NDIM((PyArrayObject *)f),
+                                    PyArray_DIMS((PyArrayObject *)f),
+                                    NPY_UINT16);
+    if (b != NULL) {
+        const float *in = PyArray_DATA((PyArrayObject *)f);
+        uint16_t *out = PyArray_DATA((PyArrayObject *)b);
+        npy_intp n = PyArray_SIZE((PyArrayObject *)f);
+        for (npy_intp i = 0; i < n; i++) {
+            out[i] = stax_double_to_half_like(dt, in[i]);
+        }
+    }
+    return b;
+}
+
 /* copy src (Tensor, array, scalar, nested list) into dst with broadcasting
  * and casting; does not bump the version. Returns None. */
 PyObject *
 stax_tensor_copy_into(StaxTensor *dst, PyObject *src)
 {
-    PyObject *darr = NULL, *sarr = NULL, *res = NULL;
+    PyObject *darr = NULL, *sarr = NULL, *res = NULL, *tmp = NULL, *target;
+    int sbf = StaxTensor_Check(src)
+              && ((StaxTensor *)src)->dtype == STAX_BFLOAT16;
     if (stax_tensor_is_cuda(dst) || (StaxTensor_Check(src)
                                      && stax_tensor_is_cuda((StaxTensor *)src))) {
         return stax_tensor_cuda_copy_into(dst, src);
     }
-    darr = stax_tensor_as_array(dst);
+    darr = stax_tensor_as_storage_array(dst);
     if (darr == NULL) {
         goto done;
     }
+    target = darr;
     if (StaxTensor_Check(src)) {
         StaxTensor *s = (StaxTensor *)src, *e;
         if (s->ndim > dst->ndim) {
@@ -372,7 +457,7 @@ stax_tensor_copy_into(StaxTensor *dst, PyObject *src)
         if (e == NULL) {
             goto done;
         }
-        sarr = stax_tensor_as_array(e);
+        sarr = stax_tensor_as_storage_array(e);
         Py_DECREF(e);
     }
     else {
@@ -381,7 +466,28 @@ stax_tensor_copy_into(StaxTensor *dst, PyObject *src)
     if (sarr == NULL) {
         goto done;
     }
-    if (PyArray_CopyInto((PyArrayObject *)darr, (PyArrayObject *)sarr) < 0) {
+    if (sbf && dst->dtype != STAX_BFLOAT16) {
+        /* bfloat16 values reach other dtypes as float32 (exact) */
+        PyObject *f = half_like_bits_to_f32(sarr, STAX_BFLOAT16);
+        Py_SETREF(sarr, f);
+        if (sarr == NULL) {
+            goto done;
+        }
+    }
+    if (dst->dtype == STAX_BFLOAT16 && !sbf) {
+        /* other dtypes reach bfloat16 through float32, rounded to nearest
+         * even (c10's conversion: double -> float -> bfloat16) */
+        npy_intp dims[STAX_MAX_DIMS];
+        for (int i = 0; i < dst->ndim; i++) {
+            dims[i] = dst->sizes[i];
+        }
+        tmp = PyArray_SimpleNew(dst->ndim, dims, NPY_FLOAT32);
+        if (tmp == NULL) {
+            goto done;
+        }
+        target = tmp;
+    }
+    if (PyArray_CopyInto((PyArrayObject *)target, (PyArrayObject *)sarr) < 0) {
         if (PyErr_ExceptionMatches(PyExc_ValueError)) {
             PyObject *ld = shape_str(dst), *ls = NULL;
             PyErr_Clear();
@@ -407,10 +513,20 @@ stax_tensor_copy_into(StaxTensor *dst, PyObject *src)
         }
         goto done;
     }
+    if (tmp != NULL) {
+        PyObject *bits = f32_to_half_like_bits(tmp, STAX_BFLOAT16);
+        int rc = bits ? PyArray_CopyInto((PyArrayObject *)darr,
+                                         (PyArrayObject *)bits) : -1;
+        Py_XDECREF(bits);
+        if (rc < 0) {
+            goto done;
+        }
+    }
     res = Py_NewRef(Py_None);
 done:
     Py_XDECREF(darr);
     Py_XDECREF(sarr);
+    Py_XDECREF(tmp);
     return res;
 }
 
@@ -461,7 +577,9 @@ stax_tensor_item(StaxTensor *t)
     case STAX_INT16: return PyLong_FromLong(*(int16_t *)p);
     case STAX_INT32: return PyLong_FromLong(*(int32_t *)p);
     case STAX_INT64: return PyLong_FromLongLong(*(int64_t *)p);
-    case STAX_FLOAT16: return PyFloat_FromDouble(stax_half_to_double(*(uint16_t *)p));
+    case STAX_FLOAT16:
+    case STAX_BFLOAT16:
+        return PyFloat_FromDouble(stax_half_like_to_double(t->dtype, *(uint16_t *)p));
     case STAX_FLOAT32: return PyFloat_FromDouble(*(float *)p);
     case STAX_FLOAT64: return PyFloat_FromDouble(*(double *)p);
     default: break;

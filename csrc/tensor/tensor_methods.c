@@ -411,6 +411,13 @@ m_tolist(PyObject *self, PyObject *unused)
         Py_XDECREF(h);
         return r;
     }
+    if (SELF->dtype == STAX_BFLOAT16) {
+        /* Python floats of the exact values, through float32 */
+        StaxTensor *f = stax_tensor_to_dtype(SELF, STAX_FLOAT32, 1);
+        PyObject *r = f ? m_tolist((PyObject *)f, NULL) : NULL;
+        Py_XDECREF(f);
+        return r;
+    }
     PyObject *arr = stax_tensor_as_array(SELF), *r;
     if (arr == NULL) {
         return NULL;
@@ -534,6 +541,7 @@ m_cuda(PyObject *self, PyObject *args, PyObject *kw)
 CAST_METHOD(float, STAX_FLOAT32)
 CAST_METHOD(double, STAX_FLOAT64)
 CAST_METHOD(half, STAX_FLOAT16)
+CAST_METHOD(bfloat16, STAX_BFLOAT16)
 CAST_METHOD(long, STAX_INT64)
 CAST_METHOD(int, STAX_INT32)
 CAST_METHOD(short, STAX_INT16)
@@ -555,7 +563,7 @@ m_type(PyObject *self, PyObject *args, PyObject *kw)
         static const char *names[STAX_NUM_DTYPES] = {
             "BoolTensor", "ByteTensor", "CharTensor", "ShortTensor",
             "IntTensor", "LongTensor", "HalfTensor", "FloatTensor",
-            "DoubleTensor"};
+            "DoubleTensor", "BFloat16Tensor"};
         return PyUnicode_FromFormat("tensorplay.%s", names[SELF->dtype]);
     }
     if (stax_dtype_from_object(dtype, &dt) < 0) {
@@ -739,7 +747,12 @@ m_make_subclass(PyObject *unused, PyObject *args, PyObject *kw)
 static PyObject *
 m_reduce_ex(PyObject *self, PyObject *proto)
 {
-    PyObject *arr = stax_tensor_as_array(SELF), *cp = NULL, *fn, *r;
+    /* bfloat16 travels as its (exact) float32 values and the dtype */
+    int bf = SELF->dtype == STAX_BFLOAT16;
+    StaxTensor *vals = bf ? stax_tensor_to_dtype(SELF, STAX_FLOAT32, 1)
+                          : (StaxTensor *)Py_NewRef(SELF);
+    PyObject *arr = vals ? stax_tensor_as_array(vals) : NULL, *cp = NULL, *fn, *r;
+    Py_XDECREF(vals);
     if (arr == NULL) {
         return NULL;
     }
@@ -753,14 +766,15 @@ m_reduce_ex(PyObject *self, PyObject *proto)
         Py_DECREF(cp);
         return NULL;
     }
+    PyObject *rg = SELF->requires_grad ? Py_True : Py_False;
+    PyObject *dt = bf ? stax_dtype_object(SELF->dtype) : Py_None;
     if (SELF->dict != NULL && PyDict_GET_SIZE(SELF->dict) > 0) {
-        r = Py_BuildValue("(N(NOO)O)", fn, cp, (PyObject *)Py_TYPE(self),
-                          SELF->requires_grad ? Py_True : Py_False,
-                          SELF->dict);
+        r = Py_BuildValue("(N(NOOO)O)", fn, cp, (PyObject *)Py_TYPE(self),
+                          rg, dt, SELF->dict);
     }
     else {
-        r = Py_BuildValue("(N(NOO))", fn, cp, (PyObject *)Py_TYPE(self),
-                          SELF->requires_grad ? Py_True : Py_False);
+        r = Py_BuildValue("(N(NOOO))", fn, cp, (PyObject *)Py_TYPE(self), rg,
+                          dt);
     }
     return r;
 }
@@ -785,6 +799,7 @@ PyMethodDef stax_tensor_methods[] = {
     {"float", (PyCFunction)(void (*)(void))m_float, METH_VARARGS | METH_KEYWORDS, NULL},
     {"double", (PyCFunction)(void (*)(void))m_double, METH_VARARGS | METH_KEYWORDS, NULL},
     {"half", (PyCFunction)(void (*)(void))m_half, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"bfloat16", (PyCFunction)(void (*)(void))m_bfloat16, METH_VARARGS | METH_KEYWORDS, NULL},
     {"long", (PyCFunction)(void (*)(void))m_long, METH_VARARGS | METH_KEYWORDS, NULL},
     {"int", (PyCFunction)(void (*)(void))m_int, METH_VARARGS | METH_KEYWORDS, NULL},
     {"short", (PyCFunction)(void (*)(void))m_short, METH_VARARGS | METH_KEYWORDS, NULL},

@@ -129,14 +129,19 @@ tensor_repr(PyObject *self)
 static int
 fill_from_data(StaxTensor *t, PyObject *data, stax_dtype_t dt)
 {
+    /* bfloat16 (no NumPy type) is made from float32 values */
+    int npy = dt == STAX_BFLOAT16 ? NPY_FLOAT32 : stax_dtype_to_npy(dt);
     PyObject *arr = PyArray_FromAny(
-        data, PyArray_DescrFromType(stax_dtype_to_npy(dt)), 0, 0,
+        data, PyArray_DescrFromType(npy), 0, 0,
         NPY_ARRAY_DEFAULT | NPY_ARRAY_ENSURECOPY | NPY_ARRAY_FORCECAST, NULL);
     if (arr == NULL) {
         return -1;
     }
     StaxTensor *src = stax_tensor_from_array(arr);
     Py_DECREF(arr);
+    if (src != NULL && dt == STAX_BFLOAT16) {
+        Py_SETREF(src, stax_tensor_to_dtype(src, dt, 1));
+    }
     if (src == NULL) {
         return -1;
     }

@@ -237,8 +237,8 @@ fill_from_node(StaxTracer *tr, StaxNode *n, Py_ssize_t leaf, StaxTensor *dst)
                      "(a deferred sample must match eager's)", n->name);
         goto done;
     }
-    da = stax_tensor_as_array(dst);
-    sa = da ? stax_tensor_as_array((StaxTensor *)src) : NULL;
+    da = stax_tensor_as_storage_array(dst);
+    sa = da ? stax_tensor_as_storage_array((StaxTensor *)src) : NULL;
     if (sa == NULL || PyArray_CopyInto((PyArrayObject *)da,
                                        (PyArrayObject *)sa) < 0) {
         goto done;

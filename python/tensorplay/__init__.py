@@ -12,6 +12,7 @@ from tensorplay._compile import *  # noqa: F401,F403
 from tensorplay._types import *  # noqa: F401,F403
 import sys as _sys
 from tensorplay import _tensor as _tensor_mod
+from tensorplay import _ops as _ops_mod
 
 # what the C core calls back into, handed over once (C never imports us)
 _C._register("tensorplay", _sys.modules[__name__])
@@ -19,6 +20,7 @@ _C._register("tensorplay.functional", functional)
 _C._register("tensorplay.ops", ops)
 _C._register("tensorplay._tensor._rebuild_tensor", _tensor_mod._rebuild_tensor)
 _C._register("tensorplay.cuda._dispatch", cuda._dispatch)
-del _sys, _tensor_mod
+_C._register("tensorplay._ops._bf16_dispatch", _ops_mod._bf16_dispatch)
+del _sys, _tensor_mod, _ops_mod
 
 __version__ = "0.1.0"

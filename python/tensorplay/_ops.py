@@ -25,7 +25,7 @@ _FUNCS = _C._op_functions()
 
 _TITLE = {"bool": "Bool", "uint8": "Byte", "int8": "Char", "int16": "Short",
           "int32": "Int", "int64": "Long", "float16": "Half",
-          "float32": "Float", "float64": "Double"}
+          "float32": "Float", "float64": "Double", "bfloat16": "BFloat16"}
 
 
 def _Tensor():
@@ -167,6 +167,120 @@ def _inplace_of(name, out_name):
         return _inplace_into(self, f(self, *args, **kwargs))
     impl.__name__ = name
     _C._ops_set_impl(name, impl)
+
+
+# ------------------------------------------------------------- bfloat16
+
+def _bf16_up(v):
+    """v with each bfloat16 tensor (also inside a list/tuple) as float32."""
+    if isinstance(v, _C.Tensor):
+        return v.float() if v.dtype is _C.bfloat16 else v
+    if isinstance(v, (list, tuple)) and _b.any(isinstance(e, _C.Tensor) for e in v):
+        return type(v)(_bf16_up(e) for e in v)
+    return v
+
+
+def _bf16_down(r):
+    """float32 tensors of r (also inside tuples) rounded to bfloat16."""
+    if isinstance(r, _C.Tensor):
+        return r.to(_C.bfloat16) if r.dtype is _C.float32 else r
+    if isinstance(r, tuple):
+        items = [_bf16_down(e) for e in r]
+        return type(r)(*items) if hasattr(r, "_fields") else type(r)(items)
+    if isinstance(r, list):
+        return [_bf16_down(e) for e in r]
+    return r
+
+
+def _bf16_operands(args, kwargs):
+    out = []
+    for v in list(args) + [v for k, v in kwargs.items() if k != "dtype"]:
+        if isinstance(v, (list, tuple)):
+            out.extend(e for e in v if isinstance(e, _C.Tensor))
+        elif isinstance(v, (_C.Tensor, float, int)):
+            out.append(v)
+    return out
+
+
+_BF16_MAX = (2.0 - 2.0 ** -7) * 2.0 ** 127
+
+
+def _bf16_native(name, args, kwargs):
+    """Copies that keep bfloat16 bits (NaN payloads) and aliases: clone,
+    _to_copy and contiguous through the tensor room; NotImplemented for the
+    other ops."""
+    x = args[0] if args else None
+    if name not in ("clone", "_to_copy", "contiguous") or not isinstance(x, _C.Tensor) \
+            or x.dtype is not _C.bfloat16 or len(args) > 1 \
+            or kwargs.get("dtype") not in (None, _C.bfloat16):
+        return NotImplemented
+    if name == "contiguous" and x.is_contiguous():
+        return x
+    return _C.empty(tuple(x.shape), dtype=_C.bfloat16).copy_(x)
+
+
+def _bf16_dispatch(name, func, args, kwargs, mutates):
+    """An op with a bfloat16 operand (or dtype=bfloat16), computed as torch's
+    CPU kernels compute bfloat16: operands loaded to float32 (bfloat16's
+    opmath type, exact), the op run in float32 (reductions accumulate in
+    float32), and each floating result that torch gives as bfloat16 rounded
+    to nearest even once (NaN stays NaN). A result is bfloat16 when
+    dtype=bfloat16 is asked for, or when no dtype is asked for and PyTorch's
+    promotion of the operands gives bfloat16. An operand the op writes (add_,
+    fill_, relu(inplace=True), ...) is written on its float32 copy, which is
+    written back rounded; an operand the op returns comes back as itself.
+    Called by the ops room's C dispatcher with grad mode off (autograd
+    records the op itself, on the bfloat16 tensors)."""
+    r = _bf16_native(name, args, kwargs)
+    if r is not NotImplemented:
+        return r
+    want = kwargs.get("dtype", None)
+    if want is _C.bfloat16:
+        kwargs = dict(kwargs, dtype=_C.float32)
+    elif want is None:
+        try:
+            want = _C.result_type(*_bf16_operands(args, kwargs))
+        except TypeError:
+            want = None
+    if want is _C.bfloat16 and name.rstrip("_") == "nan_to_num":
+        # the infinities become bfloat16's extremes, not float32's
+        # (which would round back to inf)
+        kwargs = dict(kwargs)
+        for i, (k, v) in enumerate((("posinf", _BF16_MAX), ("neginf", -_BF16_MAX))):
+            if len(args) <= 2 + i and kwargs.get(k) is None:
+                kwargs[k] = v
+    if want is _C.bfloat16 and name in ("pow", "pow_"):
+        # torch converts a scalar exponent (a Python float, a 0-d tensor)
+        # to bfloat16 before computing in float32 (x ** 0.3 is x ** 0.30078125)
+        args = list(args)
+        e = args[1] if len(args) > 1 else kwargs.get("exponent")
+        if isinstance(e, float) or (_is_t(e) and e.dim() == 0 and e.dtype.is_floating_point):
+            e = _C._scalar_tensor(e, _C.bfloat16).item() if isinstance(e, float) \
+                else e.to(_C.bfloat16)
+            if len(args) > 1:
+                args[1] = e
+            else:
+                kwargs = dict(kwargs, exponent=e)
+        args = tuple(args)
+    up = tuple(_bf16_up(a) for a in args)
+    kw = {k: _bf16_up(v) for k, v in kwargs.items()}
+    copies = [(a, u, u._version) for a, u in _b.zip(args, up) if u is not a and _is_t(u)]
+    copies += [(kwargs[k], kw[k], kw[k]._version) for k in kw
+               if kw[k] is not kwargs[k] and _is_t(kw[k])]
+    prev = _C.is_grad_enabled()
+    _C._set_grad_enabled(False)
+    try:
+        r = func(*up, **kw) if func is not None else _C._op_call(name, up, kw)
+        for i, (orig, f32, ver) in _b.enumerate(copies):
+            if f32._version != ver or (i == 0 and mutates and orig is args[0]):
+                orig.copy_(f32)          # the op wrote its float32 copy
+            if r is f32:
+                return orig
+        if want is _C.bfloat16:
+            r = _bf16_down(r)
+    finally:
+        _C._set_grad_enabled(prev)
+    return r
 
 
 # ------------------------------------------------------------ pointwise

@@ -16,7 +16,7 @@ from tensorplay._C import (Tensor, Size, device, dtype, Generator,  # noqa: F401
                            is_grad_enabled)
 from tensorplay._C import (bool, uint8, int8, int16, int32, int64,  # noqa: F401,A004
                            float16, float32, float64, half, float, double,
-                           long, int, short)
+                           long, int, short, bfloat16)
 # tp.manual_seed is tp.random.manual_seed (likewise seed, initial_seed,
 # get_rng_state, set_rng_state), as in torch
 from tensorplay.random import (manual_seed, seed, initial_seed,  # noqa: F401
@@ -29,7 +29,7 @@ _float = __builtins__["float"] if isinstance(__builtins__, dict) else __builtins
 __all__ = [
     "Tensor", "Size", "device", "dtype", "Generator", "default_generator",
     "bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32",
-    "float64", "half", "float", "double", "long", "int", "short",
+    "float64", "half", "float", "double", "long", "int", "short", "bfloat16",
     "promote_types", "result_type", "get_default_dtype", "set_default_dtype",
     "can_cast", "is_tensor", "is_floating_point", "numel", "is_grad_enabled",
     "no_grad", "enable_grad", "set_grad_enabled", "inference_mode",
@@ -50,11 +50,27 @@ __all__ = [
 
 _NP = {bool: np.bool_, uint8: np.uint8, int8: np.int8, int16: np.int16,
        int32: np.int32, int64: np.int64, float16: np.float16,
-       float32: np.float32, float64: np.float64}
+       float32: np.float32, float64: np.float64,
+       # NumPy has no bfloat16: creation computes its values in float32 and
+       # _from_np rounds them (to nearest even) into a bfloat16 tensor
+       bfloat16: np.float32}
 
 
 def _np_dtype(dt):
     return _NP[_as_dtype(dt)]
+
+
+def _from_np(arr, dt):
+    """A tensor on arr (no copy), or, for bfloat16, arr's values rounded."""
+    t = _C.from_numpy(arr)
+    return t.to(bfloat16) if dt is bfloat16 else t
+
+
+def _values(t):
+    """A NumPy array of t's values: t.numpy(force=True); bfloat16 as float32."""
+    if t.dtype is bfloat16:
+        t = t.float()
+    return t.numpy(force=True)
 
 
 def _as_dtype(dt):
@@ -304,6 +320,8 @@ def _first_leaves(data):
 
 def _to_numpy_data(data):
     if isinstance(data, Tensor):
+        if data.dtype is bfloat16:
+            return _values(data)
         return data.numpy(force=True) if data.requires_grad else data.numpy()
     if isinstance(data, (list, tuple)):
         return [_to_numpy_data(x) for x in data]
@@ -319,6 +337,8 @@ def _tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False
             arr = np.array(data)
         except ValueError as e:
             raise ValueError(f"expected a rectangular nested sequence: {e}") from None
+        except TypeError:       # bfloat16 tensors inside: the path below
+            arr = np.array((), dtype=object)
         kind = arr.dtype.kind
         if kind in "biuf" and not any(isinstance(x, (Tensor, np.ndarray, np.generic))
                                       for x in _first_leaves(data)):
@@ -329,12 +349,12 @@ def _tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False
             npdt = _NP[dt]
             if arr.dtype != npdt:
                 arr = arr.astype(npdt)
-            return _finish(_C.from_numpy(arr), requires_grad, device)
+            return _finish(_from_np(arr, dt), requires_grad, device)
     dt = _as_dtype(dtype) if dtype is not None else _infer_dtype(data)
     arr = np.array(_to_numpy_data(data), dtype=_NP[dt], copy=True, order="C")
     if arr.dtype.byteorder not in "=|":
         arr = arr.astype(arr.dtype.newbyteorder("="))
-    return _finish(_C.from_numpy(arr), requires_grad, device)
+    return _finish(_from_np(arr, dt), requires_grad, device)
 
 
 _scalar_tensor = _C._scalar_tensor
@@ -377,7 +397,7 @@ def from_numpy(ndarray):
 def _make(fn, size, dtype, device, requires_grad, default=None):
     device = _check_device(device)
     dt = _as_dtype(dtype) if dtype is not None else (default or get_default_dtype())
-    return _finish(_C.from_numpy(fn(_sizes(size), _NP[dt])), requires_grad, device)
+    return _finish(_from_np(fn(_sizes(size), _NP[dt]), dt), requires_grad, device)
 
 
 zeros = _C.zeros
@@ -412,7 +432,7 @@ def full(size, fill_value, dtype=None, device=None, requires_grad=False, out=Non
     if isinstance(fill_value, Tensor):
         fill_value = fill_value.item()
     arr = np.full(_sizes((tuple(size),)), fill_value, dtype=_NP[dt])
-    return _finish(_C.from_numpy(arr), requires_grad, device)
+    return _finish(_from_np(arr, dt), requires_grad, device)
 
 
 def _num(v):
@@ -445,7 +465,7 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=Fa
         arr = vals.astype(_NP[dt])
     else:
         arr = np.arange(start, end, step, dtype=np.int64).astype(_NP[dt])
-    return _finish(_C.from_numpy(np.ascontiguousarray(arr)), requires_grad, device)
+    return _finish(_from_np(np.ascontiguousarray(arr), dt), requires_grad, device)
 
 
 def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False, out=None,
@@ -470,13 +490,14 @@ def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False,
                         np.float64(end_c) - step * (steps - 1 - i))
     if not dt.is_floating_point:
         vals = np.trunc(vals)
-    return _finish(_C.from_numpy(np.ascontiguousarray(vals.astype(_NP[dt]))), requires_grad, device)
+    return _finish(_from_np(np.ascontiguousarray(vals.astype(_NP[dt])), dt), requires_grad,
+                   device)
 
 
 def logspace(start, end, steps, base=10.0, *, dtype=None, device=None, requires_grad=False):
     lin = linspace(start, end, steps, dtype=float64)
     dt = _as_dtype(dtype) if dtype is not None else get_default_dtype()
-    return _finish(_C.from_numpy(np.power(base, lin.numpy()).astype(_NP[dt])), requires_grad)
+    return _finish(_from_np(np.power(base, lin.numpy()).astype(_NP[dt]), dt), requires_grad)
 
 
 def eye(n, m=None, *, dtype=None, device=None, requires_grad=False, out=None, layout=None):
@@ -486,7 +507,7 @@ def eye(n, m=None, *, dtype=None, device=None, requires_grad=False, out=None, la
     if m is not None and m < 0:
         raise RuntimeError(f"m must be greater or equal to 0, got {m}")
     dt = _as_dtype(dtype) if dtype is not None else get_default_dtype()
-    return _finish(_C.from_numpy(np.eye(n, m, dtype=_NP[dt])), requires_grad, device)
+    return _finish(_from_np(np.eye(n, m, dtype=_NP[dt]), dt), requires_grad, device)
 
 
 def _like(input, dtype):
@@ -563,7 +584,8 @@ def _float_dtype(dtype, fn):
 
 
 _TYPE_NAMES = {bool: "Bool", uint8: "Byte", int8: "Char", int16: "Short", int32: "Int",
-               int64: "Long", float16: "Half", float32: "Float", float64: "Double"}
+               int64: "Long", float16: "Half", float32: "Float", float64: "Double",
+               bfloat16: "BFloat16"}
 
 
 def rand(*size, generator=None, dtype=None, device=None, requires_grad=False, out=None,
@@ -614,7 +636,7 @@ def randperm(n, *, generator=None, dtype=None, device=None, requires_grad=False,
     _C._fill_keys(keys, generator)
     perm = np.argsort(keys.numpy(), kind="stable")
     dt = _as_dtype(dtype) if dtype is not None else int64
-    return _finish(_C.from_numpy(perm.astype(_NP[dt])), requires_grad, _check_device(device))
+    return _finish(_from_np(perm.astype(_NP[dt]), dt), requires_grad, _check_device(device))
 
 
 @_tf
@@ -647,15 +669,15 @@ def normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=N
     if not ref.dtype.is_floating_point:
         raise NotImplementedError(f"\"normal_kernel_cpu\" not implemented for "
                                   f"'{_TYPE_NAMES[ref.dtype]}'")
-    m = mt.numpy(force=True) if mt is not None else np.float64(mean)
-    s = st.numpy(force=True) if st is not None else np.float64(std)
+    m = _values(mt) if mt is not None else np.float64(mean)
+    s = _values(st) if st is not None else np.float64(std)
     if np.any(s < 0):
         raise RuntimeError("normal expects all elements of std >= 0.0")
     shape = np.broadcast_shapes(np.shape(m), np.shape(s))
     z = empty(shape, dtype=ref.dtype)
     _C._fill_normal(z, 0.0, 1.0, generator)
-    res = (z.numpy() * s + m).astype(_NP[ref.dtype])
-    return _C.from_numpy(np.ascontiguousarray(res))
+    res = (_values(z) * s + m).astype(_NP[ref.dtype])
+    return _from_np(np.ascontiguousarray(res), ref.dtype)
 
 
 # ---- Tensor methods written in Python ---------------------------------------
@@ -681,6 +703,7 @@ def _random_(self, from_=None, to=None, *, generator=None, **kw):
             lo, hi = 0, (2 ** 24 + 1 if self.dtype is float32 else
                          2 ** 53 + 1 if self.dtype is float64 else
                          2 ** 11 + 1 if self.dtype is float16 else
+                         2 ** 8 + 1 if self.dtype is bfloat16 else
                          2 if self.dtype is bool else
                          _int(np.iinfo(_NP[self.dtype]).max) + 1)
         else:
@@ -724,8 +747,8 @@ def _type_as(self, other):
 
 def _contains(self, element):
     if isinstance(element, (Tensor, _int, _float, _bool)):
-        v = element.numpy(force=True) if isinstance(element, Tensor) else element
-        return _bool((self.numpy(force=True) == v).any())
+        v = _values(element) if isinstance(element, Tensor) else element
+        return _bool((_values(self) == v).any())
     raise RuntimeError("Tensor.__contains__ only supports Tensor or scalar, but you passed in a "
                        f"{type(element)}.")
 
@@ -733,7 +756,7 @@ def _contains(self, element):
 def _reversed(self):
     if self.dim() == 0:
         return self
-    return _C.from_numpy(np.ascontiguousarray(self.numpy(force=True)[::-1]))
+    return _from_np(np.ascontiguousarray(_values(self)[::-1]), self.dtype)
 
 
 def _dim_order(self):
@@ -927,9 +950,9 @@ def _tensor_repr(self, prefix="tensor("):
     if self.is_cuda:
         # printing reads the values: a host copy (waits for the stream)
         suffixes.append("device='" + str(self.device) + "'")
-        a = _C._to_device(self, "cpu").numpy(force=True)
+        a = _values(_C._to_device(self, "cpu"))
     else:
-        a = self.numpy(force=True)
+        a = _values(self)
     if a.size == 0:
         if self.dim() != 1:
             suffixes.append("size=" + str(tuple(self.shape)))
@@ -947,8 +970,10 @@ def _tensor_repr(self, prefix="tensor("):
     return _add_suffixes(prefix + body, suffixes, indent)
 
 
-def _rebuild_tensor(arr, cls, requires_grad):
+def _rebuild_tensor(arr, cls, requires_grad, dtype=None):
     t = _C.from_numpy(arr)
+    if dtype is not None:   # bfloat16 is pickled as its float32 values
+        t = t.to(dtype)
     if cls is not Tensor:
         t = Tensor._make_subclass(cls, t, requires_grad)
     elif requires_grad:

@@ -4,7 +4,8 @@ import numpy as np
 
 from tensorplay import _C
 
-__all__ = ["finfo", "iinfo", "FloatTensor", "DoubleTensor", "HalfTensor", "LongTensor",
+__all__ = ["finfo", "iinfo", "FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor",
+           "LongTensor",
            "IntTensor", "ShortTensor", "CharTensor", "ByteTensor", "BoolTensor"]
 
 
@@ -27,6 +28,15 @@ class finfo:
         if not isinstance(type, tp.dtype) or not type.is_floating_point:
             raise TypeError("torch.finfo() requires a floating point input type. Use "
                             "torch.iinfo to handle 'torch.finfo'")
+        if type == tp.bfloat16:
+            # NumPy has no bfloat16: float32's exponent with 8 significand bits
+            self.bits, self.eps = 16, 2.0 ** -7
+            self.max = (2.0 - 2.0 ** -7) * 2.0 ** 127
+            self.min = -self.max
+            self.tiny = self.smallest_normal = 2.0 ** -126
+            self.resolution = 0.01
+            self.dtype = "bfloat16"
+            return
         f = np.finfo(_np(type))
         self.bits = int(f.bits)
         self.eps = float(f.eps)
@@ -94,6 +104,7 @@ def _typed(name, dtype_name):
 FloatTensor = _typed("FloatTensor", "float32")
 DoubleTensor = _typed("DoubleTensor", "float64")
 HalfTensor = _typed("HalfTensor", "float16")
+BFloat16Tensor = _typed("BFloat16Tensor", "bfloat16")
 LongTensor = _typed("LongTensor", "int64")
 IntTensor = _typed("IntTensor", "int32")
 ShortTensor = _typed("ShortTensor", "int16")
