@@ -203,6 +203,8 @@ def _tensor(dt, shape, seed):
         a = rng.random(shape) > 0.5
     elif dt.startswith("int"):
         a = rng.integers(1, 9, shape).astype(dt)   # no division by zero
+    elif dt == "bfloat16":          # no NumPy type: float32 values, rounded
+        return tp.from_numpy((rng.standard_normal(shape) * 2).astype("float32")).bfloat16()
     else:
         a = (rng.standard_normal(shape) * 2).astype(dt)
     return tp.from_numpy(a)

@@ -451,3 +451,179 @@ def test_pow_rounds_a_scalar_exponent_like_torch():
         got = tp.tensor([1e-40, 100.0, 3.0], dtype=tp.bfloat16) ** e
         want = torch.tensor([1e-40, 100.0, 3.0], dtype=torch.bfloat16) ** te
         assert got.float().tolist() == want.float().tolist()
+
+
+# ------------------------------------------------------------ compiled (LLVM)
+# bfloat16 is i16 bits in the CPU back end: widened to float32 exactly,
+# computed in float32, rounded to nearest even by the same rule as eager
+# (NaN -> 0x7fc0). Compiled and eager agree bit for bit for every op whose
+# float32 computation is the same in both (+ - * / sqrt, comparisons,
+# where, clamp, floor/round, casts); the transcendental functions (LLVM's
+# float32 polynomials vs NumPy's libm) and the reductions (float64 vs
+# pairwise float32 accumulation) may land on the other side of a rounding
+# boundary: within 1 bfloat16 ulp.
+
+def compiled_vs_eager(fn, *args, exact=True, ulps=1):
+    got = tp.compile(fn, strict_native=True)(*args)
+    want = fn(*args)
+
+    def flat(r):
+        return [t for e in r for t in flat(e)] if isinstance(r, tuple) else [r]
+    gs, ws = flat(got), flat(want)
+    assert len(gs) == len(ws)
+    for g, w in zip(gs, ws):
+        assert g.dtype is w.dtype and tuple(g.shape) == tuple(w.shape)
+        if g.dtype is not tp.bfloat16:
+            np.testing.assert_array_equal(np.array(g.reshape(-1).tolist()),
+                                          np.array(w.reshape(-1).tolist()))
+            continue
+        gb, wb = bits(g.reshape(-1)), bits(w.reshape(-1))
+        if exact:
+            assert gb == wb, (g, w)
+        else:
+            gf = np.array(g.float().reshape(-1).tolist())
+            wf = np.array(w.float().reshape(-1).tolist())
+            assert (np.isnan(gf) == np.isnan(wf)).all()
+            ok = np.isnan(wf) | (gf == wf) | (np.abs(gf - wf) <= ulps * 2.0 ** -7 * np.abs(wf))
+            assert ok.all(), (g, w)
+    return got
+
+
+def _edge_bf16():
+    return tp.tensor(EDGE, dtype=tp.bfloat16)
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("chain", lambda x: (x * 2 + 1) * x - x / 3),
+    ("scalar ops", lambda x: x * 0.1 + 3),
+    ("neg abs relu", lambda x: tp.relu(-x.abs()) + x),
+    ("where compare", lambda x: tp.where(x > 1, x, x * 0.5)),
+    ("clamp", lambda x: x.clamp(-1.0, 2.3)),
+    ("floor round", lambda x: x.floor() + tp.round(x, decimals=1)),
+    ("sqrt div", lambda x: x.abs().sqrt() / (x + 1)),
+    ("alpha", lambda x: tp.add(x, x * 3, alpha=0.3)),
+    ("pow scalar", lambda x: x.abs() ** 0.3),
+    ("nan_to_num", lambda x: x.nan_to_num(0.0, 1e38, -2.0)),
+    ("compare out", lambda x: (x >= 1.0, x.isnan(), x.isinf())),
+    ("to float32", lambda x: x.float() * 3),
+    ("to int32", lambda x: x.clamp(-100, 100).nan_to_num(0.0, 1.0, -1.0).to(tp.int32)),
+    ("to float16 and back", lambda x: x.half().bfloat16() + x),
+    ("in place", lambda x: x.clone().mul_(3).add_(0.5)),
+    ("views", lambda x: x.reshape(4, 6).t()[1:, ::2] * 2),
+    ("cat", lambda x: tp.cat([x, x * 2])),
+])
+def test_compiled_pointwise_bit_exact(name, fn):
+    compiled_vs_eager(fn, _edge_bf16())
+
+
+def test_compiled_conversions_round_like_eager():
+    rng = np.random.default_rng(4)
+    # float32 and float64 values near every kind of bfloat16 boundary
+    v = np.concatenate([np.array(EDGE), rng.standard_normal(200) * 10,
+                        (1 + (rng.integers(0, 256, 100) + 0.5) * 2.0 ** -7)])
+    f32 = tp.tensor(v.tolist(), dtype=tp.float32)
+    f64 = tp.tensor(v.tolist(), dtype=tp.float64)
+    i64 = tp.tensor([2 ** 24 + 1, 257, 259, -7, 2 ** 40 + 3, 0])
+    for src in (f32, f64, i64, f32.half()):
+        got = compiled_vs_eager(lambda a: a.to(tp.bfloat16), src)
+        if src.dtype is tp.float64:
+            assert bits(got) == [ref_rne(x) for x in v]
+    compiled_vs_eager(lambda a: a.bfloat16().to(tp.float64), f64)
+    compiled_vs_eager(lambda a: (a * 2).bfloat16(), f32)
+
+
+def test_compiled_mixed_dtypes_promote_like_eager():
+    x = _edge_bf16()
+    compiled_vs_eager(lambda a, b: a + b, x, tp.ones(len(EDGE), dtype=tp.float16))
+    compiled_vs_eager(lambda a, b: a * b, x, tp.tensor(1.7))           # stays bfloat16
+    compiled_vs_eager(lambda a, b: a * b, x, tp.arange(len(EDGE)))
+    compiled_vs_eager(lambda a, b: a ** b, x.abs(), tp.tensor(0.3))    # exponent rounded
+    compiled_vs_eager(lambda a, b: a - b, x, tp.ones(len(EDGE), dtype=tp.float64))
+
+
+def test_compiled_reductions_match_eager():
+    rng = np.random.default_rng(5)
+    x = tp.tensor((rng.standard_normal((6, 300)) * 3 + 1).tolist(), dtype=tp.bfloat16)
+    F = tp.nn.functional
+    for fn in (lambda a: a.sum(-1), lambda a: a.sum(), lambda a: a.mean(0),
+               lambda a: a.var(-1), lambda a: a.std(0), lambda a: F.softmax(a, -1),
+               lambda a: F.log_softmax(a, 0), lambda a: F.layer_norm(a, (300,)),
+               lambda a: tp.logsumexp(a, -1), lambda a: (a[:, :20] * 0.01 + 1).prod(-1)):
+        compiled_vs_eager(fn, x, exact=False)
+    for fn in (lambda a: a.amax(-1), lambda a: a.min(0), lambda a: a.argmax(-1),
+               lambda a: a.max(1), lambda a: a.amin()):
+        compiled_vs_eager(fn, x)
+    # NaN and inf rows: max/argmax propagate NaN like eager
+    e = tp.tensor([EDGE[:12], EDGE[12:]], dtype=tp.bfloat16)
+    compiled_vs_eager(lambda a: (a.amax(-1), a.argmax(-1), a.max(-1)), e)
+    assert tp.compile(lambda a: a.sum(), strict_native=True)(
+        tp.ones(4096, dtype=tp.bfloat16)).item() == 4096.0
+
+
+def test_compiled_op_table_pointwise_rows_at_bfloat16():
+    """Every pointwise row of the op table that eager accepts at bfloat16,
+    compiled (strict) against eager: within 2 bfloat16 ulps (NaN alike).
+    (Composites the graph decomposes -- hardswish -- round each step to
+    bfloat16 in the compiled program; eager, as torch, rounds once.)"""
+    from _nvrtc import pointwise_batch_case, pointwise_rows
+    rows = pointwise_rows()
+    checked = 0
+    for first in range(0, len(rows), 12):
+        fn, args, names = pointwise_batch_case(rows[first:first + 12], "bfloat16")
+        if not names:
+            continue
+        compiled_vs_eager(fn, *args, exact=False, ulps=2)
+        checked += len(names)
+    assert checked > 60
+
+
+def test_compiled_matmul_of_bfloat16_is_refused_under_strict():
+    x = tp.ones(2, 2, dtype=tp.bfloat16)
+    with pytest.raises(tp.NativeCompileError if hasattr(tp, "NativeCompileError")
+                       else Exception, match="bfloat16"):
+        tp.compile(lambda a: a @ a, strict_native=True)(x)
+    assert tp.compile(lambda a: a @ a)(x).tolist() == [[2.0, 2.0], [2.0, 2.0]]
+
+
+# ------------------------------------------------------------ NVRTC render
+# CUDA C keeps bfloat16 as unsigned short bits in memory and float in
+# registers; stax_b2f widens, stax_f2b rounds to nearest even with NaN ->
+# 0x7fc0 (the tensor room's rule, in integer operations: no cuda_bf16.h),
+# stax_rb rounds a float result. Compiled to PTX by NVRTC here (no GPU).
+
+def _nvrtc_or_skip():
+    if not tp._C.nvrtc_available():
+        pytest.skip("libnvrtc not found (pip install nvidia-cuda-nvrtc-cu12)")
+
+
+def test_nvrtc_renders_bfloat16_as_bits_and_compiles_to_ptx():
+    from _nvrtc import nvrtc_kernels, out_ctype
+    x = tp.tensor([[1.0, 2.5, float("nan"), 3e38]] * 3, dtype=tp.bfloat16)
+    ks = nvrtc_kernels(lambda a: (a * 2 + 1).exp() * a, x, compile=False)
+    src = ks[0].source
+    assert out_ctype(src) == "unsigned short"
+    assert "stax_b2f(buf0[" in src and "stax_f2b(" in src and "stax_rb(" in src
+    assert "cuda_bf16" not in src
+    _nvrtc_or_skip()
+    cases = [lambda a: (a * 2 + 1).exp() * a,
+             lambda a: (a.sum(-1), tp.softmax(a, -1), a.amax(-1), a.argmax(-1)),
+             lambda a: (a.float() + 1, a.to(tp.float16), (a > 0).bfloat16()),
+             lambda a: tp.nn.functional.layer_norm(a, (4,)) ** 0.3]
+    for fn in cases:
+        for k in nvrtc_kernels(fn, x):
+            ptx = tp._C.nvrtc_compile(k.source, k.name)
+            assert ".entry " + k.name in ptx
+
+
+def test_nvrtc_op_table_pointwise_rows_at_bfloat16_compile():
+    from _nvrtc import nvrtc_kernels, pointwise_batch_case, pointwise_rows
+    _nvrtc_or_skip()
+    rows = pointwise_rows()
+    n = 0
+    for first in range(0, len(rows), 12):
+        fn, args, names = pointwise_batch_case(rows[first:first + 12], "bfloat16")
+        if names:
+            for k in nvrtc_kernels(fn, *args):    # compiles each kernel to PTX
+                assert "unsigned short" in k.source
+            n += len(names)
+    assert n > 60

@@ -128,6 +128,7 @@ reg_type(cg_t *g, stax_dtype_t dt)
     case STAX_INT64: return g->i64;
     case STAX_FLOAT16: return g->f16;
     case STAX_FLOAT32: return g->f32;
+    case STAX_BFLOAT16: return g->i16;   /* its bits: see gen_cast */
     default: return g->f64;
     }
 }
@@ -153,7 +154,8 @@ is_unsigned(stax_dtype_t dt)
 static int
 item_size(stax_dtype_t dt)
 {
-    static const int sz[] = {1, 1, 1, 2, 4, 8, 2, 4, 8};
+    static const int sz[] = {1, 1, 1, 2, 4, 8, 2, 4, 8, 2};
+    _Static_assert(sizeof(sz) / sizeof(sz[0]) == STAX_NUM_DTYPES, "a size per dtype");
     return (unsigned)dt < STAX_NUM_DTYPES ? sz[dt] : 8;
 }
 
@@ -296,11 +298,45 @@ gen_ix(cg_t *g, const stax_ix *ix)
 }
 
 /* ------------------------------------------------------------- values */
+/* bfloat16 lives in i16 registers and memory (its bits) and is never
+ * computed on: it is widened to float32 exactly (the bits are float32's
+ * high half) and float32 is rounded to it to nearest even, every NaN
+ * becoming 0x7fc0 -- the tensor room's stax_float_to_bf16, so compiled and
+ * eager agree bit for bit. (LLVM's bfloat type would truncate through a
+ * libcall with other NaN bits.) */
+static LLVMValueRef
+bf16_to_f32(cg_t *g, LLVMValueRef v)
+{
+    LLVMValueRef w = LLVMBuildZExt(g->b, v, g->i32, "");
+    w = LLVMBuildShl(g->b, w, LLVMConstInt(g->i32, 16, 0), "");
+    return LLVMBuildBitCast(g->b, w, g->f32, "");
+}
+
+static LLVMValueRef
+f32_to_bf16(cg_t *g, LLVMValueRef f)
+{
+    LLVMBuilderRef b = g->b;
+    LLVMValueRef u = LLVMBuildBitCast(b, f, g->i32, "");
+    LLVMValueRef lsb = LLVMBuildAnd(b, LLVMBuildLShr(b, u, LLVMConstInt(g->i32, 16, 0), ""),
+                                    LLVMConstInt(g->i32, 1, 0), "");
+    LLVMValueRef r = LLVMBuildAdd(b, u, LLVMBuildAdd(b, lsb, LLVMConstInt(g->i32, 0x7fff, 0), ""), "");
+    r = LLVMBuildTrunc(b, LLVMBuildLShr(b, r, LLVMConstInt(g->i32, 16, 0), ""), g->i16, "");
+    LLVMValueRef nan = LLVMBuildFCmp(b, LLVMRealUNO, f, f, "");
+    return LLVMBuildSelect(b, nan, LLVMConstInt(g->i16, 0x7fc0, 0), r, "");
+}
+
 static LLVMValueRef
 gen_cast(cg_t *g, LLVMValueRef v, stax_dtype_t from, stax_dtype_t to)
 {
     if (from == to) {
         return v;
+    }
+    if (from == STAX_BFLOAT16) {
+        return gen_cast(g, bf16_to_f32(g, v), STAX_FLOAT32, to);
+    }
+    if (to == STAX_BFLOAT16) {
+        /* float64 -> float32 -> bfloat16, as c10 converts a double */
+        return f32_to_bf16(g, gen_cast(g, v, from, STAX_FLOAT32));
     }
     LLVMTypeRef t = reg_type(g, to);
     if (to == STAX_BOOL) {
@@ -584,17 +620,22 @@ gen_prim(cg_t *g, const stax_lval *v)
     if (v->prim == STAX_PRIM_WHERE) {
         return LLVMBuildSelect(g->b, x[0], x[1], x[2], "");
     }
-    if (adt != STAX_FLOAT16) {
+    int half = stax_dtype_is_half_like(adt) || stax_dtype_is_half_like(v->dtype);
+    for (int i = 0; i < v->nargs; i++) {
+        half |= stax_dtype_is_half_like(v->args[i]->dtype);
+    }
+    if (!half) {
         return gen_prim_in(g, v, adt, x);
     }
     for (int i = 0; i < v->nargs; i++) {
-        if (v->args[i]->dtype == STAX_FLOAT16) {
-            x[i] = LLVMBuildFPExt(g->b, x[i], g->f32, "");
+        if (stax_dtype_is_half_like(v->args[i]->dtype)) {
+            x[i] = gen_cast(g, x[i], v->args[i]->dtype, STAX_FLOAT32);
         }
     }
-    LLVMValueRef r = gen_prim_in(g, v, STAX_FLOAT32, x);
-    if (v->dtype == STAX_FLOAT16 && LLVMTypeOf(r) == g->f32) {
-        r = LLVMBuildFPTrunc(g->b, r, g->f16, "");
+    LLVMValueRef r = gen_prim_in(g, v, stax_dtype_is_half_like(adt) ? STAX_FLOAT32 : adt, x);
+    if (stax_dtype_is_half_like(v->dtype)
+        && (LLVMTypeOf(r) == g->f32 || LLVMTypeOf(r) == g->f64)) {
+        r = gen_cast(g, r, LLVMTypeOf(r) == g->f32 ? STAX_FLOAT32 : STAX_FLOAT64, v->dtype);
     }
     return r;
 }
@@ -975,6 +1016,9 @@ gen_val_(cg_t *g, const stax_lval *v)
     case STAX_LV_LOAD:
         return load_buf(g, v->buf, v->index, v->mask);
     case STAX_LV_CONST:
+        if (v->dtype == STAX_BFLOAT16) {
+            return LLVMConstInt(g->i16, stax_float_to_bf16((float)v->f), 0);
+        }
         if (is_fp(v->dtype)) {
             return fconst(g, reg_type(g, v->dtype), v->f);
         }

@@ -28,19 +28,39 @@
 
 static const char *const dtype_names[STAX_NUM_DTYPES] = {
     "bool", "uint8", "int8", "int16", "int32", "int64", "float16",
-    "float32", "float64",
+    "float32", "float64", "bfloat16",
 };
-/* in registers (float16 computes in float) */
+/* in registers (float16 and bfloat16 compute in float) */
 static const char *const reg_ctypes[STAX_NUM_DTYPES] = {
     "bool", "unsigned char", "signed char", "short", "int", "long long",
-    "float", "float", "double",
+    "float", "float", "double", "float",
 };
-/* in memory (bool is one byte 0/1, float16 its bits) */
+/* in memory (bool is one byte 0/1, float16 and bfloat16 their bits) */
 static const char *const mem_ctypes[STAX_NUM_DTYPES] = {
     "unsigned char", "unsigned char", "signed char", "short", "int",
-    "long long", "unsigned short", "float", "double",
+    "long long", "unsigned short", "float", "double", "unsigned short",
 };
-static const int dtype_sizes[STAX_NUM_DTYPES] = {1, 1, 1, 2, 4, 8, 2, 4, 8};
+static const int dtype_sizes[STAX_NUM_DTYPES] = {1, 1, 1, 2, 4, 8, 2, 4, 8, 2};
+
+/* the preamble's helpers of a half-like dtype (NULL for the others):
+ * bits -> float, float -> bits (to nearest even), float -> float rounded */
+static const char *
+half_load(stax_dtype_t dt)
+{
+    return dt == STAX_FLOAT16 ? "stax_h2f" : dt == STAX_BFLOAT16 ? "stax_b2f" : NULL;
+}
+
+static const char *
+half_store(stax_dtype_t dt)
+{
+    return dt == STAX_FLOAT16 ? "stax_f2h" : dt == STAX_BFLOAT16 ? "stax_f2b" : NULL;
+}
+
+static const char *
+half_round(stax_dtype_t dt)
+{
+    return dt == STAX_FLOAT16 ? "stax_rh" : dt == STAX_BFLOAT16 ? "stax_rb" : NULL;
+}
 
 static int
 dt_ok(stax_dtype_t dt)
@@ -63,7 +83,8 @@ stax_nvrtc_dtype_size(stax_dtype_t dt)
 int
 stax_nvrtc_is_float(stax_dtype_t dt)
 {
-    return dt == STAX_FLOAT16 || dt == STAX_FLOAT32 || dt == STAX_FLOAT64;
+    return dt == STAX_FLOAT16 || dt == STAX_FLOAT32 || dt == STAX_FLOAT64
+           || dt == STAX_BFLOAT16;
 }
 
 /* ------------------------------------------------------------ text */
@@ -295,9 +316,12 @@ static void
 load_text(emitter *m, const stax_lval *v)
 {
     stax_dtype_t dt = m->k->bufs[v->buf].dtype;
-    put(m->b, dt == STAX_FLOAT16 ? "stax_h2f(buf%d[" : "buf%d[", v->buf);
+    if (half_load(dt) != NULL) {
+        put(m->b, "%s(", half_load(dt));
+    }
+    put(m->b, "buf%d[", v->buf);
     render_ix(m, v->index);
-    put(m->b, dt == STAX_FLOAT16 ? "])" : (dt == STAX_BOOL ? "] != 0" : "]"));
+    put(m->b, half_load(dt) != NULL ? "])" : (dt == STAX_BOOL ? "] != 0" : "]"));
 }
 
 static const char *
@@ -555,14 +579,14 @@ emit_prim(emitter *m, const stax_lval *v)
     stax_dtype_t adt = v->nargs ? v->args[v->nargs - 1]->dtype : v->dtype;
     const char *f = adt == STAX_FLOAT64 ? "" : "f";
     const char *mn = math_name(v->prim);
-    int rh = v->dtype == STAX_FLOAT16;   /* round each op to half */
+    const char *rh = half_round(v->dtype);   /* round each op to half */
     const char *op2 = NULL;
 
     if (check_prim(v) < 0) {
         return -1;
     }
     if (rh) {
-        put(b, "stax_rh(");
+        put(b, "%s(", rh);
     }
     op2 = infix_op(v->prim);
     if (op2 != NULL) {
@@ -650,8 +674,8 @@ emit_val(emitter *m, const stax_lval *v)
             ref(m, v->args[0]);
             put(b, " != 0");
         }
-        else if (v->dtype == STAX_FLOAT16) {
-            put(b, "stax_rh((float)");
+        else if (half_round(v->dtype) != NULL) {
+            put(b, "%s((float)", half_round(v->dtype));
             ref(m, v->args[0]);
             put(b, ")");
         }
@@ -689,8 +713,8 @@ emit_store(emitter *m, const stax_lstore *s)
     put(m->b, "%sbuf%d[", m->indent, s->buf);
     render_ix(m, s->index);
     put(m->b, "] = ");
-    if (dt == STAX_FLOAT16) {
-        put(m->b, "stax_f2h(");
+    if (half_store(dt) != NULL) {
+        put(m->b, "%s(", half_store(dt));
     }
     else {
         put(m->b, "(%s)(", mem_ctypes[dt]);
@@ -703,7 +727,8 @@ emit_store(emitter *m, const stax_lstore *s)
 /* Helpers every kernel may use: overloads for float, double, integers.
  * maxnan/minnan propagate NaN (PyTorch maximum/relu/clamp); max/min are
  * fmax/fmin (NaN ignored); round is half-to-even (torch.round); float16 is
- * converted with PTX cvt (no cuda_fp16.h needed). */
+ * converted with PTX cvt (no cuda_fp16.h needed), bfloat16 with integer bit
+ * operations that round as the tensor room does (no cuda_bf16.h). */
 static const char preamble[] =
 "typedef long long int64_t;\n"
 "#define STAX_D static __device__ __forceinline__\n"
@@ -714,6 +739,12 @@ static const char preamble[] =
 "{ unsigned short h; asm(\"{ cvt.rn.f16.f32 %0, %1; }\" : \"=h\"(h) : "
 "\"f\"(f)); return h; }\n"
 "STAX_D float stax_rh(float f) { return stax_h2f(stax_f2h(f)); }\n"
+"STAX_D float stax_b2f(unsigned short h)\n"
+"{ return __uint_as_float((unsigned)h << 16); }\n"
+"STAX_D unsigned short stax_f2b(float f)   /* nearest even, NaN 0x7fc0 */\n"
+"{ unsigned u = __float_as_uint(f); if ((u & 0x7fffffffu) > 0x7f800000u) "
+"return 0x7fc0; return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }\n"
+"STAX_D float stax_rb(float f) { return stax_b2f(stax_f2b(f)); }\n"
 "template <typename T> STAX_D bool stax_isnan(T a) { return a != a; }\n"
 "template <typename T> STAX_D T stax_maxnan(T a, T b)\n"
 "{ return a != a ? a : (b != b ? b : (a > b ? a : b)); }\n"

@@ -147,7 +147,7 @@ lw_new_buffer(Program *p, pbuf_t *b)
         if (arr == NULL || p->c.numpy_io) {
             return arr;
         }
-        PyObject *t = (PyObject *)stax_tensor_from_array(arr);
+        PyObject *t = (PyObject *)stax_tensor_from_storage_array(arr, b->dtype);
         Py_DECREF(arr);
         return t;
     }

@@ -11,7 +11,8 @@
  * link order with the tensor room) */
 static const char *const dt_names[] = {
     "bool", "uint8", "int8", "int16", "int32", "int64",
-    "float16", "float32", "float64"};
+    "float16", "float32", "float64", "bfloat16"};
+_Static_assert(sizeof(dt_names) / sizeof(dt_names[0]) == STAX_NUM_DTYPES, "a name per dtype");
 
 static const char *
 dt_name(stax_dtype_t dt)
@@ -22,7 +23,8 @@ dt_name(stax_dtype_t dt)
 static int
 dt_floating(stax_dtype_t dt)
 {
-    return dt == STAX_FLOAT16 || dt == STAX_FLOAT32 || dt == STAX_FLOAT64;
+    return dt == STAX_FLOAT16 || dt == STAX_FLOAT32 || dt == STAX_FLOAT64
+           || dt == STAX_BFLOAT16;
 }
 
 static const char *const prim_names[] = {

@@ -9,14 +9,16 @@
 int
 lw_dtype_size(stax_dtype_t dt)
 {
-    static const int sz[] = {1, 1, 1, 2, 4, 8, 2, 4, 8};
+    static const int sz[] = {1, 1, 1, 2, 4, 8, 2, 4, 8, 2};
+    _Static_assert(sizeof(sz) / sizeof(sz[0]) == STAX_NUM_DTYPES, "a size per dtype");
     return (unsigned)dt < STAX_NUM_DTYPES ? sz[dt] : 8;
 }
 
 int
 lw_is_float(stax_dtype_t dt)
 {
-    return dt == STAX_FLOAT16 || dt == STAX_FLOAT32 || dt == STAX_FLOAT64;
+    return dt == STAX_FLOAT16 || dt == STAX_FLOAT32 || dt == STAX_FLOAT64
+           || dt == STAX_BFLOAT16;
 }
 
 /* ------------------------------------------------------------ builders */
@@ -126,7 +128,10 @@ lw_const(lw_ctx *c, stax_dtype_t dt, double f)
 {
     stax_lval *v = lv_new(c, STAX_LV_CONST, dt);
     if (v) {
-        v->f = f;
+        /* a bfloat16 constant holds its rounded value (through float32, as
+         * eager converts): a cast of it to float32 folds to that value */
+        v->f = dt == STAX_BFLOAT16 ? (double)stax_bf16_to_float(stax_float_to_bf16((float)f))
+                                   : f;
         if (!lw_is_float(dt)) {
             v->i = dt == STAX_BOOL ? (f != 0) : (int64_t)f;
         }

@@ -23,6 +23,10 @@ lw_lower_matmul(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *out,
     if (!lw_is_float(a->dtype) || a->dtype != b->dtype) {
         UNSUPPORTED("matmul of non-float or mixed dtypes");
     }
+    if (a->dtype == STAX_BFLOAT16) {
+        /* the step multiplies NumPy arrays: bfloat16 has none */
+        UNSUPPORTED("matmul of bfloat16");
+    }
     int lin = (id == STAX_OP_LINEAR);
     vbuf *bias = NULL;
     if (lin) {

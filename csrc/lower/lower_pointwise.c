@@ -198,6 +198,17 @@ f_prim(fctx *f, int prim, fval *x, int n)
             }
         }
         break;
+    case STAX_PRIM_POW:
+        a[0] = lw_cast(c, x[0].v, f->cd);
+        a[1] = lw_cast(c, x[1].v, f->cd);
+        if (f->od == STAX_BFLOAT16 && lw_is_float(x[1].v->dtype)
+            && x[1].v->dtype != STAX_BFLOAT16) {
+            /* a floating exponent of another dtype with a bfloat16 result
+             * is a scalar (a Python float or a 0-d tensor): torch and eager
+             * round it to bfloat16 first (x ** 0.3 is x ** 0.30078125) */
+            a[1] = lw_cast(c, lw_cast(c, x[1].v, STAX_BFLOAT16), f->cd);
+        }
+        break;
     case STAX_PRIM_WHERE:
         a[0] = lw_cast(c, x[0].v, STAX_BOOL);
         a[1] = lw_cast(c, x[1].v, f->cd);
@@ -413,10 +424,10 @@ lw_lower_formula(lw_ctx *c, struct lw_node_in *in, PyObject *bound,
         }
         f.cd = result_type(vs, sc, n);
     }
-    /* float16 computes the whole formula in float32 and rounds once at
-     * the end, as torch's opmath does (gelu, softplus, mish ... are one
-     * rounding, not one per primitive) */
-    if (f.cd == STAX_FLOAT16) {
+    /* float16 and bfloat16 compute the whole formula in float32 and round
+     * once at the end, as torch's opmath does (gelu, softplus, mish ... are
+     * one rounding, not one per primitive) */
+    if (stax_dtype_is_half_like(f.cd)) {
         f.cd = STAX_FLOAT32;
     }
     const stax_sexp *tree = stax_op_formula_tree(in->op);

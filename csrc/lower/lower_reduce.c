@@ -271,13 +271,14 @@ red_store(lw_ctx *c, redk *r, vbuf *in, const int *mask, vbuf *out,
     return lw_vb_over_pbuf(c, out, pb);
 }
 
-/* float16 data is accumulated in float32, as eager and PyTorch do: the
- * squared deviations of var/std/layer_norm overflow float16 (65504) as soon
- * as a row's spread passes ~256, and float16 sums lose every digit past 2048 */
+/* float16 and bfloat16 data are accumulated in float32, as eager and
+ * PyTorch do: the squared deviations of var/std/layer_norm overflow float16
+ * (65504) as soon as a row's spread passes ~256, and float16 sums lose every
+ * digit past 2048 (bfloat16's past 256) */
 static stax_dtype_t
 acc_float(stax_dtype_t dt)
 {
-    if (dt == STAX_FLOAT16) {
+    if (stax_dtype_is_half_like(dt)) {
         return STAX_FLOAT32;
     }
     return lw_is_float(dt) ? dt : stax_default_dtype();
@@ -470,6 +471,17 @@ lw_lower_reduction(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
         return -1;
     }
     stax_dtype_t odt = out->kind == VB_TENSOR ? out->dtype : x->dtype;
+    /* bfloat16 values and accumulators are float32 (the back ends keep
+     * bfloat16 as bits: no arithmetic, no max/min on them); the stores
+     * round the result (exact for max/min) */
+    stax_dtype_t xdt = x->dtype;
+    if (xdt == STAX_BFLOAT16) {
+        xdt = STAX_FLOAT32;
+        v = lw_cast(c, v, xdt);
+    }
+    if (odt == STAX_BFLOAT16) {
+        odt = STAX_FLOAT32;
+    }
     int a0;
     if ((id == STAX_OP_SUM) || (id == STAX_OP_MEAN)) {
         /* float16 sums and means accumulate (and divide) in float32 and
@@ -492,8 +504,8 @@ lw_lower_reduction(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
     if ((id == STAX_OP_AMAX) || (id == STAX_OP_AMIN)
         || (((id == STAX_OP_MAX) || (id == STAX_OP_MIN)) && (dim == NULL || dim == Py_None))) {
         int mx = (id == STAX_OP_AMAX) || (id == STAX_OP_MAX);
-        a0 = add_acc(k, mx ? STAX_RED_MAX : STAX_RED_MIN, x->dtype, v, NULL);
-        return a0 < 0 ? -1 : red_store(c, &r, x, mask, out, lw_acc(c, a0, x->dtype), 0);
+        a0 = add_acc(k, mx ? STAX_RED_MAX : STAX_RED_MIN, xdt, v, NULL);
+        return a0 < 0 ? -1 : red_store(c, &r, x, mask, out, lw_acc(c, a0, xdt), 0);
     }
     if ((id == STAX_OP_MAX) || (id == STAX_OP_MIN)) {
         vbuf *items[2];
@@ -501,13 +513,13 @@ lw_lower_reduction(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
             return -1;
         }
         int mx = (id == STAX_OP_MAX);
-        a0 = add_acc(k, mx ? STAX_RED_MAX : STAX_RED_MIN, x->dtype, v, NULL);
+        a0 = add_acc(k, mx ? STAX_RED_MAX : STAX_RED_MIN, xdt, v, NULL);
         int a1 = a0 < 0 ? -1 : add_acc_same(k, mx ? STAX_RED_ARGMAX : STAX_RED_ARGMIN,
                                             STAX_INT64, v, r.rlinear);
         if (a1 < 0) {
             return -1;
         }
-        if (red_store(c, &r, x, mask, items[0], lw_acc(c, a0, x->dtype), 0) < 0) {
+        if (red_store(c, &r, x, mask, items[0], lw_acc(c, a0, xdt), 0) < 0) {
             return -1;
         }
         return red_store(c, &r, x, mask, items[1], lw_acc(c, a1, STAX_INT64), 0);
@@ -552,7 +564,7 @@ lw_lower_softmax(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
     if (red_begin(c, x, mask, logsm ? "log_softmax" : "softmax", &r) < 0) {
         return -1;
     }
-    stax_dtype_t fd = out->dtype;
+    stax_dtype_t fd = out->dtype == STAX_BFLOAT16 ? STAX_FLOAT32 : out->dtype;
     const stax_lval *xv = lw_cast(c, red_value(c, x, &r), fd);
     int a0 = add_acc(r.k, STAX_RED_MAX, fd, xv, NULL);
     if (a0 < 0) {

@@ -195,11 +195,14 @@ as_array(PyObject *o)
     if (PyArray_Check(o)) {
         return Py_NewRef(o);
     }
-    return stax_tensor_as_array((StaxTensor *)o);
+    /* bfloat16 buffers are their uint16 bits: copied, never computed on
+     * (matmul steps refuse bfloat16) */
+    return stax_tensor_as_storage_array((StaxTensor *)o);
 }
 
+/* a (contiguous) tensor of dtype dt on array a (storage bits) */
 static PyObject *
-from_array(Program *p, PyObject *a)
+from_array(Program *p, PyObject *a, stax_dtype_t dt)
 {
     if (p->c.numpy_io || a == NULL) {
         return a;
@@ -209,7 +212,7 @@ from_array(Program *p, PyObject *a)
     if (c == NULL) {
         return NULL;
     }
-    PyObject *t = (PyObject *)stax_tensor_from_array(c);
+    PyObject *t = (PyObject *)stax_tensor_from_storage_array(c, dt);
     Py_DECREF(c);
     return t;
 }
@@ -253,7 +256,7 @@ normalize_result(Program *p, PyObject *r, pbuf_t *b)
     }
     PyObject *c = PyArray_NewCopy((PyArrayObject *)a, NPY_CORDER);
     Py_DECREF(a);
-    return from_array(p, c);
+    return from_array(p, c, dt);
 }
 
 static PyObject *
@@ -852,7 +855,7 @@ lw_program_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
             Py_XDECREF(a);
             Py_XDECREF(b);
             Py_XDECREF(bt);
-            r = r ? from_array(p, r) : NULL;
+            r = r ? from_array(p, r, c->pbufs[s->out].dtype) : NULL;
             if (r == NULL) {
                 goto done;
             }

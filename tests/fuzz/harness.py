@@ -22,7 +22,10 @@ from .program import numel
 
 FILLER = {"float32": 7777.0, "float64": 7777.0, "int64": 7777, "bool": True}
 NP_DT = {"float32": np.float32, "float64": np.float64, "int64": np.int64, "bool": np.bool_}
-SPECIALS = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e30, -1e30, 1e-30, 1e-40, 1.0, -1.0, 3.0e38]
+# (1 + 2**-8 and 255.5 are rounding ties of bfloat16, 3.3963e38 rounds past
+# its max to inf, 1e-40 is a subnormal in float32 and bfloat16)
+SPECIALS = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e30, -1e30, 1e-30, 1e-40, 1.0, -1.0, 3.0e38,
+            1.00390625, 255.5, 3.3963e38]
 TOL = {"float32": (1e-4, 1e-5), "float64": (1e-7, 1e-10)}
 EPS32 = float(np.finfo(np.float32).eps)
 

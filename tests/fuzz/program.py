@@ -897,27 +897,29 @@ class Gen:
         self.ints.append(Var(name, (), "i", None, kind="scalar"))
         return True
 
-    # ---- narrow dtypes (issue 13): float16, int8, int32 operands
+    # ---- narrow dtypes (issue 13): float16, bfloat16, int8, int32 operands
     def st_lowp(self):
         """A detour through a narrow dtype and back: cast, one op there,
-        cast to a dtype the generator tracks. float16 ops compute in float32
-        and round once (eager and compiled alike, bit-exact for + - * / and
-        the piecewise-linear ops); int8/int32 wrap around. Floats never go
-        to an integer dtype (NaN/inf/out-of-range conversions are
-        unspecified)."""
+        cast to a dtype the generator tracks. float16 and bfloat16 ops
+        compute in float32 and round once to nearest even (eager and
+        compiled alike, bit-exact for + - * / and the piecewise-linear ops;
+        the casts in overflow to inf, keep NaN and subnormals); int8/int32
+        wrap around. Floats never go to an integer dtype (NaN/inf/
+        out-of-range conversions are unspecified)."""
         d = self.d
-        nd = d.choice(["float16", "int8", "int32"])
-        if nd == "float16":
+        nd = d.choice(["float16", "bfloat16", "int8", "int32"])
+        half = nd in ("float16", "bfloat16")
+        if half:
             v = self.pick()
         else:
             v = self.pick(lambda u: u.cat != "f")
         if v is None:
             return False
         w = self.pick(lambda u: bcast(u.shape, v.shape) is not None
-                      and (nd == "float16" or u.cat != "f"))
+                      and (half or u.cat != "f"))
         h, g = f"{v.name}.to(tp.{nd})", f"{w.name}.to(tp.{nd})"
         shape = bcast(v.shape, w.shape)
-        if nd == "float16":
+        if half:
             op = d.choice(["add", "mul", "div", "relu", "abs", "neg", "max", "where", "floor",
                            "clamp", "round1", "scalar"])
             form = {"add": f"({h} + {g})", "mul": f"({h} * {g})", "div": f"({h} / {g})",
