@@ -90,6 +90,19 @@ p_rollback(PyObject *graph, PyObject *created)
     return 0;
 }
 
+/* A pointwise op with a formula and a float16/bfloat16 result stays whole:
+ * its formula is lowered in float32 and rounded once, as torch's kernel and
+ * eager compute it; its decomposition would round every step to 16 bits
+ * (hardswish, mish, elu ...). */
+static int
+half_like_formula(const stax_op_info *info, PyObject *n)
+{
+    PyObject *v = stax_graph_p_val(n);
+    return info->kind == STAX_OPK_POINTWISE && info->formula != NULL
+           && v != NULL && StaxTensor_Check(v)
+           && stax_dtype_is_half_like(((StaxTensor *)v)->dtype);
+}
+
 int
 stax_graph_p_decompose_pass(p_pass_ctx *c)
 {
@@ -104,7 +117,8 @@ stax_graph_p_decompose_pass(p_pass_ctx *c)
         p_opref r;
         if (!stax_graph_p_node_opref(n, &r) || r.info == NULL || r.inplace
             || r.getitem || stax_graph_p_is_random(r.info)
-            || (r.info->flags & STAX_OPF_KEEP_WHOLE)) {
+            || (r.info->flags & STAX_OPF_KEEP_WHOLE)
+            || half_like_formula(r.info, n)) {
             continue;
         }
         const p_sexp *t = stax_graph_p_decomp(r.info);

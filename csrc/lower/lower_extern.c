@@ -23,10 +23,26 @@ lw_lower_matmul(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *out,
     if (!lw_is_float(a->dtype) || a->dtype != b->dtype) {
         UNSUPPORTED("matmul of non-float or mixed dtypes");
     }
-    if (a->dtype == STAX_BFLOAT16) {
-        /* the step multiplies NumPy arrays: bfloat16 has none */
-        UNSUPPORTED("matmul of bfloat16");
+    /* bfloat16: the step multiplies NumPy arrays and NumPy has no
+     * bfloat16; the operands are widened to float32 buffers, multiplied
+     * (float32 accumulation, as eager and torch's CPU kernels), and the
+     * result, bias added in float32, is rounded once by its consumer */
+    vbuf a32, b32;
+    int bf = a->dtype == STAX_BFLOAT16;
+    if (bf) {
+        a32 = *a;
+        b32 = *b;
+        a32.dtype = b32.dtype = STAX_FLOAT32;
+        a32.pbuf = b32.pbuf = -1;
+        a32.body = lw_cast(c, a->body, STAX_FLOAT32);
+        b32.body = lw_cast(c, b->body, STAX_FLOAT32);
+        if (a32.body == NULL || b32.body == NULL) {
+            return -1;
+        }
+        a = &a32;
+        b = &b32;
     }
+    stax_dtype_t rdt = out->dtype, odt = bf ? STAX_FLOAT32 : rdt;
     int lin = (id == STAX_OP_LINEAR);
     vbuf *bias = NULL;
     if (lin) {
@@ -76,7 +92,7 @@ lw_lower_matmul(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *out,
         }
     }
     s->transpose_b = lin;
-    int po = lw_new_pbuf(c, PB_EXTERN, out->ndim, out->sizes, out->dtype);
+    int po = lw_new_pbuf(c, PB_EXTERN, out->ndim, out->sizes, odt);
     if (po < 0) {
         return -1;
     }
@@ -84,15 +100,22 @@ lw_lower_matmul(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *out,
     if (lw_vb_over_pbuf(c, out, po) < 0) {
         return -1;
     }
-    if (bias == NULL) {
+    out->dtype = rdt;
+    if (bias == NULL && !bf) {
         return 1;
+    }
+    if (bias == NULL) {
+        /* the float32 product, rounded where it is consumed */
+        out->pbuf = -1;
+        out->body = lw_cast(c, out->body, rdt);
+        return out->body ? 1 : -1;
     }
     /* the bias epilogue stays a pointwise body: fused into the consumer */
     out->pbuf = -1;
     const stax_ix *ov[STAX_MAX_DIMS];
     lw_ident_vars(c, out->ndim, ov);
     const stax_lval *bb = lw_bcast(c, bias, out->ndim, out->sizes, ov);
-    out->body = lw_prim(c, STAX_PRIM_ADD, out->dtype, out->body,
-                        lw_cast(c, bb, out->dtype), NULL);
+    out->body = lw_cast(c, lw_prim(c, STAX_PRIM_ADD, odt, out->body,
+                                   lw_cast(c, bb, odt), NULL), rdt);
     return out->body ? 1 : -1;
 }
