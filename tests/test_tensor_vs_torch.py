@@ -126,7 +126,8 @@ def test_error_messages_match_torch(name):
 
 
 def test_views_of_every_dtype_match_torch():
-    for dt in ["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64"]:
+    for dt in ["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64",
+               "bfloat16"]:
         a = np.arange(24).reshape(2, 3, 4) % 3
         x = tp.tensor(a, dtype=getattr(tp, dt))
         y = torch.tensor(a, dtype=getattr(torch, dt))

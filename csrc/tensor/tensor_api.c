@@ -397,8 +397,15 @@ half_like_bits_to_f32(PyObject *bits, stax_dtype_t dt)
         const uint16_t *in = PyArray_DATA((PyArrayObject *)c);
         float *out = PyArray_DATA((PyArrayObject *)f);
         npy_intp n = PyArray_SIZE((PyArrayObject *)c);
-        for (npy_intp i = 0; i < n; i++) {
-            out[i] = (float)stax_half_like_to_double(dt, in[i]);
+        if (dt == STAX_BFLOAT16) {      /* inline: the loop vectorizes */
+            for (npy_intp i = 0; i < n; i++) {
+                out[i] = stax_bf16_to_float(in[i]);
+            }
+        }
+        else {
+            for (npy_intp i = 0; i < n; i++) {
+                out[i] = (float)stax_half_like_to_double(dt, in[i]);
+            }
         }
     }
     Py_DECREF(c);
@@ -416,8 +423,15 @@ f32_to_half_like_bits(PyObject *f, stax_dtype_t dt)
         const float *in = PyArray_DATA((PyArrayObject *)f);
         uint16_t *out = PyArray_DATA((PyArrayObject *)b);
         npy_intp n = PyArray_SIZE((PyArrayObject *)f);
-        for (npy_intp i = 0; i < n; i++) {
-            out[i] = stax_double_to_half_like(dt, in[i]);
+        if (dt == STAX_BFLOAT16) {
+            for (npy_intp i = 0; i < n; i++) {
+                out[i] = stax_float_to_bf16(in[i]);
+            }
+        }
+        else {
+            for (npy_intp i = 0; i < n; i++) {
+                out[i] = stax_double_to_half_like(dt, in[i]);
+            }
         }
     }
     return b;
