@@ -643,3 +643,26 @@ def test_nvrtc_op_table_pointwise_rows_at_bfloat16_compile():
                 assert "unsigned short" in k.source
             n += len(names)
     assert n > 60
+
+
+@needs_torch
+def test_scalar_operands_of_add_sub_fmod_remainder_pow_are_bfloat16_like_torch():
+    """torch casts the operands of add/sub/rsub/fmod/remainder/pow (and
+    alpha) to bfloat16 before computing in float32 (x - 0.3 subtracts
+    0.30078125); mul/div keep a Python scalar at float32. Eager is bit-exact
+    with torch here, and compiled with eager. (alpha is rounded too, but
+    torch's short-tensor kernel also rounds alpha * other before adding:
+    not compared here.)"""
+    v = [0.333984375, 0.10009765625, 1.3828125, 1.3203125, 1.7890625, -2.5, 1000.0, 3.0]
+    cases = [lambda L, x: x - 0.3, lambda L, x: x + 0.1, lambda L, x: 0.3 - x,
+             lambda L, x: L.fmod(x, 0.3),
+             lambda L, x: L.remainder(x, 0.7), lambda L, x: x.abs() ** 0.3,
+             lambda L, x: x + 257, lambda L, x: x * 0.3, lambda L, x: x / 0.3]
+    for f in cases:
+        got = f(tp, tp.tensor(v, dtype=tp.bfloat16))
+        want = f(torch, torch.tensor(v, dtype=torch.bfloat16))
+        assert got.float().tolist() == want.float().tolist()
+        compiled_vs_eager(lambda x: f(tp, x), tp.tensor(v, dtype=tp.bfloat16))
+    x = tp.tensor(v, dtype=tp.bfloat16)
+    x.sub_(0.3)
+    assert x.float().tolist() == (torch.tensor(v, dtype=torch.bfloat16) - 0.3).float().tolist()

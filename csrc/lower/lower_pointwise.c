@@ -141,6 +141,16 @@ round_to_half(double d)
     return copysign(nearbyint(a / q) * q, d);
 }
 
+/* d rounded to the 16-bit floating dtype od, as a double */
+static double
+round_to_od(stax_dtype_t od, double d)
+{
+    if (od == STAX_BFLOAT16) {
+        return (double)stax_bf16_to_float(stax_float_to_bf16((float)d));
+    }
+    return round_to_half(d);
+}
+
 static fval
 f_prim(fctx *f, int prim, fval *x, int n)
 {
@@ -182,31 +192,21 @@ f_prim(fctx *f, int prim, fval *x, int n)
         rt = STAX_BOOL;
         break;
     case STAX_PRIM_FMA:
-        /* add/sub/rsub with alpha on float16: operands and alpha rounded
-         * to float16, then one float32 fma (torch's Half kernel) */
+        /* add/sub/rsub with alpha on float16/bfloat16: operands and alpha
+         * rounded to the 16-bit dtype, then one float32 fma (torch's
+         * reduced-precision kernels) */
         for (int i = 0; i < 3; i++) {
             const stax_lval *v = x[i].v;
-            if (f->od != STAX_FLOAT16) {
+            if (!stax_dtype_is_half_like(f->od)) {
                 a[i] = lw_cast(c, v, f->cd);
             }
             else if (v->kind == STAX_LV_CONST) {
-                a[i] = lw_const(c, f->cd, round_to_half(lw_is_float(v->dtype) ? v->f
-                                                                               : (double)v->i));
+                a[i] = lw_const(c, f->cd, round_to_od(f->od, lw_is_float(v->dtype) ? v->f
+                                                                                 : (double)v->i));
             }
             else {
-                a[i] = lw_cast(c, lw_cast(c, v, STAX_FLOAT16), f->cd);
+                a[i] = lw_cast(c, lw_cast(c, v, f->od), f->cd);
             }
-        }
-        break;
-    case STAX_PRIM_POW:
-        a[0] = lw_cast(c, x[0].v, f->cd);
-        a[1] = lw_cast(c, x[1].v, f->cd);
-        if (f->od == STAX_BFLOAT16 && lw_is_float(x[1].v->dtype)
-            && x[1].v->dtype != STAX_BFLOAT16) {
-            /* a floating exponent of another dtype with a bfloat16 result
-             * is a scalar (a Python float or a 0-d tensor): torch and eager
-             * round it to bfloat16 first (x ** 0.3 is x ** 0.30078125) */
-            a[1] = lw_cast(c, lw_cast(c, x[1].v, STAX_BFLOAT16), f->cd);
         }
         break;
     case STAX_PRIM_WHERE:
@@ -310,17 +310,17 @@ f_atom(fctx *f, const char *tok)
             return r;
         }
         r = f_operand(f, PyTuple_GET_ITEM(f->bound, i));
-        if (r.v != NULL && f->od == STAX_FLOAT16 && i < 2 && half_operands(f->op)) {
+        if (r.v != NULL && stax_dtype_is_half_like(f->od) && i < 2 && half_operands(f->op)) {
             /* torch casts the operands of a float16 add/sub/rsub/fmod/
              * remainder/pow to float16 first (a Python scalar included:
              * x + 0.1 adds half(0.1)), then computes in float32: mul, div
              * and floor_divide keep the scalar at float32 */
             if (r.v->kind == STAX_LV_CONST) {
                 double d = lw_is_float(r.v->dtype) ? r.v->f : (double)r.v->i;
-                r.v = lw_const(f->c, STAX_FLOAT64, round_to_half(d));
+                r.v = lw_const(f->c, STAX_FLOAT64, round_to_od(f->od, d));
             }
-            else if (r.v->dtype != STAX_FLOAT16) {
-                r.v = lw_cast(f->c, r.v, STAX_FLOAT16);
+            else if (r.v->dtype != f->od) {
+                r.v = lw_cast(f->c, r.v, f->od);
             }
         }
         return r;

@@ -203,6 +203,17 @@ def _bf16_operands(args, kwargs):
 
 
 _BF16_MAX = (2.0 - 2.0 ** -7) * 2.0 ** 127
+_BF16_OPERANDS = frozenset(("add", "sub", "rsub", "fmod", "remainder", "pow"))
+
+
+def _bf16_round(v):
+    """A scalar or tensor operand as bfloat16 (a float or int: its rounded
+    value, through float32 as c10 converts)."""
+    if isinstance(v, _C.Tensor):
+        return v if v.dtype is _C.bfloat16 else v.to(_C.bfloat16)
+    if isinstance(v, (float, int)) and not isinstance(v, bool):
+        return _C._scalar_tensor(float(v), _C.bfloat16).item()
+    return v
 
 
 def _bf16_native(name, args, kwargs):
@@ -249,19 +260,18 @@ def _bf16_dispatch(name, func, args, kwargs, mutates):
         for i, (k, v) in enumerate((("posinf", _BF16_MAX), ("neginf", -_BF16_MAX))):
             if len(args) <= 2 + i and kwargs.get(k) is None:
                 kwargs[k] = v
-    if want is _C.bfloat16 and name in ("pow", "pow_"):
-        # torch converts a scalar exponent (a Python float, a 0-d tensor)
-        # to bfloat16 before computing in float32 (x ** 0.3 is x ** 0.30078125)
-        args = list(args)
-        e = args[1] if len(args) > 1 else kwargs.get("exponent")
-        if isinstance(e, float) or (_is_t(e) and e.dim() == 0 and e.dtype.is_floating_point):
-            e = _C._scalar_tensor(e, _C.bfloat16).item() if isinstance(e, float) \
-                else e.to(_C.bfloat16)
-            if len(args) > 1:
-                args[1] = e
-            else:
-                kwargs = dict(kwargs, exponent=e)
-        args = tuple(args)
+    if want is _C.bfloat16 and name.rstrip("_") in _BF16_OPERANDS:
+        # torch casts the operands of a reduced-precision add/sub/rsub/fmod/
+        # remainder/pow (and alpha) to bfloat16 first, a Python scalar
+        # included (x + 0.1 adds bfloat16(0.1), x ** 0.3 is x ** 0.30078125),
+        # then computes in float32; mul/div keep a scalar at float32
+        # (not the self of an in-place op: it is written, not read as an
+        # operand of another dtype)
+        args = tuple(_bf16_round(a) if (i < 2 or name.rstrip("_") != "pow" and i == 2)
+                     and not (i == 0 and mutates) else a
+                     for i, a in _b.enumerate(args))
+        kwargs = {k: (_bf16_round(v) if k in ("other", "exponent", "alpha", "self", "input") else v)
+                  for k, v in kwargs.items()}
     up = tuple(_bf16_up(a) for a in args)
     kw = {k: _bf16_up(v) for k, v in kwargs.items()}
     copies = [(a, u, u._version) for a, u in _b.zip(args, up) if u is not a and _is_t(u)]
