@@ -310,6 +310,24 @@ def test_new_process_with_a_warm_cache_compiles_nothing(tmp_path):
     assert "hit " in err
 
 
+_STATE = _SCRIPT + textwrap.dedent("""
+    st = tp._C._llvm_state() if hasattr(tp._C, "_llvm_state") else None
+    print(json.dumps({"state": st, "compiles": s["backend_compiles"]}))
+""")
+
+
+def test_a_warm_hit_sets_up_no_code_generator(tmp_path):
+    # a hit links object code: LLVM's code generators (the O3 pipeline's
+    # and the object emitter's target machines) are made on a miss only
+    env = {"TENSORPLAY_CACHE_DIR": str(tmp_path / "c")}
+    a, _ = _run(env, script=_STATE)
+    if a["state"] is None:
+        pytest.skip("built without LLVM")
+    b, _ = _run(env, script=_STATE)
+    assert a["compiles"] == 1 and a["state"] == {"host": True, "jit": True, "codegen": True}
+    assert b["compiles"] == 0 and b["state"] == {"host": True, "jit": True, "codegen": False}
+
+
 def test_cache_disabled_by_environment(tmp_path):
     env = {"TENSORPLAY_CACHE_DIR": str(tmp_path / "c"), "TENSORPLAY_CACHE": "0"}
     a, _ = _run(env)

@@ -115,18 +115,31 @@ define_runtime_helpers(LLVMOrcLLJITRef j)
                  "runtime helper symbols") ? -1 : 0;
 }
 
+/* Three levels, each made on first need: a cache hit in a new process
+ * needs the host's description (the cache tag) and the JIT that links the
+ * object, never the code generators that compile IR -- creating those is
+ * part of a warm first call's fixed cost, so they wait for a miss. */
+static LLVMTargetRef host_target;
+
+/* the native target and the host's triple, CPU and features */
 static int
-ensure_jit(void)
+ensure_host(void)
 {
-    if (jit != NULL) {
+    if (host_target != NULL) {
         return 0;
     }
     LLVMInitializeNativeTarget();
     LLVMInitializeNativeAsmPrinter();
     LLVMInitializeNativeAsmParser();
-    host_cpu = LLVMGetHostCPUName();
-    host_features = LLVMGetHostCPUFeatures();
-    host_triple = LLVMGetDefaultTargetTriple();
+    if (host_cpu == NULL) {
+        host_cpu = LLVMGetHostCPUName();
+        host_features = LLVMGetHostCPUFeatures();
+        host_triple = LLVMGetDefaultTargetTriple();
+    }
+    /* the JIT's own code generator: the IR is already O3-optimized, so a
+     * lighter instruction-selection / register-allocation level keeps the
+     * compile time of a first call low */
+    codegen_level = getenv("STAX_LLVM_CODEGEN_O2") ? LLVMCodeGenLevelDefault : LLVMCodeGenLevelLess;
     LLVMTargetRef target;
     char *err = NULL;
     if (LLVMGetTargetFromTriple(host_triple, &target, &err)) {
@@ -134,20 +147,23 @@ ensure_jit(void)
         LLVMDisposeMessage(err);
         return -1;
     }
-    tm = LLVMCreateTargetMachine(target, host_triple, host_cpu, host_features,
-                                 LLVMCodeGenLevelAggressive, LLVMRelocDefault,
-                                 LLVMCodeModelJITDefault);
-    host_layout = LLVMCreateTargetDataLayout(tm);
-    /* the JIT's own code generator: the IR is already O3-optimized, so a
-     * lighter instruction-selection / register-allocation level keeps the
-     * compile time of a first call low */
-    codegen_level = getenv("STAX_LLVM_CODEGEN_O2") ? LLVMCodeGenLevelDefault : LLVMCodeGenLevelLess;
+    host_target = target;
+    return 0;
+}
+
+/* the JIT (links compiled and cached object code) */
+static int
+ensure_jit(void)
+{
+    if (jit != NULL) {
+        return 0;
+    }
+    if (ensure_host() < 0) {
+        return -1;
+    }
     LLVMTargetMachineRef jtm = LLVMCreateTargetMachine(
-        target, host_triple, host_cpu, host_features, (LLVMCodeGenOptLevel)codegen_level,
+        host_target, host_triple, host_cpu, host_features, (LLVMCodeGenOptLevel)codegen_level,
         LLVMRelocDefault, LLVMCodeModelJITDefault);
-    otm = LLVMCreateTargetMachine(target, host_triple, host_cpu, host_features,
-                                  (LLVMCodeGenOptLevel)codegen_level, LLVMRelocDefault,
-                                  LLVMCodeModelJITDefault);
     LLVMOrcJITTargetMachineBuilderRef jtmb =
         LLVMOrcJITTargetMachineBuilderCreateFromTargetMachine(jtm);
     LLVMOrcLLJITBuilderRef jb = LLVMOrcCreateLLJITBuilder();
@@ -172,6 +188,32 @@ ensure_jit(void)
     return 0;
 }
 
+/* the JIT and the code generators of a compile: the O3 pipeline's target
+ * machine (tm, host_layout) and the object emitter of cached kernels (otm:
+ * the JIT's own settings, so a cached kernel is the code the JIT would
+ * have produced) */
+static int
+ensure_codegen(void)
+{
+    if (ensure_jit() < 0) {
+        return -1;
+    }
+    if (otm != NULL) {
+        return 0;
+    }
+    tm = LLVMCreateTargetMachine(host_target, host_triple, host_cpu, host_features,
+                                 LLVMCodeGenLevelAggressive, LLVMRelocDefault,
+                                 LLVMCodeModelJITDefault);
+    host_layout = LLVMCreateTargetDataLayout(tm);
+    otm = LLVMCreateTargetMachine(host_target, host_triple, host_cpu, host_features,
+                                  (LLVMCodeGenOptLevel)codegen_level, LLVMRelocDefault,
+                                  LLVMCodeModelJITDefault);
+    if (tm == NULL || host_layout == NULL || otm == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "LLVM target machine creation failed");
+        return -1;
+    }
+    return 0;
+}
 
 static PyObject *
 jit_compile_count(PyObject *mod, PyObject *unused)
@@ -181,7 +223,22 @@ jit_compile_count(PyObject *mod, PyObject *unused)
     return PyLong_FromUnsignedLongLong(jit_compiles);
 }
 
+/* which parts of LLVM this process has set up: a warm cache's hits need
+ * the host description and the JIT, a compile also the code generators */
+static PyObject *
+llvm_state(PyObject *mod, PyObject *unused)
+{
+    (void)mod;
+    (void)unused;
+    return Py_BuildValue("{sOsOsO}", "host", host_target ? Py_True : Py_False,
+                         "jit", jit ? Py_True : Py_False,
+                         "codegen", otm ? Py_True : Py_False);
+}
+
 static PyMethodDef llvm_methods[] = {
+    {"_llvm_state", llvm_state, METH_NOARGS,
+     "dict host/jit/codegen: whether this process has set up LLVM's native target, "
+     "the JIT, and the code generators that compile IR (only a compile needs them)"},
     {"_jit_compile_count", jit_compile_count, METH_NOARGS,
      "number of kernels the LLVM JIT has compiled or loaded (from the persistent "
      "compile cache) for programs of this process; the compiles alone are "
@@ -262,7 +319,7 @@ llvm_compile_kernel(stax_backend *be, const stax_kernel *k, PyObject **source)
         timing = getenv("STAX_LLVM_TIMING") != NULL;
     }
     double t0 = timing ? now_ms() : 0;
-    if (ensure_jit() < 0) {
+    if (ensure_codegen() < 0) {
         return NULL;
     }
     TMARK("jit init");
@@ -364,7 +421,7 @@ llvm_compile_object(stax_backend *be, const stax_kernel *k, const char *sym, PyO
     if (timing < 0) {
         timing = getenv("STAX_LLVM_TIMING") != NULL;
     }
-    if (ensure_jit() < 0) {
+    if (ensure_codegen() < 0) {
         return NULL;
     }
     llvm_handle *h = reuse_loaded(sym);
@@ -437,7 +494,7 @@ llvm_cache_tag(stax_backend *be)
 {
     (void)be;
     static char tag[4096];
-    if (ensure_jit() < 0) {
+    if (ensure_host() < 0) {
         return NULL;
     }
     unsigned maj = 0, min = 0, pat = 0;
