@@ -428,6 +428,32 @@ def test_constant_mutated_in_place_is_restored():
     assert any(t is CONST for t in r.constants.values())
 
 
+def test_constants_met_after_the_function_returned_are_not_copied():
+    # a constant used while fn runs is copied (a write of the trace is
+    # undone from the copy); creations demoted to constants at the output
+    # and tensors returned as they are meet no write any more: no copy
+    used = tp.ones(32, 32)
+    kept = tp.ones(64, 64)
+
+    def f(x):
+        m = tp.ones(128, 128)     # a creation: demoted to a get_attr constant
+        return x + m, kept
+
+    def g(x):
+        return x * used
+
+    before = _C._trace_snapshot_bytes()
+    r = _C.trace(f, (tp.ones(128, 128),))
+    assert _C._trace_snapshot_bytes() == before
+    assert any(t is kept for t in r.constants.values())
+    assert any(tuple(t.shape) == (128, 128) for t in r.constants.values())
+    a, b = r.graph_module(tp.ones(128, 128))
+    np.testing.assert_array_equal(a.numpy(), 2.0)
+    assert b is kept
+    _C.trace(g, (tp.ones(32, 32),))
+    assert _C._trace_snapshot_bytes() == before + 32 * 32 * 4
+
+
 def test_generator_function_rejected():
     def g(x):
         yield x + 1

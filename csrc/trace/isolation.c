@@ -183,6 +183,15 @@ stax_trace_stand_in(StaxTensor *t, PyObject *extents, PyObject *bases,
     return (PyObject *)view;
 }
 
+/* bytes the snapshots of this process copied (_trace_snapshot_bytes) */
+static unsigned long long snapshot_bytes;
+
+unsigned long long
+stax_trace_snapshot_bytes(void)
+{
+    return snapshot_bytes;
+}
+
 /* snapshot: list of (tensor, bytes of its extent, version) */
 int
 stax_trace_snapshot_add(PyObject *snap, PyObject *o)
@@ -192,6 +201,7 @@ stax_trace_snapshot_add(PyObject *snap, PyObject *o)
     int isz = stax_dtype_itemsize(t->dtype);
     PyObject *b, *e;
     extent(t, &lo, &len);
+    snapshot_bytes += (unsigned long long)len * (unsigned long long)isz;
     if (stax_tensor_is_cuda(t)) {
         /* a device copy of the extent, at the same positions */
         int64_t end = lo + len;

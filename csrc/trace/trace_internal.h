@@ -80,6 +80,8 @@ int stax_trace_collect_extents(PyObject *o, PyObject *extents);
 PyObject *stax_trace_stand_in(StaxTensor *t, PyObject *extents,
                               PyObject *bases, StaxTracer *lazy);
 int stax_trace_snapshot_add(PyObject *snap, PyObject *o);
+/* bytes copied by stax_trace_snapshot_add in this process */
+unsigned long long stax_trace_snapshot_bytes(void);
 void stax_trace_snapshot_restore(PyObject *snap);
 PyObject *stax_trace_module_snapshot(PyObject *fn);
 PyObject *stax_trace_rng_save(void);

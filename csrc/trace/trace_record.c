@@ -11,6 +11,12 @@
 /* ------------------------------------------------------------------ */
 /* recording                                                           */
 
+/* A real tensor used by the graph becomes a get_attr constant held by
+ * reference.  While fn runs, its bytes are kept (const_snap) so that a
+ * write of the trace can be undone; once fn has returned and the writes are
+ * undone (run_isolated), nothing writes it any more: the constants met
+ * after that (creations demoted at the output, tensors returned as they
+ * are) are not copied. */
 PyObject *
 stax_trace_const_node(StaxTracer *tr, PyObject *t)
 {
@@ -34,7 +40,7 @@ stax_trace_const_node(StaxTracer *tr, PyObject *t)
     if (n == NULL || PyDict_SetItemString(((StaxNode *)n)->meta, "val", t) < 0
         || PyDict_SetItem(tr->constants, name, t) < 0
         || PyDict_SetItem(tr->const_nodes, key, n) < 0
-        || stax_trace_snapshot_add(tr->const_snap, t) < 0) {
+        || (tr->const_snap != NULL && stax_trace_snapshot_add(tr->const_snap, t) < 0)) {
         Py_XDECREF(n);
         n = NULL;
     }

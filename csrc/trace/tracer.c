@@ -589,6 +589,8 @@ run_isolated(StaxTracer *tr, PyObject *fn, PyObject *pargs, PyObject *pkw)
     Py_CLEAR(hooks);
     stax_trace_snapshot_restore(snap);
     stax_trace_snapshot_restore(tr->const_snap);
+    /* fn is done: later constants need no copy (stax_trace_const_node) */
+    Py_CLEAR(tr->const_snap);
     if (out == NULL) {
         /* the user's exception, unchanged */
         PyObject *et, *ev, *tb;
@@ -831,6 +833,14 @@ py_stand_ins(PyObject *mod, PyObject *seq)
     return stax_trace_stand_ins(seq);
 }
 
+static PyObject *
+py_snapshot_bytes(PyObject *mod, PyObject *noargs)
+{
+    (void)mod;
+    (void)noargs;
+    return PyLong_FromUnsignedLongLong(stax_trace_snapshot_bytes());
+}
+
 static PyMethodDef trace_functions[] = {
     {"_trace_stand_ins", (PyCFunction)py_stand_ins, METH_O,
      "_trace_stand_ins(tensors) -> copies keeping layout and aliasing"},
@@ -844,6 +854,8 @@ static PyMethodDef trace_functions[] = {
     {"gate", (PyCFunction)py_gate, METH_O,
      "gate(v): keep a 0-d tensor value dynamic (no specialization)."},
     {"is_tracing", (PyCFunction)py_is_tracing, METH_NOARGS, NULL},
+    {"_trace_snapshot_bytes", (PyCFunction)py_snapshot_bytes, METH_NOARGS,
+     "bytes of tensors this process's traces copied to undo their writes"},
     {"_set_trace_decomposition", (PyCFunction)stax_trace_set_decomposition, METH_VARARGS,
      "_set_trace_decomposition(func, fn|None): run fn on the proxies instead of "
      "recording func (fn may return NotImplemented)"},
