@@ -638,3 +638,21 @@ def test_rsub_alpha_is_one_fma_like_torch(dt):
         if torch is not None:
             to = torch.from_numpy(b) if other is y else 2.5
             np.testing.assert_array_equal(e, torch.rsub(torch.from_numpy(a), to, alpha=0.3).numpy())
+
+
+@pytest.mark.parametrize("name", ["softmax", "log_softmax"])
+def test_softmax_rows_with_inf_nan_are_torchs_eager_and_compiled(name):
+    """A row holding +inf is all NaN in torch (inf - inf), eager and
+    compiled; a row of -inf is NaN; a -inf entry among finite ones is a 0
+    probability (-inf log-probability)."""
+    torch = pytest.importorskip("torch")
+    inf, nan = float("inf"), float("nan")
+    rows = [[inf, 1.0, 2.0], [inf, inf, 1.0], [-inf, -inf, -inf], [-inf, 1.0, 2.0],
+            [nan, 1.0, 2.0], [1.0, 2.0, 3.0]]
+    for dt, tdt in ((tp.float32, torch.float32), (tp.float64, torch.float64),
+                    (tp.float16, torch.float16)):
+        x = tp.tensor(rows, dtype=dt)
+        ref = getattr(torch, name)(torch.tensor(rows, dtype=tdt), -1).float().numpy()
+        f = tp.compile(lambda x: getattr(tp, name)(x, -1), strict_native=True)
+        for got in (getattr(tp, name)(x, -1), f(x)):
+            np.testing.assert_allclose(got.float().numpy(), ref, rtol=2e-3, atol=1e-6)

@@ -1056,7 +1056,9 @@ def _softmax_dim(dim, ndim, name="softmax", stacklevel=4):
 
 def _softmax_np(a, d, log):
     m = np.max(a, axis=d, keepdims=True) if a.size else 0
-    m = np.where(np.isfinite(m), m, 0) if a.size else 0
+    # a row of -inf has max -inf: shift by 0 so it gives 0/0 = NaN as torch;
+    # a row holding +inf keeps its max, so inf - inf makes the row NaN as torch
+    m = np.where(m == -np.inf, 0, m) if a.size else 0
     e = np.exp(a - m)
     s = np.sum(e, axis=d, keepdims=True)
     if log:
