@@ -549,3 +549,36 @@ def test_store_before_an_error_happens_as_in_eager_compiled():
     with pytest.raises(RuntimeError, match=r"normalized_shape=\[3\]"):
         f(tp.ones(0))
     assert len(log) == 1
+
+
+# ---- writes through views functionalization cannot express ---------------
+# A write through a row of an expanded view (x.expand(3, 4, 5)[0].add_(2))
+# was scattered back with as_strided_scatter over stride-0 dims, where the
+# last (unwritten) copy won: the input stayed unchanged, the output was the
+# old value, and x[:, :1].expand(4, 3)[:, 0] corrupted the heap. A view kept
+# as a call (diagonal of a non-contiguous tensor) was a copy, and a write
+# through it was silently lost. Both now run eagerly (a warning;
+# strict_native raises), with eager's values.
+
+@pytest.mark.parametrize("fn", [
+    lambda x: x.expand(3, 4, 5)[0].add_(2.0),
+    lambda x: x.expand(3, 4, 5)[1:2].mul_(3.0),
+    lambda x: x[:, :1].expand(4, 3)[:, 0].add_(2.0),
+    lambda x: x[1:].expand(3, 3, 5)[1].add_(2.0),
+    lambda x: x.unsqueeze(1).expand(4, 2, 5)[:, 1].sub_(1.0),
+    lambda x: x[:, 1:].diagonal().add_(1.0),
+    lambda x: x.t()[1:].diagonal().fill_(7.0),
+], ids=["expand_row", "expand_slice", "expand_col", "slice_expand", "unsqueeze_expand",
+        "diag_of_slice", "diag_of_t_slice"])
+def test_write_through_untracked_view_reaches_input(fn):
+    x = tp.arange(20, dtype=tp.float32).reshape(4, 5)
+    with pytest.warns(RuntimeWarning, match="runs eagerly"):
+        check(fn, x, calls=1)
+    with pytest.raises(tp._C.NativeCompileError, match="UnsafeViewWriteError"):
+        tp.compile(fn, strict_native=True)(x.clone())
+
+
+def test_random_write_through_expanded_view_matches_eager():
+    fn = lambda x: x.unsqueeze(0).expand(3, 4, 5)[0].bernoulli_(0.5)   # noqa: E731
+    with pytest.warns(RuntimeWarning, match="runs eagerly"):
+        check(fn, tp.zeros(4, 5), seed=7, calls=1)

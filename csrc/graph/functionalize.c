@@ -262,6 +262,49 @@ fz_inverse_perm(PyObject *dims)
     return inv;
 }
 
+/* the error of a write functionalization cannot express and the
+ * Python-level graph would lose (it writes a copy of the view): a subclass
+ * of RuntimeError, created once */
+static PyObject *
+fz_unsafe_exc(void)
+{
+    static PyObject *exc = NULL;
+    if (exc == NULL) {
+        exc = PyErr_NewException("tensorplay._C.UnsafeViewWriteError",
+                                 PyExc_RuntimeError, NULL);
+    }
+    return exc;
+}
+
+int
+stax_graph_fz_unsafe_write(void)
+{
+    PyObject *exc = fz_unsafe_exc();
+    return exc != NULL && PyErr_ExceptionMatches(exc);
+}
+
+int
+stax_graph_fz_unsafe_raise(PyObject *what)
+{
+    PyObject *exc = fz_unsafe_exc();
+    if (exc != NULL) {
+        PyErr_Format(exc, "functionalization: an in-place write through %%%S, "
+                     "a view of its argument that functionalization does "
+                     "not track (the write would go to a copy)", what);
+    }
+    return -1;
+}
+
+int
+stax_graph_fz_is_view(p_op_ctx *c, PyObject *key)
+{
+    PyObject *st = PyDict_GetItemWithError(c->state, stax_graph_fz_resolve(c, key));
+    if (st == NULL) {
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    return PyList_GET_ITEM(st, S_PARENT) != Py_None;
+}
+
 /* b' = scatter(pv, v) for the view `st` of its parent */
 static PyObject *
 fz_scatter(p_op_ctx *c, PyObject *st, PyObject *pv, PyObject *v)
@@ -362,6 +405,33 @@ fz_scatter(p_op_ctx *c, PyObject *st, PyObject *pv, PyObject *v)
         off = stride ? PyObject_CallMethod(vv, "storage_offset", NULL) : NULL;
         if (stride != NULL && !PyList_Check(stride)) {
             Py_SETREF(stride, PySequence_List(stride));
+        }
+        /* an expanded view (a stride 0 over a size > 1) has no strided
+         * scatter inverse: its elements share memory, so the scatter would
+         * write each parent element once per copy and the last copy (not
+         * the one written through) would win */
+        for (Py_ssize_t i = 0; size != NULL && stride != NULL
+                               && i < PyList_GET_SIZE(stride)
+                               && i < PySequence_Size(size); i++) {
+            PyObject *sz = PySequence_GetItem(size, i);
+            long n = sz ? PyLong_AsLong(sz) : -1;
+            long st_i = PyLong_AsLong(PyList_GET_ITEM(stride, i));
+            Py_XDECREF(sz);
+            if (PyErr_Occurred()) {
+                Py_CLEAR(stride);
+                break;
+            }
+            if (n > 1 && st_i == 0) {
+                PyObject *exc = fz_unsafe_exc();
+                if (exc != NULL) {
+                    PyErr_Format(exc, "functionalization: no scatter "
+                                 "inverse for an in-place write through the "
+                                 "view %s (its elements share memory: "
+                                 "stride 0)", op);
+                }
+                Py_CLEAR(stride);
+                break;
+            }
         }
         args = off && stride && size ? PyTuple_Pack(5, pv, v, size, stride,
                                                     off) : NULL;

@@ -155,6 +155,10 @@ PyObject *stax_graph_run_frontend_passes(PyObject *gm, PyObject *log,
  * decomposed against basis (an iterable of op names, or NULL/None for
  * the op table's). New reference or NULL. */
 PyObject *stax_graph_make_op_graph(PyObject *gm, PyObject *basis);
+/* 1 when the error set is make_op_graph's for an in-place write through a
+ * view functionalization has no inverse for (an expanded view): lowering
+ * must not fall back to the Python-level graph, which would write a copy */
+int stax_graph_fz_unsafe_write(void);
 
 /* tensorplay._C.min_cut_partition and _maxflow (partition.c): the
  * rematerialization min cut of a joint forward+backward graph */

@@ -527,6 +527,37 @@ p_bernoulli_value(p_op_ctx *c, PyObject *mapped, PyObject *mkw)
     return r;
 }
 
+/* 1 when m's value is a root of functionalization (not a tracked view)
+ * computed by a call whose sample result shares its first argument's
+ * storage: a view kept as a call (diagonal of a non-contiguous tensor,
+ * ...), which a write must reach but functionalization cannot express */
+static int
+p_opaque_view(p_op_ctx *c, PyObject *m)
+{
+    PyObject *mr = stax_graph_fz_resolve(c, m);
+    p_opcode_t opc = stax_graph_p_opcode(mr);
+    if (opc != P_CALL_FUNCTION && opc != P_CALL_METHOD) {
+        PyErr_Clear();
+        return 0;
+    }
+    int v = stax_graph_fz_is_view(c, mr);
+    if (v != 0) {
+        return 0;    /* a view (or an error, left set) */
+    }
+    PyObject *a = stax_graph_p_attr(mr, "args");
+    int r = 0;
+    if (a != NULL && PyTuple_Check(a) && PyTuple_GET_SIZE(a) > 0
+        && stax_graph_p_is_node(PyTuple_GET_ITEM(a, 0))) {
+        PyObject *x = stax_graph_fz_resolve(c, PyTuple_GET_ITEM(a, 0));
+        PyObject *vx = stax_graph_p_val(x), *vm = stax_graph_p_val(mr);
+        r = p_is_tensor_val(vx) && p_is_tensor_val(vm)
+            && p_shares_storage(vm, vx) == 1;
+    }
+    Py_XDECREF(a);
+    PyErr_Clear();
+    return r;
+}
+
 static int
 p_lower_inplace(p_op_ctx *c, PyObject *n, p_opref *r, PyObject *args,
                 PyObject *kwargs)
@@ -536,6 +567,15 @@ p_lower_inplace(p_op_ctx *c, PyObject *n, p_opref *r, PyObject *args,
     int rc = -1;
     if (!stax_graph_p_is_node(m)) {
         PyErr_SetString(PyExc_TypeError, "in-place op on a non-tensor");
+        return -1;
+    }
+    if (p_opaque_view(c, m)) {
+        PyObject *nm = stax_graph_p_attr(stax_graph_fz_resolve(c, m), "name");
+        stax_graph_fz_unsafe_raise(nm != NULL ? nm : Py_None);
+        Py_XDECREF(nm);
+        return -1;
+    }
+    if (PyErr_Occurred()) {
         return -1;
     }
     mapped = stax_graph_map_arg(args, p_cur_fn, c);

@@ -172,5 +172,9 @@ int stax_graph_fz_assign(p_op_ctx *c, PyObject *key, PyObject *value);
 int stax_graph_fz_alias(p_op_ctx *c, PyObject *key, PyObject *target);
 PyObject *stax_graph_fz_resolve(p_op_ctx *c, PyObject *key);   /* borrowed */
 int stax_graph_fz_writeback(p_op_ctx *c);
+/* 1 when key's value is a view functionalization tracks, 0 a root */
+int stax_graph_fz_is_view(p_op_ctx *c, PyObject *key);
+/* -1 with the error stax_graph_fz_unsafe_write() recognizes */
+int stax_graph_fz_unsafe_raise(PyObject *what);
 
 #endif

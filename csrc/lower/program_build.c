@@ -742,6 +742,12 @@ stax_lower_program(PyObject *gm, PyObject *examples, stax_backend *be,
         PyErr_Clear();
         if (mut) {
             gm = stax_graph_make_op_graph(gm_in, NULL);
+            if (gm == NULL && stax_graph_fz_unsafe_write()) {
+                /* a write the Python-level graph would silently lose (it
+                 * runs on a copy of the view): not lowered at all */
+                Py_DECREF(ex);
+                return NULL;
+            }
             if (gm == NULL) {
                 PyErr_Clear();
             }
