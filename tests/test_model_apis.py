@@ -647,3 +647,39 @@ def test_index_fill_negative_indices_compiled():
     check_compiled(lambda a, k: a.index_fill(1, k, -2.0), tp.tensor(X), tp.tensor(j))
     with pytest.raises(IndexError):
         tp.compile(lambda a, k: a.index_fill(1, k, -2.0))(tp.tensor(X), tp.tensor([-7]))
+
+
+def test_one_hot_class_out_of_range_compiled():
+    """one_hot(x, num_classes) compiled read a class outside [0, num_classes)
+    as a row of zeros on a later call of the version; now the index check
+    reruns the call eagerly, which raises eager's error."""
+    f = tp.compile(lambda i: F.one_hot(i, 4), strict_native=True)
+    close(f(tp.tensor([0, 3, 1])), TF.one_hot(torch.tensor([0, 3, 1]), 4))
+    for bad in ([0, 9, 1], [0, -1, 1]):
+        same_error(lambda: f(tp.tensor(bad)), lambda: TF.one_hot(torch.tensor(bad), 4))
+
+
+@pytest.mark.parametrize("case", ["nll", "cross_entropy", "index_add", "scatter", "index_copy",
+                                  "one_hot", "multinomial"])
+def test_bad_index_on_the_traced_call_raises_eagers_error(case):
+    """The first (traced) call with an out-of-range index raised the
+    decomposition's own 'index out of range in self' (an IndexError even
+    where eager raises RuntimeError); the decomposition now steps aside on
+    such a sample, so the call raises eager's error."""
+    x = tp.tensor(X)
+    fn, args = {
+        "nll": (lambda a, t: F.nll_loss(a, t), (x, tp.tensor([0, 6, 1, 1]))),
+        "cross_entropy": (lambda a, t: F.cross_entropy(a, t, label_smoothing=0.1),
+                          (x, tp.tensor([0, 6, 1, 1]))),
+        "index_add": (lambda a, i: a.index_add(0, i, tp.ones(2, 6)), (x, tp.tensor([0, 9]))),
+        "scatter": (lambda a, i: a.scatter(0, i, tp.ones(1, 6)), (x, tp.tensor([[0, 9, 0, 0, 0, 0]]))),
+        "index_copy": (lambda a, i: a.index_copy(1, i, tp.ones(4, 1)), (x, tp.tensor([7]))),
+        "one_hot": (lambda i: F.one_hot(i, 3), (tp.tensor([0, 5]),)),
+        "multinomial": (lambda p: tp.multinomial(p, 2), (tp.tensor([[0.0, 0.0, 0.0], [1.0, 1.0, 1.0]]),)),
+    }[case]
+    with pytest.raises(Exception) as e1:
+        fn(*args)
+    with pytest.raises(Exception) as e2:
+        tp.compile(fn)(*args)
+    assert type(e2.value) is type(e1.value)
+    assert str(e2.value) == str(e1.value)

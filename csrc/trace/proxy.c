@@ -1318,8 +1318,19 @@ pm_format(PyObject *self, PyObject *spec)
     return r;
 }
 
+/* the sample's elements, computed if deferred, with no gate: for a trace
+ * decomposition that steps aside on a sample eager would reject (its own
+ * runtime check covers later calls), never for a value the graph uses */
+static PyObject *
+pm_sample_data(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return Py_XNewRef(stax_trace_need_data((StaxProxy *)self));
+}
+
 static PyMethodDef proxy_methods[] = {
     {"__format__", (PyCFunction)pm_format, METH_O, NULL},
+    {"_sample_data", (PyCFunction)pm_sample_data, METH_NOARGS,
+     "the sample tensor, computed if deferred, with no gate (not recorded)"},
     {"__tensor_function__", (PyCFunction)(void (*)(void))pm_tensor_function,
      METH_VARARGS | METH_KEYWORDS | METH_CLASS,
      "Record a tensorplay function called with a proxy argument."},

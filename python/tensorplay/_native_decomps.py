@@ -75,10 +75,30 @@ def _from_last(t, d):
     return t.permute(order)
 
 
+class _BadSample(Exception):
+    """An index of the traced sample is out of range: the decomposition
+    steps aside (install's wrapper returns NotImplemented) so the call is
+    recorded as itself and its sample raises eager's own error."""
+
+
+def _sample_of(t):
+    """t's traced sample values (no gate: only to decide whether to step
+    aside), t itself outside a trace."""
+    if isinstance(t, _C.Tensor):
+        return t
+    f = getattr(t, "_sample_data", None)
+    v = f() if f is not None else None
+    return v if isinstance(v, _C.Tensor) else None
+
+
 def _checked_index(idx, n):
     """idx unchanged when every entry is in [0, n); otherwise the compiled
-    program's index check reruns the call eagerly (eager's error)."""
+    program's index check reruns the call eagerly (eager's error). An
+    out-of-range sample at trace time raises _BadSample."""
     tp = _tp()
+    v = _sample_of(idx)
+    if v is not None and v.numel() > 0 and (int(v.min()) < 0 or int(v.max()) >= n):
+        raise _BadSample
     flat = idx.reshape(-1)
     if flat.dtype != tp.int64:
         flat = flat.to(tp.int64)
@@ -380,14 +400,32 @@ def cumsum_int(input, dim, dtype=None):
     return _from_last(_prefix_sum_int(xt), d)
 
 
+_ONE_HOT_INNER = [False]
+
+
 def _one_hot(input, num_classes=-1):
     tp = _tp()
-    if num_classes != -1 or not _is_t(input) or input.dtype != tp.int64 or input.numel() == 0:
+    if _ONE_HOT_INNER[0] or not _is_t(input) or input.dtype != tp.int64 or input.numel() == 0:
         return NotImplemented
-    k = int(input.max()) + 1           # a value gate: the class count
-    if k <= 0:
-        return NotImplemented          # eager's "Class values must be non-negative."
-    return _F().one_hot(input, k)
+    if isinstance(num_classes, bool) or not isinstance(num_classes, int):
+        return NotImplemented
+    if num_classes == -1:
+        k = int(input.max()) + 1       # a value gate: the class count
+        if k <= 0:
+            return NotImplemented      # eager's "Class values must be non-negative."
+    elif num_classes > 0:
+        k = num_classes
+    else:
+        return NotImplemented
+    # a class outside [0, k) (negative, or >= num_classes on a later call
+    # of the version) would be a row of zeros: the index check reruns the
+    # call eagerly, which raises eager's error
+    idx = _checked_index(input, k)
+    _ONE_HOT_INNER[0] = True
+    try:
+        return _F().one_hot(idx, k)
+    finally:
+        _ONE_HOT_INNER[0] = False
 
 
 def _bshape(a, b):
@@ -528,7 +566,11 @@ def _multinomial(input, num_samples, replacement=False, *, generator=None):
             keys = tp.where(ar == j, float("-inf"), keys)
         r = tp.cat(cols, 1) if ns > 1 else cols[0]
     # an invalid row indexes out of range: the runtime check reruns the
-    # call eagerly, which raises eager's error
+    # call eagerly, which raises eager's error (at trace time: the call
+    # is recorded as itself, whose sample raises it)
+    bv = _sample_of(bad)
+    if bv is not None and bool(bv.any()):
+        raise _BadSample
     r = r + bad.to(tp.int64).unsqueeze(1) * n_cat
     r = tp.arange(n_cat).index_select(0, r.reshape(-1)).reshape(rows, ns)
     return r if input.dim() == 2 else r.reshape(ns)
@@ -644,10 +686,23 @@ def _cross_entropy(input, target, weight=None, size_average=None, ignore_index=-
     return (1 - ls) * r + ls * s / c
 
 
+def _stepping_aside(fn):
+    def decomp(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except _BadSample:
+            return NotImplemented
+    decomp.__name__ = decomp.__qualname__ = fn.__name__
+    decomp.__doc__ = fn.__doc__
+    return decomp
+
+
 def install():
     F = _F()
     tp = _tp()
-    reg = _C._set_trace_decomposition
+
+    def reg(key, fn):
+        _C._set_trace_decomposition(key, _stepping_aside(fn))
     for key, fn in (("scatter", _scatter), ("scatter_add", _scatter_add),
                     ("scatter_reduce", _scatter_reduce), ("index_add", _index_add),
                     ("index_copy", _index_copy), ("index_fill", _index_fill),
