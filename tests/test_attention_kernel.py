@@ -10,6 +10,7 @@ import pytest
 
 import tensorplay as tp
 import tensorplay.nn.functional as F
+from tensorplay import _C
 
 RNG = np.random.default_rng(7)
 
@@ -244,6 +245,25 @@ def test_dynamic_lengths_one_kernel():
         q, k, v = r(1, 2, t, 8), r(1, 2, t, 8), r(1, 2, t, 8)
         close(cf(*map(tp.tensor, (q, k, v))), f(*map(tp.tensor, (q, k, v))))
     assert len(cf.versions) <= 2
+
+
+def test_growing_length_reuses_a_few_attention_kernels():
+    """Under dynamic shapes a growing query length (a generate loop) reuses
+    kernels: the query tile is rounded to a power of two, so 4..40 compile a
+    handful of attention kernels, not one per length (each was ~0.3 s of LLVM)."""
+    def f(q, k, v):
+        return sdpa(q, k, v, is_causal=True)
+
+    cf = tp.compile(f, dynamic=True, strict_native=True)
+    q, k, v = r(1, 2, 4, 8), r(1, 2, 4, 8), r(1, 2, 4, 8)
+    cf(*map(tp.tensor, (q, k, v)))
+    before = _C._cache_counters()    # (hits, misses, back-end compiles) of the process
+    for t in range(5, 41):
+        q, k, v = r(1, 2, t, 8), r(1, 2, t, 8), r(1, 2, t, 8)
+        close(cf(*map(tp.tensor, (q, k, v))), f(*map(tp.tensor, (q, k, v))))
+    after = _C._cache_counters()
+    assert len(cf.versions) == 1
+    assert (after[0] - before[0]) + (after[2] - before[2]) <= 6, (before, after)
 
 
 def test_multihead_attention_without_weights():

@@ -57,8 +57,12 @@ choose_tiles(int64_t e, int64_t ev, int in_size, int acc_size, int64_t l_q,
     tk -= tk % 128;    /* the CPU micro-kernel steps over whole chunks */
     int64_t tq = (l1 / 2) / ((ev + 2) * acc_size);
     tq = tq > 64 ? 64 : tq < 1 ? 1 : tq;
-    if (tq > l_q && l_q > 0) {
-        tq = l_q;
+    /* a short query block shrinks to the next power of two above the
+     * length, not to the length itself: the tile is part of the kernel's
+     * key, so a growing length (a generate loop under dynamic shapes)
+     * reuses a handful of kernels instead of compiling one per length */
+    while (l_q > 0 && tq / 2 >= l_q) {
+        tq /= 2;
     }
     *tile_q = (int)tq;
     *tile_k = (int)tk;
