@@ -95,6 +95,9 @@ stax_tensor_on_storage(StaxStorage *st, stax_dtype_t dt, int ndim,
     t->storage = st;
     t->dtype = dt;
     t->ndim = ndim;
+    if (ndim == 0) {
+        return t;      /* a 0-d tensor: sizes may be NULL (memcpy of NULL is UB) */
+    }
     memcpy(t->sizes, sizes, sizeof(int64_t) * (size_t)ndim);
     if (strides != NULL) {
         memcpy(t->strides, strides, sizeof(int64_t) * (size_t)ndim);
