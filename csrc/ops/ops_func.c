@@ -244,14 +244,17 @@ cuda_native(const stax_op_info *op)
            || op->id == STAX_OP_COPY_;
 }
 
-/* an op with a CUDA tensor operand: tensorplay.cuda._dispatch(name, func,
- * args, kwargs, inplace) runs it (a generated kernel, cuBLAS, or the host
- * with a one-time warning) */
+/* an op handed to a registered Python dispatcher, called as
+ * hook(name, func, args, kwargs, flag): STAX_PY_CUDA_DISPATCH
+ * (tensorplay.cuda._dispatch: a CUDA operand; flag = in place; a generated
+ * kernel, cuBLAS, or the host with a one-time warning) and
+ * STAX_PY_BF16_DISPATCH (tensorplay._ops._bf16_dispatch: a bfloat16
+ * operand, computed in float32 and rounded once; flag = mutates) */
 static PyObject *
-run_cuda(const stax_op_info *op, PyObject *func, PyObject *const *args,
-         Py_ssize_t nargs, PyObject *kwnames, int inplace)
+run_registered(int which, const stax_op_info *op, PyObject *func,
+               PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, int flag)
 {
-    PyObject *h = stax_py_registered(STAX_PY_CUDA_DISPATCH);
+    PyObject *h = stax_py_registered(which);
     PyObject *t = NULL, *kw = NULL, *name = NULL, *res = NULL;
     Py_ssize_t nkw = kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0;
     if (h == NULL || (t = PyTuple_New(nargs)) == NULL
@@ -270,7 +273,7 @@ run_cuda(const stax_op_info *op, PyObject *func, PyObject *const *args,
     name = PyUnicode_FromString(op->name);
     if (name != NULL) {
         res = PyObject_CallFunctionObjArgs(h, name, func, t, kw,
-                                           inplace ? Py_True : Py_False, NULL);
+                                           flag ? Py_True : Py_False, NULL);
     }
 done:
     Py_XDECREF(t);
@@ -327,39 +330,6 @@ bf16_computed(const stax_op_info *op, PyObject *const *args, Py_ssize_t nargs,
     return hit;
 }
 
-/* tensorplay._ops._bf16_dispatch(name, func, args, kwargs, mutates) */
-static PyObject *
-run_bf16(const stax_op_info *op, PyObject *func, PyObject *const *args,
-         Py_ssize_t nargs, PyObject *kwnames, int mutates)
-{
-    PyObject *h = stax_py_registered(STAX_PY_BF16_DISPATCH);
-    PyObject *t = NULL, *kw = NULL, *name = NULL, *res = NULL;
-    Py_ssize_t nkw = kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0;
-    if (h == NULL || (t = PyTuple_New(nargs)) == NULL
-        || (kw = PyDict_New()) == NULL) {
-        goto done;
-    }
-    for (Py_ssize_t i = 0; i < nargs; i++) {
-        PyTuple_SET_ITEM(t, i, Py_NewRef(args[i]));
-    }
-    for (Py_ssize_t i = 0; i < nkw; i++) {
-        if (PyDict_SetItem(kw, PyTuple_GET_ITEM(kwnames, i), args[nargs + i])
-            < 0) {
-            goto done;
-        }
-    }
-    name = PyUnicode_FromString(op->name);
-    if (name != NULL) {
-        res = PyObject_CallFunctionObjArgs(h, name, func, t, kw,
-                                           mutates ? Py_True : Py_False, NULL);
-    }
-done:
-    Py_XDECREF(t);
-    Py_XDECREF(kw);
-    Py_XDECREF(name);
-    return res;
-}
-
 /* the op itself, after __tensor_function__ dispatch and autograd */
 static PyObject *
 run_op_kernel(const stax_op_info *op, PyObject *func, PyObject *const *args,
@@ -377,7 +347,8 @@ run_op_kernel(const stax_op_info *op, PyObject *func, PyObject *const *args,
     if (!cuda_native(op)) {
         for (Py_ssize_t i = 0; i < nall; i++) {
             if (has_cuda(args[i])) {
-                res = run_cuda(op, func, args, nargs, kwnames, inplace);
+                res = run_registered(STAX_PY_CUDA_DISPATCH, op, func, args, nargs,
+                                     kwnames, inplace);
                 if (res != NULL && (inplace
                                     || op->name[strlen(op->name) - 1] == '_')) {
                     inplace_requires_grad(args, nargs, kwnames);
@@ -388,7 +359,8 @@ run_op_kernel(const stax_op_info *op, PyObject *func, PyObject *const *args,
     }
     if (bf16_computed(op, args, nargs, kwnames, inplace)) {
         int mutates = inplace || op->name[strlen(op->name) - 1] == '_';
-        res = run_bf16(op, func, args, nargs, kwnames, mutates);
+        res = run_registered(STAX_PY_BF16_DISPATCH, op, func, args, nargs, kwnames,
+                             mutates);
         if (res != NULL && mutates) {
             inplace_requires_grad(args, nargs, kwnames);
         }
