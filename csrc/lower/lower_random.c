@@ -339,27 +339,8 @@ lw_lower_random(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
         int f64 = out->dtype == STAX_FLOAT64;
         ok = rand_draw(c, out, f64 ? 4 : 2, &r);
         if (ok > 0) {
-            const stax_lval *u1, *u2;
-            if (f64) {
-                u1 = u53(c, rword(c, &r, 0), rword(c, &r, 1));
-                u2 = u53(c, rword(c, &r, 2), rword(c, &r, 3));
-            }
-            else {
-                u1 = u24(c, rword(c, &r, 0));
-                u2 = u24(c, rword(c, &r, 1));
-            }
             stax_dtype_t D = STAX_FLOAT64;
-            const stax_lval *lg = lw_prim(c, STAX_PRIM_LOG, D,
-                                          lw_prim(c, STAX_PRIM_SUB, D, lw_const(c, D, 1.0), u1, NULL),
-                                          NULL, NULL);
-            const stax_lval *rad = lw_prim(c, STAX_PRIM_SQRT, D,
-                                           lw_prim(c, STAX_PRIM_MUL, D, lw_const(c, D, -2.0), lg, NULL),
-                                           NULL, NULL);
-            const stax_lval *cs = lw_prim(c, STAX_PRIM_COS, D,
-                                          lw_prim(c, STAX_PRIM_MUL, D,
-                                                  lw_const(c, D, 2.0 * 3.14159265358979323846), u2, NULL),
-                                          NULL, NULL);
-            const stax_lval *z = lw_prim(c, STAX_PRIM_MUL, D, rad, cs, NULL);
+            const stax_lval *z = normal_z(c, &r, f64);
             z = lw_prim(c, STAX_PRIM_ADD, D, lw_const(c, D, 0.0), z, NULL);
             out->body = lw_cast(c, z, out->dtype);
         }
