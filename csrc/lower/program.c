@@ -277,9 +277,12 @@ instantiate(PyObject *t, PyObject **slots)
 /* a library-call operand: the buffer's array, or a strided view of it */
 /* BLAS threads of a compiled matmul (docs/lowering.md, "The matmul
  * path"): NumPy's OpenBLAS called with TENSORPLAY_BLAS_THREADS threads
- * (default 1) through openblas_set_num_threads_local, found in the
- * OpenBLAS NumPy loaded. Measured on the 13 GPT matmuls (bench/matmul.py):
- * 16 ms with one thread, 145 ms with two on this loaded 2-core machine. */
+ * through openblas_set_num_threads_local, found in the OpenBLAS NumPy
+ * loaded. Without the variable: one thread below 2^30 flops, the kernels'
+ * thread count above. Measured: the 13 GPT matmuls (~50 MFLOP each,
+ * bench/matmul.py) take 16 ms with one thread and 145 ms with two on this
+ * loaded 2-core machine; a 2048x1024x1024 product (4.3 GFLOP, the
+ * acceptance MLP block) takes 40 ms with one thread and 24 ms with two. */
 typedef int (*blas_local_fn)(int);
 static blas_local_fn blas_local = NULL;
 static int blas_threads = -1;
@@ -301,18 +304,21 @@ find_openblas(struct dl_phdr_info *info, size_t size, void *data)
     return 0;
 }
 
-/* set this thread's BLAS thread count for a matmul; the previous one, or -1 */
+/* set this thread's BLAS thread count for a matmul of `flops`; the
+ * previous one, or -1 */
 static int
-blas_enter(void)
+blas_enter(double flops)
 {
     if (blas_threads < 0) {
         const char *e = getenv("TENSORPLAY_BLAS_THREADS");
-        blas_threads = e != NULL && atoi(e) > 0 ? atoi(e) : 1;
+        blas_threads = e != NULL && atoi(e) > 0 ? atoi(e) : 0;   /* 0: by size */
         void *f = NULL;
         dl_iterate_phdr(find_openblas, &f);
         blas_local = (blas_local_fn)f;
     }
-    return blas_local != NULL ? blas_local(blas_threads) : -1;
+    int n = blas_threads > 0 ? blas_threads
+            : flops >= 1073741824.0 ? stax_lower_num_threads() : 1;
+    return blas_local != NULL ? blas_local(n > 0 ? n : 1) : -1;
 }
 
 static void
@@ -848,7 +854,11 @@ lw_program_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
                                     : Py_NewRef(b);
             }
             if (bt != NULL) {
-                int prev = blas_enter();
+                PyArrayObject *ba = (PyArrayObject *)bt;
+                double flops = 2.0 * (double)PyArray_SIZE((PyArrayObject *)a)
+                               * (double)(PyArray_NDIM(ba) > 0
+                                          ? PyArray_DIM(ba, PyArray_NDIM(ba) - 1) : 1);
+                int prev = blas_enter(flops);
                 r = PyNumber_MatrixMultiply(a, bt);
                 blas_leave(prev);
             }
