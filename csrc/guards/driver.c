@@ -15,8 +15,8 @@
 
 /* The exception set now, as a value (traceback attached), when it is an
  * Exception; -1 with it still set otherwise (KeyboardInterrupt, ...). */
-static int
-take_exception(PyObject **out)
+int
+stax_guard_take_exception(PyObject **out)
 {
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
@@ -48,7 +48,7 @@ lower_stax(PyObject *gm, PyObject *examples, PyObject *options,
     for (int i = 0; i < 3; i++) {
         counts[i] = after[i] - before[i];
     }
-    if (*art == NULL && take_exception(err) < 0) {
+    if (*art == NULL && stax_guard_take_exception(err) < 0) {
         return -1;
     }
     return 0;

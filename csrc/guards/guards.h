@@ -79,6 +79,11 @@ PyObject *stax_guard_call_key(PyObject *args, PyObject *kwargs, PyObject *free,
 /* The guard text of gamma_g (the data gates' outcomes). */
 #define STAX_GATE_TEXT "control-flow gate outcomes match the traced branch"
 
+/* Take the exception set now as a value (traceback attached) when it is an
+ * Exception: 0 and *out; -1 with it still set otherwise (KeyboardInterrupt,
+ * ...). Shared by the driver and the version key's replay check. */
+int stax_guard_take_exception(PyObject **out);
+
 /* A new version's key from its trace (version.c). call: the call's key
  * components (sig_args, sig_kwargs, sig_free, aliasing, grad_mode,
  * default_dtype, paths, free_paths, dynamic); flat: the call's tensors (a

@@ -133,19 +133,14 @@ stax_guard_gate_values(PyObject *kinds, PyObject *outs)
 static int
 replay_failure(PyObject **got)
 {
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    PyErr_NormalizeException(&type, &value, &tb);
-    if (value == NULL || !PyObject_TypeCheck(value, (PyTypeObject *)PyExc_Exception)) {
-        PyErr_Restore(type, value, tb);
+    PyObject *value = NULL;
+    if (stax_guard_take_exception(&value) < 0) {
         return -1;
     }
     PyObject *name = PyObject_GetAttrString((PyObject *)Py_TYPE(value), "__name__");
     *got = name ? PyUnicode_FromFormat("replay failed: %S: %S", name, value) : NULL;
     Py_XDECREF(name);
-    Py_XDECREF(type);
-    Py_XDECREF(value);
-    Py_XDECREF(tb);
+    Py_DECREF(value);
     return *got == NULL ? -1 : 0;
 }
 
