@@ -316,3 +316,17 @@ def test_softmax_of_a_weight_product_is_not_attention():
     w1, w2 = r(16, 16), r(16, 8)
     check(lambda x, a, b: tp.softmax(tp.relu(x @ a) * 0.5, -1) @ b, r(8, 16), w1, w2,
           fused=False)
+
+
+def test_sdpa_heads_split_from_batch_8():
+    """q, k, v as GPT makes them (split + view + transpose of one (B, T, 3C)
+    buffer): the flat batch var reaches the loads as x0 / H and x0 % H. At
+    B = 8 the loop splitter split it, which broke the attention kernel's
+    fixed loop layout ('malformed attention kernel')."""
+    def f(x):
+        B, T, C = x.shape
+        q, k, v = x.split(C // 3, dim=2)
+        q, k, v = (t.view(B, T, 4, C // 12).transpose(1, 2) for t in (q, k, v))
+        return sdpa(q, k, v, is_causal=True)
+    for b in (2, 8):
+        check(f, r(b, 16, 96))

@@ -459,6 +459,12 @@ lw_split_loops(lw_ctx *c, kdraft *d)
     if (nv == 0 || c->symbolic || c->be == NULL || c->be->device != NULL) {
         return 0;
     }
+    /* an attention kernel's loop vars are fixed (batch, query row, key,
+     * head dims: lower.h, ATTENTION KERNELS); splitting its flat batch var
+     * by the head count left a kernel the back ends reject */
+    if (lw_is_attention(d)) {
+        return 0;
+    }
     /* the arrays of a draft are inline: work on copies */
     kdraft *cur = malloc(sizeof(kdraft)), *nxt = malloc(sizeof(kdraft));
     int rc = -1;
