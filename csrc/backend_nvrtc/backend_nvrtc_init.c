@@ -48,6 +48,9 @@ typedef struct {
                                   idempotent, never launched twice */
     int tuned;                 /* launch configuration searched */
     int64_t best_block;        /* threads per row found best, 0: default */
+    int64_t rc_bytes;          /* row cache bytes per row element, 0: none */
+    int64_t rc_limit;          /* most dynamic shared memory a launch may
+                                  pass; -1: not asked yet */
     int nbufs;
     stax_dtype_t dtype[STAX_NVRTC_MAX_BUFS];
     int is_output[STAX_NVRTC_MAX_BUFS];
@@ -291,6 +294,8 @@ handle_new(stax_backend *be, const stax_kernel *k, const char *entry,
     }
     snprintf(h->name, sizeof(h->name), "%s", entry != NULL ? entry : k->name);
     h->nsizes = stax_nvrtc_kernel_nsizes(k);
+    h->rc_bytes = stax_nvrtc_row_cache_bytes(k);
+    h->rc_limit = -1;
     h->source = stax_nvrtc_render_kernel(k, h->nsizes);
     if (h->source == NULL) {
         goto error;
@@ -399,7 +404,8 @@ nvrtc_cache_tag(stax_backend *be)
         return NULL;
     }
     Py_DECREF(v);
-    snprintf(tag, sizeof tag, "NVRTC %d.%d; arch %s; PTX", major, minor, cfg->arch);
+    snprintf(tag, sizeof tag, "NVRTC %d.%d; arch %s; PTX; row unroll %s", major,
+             minor, cfg->arch, stax_nvrtc_unroll_tag());
     return tag;
 }
 
@@ -559,6 +565,35 @@ tune_enabled(void)
     return on;
 }
 
+/* Bytes of dynamic shared memory a resident launch passes: the row cache
+ * (nvrtc_render.c) of a row at these sizes when the kernel has one, runs
+ * one row per block, and the row fits under TENSORPLAY_NVRTC_ROW_CACHE
+ * bytes (default 110 KiB: two blocks of 1024 threads per H100/H200
+ * multiprocessor; 0 turns the cache off) and the device's opt-in limit;
+ * else 0, and every row loop reads global memory. */
+static int
+row_cache_smem(nvrtc_handle *h, const int64_t *sizes, const int64_t block[3],
+               int64_t *smem)
+{
+    int64_t rn;
+    *smem = 0;
+    if (h->rc_bytes <= 0 || block[1] != 1) {
+        return 0;
+    }
+    if (h->rc_limit < 0) {
+        const char *e = getenv("TENSORPLAY_NVRTC_ROW_CACHE");
+        int64_t want = e != NULL && *e ? atoll(e) : 110 * 1024;
+        h->rc_limit = want > 0 ? stax_nvrtc_smem_optin(h->fn, want) : 0;
+    }
+    if (stax_nvrtc_row_length(&h->shape, sizes, &rn) < 0) {
+        return -1;
+    }
+    if (rn > 0 && rn <= h->rc_limit / h->rc_bytes) {
+        *smem = rn * h->rc_bytes;
+    }
+    return 0;
+}
+
 /* buffers are device addresses already: launch on the stream and return
  * (the stream orders what follows; a host read synchronizes) */
 static int
@@ -569,7 +604,7 @@ nvrtc_launch_resident(stax_backend *be, void *handle, char **bufs,
     stax_cuptr dptr[STAX_NVRTC_MAX_BUFS];
     void *params[STAX_NVRTC_MAX_BUFS + 3];
     int64_t sz[STAX_NVRTC_MAX_SIZES];
-    int64_t grid[3], block[3], st = start, en = end;
+    int64_t grid[3], block[3], st = start, en = end, smem = 0;
     static int timed = -1;
     (void)be;
     if (timed < 0) {
@@ -593,6 +628,9 @@ nvrtc_launch_resident(stax_backend *be, void *handle, char **bufs,
     params[h->nbufs] = sz;
     params[h->nbufs + 1] = &st;
     params[h->nbufs + 2] = &en;
+    if (row_cache_smem(h, sizes, block, &smem) < 0) {
+        return -1;
+    }
     if (!h->tuned && h->shape.ninner > 0 && block[1] == 1 && block[0] >= 256
         && grid[0] >= 512 && !h->reads_output && tune_enabled()) {
         /* Little's law by measurement: long rows, many of them; time each
@@ -603,7 +641,8 @@ nvrtc_launch_resident(stax_backend *be, void *handle, char **bufs,
         h->tuned = 1;
         for (int c = 0; c < 4; c++) {
             block[0] = cand[c];
-            if (stax_nvrtc_launch_fn(h->fn, params, grid, block, 1) < 0) {
+            if (stax_nvrtc_launch_fn(h->fn, params, grid, block, smem, 1)
+                < 0) {
                 return -1;
             }
             if (stax_nvrtc_last_ms() < best) {
@@ -615,7 +654,7 @@ nvrtc_launch_resident(stax_backend *be, void *handle, char **bufs,
     if (h->best_block > 0 && block[1] == 1) {
         block[0] = h->best_block;
     }
-    return stax_nvrtc_launch_fn(h->fn, params, grid, block, timed);
+    return stax_nvrtc_launch_fn(h->fn, params, grid, block, smem, timed);
 }
 
 static void

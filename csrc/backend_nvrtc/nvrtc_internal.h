@@ -35,6 +35,15 @@ int stax_nvrtc_max_sym(const stax_ix *ix);
  *                                        int64_t start, int64_t end)
  * with stax_sizes { int64_t v[max(nsizes, 1)]; } passed by value. */
 PyObject *stax_nvrtc_render_kernel(const stax_kernel *k, int nsizes);
+/* bytes per row element of the kernel's row cache (the loads two row
+ * loops share, kept in dynamic shared memory); 0 if it has none. A launch
+ * that passes rnumel * this many bytes of dynamic shared memory (and one
+ * row per block) turns the cache on; with less the kernel reads global
+ * memory in every row loop. */
+int64_t stax_nvrtc_row_cache_bytes(const stax_kernel *k);
+/* the unroll factors of the row loops (TENSORPLAY_NVRTC_UNROLL, default
+ * "4"), as the compile cache's tag names them */
+const char *stax_nvrtc_unroll_tag(void);
 /* 1 if the renderer can render loop-IR primitive prim (what the vtable's
  * supports_op answers), else 0 */
 int stax_nvrtc_renders_prim(int prim);
@@ -68,13 +77,22 @@ int stax_nvrtc_launch_image(PyObject *image, const char *name, int nbufs,
 /* one launch of a loaded kernel on the device's stream (asynchronous);
  * timed: CUDA events around it, read by nvrtc_last_kernel_ms (waits) */
 int stax_nvrtc_launch_fn(void *fn, void **params, const int64_t grid[3],
-                         const int64_t block[3], int timed);
+                         const int64_t block[3], int64_t smem, int timed);
+
+/* the most dynamic shared memory (<= want bytes) launches of kernel fn may
+ * pass: asks the driver for more than the default 48 KiB where the device
+ * allows it (cuFuncSetAttribute) */
+int64_t stax_nvrtc_smem_optin(void *fn, int64_t want);
 
 /* the event time (ms) of the last timed launch */
 double stax_nvrtc_last_ms(void);
 
 /* launch configuration of a kernel at these sizes (nvrtc_render.c);
  * -1 + exception if an extent needs a size argument sizes lacks */
+/* the inner (reduction) length of kernel k at these sizes; -1 + exception
+ * like stax_nvrtc_launch_config */
+int stax_nvrtc_row_length(const stax_kernel *k, const int64_t *sizes,
+                          int64_t *rn);
 int stax_nvrtc_launch_config(const stax_kernel *k, const int64_t *sizes,
                              int64_t start, int64_t end, int64_t grid[3],
                              int64_t block[3]);

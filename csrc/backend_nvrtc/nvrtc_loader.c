@@ -463,9 +463,60 @@ stax_nvrtc_device_arch(char *out, size_t cap)
 
 /* time one launch with events when TENSORPLAY_NVRTC_TIME is set or the
  * caller asks (the host-copy path below always does) */
+/* cuLaunchKernel with dynamic shared memory (the device room's launch
+ * passes none) */
+static int
+launch_smem(void *fn, const int64_t grid[3], const int64_t block[3],
+            int64_t smem, void **params)
+{
+    typedef int (*launch_t)(void *, unsigned, unsigned, unsigned, unsigned,
+                            unsigned, unsigned, unsigned, void *, void **,
+                            void **);
+    static launch_t launch;
+    if (launch == NULL) {
+        *(void **)&launch = stax_cuda_symbol("cuLaunchKernel");
+        if (launch == NULL) {
+            PyErr_SetString(PyExc_RuntimeError, "CUDA driver: "
+                            "cuLaunchKernel not found");
+            return -1;
+        }
+    }
+    return stax_cuda_check(
+        launch(fn, (unsigned)grid[0], (unsigned)grid[1], (unsigned)grid[2],
+               (unsigned)block[0], (unsigned)block[1], (unsigned)block[2],
+               (unsigned)smem, stax_cuda_stream(), params, NULL),
+        "cuLaunchKernel");
+}
+
+int64_t
+stax_nvrtc_smem_optin(void *fn, int64_t want)
+{
+    typedef int (*attr_t)(int *, int, int);
+    typedef int (*fattr_t)(void *, int, int);
+    attr_t dev_attr = (attr_t)stax_cuda_symbol("cuDeviceGetAttribute");
+    fattr_t fn_attr = (fattr_t)stax_cuda_symbol("cuFuncSetAttribute");
+    int optin = 0;
+    /* CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN (97) of device
+     * 0, less 2 KiB for the kernel's static shared memory */
+    if (dev_attr == NULL || dev_attr(&optin, 97, 0) != 0 || optin <= 2048) {
+        optin = 48 * 1024;
+    }
+    if (want > optin - 2048) {
+        want = optin - 2048;
+    }
+    if (want > 46 * 1024) {
+        /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES (8): past 48 KiB
+         * a kernel must ask for it */
+        if (fn_attr == NULL || fn_attr(fn, 8, (int)want) != 0) {
+            want = 46 * 1024;
+        }
+    }
+    return want;
+}
+
 int
 stax_nvrtc_launch_fn(void *fn, void **params, const int64_t grid[3],
-                     const int64_t block[3], int timed)
+                     const int64_t block[3], int64_t smem, int timed)
 {
     typedef int (*ev_create_t)(void **, unsigned);
     typedef int (*ev_record_t)(void *, void *);
@@ -496,7 +547,8 @@ stax_nvrtc_launch_fn(void *fn, void **params, const int64_t grid[3],
     if (timed) {
         record(ev[0], stax_cuda_stream());
     }
-    rc = stax_cuda_launch(fn, grid, block, params);
+    rc = smem > 0 ? launch_smem(fn, grid, block, smem, params)
+                  : stax_cuda_launch(fn, grid, block, params);
     if (timed) {
         float ms = -1.0f;
         record(ev[1], stax_cuda_stream());
@@ -556,7 +608,7 @@ stax_nvrtc_launch_image(PyObject *image, const char *name, int nbufs,
     params[nbufs] = sz;        /* struct stax_sizes, by value */
     params[nbufs + 1] = &st;
     params[nbufs + 2] = &en;
-    if (stax_nvrtc_launch_fn(fn, params, grid, block, 1) < 0) {
+    if (stax_nvrtc_launch_fn(fn, params, grid, block, 0, 1) < 0) {
         goto done;
     }
     for (int i = 0; i < nbufs; i++) {

@@ -169,6 +169,28 @@ literal(sbuf *b, double f, int64_t i, stax_dtype_t dt)
 
 #define MEMO_CAP 512
 
+/* Row cache of a multi-stage reduction (softmax, layer_norm, var): a load
+ * that two row loops of one kernel both read (same buffer, same index,
+ * a buffer the kernel does not write) is read from global memory once, by
+ * the first of those stages, which keeps it in dynamic shared memory at
+ * [rindex]; the later stages read it there. Each thread reads back only
+ * what it wrote (every row loop gives a thread the same rindex values), and
+ * the block reductions between stages are barriers anyway. The launch
+ * decides: it passes rnumel * row_bytes of dynamic shared memory when that
+ * fits (one row per block), and the kernel reads %dynamic_smem_size to
+ * know; with none, every stage loads from global memory as before. */
+#define RC_CAP 4
+#define RC_SCAN_CAP 64
+
+typedef struct {
+    int buf;
+    const stax_ix *index;
+    stax_dtype_t dtype;          /* the load's (register) dtype */
+    int first_stage, last_stage, nstages;
+    int slot;                    /* -1: not cached */
+    int64_t offset;              /* bytes per row element before it */
+} rc_entry;
+
 typedef struct {
     sbuf *b;
     const stax_kernel *k;
@@ -177,6 +199,10 @@ typedef struct {
     int nmemo;
     const stax_lval *memo_v[MEMO_CAP];
     int memo_t[MEMO_CAP];
+    int nrc;                     /* row cache candidates */
+    rc_entry rc[RC_SCAN_CAP];
+    int64_t rc_bytes;            /* cached bytes per row element, 0: none */
+    int stage;                   /* the row loop being written, -1: none */
 } emitter;
 
 static int
@@ -225,6 +251,201 @@ var_name(sbuf *b, const stax_kernel *k, int64_t v)
 }
 
 static int emit_val(emitter *m, const stax_lval *v);
+
+/* ------------------------------------------------------------ row cache */
+
+/* bytes of a value in registers (what the row cache stores) */
+static const int reg_sizes[STAX_NUM_DTYPES] = {1, 1, 1, 2, 4, 8, 4, 4, 8, 4};
+
+static int
+ix_equal(const stax_ix *a, const stax_ix *b)
+{
+    if (a == NULL || b == NULL) {
+        return a == b;
+    }
+    if (a->kind != b->kind || a->kind == STAX_IX_VALUE) {
+        return 0;
+    }
+    if (a->kind == STAX_IX_CONST || a->kind == STAX_IX_VAR
+        || a->kind == STAX_IX_SYM) {
+        return a->v == b->v;
+    }
+    return ix_equal(a->a, b->a) && ix_equal(a->b, b->b);
+}
+
+/* 1 if ix reads a value (a data-dependent index) */
+static int
+ix_has_value(const stax_ix *ix)
+{
+    if (ix == NULL) {
+        return 0;
+    }
+    if (ix->kind == STAX_IX_VALUE) {
+        return 1;
+    }
+    if (ix->kind >= STAX_IX_ADD && ix->kind <= STAX_IX_MOD) {
+        return ix_has_value(ix->a) || ix_has_value(ix->b);
+    }
+    return 0;
+}
+
+/* 1 if ix depends on an inner (reduction) loop variable */
+static int
+ix_uses_inner(const stax_ix *ix, int nouter)
+{
+    if (ix == NULL) {
+        return 0;
+    }
+    if (ix->kind == STAX_IX_VAR) {
+        return ix->v >= nouter;
+    }
+    if (ix->kind >= STAX_IX_ADD && ix->kind <= STAX_IX_MOD) {
+        return ix_uses_inner(ix->a, nouter) || ix_uses_inner(ix->b, nouter);
+    }
+    return 0;
+}
+
+/* the candidate of load v (same buffer, index and dtype), or NULL */
+static rc_entry *
+rc_match(emitter *m, const stax_lval *v)
+{
+    for (int i = 0; i < m->nrc; i++) {
+        rc_entry *e = &m->rc[i];
+        if (e->buf == v->buf && e->dtype == v->dtype
+            && ix_equal(e->index, v->index)) {
+            return e;
+        }
+    }
+    return NULL;
+}
+
+/* the cache slot of load v in the row loop being written, or NULL */
+static const rc_entry *
+rc_find(emitter *m, const stax_lval *v)
+{
+    rc_entry *e;
+    if (m->stage < 0 || m->rc_bytes == 0 || v->mask != NULL) {
+        return NULL;
+    }
+    e = rc_match(m, v);
+    return e != NULL && e->slot >= 0 ? e : NULL;
+}
+
+static void
+rc_note(emitter *m, const stax_lval *v, int stage)
+{
+    const stax_kernel *k = m->k;
+    rc_entry *e;
+    if (v->mask != NULL || v->buf < 0 || v->buf >= k->nbufs
+        || k->bufs[v->buf].is_output || !dt_ok(v->dtype)
+        || ix_has_value(v->index) || !ix_uses_inner(v->index, k->nouter)) {
+        return;
+    }
+    e = rc_match(m, v);
+    if (e != NULL) {
+        if (e->last_stage != stage) {
+            e->last_stage = stage;
+            e->nstages++;
+        }
+        return;
+    }
+    if (m->nrc == RC_SCAN_CAP) {
+        return;
+    }
+    e = &m->rc[m->nrc++];
+    e->buf = v->buf;
+    e->index = v->index;
+    e->dtype = v->dtype;
+    e->first_stage = e->last_stage = stage;
+    e->nstages = 1;
+    e->slot = -1;
+    e->offset = 0;
+}
+
+/* the loads of value tree v (each node once) */
+static void
+rc_scan(emitter *m, const stax_lval *v, int stage, const stax_lval **seen,
+        int *nseen)
+{
+    if (v == NULL || v->kind == STAX_LV_CONST || v->kind == STAX_LV_INDEX
+        || *nseen >= MEMO_CAP) {
+        return;
+    }
+    for (int i = 0; i < *nseen; i++) {
+        if (seen[i] == v) {
+            return;
+        }
+    }
+    seen[(*nseen)++] = v;
+    if (v->kind == STAX_LV_LOAD) {
+        rc_note(m, v, stage);
+        return;
+    }
+    for (int i = 0; i < v->nargs; i++) {
+        rc_scan(m, v->args[i], stage, seen, nseen);
+    }
+}
+
+/* Choose the row cache of a reduction kernel: the loads that two or more
+ * of its row loops read, at most RC_CAP of them, widest first (so each
+ * slot is aligned); sets m->rc_bytes. */
+static void
+rc_analyze(emitter *m)
+{
+    const stax_kernel *k = m->k;
+    const stax_lval **seen = NULL;
+    int nseen, nslots = 0;
+    m->nrc = 0;
+    m->rc_bytes = 0;
+    m->stage = -1;
+    if (k->ninner == 0 || (k->nstages > 0
+                           && k->stages[0].kind == STAX_STAGE_ATTENTION)) {
+        return;
+    }
+    seen = PyMem_Malloc(sizeof(*seen) * MEMO_CAP);
+    if (seen == NULL) {
+        return;      /* no cache: a correct kernel all the same */
+    }
+    for (int s = 0; s < k->nstages; s++) {
+        const stax_stage *st = &k->stages[s];
+        nseen = 0;
+        for (int i = st->first; i < st->first + st->n; i++) {
+            if (st->kind == STAX_STAGE_REDUCE) {
+                rc_scan(m, k->accs[i].value, s, seen, &nseen);
+            }
+            else if (st->kind == STAX_STAGE_INNER) {
+                rc_scan(m, k->stores[i].value, s, seen, &nseen);
+            }
+        }
+    }
+    PyMem_Free(seen);
+    for (int sz = 8; sz >= 1; sz /= 2) {
+        for (int i = 0; i < m->nrc; i++) {
+            rc_entry *e = &m->rc[i];
+            if (e->nstages >= 2 && reg_sizes[e->dtype] == sz
+                && nslots < RC_CAP) {
+                e->slot = nslots++;
+                e->offset = m->rc_bytes;
+                m->rc_bytes += sz;
+            }
+        }
+    }
+}
+
+int64_t
+stax_nvrtc_row_cache_bytes(const stax_kernel *k)
+{
+    emitter *m = PyMem_Calloc(1, sizeof(*m));
+    int64_t n;
+    if (m == NULL) {
+        return 0;
+    }
+    m->k = k;
+    rc_analyze(m);
+    n = m->rc_bytes;
+    PyMem_Free(m);
+    return n;
+}
 
 /* emit the value expressions an index needs (STAX_IX_VALUE) */
 static int
@@ -617,6 +838,7 @@ static int
 emit_val(emitter *m, const stax_lval *v)
 {
     sbuf *b = m->b;
+    const rc_entry *rc = NULL;
     int t;
     if (v->kind == STAX_LV_CONST || memo_get(m, v) >= 0) {
         return 0;
@@ -642,7 +864,14 @@ emit_val(emitter *m, const stax_lval *v)
     put(b, "%sconst %s tmp%d = ", m->indent, reg_ctypes[v->dtype], t);
     switch (v->kind) {
     case STAX_LV_LOAD:
-        if (v->mask != NULL) {
+        rc = rc_find(m, v);
+        if (rc != NULL && rc->first_stage != m->stage) {
+            /* an earlier row loop of this row cached it */
+            put(b, "stax_rc_on ? stax_rc%d[rindex] : (", rc->slot);
+            load_text(m, v);
+            put(b, ")");
+        }
+        else if (v->mask != NULL) {
             /* masked: the index may be out of range where the mask is
              * false; ?: evaluates only the chosen arm */
             ref(m, v->mask);
@@ -693,7 +922,13 @@ emit_val(emitter *m, const stax_lval *v)
         return unsupported("value kind", v->kind);
     }
     switch (v->kind) {
-    case STAX_LV_LOAD: put(b, ";  // load buf%d\n", v->buf); break;
+    case STAX_LV_LOAD:
+        put(b, ";  // load buf%d\n", v->buf);
+        if (rc != NULL && rc->first_stage == m->stage) {
+            put(b, "%sif (stax_rc_on) { stax_rc%d[rindex] = tmp%d; }\n",
+                m->indent, rc->slot, t);
+        }
+        break;
     case STAX_LV_PRIM: put(b, ";  // %s\n", stax_prim_name(v->prim)); break;
     case STAX_LV_CAST: put(b, ";  // cast\n"); break;
     case STAX_LV_ACC: put(b, ";  // acc%d\n", v->acc); break;
@@ -840,6 +1075,9 @@ static const char preamble[] =
 "    const long long w = j & 3;\n"
 "    return (long long)(w == 0 ? c0 : (w == 1 ? c1 : (w == 2 ? c2 : c3)));\n"
 "}\n"
+"/* bytes of dynamic shared memory this launch has (the row cache) */\n"
+"STAX_D unsigned stax_dyn_smem(void)\n"
+"{ unsigned n; asm(\"mov.u32 %0, %%dynamic_smem_size;\" : \"=r\"(n)); return n; }\n"
 "/* block-level tree reduction: warp shuffles, one partial per warp in\n"
 " * shared memory, a last shuffle round in warp 0; every thread gets the\n"
 " * result. blockDim.x is a multiple of 32. */\n"
@@ -1133,38 +1371,143 @@ scope_reset(emitter *m, int keep)
     m->nmemo = keep;
 }
 
+/* the statements of a pointwise kernel at one outer point (xindex) */
+static int
+point_body(emitter *m)
+{
+    const stax_kernel *k = m->k;
+    emit_split(m, 0, k->nouter, "xindex", "start");
+    for (int s = 0; s < k->nstages; s++) {
+        const stax_stage *st = &k->stages[s];
+        if (st->kind == STAX_STAGE_REDUCE) {
+            acc_init(m, st);
+            if (acc_fold(m, st) < 0) {
+                return -1;
+            }
+            for (int i = st->first; i < st->first + st->n; i++) {
+                if (is_arg(&k->accs[i])) {
+                    put(m->b, "%sacci%d = acci%d < 0 ? 0 : acci%d;\n",
+                        m->indent, i, i, i);
+                }
+            }
+        }
+        else if (emit_stores(m, st) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* the statements of row loop stage st at one inner point (rindex) */
+static int
+row_body(emitter *m, const stax_stage *st)
+{
+    const stax_kernel *k = m->k;
+    emit_split(m, k->nouter, k->nouter + k->ninner, "rindex", NULL);
+    if (st->kind == STAX_STAGE_REDUCE) {
+        return acc_fold(m, st);
+    }
+    return emit_stores(m, st);
+}
+
+/* Loops whose trips are independent (the points of a pointwise kernel, the
+ * inner points a thread folds or stores in a row loop) are unrolled by
+ * STAX_UNROLL with no bound check while a whole group is in range, then a
+ * plain remainder loop: the loads of a group have no dependence on each
+ * other, so STAX_UNROLL of them are in flight per thread (Little's law:
+ * one scalar load per thread keeps too few bytes in flight to reach the
+ * H200's bandwidth). Each thread still visits its points in the same
+ * order as a plain stride loop, so a fold's rounding does not change. */
+#define STAX_UNROLL 4
+/* the row loops' default factors, in TENSORPLAY_NVRTC_UNROLL's syntax */
+#define STAX_ROW_UNROLL_DEFAULT "4"
+
+/* The unroll factors of row loops: TENSORPLAY_NVRTC_UNROLL, a factor
+ * (1 .. 16) or a descending list of them ("8,4": groups of 8 while whole
+ * groups of 8 are in range, then of 4, then the remainder one by one;
+ * every thread still visits its points in stride order); default
+ * STAX_ROW_UNROLL_DEFAULT, and STAX_UNROLL where the text is junk. Read
+ * once: a code-generation knob, which the compile cache's tag names
+ * (stax_nvrtc_unroll_tag). Measured on an H200: 8 makes
+ * 16384-long rows faster (softmax 0.63 -> 0.80 of copy) but leaves
+ * 128-long rows at 32 threads without a whole group (1M x 128 Example
+ * 1.1: 0.98 -> 0.75); "8,4" should keep both. */
+#define STAX_UNROLL_MAX 4
+
+static int
+row_unrolls(const int **out)
+{
+    static int u[STAX_UNROLL_MAX], n = 0;
+    if (n == 0) {
+        const char *e = getenv("TENSORPLAY_NVRTC_UNROLL");
+        char *end = NULL;
+        if (e == NULL || *e == '\0') {
+            e = STAX_ROW_UNROLL_DEFAULT;
+        }
+        while (*e && n < STAX_UNROLL_MAX) {
+            long v = strtol(e, &end, 10);
+            if (end == e || v < 1 || v > 16 || (n > 0 && v >= u[n - 1])) {
+                break;
+            }
+            u[n++] = (int)v;
+            e = *end == ',' ? end + 1 : end;
+            if (*end != ',') {
+                break;
+            }
+        }
+        if (n == 0) {
+            u[n++] = STAX_UNROLL;
+        }
+    }
+    *out = u;
+    return n;
+}
+
+const char *
+stax_nvrtc_unroll_tag(void)
+{
+    static char tag[64];
+    const int *u;
+    int n = row_unrolls(&u);
+    size_t len = 0;
+    tag[0] = '\0';
+    for (int i = 0; i < n && len < sizeof(tag) - 8; i++) {
+        len += (size_t)snprintf(tag + len, sizeof(tag) - len, i ? ",%d" : "%d", u[i]);
+    }
+    return tag;
+}
+
 static int
 render_body(emitter *m, int *has_red)
 {
     const stax_kernel *k = m->k;
     sbuf *b = m->b;
-    int keep;
+    const int *ru = NULL;
+    int keep, nru = row_unrolls(&ru);
     *has_red = 0;
     if (k->ninner == 0) {
-        put(b, "    for (int64_t xindex = (int64_t)blockIdx.x * blockDim.x "
-            "+ threadIdx.x; xindex < xnumel;\n"
-            "         xindex += (int64_t)blockDim.x * gridDim.x) {\n");
+        keep = m->nmemo;
+        put(b, "    const int64_t xstride = (int64_t)blockDim.x * gridDim.x;\n"
+            "    int64_t xbase = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;\n"
+            "    for (; xbase + %d * xstride < xnumel; xbase += %d * xstride) {\n"
+            "#pragma unroll\n"
+            "        for (int xu = 0; xu < %d; xu++) {\n"
+            "            const int64_t xindex = xbase + xu * xstride;\n",
+            STAX_UNROLL - 1, STAX_UNROLL, STAX_UNROLL);
+        m->indent = "            ";
+        if (point_body(m) < 0) {
+            return -1;
+        }
+        put(b, "        }\n    }\n");
+        scope_reset(m, keep);
+        put(b, "    for (int64_t xindex = xbase; xindex < xnumel; "
+            "xindex += xstride) {\n");
         m->indent = "        ";
-        emit_split(m, 0, k->nouter, "xindex", "start");
-        for (int s = 0; s < k->nstages; s++) {
-            const stax_stage *st = &k->stages[s];
-            if (st->kind == STAX_STAGE_REDUCE) {
-                acc_init(m, st);
-                if (acc_fold(m, st) < 0) {
-                    return -1;
-                }
-                for (int i = st->first; i < st->first + st->n; i++) {
-                    if (is_arg(&k->accs[i])) {
-                        put(b, "%sacci%d = acci%d < 0 ? 0 : acci%d;\n",
-                            m->indent, i, i, i);
-                    }
-                }
-            }
-            else if (emit_stores(m, st) < 0) {
-                return -1;
-            }
+        if (point_body(m) < 0) {
+            return -1;
         }
         put(b, "    }\n");
+        scope_reset(m, keep);
         return 0;
     }
     *has_red = 1;
@@ -1192,19 +1535,30 @@ render_body(emitter *m, int *has_red)
             scope_reset(m, keep);
             continue;
         }
-        put(b, "        for (int64_t rindex = threadIdx.x; rindex < rnumel; "
-            "rindex += blockDim.x) {\n");
-        m->indent = "            ";
-        emit_split(m, k->nouter, k->nouter + k->ninner, "rindex", NULL);
-        if (st->kind == STAX_STAGE_REDUCE) {
-            if (acc_fold(m, st) < 0) {
+        m->stage = s;
+        put(b, "        int64_t rbase%d = threadIdx.x;\n", s);
+        for (int g = 0; g < nru; g++) {
+            put(b, "        for (; rbase%d + %d * (int64_t)blockDim.x < rnumel; "
+                "rbase%d += %d * (int64_t)blockDim.x) {\n"
+                "#pragma unroll\n"
+                "            for (int ru = 0; ru < %d; ru++) {\n"
+                "                const int64_t rindex = rbase%d + ru * "
+                "(int64_t)blockDim.x;\n", s, ru[g] - 1, s, ru[g], ru[g], s);
+            m->indent = "                ";
+            if (row_body(m, st) < 0) {
                 return -1;
             }
+            put(b, "            }\n        }\n");
+            scope_reset(m, keep);
         }
-        else if (emit_stores(m, st) < 0) {
+        put(b, "        for (int64_t rindex = rbase%d; rindex < rnumel; "
+            "rindex += blockDim.x) {\n", s);
+        m->indent = "            ";
+        if (row_body(m, st) < 0) {
             return -1;
         }
         put(b, "        }\n");
+        m->stage = -1;
         scope_reset(m, keep);
         m->indent = "        ";
         if (st->kind == STAX_STAGE_REDUCE) {
@@ -1390,6 +1744,7 @@ stax_nvrtc_render_kernel(const stax_kernel *k, int nsizes)
     }
     m->b = &b;
     m->k = k;
+    m->stage = -1;
     if (k->nouter + k->ninner > 2 * STAX_MAX_DIMS) {
         unsupported("loop depth", k->nouter + k->ninner);
         goto done;
@@ -1453,6 +1808,23 @@ stax_nvrtc_render_kernel(const stax_kernel *k, int nsizes)
         put(&b, ";\n");
         put(&b, "    __shared__ double stax_shv[33];\n"
             "    __shared__ long long stax_shi[33];\n");
+        rc_analyze(m);
+        if (m->rc_bytes > 0) {
+            put(&b, "    extern __shared__ __align__(16) unsigned char "
+                "stax_dyn[];\n"
+                "    const bool stax_rc_on = blockDim.y == 1\n"
+                "        && (int64_t)stax_dyn_smem() >= rnumel * %lldLL;\n",
+                (long long)m->rc_bytes);
+            for (int i = 0; i < m->nrc; i++) {
+                const rc_entry *e = &m->rc[i];
+                if (e->slot >= 0) {
+                    put(&b, "    %s *const stax_rc%d = (%s *)(stax_dyn + "
+                        "rnumel * %lldLL);  // buf%d\n",
+                        reg_ctypes[e->dtype], e->slot, reg_ctypes[e->dtype],
+                        (long long)e->offset, e->buf);
+                }
+            }
+        }
     }
     if (render_body(m, &has_red) < 0) {
         goto done;
@@ -1541,6 +1913,23 @@ stax_nvrtc_ix_bounds(const stax_ix *ix, const int64_t *sizes,
         break;
     default:
         break;
+    }
+    return 0;
+}
+
+int
+stax_nvrtc_row_length(const stax_kernel *k, const int64_t *sizes,
+                      int64_t *rn)
+{
+    static const int64_t zero[2 * STAX_MAX_DIMS] = {0};
+    int64_t lo, hi;
+    *rn = 1;
+    for (int d = k->nouter; d < k->nouter + k->ninner; d++) {
+        if (stax_nvrtc_ix_bounds(k->dims[d], sizes, zero, zero, &lo, &hi)
+            < 0) {
+            return -1;
+        }
+        *rn *= hi;
     }
     return 0;
 }

@@ -61,9 +61,16 @@ def _kind(name):
     return k
 
 
+_tensor_type = []
+
+
 def _Tensor():
-    from tensorplay import Tensor
-    return Tensor
+    # imported on first use (tensorplay imports this module), then kept:
+    # an import statement per call cost ~2 us of every eager CUDA op
+    if not _tensor_type:
+        from tensorplay import Tensor
+        _tensor_type.append(Tensor)
+    return _tensor_type[0]
 
 
 def _walk_tensors(v, out):
@@ -261,8 +268,9 @@ def _build(func, args, kwargs, tensors):
 def _kernel(name, func, args, kwargs, inplace):
     tensors = []
     try:
-        key = (name, inplace, tuple(_spec(a, tensors) for a in args),
-               tuple(sorted((k, _spec(v, tensors)) for k, v in kwargs.items())))
+        key = (name, inplace, tuple([_spec(a, tensors) for a in args]),
+               tuple(sorted([(k, _spec(v, tensors)) for k, v in kwargs.items()]))
+               if kwargs else ())
     except _NoKernel:
         return NotImplemented
     try:
