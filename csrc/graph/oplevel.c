@@ -73,6 +73,11 @@ p_create(p_op_ctx *c, const char *opcode, PyObject *target, PyObject *args,
                                            : NULL;
         PyObject *se = m && PyDict_Check(m)
                        ? PyDict_GetItemString(m, "sample_error") : NULL;
+        PyObject *kd = m && PyDict_Check(m)
+                       ? PyDict_GetItemString(m, "keep_dead") : NULL;
+        if (node != NULL && kd != NULL && p_meta_set(node, "keep_dead", kd) < 0) {
+            Py_CLEAR(node);
+        }
         if (s != NULL && p_meta_set(node, "stack", s) < 0) {
             Py_CLEAR(node);
         }
@@ -1128,12 +1133,13 @@ p_op_dce(PyObject *graph)
         PyObject *meta = stax_graph_p_attr(n, "meta");
         int keep = meta == NULL || !PyDict_Check(meta)
                    || PyDict_GetItemString(meta, "mutates") != NULL
-                   || PyDict_GetItemString(meta, "sample_error") != NULL;
+                   || PyDict_GetItemString(meta, "sample_error") != NULL
+                   || PyDict_GetItemString(meta, "keep_dead") != NULL;
         Py_XDECREF(meta);
         PyErr_Clear();
         p_opref r;
         stax_graph_p_node_opref(n, &r);
-        keep |= r.inplace || r.random;
+        keep |= r.inplace || r.random || stax_graph_p_may_raise(n);
         if (keep || stax_graph_p_users_count(n) != 0) {
             continue;
         }

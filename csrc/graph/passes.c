@@ -967,8 +967,21 @@ p_dce(p_pass_ctx *c)
         if (r.inplace || p_is_random(&r)) {
             continue;    /* side effects: a mutation, the RNG stream */
         }
-        if (p_has_meta(n, "sample_error")) {
-            continue;    /* it raises on the sample: eager would raise too */
+        if (p_has_meta(n, "sample_error") || stax_graph_p_may_raise(n)) {
+            continue;    /* it raises (or may, on other values): eager too */
+        }
+        int sym = stax_graph_p_symbolic_operand(n);
+        if (sym) {
+            /* it may raise at another size of its class (a view, an
+             * index): the op graph keeps it for shape propagation */
+            PyObject *meta = stax_graph_p_attr(n, "meta");
+            int bad = meta == NULL || !PyDict_Check(meta)
+                      || PyDict_SetItemString(meta, "keep_dead", Py_True) < 0;
+            Py_XDECREF(meta);
+            if (bad) {
+                goto error;
+            }
+            continue;
         }
         int nu = stax_graph_p_users_count(n);
         if (nu < 0) {

@@ -86,6 +86,14 @@ int stax_graph_p_set_args(PyObject *node, PyObject *args, PyObject *kwargs);
 /* Replace every use of node by value (a Node or a constant). */
 int stax_graph_p_replace_uses(PyObject *node, PyObject *value);
 int stax_graph_p_erase(PyObject *graph, PyObject *node);
+/* 1 when the node can raise on values its operands' metadata do not fix
+ * (an integer division by zero, an index tensor out of range): DCE keeps
+ * it even when its result is dead, since eager raises there too. */
+int stax_graph_p_may_raise(PyObject *node);
+/* 1 when a tensor operand of the node has a dynamic (symbolic) size: its
+ * shape checks (a view's, an index's bounds) hold at the sample's sizes
+ * only, so a dead one stays for the next size's shape propagation. */
+int stax_graph_p_symbolic_operand(PyObject *node);
 /* copy meta['stack'] (the user's source line) from src to dst */
 int stax_graph_p_copy_stack(PyObject *dst, PyObject *src);
 

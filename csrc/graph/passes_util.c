@@ -649,3 +649,141 @@ stax_graph_p_note(p_pass_ctx *c, const char *fmt, ...)
     Py_DECREF(s);
     return r;
 }
+
+/* 1 when a node of o (nested in tuples, lists, dicts) has an integer
+ * tensor value (bool excluded: a mask never indexes out of range) */
+static int
+p_has_int_tensor(PyObject *o, int depth)
+{
+    if (depth > 8) {
+        return 0;
+    }
+    if (stax_graph_p_is_node(o)) {
+        PyObject *v = stax_graph_p_val(o);
+        return v != NULL && StaxTensor_Check(v)
+               && stax_dtype_is_integral(((StaxTensor *)v)->dtype);
+    }
+    if (PyTuple_Check(o) || PyList_Check(o)) {
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); i++) {
+            if (p_has_int_tensor(PySequence_Fast_GET_ITEM(o, i), depth + 1)) {
+                return 1;
+            }
+        }
+    }
+    else if (PyDict_Check(o)) {
+        PyObject *k, *v;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(o, &pos, &k, &v)) {
+            if (p_has_int_tensor(v, depth + 1)) {
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+int
+stax_graph_p_may_raise(PyObject *node)
+{
+    p_opref r;
+    PyObject *args = NULL, *kwargs = NULL, *val;
+    int res = 0, from = 0;
+    if (!stax_graph_p_node_opref(node, &r) || r.info == NULL) {
+        return 0;
+    }
+    switch (r.info->id) {
+    case STAX_OP_FLOOR_DIVIDE:
+    case STAX_OP_REMAINDER:
+    case STAX_OP_FMOD:
+    case STAX_OP_DIV:
+        /* torch raises for an integer division by zero (on the CPU) */
+        val = stax_graph_p_val(node);
+        return val != NULL && StaxTensor_Check(val)
+               && stax_dtype_is_integral(((StaxTensor *)val)->dtype);
+    case STAX_OP_GETITEM:
+    case STAX_OP_INDEX_SELECT:
+    case STAX_OP_GATHER:
+    case STAX_OP_INDEX_ADD:
+    case STAX_OP_INDEX_COPY:
+    case STAX_OP_INDEX_FILL:
+    case STAX_OP_SCATTER:
+    case STAX_OP_SCATTER_ADD:
+    case STAX_OP_SCATTER_REDUCE:
+    case STAX_OP_CROSS_ENTROPY:
+    case STAX_OP_NLL_LOSS:
+        from = 1;   /* the index (target) operands: not the first */
+        break;
+    case STAX_OP_EMBEDDING:
+    case STAX_OP_ONE_HOT:
+    case STAX_OP_REPEAT_INTERLEAVE:
+        break;      /* the first operand holds the indices (counts) */
+    default:
+        return 0;
+    }
+    args = stax_graph_p_attr(node, "args");
+    kwargs = args ? stax_graph_p_attr(node, "kwargs") : NULL;
+    if (args != NULL && PyTuple_Check(args)) {
+        for (Py_ssize_t i = from; i < PyTuple_GET_SIZE(args) && !res; i++) {
+            res = p_has_int_tensor(PyTuple_GET_ITEM(args, i), 0);
+        }
+    }
+    if (!res && kwargs != NULL) {
+        res = p_has_int_tensor(kwargs, 0);
+    }
+    Py_XDECREF(args);
+    Py_XDECREF(kwargs);
+    PyErr_Clear();
+    return res;
+}
+
+/* 1 when a node of o (nested) has a tensor sample whose shadow value
+ * (meta['val2'], dynamic shapes) has other sizes */
+static int
+p_has_symbolic_tensor(PyObject *o, int depth)
+{
+    if (depth > 8) {
+        return 0;
+    }
+    if (stax_graph_p_is_node(o)) {
+        PyObject *m = stax_graph_p_attr(o, "meta");
+        PyObject *v = m && PyDict_Check(m) ? PyDict_GetItemString(m, "val") : NULL;
+        PyObject *v2 = m && PyDict_Check(m) ? PyDict_GetItemString(m, "val2") : NULL;
+        int r = v != NULL && v2 != NULL && StaxTensor_Check(v) && StaxTensor_Check(v2)
+                && (((StaxTensor *)v)->ndim != ((StaxTensor *)v2)->ndim
+                    || memcmp(((StaxTensor *)v)->sizes, ((StaxTensor *)v2)->sizes,
+                              sizeof(int64_t) * (size_t)((StaxTensor *)v)->ndim) != 0);
+        Py_XDECREF(m);
+        PyErr_Clear();
+        return r;
+    }
+    if (PyTuple_Check(o) || PyList_Check(o)) {
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); i++) {
+            if (p_has_symbolic_tensor(PySequence_Fast_GET_ITEM(o, i), depth + 1)) {
+                return 1;
+            }
+        }
+    }
+    else if (PyDict_Check(o)) {
+        PyObject *k, *v;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(o, &pos, &k, &v)) {
+            if (p_has_symbolic_tensor(v, depth + 1)) {
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+int
+stax_graph_p_symbolic_operand(PyObject *node)
+{
+    PyObject *args = stax_graph_p_attr(node, "args");
+    PyObject *kwargs = args ? stax_graph_p_attr(node, "kwargs") : NULL;
+    int r = (args != NULL && p_has_symbolic_tensor(args, 0))
+            || (kwargs != NULL && p_has_symbolic_tensor(kwargs, 0));
+    Py_XDECREF(args);
+    Py_XDECREF(kwargs);
+    PyErr_Clear();
+    return r;
+}

@@ -71,11 +71,44 @@ proxy_hash(PyObject *self)
 /* ------------------------------------------------------------------ */
 /* deferred sample errors                                              */
 
+/* The node whose sample error eager raises when n's is asked for: n's
+ * origin, or the first node recorded before it that failed on the sample.
+ * Eager stops at the first failing statement, dead or not (a failure
+ * inside a try block raised at once and left no node), so a later failure
+ * must not be reported in its place (the compiled call would raise the
+ * wrong error, or none once the earlier call's result is dead). Borrowed. */
+static StaxNode *
+error_origin(StaxNode *n)
+{
+    PyObject *origin = PyDict_GetItemString(n->meta, "sample_error_origin");
+    return (origin && StaxNode_Check(origin)) ? (StaxNode *)origin : n;
+}
+
+static StaxNode *
+first_failure(StaxNode *n)
+{
+    StaxNode *o = error_origin(n);
+    PyObject *nodes = o->graph != NULL ? o->graph->nodes : NULL;
+    for (Py_ssize_t i = 0; nodes != NULL && i < PyList_GET_SIZE(nodes); i++) {
+        StaxNode *m = (StaxNode *)PyList_GET_ITEM(nodes, i);
+        if (m == o) {
+            break;
+        }
+        if (PyDict_GetItemString(m->meta, "sample_error") != NULL) {
+            return m;
+        }
+    }
+    return o;
+}
+
 PyObject *
 stax_trace_raise_deferred(StaxNode *n)
 {
-    PyObject *origin = PyDict_GetItemString(n->meta, "sample_error_origin");
-    StaxNode *o = (origin && StaxNode_Check(origin)) ? (StaxNode *)origin : n;
+    StaxNode *o = first_failure(n);
+    if (o != error_origin(n)) {
+        /* an earlier statement fails first: eager's error, as eager words it */
+        return stax_trace_raise_original(o);
+    }
     PyObject *exc = PyDict_GetItemString(o->meta, "sample_error");
     PyObject *stack = PyDict_GetItemString(o->meta, "stack");
     PyObject *msg, *etype, *inst;
@@ -112,8 +145,7 @@ stax_trace_raise_deferred(StaxNode *n)
 PyObject *
 stax_trace_raise_original(StaxNode *n)
 {
-    PyObject *origin = PyDict_GetItemString(n->meta, "sample_error_origin");
-    StaxNode *o = (origin && StaxNode_Check(origin)) ? (StaxNode *)origin : n;
+    StaxNode *o = first_failure(n);
     PyObject *exc = PyDict_GetItemString(o->meta, "sample_error");
     PyObject *stack = PyDict_GetItemString(o->meta, "stack");
     PyObject *note, *r;

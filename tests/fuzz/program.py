@@ -258,35 +258,6 @@ class Program:
                 lines.append(f"{name} = {ctor}")
         return "\n".join(lines) + ("\n" if lines else "")
 
-    def dce(self):
-        """The program without assignments whose value no output, in-place
-        statement or gate reads (what a tracer that evaluates lazily runs)."""
-        import copy
-        import re
-        names = re.compile(r"\b[vxsnm]\d+\b")
-        live = set(self.ret)
-
-        def walk(stmts):
-            out = []
-            for st in reversed(stmts):
-                if isinstance(st, Assign):
-                    if st.name not in live:
-                        continue
-                    live.update(names.findall(st.expr))
-                elif isinstance(st, If):
-                    st = copy.copy(st)
-                    st.then, st.other = walk(st.then), walk(st.other)
-                    live.update(names.findall(st.cond))
-                elif isinstance(st, IntGate):
-                    live.update(names.findall(st.expr))
-                else:
-                    live.update(names.findall(st.text))
-                out.append(st)
-            return list(reversed(out))
-        p = copy.copy(self)
-        p.body = walk(self.body)
-        return p
-
     def bit_exact(self):
         """Only ops the lowering documents as bit-exact (docs/lowering.md):
         no transcendental functions, float reductions or modules."""
