@@ -155,6 +155,14 @@ PyObject *stax_graph_run_frontend_passes(PyObject *gm, PyObject *log,
  * decomposed against basis (an iterable of op names, or NULL/None for
  * the op table's). New reference or NULL. */
 PyObject *stax_graph_make_op_graph(PyObject *gm, PyObject *basis);
+/* make_op_graph of gm at other samples: vals maps gm's nodes to their
+ * values for other inputs (shape propagation), NULL: the traced ones */
+PyObject *stax_graph_make_op_graph_at(PyObject *gm, PyObject *vals);
+/* 1 when an op graph holds nodes whose arguments are its samples' sizes
+ * (as_strided standing for a view outside the op table, an expand to a
+ * written view's shape): it is that size's graph only, and other sizes
+ * need make_op_graph_at; 0; -1 with an exception */
+int stax_graph_op_graph_sample_sized(PyObject *og);
 /* 1 when the error set is make_op_graph's for an in-place write through a
  * view functionalization has no inverse for (an expanded view): lowering
  * must not fall back to the Python-level graph, which would write a copy */

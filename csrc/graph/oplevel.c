@@ -119,6 +119,11 @@ stax_graph_p_emit(p_op_ctx *c, const char *opname, const char *ovl,
             goto done;
         }
     }
+    if (row != NULL && (row->id == STAX_OP_AS_STRIDED || row->id == STAX_OP_AS_STRIDED_SCATTER)
+        && stax_graph_p_mark_sample_sized(node) < 0) {
+        Py_CLEAR(node);
+        goto done;
+    }
     if (mutating) {
         PyObject *z = PyLong_FromLong(0);
         if (z == NULL || p_meta_set(node, "mutates", z) < 0) {
@@ -137,8 +142,14 @@ stax_graph_p_emit(p_op_ctx *c, const char *opname, const char *ovl,
     }
     else {
         /* an op of the table runs through the ops room directly: its
-         * tp.ops object would cross back into C from Python */
-        PyObject *val = row != NULL && !is_getitem
+         * tp.ops object would cross back into C from Python; an op the
+         * Python-level graph holds as it is has that node's value already
+         * (recomputing it would run the whole function on the samples
+         * again at every compile) */
+        PyObject *kv = c->known_val;
+        c->known_val = NULL;
+        PyObject *val = kv != NULL ? Py_NewRef(kv)
+                        : row != NULL && !is_getitem
                         ? stax_graph_p_run_op_on_vals(row, args, kwargs)
                         : stax_graph_p_run_on_vals(P_CALL_FUNCTION, target, args, kwargs);
         if (val != NULL) {
@@ -186,6 +197,8 @@ p_emit_op(p_op_ctx *c, const stax_op_info *op, PyObject *bound)
 {
     char ovl[64];
     PyObject *args = NULL, *kw = NULL, *r = NULL;
+    PyObject *kv = c->known_val;    /* for the one node below only */
+    c->known_val = NULL;
     if (!stax_graph_p_in_basis(c, op) && !stax_graph_p_is_random(op) && c->depth < 64) {
         const p_sexp *t = stax_graph_p_decomp(op);
         if (t != NULL && stax_graph_p_decomp_applicable(op, t, bound)) {
@@ -199,7 +212,9 @@ p_emit_op(p_op_ctx *c, const stax_op_info *op, PyObject *bound)
     if (stax_graph_p_call_args(op, ovl, bound, &args, &kw) < 0) {
         return NULL;
     }
+    c->known_val = kv;
     r = stax_graph_p_emit(c, op->name, ovl, args, kw, 0);
+    c->known_val = NULL;
     Py_DECREF(args);
     Py_DECREF(kw);
     return r;
@@ -292,6 +307,9 @@ p_fill_value(p_op_ctx *c, PyObject *like, PyObject *src)
         r = args ? stax_graph_p_emit(c, "expand", "default", args, NULL, 0)
                  : NULL;
         Py_XDECREF(args);
+        if (r != NULL && stax_graph_p_mark_sample_sized(r) < 0) {
+            Py_CLEAR(r);
+        }
         if (r != NULL && lv != NULL && sv != NULL) {
             /* dtype: the destination's */
             PyObject *dt = PyObject_GetAttrString(lv, "dtype");
@@ -808,28 +826,35 @@ p_returned_itself(PyObject *n, PyObject *base0)
     return same;
 }
 
-/* a call the op table does not describe, copied as it is */
-static int
-p_copy_call(p_op_ctx *c, PyObject *n, p_opcode_t opc, PyObject *mapped, PyObject *mkw)
+/* the call n as it is, on the op-level arguments, with n's sample value
+ * (new reference, or NULL with an exception) */
+static PyObject *
+p_copy_node(p_op_ctx *c, PyObject *n, p_opcode_t opc, PyObject *mapped, PyObject *mkw)
 {
     PyObject *target = stax_graph_p_attr(n, "target"), *nm, *v = NULL;
     const char *s;
-    int rc = -1;
     if (target == NULL) {
-        return -1;
+        return NULL;
     }
     nm = stax_graph_p_attr(n, "name");
     s = nm && PyUnicode_Check(nm) ? PyUnicode_AsUTF8(nm) : "v";
     v = s ? p_create(c, stax_graph_p_opcode_str(opc), target, mapped, mkw, s) : NULL;
     Py_XDECREF(nm);
-    if (v != NULL) {
-        PyObject *val = stax_graph_p_val(n);
-        if (val == NULL || p_meta_set(v, "val", val) == 0) {
-            rc = stax_graph_fz_root(c, n, v);
-        }
-    }
-    Py_XDECREF(v);
     Py_DECREF(target);
+    PyObject *val = v != NULL ? stax_graph_p_val(n) : NULL;
+    if (val != NULL && p_meta_set(v, "val", val) < 0) {
+        Py_CLEAR(v);
+    }
+    return v;
+}
+
+/* a call the op table does not describe, copied as it is */
+static int
+p_copy_call(p_op_ctx *c, PyObject *n, p_opcode_t opc, PyObject *mapped, PyObject *mkw)
+{
+    PyObject *v = p_copy_node(c, n, opc, mapped, mkw);
+    int rc = v != NULL ? stax_graph_fz_root(c, n, v) : -1;
+    Py_XDECREF(v);
     return rc;
 }
 
@@ -970,7 +995,13 @@ p_lower_call(p_op_ctx *c, PyObject *n, p_opcode_t opc)
             goto done;
         }
         if (any_tensor || !r.is_operator) {
+            /* n is this one op: its traced value is the op node's (a
+             * random op's too: emitting draws again and then puts the
+             * generator back) */
+            PyObject *nv = stax_graph_p_val(n);
+            c->known_val = nv != NULL && p_is_tensor_val(nv) ? nv : NULL;
             v = p_emit_op(c, r.info, bound);
+            c->known_val = NULL;
             if (v == NULL) {
                 goto done;
             }
@@ -985,6 +1016,19 @@ p_lower_call(p_op_ctx *c, PyObject *n, p_opcode_t opc)
         && stax_graph_p_is_node(PyTuple_GET_ITEM(args, 0))) {
         PyObject *tail = p_generic_view_tail(c, n, PyTuple_GET_ITEM(args, 0));
         if (tail == NULL && PyErr_Occurred()) {
+            goto done;
+        }
+        if (tail != NULL && r.call != NULL && r.call->kind == STAX_CALLK_VIEW) {
+            /* a view lowering maps by its own arguments (diagonal,
+             * movedim): the call itself, whose sizes follow its input's
+             * (a sample's as_strided would fix them); functionalization
+             * takes it again, or scatters a write through it, as the
+             * as_strided it is on the samples */
+            v = p_copy_node(c, n, opc, mapped, mkw);
+            rc = v != NULL ? stax_graph_fz_view(c, n, PyTuple_GET_ITEM(args, 0), "as_strided",
+                                                "default", tail, v, stax_graph_p_val(n))
+                           : -1;
+            Py_DECREF(tail);
             goto done;
         }
         if (tail != NULL) {
@@ -1288,6 +1332,79 @@ PyObject *
 stax_graph_make_op_graph(PyObject *gm, PyObject *basis)
 {
     return op_graph_build(gm, basis, 0);
+}
+
+int
+stax_graph_p_mark_sample_sized(PyObject *node)
+{
+    return p_meta_set(node, "sample_sized", Py_True);
+}
+
+PyObject *
+stax_graph_make_op_graph_at(PyObject *gm, PyObject *vals)
+{
+    if (vals == NULL || vals == Py_None) {
+        return op_graph_build(gm, NULL, 0);
+    }
+    /* the build reads every node's sample from meta['val']: those of vals
+     * stand in for it while the op graph is built, then the traced ones
+     * are put back */
+    PyObject *graph = PyObject_GetAttrString(gm, "graph");
+    PyObject *nodes = graph ? stax_graph_p_nodes(graph) : NULL;
+    PyObject *saved = nodes ? PyList_New(0) : NULL;   /* (meta, old val or None) */
+    PyObject *res = NULL;
+    Py_XDECREF(graph);
+    for (Py_ssize_t i = 0; saved != NULL && i < PyList_GET_SIZE(nodes); i++) {
+        PyObject *n = PyList_GET_ITEM(nodes, i);
+        PyObject *v = PyDict_GetItemWithError(vals, n);
+        if (v == NULL || !StaxNode_Check(n)) {
+            if (PyErr_Occurred()) {
+                goto restore;
+            }
+            continue;
+        }
+        PyObject *meta = ((StaxNode *)n)->meta;
+        PyObject *old = PyDict_GetItemString(meta, "val");
+        PyObject *pair = PyTuple_Pack(2, meta, old ? old : Py_None);
+        if (pair == NULL || PyList_Append(saved, pair) < 0
+            || PyDict_SetItemString(meta, "val", v) < 0) {
+            Py_XDECREF(pair);
+            goto restore;
+        }
+        Py_DECREF(pair);
+    }
+    if (saved != NULL) {
+        res = op_graph_build(gm, NULL, 0);
+    }
+restore:
+    for (Py_ssize_t i = 0; saved != NULL && i < PyList_GET_SIZE(saved); i++) {
+        PyObject *pair = PyList_GET_ITEM(saved, i);
+        PyObject *meta = PyTuple_GET_ITEM(pair, 0), *old = PyTuple_GET_ITEM(pair, 1);
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        if (old == Py_None ? PyDict_DelItemString(meta, "val") : PyDict_SetItemString(meta, "val", old)) {
+            PyErr_Clear();
+        }
+        PyErr_Restore(et, ev, tb);
+    }
+    Py_XDECREF(saved);
+    Py_XDECREF(nodes);
+    return res;
+}
+
+int
+stax_graph_op_graph_sample_sized(PyObject *og)
+{
+    PyObject *graph = PyObject_GetAttrString(og, "graph");
+    PyObject *nodes = graph ? stax_graph_p_nodes(graph) : NULL;
+    int r = nodes != NULL ? 0 : -1;
+    Py_XDECREF(graph);
+    for (Py_ssize_t i = 0; nodes != NULL && i < PyList_GET_SIZE(nodes) && !r; i++) {
+        PyObject *n = PyList_GET_ITEM(nodes, i);
+        r = StaxNode_Check(n) && PyDict_GetItemString(((StaxNode *)n)->meta, "sample_sized") != NULL;
+    }
+    Py_XDECREF(nodes);
+    return r;
 }
 
 static PyObject *

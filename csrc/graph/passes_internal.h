@@ -143,6 +143,9 @@ typedef struct {
     PyObject *placeholders; /* list of (key, op placeholder) in order */
     PyObject *cur_py;       /* Python node being lowered (borrowed) */
     int depth;              /* decomposition depth (Prop. 4.3 guard) */
+    PyObject *known_val;    /* the traced value of the op the next
+                               p_emit_op emits as one node (borrowed, or
+                               NULL: emitting computes it on the samples) */
     int keep_dead;          /* skip DCE (values overwritten in place stay) */
 } p_op_ctx;
 
@@ -159,6 +162,10 @@ void stax_graph_p_choose_overload(const stax_op_info *op, PyObject *bound,
 int stax_graph_p_call_args(const stax_op_info *op, const char *ovl,
                            PyObject *bound, PyObject **pargs,
                            PyObject **pkw);
+/* marks an op-graph node whose arguments are sizes of the samples
+ * (as_strided of a view outside the table): the graph holds at those sizes
+ * only (see stax_graph_op_graph_sample_sized) */
+int stax_graph_p_mark_sample_sized(PyObject *node);
 /* oplevel_print.c: the OpGraphModule type (borrowed, made once) */
 PyObject *stax_graph_p_opgm(void);
 /* oplevel_index.c */

@@ -350,8 +350,7 @@ typedef struct {
     PyObject *kernels;        /* list of StaxKernel */
     PyObject *out_template;   /* output pytree with SlotRefs */
     int out_single;           /* template is one SlotRef: its index */
-    PyObject *gm;             /* the GraphModule (for op_graph) */
-    PyObject *op_graph;       /* lazily */
+    PyObject *gm;             /* the op-level graph it lowers */
     int64_t lower_bound;
     int64_t *in_sizes;        /* per input: ndim, sizes, strides (checked) */
     int *in_ndim;
@@ -365,6 +364,10 @@ typedef struct {
                                  (written, fresh, mutated) of input masks
                                  described above rg_extra_apply
                                  (program.c), built by rg_extra_template */
+    PyObject *py_gm;          /* the Python-level graph when gm (the op
+                                 graph) holds at its samples' sizes only
+                                 (stax_graph_op_graph_sample_sized): size
+                                 variants take their op graph from it */
 } Program;
 extern PyTypeObject *lw_program_type;
 extern PyTypeObject *lw_kernel_info_type;
@@ -379,6 +382,15 @@ int lw_input_ok(Program *p, int i, PyObject *o);
 PyObject *lw_new_buffer(Program *p, pbuf_t *b);
 /* run the graph eagerly on ex: node -> value (new dict) */
 PyObject *lw_shape_prop(PyObject *gm, PyObject *ex);
+/* the same over clones of ex's tensors, the generator left as it was
+ * (the graph's writes and draws do not happen); meta_ok: ops of the table
+ * run in meta mode (only shapes and strides are read from the values);
+ * real_inputs: the placeholders' values are ex's tensors, not the clones */
+PyObject *lw_shape_prop_isolated(PyObject *gm, PyObject *ex, int meta_ok, int real_inputs);
+/* a CompiledProgram lowering the op graph og of the Python-level graph
+ * gm at the samples ex (steals og and ex) */
+PyObject *lw_program_from_op_graph(PyObject *gm, PyObject *og, PyObject *ex, stax_backend *be,
+                                   int strict, int dynamic, int no_random, PyObject *kcache);
 /* dynamic mode: the variant compiled for these inputs' sizes (borrowed) */
 Program *lw_find_variant(Program *p, PyObject *const *args, Py_ssize_t nargs);
 /* be: the back end that compiles the kernels (a size variant: its

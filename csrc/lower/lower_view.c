@@ -511,6 +511,67 @@ view_permute(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x, vbuf *o
     return lw_view_map(c, x, out, map);
 }
 
+/* as_strided(x, size, stride, offset) over x's values laid out row-major
+ * (the op graph takes a view outside the table as as_strided of its
+ * contiguous argument, functionalize.c): output element i reads flat
+ * element L = offset + sum_k i_k * stride_k of x, i.e. x's index
+ * (L / P_j) % sizes_j, P_j the product of x's later sizes. */
+static int
+view_as_strided(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x, vbuf *out,
+                const char **why)
+{
+    int64_t size[STAX_MAX_DIMS], stride[STAX_MAX_DIMS];
+    const stax_ix *map[STAX_MAX_DIMS];
+    PyObject *so = lw_bound_arg(bound, in->op, "size");
+    PyObject *sto = lw_bound_arg(bound, in->op, "stride");
+    PyObject *oo = lw_bound_arg(bound, in->op, "storage_offset");
+    if (out->kind != VB_TENSOR || out->dtype != x->dtype) {
+        UNSUPPORTED("as_strided of another dtype");
+    }
+    int n = so != NULL ? lw_int_list(so, size, STAX_MAX_DIMS) : -1;
+    int ns = sto != NULL ? lw_int_list(sto, stride, STAX_MAX_DIMS) : -1;
+    int64_t off = oo != NULL && PyLong_Check(oo) ? PyLong_AsLongLong(oo) : 0;
+    PyErr_Clear();
+    if (n < 0 || ns != n || n != out->ndim || (oo != NULL && oo != Py_None && !PyLong_Check(oo))
+        || off < 0) {
+        UNSUPPORTED("as_strided sizes/strides not understood");
+    }
+    int64_t numel = 1, last = off, empty = 0;
+    for (int d = 0; d < x->ndim; d++) {
+        numel *= x->sizes[d];
+    }
+    for (int k = 0; k < n; k++) {
+        if (size[k] != out->sizes[k] || stride[k] < 0) {
+            UNSUPPORTED("as_strided sizes/strides not understood");
+        }
+        empty |= size[k] == 0;
+        last += size[k] > 0 ? (size[k] - 1) * stride[k] : 0;
+    }
+    if (!empty && last >= numel) {
+        UNSUPPORTED("as_strided beyond its input's elements (eager raises)");
+    }
+    const stax_ix *flat = lw_ix_const(c, off);
+    for (int k = 0; k < n; k++) {
+        if (size[k] != 1 && stride[k] != 0) {
+            flat = lw_ix_bin(c, STAX_IX_ADD, flat,
+                             lw_ix_bin(c, STAX_IX_MUL, lw_ix_var(c, k), lw_ix_const(c, stride[k])));
+        }
+    }
+    int64_t inner = 1;
+    for (int j = x->ndim - 1; j >= 0; j--) {
+        const stax_ix *ix = inner == 1 ? flat : lw_ix_bin(c, STAX_IX_DIV, flat, lw_ix_const(c, inner));
+        if (x->sizes[j] <= 1 || empty) {
+            ix = lw_ix_const(c, 0);
+        }
+        else if (j > 0) {
+            ix = lw_ix_bin(c, STAX_IX_MOD, ix, lw_ix_const(c, x->sizes[j]));
+        }
+        map[j] = ix;
+        inner *= x->sizes[j] > 0 ? x->sizes[j] : 1;
+    }
+    return lw_view_map(c, x, out, map);
+}
+
 /* split, chunk, unbind: a tuple of index maps into x */
 static int
 view_split(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x, vbuf *out,
@@ -652,6 +713,9 @@ lw_lower_view(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
     }
     if ((id == STAX_OP_SPLIT) || (id == STAX_OP_CHUNK) || (id == STAX_OP_UNBIND)) {
         return view_split(c, in, bound, x, out, why);
+    }
+    if (id == STAX_OP_AS_STRIDED) {
+        return view_as_strided(c, in, bound, x, out, why);
     }
     UNSUPPORTED("view without a lowering rule");
 }

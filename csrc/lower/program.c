@@ -130,10 +130,10 @@ program_traverse(Program *p, visitproc visit, void *arg)
     Py_VISIT(p->kernels);
     Py_VISIT(p->out_template);
     Py_VISIT(p->gm);
-    Py_VISIT(p->op_graph);
     Py_VISIT(p->variants);
     Py_VISIT(p->kcache);
     Py_VISIT(p->rg_extra);
+    Py_VISIT(p->py_gm);
     for (int i = 0; i < p->c.nsteps; i++) {
         Py_VISIT(p->c.steps[i].target);
         Py_VISIT(p->c.steps[i].args);
@@ -152,10 +152,10 @@ program_clear(Program *p)
     Py_CLEAR(p->kernels);
     Py_CLEAR(p->out_template);
     Py_CLEAR(p->gm);
-    Py_CLEAR(p->op_graph);
     Py_CLEAR(p->variants);
     Py_CLEAR(p->kcache);
     Py_CLEAR(p->rg_extra);
+    Py_CLEAR(p->py_gm);
     for (int i = 0; i < p->c.nsteps; i++) {
         Py_CLEAR(p->c.steps[i].target);
         Py_CLEAR(p->c.steps[i].args);
@@ -989,14 +989,7 @@ static PyObject *
 program_get_op_graph(Program *p, void *closure)
 {
     (void)closure;
-    if (p->op_graph == NULL) {
-        p->op_graph = stax_graph_make_op_graph(p->gm, NULL);
-        if (p->op_graph == NULL) {
-            PyErr_Clear();
-            return Py_NewRef(p->gm);
-        }
-    }
-    return Py_NewRef(p->op_graph);
+    return Py_NewRef(p->gm);     /* what was lowered: always the op graph */
 }
 
 static PyObject *

@@ -1,6 +1,6 @@
 /* Building a CompiledProgram from a graph: the stax_backend entry point
- * (picks the Python-level or op-level graph, propagates shapes when the
- * examples differ from the traced ones) and lw_build_program, which lowers
+ * (lowers the op-level graph, always, taken at the examples' values when
+ * they differ from the traced ones) and lw_build_program, which lowers
  * every node (native rule, library call or fallback kernel), makes the
  * output template, finalizes (fusion, buffer plan, compile) and collects
  * the kernels' descriptions. */
@@ -712,109 +712,143 @@ stax_lower_stax_backend(PyObject *gm, PyObject *examples, PyObject *kwargs)
     return stax_lower_program(gm, examples, be, strict, dynamic);
 }
 
+/* gm.graph.nodes as a new list, or NULL with an exception */
+static PyObject *
+graph_nodes(PyObject *gm)
+{
+    PyObject *graph = PyObject_GetAttrString(gm, "graph");
+    PyObject *nl = graph ? PyObject_GetAttrString(graph, "nodes") : NULL;
+    PyObject *nodes = nl ? PySequence_List(nl) : NULL;
+    Py_XDECREF(graph);
+    Py_XDECREF(nl);
+    return nodes;
+}
+
+/* 1 when the examples are not the samples gm was traced with (another
+ * size or dtype: a per-layout artifact), 0 when they are */
+static int
+examples_differ(PyObject *gm, PyObject *ex)
+{
+    PyObject *nodes = graph_nodes(gm);
+    if (nodes == NULL) {
+        return -1;
+    }
+    int k = 0, differ = 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(nodes) && !differ; i++) {
+        PyObject *node = PyList_GET_ITEM(nodes, i);
+        if (!StaxNode_Check(node) || ((StaxNode *)node)->op != STAX_NODE_PLACEHOLDER) {
+            continue;
+        }
+        PyObject *v = node_val(node, NULL);
+        int n1, n2;
+        int64_t s1[STAX_MAX_DIMS], s2[STAX_MAX_DIMS], t1[STAX_MAX_DIMS], t2[STAX_MAX_DIMS];
+        stax_dtype_t d1, d2;
+        if (v != NULL && k < PyTuple_GET_SIZE(ex)
+            && lw_val_info(v, &n1, s1, t1, &d1)
+            && lw_val_info(PyTuple_GET_ITEM(ex, k), &n2, s2, t2, &d2)) {
+            differ = n1 != n2 || d1 != d2
+                     || memcmp(s1, s2, sizeof(int64_t) * (size_t)n1) != 0;
+        }
+        Py_XDECREF(v);
+        k++;
+    }
+    PyErr_Clear();
+    Py_DECREF(nodes);
+    return differ;
+}
+
+/* 1 when a call node of gm has no value (a node a pass created without
+ * one): shape propagation gives it one */
+static int
+some_value_missing(PyObject *gm)
+{
+    PyObject *nodes = graph_nodes(gm);
+    if (nodes == NULL) {
+        return -1;
+    }
+    int missing = 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(nodes) && !missing; i++) {
+        PyObject *node = PyList_GET_ITEM(nodes, i);
+        if (StaxNode_Check(node) && ((StaxNode *)node)->op != STAX_NODE_PLACEHOLDER
+            && ((StaxNode *)node)->op != STAX_NODE_OUTPUT) {
+            PyObject *v = node_val(node, NULL);
+            missing = v == NULL;
+            Py_XDECREF(v);
+        }
+    }
+    Py_DECREF(nodes);
+    return missing;
+}
+
+/* gm's op-level graph at the samples ex (new reference): lowering's one
+ * input. Functionalized: mutations are values, copy_ writes them back into
+ * the mutated inputs; slice bounds and views' arguments follow the sizes
+ * they meet, except as_strided standing for a view outside the op table,
+ * which holds at ex's sizes only (stax_graph_op_graph_sample_sized).
+ * Other examples than the traced samples: the graph runs on them first
+ * and the op graph is taken at their values. */
+static PyObject *
+op_graph_at(PyObject *gm, PyObject *ex)
+{
+    int differ = examples_differ(gm, ex);
+    PyObject *vals = NULL;
+    if (differ < 0) {
+        return NULL;
+    }
+    if (differ) {
+        vals = lw_shape_prop(gm, ex);
+        if (vals == NULL) {
+            return NULL;
+        }
+    }
+    PyObject *og = stax_graph_make_op_graph_at(gm, vals);
+    Py_XDECREF(vals);
+    return og;
+}
+
 PyObject *
-stax_lower_program(PyObject *gm, PyObject *examples, stax_backend *be,
+stax_lower_program(PyObject *gm_in, PyObject *examples, stax_backend *be,
                    int strict, int dynamic)
 {
     PyObject *ex = PySequence_Tuple(examples);
     if (ex == NULL) {
         return NULL;
     }
-    /* a graph that mutates (in-place ops) is lowered from its op-level
-     * graph, where functionalization turned mutations into values and
-     * copy_ into the mutated inputs; others from the Python-level graph
-     * (same semantics, no pass cost on the first call) */
-    PyObject *gm_in = gm;
-    gm = NULL;
-    {
-        PyObject *g0 = PyObject_GetAttrString(gm_in, "graph");
-        PyObject *l0 = g0 ? PyObject_GetAttrString(g0, "nodes") : NULL;
-        PyObject *n0 = l0 ? PySequence_List(l0) : NULL;
-        Py_XDECREF(g0);
-        Py_XDECREF(l0);
-        /* a write (the graph room knows which calls write: in-place
-         * twins, setitem, inplace=True) needs the functionalized graph */
-        int mut = 0;
-        for (Py_ssize_t i = 0; n0 && i < PyList_GET_SIZE(n0) && !mut; i++) {
-            mut = stax_graph_node_is_inplace(PyList_GET_ITEM(n0, i));
-        }
-        Py_XDECREF(n0);
-        PyErr_Clear();
-        if (mut) {
-            gm = stax_graph_make_op_graph(gm_in, NULL);
-            if (gm == NULL && stax_graph_fz_unsafe_write()) {
-                /* a write the Python-level graph would silently lose (it
-                 * runs on a copy of the view): not lowered at all */
-                Py_DECREF(ex);
-                return NULL;
-            }
-            if (gm == NULL) {
-                PyErr_Clear();
-            }
-        }
-        if (gm == NULL) {
-            gm = Py_NewRef(gm_in);
-        }
-    }
-    /* the graph's meta['val'] describe the traced sizes: other example
-     * sizes (a per-layout artifact) need their own values */
-    PyObject *vals = NULL;
-    PyObject *graph = PyObject_GetAttrString(gm, "graph");
-    PyObject *nl = graph ? PyObject_GetAttrString(graph, "nodes") : NULL;
-    PyObject *nodes = nl ? PySequence_List(nl) : NULL;
-    Py_XDECREF(graph);
-    Py_XDECREF(nl);
-    if (nodes == NULL) {
+    PyObject *gm = op_graph_at(gm_in, ex);
+    if (gm == NULL) {
         Py_DECREF(ex);
-        Py_DECREF(gm);
         return NULL;
     }
-    int k = 0, differ = 0;
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(nodes) && !differ; i++) {
-        PyObject *node = PyList_GET_ITEM(nodes, i);
-        PyObject *op = PyObject_GetAttrString(node, "op");
-        if (op != NULL && PyUnicode_CompareWithASCIIString(op, "placeholder") == 0) {
-            PyObject *v = node_val(node, NULL);
-            int n1, n2;
-            int64_t s1[STAX_MAX_DIMS], s2[STAX_MAX_DIMS], t1[STAX_MAX_DIMS], t2[STAX_MAX_DIMS];
-            stax_dtype_t d1, d2;
-            if (v != NULL && k < PyTuple_GET_SIZE(ex)
-                && lw_val_info(v, &n1, s1, t1, &d1)
-                && lw_val_info(PyTuple_GET_ITEM(ex, k), &n2, s2, t2, &d2)) {
-                differ = n1 != n2 || d1 != d2
-                         || memcmp(s1, s2, sizeof(int64_t) * (size_t)n1) != 0;
-            }
-            Py_XDECREF(v);
-            k++;
-        }
-        else if (op != NULL && PyUnicode_CompareWithASCIIString(op, "output") != 0) {
-            /* nodes a pass created without a value: propagate shapes */
-            PyObject *v = node_val(node, NULL);
-            differ |= v == NULL;
-            Py_XDECREF(v);
-        }
-        Py_XDECREF(op);
+    return lw_program_from_op_graph(gm_in, gm, ex, be, strict, dynamic, 0, NULL);
+}
+
+PyObject *
+lw_program_from_op_graph(PyObject *gm_in, PyObject *gm, PyObject *ex, stax_backend *be,
+                         int strict, int dynamic, int no_random, PyObject *kcache)
+{
+    /* steals gm and ex */
+    PyObject *vals = NULL, *r = NULL;
+    int missing = some_value_missing(gm);
+    int fixed = missing < 0 ? -1 : stax_graph_op_graph_sample_sized(gm);
+    if (fixed < 0 || (missing && (vals = lw_shape_prop(gm, ex)) == NULL)) {
+        goto done;
     }
-    PyErr_Clear();
-    Py_DECREF(nodes);
-    if (differ) {
-        vals = lw_shape_prop(gm, ex);
-        if (vals == NULL) {
-            Py_DECREF(ex);
-            Py_DECREF(gm);
-            return NULL;
-        }
-    }
-    PyObject *r = lw_build_program(gm, ex, be, strict, dynamic, vals, 0, NULL);
-    if (r != NULL && ((Program *)r)->c.nrand > 0 && ((Program *)r)->c.nfallbacks > 0) {
+    r = lw_build_program(gm, ex, be, strict, dynamic, vals, no_random, kcache);
+    if (r != NULL && !no_random && ((Program *)r)->c.nrand > 0
+        && ((Program *)r)->c.nfallbacks > 0) {
         /* a fallback kernel could draw from the generator between native
          * draws: keep eager's order by running the random ops eagerly too */
-        Py_SETREF(r, lw_build_program(gm, ex, be, strict, dynamic, vals, 1, NULL));
+        Py_SETREF(r, lw_build_program(gm, ex, be, strict, dynamic, vals, 1, kcache));
     }
-    if (r != NULL && gm != gm_in) {
-        Py_XSETREF(((Program *)r)->op_graph, Py_NewRef(gm));
-        Py_XSETREF(((Program *)r)->rg_extra, rg_extra_template(gm_in));
+    if (r != NULL) {
+        Program *p = (Program *)r;
+        Py_XSETREF(p->rg_extra, rg_extra_template(gm_in));
+        /* other sizes (a dynamic program's variants) take the op graph
+         * again from the Python-level one when this one holds at ex's
+         * sizes only */
+        Py_XSETREF(p->py_gm, fixed ? Py_NewRef(gm_in) : NULL);
     }
+done:
     Py_XDECREF(vals);
     Py_DECREF(ex);
     Py_DECREF(gm);

@@ -155,8 +155,8 @@ storage_clone(StaxTensor *t)
  * when they run. So propagate over layout-preserving clones of the tensor
  * inputs (inputs sharing a storage share one clone) with the default
  * generator's state restored afterwards. */
-static PyObject *
-shape_prop_isolated(PyObject *gm, PyObject *ex)
+PyObject *
+lw_shape_prop_isolated(PyObject *gm, PyObject *ex, int meta_ok, int real_inputs)
 {
     Py_ssize_t n = PyTuple_GET_SIZE(ex);
     PyObject *cex = PyTuple_New(n);
@@ -198,8 +198,8 @@ shape_prop_isolated(PyObject *gm, PyObject *ex)
         }
         PyTuple_SET_ITEM(cex, i, c);
     }
-    vals = shape_prop(gm, cex, 1);
-    if (vals != NULL) {
+    vals = shape_prop(gm, cex, meta_ok);
+    if (vals != NULL && real_inputs) {
         /* placeholders keep the real inputs (their layout is the same) */
         PyObject *graph = PyObject_GetAttrString(gm, "graph");
         PyObject *nl = graph ? PyObject_GetAttrString(graph, "nodes") : NULL;
@@ -274,15 +274,31 @@ lw_find_variant(Program *p, PyObject *const *args, Py_ssize_t nargs)
     for (Py_ssize_t i = 0; i < nargs; i++) {
         PyTuple_SET_ITEM(ex, i, Py_NewRef(args[i]));
     }
-    PyObject *vals = shape_prop_isolated(p->gm, ex);
-    PyObject *q = vals ? lw_build_program(p->gm, ex, p->c.be, p->strict, 0, vals,
-                                        p->c.no_random, p->kcache) : NULL;
+    PyObject *q = NULL;
+    if (p->py_gm != NULL) {
+        /* p's op graph holds at its samples' sizes only: take it again
+         * from the Python-level graph at these, on clones (the graph may
+         * write its inputs), placeholders included: a view's value must
+         * share its input's storage to be taken as one */
+        PyObject *vals = lw_shape_prop_isolated(p->py_gm, ex, 0, 0);
+        PyObject *og = vals ? stax_graph_make_op_graph_at(p->py_gm, vals) : NULL;
+        Py_XDECREF(vals);
+        q = og ? lw_program_from_op_graph(p->py_gm, og, Py_NewRef(ex), p->c.be, p->strict, 0,
+                                          p->c.no_random, p->kcache) : NULL;
+    }
+    else {
+        PyObject *vals = lw_shape_prop_isolated(p->gm, ex, 1, 1);
+        q = vals ? lw_build_program(p->gm, ex, p->c.be, p->strict, 0, vals,
+                                    p->c.no_random, p->kcache) : NULL;
+        Py_XDECREF(vals);
+        if (q != NULL) {
+            Py_XSETREF(((Program *)q)->rg_extra, Py_XNewRef(p->rg_extra));
+        }
+    }
     Py_DECREF(ex);
-    Py_XDECREF(vals);
     if (q == NULL) {
         return NULL;
     }
-    Py_XSETREF(((Program *)q)->rg_extra, Py_XNewRef(p->rg_extra));
     if (PyList_GET_SIZE(p->variants) >= 64) {
         PySequence_DelItem(p->variants, 0);
     }
