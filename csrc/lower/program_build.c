@@ -14,19 +14,25 @@
 #include <string.h>
 
 /* ------------------------------------------------------------- driver */
+/* a node's opcode (the graph room's enum), or -1 for a non-node */
+static int
+node_opcode(PyObject *node)
+{
+    return StaxNode_Check(node) ? (int)((StaxNode *)node)->op : -1;
+}
+
 /* the op name of a node's target (new str) or NULL (no exception) */
 static PyObject *
 target_name(PyObject *node, int *is_method)
 {
-    PyObject *op = PyObject_GetAttrString(node, "op");
     PyObject *tg = PyObject_GetAttrString(node, "target");
     PyObject *r = NULL;
     *is_method = 0;
-    if (op == NULL || tg == NULL) {
+    if (tg == NULL) {
         goto done;
     }
     if (PyUnicode_Check(tg)) {
-        *is_method = PyUnicode_CompareWithASCIIString(op, "call_method") == 0;
+        *is_method = node_opcode(node) == STAX_NODE_CALL_METHOD;
         r = Py_NewRef(tg);
         goto done;
     }
@@ -50,7 +56,6 @@ target_name(PyObject *node, int *is_method)
     }
 done:
     PyErr_Clear();
-    Py_XDECREF(op);
     Py_XDECREF(tg);
     return r;
 }
@@ -350,12 +355,11 @@ done:
 static PyObject *
 user_call(PyObject *node, const char *opname)
 {
-    PyObject *op = PyObject_GetAttrString(node, "op");
-    PyObject *tg = op ? PyObject_GetAttrString(node, "target") : NULL;
+    PyObject *tg = PyObject_GetAttrString(node, "target");
     PyObject *args = tg ? PyObject_GetAttrString(node, "args") : NULL;
     PyObject *r = NULL;
     if (args != NULL) {
-        if (PyUnicode_Check(tg) && PyUnicode_CompareWithASCIIString(op, "call_method") == 0) {
+        if (PyUnicode_Check(tg) && node_opcode(node) == STAX_NODE_CALL_METHOD) {
             r = PyUnicode_FromFormat("Tensor.%U()", tg);
         }
         else if (PyUnicode_Check(tg)) {
@@ -391,7 +395,6 @@ user_call(PyObject *node, const char *opname)
         }
     }
     PyErr_Clear();
-    Py_XDECREF(op);
     Py_XDECREF(tg);
     Py_XDECREF(args);
     return r != NULL ? r : PyUnicode_FromString(opname ? opname : "?");
@@ -558,28 +561,24 @@ rg_extra_template(PyObject *gm)
     for (Py_ssize_t i = 0; nodes && masks && written && alias && roots && phs
                            && i < PyList_GET_SIZE(nodes); i++) {
         PyObject *node = PyList_GET_ITEM(nodes, i);
-        PyObject *op = PyObject_GetAttrString(node, "op");
-        const char *opc = op ? PyUnicode_AsUTF8(op) : NULL;
+        int opc = node_opcode(node);
         uint64_t m = 0;
-        if (opc == NULL) {
-            Py_XDECREF(op);
+        if (opc < 0) {
             goto done;
         }
-        if (!strcmp(opc, "output")) {
+        if (opc == STAX_NODE_OUTPUT) {
             PyObject *a = PyObject_GetAttrString(node, "args");
             PyObject *o = a && PyTuple_Check(a) && PyTuple_GET_SIZE(a) == 1
                           ? PyTuple_GET_ITEM(a, 0) : a;
             rgt = o ? rg_extra_map(o, masks, written, 0, &any) : NULL;
             fresht = o ? rg_extra_map(o, masks, alias, 1, &anyf) : NULL;
             Py_XDECREF(a);
-            Py_DECREF(op);
             break;
         }
-        if (!strcmp(opc, "placeholder")) {
+        if (opc == STAX_NODE_PLACEHOLDER) {
             m = 1ULL << (k < 63 ? k : 63);
             k++;
             if (PyDict_SetItem(alias, node, node) < 0 || PyList_Append(phs, node) < 0) {
-                Py_DECREF(op);
                 goto done;
             }
         }
@@ -598,7 +597,6 @@ rg_extra_template(PyObject *gm)
              * v[:] = x) requires grad as that tensor does in eager: from its
              * creation, which the op graph's value (the write's) forgot */
             if (reads_written && PySet_Add(written, node) < 0) {
-                Py_DECREF(op);
                 goto done;
             }
             const stax_op_info *info;
@@ -632,8 +630,7 @@ rg_extra_template(PyObject *gm)
                         if (rg_note_write(node, ph, m, masks, roots, alias, phs,
                                           mutm, &anym) < 0) {
                             Py_DECREF(a);
-                            Py_DECREF(op);
-                            goto done;
+                                        goto done;
                         }
                     }
                 }
@@ -641,7 +638,6 @@ rg_extra_template(PyObject *gm)
             }
             PyErr_Clear();
         }
-        Py_DECREF(op);
         PyObject *pm = PyLong_FromUnsignedLongLong(m);
         if (pm == NULL || PyDict_SetItem(masks, node, pm) < 0) {
             Py_XDECREF(pm);
@@ -1343,10 +1339,7 @@ static int
 att_const_causal(lw_build *b, int i, int inv, int64_t L, int64_t S, int64_t *off)
 {
     PyObject *node = PyList_GET_ITEM(b->nodes, i);
-    PyObject *opn = PyObject_GetAttrString(node, "op");
-    int ga = opn != NULL && PyUnicode_Check(opn)
-             && PyUnicode_CompareWithASCIIString(opn, "get_attr") == 0;
-    Py_XDECREF(opn);
+    int ga = node_opcode(node) == STAX_NODE_GET_ATTR;
     PyObject *val = ga ? node_val(node, b->vals) : NULL;
     PyObject *np = val ? PyObject_CallMethod(val, "numpy", NULL) : NULL;
     PyArrayObject *a = np ? (PyArrayObject *)PyArray_FROMANY(np, NPY_BOOL, 2, STAX_MAX_DIMS,
@@ -1380,10 +1373,7 @@ static int
 att_const_ones(lw_build *b, int i)
 {
     PyObject *node = PyList_GET_ITEM(b->nodes, i);
-    PyObject *opn = PyObject_GetAttrString(node, "op");
-    int ga = opn != NULL && PyUnicode_Check(opn)
-             && PyUnicode_CompareWithASCIIString(opn, "get_attr") == 0;
-    Py_XDECREF(opn);
+    int ga = node_opcode(node) == STAX_NODE_GET_ATTR;
     PyObject *val = ga ? node_val(node, b->vals) : NULL;
     PyObject *np = val ? PyObject_CallMethod(val, "numpy", NULL) : NULL;
     PyObject *all = np ? PyObject_CallMethod(np, "all", NULL) : NULL;
@@ -1836,12 +1826,9 @@ bs_lower_nodes(lw_build *b)
             return -1;
         }
         Py_DECREF(ii);
-        PyObject *ops = PyObject_GetAttrString(node, "op");
-        stax_node_op_t opc;
-        const char *s = ops ? PyUnicode_AsUTF8(ops) : NULL;
-        int bad = s == NULL || stax_node_op_from_name(s, &opc) < 0;
-        Py_XDECREF(ops);
-        if (bad) {
+        int opc = node_opcode(node);
+        if (opc < 0) {
+            PyErr_SetString(PyExc_TypeError, "lowering: a graph node that is not a Node");
             return -1;
         }
         vbuf *v = NULL;

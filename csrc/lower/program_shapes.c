@@ -52,21 +52,23 @@ shape_prop(PyObject *gm, PyObject *ex, int meta_ok)
     int k = 0;
     for (Py_ssize_t i = 0; vals && i < PyList_GET_SIZE(nodes); i++) {
         PyObject *node = PyList_GET_ITEM(nodes, i);
-        PyObject *op = PyObject_GetAttrString(node, "op");
-        PyObject *tg = op ? PyObject_GetAttrString(node, "target") : NULL;
+        int o = StaxNode_Check(node) ? (int)((StaxNode *)node)->op : -1;
+        PyObject *tg = o >= 0 ? PyObject_GetAttrString(node, "target") : NULL;
         PyObject *a = tg ? PyObject_GetAttrString(node, "args") : NULL;
         PyObject *kw = a ? PyObject_GetAttrString(node, "kwargs") : NULL;
         PyObject *r = NULL;
-        const char *o = op ? PyUnicode_AsUTF8(op) : NULL;
-        if (kw != NULL && o != NULL) {
-            if (!strcmp(o, "placeholder")) {
+        if (o < 0) {
+            PyErr_SetString(PyExc_TypeError, "shape propagation: a graph node that is not a Node");
+        }
+        if (kw != NULL) {
+            if (o == STAX_NODE_PLACEHOLDER) {
                 r = k < PyTuple_GET_SIZE(ex) ? Py_NewRef(PyTuple_GET_ITEM(ex, k)) : Py_NewRef(Py_None);
                 k++;
             }
-            else if (!strcmp(o, "output")) {
+            else if (o == STAX_NODE_OUTPUT) {
                 r = Py_NewRef(Py_None);
             }
-            else if (!strcmp(o, "get_attr")) {
+            else if (o == STAX_NODE_GET_ATTR) {
                 r = PyObject_GetAttr(gm, tg);
             }
             else {
@@ -83,7 +85,7 @@ shape_prop(PyObject *gm, PyObject *ex, int meta_ok)
                     /* a size variant needs the nodes' metadata, not their
                      * elements: ops of the table run in meta mode (eager's
                      * checks, shapes and strides, nothing computed) */
-                    if (!strcmp(o, "call_method")) {
+                    if (o == STAX_NODE_CALL_METHOD) {
                         PyObject *self = PyTuple_GET_ITEM(sa, 0);
                         PyObject *m = PyObject_GetAttr(self, tg);
                         PyObject *rest = m ? PyTuple_GetSlice(sa, 1, PyTuple_GET_SIZE(sa)) : NULL;
@@ -112,7 +114,6 @@ shape_prop(PyObject *gm, PyObject *ex, int meta_ok)
                 Py_XDECREF(sk);
             }
         }
-        Py_XDECREF(op);
         Py_XDECREF(tg);
         Py_XDECREF(a);
         Py_XDECREF(kw);

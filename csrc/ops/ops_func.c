@@ -339,6 +339,9 @@ run_op_kernel(const stax_op_info *op, PyObject *func, PyObject *const *args,
     Py_ssize_t nall = nargs + (kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0);
     PyObject *res, *impl;
     int inplace = stax_ops_is_inplace_info(op);
+    /* writes its argument 0: an in-place twin (add_) or a row that only
+     * exists in place (copy_, uniform_): the table's flag says which */
+    int mutates = (op->flags & STAX_OPF_INPLACE) != 0;
 
     if (inplace && op->kind == STAX_OPK_POINTWISE && nargs >= 1
         && check_no_internal_overlap(args[0]) < 0) {
@@ -349,8 +352,7 @@ run_op_kernel(const stax_op_info *op, PyObject *func, PyObject *const *args,
             if (has_cuda(args[i])) {
                 res = run_registered(STAX_PY_CUDA_DISPATCH, op, func, args, nargs,
                                      kwnames, inplace);
-                if (res != NULL && (inplace
-                                    || op->name[strlen(op->name) - 1] == '_')) {
+                if (res != NULL && mutates) {
                     inplace_requires_grad(args, nargs, kwnames);
                 }
                 return res;
@@ -358,7 +360,6 @@ run_op_kernel(const stax_op_info *op, PyObject *func, PyObject *const *args,
         }
     }
     if (bf16_computed(op, args, nargs, kwnames, inplace)) {
-        int mutates = inplace || op->name[strlen(op->name) - 1] == '_';
         res = run_registered(STAX_PY_BF16_DISPATCH, op, func, args, nargs, kwnames,
                              mutates);
         if (res != NULL && mutates) {
@@ -398,7 +399,7 @@ run_op_kernel(const stax_op_info *op, PyObject *func, PyObject *const *args,
             return NULL;
         }
     }
-    if (res != NULL && (inplace || op->name[strlen(op->name) - 1] == '_')) {
+    if (res != NULL && mutates) {
         inplace_requires_grad(args, nargs, kwnames);
     }
     return res;
