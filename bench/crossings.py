@@ -6,7 +6,8 @@ A sys.setprofile hook counts the 'c_call' events, made from Python code,
 into functions of tensorplay._C (module functions and methods of _C types)
 while one call of a compiled function misses and compiles. Two misses are
 measured: the first call of `relu(x + w) * 2` (lifting and planning
-included) and a recompile of the same function on a new shape. -v lists
+included) and a recompile of the same function on a new shape; then a
+recompile on new sizes of the same rank (automatic dynamic). -v lists
 the functions called. Not a test; tests/test_crossings.py keeps the count
 from growing."""
 import os
@@ -61,10 +62,26 @@ def misses():
     return first, recompile
 
 
+def dynamic_miss():
+    """A recompile caused by sizes only: automatic dynamic shapes key the
+    function by rank from then on, the call is keyed again (in C, by
+    stax_compile) and compiled dynamic."""
+    def f(x, w):
+        return tp.relu(x + w) * 2
+
+    cf = tp.compile(f)
+    cf(tp.randn(8), tp.randn(8))
+    y, v = tp.randn(9), tp.randn(9)
+    got = count(lambda: cf(y, v))
+    assert len(cf.versions) == 2 and cf.versions[1].dynamic, "the second call must compile dynamic"
+    return got
+
+
 def main():
     first, recompile = misses()
     verbose = "-v" in sys.argv
-    for label, (n, names) in (("first call (miss)", first), ("recompile (miss)", recompile)):
+    for label, (n, names) in (("first call (miss)", first), ("recompile (miss)", recompile),
+                              ("size-only recompile (automatic dynamic)", dynamic_miss())):
         print(f"{label}: {n} Python->C crossings")
         if verbose:
             for nm in names:

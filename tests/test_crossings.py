@@ -13,7 +13,7 @@ import tensorplay as tp
 from tensorplay import _C
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
-from crossings import count, misses  # noqa: E402
+from crossings import count, dynamic_miss, misses  # noqa: E402
 
 
 def test_a_recompile_crosses_into_c_three_times():
@@ -24,6 +24,26 @@ def test_a_recompile_crosses_into_c_three_times():
         assert stage not in names
     assert n <= 3, names
     assert first[1].count("stax_compile") == 1
+
+
+def test_an_automatic_dynamic_recompile_keys_the_call_in_c():
+    # the call keyed statically is keyed again by rank inside stax_compile
+    # (rekey), not by a _guard_call_key call from the Python driver
+    n, names = dynamic_miss()
+    assert "_guard_call_key" not in names, names
+    assert names.count("stax_compile") == 1
+
+
+def test_a_rekeyed_version_serves_other_sizes():
+    def f(x, w):
+        return tp.relu(x + w) * 2
+    cf = tp.compile(f)
+    for n in (8, 9, 12, 5):
+        x, w = tp.randn(n), tp.randn(n)
+        np.testing.assert_allclose(cf(x, w).numpy(), f(x, w).numpy(), rtol=1e-6)
+    assert len(cf.versions) == 2 and cf.versions[1].dynamic
+    v = cf.versions[1]
+    assert v.gkey[0] == cf.versions[1].sig_args and v.sig_args is not None
 
 
 def test_stax_compile_runs_the_pipeline_and_returns_one_artifact():

@@ -68,30 +68,64 @@ note_rng_state(PyObject *seeds)
     return r;
 }
 
+/* key with its sigma (items 0-3) taken again from the call: rekey is
+ * (args, kwargs, free, effect_only), the form (static or by rank) key's
+ * dynamic flag says; new reference */
+static PyObject *
+rekeyed(PyObject *key, PyObject *rekey, PyObject *examples)
+{
+    int dyn;
+    if (!PyTuple_Check(key) || PyTuple_GET_SIZE(key) != 9 || !PyTuple_Check(rekey)
+        || PyTuple_GET_SIZE(rekey) != 4) {
+        PyErr_SetString(PyExc_TypeError, "stax_compile: rekey is (args, kwargs, free, "
+                        "effect_only), with a key");
+        return NULL;
+    }
+    if ((dyn = PyObject_IsTrue(PyTuple_GET_ITEM(key, 8))) < 0) {
+        return NULL;
+    }
+    PyObject *sig = stax_guard_call_key_of(PyTuple_GET_ITEM(rekey, 0), PyTuple_GET_ITEM(rekey, 1),
+                                           PyTuple_GET_ITEM(rekey, 2), PyTuple_GET_ITEM(rekey, 3),
+                                           dyn, examples);
+    PyObject *head = sig ? PyTuple_GetSlice(key, 4, 9) : NULL;
+    PyObject *r = head ? PySequence_Concat(sig, head) : NULL;
+    Py_XDECREF(sig);
+    Py_XDECREF(head);
+    return r;
+}
+
 static PyObject *
 py_stax_compile(PyObject *mod, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"fn", "inputs", "kwargs", "names", "examples",
                              "prepare", "log", "lower", "lazy", "symenv",
-                             "key", "seeds", NULL};
+                             "key", "seeds", "rekey", NULL};
     PyObject *fn, *inputs, *kw = Py_None, *names = Py_None;
     PyObject *examples = Py_None, *prepare = Py_None, *log = Py_None;
     PyObject *lower = Py_None, *symenv = Py_None, *key = Py_None;
-    PyObject *seeds = Py_None;
+    PyObject *seeds = Py_None, *rekey = Py_None;
     PyObject *tr = NULL, *gm = NULL, *gm2 = NULL, *ok = NULL, *art = NULL;
-    PyObject *err = NULL, *ver = NULL, *res = NULL;
+    PyObject *err = NULL, *ver = NULL, *res = NULL, *key2 = NULL;
     unsigned long long counts[3] = {0, 0, 0};
     int do_lower, lazy = 0;
     (void)mod;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|OOOOOOpOOO:stax_compile",
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|OOOOOOpOOOO:stax_compile",
                                      kwlist, &fn, &inputs, &kw, &names,
                                      &examples, &prepare, &log, &lower, &lazy,
-                                     &symenv, &key, &seeds)) {
+                                     &symenv, &key, &seeds, &rekey)) {
         return NULL;
     }
     do_lower = lower != Py_None;
+    /* a call keyed before the function went dynamic: its sigma again, by
+     * rank, before the trace runs on its arguments */
+    if (rekey != Py_None && key != Py_None) {
+        if ((key2 = rekeyed(key, rekey, examples)) == NULL) {
+            return NULL;
+        }
+        key = key2;
+    }
     if (note_rng_state(seeds) < 0) {
-        return NULL;
+        goto done;
     }
     tr = stax_trace_run(fn, inputs, kw, names, lazy, symenv);
     if (tr == NULL) {
@@ -155,6 +189,7 @@ done:
     Py_XDECREF(art);
     Py_XDECREF(err);
     Py_XDECREF(ver);
+    Py_XDECREF(key2);
     return res;
 }
 
@@ -174,7 +209,7 @@ static PyMethodDef driver_methods[] = {
      METH_VARARGS | METH_KEYWORDS,
      "stax_compile(fn, inputs, kwargs=None, names=None, examples=None, "
      "prepare=None, log=None, lower=None, lazy=False, symenv=None, "
-     "key=None, seeds=None) -> (trace_result, gm, "
+     "key=None, seeds=None, rekey=None) -> (trace_result, gm, "
      "artifact, error, (cache_hits, cache_misses, backend_compiles)[, version])\n\n"
      "One compile miss: trace fn on inputs/kwargs (names: placeholder "
      "names; lazy, symenv: as trace()'s), call prepare(trace_result) (its false result skips lowering), "
@@ -193,7 +228,10 @@ static PyMethodDef driver_methods[] = {
      "instead of the traced gate outcomes), shape_reads, detach_masks (None, "
      "or per output leaf the mask of the inputs whose requires_grad reaches "
      "it past a detach). seeds: an object "
-     "whose state0 is set to the generator's state before the trace."},
+     "whose state0 is set to the generator's state before the trace. "
+     "rekey: (args, kwargs, free, effect_only) of a call keyed before the "
+     "function went dynamic: key's sigma and aliasing are computed again "
+     "from them (the returned key holds the new sigma)."},
     {"_guard_gate_values", (PyCFunction)(void (*)(void))py_gate_values,
      METH_FASTCALL,
      "_guard_gate_values(kinds, values) -> tuple: the data gates' outcomes "

@@ -76,6 +76,12 @@ PyObject *stax_guard_call_key(PyObject *args, PyObject *kwargs, PyObject *free,
                               const unsigned char *effect, int dynamic,
                               PyObject *const *flat, Py_ssize_t nflat);
 
+/* The same from Python objects: effect_only a tuple of the indices of
+ * the free values keyed by identity, flat a sequence of the call's
+ * tensors (what _guard_call_key and stax_compile's rekey take). */
+PyObject *stax_guard_call_key_of(PyObject *args, PyObject *kwargs, PyObject *free,
+                                 PyObject *effect_only, int dynamic, PyObject *flat);
+
 /* The guard text of gamma_g (the data gates' outcomes). */
 #define STAX_GATE_TEXT "control-flow gate outcomes match the traced branch"
 

@@ -776,32 +776,25 @@ done:
     return res;
 }
 
-/* _guard_call_key(args, kwargs, free, effect_only, dynamic, flat) ->
- * stax_guard_call_key, effect_only the indices of free values keyed by
- * (type, id) (the Python driver's whole-call path keys a call so). */
-static PyObject *
-py_call_key(PyObject *self, PyObject *const *a, Py_ssize_t n)
+PyObject *
+stax_guard_call_key_of(PyObject *args, PyObject *kwargs, PyObject *free,
+                       PyObject *effect_only, int dyn, PyObject *flat)
 {
     PyObject *fast = NULL, *res = NULL;
     unsigned char *effect = NULL;
-    (void)self;
-    if (n != 6 || !PyTuple_Check(a[0]) || !PyDict_Check(a[1])
-        || !PyTuple_Check(a[2]) || !PyTuple_Check(a[3])) {
+    if (!PyTuple_Check(args) || !PyDict_Check(kwargs) || !PyTuple_Check(free)
+        || !PyTuple_Check(effect_only)) {
         PyErr_SetString(PyExc_TypeError, "_guard_call_key(args, kwargs, "
                         "free, effect_only, dynamic, flat)");
         return NULL;
     }
-    int dyn = PyObject_IsTrue(a[4]);
-    if (dyn < 0) {
-        return NULL;
-    }
-    Py_ssize_t nf = PyTuple_GET_SIZE(a[2]);
+    Py_ssize_t nf = PyTuple_GET_SIZE(free);
     effect = PyMem_Calloc(nf ? nf : 1, 1);
     if (effect == NULL) {
         return PyErr_NoMemory();
     }
-    for (Py_ssize_t e = 0; e < PyTuple_GET_SIZE(a[3]); e++) {
-        Py_ssize_t ix = PyLong_AsSsize_t(PyTuple_GET_ITEM(a[3], e));
+    for (Py_ssize_t e = 0; e < PyTuple_GET_SIZE(effect_only); e++) {
+        Py_ssize_t ix = PyLong_AsSsize_t(PyTuple_GET_ITEM(effect_only, e));
         if (ix == -1 && PyErr_Occurred()) {
             goto done;
         }
@@ -809,9 +802,9 @@ py_call_key(PyObject *self, PyObject *const *a, Py_ssize_t n)
             effect[ix] = 1;
         }
     }
-    fast = PySequence_Fast(a[5], "_guard_call_key: flat is a sequence");
+    fast = PySequence_Fast(flat, "_guard_call_key: flat is a sequence");
     if (fast != NULL) {
-        res = stax_guard_call_key(a[0], a[1], a[2], effect, dyn,
+        res = stax_guard_call_key(args, kwargs, free, effect, dyn,
                                   PySequence_Fast_ITEMS(fast),
                                   PySequence_Fast_GET_SIZE(fast));
     }
@@ -819,6 +812,22 @@ done:
     PyMem_Free(effect);
     Py_XDECREF(fast);
     return res;
+}
+
+/* _guard_call_key(args, kwargs, free, effect_only, dynamic, flat) ->
+ * stax_guard_call_key, effect_only the indices of free values keyed by
+ * (type, id) (the Python driver's whole-call path keys a call so). */
+static PyObject *
+py_call_key(PyObject *self, PyObject *const *a, Py_ssize_t n)
+{
+    (void)self;
+    if (n != 6) {
+        PyErr_SetString(PyExc_TypeError, "_guard_call_key(args, kwargs, "
+                        "free, effect_only, dynamic, flat)");
+        return NULL;
+    }
+    int dyn = PyObject_IsTrue(a[4]);
+    return dyn < 0 ? NULL : stax_guard_call_key_of(a[0], a[1], a[2], a[3], dyn, a[5]);
 }
 
 static PyMethodDef signature_methods[] = {

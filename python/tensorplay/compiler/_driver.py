@@ -232,6 +232,15 @@ class _Call:
                  "rho", "dtype", "flat", "paths", "gkey", "alias", "effects", "stores",
                  "n_extras", "unsafe_store", "seeds", "symenv", "dyn", "effect", "_static", "ver")
 
+    def sigs(self):
+        """sigma of the call as keyed (a call rekeyed for a function that
+        went dynamic gets it from its compile, stax_compile's rekey; a
+        reader before that, the recompile log, computes it here)."""
+        if self.sig_args is None:
+            return _C._guard_call_key(tuple(self.args), self.kwargs, tuple(self.free),
+                                      self.effect, self.dyn, self.flat)[:3]
+        return self.sig_args, self.sig_kwargs, self.sig_free
+
     def static_sigs(self):
         """sigma of the call in its static form (sizes and strides), for the
         versions compiled before automatic dynamic keyed by rank."""
@@ -409,9 +418,10 @@ class Version:
         slice on the call's tensors (a slice that cannot run counts as
         differing)."""
         out = []
-        c_args, c_kwargs, c_free = call.sig_args, call.sig_kwargs, call.sig_free
         if not self.dynamic and getattr(call, "dyn", False):
             c_args, c_kwargs, c_free = call.static_sigs()
+        else:
+            c_args, c_kwargs, c_free = call.sigs()
         if len(self.sig_args) != len(c_args):
             out.append(Guard("inputs[0]", f"len(inputs[0]) == {len(self.sig_args)}",
                              len(self.sig_args), len(c_args)))
@@ -1257,13 +1267,11 @@ class Driver:
         self._rekey(call, plan)
 
     def _rekey(self, call, plan):
-        """call's sigma again, in the dynamic form (the same _Call object:
-        the miss path reads its gkey afterwards)."""
-        call.sig_args, call.sig_kwargs, call.sig_free, call.alias = _C._guard_call_key(
-            tuple(call.args), call.kwargs, tuple(call.free), plan.effect_tuple, self.dynamic,
-            call.flat)
-        call.gkey = (call.sig_args, call.sig_kwargs, call.sig_free, call.rho, call.dtype, call.alias)
-        call.dyn = self.dynamic
+        """call's sigma again, in the dynamic form (the same _Call object):
+        its compile computes it in C (stax_compile's rekey) and _trace
+        stores it; until then the call matches no version."""
+        call.sig_args = call.sig_kwargs = call.sig_free = call.gkey = None
+        call.dyn, call.effect = self.dynamic, plan.effect_tuple
 
     def _trace(self, call, plan, lower=False, prepare=None, key=False):
         """lift -> one _C.stax_compile (csrc/guards/driver.c): trace, this
@@ -1331,16 +1339,30 @@ class Driver:
         # key: the call's key components; stax_compile keys the new version
         # (sigma, gamma_s, gamma_g after its replay check, rho) and writes its
         # guards (csrc/guards/version.c)
-        ckey = ((call.sig_args, call.sig_kwargs, call.sig_free, call.alias, call.rho, call.dtype,
-                 tuple(call.paths), tuple(plan.paths), self.dynamic) if key else None)
+        # (a call rekeyed for a function that went dynamic: its sigma and
+        # aliasing are computed there, rekey)
+        ckey = rekey = None
+        stale = key and call.sig_args is None
+        if key:
+            sig = ((), (), ()) if stale else (call.sig_args, call.sig_kwargs, call.sig_free)
+            ckey = sig + (call.alias, call.rho, call.dtype, tuple(call.paths), tuple(plan.paths),
+                          self.dynamic)
+        if stale:
+            rekey = (tuple(call.args), call.kwargs, tuple(call.free), plan.effect_tuple)
         try:
             got = _C.stax_compile(
                 wrapper, lifted + tuple(call.args), dict(call.kwargs), names, list(call.flat),
                 after_trace, passes_log, opts,
                 lazy=config.lazy_samples and self.backend_name in ("stax", "eager"),
-                symenv=env, key=ckey, seeds=seeds)
+                symenv=env, key=ckey, seeds=seeds, rekey=rekey)
             tr, gm, art, err, counts = got[:5]
             call.ver = got[5] if key else None
+            if stale:
+                sigma = call.ver["key"][0]
+                call.sig_args, call.sig_kwargs, call.sig_free = sigma[:3]
+                call.alias = sigma[3] if len(sigma) > 3 else None
+                call.gkey = (call.sig_args, call.sig_kwargs, call.sig_free, call.rho, call.dtype,
+                             call.alias)
         except BaseException:
             if tracing[0]:      # the trace itself failed
                 call.effects_before_error = bool(slog.entries or getattr(wrapper, "effects", None))
