@@ -1576,6 +1576,20 @@ render_body(emitter *m, int *has_red)
  * over K and V (no L x S buffer, no local array of runtime size). */
 #define STAX_ATT_EC 32
 
+/* one term of the attention loop: v's temporaries at `indent`, then the
+ * statement's start `lead` and v's value (the caller ends the statement) */
+static int
+att_term(emitter *m, const char *indent, const stax_lval *v, const char *lead)
+{
+    m->indent = indent;
+    if (emit_val(m, v) < 0) {
+        return -1;
+    }
+    put(m->b, "%s%s", indent, lead);
+    ref(m, v);
+    return 0;
+}
+
 static int
 render_attention(emitter *m)
 {
@@ -1586,6 +1600,7 @@ render_attention(emitter *m)
     sbuf *b = m->b;
     const char *at = reg_ctypes[A[0].dtype];
     const char *fx = A[0].dtype == STAX_FLOAT64 ? "exp" : "expf";
+    char lead[64];
     int keep;
     put(b, "    const int64_t tq = %d, nqb = (d1 + tq - 1) / tq;\n", st->tile_q);
     put(b, "    const int64_t xnumel = (end - start) * tq;\n");
@@ -1617,20 +1632,15 @@ render_attention(emitter *m)
     put(b, "                %s acc0 = 0;\n", at);
     put(b, "                for (int64_t r1 = 0; r1 < d3; r1++) {\n");
     keep = m->nmemo;
-    m->indent = "                    ";
-    if (emit_val(m, A[0].value) < 0) {
+    if (att_term(m, "                    ", A[0].value, "acc0 += ") < 0) {
         return -1;
     }
-    put(b, "                    acc0 += ");
-    ref(m, A[0].value);
     put(b, ";\n                }\n");
     scope_reset(m, keep);
-    m->indent = "                ";
-    if (emit_val(m, A[1].value) < 0) {
+    snprintf(lead, sizeof(lead), "const %s s = ", at);
+    if (att_term(m, "                ", A[1].value, lead) < 0) {
         return -1;
     }
-    put(b, "                const %s s = ", at);
-    ref(m, A[1].value);
     put(b, ";\n"
         "                const %s mn = stax_maxnan(mrun, s);\n"
         "                const %s alpha = mrun == mn ? (%s)1 : %s(mrun - mn);\n"
@@ -1640,12 +1650,9 @@ render_attention(emitter *m)
     scope_reset(m, keep);
     put(b, "                for (int e = 0; e < ne; e++) {\n"
         "                    const int64_t r2 = e0 + e;\n");
-    m->indent = "                    ";
-    if (emit_val(m, A[2].value) < 0) {
+    if (att_term(m, "                    ", A[2].value, "accv[e] = accv[e] * alpha + p * ") < 0) {
         return -1;
     }
-    put(b, "                    accv[e] = accv[e] * alpha + p * ");
-    ref(m, A[2].value);
     put(b, ";\n                }\n");
     scope_reset(m, keep);
     put(b, "            }\n");

@@ -728,19 +728,11 @@ class Driver:
         the joint graph is traced at concrete shapes (its formulas read
         them), so a static retrace per layout, as _artifact does for
         fixed-shape back ends. None: it cannot be built (warned once)."""
-        lay = _layout(flat)
-        ag = v.autograd_layouts.get(lay)
-        if ag is None:
-            with _compile_lock:
-                ag = v.autograd_layouts.get(lay)
-                if ag is None:
-                    c = _Call()
-                    c.args, c.kwargs, c.free, c.flat = args, kwargs, free, flat
-                    c.rho = True
-                    tr, gm, _ = self._trace(c, plan)
-                    ag = self._build_autograd(c, tr, gm, static=True) or False
-                    v.autograd_layouts[lay] = ag
-        return ag or None
+        def build(c):
+            c.rho = True
+            tr, gm, _ = self._trace(c, plan)
+            return self._build_autograd(c, tr, gm, static=True) or False
+        return self._per_layout(v.autograd_layouts, flat, args, kwargs, free, build) or None
 
     def _run_compiled_autograd(self, ag, flat, args, kwargs):
         """The forward program, then one grad_fn (CompiledFunctionBackward)
@@ -1002,23 +994,31 @@ class Driver:
         except Exception:  # noqa: BLE001 - a slice that cannot run differs
             return False
 
+    @staticmethod
+    def _per_layout(cache, flat, args, kwargs, free, build):
+        """cache[layout of flat], built once (under the compile lock) by
+        build(call) for a _Call of these inputs."""
+        lay = _layout(flat)
+        got = cache.get(lay)
+        if got is None:
+            with _compile_lock:
+                got = cache.get(lay)
+                if got is None:
+                    c = _Call()
+                    c.args, c.kwargs, c.free, c.flat = args, kwargs, free, flat
+                    got = cache[lay] = build(c)
+        return got
+
     def _artifact(self, v, flat, args, kwargs, plan, free):
         if v.shape_polymorphic:
             return v.artifact
-        lay = _layout(flat)
-        art = v.artifacts.get(lay)
-        if art is None:
-            with _compile_lock:
-                art = v.artifacts.get(lay)
-                if art is None:
-                    # fixed-shape back ends read sizes from the graph's sample
-                    # values: retrace for this layout (same key, same guards)
-                    c = _Call()
-                    c.args, c.kwargs, c.free, c.flat = args, kwargs, free, flat
-                    _, gm, lowered = self._trace(c, plan, lower=True)
-                    art, _ = self._lower(gm, flat, lowered)
-                    v.artifacts[lay] = art
-        return art
+
+        def build(c):
+            # fixed-shape back ends read sizes from the graph's sample
+            # values: retrace for this layout (same key, same guards)
+            _, gm, lowered = self._trace(c, plan, lower=True)
+            return self._lower(gm, flat, lowered)[0]
+        return self._per_layout(v.artifacts, flat, args, kwargs, free, build)
 
     def _run(self, v, flat, args, kwargs, plan, free):
         if v.effects_eager:
