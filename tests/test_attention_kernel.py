@@ -330,3 +330,21 @@ def test_sdpa_heads_split_from_batch_8():
         return sdpa(q, k, v, is_causal=True)
     for b in (2, 8):
         check(f, r(b, 16, 96))
+
+
+def test_handwritten_heads_split_from_a_projection_stay_one_attention_kernel():
+    # the hand-written pattern of bench/cache.py's GPT block (masked_fill
+    # with a causal mask, softmax, @ v) over heads split from one (B, T, 3C)
+    # projection at batch 8, where the loop splitter used to split the
+    # attention kernel's batch var
+    B, T, C, h = 8, 8, 32, 4
+    hs = C // h
+
+    def f(x, mask):
+        q, k, v = x.split(C, dim=-1)
+        q, k, v = (t.reshape(B, T, h, hs).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
+        att = att.masked_fill(mask == 0, float("-inf"))
+        return (F.softmax(att, dim=-1) @ v).transpose(1, 2).reshape(B, T, C)
+
+    check(f, r(B, T, 3 * C), np.tril(np.ones((T, T), np.float32)))
