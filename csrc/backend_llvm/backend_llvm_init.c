@@ -18,9 +18,20 @@ now_ms(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
+/* this thread's CPU time: on a shared machine the wall clock of a stage
+ * says more about the other processes than about the stage */
+static double
+cpu_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
 static int timing = -1;
-#define TMARK(label) do { if (timing) { double t_ = now_ms(); \
-    fprintf(stderr, "[stax llvm] %-10s %.2f ms\n", label, t_ - t0); t0 = t_; } } while (0)
+static double c0;
+#define TMARK(label) do { if (timing) { double t_ = now_ms(), c_ = cpu_ms(); \
+    fprintf(stderr, "[stax llvm] %-10s %.2f ms (cpu %.2f ms)\n", label, t_ - t0, c_ - c0); \
+    t0 = t_; c0 = c_; } } while (0)
 
 typedef struct llvm_handle {
     LLVMOrcResourceTrackerRef rt;
@@ -253,6 +264,7 @@ optimized_module(const stax_kernel *k, const char *sym, LLVMOrcThreadSafeContext
                  PyObject **source)
 {
     double t0 = timing ? now_ms() : 0;
+    c0 = timing ? cpu_ms() : 0;
     LLVMOrcThreadSafeContextRef tsc = LLVMOrcCreateNewThreadSafeContext();
     LLVMContextRef cx = LLVMOrcThreadSafeContextGetContext(tsc);
     LLVMModuleRef mod = LLVMModuleCreateWithNameInContext(sym, cx);
@@ -319,6 +331,7 @@ llvm_compile_kernel(stax_backend *be, const stax_kernel *k, PyObject **source)
         timing = getenv("STAX_LLVM_TIMING") != NULL;
     }
     double t0 = timing ? now_ms() : 0;
+    c0 = timing ? cpu_ms() : 0;
     if (ensure_codegen() < 0) {
         return NULL;
     }
@@ -332,6 +345,7 @@ llvm_compile_kernel(stax_backend *be, const stax_kernel *k, PyObject **source)
         return NULL;
     }
     t0 = timing ? now_ms() : 0;
+    c0 = timing ? cpu_ms() : 0;
     h = calloc(1, sizeof(*h));
     if (h == NULL) {
         PyErr_NoMemory();
@@ -437,6 +451,7 @@ llvm_compile_object(stax_backend *be, const stax_kernel *k, const char *sym, PyO
         return NULL;
     }
     double t0 = timing ? now_ms() : 0;
+    c0 = timing ? cpu_ms() : 0;
     char *err = NULL;
     LLVMMemoryBufferRef buf = NULL;
     int bad = LLVMTargetMachineEmitToMemoryBuffer(otm, mod, LLVMObjectFile, &err, &buf);

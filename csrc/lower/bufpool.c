@@ -6,6 +6,8 @@
 #include "graph/graph.h"
 #include "tensor/stax_numpy.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,15 +37,10 @@ static struct {
 static size_t pool_cached;
 static unsigned long pool_clock;
 
+/* keep block ptr of `size` bytes for a later pool_get, or free it */
 static void
-pool_release(PyObject *cap)
+pool_put(void *ptr, size_t size)
 {
-    void *ptr = PyCapsule_GetPointer(cap, "stax.block");
-    size_t size = (size_t)(uintptr_t)PyCapsule_GetContext(cap);
-    if (ptr == NULL) {
-        PyErr_Clear();
-        return;
-    }
     int slot = -1;
     for (int i = 0; i < POOL_CLASSES; i++) {
         if (pool[i].size == size) {
@@ -74,6 +71,30 @@ pool_release(PyObject *cap)
     pool_cached += size;
 }
 
+static void
+pool_release(PyObject *cap)
+{
+    void *ptr = PyCapsule_GetPointer(cap, "stax.block");
+    size_t size = (size_t)(uintptr_t)PyCapsule_GetContext(cap);
+    if (ptr == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    pool_put(ptr, size);
+}
+
+/* blocks of `size` bytes the pool holds now */
+static int
+pool_count(size_t size)
+{
+    for (int i = 0; i < POOL_CLASSES; i++) {
+        if (pool[i].size == size) {
+            return pool[i].count;
+        }
+    }
+    return 0;
+}
+
 static void *
 pool_get(size_t size)
 {
@@ -95,6 +116,13 @@ pool_get(size_t size)
     return p;
 }
 
+/* the pool's block size for a buffer of n bytes: whole pages */
+static size_t
+block_size(size_t n)
+{
+    return (n + 4095) & ~(size_t)4095;
+}
+
 static PyObject *
 pool_array(int ndim, const int64_t *sizes, stax_dtype_t dt)
 {
@@ -104,7 +132,7 @@ pool_array(int ndim, const int64_t *sizes, stax_dtype_t dt)
         dims[d] = (npy_intp)sizes[d];
         n *= (size_t)sizes[d];
     }
-    size_t size = (n + 4095) & ~(size_t)4095;
+    size_t size = block_size(n);
     void *mem = pool_get(size);
     if (mem == NULL) {
         return PyErr_NoMemory();
@@ -159,4 +187,155 @@ lw_new_buffer(Program *p, pbuf_t *b)
         return PyArray_EMPTY(b->ndim, dims, stax_dtype_to_npy(b->dtype), 0);
     }
     return (PyObject *)stax_tensor_empty(b->ndim, b->sizes, b->dtype);
+}
+
+/* ------------------------------------------------------ prefaulting
+ * A new process's first run of a program writes its big outputs into
+ * fresh memory: a page fault per 4 KiB (64 MiB of a 4096^2 float32 result
+ * is 16384 faults, ~28 ms of CPU in this VM; huge pages are no cure here:
+ * their faults took 3 to 130 ms, waiting on compaction).  The back end
+ * compiles on one core, so while it does, a helper thread takes from
+ * malloc the blocks the first run will ask the pool for and touches their
+ * pages; they enter the pool when the compile is done, and the run finds
+ * them faulted.  A compile that ends first (a cache hit) stops the helper
+ * at once: the pages it did not reach fault in the run as before.  Blocks
+ * the pool will not keep are never made, so nothing is held that the pool
+ * would not hold anyway. */
+#define PREFAULT_MIN_BYTES ((size_t)4 << 20)
+#define PREFAULT_MAX_BLOCKS 64
+
+static struct {
+    pthread_t thread;
+    int running;
+    atomic_int stop;
+    int n;
+    void *mem[PREFAULT_MAX_BLOCKS];
+    size_t size[PREFAULT_MAX_BLOCKS];
+} pf;
+static unsigned long long pf_touched;    /* pages, since start */
+
+static void *
+prefault_main(void *arg)
+{
+    (void)arg;
+    unsigned long long pages = 0;
+    for (int i = 0; i < pf.n; i++) {
+        volatile char *m = pf.mem[i];
+        for (size_t off = 0; off < pf.size[i]; off += 4096) {
+            if (atomic_load_explicit(&pf.stop, memory_order_relaxed)) {
+                goto done;
+            }
+            m[off] = 0;
+            pages++;
+        }
+    }
+done:
+    __atomic_fetch_add(&pf_touched, pages, __ATOMIC_RELAXED);
+    return NULL;
+}
+
+/* the blocks the first run takes from the pool that the pool cannot give
+ * now: the run's allocations replayed against the pool's counts */
+static int
+prefault_plan(lw_ctx *c)
+{
+    size_t sizes[PREFAULT_MAX_BLOCKS];
+    int avail[PREFAULT_MAX_BLOCKS], nsizes = 0;
+    size_t total = 0;
+    pf.n = 0;
+    for (int i = 0; i < c->nsteps; i++) {
+        step_t *s = &c->steps[i];
+        for (int q = 0; q < s->nalloc + s->nfree; q++) {
+            int freeing = q >= s->nalloc;
+            pbuf_t *b = &c->pbufs[freeing ? s->frees[q - s->nalloc] : s->alloc[q]];
+            if (b->kind != PB_TEMP || b->ndim < 0 || (!freeing && s->kind != ST_KERNEL)) {
+                continue;
+            }
+            size_t n = (size_t)lw_dtype_size(b->dtype);
+            for (int d = 0; d < b->ndim; d++) {
+                n *= (size_t)b->sizes[d];
+            }
+            if (n < POOL_MIN_BYTES) {
+                continue;
+            }
+            size_t size = block_size(n);
+            int j = 0;
+            while (j < nsizes && sizes[j] != size) {
+                j++;
+            }
+            if (j == nsizes) {
+                if (nsizes == PREFAULT_MAX_BLOCKS) {
+                    continue;
+                }
+                sizes[nsizes] = size;
+                avail[nsizes++] = pool_count(size);
+            }
+            if (freeing) {
+                avail[j]++;
+            }
+            else if (avail[j] > 0) {
+                avail[j]--;
+            }
+            else if (pf.n < PREFAULT_MAX_BLOCKS && pool_count(size) + pf.n < POOL_PER_CLASS
+                     && pool_cached + total + size <= POOL_MAX_BYTES) {
+                pf.size[pf.n++] = size;
+                total += size;
+            }
+        }
+    }
+    if (total < PREFAULT_MIN_BYTES) {
+        pf.n = 0;
+    }
+    return pf.n;
+}
+
+void
+lw_prefault_begin(lw_ctx *c)
+{
+    if (pf.running || c->be == NULL || c->be->device != NULL || getenv("STAX_NO_PREFAULT")) {
+        return;
+    }
+    if (prefault_plan(c) == 0) {
+        return;
+    }
+    for (int i = 0; i < pf.n; i++) {
+        if (posix_memalign(&pf.mem[i], 64, pf.size[i]) != 0) {
+            pf.mem[i] = NULL;
+            pf.n = i;
+            break;
+        }
+    }
+    atomic_store(&pf.stop, 0);
+    if (pf.n == 0 || pthread_create(&pf.thread, NULL, prefault_main, NULL) != 0) {
+        for (int i = 0; i < pf.n; i++) {
+            free(pf.mem[i]);
+        }
+        pf.n = 0;
+        return;
+    }
+    pf.running = 1;
+}
+
+void
+lw_prefault_end(void)
+{
+    if (!pf.running) {
+        return;
+    }
+    atomic_store(&pf.stop, 1);
+    Py_BEGIN_ALLOW_THREADS
+    pthread_join(pf.thread, NULL);
+    Py_END_ALLOW_THREADS
+    pf.running = 0;
+    for (int i = 0; i < pf.n; i++) {
+        pool_put(pf.mem[i], pf.size[i]);
+    }
+    pf.n = 0;
+}
+
+/* pages the prefault helper has touched since start (a test's witness) */
+unsigned long long
+lw_prefault_pages(void)
+{
+    return __atomic_load_n(&pf_touched, __ATOMIC_RELAXED);
 }

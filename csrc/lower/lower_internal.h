@@ -380,6 +380,13 @@ PyObject *lw_program_vectorcall(PyObject *self, PyObject *const *args,
 int lw_input_ok(Program *p, int i, PyObject *o);
 /* a fresh buffer for program buffer b (bufpool.c) */
 PyObject *lw_new_buffer(Program *p, pbuf_t *b);
+/* around the compile of c's kernels: the big blocks its first run takes
+ * from the pool are made and their pages touched by a helper thread while
+ * the back end compiles; end stops the helper and pools the blocks
+ * (bufpool.c).  lw_prefault_pages: pages touched since start. */
+void lw_prefault_begin(lw_ctx *c);
+void lw_prefault_end(void);
+unsigned long long lw_prefault_pages(void);
 /* run the graph eagerly on ex: node -> value (new dict) */
 PyObject *lw_shape_prop(PyObject *gm, PyObject *ex);
 /* the same over clones of ex's tensors, the generator left as it was

@@ -1158,6 +1158,14 @@ num_threads_fn(PyObject *mod, PyObject *noargs)
     return PyLong_FromLong(stax_lower_num_threads());
 }
 
+static PyObject *
+prefault_pages_fn(PyObject *mod, PyObject *noargs)
+{
+    (void)mod;
+    (void)noargs;
+    return PyLong_FromUnsignedLongLong(lw_prefault_pages());
+}
+
 static PyMethodDef program_methods[] = {
     {"stax_backend", (PyCFunction)(void (*)(void))lw_stax_backend_fn,
      METH_VARARGS | METH_KEYWORDS,
@@ -1165,6 +1173,9 @@ static PyMethodDef program_methods[] = {
      "CompiledProgram\n\nThe Stax back end (seed 1.2): lowers the graph to "
      "loop-level IR, fuses, compiles kernels with LLVM and returns a callable."},
     {"_stax_num_threads", num_threads_fn, METH_NOARGS, "thread pool size"},
+    {"_prefault_pages", prefault_pages_fn, METH_NOARGS,
+     "pages of first-run output blocks a helper thread touched while kernels "
+     "compiled (since start)"},
     {NULL, NULL, 0, NULL},
 };
 
