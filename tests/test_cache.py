@@ -312,7 +312,8 @@ def test_new_process_with_a_warm_cache_compiles_nothing(tmp_path):
 
 _STATE = _SCRIPT + textwrap.dedent("""
     st = tp._C._llvm_state() if hasattr(tp._C, "_llvm_state") else None
-    print(json.dumps({"state": st, "compiles": s["backend_compiles"]}))
+    print(json.dumps({"state": st, "compiles": s["backend_compiles"], "hits": s["cache_hits"],
+                      "ok": bool(np.allclose(y.numpy(), 512.0))}))
 """)
 
 
@@ -324,8 +325,61 @@ def test_a_warm_hit_sets_up_no_code_generator(tmp_path):
     if a["state"] is None:
         pytest.skip("built without LLVM")
     b, _ = _run(env, script=_STATE)
-    assert a["compiles"] == 1 and a["state"] == {"host": True, "jit": True, "codegen": True}
-    assert b["compiles"] == 0 and b["state"] == {"host": True, "jit": True, "codegen": False}
+    st = {k: a["state"][k] for k in ("host", "jit", "codegen")}
+    assert a["compiles"] == 1 and st == {"host": True, "jit": True, "codegen": True}
+    # nor the JIT: the object is linked by the back end's own loader
+    st = {k: b["state"][k] for k in ("host", "jit", "codegen")}
+    assert b["compiles"] == 0 and st == {"host": True, "jit": False, "codegen": False}
+    assert b["state"]["direct_loads"] == 1 and b["ok"]
+
+
+def test_a_hit_the_direct_loader_declines_is_linked_by_the_jit(tmp_path):
+    # STAX_LLVM_ORC_LOAD=1 makes the loader decline every object, as it
+    # does for one of a kind it does not know: ORC links it, same result
+    env = {"TENSORPLAY_CACHE_DIR": str(tmp_path / "c")}
+    a, _ = _run(env, script=_STATE)
+    if a["state"] is None:
+        pytest.skip("built without LLVM")
+    b, _ = _run(dict(env, STAX_LLVM_ORC_LOAD="1"), script=_STATE)
+    assert b["ok"] and b["compiles"] == 0 and b["hits"] == 1
+    assert b["state"]["jit"] and b["state"]["direct_loads"] == 0
+
+
+_GPT_HIT = textwrap.dedent("""
+    import json, os, sys
+    import numpy as np
+    import tensorplay as tp
+    sys.path.insert(0, os.path.join(os.environ["TP_ROOT"], "bench"))
+    import cache as bc
+    ns = {}
+    exec(bc._CHILD.split("# the back end's share")[0], ns)
+    tp.manual_seed(0)
+    m = ns["GPT"]()
+    idx = tp.randint(0, 256, (2, 16))
+    with tp.no_grad():
+        want = m(idx).numpy()
+        cf = tp.compile(m, strict_native=True)
+        got = cf(idx).numpy()
+    s = cf.stats()
+    print(json.dumps({"ok": bool(np.allclose(got, want, rtol=1e-4, atol=1e-4)),
+                      "hits": s["cache_hits"], "compiles": s["backend_compiles"],
+                      "state": tp._C._llvm_state() if hasattr(tp._C, "_llvm_state") else None}))
+""")
+
+
+def test_every_kernel_of_a_gpt_is_linked_without_the_jit(tmp_path):
+    # the kernels of a whole model (layer norms, GELU, attention,
+    # reductions: their objects call memset / memcpy) all take the direct
+    # loader's path, and the model computes what eager does
+    env = {"TENSORPLAY_CACHE_DIR": str(tmp_path / "c"), "TP_ROOT": ROOT,
+           "OPENBLAS_NUM_THREADS": "1"}
+    a, _ = _run(env, script=_GPT_HIT)
+    if a["state"] is None:
+        pytest.skip("built without LLVM")
+    b, _ = _run(env, script=_GPT_HIT)
+    assert a["ok"] and b["ok"] and a["compiles"] > 5
+    assert b["compiles"] == 0 and b["hits"] == a["compiles"]
+    assert not b["state"]["jit"] and b["state"]["direct_loads"] == b["hits"]
 
 
 def test_cache_disabled_by_environment(tmp_path):

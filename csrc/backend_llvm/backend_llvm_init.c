@@ -7,6 +7,8 @@
 #ifdef STAX_HAVE_LLVM
 #include "backend_llvm/llvm_internal.h"
 
+#include <dlfcn.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -44,6 +46,8 @@ typedef struct llvm_handle {
     int refs;
     PyObject *source;
     struct llvm_handle *next;
+    /* linked without ORC (rt is NULL then): llvm_elf.c */
+    stax_llvm_elf_image img;
 } llvm_handle;
 
 #define LOADED_BUCKETS 512
@@ -62,6 +66,8 @@ sym_bucket(const char *s)
 /* kernels compiled by the JIT or loaded from the cache since start
  * (tensorplay._C._jit_compile_count) */
 static unsigned long long jit_compiles;
+/* cached kernels linked without ORC (_llvm_state()["direct_loads"]) */
+static unsigned long long direct_loads;
 
 /* the kernel already loaded under sym, with one more reference (it counts
  * as a compile, as _jit_compile_count promises); NULL when none is */
@@ -169,9 +175,15 @@ ensure_jit(void)
     if (jit != NULL) {
         return 0;
     }
+    if (timing < 0) {
+        timing = getenv("STAX_LLVM_TIMING") != NULL;
+    }
+    double t0 = timing ? now_ms() : 0;
+    c0 = timing ? cpu_ms() : 0;
     if (ensure_host() < 0) {
         return -1;
     }
+    TMARK("host");
     LLVMTargetMachineRef jtm = LLVMCreateTargetMachine(
         host_target, host_triple, host_cpu, host_features, (LLVMCodeGenOptLevel)codegen_level,
         LLVMRelocDefault, LLVMCodeModelJITDefault);
@@ -196,6 +208,7 @@ ensure_jit(void)
         return -1;
     }
     jit = j;
+    TMARK("jit");
     return 0;
 }
 
@@ -241,15 +254,17 @@ llvm_state(PyObject *mod, PyObject *unused)
 {
     (void)mod;
     (void)unused;
-    return Py_BuildValue("{sOsOsO}", "host", host_target ? Py_True : Py_False,
+    return Py_BuildValue("{sOsOsOsK}", "host", host_target ? Py_True : Py_False,
                          "jit", jit ? Py_True : Py_False,
-                         "codegen", otm ? Py_True : Py_False);
+                         "codegen", otm ? Py_True : Py_False,
+                         "direct_loads", direct_loads);
 }
 
 static PyMethodDef llvm_methods[] = {
     {"_llvm_state", llvm_state, METH_NOARGS,
      "dict host/jit/codegen: whether this process has set up LLVM's native target, "
-     "the JIT, and the code generators that compile IR (only a compile needs them)"},
+     "the JIT, and the code generators that compile IR (only a compile needs them); "
+     "direct_loads: cached kernels linked without the JIT"},
     {"_jit_compile_count", jit_compile_count, METH_NOARGS,
      "number of kernels the LLVM JIT has compiled or loaded (from the persistent "
      "compile cache) for programs of this process; the compiles alone are "
@@ -483,25 +498,79 @@ error:
     return NULL;
 }
 
+/* an undefined symbol of a cached object: the helpers the JIT defines,
+ * then the process (libc's memset / memcpy, libm) */
+static void *
+resolve_symbol(const char *name)
+{
+    if (strcmp(name, "__truncdfhf2") == 0) {
+        return (void *)(uintptr_t)&stax_llvm_truncdfhf2;
+    }
+    return dlsym(RTLD_DEFAULT, name);
+}
+
+/* object code linked by llvm_elf.c, registered as `sym`; NULL (no
+ * exception) when the loader does not take it */
+static llvm_handle *
+load_direct(const char *sym, const char *data, size_t n)
+{
+    llvm_handle *h = NULL;
+    char *name = NULL;
+    stax_llvm_elf_image img;
+    if (getenv("STAX_LLVM_ORC_LOAD") != NULL || !stax_llvm_elf_load(data, n, sym, resolve_symbol, &img)) {
+        return NULL;
+    }
+    h = calloc(1, sizeof(*h));
+    name = strdup(sym);
+    if (h == NULL || name == NULL) {
+        free(h);
+        free(name);
+        stax_llvm_elf_unload(&img);
+        return NULL;
+    }
+    h->img = img;
+    h->sym = name;
+    h->refs = 1;
+    h->fn = (stax_kernel_fn)(uintptr_t)img.entry;
+    unsigned b = sym_bucket(sym);
+    h->next = loaded[b];
+    loaded[b] = h;
+    jit_compiles++;
+    direct_loads++;
+    return h;
+}
+
 static void *
 llvm_load_object(stax_backend *be, const stax_kernel *k, const char *sym, const char *data,
                  size_t n)
 {
     (void)be;
     (void)k;    /* object code is self-contained */
-    if (ensure_jit() < 0) {
-        return NULL;
-    }
     llvm_handle *h = reuse_loaded(sym);
     if (h != NULL) {
         return h;
+    }
+    if (timing < 0) {
+        timing = getenv("STAX_LLVM_TIMING") != NULL;
+    }
+    double t0 = timing ? now_ms() : 0;
+    c0 = timing ? cpu_ms() : 0;
+    /* the JIT is made only for an object the direct loader does not take */
+    if ((h = load_direct(sym, data, n)) != NULL) {
+        TMARK("load direct");
+        return h;
+    }
+    if (ensure_jit() < 0) {
+        return NULL;
     }
     LLVMMemoryBufferRef buf = LLVMCreateMemoryBufferWithMemoryRangeCopy(data, n, sym);
     if (buf == NULL) {
         PyErr_NoMemory();
         return NULL;
     }
-    return add_object(sym, buf, NULL);
+    h = add_object(sym, buf, NULL);
+    TMARK("load obj");
+    return h;
 }
 
 static const char *
@@ -553,7 +622,10 @@ llvm_free(stax_backend *be, void *handle)
             }
         }
     }
-    drop_tracker(h->rt);
+    if (h->rt != NULL) {
+        drop_tracker(h->rt);
+    }
+    stax_llvm_elf_unload(&h->img);
     free(h->sym);
     Py_XDECREF(h->source);
     free(h);
