@@ -141,3 +141,135 @@ def test_unroll_knob_cascades_descending_factors():
     assert "rbase0 + 3 * (int64_t)blockDim.x" in _render_with_unroll("4,8")
     assert "rbase0 + 7 *" not in _render_with_unroll("4,8")
     assert "rbase0 + 3 * (int64_t)blockDim.x" in _render_with_unroll("junk")
+
+
+# ---------------------------------------------------------------- knobs off
+# by default: TENSORPLAY_NVRTC_VEC=1 (16-byte vector accesses in row loops)
+# and TENSORPLAY_NVRTC_ONEPASS=1 (online softmax), read at every rendering
+
+@pytest.fixture
+def knobs(monkeypatch):
+    def set_(**kw):
+        for k in ("VEC", "ONEPASS"):
+            monkeypatch.delenv("TENSORPLAY_NVRTC_" + k, raising=False)
+        for k, v in kw.items():
+            monkeypatch.setenv("TENSORPLAY_NVRTC_" + k, v)
+    set_()
+    return set_
+
+
+def _row_loops(src):
+    return sorted(set(re.findall(r"int64_t rbase(\d+) = threadIdx.x;", src)))
+
+
+def test_knobs_off_render_as_before(knobs):
+    src = _one(lambda a: F.softmax(a, -1), _x(16, 1000))
+    assert "stax_online" not in src and "stax_v4" not in src and "stax_vok" not in src
+    assert _row_loops(src) == ["0", "1", "2"]
+    knobs(VEC="0", ONEPASS="yes")          # only "1" turns a knob on
+    assert _one(lambda a: F.softmax(a, -1), _x(16, 1000)) == src
+
+
+@pytest.mark.parametrize("log", [False, True])
+def test_onepass_folds_max_and_sum_into_one_row_loop(knobs, log):
+    knobs(ONEPASS="1")
+    fn = F.log_softmax if log else F.softmax
+    src = _one(lambda a: fn(a, -1), _x(16, 1000))
+    # the max loop (stage 0) also folds the sum (stage 1): two row loops
+    assert _row_loops(src) == ["0", "2"]
+    assert "if (mn != acc0) { acc1 *= stax_oexp(acc0 - mn); }" in src
+    # -inf elements add 0 under the running max; a row whose max is -inf
+    # gets the NaN sum the two loops give (exp(-inf - -inf))
+    assert "acc0 == (float)__int_as_float((int)0xff800000) ? (float)0" in src
+    assert "if (rnumel > 0 && acc0 == (float)__int_as_float((int)0xff800000)) {" in src
+    assert "stax_block_online(acc0, acc1, (float *)stax_shv, (float *)stax_shi);" in src
+    assert "stax_warp_online(acc0, acc1);" in src
+    # the row cache still serves the output loop
+    assert "stax_rc_on ? stax_rc0[rindex] : (buf0[" in src
+
+
+def test_onepass_leaves_other_reductions_alone(knobs):
+    knobs(ONEPASS="1")
+    # logsumexp's sum is of exp(x - where(isinf(max), 0, max)): not the
+    # pattern the rescaling is exact for
+    src = _one(lambda a: a.logsumexp(-1), _x(8, 300))
+    assert "stax_online" not in src and _row_loops(src) == ["0", "1"]
+    # a max then a sum of something else
+    src = _one(lambda a: (a - a.amax(-1, keepdim=True)).sum(-1), _x(8, 300))
+    assert "stax_online" not in src
+
+
+def test_vec_reads_and_writes_rows_four_at_a_time(knobs):
+    knobs(VEC="1")
+    src = _one(lambda a: F.softmax(a, -1), _x(16, 1000))
+    # per row: every vector access aligned to its four elements, else the
+    # scalar loops
+    assert "stax_vok = stax_vok && stax_vaok(&buf0[(x0*1000LL + r0)]);" in src
+    assert "stax_vok = stax_vok && stax_vaok(&buf1[(x0*1000LL + r0)]);" in src
+    # first row loop: vector loads that also fill the row cache four at a
+    # time; the last: vector reads of the cache, vector stores
+    assert ("const stax_v4<float> stax_vl0 = *(const stax_v4<float> *)"
+            "&buf0[(x0*1000LL + r0)];") in src
+    assert "if (stax_rc_on) { *(stax_v4<float> *)&stax_rc0[rw] = stax_vl0; }" in src
+    assert ("const stax_v4<float> stax_vl0 = stax_rc_on ? *(const stax_v4<float> *)"
+            "&stax_rc0[rw] : *(const stax_v4<float> *)&buf0[(x0*1000LL + r0)];") in src
+    assert "*(stax_v4<float> *)&buf1[(x0*1000LL + r0)] = stax_vs1;" in src
+    # the scalar loops take the rest of the row past the last whole vector
+    assert "rbase2 = (rnumel & ~(int64_t)3) + threadIdx.x;" in src
+    for s in ("0", "1", "2"):
+        assert f"rv{s} + 12 * (int64_t)blockDim.x + 3 < rnumel" in src
+
+
+def test_vec_skips_strided_masked_and_in_place_accesses(knobs):
+    knobs(VEC="1")
+    # rows of the transposed input are strided: its loads stay scalar, the
+    # contiguous output is written four at a time
+    src = _one(lambda a: F.softmax(a.t(), -1), _x(300, 7))
+    assert "stax_vl" not in src and "stax_vaok(&buf0[" not in src
+    assert "stax_vaok(&buf1[" in src and "= stax_vs" in src
+    # a padded row reads under a mask (out of range where it is false)
+    ks = nvrtc_kernels(lambda a: F.softmax(F.pad(a, (2, 2)), -1), _x(30, 68),
+                       compile=False)
+    src = ks[-1].source
+    assert " ? (float)(buf0[" in src and "stax_vaok(&buf0[" not in src
+    # two inner loop variables: scalar loops only
+    src = _one(lambda a: a.sum((1, 2)), _x(4, 6, 8))
+    assert "stax_v4" not in src
+    # a pointwise kernel: not vectorized by this knob
+    src = _one(lambda a: a * 2 + 1, _x(300, 8))
+    assert "stax_v4" not in src
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("setting", [dict(VEC="1"), dict(ONEPASS="1"),
+                                     dict(VEC="1", ONEPASS="1")],
+                         ids=["vec", "onepass", "vec_onepass"])
+def test_knob_kernels_compile_to_ptx(knobs, setting, dtype):
+    knobs(**setting)
+    fns = [lambda a, g, b: F.softmax(a, -1),
+           lambda a, g, b: F.log_softmax(a, -1),
+           lambda a, g, b: F.layer_norm(a, (a.shape[-1],), g, b),
+           lambda a, g, b: a.var(-1) + a.std(-1) + a.logsumexp(-1),
+           lambda a, g, b: a.argmax(-1) + a.sum(-1).long(),
+           lambda a, g, b: a - a.mean(-1, keepdim=True) * g]
+    x, g, b = (_x(8, 300, dtype=dtype), _x(300, dtype=dtype, seed=1),
+               _x(300, dtype=dtype, seed=2))
+    srcs = []
+    for fn in fns:
+        ks = nvrtc_kernels(fn, x, g, b)
+        assert ks and all(k.source for k in ks)
+        srcs.append("".join(k.source for k in ks))
+    if "VEC" in setting:
+        assert all("stax_v4<" in s for s in srcs[:3])
+    if "ONEPASS" in setting:
+        assert all("stax_block_online" in s for s in srcs[:2])
+
+
+@needs_nvrtc
+def test_vec_kernels_use_vector_instructions(knobs):
+    knobs(VEC="1", ONEPASS="1")
+    src = _one(lambda a: F.softmax(a, -1), _x(16, 1000))
+    ptx = C.nvrtc_compile(src, "kernel0_fused_softmax")
+    assert "ld.global.nc.v4.f32" in ptx and "st.global.v4.f32" in ptx
+    assert "ld.shared.v4.f32" in ptx and "st.shared.v4.f32" in ptx

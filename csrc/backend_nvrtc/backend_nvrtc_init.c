@@ -404,8 +404,8 @@ nvrtc_cache_tag(stax_backend *be)
         return NULL;
     }
     Py_DECREF(v);
-    snprintf(tag, sizeof tag, "NVRTC %d.%d; arch %s; PTX; row unroll %s", major,
-             minor, cfg->arch, stax_nvrtc_unroll_tag());
+    snprintf(tag, sizeof tag, "NVRTC %d.%d; arch %s; PTX; row unroll %s%s", major,
+             minor, cfg->arch, stax_nvrtc_unroll_tag(), stax_nvrtc_knob_tag());
     return tag;
 }
 

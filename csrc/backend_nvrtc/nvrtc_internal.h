@@ -44,6 +44,8 @@ int64_t stax_nvrtc_row_cache_bytes(const stax_kernel *k);
 /* the unroll factors of the row loops (TENSORPLAY_NVRTC_UNROLL, default
  * "4"), as the compile cache's tag names them */
 const char *stax_nvrtc_unroll_tag(void);
+/* "" with the off-by-default rendering knobs off, else "; vec 1; onepass 1" */
+const char *stax_nvrtc_knob_tag(void);
 /* 1 if the renderer can render loop-IR primitive prim (what the vtable's
  * supports_op answers), else 0 */
 int stax_nvrtc_renders_prim(int prim);

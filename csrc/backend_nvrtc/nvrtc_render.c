@@ -181,6 +181,7 @@ literal(sbuf *b, double f, int64_t i, stax_dtype_t dt)
  * know; with none, every stage loads from global memory as before. */
 #define RC_CAP 4
 #define RC_SCAN_CAP 64
+#define VEC_CAP 16
 
 typedef struct {
     int buf;
@@ -203,6 +204,14 @@ typedef struct {
     rc_entry rc[RC_SCAN_CAP];
     int64_t rc_bytes;            /* cached bytes per row element, 0: none */
     int stage;                   /* the row loop being written, -1: none */
+    /* 16-byte vector accesses (TENSORPLAY_NVRTC_VEC=1, see vec_analyze) */
+    int nvec;
+    int vec_buf[VEC_CAP];
+    const stax_ix *vec_ix[VEC_CAP];
+    int vec_store[VEC_CAP];
+    int vec_j;                   /* element of the vector being written, -1 */
+    int vec_stage;               /* stage whose loads vec_ld[] marks */
+    unsigned char vec_ld[VEC_CAP];  /* load i is vector-read in vec_stage */
 } emitter;
 
 static int
@@ -533,15 +542,38 @@ ref(emitter *m, const stax_lval *v)
     }
 }
 
+static int vec_find(emitter *m, int buf, const stax_ix *ix, int store);
+static int vec_rc_ok(emitter *m, const rc_entry *rc, const stax_lval *v);
+
+/* in a vector step: the vector (index into m->vec_*) that holds load v,
+ * or -1 (a scalar load) */
+static int
+vec_load(emitter *m, const stax_lval *v)
+{
+    int vi;
+    if (m->vec_j < 0 || v->mask != NULL) {
+        return -1;
+    }
+    vi = vec_find(m, v->buf, v->index, 0);
+    return vi >= 0 && m->vec_ld[vi] ? vi : -1;
+}
+
 static void
 load_text(emitter *m, const stax_lval *v)
 {
     stax_dtype_t dt = m->k->bufs[v->buf].dtype;
+    int vi = vec_load(m, v);
     if (half_load(dt) != NULL) {
         put(m->b, "%s(", half_load(dt));
     }
-    put(m->b, "buf%d[", v->buf);
-    render_ix(m, v->index);
+    if (vi >= 0) {
+        /* an element of the vector the iteration loaded */
+        put(m->b, "stax_vl%d.v[%d", vi, m->vec_j);
+    }
+    else {
+        put(m->b, "buf%d[", v->buf);
+        render_ix(m, v->index);
+    }
     put(m->b, half_load(dt) != NULL ? "])" : (dt == STAX_BOOL ? "] != 0" : "]"));
 }
 
@@ -865,7 +897,12 @@ emit_val(emitter *m, const stax_lval *v)
     switch (v->kind) {
     case STAX_LV_LOAD:
         rc = rc_find(m, v);
-        if (rc != NULL && rc->first_stage != m->stage) {
+        if (rc != NULL && vec_load(m, v) >= 0 && vec_rc_ok(m, rc, v)) {
+            /* the vector step reads and fills the cache */
+            load_text(m, v);
+            rc = NULL;
+        }
+        else if (rc != NULL && rc->first_stage != m->stage) {
             /* an earlier row loop of this row cached it */
             put(b, "stax_rc_on ? stax_rc%d[rindex] : (", rc->slot);
             load_text(m, v);
@@ -945,9 +982,15 @@ emit_store(emitter *m, const stax_lstore *s)
     if (emit_val(m, s->value) < 0 || prep_ix(m, s->index) < 0) {
         return -1;
     }
-    put(m->b, "%sbuf%d[", m->indent, s->buf);
-    render_ix(m, s->index);
-    put(m->b, "] = ");
+    if (m->vec_j >= 0 && vec_find(m, s->buf, s->index, 1) >= 0) {
+        put(m->b, "%sstax_vs%d.v[%d] = ", m->indent,
+            vec_find(m, s->buf, s->index, 1), m->vec_j);
+    }
+    else {
+        put(m->b, "%sbuf%d[", m->indent, s->buf);
+        render_ix(m, s->index);
+        put(m->b, "] = ");
+    }
     if (half_store(dt) != NULL) {
         put(m->b, "%s(", half_store(dt));
     }
@@ -1477,13 +1520,532 @@ stax_nvrtc_unroll_tag(void)
     return tag;
 }
 
+/* Code-generation knobs that are off by default, read at every rendering
+ * (so a test can set them per test; the compile cache's tag names them):
+ * TENSORPLAY_NVRTC_ONEPASS=1 folds softmax's max and sum of exp into one
+ * row loop (online_pair). */
+static int
+knob_on(const char *name)
+{
+    const char *e = getenv(name);
+    return e != NULL && e[0] == '1' && e[1] == '\0';
+}
+
+static int
+lval_equal(const stax_lval *a, const stax_lval *b)
+{
+    if (a == b) {
+        return 1;
+    }
+    if (a == NULL || b == NULL || a->kind != b->kind || a->dtype != b->dtype
+        || a->nargs != b->nargs) {
+        return 0;
+    }
+    switch (a->kind) {
+    case STAX_LV_CONST:
+        return a->i == b->i && (a->f == b->f || (isnan(a->f) && isnan(b->f)));
+    case STAX_LV_LOAD:
+        return a->buf == b->buf && ix_equal(a->index, b->index)
+               && lval_equal(a->mask, b->mask);
+    case STAX_LV_INDEX:
+        return ix_equal(a->index, b->index);
+    case STAX_LV_ACC:
+        return a->acc == b->acc;
+    case STAX_LV_PRIM:
+        if (a->prim != b->prim) {
+            return 0;
+        }
+        break;
+    default:
+        break;
+    }
+    for (int i = 0; i < a->nargs; i++) {
+        if (!lval_equal(a->args[i], b->args[i])) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Online softmax (TENSORPLAY_NVRTC_ONEPASS=1): REDUCE stage s folds
+ * m = max(v) and REDUCE stage s + 1 folds sum(exp(v - m)) over the same v
+ * (softmax, log_softmax): one row loop keeps a running (m, s), rescaling s
+ * by exp(m_old - m_new) when the max grows, and the block combines pairs.
+ * NaN/inf as the two loops: a NaN or +inf max makes the sum NaN (exp(NaN)
+ * and exp(inf - inf) are folded in), an all -inf row (sum of exp(NaN)) is
+ * NaN after the combine, and -inf elements add 0 under a finite max. */
+static int
+online_pair(const stax_kernel *k, int s)
+{
+    const stax_stage *a, *b;
+    const stax_lacc *am, *as;
+    const stax_lval *e, *d;
+    if (s + 1 >= k->nstages || !knob_on("TENSORPLAY_NVRTC_ONEPASS")) {
+        return 0;
+    }
+    a = &k->stages[s];
+    b = &k->stages[s + 1];
+    if (a->kind != STAX_STAGE_REDUCE || b->kind != STAX_STAGE_REDUCE
+        || a->n != 1 || b->n != 1) {
+        return 0;
+    }
+    am = &k->accs[a->first];
+    as = &k->accs[b->first];
+    if (am->op != STAX_RED_MAX || as->op != STAX_RED_SUM
+        || !stax_nvrtc_is_float(am->dtype) || am->dtype != as->dtype
+        || am->value == NULL || am->value->dtype != am->dtype
+        || am->value->kind == STAX_LV_CONST) {
+        return 0;
+    }
+    e = as->value;
+    if (e == NULL || e->kind != STAX_LV_PRIM || e->prim != STAX_PRIM_EXP
+        || e->nargs != 1 || e->dtype != am->dtype) {
+        return 0;
+    }
+    d = e->args[0];
+    if (d->kind != STAX_LV_PRIM || d->prim != STAX_PRIM_SUB || d->nargs != 2
+        || d->dtype != am->dtype || d->args[1]->kind != STAX_LV_ACC
+        || d->args[1]->acc != a->first || d->args[1]->dtype != am->dtype) {
+        return 0;
+    }
+    return lval_equal(d->args[0], am->value);
+}
+
+/* one inner point of the fused pair (stage s: max into am, s + 1: sum) */
+static int
+row_body_online(emitter *m, const stax_stage *st0, const stax_stage *st1)
+{
+    const stax_kernel *k = m->k;
+    const stax_lacc *am = &k->accs[st0->first], *as = &k->accs[st1->first];
+    const stax_lval *v2 = as->value->args[0]->args[0];
+    const char *T = acc_ctype(am->dtype);
+    int im = st0->first, is = st1->first;
+    emit_split(m, k->nouter, k->nouter + k->ninner, "rindex", NULL);
+    if (emit_val(m, am->value) < 0) {
+        return -1;
+    }
+    if (v2 != am->value) {
+        memo_put(m, v2, memo_get(m, am->value));
+    }
+    put(m->b, "%s{\n%s    const %s mn = stax_maxnan(acc%d, (%s)", m->indent,
+        m->indent, T, im, T);
+    ref(m, am->value);
+    put(m->b, ");\n%s    if (mn != acc%d) { acc%d *= stax_oexp(acc%d - mn); }\n"
+        "%s    acc%d = mn;\n%s}\n", m->indent, im, is, im, m->indent, im,
+        m->indent);
+    if (emit_val(m, as->value) < 0) {
+        return -1;
+    }
+    put(m->b, "%sacc%d = stax_op_sum()(acc%d, acc%d == (%s)", m->indent, is,
+        is, im, T);
+    literal(m->b, -INFINITY, 0, am->dtype == STAX_FLOAT64 ? STAX_FLOAT64
+            : STAX_FLOAT32);
+    put(m->b, " ? (%s)0 : (%s)", T, T);
+    ref(m, as->value);
+    put(m->b, ");\n");
+    return 0;
+}
+
+/* 16-byte vector accesses in row loops (TENSORPLAY_NVRTC_VEC=1): in a
+ * kernel with one inner loop variable, a load or store whose index is
+ * base(outer) + r0 (coefficient 1) is read or written four elements at a
+ * time (float4, 8 bytes of four halves, two double2), each thread taking
+ * four consecutive points per step, while every such access of the row is
+ * aligned to four elements (checked per row: stax_vok); the rest of the
+ * row, and rows that are not aligned, run the scalar loops. All row loops
+ * of a kernel use the same mapping of points to threads, so the row cache
+ * reads back what the same thread wrote. Off: kernels read in place
+ * (in-place ops) and loads under a mask stay scalar. */
+static const char vec_preamble[] =
+"template <typename T> struct alignas(4 * sizeof(T)) stax_v4 { T v[4]; };\n"
+"template <typename T> STAX_D bool stax_vaok(const T *p)\n"
+"{ return ((unsigned long long)p & (4 * sizeof(T) - 1)) == 0; }\n";
+
+#define IX_NONLINEAR INT64_MIN
+
+/* the coefficient of loop variable var in ix when ix is affine in it with
+ * a constant coefficient, else IX_NONLINEAR */
+static int64_t
+ix_coef(const stax_ix *ix, int var)
+{
+    int64_t a, b;
+    if (ix == NULL) {
+        return IX_NONLINEAR;
+    }
+    switch (ix->kind) {
+    case STAX_IX_CONST: case STAX_IX_SYM:
+        return 0;
+    case STAX_IX_VAR:
+        return ix->v == var ? 1 : 0;
+    case STAX_IX_VALUE:
+        return IX_NONLINEAR;
+    default:
+        break;
+    }
+    a = ix_coef(ix->a, var);
+    b = ix_coef(ix->b, var);
+    if (a == IX_NONLINEAR || b == IX_NONLINEAR) {
+        return IX_NONLINEAR;
+    }
+    switch (ix->kind) {
+    case STAX_IX_ADD:
+        return a + b;
+    case STAX_IX_MUL:
+        if (a == 0 && b == 0) {
+            return 0;
+        }
+        if (a == 0 && ix->a->kind == STAX_IX_CONST) {
+            return ix->a->v * b;
+        }
+        if (b == 0 && ix->b->kind == STAX_IX_CONST) {
+            return ix->b->v * a;
+        }
+        return IX_NONLINEAR;
+    default:       /* DIV, MOD */
+        return a == 0 && b == 0 ? 0 : IX_NONLINEAR;
+    }
+}
+
+/* the row cache slot of load v is read and written four elements at a
+ * time: the first slot (16-byte aligned at every multiple of 4) holding
+ * 4-byte values as memory holds them (float32, int32) */
+static int
+vec_rc_ok(emitter *m, const rc_entry *rc, const stax_lval *v)
+{
+    stax_dtype_t dt = m->k->bufs[v->buf].dtype;
+    return rc != NULL && rc->offset == 0 && v->dtype == dt
+           && (dt == STAX_FLOAT32 || dt == STAX_INT32);
+}
+
+static int
+vec_find(emitter *m, int buf, const stax_ix *ix, int store)
+{
+    for (int i = 0; i < m->nvec; i++) {
+        if (m->vec_buf[i] == buf && m->vec_store[i] == store
+            && ix_equal(m->vec_ix[i], ix)) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+/* 1: access (buf, ix) added or already there; 0: full (vector it not) */
+static int
+vec_add(emitter *m, int buf, const stax_ix *ix, int store)
+{
+    if (vec_find(m, buf, ix, store) >= 0) {
+        return 1;
+    }
+    if (m->nvec == VEC_CAP) {
+        return 0;
+    }
+    m->vec_buf[m->nvec] = buf;
+    m->vec_ix[m->nvec] = ix;
+    m->vec_store[m->nvec] = store;
+    m->nvec++;
+    return 1;
+}
+
+/* the loads of v: candidates added (mark == 0) or marked as read in the
+ * stage being written (mark == 1); *bad if the kernel reads an output */
+static void
+vec_scan(emitter *m, const stax_lval *v, int mark, const stax_lval **seen,
+         int *nseen, int *bad)
+{
+    const stax_kernel *k = m->k;
+    if (v == NULL || v->kind == STAX_LV_CONST || *nseen >= MEMO_CAP) {
+        return;
+    }
+    for (int i = 0; i < *nseen; i++) {
+        if (seen[i] == v) {
+            return;
+        }
+    }
+    seen[(*nseen)++] = v;
+    if (v->kind == STAX_LV_LOAD) {
+        if (v->buf < 0 || v->buf >= k->nbufs || k->bufs[v->buf].is_output) {
+            *bad = 1;
+        }
+        else if (v->mask == NULL && !ix_has_value(v->index)
+                 && ix_coef(v->index, k->nouter) == 1) {
+            if (mark) {
+                int i = vec_find(m, v->buf, v->index, 0);
+                const rc_entry *rc = rc_find(m, v);
+                if (i >= 0 && (rc == NULL || rc->first_stage == m->stage)) {
+                    m->vec_ld[i] = 1;
+                }
+                else if (i >= 0 && vec_rc_ok(m, rc, v)) {
+                    m->vec_ld[i] = 2;
+                }
+            }
+            else {
+                vec_add(m, v->buf, v->index, 0);
+            }
+        }
+        vec_scan(m, v->mask, mark, seen, nseen, bad);
+        return;
+    }
+    for (int i = 0; i < v->nargs; i++) {
+        vec_scan(m, v->args[i], mark, seen, nseen, bad);
+    }
+}
+
+static void
+vec_stage_scan(emitter *m, const stax_stage *st, int mark, const stax_lval **seen,
+               int *nseen, int *bad)
+{
+    const stax_kernel *k = m->k;
+    for (int i = st->first; i < st->first + st->n; i++) {
+        if (st->kind == STAX_STAGE_REDUCE) {
+            vec_scan(m, k->accs[i].value, mark, seen, nseen, bad);
+            if (k->accs[i].index != NULL && ix_has_value(k->accs[i].index)) {
+                *bad = 1;
+            }
+        }
+        else if (st->kind == STAX_STAGE_INNER) {
+            const stax_lstore *sr = &k->stores[i];
+            vec_scan(m, sr->value, mark, seen, nseen, bad);
+            if (!mark && !ix_has_value(sr->index)
+                && ix_coef(sr->index, k->nouter) == 1) {
+                if (vec_find(m, sr->buf, sr->index, 1) >= 0
+                    || !vec_add(m, sr->buf, sr->index, 1)) {
+                    *bad = 1;    /* two stores of one element */
+                }
+            }
+        }
+    }
+}
+
+/* the kernel's vector accesses (m->nvec, 0: none, the scalar loops only) */
+static void
+vec_analyze(emitter *m)
+{
+    const stax_kernel *k = m->k;
+    const stax_lval **seen = NULL;
+    int nseen = 0, bad = 0;
+    m->nvec = 0;
+    m->vec_j = -1;
+    m->vec_stage = -1;
+    if (k->ninner != 1 || !knob_on("TENSORPLAY_NVRTC_VEC")
+        || (k->nstages > 0 && k->stages[0].kind == STAX_STAGE_ATTENTION)) {
+        return;
+    }
+    seen = PyMem_Malloc(sizeof(*seen) * MEMO_CAP);
+    if (seen == NULL) {
+        return;      /* scalar loops: a correct kernel all the same */
+    }
+    for (int s = 0; s < k->nstages && !bad; s++) {
+        nseen = 0;
+        vec_stage_scan(m, &k->stages[s], 0, seen, &nseen, &bad);
+    }
+    PyMem_Free(seen);
+    if (bad) {
+        m->nvec = 0;
+    }
+}
+
+/* the row cache slot that vector i reads or fills four at a time, or -1 */
+static int
+vec_rc_slot(emitter *m, int i)
+{
+    for (int j = 0; j < m->nrc; j++) {
+        const rc_entry *e = &m->rc[j];
+        if (m->rc_bytes > 0 && e->slot >= 0 && e->buf == m->vec_buf[i]
+            && ix_equal(e->index, m->vec_ix[i]) && e->offset == 0
+            && e->dtype == m->k->bufs[e->buf].dtype
+            && (e->dtype == STAX_FLOAT32 || e->dtype == STAX_INT32)) {
+            return e->slot;
+        }
+    }
+    return -1;
+}
+
+/* one vector step at rw (a multiple of 4): the vector loads of the stage,
+ * four points (each its own scope, rindex = rw + j), the vector stores */
+static int
+emit_vec_step(emitter *m, const stax_stage *st, int fuse, const char *ind)
+{
+    const stax_kernel *k = m->k;
+    sbuf *b = m->b;
+    char deeper[64];
+    int keep = m->nmemo;
+    snprintf(deeper, sizeof deeper, "%s    ", ind);
+    put(b, "%sconst int64_t r0 = rw;\n", ind);
+    m->indent = ind;
+    for (int i = 0; i < m->nvec; i++) {
+        if (!m->vec_store[i] && m->vec_ld[i]) {
+            const char *mt = mem_ctypes[k->bufs[m->vec_buf[i]].dtype];
+            int slot = vec_rc_slot(m, i);
+            put(b, "%sconst stax_v4<%s> stax_vl%d = ", ind, mt, i);
+            if (m->vec_ld[i] == 2) {
+                put(b, "stax_rc_on ? *(const stax_v4<%s> *)&stax_rc%d[rw] : ", mt, slot);
+            }
+            put(b, "*(const stax_v4<%s> *)&buf%d[", mt, m->vec_buf[i]);
+            render_ix(m, m->vec_ix[i]);
+            put(b, "];\n");
+            if (m->vec_ld[i] == 1 && slot >= 0) {
+                put(b, "%sif (stax_rc_on) { *(stax_v4<%s> *)&stax_rc%d[rw] = stax_vl%d; }\n",
+                    ind, mt, slot, i);
+            }
+        }
+    }
+    for (int i = 0; i < m->nvec; i++) {
+        if (m->vec_store[i] && st->kind == STAX_STAGE_INNER) {
+            for (int j = st->first; j < st->first + st->n; j++) {
+                if (k->stores[j].buf == m->vec_buf[i]
+                    && ix_equal(k->stores[j].index, m->vec_ix[i])) {
+                    put(b, "%sstax_v4<%s> stax_vs%d;\n", ind,
+                        mem_ctypes[k->bufs[m->vec_buf[i]].dtype], i);
+                    break;
+                }
+            }
+        }
+    }
+    for (int j = 0; j < 4; j++) {
+        put(b, "%s{\n%s    const int64_t rindex = rw + %d;\n", ind, ind, j);
+        m->indent = deeper;
+        m->vec_j = j;
+        if ((fuse ? row_body_online(m, st, st + 1) : row_body(m, st)) < 0) {
+            return -1;
+        }
+        m->vec_j = -1;
+        scope_reset(m, keep);
+        put(b, "%s}\n", ind);
+    }
+    m->indent = ind;
+    for (int i = 0; i < m->nvec; i++) {
+        if (m->vec_store[i] && st->kind == STAX_STAGE_INNER) {
+            for (int j = st->first; j < st->first + st->n; j++) {
+                if (k->stores[j].buf == m->vec_buf[i]
+                    && ix_equal(k->stores[j].index, m->vec_ix[i])) {
+                    put(b, "%s*(stax_v4<%s> *)&buf%d[", ind,
+                        mem_ctypes[k->bufs[m->vec_buf[i]].dtype], m->vec_buf[i]);
+                    render_ix(m, m->vec_ix[i]);
+                    put(b, "] = stax_vs%d;\n", i);
+                    break;
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+/* the vector loops of row stage s (before its scalar loops, which then
+ * start past the last whole vector of the row) */
+static int
+emit_vec_loops(emitter *m, int s, int fuse, const int *ru, int nru)
+{
+    const stax_kernel *k = m->k;
+    const stax_stage *st = &k->stages[s];
+    const stax_lval **seen = PyMem_Malloc(sizeof(*seen) * MEMO_CAP);
+    sbuf *b = m->b;
+    int nseen = 0, bad = 0;
+    if (seen == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memset(m->vec_ld, 0, sizeof(m->vec_ld));
+    vec_stage_scan(m, st, 1, seen, &nseen, &bad);
+    if (fuse) {
+        vec_stage_scan(m, st + 1, 1, seen, &nseen, &bad);
+    }
+    PyMem_Free(seen);
+    put(b, "        if (stax_vok) {\n"
+        "            int64_t rv%d = 4 * (int64_t)threadIdx.x;\n", s);
+    for (int g = 0; g < nru; g++) {
+        put(b, "            for (; rv%d + %d * (int64_t)blockDim.x + 3 < rnumel; "
+            "rv%d += %d * (int64_t)blockDim.x) {\n"
+            "#pragma unroll\n"
+            "                for (int vu = 0; vu < %d; vu++) {\n"
+            "                    const int64_t rw = rv%d + vu * 4 * (int64_t)blockDim.x;\n",
+            s, 4 * (ru[g] - 1), s, 4 * ru[g], ru[g], s);
+        if (emit_vec_step(m, st, fuse, "                    ") < 0) {
+            return -1;
+        }
+        put(b, "                }\n            }\n");
+    }
+    put(b, "            for (; rv%d + 3 < rnumel; rv%d += 4 * (int64_t)blockDim.x) {\n"
+        "                const int64_t rw = rv%d;\n", s, s, s);
+    if (emit_vec_step(m, st, fuse, "                ") < 0) {
+        return -1;
+    }
+    put(b, "            }\n"
+        "            rbase%d = (rnumel & ~(int64_t)3) + threadIdx.x;\n"
+        "        }\n", s);
+    return 0;
+}
+
+const char *
+stax_nvrtc_knob_tag(void)
+{
+    static char tag[64];
+    snprintf(tag, sizeof tag, "%s%s",
+             knob_on("TENSORPLAY_NVRTC_VEC") ? "; vec 1" : "",
+             knob_on("TENSORPLAY_NVRTC_ONEPASS") ? "; onepass 1" : "");
+    return tag;
+}
+
+/* the preamble's helpers of the online softmax (only in kernels that use
+ * them, so other kernels' text does not change) */
+static const char online_preamble[] =
+"STAX_D float stax_oexp(float v) { return expf(v); }\n"
+"STAX_D double stax_oexp(double v) { return exp(v); }\n"
+"/* (m, s) <- (m, s) + (m2, s2): s = sum of exp(v - m) over both parts;\n"
+" * a part whose max is the joint max keeps its sum as it is (an all -inf\n"
+" * part has s 0), a NaN max makes the sum NaN */\n"
+"template <typename T>\n"
+"STAX_D void stax_online_join(T &m, T &s, T m2, T s2)\n"
+"{\n"
+"    const T mx = stax_maxnan(m, m2);\n"
+"    s = (m == mx ? s : s * stax_oexp(m - mx)) + (m2 == mx ? s2 : s2 * stax_oexp(m2 - mx));\n"
+"    m = mx;\n"
+"}\n"
+"template <typename T>\n"
+"static __device__ void stax_warp_online(T &m, T &s)\n"
+"{\n"
+"    for (int off = 16; off > 0; off >>= 1) {\n"
+"        stax_online_join(m, s, __shfl_xor_sync(0xffffffffu, m, off),\n"
+"                         __shfl_xor_sync(0xffffffffu, s, off));\n"
+"    }\n"
+"}\n"
+"template <typename T>\n"
+"static __device__ void stax_block_online(T &m, T &s, T *shm, T *shs)\n"
+"{\n"
+"    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;\n"
+"    const int nwarps = blockDim.x >> 5;\n"
+"    stax_warp_online(m, s);\n"
+"    if (lane == 0) { shm[warp] = m; shs[warp] = s; }\n"
+"    __syncthreads();\n"
+"    if (warp == 0) {\n"
+"        m = lane < nwarps ? shm[lane] : (T)__int_as_float(0xff800000);\n"
+"        s = lane < nwarps ? shs[lane] : (T)0;\n"
+"        stax_warp_online(m, s);\n"
+"        if (lane == 0) { shm[32] = m; shs[32] = s; }\n"
+"    }\n"
+"    __syncthreads();\n"
+"    m = shm[32];\n"
+"    s = shs[32];\n"
+"    __syncthreads();\n"
+"}\n";
+
+static int
+kernel_has_online(const stax_kernel *k)
+{
+    for (int s = 0; s + 1 < k->nstages; s++) {
+        if (online_pair(k, s)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static int
 render_body(emitter *m, int *has_red)
 {
     const stax_kernel *k = m->k;
     sbuf *b = m->b;
     const int *ru = NULL;
-    int keep, nru = row_unrolls(&ru);
+    int keep, fuse = 0, nru = row_unrolls(&ru);
     *has_red = 0;
     if (k->ninner == 0) {
         keep = m->nmemo;
@@ -1518,6 +2080,17 @@ render_body(emitter *m, int *has_red)
         "         xindex += (int64_t)gridDim.x * blockDim.y) {\n");
     m->indent = "        ";
     emit_split(m, 0, k->nouter, "xindex", k->nouter ? "start" : NULL);
+    if (m->nvec > 0) {
+        put(b, "        bool stax_vok = true;\n        {\n"
+            "            const int64_t r0 = 0;\n");
+        for (int i = 0; i < m->nvec; i++) {
+            put(b, "            stax_vok = stax_vok && stax_vaok(&buf%d[",
+                m->vec_buf[i]);
+            render_ix(m, m->vec_ix[i]);
+            put(b, "]);\n");
+        }
+        put(b, "        }\n");
+    }
     for (int s = 0; s < k->nstages; s++) {
         const stax_stage *st = &k->stages[s];
         m->indent = "        ";
@@ -1535,8 +2108,15 @@ render_body(emitter *m, int *has_red)
             scope_reset(m, keep);
             continue;
         }
+        fuse = st->kind == STAX_STAGE_REDUCE && online_pair(k, s);
+        if (fuse) {
+            acc_init(m, &k->stages[s + 1]);
+        }
         m->stage = s;
         put(b, "        int64_t rbase%d = threadIdx.x;\n", s);
+        if (m->nvec > 0 && emit_vec_loops(m, s, fuse, ru, nru) < 0) {
+            return -1;
+        }
         for (int g = 0; g < nru; g++) {
             put(b, "        for (; rbase%d + %d * (int64_t)blockDim.x < rnumel; "
                 "rbase%d += %d * (int64_t)blockDim.x) {\n"
@@ -1545,7 +2125,8 @@ render_body(emitter *m, int *has_red)
                 "                const int64_t rindex = rbase%d + ru * "
                 "(int64_t)blockDim.x;\n", s, ru[g] - 1, s, ru[g], ru[g], s);
             m->indent = "                ";
-            if (row_body(m, st) < 0) {
+            if ((fuse ? row_body_online(m, st, &k->stages[s + 1])
+                 : row_body(m, st)) < 0) {
                 return -1;
             }
             put(b, "            }\n        }\n");
@@ -1554,14 +2135,33 @@ render_body(emitter *m, int *has_red)
         put(b, "        for (int64_t rindex = rbase%d; rindex < rnumel; "
             "rindex += blockDim.x) {\n", s);
         m->indent = "            ";
-        if (row_body(m, st) < 0) {
+        if ((fuse ? row_body_online(m, st, &k->stages[s + 1])
+             : row_body(m, st)) < 0) {
             return -1;
         }
         put(b, "        }\n");
         m->stage = -1;
         scope_reset(m, keep);
         m->indent = "        ";
-        if (st->kind == STAX_STAGE_REDUCE) {
+        if (fuse) {
+            const char *T = acc_ctype(k->accs[st->first].dtype);
+            int im = st->first, is = k->stages[s + 1].first;
+            put(b, "        if (blockDim.y > 1) {\n"
+                "            stax_warp_online(acc%d, acc%d);\n"
+                "        } else {\n"
+                "            stax_block_online(acc%d, acc%d, (%s *)stax_shv, "
+                "(%s *)stax_shi);\n        }\n"
+                "        if (rnumel > 0 && acc%d == (%s)", im, is, im, is, T, T,
+                im, T);
+            literal(b, -INFINITY, 0, strcmp(T, "double") == 0 ? STAX_FLOAT64
+                    : STAX_FLOAT32);
+            put(b, ") {\n            acc%d = (%s)", is, T);
+            literal(b, NAN, 0, strcmp(T, "double") == 0 ? STAX_FLOAT64
+                    : STAX_FLOAT32);
+            put(b, ";  // sum of exp(-inf - -inf)\n        }\n");
+            s++;
+        }
+        else if (st->kind == STAX_STAGE_REDUCE) {
             acc_block_reduce(m, st);
         }
     }
@@ -1764,7 +2364,15 @@ stax_nvrtc_render_kernel(const stax_kernel *k, int nsizes)
     }
     put(&b, "// %s: generated by tensorplay backend_nvrtc (do not edit)\n",
         k->name);
+    m->vec_j = -1;
+    vec_analyze(m);
     put(&b, "%s", preamble);
+    if (m->nvec > 0) {
+        put(&b, "%s", vec_preamble);
+    }
+    if (k->ninner > 0 && kernel_has_online(k)) {
+        put(&b, "%s", online_preamble);
+    }
     put(&b, "struct stax_sizes { int64_t v[%d]; };\n\n",
         nsizes > 0 ? nsizes : 1);
     put(&b, "extern \"C\" __global__ void %s(", k->name);
@@ -1993,6 +2601,15 @@ stax_nvrtc_launch_config(const stax_kernel *k, const int64_t *sizes,
         per = per < 1 ? 1 : per;
         while (t * per < rn && t < mx) {
             t *= 2;
+        }
+        {
+            /* TENSORPLAY_NVRTC_WARP_ROW=N: rows of up to N points run one
+             * warp each too (several rows per block), off by default */
+            const char *wenv = getenv("TENSORPLAY_NVRTC_WARP_ROW");
+            int64_t wr = wenv ? atoll(wenv) : 0;
+            if (wr > 0 && rn <= wr && xn > 1) {
+                t = 32;
+            }
         }
         block[0] = t;
         if (t == 32 && xn > 1) {
