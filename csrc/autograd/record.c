@@ -121,16 +121,22 @@ stax_ag_call_nograd(PyObject *fn, PyObject *args, PyObject *kw)
     return r;
 }
 
+static int view_base_wants_grad(PyObject *o);
+
+/* o (a tensor, or a list/tuple of them) requires grad: an unrecorded view
+ * whose base requires grad now does too (torch: a view's requires_grad is
+ * its base's) */
 static int
 wants_grad(PyObject *o)
 {
     if (StaxTensor_Check(o)) {
-        return ((StaxTensor *)o)->requires_grad;
+        return ((StaxTensor *)o)->requires_grad || view_base_wants_grad(o);
     }
     if (PyList_Check(o) || PyTuple_Check(o)) {
         for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); i++) {
             PyObject *x = PySequence_Fast_GET_ITEM(o, i);
-            if (StaxTensor_Check(x) && ((StaxTensor *)x)->requires_grad) {
+            if (StaxTensor_Check(x) && (((StaxTensor *)x)->requires_grad
+                                        || view_base_wants_grad(x))) {
                 return 1;
             }
         }
@@ -171,11 +177,179 @@ set_view_base(StaxGradNode *n, PyObject *self)
     Py_XSETREF(n->view_base, Py_NewRef(b != NULL ? (PyObject *)b : self));
 }
 
+/* The tensor t, a view autograd did not record, was taken from (its
+ * root), while it still shares t's storage; NULL otherwise. Borrowed. */
+static StaxTensor *
+untracked_base(StaxTensor *t)
+{
+    StaxTensor *b;
+    if (t->ag_view || t->grad_fn != NULL || t->view_src == NULL
+        || !StaxTensor_Check(t->view_src)) {
+        return NULL;
+    }
+    b = (StaxTensor *)t->view_src;
+    if (b->storage != t->storage) {
+        return NULL;
+    }
+    /* the root became a recorded view since (a write through it) */
+    return view_base_of(b) != NULL ? view_base_of(b) : b;
+}
+
+static void
+note_view(StaxTensor *root, StaxTensor *self, PyObject *o)
+{
+    StaxTensor *v = (StaxTensor *)o;
+    if (!StaxTensor_Check(o) || v == root || v->requires_grad
+        || v->storage != root->storage) {
+        return;
+    }
+    if (v == self && self->view_src != NULL) {
+        return;         /* a view op that returned its argument */
+    }
+    Py_XSETREF(v->view_src, Py_NewRef((PyObject *)root));
+}
+
+/* res: what a view op that autograd did not record returned for self (a
+ * tensor, or a tuple/list of them): each view remembers self's root, so
+ * that an in-place write through it that requires grad (copy_ of a tensor
+ * that requires grad) gives the root torch's CopySlices history */
+static void
+note_untracked_views(PyObject *self, PyObject *res)
+{
+    StaxTensor *s, *root;
+    if (self == NULL || res == NULL || !StaxTensor_Check(self)) {
+        return;
+    }
+    s = (StaxTensor *)self;
+    if (s->requires_grad || !stax_dtype_is_floating(s->dtype)) {
+        return;
+    }
+    root = untracked_base(s);
+    if (root == NULL) {
+        root = s;
+    }
+    if (PyTuple_Check(res) || PyList_Check(res)) {
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(res); i++) {
+            note_view(root, s, PySequence_Fast_GET_ITEM(res, i));
+        }
+    }
+    else {
+        note_view(root, s, res);
+    }
+}
+
+/* 1 when an in-place write to t must be recorded although nothing it
+ * reads requires grad: t is an unrecorded view of a tensor that requires
+ * grad now (the write changes that tensor's history) */
+static int
+view_base_wants_grad(PyObject *o)
+{
+    StaxTensor *b;
+    if (!StaxTensor_Check(o) || !stax_grad_enabled()) {
+        return 0;
+    }
+    b = untracked_base((StaxTensor *)o);
+    return b != NULL && b->requires_grad;
+}
+
+/* t, an unrecorded view of b that requires grad now, gets the history of
+ * the same view taken now (as_strided of b: torch regenerates a view's
+ * grad_fn from its base's history the same way) */
+static int
+track_view(StaxTensor *t, StaxTensor *b)
+{
+    PyObject *size = stax_tensor_size_object(t->ndim, t->sizes);
+    PyObject *stride = size ? PyTuple_New(t->ndim) : NULL;
+    PyObject *w = NULL, *bshape = NULL;
+    StaxGradNode *wn;
+    int prev, rc = -1;
+    if (!stax_tensor_is_contiguous(b) || b->offset != 0) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "tensorplay: an in-place operation that requires grad on a "
+                        "view taken before its base required grad is supported for "
+                        "a contiguous base only; write into a clone() of the view "
+                        "instead");
+        goto done;
+    }
+    for (int i = 0; stride != NULL && i < t->ndim; i++) {
+        PyObject *x = PyLong_FromLongLong(t->strides[i]);
+        if (x == NULL) {
+            Py_CLEAR(stride);
+            break;
+        }
+        PyTuple_SET_ITEM(stride, i, x);
+    }
+    if (stride == NULL) {
+        goto done;
+    }
+    prev = stax_grad_enabled();
+    stax_set_grad_enabled(1);
+    w = PyObject_CallMethod((PyObject *)b, "as_strided", "OOL", size, stride,
+                            (long long)t->offset);
+    stax_set_grad_enabled(prev);
+    if (w == NULL) {
+        goto done;
+    }
+    if (!StaxTensor_Check(w) || ((StaxTensor *)w)->grad_fn == NULL
+        || !StaxGradNode_Check(((StaxTensor *)w)->grad_fn)
+        || ((StaxGradNode *)((StaxTensor *)w)->grad_fn)->args == NULL) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "autograd: the view's history could not be rebuilt");
+        goto done;
+    }
+    /* a view's backward reads its base's shape only (b is contiguous and
+     * at offset 0: the storage offset is the base's element offset); the
+     * write through t must not invalidate it, as for any other view */
+    wn = (StaxGradNode *)((StaxTensor *)w)->grad_fn;
+    bshape = stax_tensor_size_object(b->ndim, b->sizes);
+    if (bshape == NULL) {
+        goto done;
+    }
+    Py_SETREF(((PyTupleObject *)wn->args)->ob_item[0], Py_NewRef(bshape));
+    wn->versions[0] = 0;
+    t->requires_grad = 1;
+    t->nonleaf = 1;
+    t->ag_view = 1;
+    t->output_nr = ((StaxTensor *)w)->output_nr;
+    Py_XSETREF(t->grad_fn, Py_NewRef(((StaxTensor *)w)->grad_fn));
+    Py_CLEAR(t->view_src);
+    rc = 0;
+done:
+    Py_XDECREF(size);
+    Py_XDECREF(stride);
+    Py_XDECREF(w);
+    Py_XDECREF(bshape);
+    return rc;
+}
+
+/* the unrecorded views among o (a tensor, or a list/tuple of them) whose
+ * base requires grad now get their history before an op reads them (torch
+ * regenerates a view's grad_fn from its base when it is used) */
+static int
+regen_views(PyObject *o)
+{
+    if (StaxTensor_Check(o)) {
+        return view_base_wants_grad(o)
+               ? track_view((StaxTensor *)o, untracked_base((StaxTensor *)o)) : 0;
+    }
+    if (PyList_Check(o) || PyTuple_Check(o)) {
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); i++) {
+            if (regen_views(PySequence_Fast_GET_ITEM(o, i)) < 0) {
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
 /* checks before an in-place write to t under grad mode; *base: for a view
  * of a tensor that requires grad, its base (the caller rebases the base's
- * history after the write: rebase_view) */
+ * history after the write: rebase_view). setitem: the write is t[k] = v;
+ * for a view taken before its base required grad, torch rebuilds the
+ * view's history from the base for an indexed write but refuses a direct
+ * in-place op (the view of what was a leaf) */
 static int
-check_inplace_target(StaxTensor *t, StaxTensor **base)
+check_inplace_target(StaxTensor *t, StaxTensor **base, int setitem)
 {
     *base = NULL;
     if (t->requires_grad && !t->nonleaf) {
@@ -195,6 +369,24 @@ check_inplace_target(StaxTensor *t, StaxTensor **base)
             PyErr_SetString(PyExc_RuntimeError,
                             "a view of a leaf Variable that requires grad is being "
                             "used in an in-place operation.");
+            return -1;
+        }
+        *base = b;
+    }
+    else if (untracked_base(t) != NULL) {
+        StaxTensor *b = untracked_base(t);
+        if (b->requires_grad && !b->nonleaf) {
+            PyErr_SetString(PyExc_RuntimeError,
+                            "a view of a leaf Variable that requires grad is being "
+                            "used in an in-place operation.");
+            return -1;
+        }
+        if (b->requires_grad && !setitem) {
+            /* torch: the view of what was a leaf when it was taken */
+            inplace_leaf_error();
+            return -1;
+        }
+        if (b->requires_grad && track_view(t, b) < 0) {
             return -1;
         }
         *base = b;
@@ -514,7 +706,11 @@ hook(const stax_op_info *op, PyObject *func, PyObject *const *args,
     inplace = (op->flags & STAX_OPF_INPLACE)
               || op->name[strlen(op->name) - 1] == '_';
     if (!any) {
-        return kernel(op, func, args, nargsf, kwnames);
+        res = kernel(op, func, args, nargsf, kwnames);
+        if (op->kind == STAX_OPK_VIEW && !inplace && nargs > 0) {
+            note_untracked_views(args[0], res);
+        }
+        return res;
     }
     base_name = (op->flags & STAX_OPF_INPLACE) && op->inplace ? op->inplace
                                                               : op->name;
@@ -566,7 +762,12 @@ hook(const stax_op_info *op, PyObject *func, PyObject *const *args,
     }
     if (inplace && sig->n > 0 && StaxTensor_Check(PyTuple_GET_ITEM(bound, 0))) {
         self = (StaxTensor *)PyTuple_GET_ITEM(bound, 0);
-        if (check_inplace_target(self, &vbase) < 0) {
+        if (check_inplace_target(self, &vbase, 0) < 0) {
+            goto done;
+        }
+    }
+    for (Py_ssize_t i = self != NULL ? 1 : 0; i < PyTuple_GET_SIZE(bound); i++) {
+        if (regen_views(PyTuple_GET_ITEM(bound, i)) < 0) {
             goto done;
         }
     }
@@ -700,13 +901,25 @@ wrap_call(PyObject *o, PyObject *args, PyObject *kw)
     if (!any) {
         res = call_orig(w, self, rest, kw);
         Py_DECREF(rest);
+        if (w->kind == WM_VIEW || w->kind == WM_PROPERTY) {
+            note_untracked_views(self, res);
+        }
         return res;
     }
     if (w->kind == WM_COPY || w->kind == WM_FILL) {
-        if (check_inplace_target((StaxTensor *)self, &vbase) < 0) {
+        PyObject *src = PyTuple_GET_SIZE(rest) > 0 ? PyTuple_GET_ITEM(rest, 0)
+                        : kw ? PyDict_GetItemString(kw, w->kind == WM_COPY
+                                                        ? "src" : "value")
+                        : NULL;
+        if (check_inplace_target((StaxTensor *)self, &vbase, 0) < 0
+            || (src != NULL && regen_views(src) < 0)) {
             Py_DECREF(rest);
             return NULL;
         }
+    }
+    else if (regen_views(self) < 0) {
+        Py_DECREF(rest);
+        return NULL;
     }
     d = stax_ag_deriv_for(w->opname);
     if (w->kind == WM_COPY || w->kind == WM_FILL) {
@@ -914,8 +1127,13 @@ ag_subscript(PyObject *self, PyObject *key)
     PyObject *res, *sargs;
     StaxGradNode *node;
     int prev;
-    if (!stax_grad_enabled() || !((StaxTensor *)self)->requires_grad) {
-        return orig_subscript(self, key);
+    if (!stax_grad_enabled() || !wants_grad(self)) {
+        res = orig_subscript(self, key);
+        note_untracked_views(self, res);
+        return res;
+    }
+    if (regen_views(self) < 0) {
+        return NULL;
     }
     sargs = PyTuple_Pack(2, self, key);
     if (sargs == NULL) {
@@ -945,6 +1163,54 @@ ag_subscript(PyObject *self, PyObject *key)
     return res;
 }
 
+/* 1 when slice s takes all of a dim of length len */
+static int
+full_slice(PyObject *s, int64_t len)
+{
+    Py_ssize_t start, stop, step;
+    if (!PySlice_Check(s)) {
+        return 0;
+    }
+    if (PySlice_Unpack(s, &start, &stop, &step) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    PySlice_AdjustIndices((Py_ssize_t)len, &start, &stop, step);
+    return start == 0 && stop == (Py_ssize_t)len && step == 1;
+}
+
+/* 1 when t[key] is t itself in torch's indexing (an Ellipsis, full
+ * slices): no view is taken, so t[key] = v writes t directly */
+static int
+whole_key(StaxTensor *t, PyObject *key)
+{
+    PyObject *items = PyTuple_Check(key) ? key : NULL;
+    Py_ssize_t n = items ? PyTuple_GET_SIZE(items) : 1, ell = -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *k = items ? PyTuple_GET_ITEM(items, i) : key;
+        if (k == Py_Ellipsis) {
+            if (ell >= 0) {
+                return 0;
+            }
+            ell = i;
+        }
+        else if (!PySlice_Check(k)) {
+            return 0;
+        }
+    }
+    if (n - (ell >= 0) > t->ndim) {
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *k = items ? PyTuple_GET_ITEM(items, i) : key;
+        Py_ssize_t d = ell < 0 || i < ell ? i : t->ndim - (n - i);
+        if (k != Py_Ellipsis && !full_slice(k, t->sizes[d])) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 static int
 ag_ass_subscript(PyObject *self, PyObject *key, PyObject *value)
 {
@@ -953,10 +1219,12 @@ ag_ass_subscript(PyObject *self, PyObject *key, PyObject *value)
     StaxGradNode *node;
     int prev, rc;
     if (value == NULL || !stax_grad_enabled()
-        || !(t->requires_grad || wants_grad(value))) {
+        || !(wants_grad(self) || wants_grad(value))) {
         return orig_ass_subscript(self, key, value);
     }
-    if (check_inplace_target(t, &vbase) < 0) {
+    /* t[...] = v writes t itself; t[k] = v writes a view of t taken now */
+    if (check_inplace_target(t, &vbase, !whole_key(t, key)) < 0
+        || regen_views(value) < 0) {
         return -1;
     }
     sargs = PyTuple_Pack(3, self, key, value);

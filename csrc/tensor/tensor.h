@@ -63,6 +63,12 @@ typedef struct {
     int ag_view;                   /* a view recorded by autograd */
     PyObject *grad_acc;            /* weakref to its AccumulateGrad node */
     PyObject *hooks;               /* list: tensor hooks of a leaf */
+    PyObject *view_src;            /* strong: the tensor a view autograd did
+                                      not record (its base did not require
+                                      grad) was taken from, the root of a
+                                      chain of views (torch's _base); an
+                                      in-place write through the view that
+                                      requires grad rebases that tensor */
 } StaxTensor;
 
 extern PyTypeObject *StaxTensor_Type;   /* tensorplay.Tensor */

@@ -77,6 +77,7 @@ tensor_traverse(PyObject *self, visitproc visit, void *arg)
     Py_VISIT(t->grad);
     Py_VISIT(t->grad_fn);
     Py_VISIT(t->hooks);
+    Py_VISIT(t->view_src);
     return 0;
 }
 
@@ -89,6 +90,7 @@ tensor_clear(PyObject *self)
     Py_CLEAR(t->grad_fn);
     Py_CLEAR(t->hooks);
     Py_CLEAR(t->grad_acc);
+    Py_CLEAR(t->view_src);
     return 0;
 }
 

@@ -319,7 +319,8 @@ def _pick(node, grads, self):
     # self: the input, or only its shape (views read nothing else of their
     # input: an in-place write to the base must not invalidate them)
     shape = tuple(self.shape) if hasattr(self, "shape") else tuple(self)
-    if node.name() == "AsStridedBackward0" and not self.is_contiguous():
+    if node.name() == "AsStridedBackward0" and hasattr(self, "is_contiguous") \
+            and not self.is_contiguous():
         raise NotImplementedError(
             "tensorplay: the gradient of as_strided() of a non-contiguous tensor is not "
             "implemented (as_strided addresses the storage, beyond the tensor's elements); "
