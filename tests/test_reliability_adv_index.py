@@ -102,12 +102,14 @@ def test_advanced_index_gradient_compiled_forward():
     np.testing.assert_allclose(w.grad.numpy(), want.numpy(), rtol=1e-6)
 
 
-def test_bool_mask_index_stays_a_fallback():
-    # the result's shape depends on the mask's values: no static kernel
+def test_bool_mask_index_is_native_with_a_count_gate():
+    # the result's shape depends on the mask's values: native for the
+    # mask's count (a value gate), as masked_select (issue 13)
     f = lambda x: x[x > 3] * 2  # noqa: E731
     x = tp.arange(12.).reshape(3, 4)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         np.testing.assert_array_equal(tp.compile(f)(x).numpy(), f(x).numpy())
-    with pytest.raises(tp.compiler.NativeCompileError, match="boolean mask"):
-        tp.compile(f, strict_native=True)(x)
+    cf = tp.compile(f, strict_native=True)
+    for y in (x, x - 2, x * 0):
+        np.testing.assert_array_equal(cf(y).numpy(), f(y).numpy())

@@ -7,6 +7,7 @@
 #include "tensor/stax_numpy.h"
 
 #include <math.h>
+#include <float.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -121,6 +122,25 @@ pair_type(fval *a, fval *b)
         }
     }
     return stax_result_type_of(d, 2);
+}
+
+/* the largest finite value of a floating dtype (integers: their max,
+ * never selected by nan_to_num, which has no inf to replace there) */
+static double
+finite_max(stax_dtype_t dt)
+{
+    switch (dt) {
+    case STAX_FLOAT16:
+        return 65504.0;
+    case STAX_BFLOAT16:
+        return 3.3895313892515355e38;      /* (2 - 2^-7) * 2^127 */
+    case STAX_FLOAT32:
+        return (double)FLT_MAX;
+    case STAX_FLOAT64:
+        return DBL_MAX;
+    default:
+        return 9007199254740992.0;
+    }
 }
 
 /* d rounded to the nearest float16 (ties to even), as a double */
@@ -329,6 +349,15 @@ f_atom(fctx *f, const char *tok)
         PyObject *o = lw_bound_arg(f->bound, f->op, tok + 1);
         if (o == NULL) {
             f->why = "formula names an unknown argument";
+            return r;
+        }
+        if (o == Py_None && f->op->id == STAX_OP_NAN_TO_NUM
+            && (strcmp(tok + 1, "posinf") == 0 || strcmp(tok + 1, "neginf") == 0)) {
+            /* torch: None means the result dtype's largest (lowest)
+             * finite value; a weak scalar, exact in that dtype */
+            double m = finite_max(f->od);
+            r.v = lw_const(f->c, STAX_FLOAT64, tok[1] == 'p' ? m : -m);
+            r.weak = 1;
             return r;
         }
         return f_operand(f, o);

@@ -145,14 +145,14 @@ normal_z(lw_ctx *c, rdraw *r, int f64)
  * view is this draw scattered into the base. uniform float32/float16:
  * (float)(a + (b - a) * u24) in double; float64: a + (b - a) * u53;
  * normal: a + b * z in double, rounded to the dtype once (float16: from
- * double, as eager's store) */
+ * double, as eager's store; bfloat16: through float32, as eager's) */
 static int
 lower_uniform_normal(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *out,
                      const char **why)
 {
     stax_dtype_t dt = out->dtype, D = STAX_FLOAT64;
     int uni = in->op->id == STAX_OP_UNIFORM_;
-    if (dt != STAX_FLOAT16 && dt != STAX_FLOAT32 && dt != STAX_FLOAT64) {
+    if (dt != STAX_FLOAT16 && dt != STAX_BFLOAT16 && dt != STAX_FLOAT32 && dt != STAX_FLOAT64) {
         UNSUPPORTED("random fill of a non-float dtype");
     }
     PyObject *pa = lw_bound_arg(bound, in->op, uni ? "from" : "mean");
@@ -327,12 +327,19 @@ lw_lower_random(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
     if (id == STAX_OP_RANDOM_) {
         return lower_random_int(c, in, bound, out, why);
     }
-    if (out->dtype != STAX_FLOAT32 && out->dtype != STAX_FLOAT64) {
+    /* float16 / bfloat16 draws: eager's fill computes a float32 uniform
+     * (a double normal) from the same words and rounds it to the dtype */
+    int half = out->dtype == STAX_FLOAT16 || out->dtype == STAX_BFLOAT16;
+    if (out->dtype != STAX_FLOAT32 && out->dtype != STAX_FLOAT64
+        && !(half && (id == STAX_OP_RAND_LIKE || id == STAX_OP_RANDN_LIKE))) {
         UNSUPPORTED("random op of a non-float dtype");
     }
     int ok = 0;
     if ((id == STAX_OP_RAND_LIKE)) {
-        out->body = rand_uniform(c, out, out->dtype, &ok);
+        out->body = rand_uniform(c, out, half ? STAX_FLOAT32 : out->dtype, &ok);
+        if (half && out->body != NULL) {
+            out->body = lw_cast(c, out->body, out->dtype);
+        }
     }
     else if ((id == STAX_OP_RANDN_LIKE)) {
         rdraw r;

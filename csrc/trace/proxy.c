@@ -452,9 +452,22 @@ pm_numpy(PyObject *self, PyObject *args, PyObject *kw)
 
 /* sequence / mapping ---------------------------------------------------- */
 
+static PyObject *trace_decomps;   /* dict, strong (below) */
+
 static PyObject *
 p_getitem(PyObject *self, PyObject *key)
 {
+    /* x[mask] with a boolean mask: a decomposition whose output size is a
+     * value gate on the count (the recorded getitem has no native form) */
+    PyObject *dfn = trace_decomps != NULL
+                    ? PyDict_GetItemString(trace_decomps, "__getitem__") : NULL;
+    if (dfn != NULL) {
+        PyObject *r = PyObject_CallFunctionObjArgs(dfn, self, key, NULL);
+        if (r != Py_NotImplemented) {
+            return r;
+        }
+        Py_DECREF(r);
+    }
     return binop(self, key, STAX_PYOP_GETITEM);
 }
 
@@ -466,6 +479,17 @@ p_setitem(PyObject *self, PyObject *key, PyObject *value)
         PyErr_SetString(PyExc_TypeError, "a traced tensor does not support "
                         "item deletion");
         return -1;
+    }
+    PyObject *dfn = trace_decomps != NULL
+                    ? PyDict_GetItemString(trace_decomps, "__setitem__") : NULL;
+    if (dfn != NULL) {
+        /* x[mask] = t: recorded as the ops of its decomposition */
+        r = PyObject_CallFunctionObjArgs(dfn, self, key, value, NULL);
+        if (r != Py_NotImplemented) {
+            Py_XDECREF(r);
+            return r != NULL ? 0 : -1;
+        }
+        Py_DECREF(r);
     }
     args = PyTuple_Pack(3, self, key, value);
     if (args == NULL) {
@@ -1062,8 +1086,8 @@ find_tracer(PyObject *o)
  * statistics, the normalization and the running-statistics updates, all
  * native; with training=False it stays one node, lowered as a fused
  * kernel). Set once from Python (_C._set_trace_decomposition); a Tensor
- * method's entry is keyed by its name ("cumsum"). */
-static PyObject *trace_decomps;   /* dict, strong */
+ * method's entry is keyed by its name ("cumsum"), indexing's by
+ * "__getitem__" / "__setitem__". */
 
 PyObject *
 stax_trace_set_decomposition(PyObject *self, PyObject *args)

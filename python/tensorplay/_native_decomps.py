@@ -16,9 +16,10 @@ length along it):
   float32/float64 is a matmul with the hit matrix (BLAS).
 * cumsum of integers/bools: prefix sums as masked sums over blocks of
   ceil(sqrt(n)) (exact in int64; O(n^1.5) work, no sequential scan).
-* one_hot(num_classes=-1), masked_select, repeat_interleave(Tensor): the
-  output size comes from the data, so it is a value gate (``int(x.max())``,
-  ``int(mask.sum())``, ``int(repeats.sum())``): the program is native for
+* one_hot(num_classes=-1), masked_select, x[bool mask] (x[bool mask] = t),
+  repeat_interleave(Tensor): the output size comes from the data, so it is
+  a value gate (``int(x.max())``, ``int(mask.sum())``,
+  ``int(repeats.sum())``): the program is native for
   that size and a new size is a new version (torch.compile graph-breaks on
   these unless given capture_dynamic_output_shape_ops). The output is then
   filled by a count kernel: the j-th selected position is the number of
@@ -467,6 +468,55 @@ def _masked_select(input, mask):
     return _pick_where(pos.unsqueeze(1) == tp.arange(int(flat.shape[0])), flat.unsqueeze(0), 1)
 
 
+def _is_bool_t(o):
+    """o is a bool tensor (or its proxy; a size proxy is not a tensor)"""
+    return _is_t(o) and getattr(o, "dtype", None) is _tp().bool
+
+
+def _getitem_mask(input, key):
+    """x[mask], mask a bool tensor of x's leading shape: the rows of
+    x.reshape(-1, *rest) at the mask's True positions (their count a value
+    gate, as masked_select). Any other key is recorded as a getitem."""
+    tp = _tp()
+    if not _is_t(input) or not _is_bool_t(key):
+        return NotImplemented
+    k = key.dim()
+    shape = _ints(input.shape)
+    if k == 0 or k > len(shape) or _ints(key.shape) != shape[:k]:
+        return NotImplemented       # eager's error (or a 0-d mask's unsqueeze)
+    rest = shape[k:]
+    pos, n = _select_positions(key.reshape(-1))
+    if pos is None:
+        return tp.empty((0, *rest), dtype=input.dtype)
+    return input.reshape(-1, *rest).index_select(0, pos)
+
+
+def _setitem_mask(input, key, value):
+    """x[mask] = v, mask a bool tensor of x's leading shape and v a tensor
+    (a number is masked_fill, already native): the i-th True position gets
+    row i of v broadcast to (count, *rest), the count a value gate; written
+    as x.copy_(where(mask, rows, x)), rows picked by the prefix count."""
+    tp = _tp()
+    if not _is_t(input) or not _is_bool_t(key) or not _is_t(value) \
+            or getattr(value, "dtype", None) is None:
+        return NotImplemented
+    k = key.dim()
+    shape = _ints(input.shape)
+    if k == 0 or k > len(shape) or _ints(key.shape) != shape[:k] or value.dim() == 0:
+        return NotImplemented
+    rest = shape[k:]
+    m = key.reshape(-1)
+    n = int(m.sum())
+    if _bshape(_ints(value.shape), [n] + rest) != tuple([n] + rest):
+        return NotImplemented       # eager's shape error
+    if n == 0:
+        return None
+    idx = (_prefix_sum_int(m.to(tp.int64)) - 1).clamp(min=0)
+    rows = value.expand(n, *rest).index_select(0, idx).reshape(shape)
+    input.copy_(tp.where(key.reshape(*key.shape, *([1] * len(rest))), rows, input))
+    return None
+
+
 def _repeat_interleave(input, repeats=None, dim=None, *, output_size=None):
     tp = _tp()
     if not _is_t(input):
@@ -716,6 +766,8 @@ def install():
         f = getattr(tp, key, None)
         if f is not None:
             reg(f, fn)
+    reg("__getitem__", _getitem_mask)
+    reg("__setitem__", _setitem_mask)
     reg(F.one_hot, _one_hot)
     reg(F.nll_loss, _nll_loss)
     reg(F.cross_entropy, _cross_entropy)
