@@ -3,6 +3,7 @@
 #include "tensor/tensor_internal.h"
 #include "tensor/stax_numpy.h"
 #include <structmember.h>
+#include <math.h>
 
 static const char *dtype_names[STAX_NUM_DTYPES] = {
     "bool", "uint8", "int8", "int16", "int32", "int64",
@@ -810,7 +811,83 @@ py_set_default_dtype(PyObject *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+/* torch's checked scalar conversion (c10::overflows): a Python number
+ * written into a tensor of dtype dt (fill_, full, masked_fill, clamp's
+ * bounds) raises when it lies outside dt's finite range; inf and nan pass
+ * into floating dtypes, unsigned dtypes take down to -max (two's
+ * complement wrap), bool takes anything. 0, or -1 + RuntimeError. */
+int
+stax_dtype_check_scalar(stax_dtype_t dt, PyObject *v)
+{
+    static const char *names[STAX_NUM_DTYPES] = {
+        "bool", "uint8_t", "int8_t", "int16_t", "int", "int64_t",
+        "c10::Half", "float", "double", "c10::BFloat16"};
+    double lo, hi, f;
+    int over = 0;
+    if (dt == STAX_BOOL || dt == STAX_FLOAT64 || PyBool_Check(v)
+        || !(PyLong_Check(v) || PyFloat_Check(v))) {
+        return 0;
+    }
+    switch (dt) {
+    case STAX_UINT8: lo = -255.0; hi = 255.0; break;
+    case STAX_INT8: lo = -128.0; hi = 127.0; break;
+    case STAX_INT16: lo = -32768.0; hi = 32767.0; break;
+    case STAX_INT32: lo = -2147483648.0; hi = 2147483647.0; break;
+    case STAX_INT64: lo = -9223372036854775808.0; hi = 9223372036854775807.0; break;
+    case STAX_FLOAT16: lo = -65504.0; hi = 65504.0; break;
+    case STAX_FLOAT32: lo = -3.4028234663852886e38; hi = 3.4028234663852886e38; break;
+    case STAX_BFLOAT16: lo = -3.3895313892515355e38; hi = 3.3895313892515355e38; break;
+    default: return 0;
+    }
+    if (PyLong_Check(v)) {
+        int ovf = 0;
+        long long x = PyLong_AsLongLongAndOverflow(v, &ovf);
+        if (x == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+        if (ovf) {
+            /* beyond int64: only float32/bfloat16 can hold it */
+            double dv = PyLong_AsDouble(v);
+            over = !(dt == STAX_FLOAT32 || dt == STAX_BFLOAT16)
+                   || (dv == -1.0 && PyErr_Occurred()) || fabs(dv) > hi;
+            PyErr_Clear();
+        }
+        else if (dt == STAX_INT64) {
+            over = 0;
+        }
+        else {
+            over = (double)x < lo || (double)x > hi;
+        }
+    }
+    else {
+        f = PyFloat_AS_DOUBLE(v);
+        over = isfinite(f) && (f < lo || f > hi);
+    }
+    if (over) {
+        PyErr_Format(PyExc_RuntimeError,
+                     "value cannot be converted to type %s without overflow", names[dt]);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+py_check_scalar(PyObject *self, PyObject *args)
+{
+    PyObject *v, *d;
+    stax_dtype_t dt;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OO:_check_scalar", &v, &d)
+        || stax_dtype_from_object(d, &dt) < 0 || stax_dtype_check_scalar(dt, v) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef dtype_module_methods[] = {
+    {"_check_scalar", py_check_scalar, METH_VARARGS,
+     "_check_scalar(value, dtype): RuntimeError as torch when the Python number "
+     "overflows dtype (torch's checked scalar conversion)"},
     {"promote_types", py_promote_types, METH_VARARGS, NULL},
     {"result_type", py_result_type, METH_VARARGS, NULL},
     {"get_default_dtype", py_get_default_dtype, METH_NOARGS, NULL},

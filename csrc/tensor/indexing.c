@@ -142,7 +142,8 @@ numpy_key(PyObject *key)
         PyObject *o = PyTuple_GET_ITEM(key, i), *c;
         if (StaxTensor_Check(o)) {
             StaxTensor *it = (StaxTensor *)o;
-            if (stax_dtype_is_floating(it->dtype)) {
+            if (stax_dtype_is_floating(it->dtype) || it->dtype == STAX_INT8
+                || it->dtype == STAX_INT16) {
                 Py_DECREF(r);
                 PyErr_SetString(PyExc_IndexError,
                                 "tensors used as indices must be long, int, "
@@ -150,6 +151,17 @@ numpy_key(PyObject *key)
                 return NULL;
             }
             c = stax_tensor_as_array(it);
+            if (c != NULL && it->dtype == STAX_UINT8) {
+                /* torch: a byte tensor index is a mask (deprecated) */
+                if (PyErr_WarnEx(PyExc_UserWarning,
+                                 "indexing with dtype torch.uint8 is now deprecated, "
+                                 "please use a dtype torch.bool instead.", 1) < 0) {
+                    Py_CLEAR(c);
+                }
+                else {
+                    Py_SETREF(c, (PyObject *)PyArray_Cast((PyArrayObject *)c, NPY_BOOL));
+                }
+            }
         }
         else if (PyList_Check(o)) {
             c = PyArray_FromAny(o, NULL, 0, 0, 0, NULL);

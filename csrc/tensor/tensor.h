@@ -92,6 +92,10 @@ int stax_dtype_to_npy(stax_dtype_t dt);              /* NPY_FLOAT32 ... */
  * float32 (torch's opmath type) and rounded to nearest even once per op.
  * The conversions are the only difference between the two. */
 int stax_dtype_is_half_like(stax_dtype_t dt);
+/* torch's checked conversion of a Python number v into dtype dt (fill_,
+ * full, masked_fill): 0, or -1 + RuntimeError "value cannot be converted
+ * to type ... without overflow" */
+int stax_dtype_check_scalar(stax_dtype_t dt, PyObject *v);
 double stax_half_like_to_double(stax_dtype_t dt, uint16_t bits);
 /* float16 rounds directly from the double; bfloat16 goes through float32
  * first, as c10::BFloat16(float(d)) does */

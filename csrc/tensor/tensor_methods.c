@@ -698,6 +698,9 @@ m_fill_(PyObject *self, PyObject *value)
                      "not %.100s", Py_TYPE(value)->tp_name);
         return NULL;
     }
+    if (stax_dtype_check_scalar(SELF->dtype, value) < 0) {
+        return NULL;
+    }
     return copy_in_place(self, value);
 }
 

@@ -568,6 +568,8 @@ def _masked_fill(input, mask, value):
                                f"value tensor, but got tensor with "
                                f"{value.dim()} dimension(s).")
         value = value.item()
+    else:
+        _C._check_scalar(value, input.dtype)
     a = _arr(input)
     shape = _bshape(a, m)
     if shape != a.shape:
@@ -589,6 +591,9 @@ def _clamp(input, min=None, max=None):
                            "not be None")
     ops = [input] + [v for v in (min, max) if v is not None]
     rt = _result_np(*ops)
+    for v in (min, max):
+        if v is not None and not _is_t(v):
+            _C._check_scalar(v, np.dtype(rt).name)
     r = np.asarray(_arr(input), rt)
     if min is not None:
         r = np.maximum(r, np.asarray(_scalar_bound(min), rt))
@@ -1536,8 +1541,11 @@ def _stack(tensors, dim=0):
 
 def _index_arr(index, name):
     i = _arr(index)
-    if not _is_t(index) or i.dtype.kind not in "iu":
-        raise RuntimeError(f"{name}(): Expected dtype int32/int64 for index")
+    # torch: int32 or int64 only (int8/int16/uint8 and bool are refused)
+    if not _is_t(index) or i.dtype not in (np.int64, np.int32):
+        raise RuntimeError(f"{name}(): Expected dtype int32 or int64 for index"
+                           if name == "index_select" else
+                           f"{name}(): Expected dtype int32/int64 for index")
     return i.astype(np.int64)
 
 
@@ -1968,9 +1976,17 @@ def _index_add(input, dim, index, source, *, alpha=1):
     a = _arr(input)
     d = _wrap_dim(dim, a.ndim)
     idx = _arr(index)
-    if idx.dtype.kind not in "iu" or idx.ndim > 1:
-        raise IndexError("index_add_(): Expected a 1-D long or int tensor "
-                         "for index")
+    if idx.dtype not in (np.int64, np.int32):
+        raise RuntimeError(f"index_add_(): Expected dtype int32/int64 for index but got: "
+                           f"{_title(idx.dtype)}")
+    if idx.ndim > 1:
+        raise IndexError(f"index_add_(): Index is supposed to be a vector, but got dim: "
+                         f"{idx.ndim} with type: {_title(idx.dtype)} and size: "
+                         f"{list(idx.shape)}")
+    n = a.shape[d] if a.ndim else 1
+    # torch's CPU kernel does not wrap negative indices
+    if idx.size and (idx.min() < 0 or idx.max() >= n):
+        raise IndexError("index out of range in self")
     out = np.array(a, copy=True)
     src = np.asarray(_arr(source))
     if alpha != 1:
@@ -2233,16 +2249,24 @@ def _index_dim_args(input, dim, index, name):
     a = _arr(input)
     d = _wrap_dim(dim, a.ndim)
     idx = _arr(index)
-    if idx.dtype.kind not in "iu" or idx.ndim > 1:
-        raise IndexError(f"{name}(): Index is supposed to be a vector")
-    if idx.dtype not in (np.int64, np.int32):
+    # torch 2.13: both take int64 indices only; index_copy_ refuses a
+    # negative one, index_fill_ wraps it
+    if idx.dtype != np.int64:
+        if name == "index_fill_":
+            raise IndexError("index_fill_(): Expected dtype int64 for index.")
         raise RuntimeError(f"{name}(): Expected a long tensor for index, but got "
                            f"{_title(idx.dtype)}")
+    if idx.ndim > 1:
+        if name == "index_fill_":
+            raise RuntimeError("Index has to be a vector/scalar")
+        raise IndexError(f"{name}(): Index should have dimension 1 or 0 (got {idx.ndim})")
     idx = idx.reshape(-1).astype(np.int64)
     n = a.shape[d] if a.ndim else 1
+    lo = -n if name == "index_fill_" else 0
     for i in idx.tolist():
-        if i < -n or i >= n:
-            raise IndexError(f"index {i} is out of bounds for dimension {d} with "
+        if i < lo or i >= n:
+            pre = "" if name == "index_fill_" else f"{name}(): "
+            raise IndexError(f"{pre}index {i} is out of bounds for dimension {d} with "
                              f"size {n}")
     return a, d, np.where(idx < 0, idx + n, idx)
 
@@ -2296,6 +2320,7 @@ def _index_fill(input, dim, index, value):
                              f"but got tensor with {v.ndim} dimension(s).")
         v = v.reshape(())
     else:
+        _C._check_scalar(value, input.dtype)
         v = value
     out = np.array(a, copy=True)
     if out.ndim == 0:

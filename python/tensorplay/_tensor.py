@@ -431,6 +431,12 @@ def full(size, fill_value, dtype=None, device=None, requires_grad=False, out=Non
     dt = _as_dtype(dtype) if dtype is not None else _scalar_dtype(fill_value)
     if isinstance(fill_value, Tensor):
         fill_value = fill_value.item()
+    else:
+        _C._check_scalar(fill_value, dt)
+    if type(fill_value) is _int and fill_value < 0 \
+            and np.dtype(_NP[dt]).kind == "u":
+        # torch wraps a negative int into an unsigned dtype (-1 -> 255)
+        fill_value = np.asarray(fill_value, np.int64).astype(_NP[dt])
     arr = np.full(_sizes((tuple(size),)), fill_value, dtype=_NP[dt])
     return _finish(_from_np(arr, dt), requires_grad, device)
 
