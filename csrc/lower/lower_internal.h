@@ -337,6 +337,14 @@ int lw_lower_attention(lw_ctx *c, vbuf *q, vbuf *kt, vbuf *v, vbuf *x,
                        vbuf *out);
 /* 1 if kernel draft k is an attention kernel */
 int lw_is_attention(const kdraft *k);
+
+/* gemm.c: C (m x n, row stride ldc) = A (m x k) @ B (k x n), float32,
+ * element strides (ar, ac) and (br, bc); single-threaded AVX-512.
+ * lw_sgemm_available: this CPU runs it (STAX_NO_SGEMM turns it off);
+ * lw_sgemm: 0, or -1 with nothing set when it cannot (out of memory) */
+int lw_sgemm_available(void);
+int lw_sgemm(int64_t m, int64_t n, int64_t k, const float *A, int64_t ar, int64_t ac,
+             const float *B, int64_t br, int64_t bc, float *C, int64_t ldc);
 int lw_lower_random(lw_ctx *c, struct lw_node_in *in, PyObject *bound,
                     vbuf *x, vbuf *out, const char **why);
 

@@ -304,10 +304,9 @@ find_openblas(struct dl_phdr_info *info, size_t size, void *data)
     return 0;
 }
 
-/* set this thread's BLAS thread count for a matmul of `flops`; the
- * previous one, or -1 */
+/* the BLAS thread count of a matmul of `flops` */
 static int
-blas_enter(double flops)
+blas_threads_for(double flops)
 {
     if (blas_threads < 0) {
         const char *e = getenv("TENSORPLAY_BLAS_THREADS");
@@ -318,7 +317,16 @@ blas_enter(double flops)
     }
     int n = blas_threads > 0 ? blas_threads
             : flops >= 1073741824.0 ? stax_lower_num_threads() : 1;
-    return blas_local != NULL ? blas_local(n > 0 ? n : 1) : -1;
+    return n > 0 ? n : 1;
+}
+
+/* set this thread's BLAS thread count for a matmul of `flops`; the
+ * previous one, or -1 */
+static int
+blas_enter(double flops)
+{
+    int n = blas_threads_for(flops);
+    return blas_local != NULL ? blas_local(n) : -1;
 }
 
 static void
@@ -359,6 +367,71 @@ operand_array(PyObject *slot, const void *viewp, stax_dtype_t dt)
         return NULL;
     }
     return arr;
+}
+
+/* a float32 product of two arrays of 2 or more dims on lw_sgemm
+ * (gemm.c): NumPy's matmul broadcasting of the batch dims, C-contiguous
+ * result. NULL with no exception set where it does not apply (the caller
+ * takes NumPy's matmul), NULL with one set on failure. */
+static PyObject *
+own_matmul(PyArrayObject *a, PyArrayObject *b)
+{
+    int na = PyArray_NDIM(a), nb = PyArray_NDIM(b);
+    if (!lw_sgemm_available() || na < 2 || nb < 2 || PyArray_TYPE(a) != NPY_FLOAT32
+        || PyArray_TYPE(b) != NPY_FLOAT32 || !PyArray_ISALIGNED(a) || !PyArray_ISALIGNED(b)) {
+        return NULL;
+    }
+    int64_t m = PyArray_DIM(a, na - 2), k = PyArray_DIM(a, na - 1), n = PyArray_DIM(b, nb - 1);
+    if (PyArray_DIM(b, nb - 2) != k) {
+        return NULL;      /* NumPy's error */
+    }
+    int nbat = (na > nb ? na : nb) - 2;
+    npy_intp dims[NPY_MAXDIMS];
+    int64_t sa[NPY_MAXDIMS], sb[NPY_MAXDIMS];
+    for (int d = 0; d < nbat; d++) {
+        int da = d - (nbat - (na - 2)), db = d - (nbat - (nb - 2));
+        int64_t ea = da >= 0 ? PyArray_DIM(a, da) : 1, eb = db >= 0 ? PyArray_DIM(b, db) : 1;
+        if (ea != eb && ea != 1 && eb != 1) {
+            return NULL;
+        }
+        dims[d] = ea > eb ? ea : eb;
+        sa[d] = da >= 0 && ea != 1 ? PyArray_STRIDE(a, da) / 4 : 0;
+        sb[d] = db >= 0 && eb != 1 ? PyArray_STRIDE(b, db) / 4 : 0;
+    }
+    dims[nbat] = m;
+    dims[nbat + 1] = n;
+    PyObject *r = PyArray_SimpleNew(nbat + 2, dims, NPY_FLOAT32);
+    if (r == NULL) {
+        return NULL;
+    }
+    int64_t ar = PyArray_STRIDE(a, na - 2) / 4, ac = PyArray_STRIDE(a, na - 1) / 4;
+    int64_t br = PyArray_STRIDE(b, nb - 2) / 4, bc = PyArray_STRIDE(b, nb - 1) / 4;
+    int64_t nmat = PyArray_SIZE((PyArrayObject *)r) / (m * n > 0 ? m * n : 1);
+    const float *pa = PyArray_DATA(a), *pb = PyArray_DATA(b);
+    float *pc = PyArray_DATA((PyArrayObject *)r);
+    int64_t idx[NPY_MAXDIMS] = {0};
+    int rc = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t t = 0; t < nmat && m * n > 0 && rc == 0; t++) {
+        int64_t oa = 0, ob = 0;
+        for (int d = 0; d < nbat; d++) {
+            oa += idx[d] * sa[d];
+            ob += idx[d] * sb[d];
+        }
+        rc = lw_sgemm(m, n, k, pa + oa, ar, ac, pb + ob, br, bc, pc + t * m * n, n);
+        for (int d = nbat - 1; d >= 0; d--) {
+            if (++idx[d] < dims[d]) {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        Py_DECREF(r);
+        return PyErr_NoMemory();
+    }
+    return r;
 }
 
 /* a matmul step of a device program: the eager matmul (cuBLAS) on views
@@ -858,9 +931,16 @@ lw_program_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
                 double flops = 2.0 * (double)PyArray_SIZE((PyArrayObject *)a)
                                * (double)(PyArray_NDIM(ba) > 0
                                           ? PyArray_DIM(ba, PyArray_NDIM(ba) - 1) : 1);
-                int prev = blas_enter(flops);
-                r = PyNumber_MatrixMultiply(a, bt);
-                blas_leave(prev);
+                /* one thread's products on our AVX-512 GEMM; a product
+                 * that gets BLAS threads stays with OpenBLAS */
+                if (blas_threads_for(flops) <= 1) {
+                    r = own_matmul((PyArrayObject *)a, ba);
+                }
+                if (r == NULL && !PyErr_Occurred()) {
+                    int prev = blas_enter(flops);
+                    r = PyNumber_MatrixMultiply(a, bt);
+                    blas_leave(prev);
+                }
             }
             Py_XDECREF(a);
             Py_XDECREF(b);
