@@ -96,8 +96,8 @@ sgemm_avx512(int64_t m, int64_t n, int64_t k, const float *A, int64_t ar, int64_
             int64_t pbr = br;
             if (bc != 1) {
                 /* a column-strided B: this panel packed as kc rows of NR */
-                for (int64_t q = 0; q < kc; q++) {
-                    for (int64_t t = 0; t < w; t++) {
+                for (int64_t t = 0; t < w; t++) {     /* along B's rows when br == 1 */
+                    for (int64_t q = 0; q < kc; q++) {
                         pack[q * NR + t] = bp[q * br + t * bc];
                     }
                 }

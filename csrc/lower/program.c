@@ -409,6 +409,20 @@ own_matmul(PyArrayObject *a, PyArrayObject *b)
     int64_t nmat = PyArray_SIZE((PyArrayObject *)r) / (m * n > 0 ? m * n : 1);
     const float *pa = PyArray_DATA(a), *pb = PyArray_DATA(b);
     float *pc = PyArray_DATA((PyArrayObject *)r);
+    /* a B shared by every batch (x @ W, linear's weight) and an A whose
+     * batches follow each other at row stride: one product of all the rows
+     * (B's panels read, or packed, once) */
+    int merge = nbat > 0;
+    int64_t want = m * ar;
+    for (int d = nbat - 1; d >= 0 && merge; d--) {
+        merge = sb[d] == 0 && (sa[d] == want || dims[d] == 1);
+        want *= dims[d];
+    }
+    if (merge) {
+        m *= nmat;
+        nmat = 1;
+        nbat = 0;
+    }
     int64_t idx[NPY_MAXDIMS] = {0};
     int rc = 0;
     Py_BEGIN_ALLOW_THREADS
