@@ -67,3 +67,17 @@ def test_nonfinite_propagate_as_blas():
         want = ref(a, b)
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+
+
+@pytest.mark.parametrize("shape", [(8, 64, 128), (3, 1, 5, 40), (2, 7, 33)])
+def test_batched_rows_against_one_weight(shape):
+    """x @ W and linear over batched rows run as one product of all the rows"""
+    x = r(*shape)
+    w, w2 = r(50, shape[-1]), r(shape[-1], 37)
+    f = tp.compile(lambda x, w, w2: (F.linear(x, w), x @ w2), strict_native=True)
+    got = f(tp.tensor(x), tp.tensor(w), tp.tensor(w2))
+    close(got[0], ref(x, w.T), shape[-1])
+    close(got[1], ref(x, w2), shape[-1])
+    # a non-contiguous batch (every other row block) cannot merge
+    g = tp.compile(lambda x, w2: x[::2] @ w2, strict_native=True)
+    close(g(tp.tensor(x), tp.tensor(w2)), ref(x[::2], w2), shape[-1])
