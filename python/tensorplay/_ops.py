@@ -924,16 +924,27 @@ def _var_np(name, input, dim, unbiased, keepdim, correction):
                            f"point or complex. Got {_title(a.dtype)} instead.")
     dim, c = _correction(dim, unbiased, correction)
     axes = _dims(dim, a.ndim)
-    work = np.float32 if a.dtype == np.float16 else a.dtype
+    # torch's CPU accumulate type: double for float32, float for the 16-bit types
+    work = np.float64 if a.dtype.itemsize >= 4 else np.float32
     n = int(np.prod([a.shape[x] for x in axes])) if a.ndim else 1
     mean = (np.mean(a, axis=axes, keepdims=True, dtype=work) if a.size else
             np.sum(a, axis=axes, keepdims=True, dtype=work) / np.asarray(0, work))
-    ss = np.sum(np.square(a.astype(work) - mean), axis=axes, keepdims=keepdim)
+    w = a.astype(work)
+    if a.size and a.ndim:
+        # Deviations from the first element of each reduced slice, then from their mean:
+        # a constant slice has variance exactly 0 (as torch's Welford gives), where
+        # sum/n may round away from the value and leave a 1e-32 residue.
+        d = w - w[tuple(slice(0, 1) if i in axes else slice(None) for i in range(a.ndim))]
+        with np.errstate(invalid="ignore"):
+            ss = np.sum(np.square(d - np.mean(d, axis=axes, keepdims=True)), axis=axes, keepdims=keepdim)
+    else:
+        ss = np.sum(np.square(w - mean), axis=axes, keepdims=keepdim)
     with np.errstate(all="ignore"):
         var = ss / np.asarray(_b.max(n - c, 0), work)
     if not keepdim:
         mean = np.squeeze(mean, axis=axes) if a.ndim else mean.reshape(())
-    return a.dtype, np.asarray(var, work), np.asarray(mean, work)
+    out = np.float32 if a.dtype.itemsize < 4 else a.dtype
+    return a.dtype, np.asarray(var, out), np.asarray(mean, out)
 
 
 @_impl("var")
