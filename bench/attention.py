@@ -4,7 +4,11 @@ softmax(q @ kT / sqrt(d)) @ v at batch 1 x 4 heads, d = 64, N = 512..2048,
 float32: compiled (the tiled online-softmax kernel), compiled with the
 kernel turned off (STAX_NO_FUSED_ATTENTION=1: BLAS matmul, the fused
 softmax kernel over the materialized N x N scores, BLAS matmul), eager,
-and torch.compile / torch eager when torch is installed.
+and torch.compile / torch eager when torch is installed; then a training
+step (forward + backward of (attention * g).sum() into q, k, v):
+compiled (the compiled backward: today the decomposition, the N x N
+probabilities saved; the tiled backward is not written yet), eager, and
+torch eager (whose SDPA backward is its fused CPU kernel).
 Medians in ms, side by side in one run. `--cpu`: CPU time per call
 (time.process_time) instead of wall time, which a machine shared with
 other jobs inflates unevenly; run it with TENSORPLAY_NUM_THREADS=1 (and
@@ -50,6 +54,34 @@ def cpu_median(fn, reps=5, warm=1):
     return statistics.median(ts)
 
 
+def train_times(f, qa, ka, va, timer, torch, tf):
+    """ms per forward + backward of (f(q, k, v) * g).sum(): compiled,
+    eager, torch eager (torch.compile's backward takes minutes to build)."""
+    g = tp.tensor(np.random.default_rng(1).standard_normal(
+        qa.shape[:-1] + (va.shape[-1],)).astype(np.float32))
+
+    def loss(q, k, v):
+        return (f(q, k, v) * g).sum()
+    cl = tp.compile(loss, strict_native=True)
+    xs = [tp.tensor(a, requires_grad=True) for a in (qa, ka, va)]
+
+    def step(fn):
+        for x in xs:
+            x.grad = None
+        fn(*xs).backward()
+    out = [timer(lambda: step(cl)) * 1e3, timer(lambda: step(loss), reps=3) * 1e3]
+    if torch is not None:
+        tg = torch.tensor(g.numpy())
+        txs = [torch.tensor(a, requires_grad=True) for a in (qa, ka, va)]
+
+        def tstep():
+            for x in txs:
+                x.grad = None
+            (tf(*txs) * tg).sum().backward()
+        out.append(timer(tstep) * 1e3)
+    return out
+
+
 def main():
     cpu = "--cpu" in sys.argv
     timer = cpu_median if cpu else (lambda fn, reps=5: median_time(fn, reps=reps))
@@ -64,7 +96,8 @@ def main():
     print(f"attention, batch 1 x {H} heads, d = {d}, float32, "
           f"{'CPU' if cpu else 'wall'} ms (medians); "
           f"threads = {tp._C.num_threads() if hasattr(tp._C, 'num_threads') else '?'}")
-    cols = ["case", "N", "compiled", "decomposed", "eager", "torch.compile", "torch eager"]
+    cols = ["case", "N", "compiled", "decomposed", "eager", "torch.compile", "torch eager",
+            "fwd+bwd compiled", "fwd+bwd eager", "fwd+bwd torch eager"]
     print(" | ".join(cols))
     for n in sizes:
         rng = np.random.default_rng(0)
@@ -100,6 +133,8 @@ def main():
                     tcf(tq, tk, tv)
                     row.append(timer(lambda: tcf(tq, tk, tv)) * 1e3)
                     row.append(timer(lambda: tf(tq, tk, tv)) * 1e3)
+            row += train_times(f, qa, ka, va, timer, torch,
+                               tf if torch is not None else None)
             print(" | ".join(f"{c:.2f}" if isinstance(c, float) else str(c) for c in row))
 
 

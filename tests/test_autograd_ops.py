@@ -113,6 +113,8 @@ sample("cumsum", lambda m, F, a: a.cumsum(1), [(3, 4)])
 
 sample("softmax", lambda m, F, a: F.softmax(a, dim=1), [(3, 4)])
 sample("softmax", lambda m, F, a: m.softmax(a, 0), [(3, 4)])
+sample("_safe_softmax", lambda m, F, a: m._safe_softmax(a, 1), [(3, 4)])
+sample("_safe_softmax", lambda m, F, a: m._safe_softmax(a.masked_fill(m.arange(4) < 4 * (m.arange(3) == 1).reshape(3, 1), float("-inf")), 1), [(3, 4)])
 sample("log_softmax", lambda m, F, a: F.log_softmax(a, dim=-1), [(3, 4)])
 sample("layer_norm", lambda m, F, a, w, b: F.layer_norm(a, (4,), w, b), [(3, 4), (4,), (4,)])
 sample("layer_norm", lambda m, F, a: F.layer_norm(a, (3, 4)), [(2, 3, 4)])

@@ -130,15 +130,23 @@ def test_random_inplace_large_views_match_eager():
         np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
-def test_random_inplace_with_a_generator_stays_eager():
-    # an explicit generator draws from another stream: a fallback kernel
+def test_random_inplace_with_a_generator_draws_from_it_natively():
+    # an explicit generator draws from its own stream: the program holds it
+    # and reserves its words per call as eager does (issue 16: generator=
+    # is native); the default stream is left alone
     g = tp.Generator().manual_seed(1)
 
     def f(x):
         y = x * 1
         y[0].uniform_(generator=g)
         return y
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        with pytest.raises(tp.compiler.NativeCompileError):
-            tp.compile(f, strict_native=True)(tp.zeros(2, 3))
+    cf = tp.compile(f, strict_native=True)
+    tp.manual_seed(2)
+    g.manual_seed(1)
+    got = [cf(tp.zeros(2, 3)).tolist() for _ in range(2)]
+    after = tp.rand(2).tolist()
+    tp.manual_seed(2)
+    g.manual_seed(1)
+    want = [f(tp.zeros(2, 3)).tolist() for _ in range(2)]
+    assert got == want and got[0] != got[1]
+    assert tp.rand(2).tolist() == after

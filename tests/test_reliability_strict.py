@@ -401,9 +401,15 @@ def test_strict_rand_randn_factories_draw_eagers_numbers():
 
 
 def test_factory_keywords_reach_the_graph_or_are_refused():
-    with pytest.raises(NativeCompileError, match="explicit generator"):
-        tp.compile(lambda x: x + tp.rand(3, generator=tp.default_generator),
-                   strict_native=True)(tp.zeros(3))
+    # generator= reaches the program: it draws from that generator (issue 16)
+    fg = lambda x: x + tp.rand(3, generator=tp.default_generator)  # noqa: E731
+    cf = tp.compile(fg, strict_native=True)
+    tp.manual_seed(5)
+    got = cf(tp.zeros(3)).tolist()
+    tp.manual_seed(5)
+    assert got == fg(tp.zeros(3)).tolist()
+    with pytest.raises(NativeCompileError, match="requires_grad=True"):
+        tp.compile(lambda x: x + tp.rand(3, requires_grad=True), strict_native=True)(tp.zeros(3))
     fn = lambda x: x + tp.ones(3, device="cpu", dtype=tp.float64, layout=None)  # noqa: E731
     got = tp.compile(fn, strict_native=True)(tp.zeros(3))
     assert got.dtype == tp.float64 and got.tolist() == fn(tp.zeros(3)).tolist()

@@ -2039,8 +2039,12 @@ emit_attention(cg_t *g, const stax_stage *st, const stax_lstore *out, LLVMValueR
             g->vars[0] = bidx;
             g->vars[1] = i;
             LLVMValueRef e = loop_var(g, &le);
-            LLVMValueRef val = gen_cast(g, LLVMBuildFDiv(g->b, at_load(g, at, rowp, e), lv, ""),
-                                        A[0].dtype, odt);
+            LLVMValueRef q = LLVMBuildFDiv(g->b, at_load(g, at, rowp, e), lv, "");
+            if (st->zero_empty) {
+                /* l == 0 only for a row whose scores are all -inf */
+                q = LLVMBuildSelect(g->b, LLVMBuildFCmp(g->b, LLVMRealOEQ, lv, zero, ""), zero, q, "");
+            }
+            LLVMValueRef val = gen_cast(g, q, A[0].dtype, odt);
             LLVMValueRef idx = gen_ix(g, out->index);
             LLVMValueRef sp = LLVMBuildStore(g->b, val, LLVMBuildGEP2(g->b, mt, g->bufs[out->buf], &idx, 1, ""));
             LLVMSetAlignment(sp, (unsigned)item_size(odt));

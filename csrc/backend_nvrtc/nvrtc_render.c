@@ -2265,8 +2265,9 @@ render_attention(emitter *m)
     put(b, "                buf%d[", out->buf);
     render_ix(m, out->index);
     stax_dtype_t odt = k->bufs[out->buf].dtype;
-    put(b, "] = %s(accv[e] / lrun);\n", odt == STAX_FLOAT16 ? "stax_f2h" :
-        odt == STAX_FLOAT64 ? "(double)" : "(float)");
+    put(b, "] = %s(%s);\n", odt == STAX_FLOAT16 ? "stax_f2h" :
+        odt == STAX_FLOAT64 ? "(double)" : "(float)",
+        st->zero_empty ? "lrun == 0 ? 0 : accv[e] / lrun" : "accv[e] / lrun");
     scope_reset(m, keep);
     put(b, "            }\n        }\n    }\n");
     return 0;

@@ -307,7 +307,7 @@ stax_lower_kernel_str(const stax_kernel *k)
             stax_lower_ix_render(&sb, k->dims[k->nouter + 1]);
             stax_strbuf_printf(&sb, ", r2<");
             stax_lower_ix_render(&sb, k->dims[k->nouter + 2]);
-            stax_strbuf_printf(&sb, "\n");
+            stax_strbuf_printf(&sb, "%s\n", st->zero_empty ? " (a row of -inf scores: 0)" : "");
             static const char *const what[3] = {"dot over r1", "score, running max",
                                                 "softmax-weighted over r0"};
             for (int i = st->first; i < st->first + st->n && i - st->first < 3; i++) {

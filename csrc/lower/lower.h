@@ -48,7 +48,8 @@
  *   (m, l, a) . (m', l', a') = (M, l e^(m-M) + l' e^(m'-M),
  *                               a e^(m-M) + a' e^(m'-M)),  M = max(m, m').
  * A row whose scores are all -inf ends with l == 0 and stores 0/0 = NaN,
- * as the decomposed softmax does.
+ * as the decomposed softmax does, or 0 when stage.zero_empty is set
+ * (_safe_softmax, what SDPA computes).
  *
  * Index expressions (stax_ix) are int64 trees over loop variables, kernel
  * size arguments (STAX_IX_SYM k = sizes[k] of the ABI) and constants, with
@@ -231,6 +232,9 @@ typedef struct {
                                     INNER/OUTER: stores[first..first+n) */
     int tile_q, tile_k;          /* ATTENTION: query rows per block (the
                                     parallel unit), keys per K/V tile */
+    int zero_empty;              /* ATTENTION: a row whose scores are all
+                                    -inf stores 0 (_safe_softmax: SDPA), not
+                                    0/0 (the written softmax) */
 } stax_stage;
 
 typedef struct {

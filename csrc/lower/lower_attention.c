@@ -92,7 +92,7 @@ phantom_hook(lw_rw *rw, const stax_lval *load, const stax_lval **out)
 
 int
 lw_lower_attention(lw_ctx *c, vbuf *q, vbuf *kt, vbuf *v, vbuf *x, int phantom,
-                   int causal, int64_t causal_off, vbuf *out)
+                   int causal, int64_t causal_off, int zero_empty, vbuf *out)
 {
     int nd = x->ndim, nbd = nd - 2;
     if (nd < 2 || out->ndim != nd || q->ndim < 2 || kt->ndim < 2 || v->ndim < 2) {
@@ -204,6 +204,7 @@ lw_lower_attention(lw_ctx *c, vbuf *q, vbuf *kt, vbuf *v, vbuf *x, int phantom,
     k->stages[0].n = 3;
     k->stages[0].tile_q = tq;
     k->stages[0].tile_k = tk;
+    k->stages[0].zero_empty = zero_empty;
     k->stages[1].kind = STAX_STAGE_OUTER;
     k->stages[1].first = 0;
     k->stages[1].n = 1;

@@ -252,6 +252,7 @@ ser_kernel(const stax_kernel *k, bbuf *b)
         bb_i64(b, k->stages[i].n);
         bb_i64(b, k->stages[i].tile_q);
         bb_i64(b, k->stages[i].tile_k);
+        bb_i64(b, k->stages[i].zero_empty);
     }
     bb_put(b, "A", 1);
     bb_i64(b, k->naccs);

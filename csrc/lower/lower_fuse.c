@@ -121,6 +121,12 @@ step_reads(lw_ctx *c, step_t *s, unsigned char *read)
     case ST_EXTRACT:
         read[s->src] = 1;
         return 0;
+    case ST_SCATTER:
+        read[s->a] = read[s->scat.index] = 1;
+        if (s->scat.src >= 0) {
+            read[s->scat.src] = 1;
+        }
+        return 0;
     }
     return 0;
 }
@@ -740,9 +746,10 @@ sym_kernel(lw_ctx *c, stax_kernel *k, stax_strbuf *key)
                                k->bufs[i].is_output, k->bufs[i].noalias);
         }
         for (int i = 0; i < k->nstages; i++) {
-            stax_strbuf_printf(key, "g%d,%d,%d,%d,%d|", (int)k->stages[i].kind,
+            stax_strbuf_printf(key, "g%d,%d,%d,%d,%d,%d|", (int)k->stages[i].kind,
                                k->stages[i].first, k->stages[i].n,
-                               k->stages[i].tile_q, k->stages[i].tile_k);
+                               k->stages[i].tile_q, k->stages[i].tile_k,
+                               k->stages[i].zero_empty);
         }
     }
     for (int i = 0; i < k->nouter + k->ninner; i++) {

@@ -73,8 +73,13 @@ typedef enum {
     ST_KERNEL = 0,
     ST_MATMUL,        /* a @ b (b transposed if flag) (+ nothing) */
     ST_FALLBACK,      /* target(*args, **kwargs) eagerly */
-    ST_EXTRACT        /* slot[out] = slot[src][index] */
+    ST_EXTRACT,       /* slot[out] = slot[src][index] */
+    ST_SCATTER        /* out = self, then each indexed element of src
+                         combined into it, in order (scatter family) */
 } step_kind_t;
+
+/* ST_SCATTER's combine */
+enum { LW_SC_SET, LW_SC_ADD, LW_SC_MUL, LW_SC_AMAX, LW_SC_AMIN, LW_SC_MEAN };
 
 typedef struct {
     step_kind_t kind;
@@ -94,7 +99,16 @@ typedef struct {
     int is_method;
     int src;
     Py_ssize_t index;          /* ST_EXTRACT */
-    int out;                   /* ST_MATMUL/FALLBACK/EXTRACT result */
+    int out;                   /* ST_MATMUL/FALLBACK/EXTRACT/SCATTER result */
+    struct {
+        int index, src;        /* program buffers (contiguous); src -1: value */
+        int dim, mode, include_self, index1d, ndim;
+        double value, alpha;   /* the scalar source; index_add's alpha */
+        int64_t ssizes[STAX_MAX_DIMS];   /* self / out */
+        int64_t isizes[STAX_MAX_DIMS];   /* the elements visited: index's
+                                            shape (index1d: source's) */
+        int64_t srcsizes[STAX_MAX_DIMS];
+    } scat;                    /* ST_SCATTER (a = self's buffer) */
     int nalloc, *alloc;        /* program buffers allocated before */
     int nfree, *frees;         /* program buffers released after */
     PyObject *stack;           /* fallback: the user's source line */
@@ -125,6 +139,11 @@ typedef struct lw_ctx {
     int nrand;
     int rand_seed_sym[32], rand_off_sym[32];
     int64_t rand_words[32];
+    /* per draw: the explicit generator= it draws from (strong), NULL for
+     * the default generator; cur_gen (borrowed) is the one of the random
+     * node being lowered */
+    PyObject *rand_gen[32];
+    PyObject *cur_gen;
     unsigned char sym_reserved[LW_MAX_SYMS];
     /* dynamic=True: every size-dependent quantity of a kernel (extents,
      * strides, offsets, div/mod operands, numel divisors, cat/gather
@@ -321,6 +340,10 @@ int lw_lower_pad(lw_ctx *c, struct lw_node_in *in, PyObject *bound,
                  vbuf *x, vbuf *out, const char **why);
 int lw_lower_gather(lw_ctx *c, struct lw_node_in *in, PyObject *bound,
                     vbuf *out, const char **why);
+/* scatter / scatter_add / scatter_reduce / index_add / index_copy /
+ * index_fill as an ST_SCATTER step (lower_movement.c) */
+int lw_lower_scatter_seq(lw_ctx *c, struct lw_node_in *in, PyObject *bound,
+                         vbuf *x, vbuf *out, const char **why);
 int lw_lower_scatter(lw_ctx *c, struct lw_node_in *in, PyObject *bound,
                      vbuf *x, vbuf *out, const char **why);
 int lw_lower_matmul(lw_ctx *c, struct lw_node_in *in, PyObject *bound,
@@ -331,10 +354,11 @@ int lw_lower_matmul(lw_ctx *c, struct lw_node_in *in, PyObject *bound,
  * nothing ever writes).  Builds the attention kernel (lower.h) writing
  * out's buffer.  q: (..., L, E), kt: (..., E, S), v: (..., S, Ev), x the
  * scores chain (..., L, S); causal: keys j > i + causal_off are known
- * masked.  1 lowered, -1 error */
+ * masked; zero_empty: the softmax is _safe_softmax (a row of -inf scores
+ * is 0).  1 lowered, -1 error */
 int lw_lower_attention(lw_ctx *c, vbuf *q, vbuf *kt, vbuf *v, vbuf *x,
                        int phantom, int causal, int64_t causal_off,
-                       vbuf *out);
+                       int zero_empty, vbuf *out);
 /* 1 if kernel draft k is an attention kernel */
 int lw_is_attention(const kdraft *k);
 

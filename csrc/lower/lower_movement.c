@@ -296,6 +296,9 @@ lw_lower_scatter(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
                  vbuf *out, const char **why)
 {
     stax_op_id_t id = in->op->id;
+    if (id != STAX_OP_SELECT_SCATTER && id != STAX_OP_SLICE_SCATTER) {
+        return lw_lower_scatter_seq(c, in, bound, x, out, why);
+    }
     vbuf *src = lw_arg_vb(in, PyTuple_GET_ITEM(bound, 1));
     PyObject *dobj = lw_bound_arg(bound, in->op, "dim");
     if (src == NULL || src->kind != VB_TENSOR || x->ndim != out->ndim) {
@@ -482,4 +485,161 @@ lw_lower_unfold(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
     }
     out->body = lw_cast(c, b, out->dtype);
     return out->body ? 1 : -1;
+}
+
+/* ------------------------------------------------ scatter family: O(n)
+ * scatter / scatter_add / scatter_reduce / index_add / index_copy /
+ * index_fill as one ST_SCATTER step: out = self, then one pass over the
+ * visited elements in C order combining each into out at its index (the
+ * last writer wins for a plain scatter, as torch's CPU loop), instead of
+ * a fused O(n * m) hit-mask reduction.  CPU, static sizes, float32/64 and
+ * int32/64; the index is int64 and already range-checked by the trace's
+ * decomposition (an out-of-range element is skipped here, and the check's
+ * rerun raises eager's error). */
+static int
+scatter_operand(lw_ctx *c, vbuf *v)
+{
+    return v != NULL && v->kind == VB_TENSOR ? lw_materialize(c, v) : -2;
+}
+
+int
+lw_lower_scatter_seq(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
+                     vbuf *out, const char **why)
+{
+    stax_op_id_t id = in->op->id;
+    int index1d = id == STAX_OP_INDEX_ADD || id == STAX_OP_INDEX_COPY || id == STAX_OP_INDEX_FILL;
+    if (c->be->device != NULL || c->symbolic) {
+        UNSUPPORTED("scatter step off the CPU or with symbolic sizes");
+    }
+    stax_dtype_t dt = x->dtype;
+    if (dt != STAX_FLOAT32 && dt != STAX_FLOAT64 && dt != STAX_INT64 && dt != STAX_INT32) {
+        UNSUPPORTED("scatter step of this dtype");
+    }
+    if (out->dtype != dt || out->ndim != x->ndim || x->ndim < 1) {
+        UNSUPPORTED("scatter operands");
+    }
+    PyObject *dobj = lw_bound_arg(bound, in->op, "dim");
+    int d = dobj && PyLong_Check(dobj) ? lw_norm_dim(PyLong_AsLongLong(dobj), x->ndim) : -1;
+    PyErr_Clear();
+    if (d < 0) {
+        UNSUPPORTED("scatter dim");
+    }
+    vbuf *ix = lw_arg_vb(in, lw_bound_arg(bound, in->op, "index"));
+    if (ix == NULL || ix->kind != VB_TENSOR || ix->dtype != STAX_INT64
+        || (index1d ? ix->ndim != 1 : ix->ndim != x->ndim)) {
+        UNSUPPORTED("scatter index");
+    }
+    int mode = LW_SC_SET, include_self = 1;
+    double value = 0.0, alpha = 1.0;
+    vbuf *src = NULL;
+    PyObject *so = lw_bound_arg(bound, in->op, id == STAX_OP_INDEX_FILL ? "value"
+                                : index1d ? "source" : "src");
+    if (so != NULL && (PyFloat_Check(so) || PyLong_Check(so))) {
+        if (PyLong_Check(so) && !PyBool_Check(so)) {
+            int ovf = 0;
+            long long iv = PyLong_AsLongLongAndOverflow(so, &ovf);
+            if (ovf || iv > (1LL << 53) || iv < -(1LL << 53)) {
+                PyErr_Clear();
+                UNSUPPORTED("scatter value beyond 2**53");
+            }
+            value = (double)iv;
+        }
+        else {
+            value = PyFloat_Check(so) ? PyFloat_AsDouble(so) : (so == Py_True ? 1.0 : 0.0);
+        }
+        if (!lw_is_float(dt) && value != (double)(int64_t)value) {
+            UNSUPPORTED("scatter of a float value into integers");
+        }
+    }
+    else {
+        src = so != NULL ? lw_arg_vb(in, so) : NULL;
+        if (src == NULL || src->kind != VB_TENSOR || src->dtype != dt || src->ndim != x->ndim) {
+            UNSUPPORTED("scatter source");
+        }
+    }
+    if (id == STAX_OP_SCATTER) {
+        PyObject *r = lw_bound_arg(bound, in->op, "reduce");
+        if (r != NULL && r != Py_None) {
+            if (!PyUnicode_Check(r)) {
+                UNSUPPORTED("scatter reduce");
+            }
+            mode = !PyUnicode_CompareWithASCIIString(r, "add") ? LW_SC_ADD
+                   : !PyUnicode_CompareWithASCIIString(r, "multiply") ? LW_SC_MUL : -1;
+        }
+    }
+    else if (id == STAX_OP_SCATTER_ADD) {
+        mode = LW_SC_ADD;
+    }
+    else if (id == STAX_OP_SCATTER_REDUCE) {
+        PyObject *r = lw_bound_arg(bound, in->op, "reduce");
+        PyObject *is = lw_bound_arg(bound, in->op, "include_self");
+        mode = -1;
+        if (r != NULL && PyUnicode_Check(r)) {
+            mode = !PyUnicode_CompareWithASCIIString(r, "sum") ? LW_SC_ADD
+                   : !PyUnicode_CompareWithASCIIString(r, "prod") ? LW_SC_MUL
+                   : !PyUnicode_CompareWithASCIIString(r, "amax") ? LW_SC_AMAX
+                   : !PyUnicode_CompareWithASCIIString(r, "amin") ? LW_SC_AMIN
+                   : !PyUnicode_CompareWithASCIIString(r, "mean") ? LW_SC_MEAN : -1;
+        }
+        include_self = is == NULL || PyObject_IsTrue(is) == 1;
+        PyErr_Clear();
+    }
+    else if (id == STAX_OP_INDEX_ADD) {
+        mode = LW_SC_ADD;
+        PyObject *a = lw_bound_arg(bound, in->op, "alpha");
+        if (a != NULL && !PyBool_Check(a) && (PyLong_Check(a) || PyFloat_Check(a))) {
+            alpha = PyFloat_Check(a) ? PyFloat_AsDouble(a) : (double)PyLong_AsLongLong(a);
+        }
+        else if (a != NULL && a != Py_None) {
+            UNSUPPORTED("index_add alpha");
+        }
+        if (!lw_is_float(dt) && alpha != (double)(int64_t)alpha) {
+            UNSUPPORTED("index_add of integers with a float alpha");
+        }
+    }
+    if (mode < 0) {
+        UNSUPPORTED("scatter reduce mode");
+    }
+    int n = x->ndim;
+    const int64_t *vis = index1d ? (src != NULL ? src->sizes : x->sizes) : ix->sizes;
+    for (int k = 0; k < n; k++) {
+        int64_t want = index1d && k == d ? ix->sizes[0] : vis[k];
+        if ((index1d && k == d && src != NULL && src->sizes[k] != want)
+            || (!index1d && k != d && want > x->sizes[k])
+            || (src != NULL && !index1d && want > src->sizes[k])
+            || (index1d && k != d && src != NULL && src->sizes[k] != x->sizes[k])) {
+            UNSUPPORTED("scatter shapes");
+        }
+    }
+    int ps = lw_materialize(c, x);
+    int pi = ps < 0 ? -1 : scatter_operand(c, ix);
+    int pr = pi < 0 ? -1 : src != NULL ? scatter_operand(c, src) : -1;
+    if (ps < 0 || pi < 0 || (src != NULL && pr < 0)) {
+        if (PyErr_Occurred()) {
+            return -1;
+        }
+        UNSUPPORTED("scatter operands");
+    }
+    step_t *s = lw_new_step(c, ST_SCATTER);
+    int po = s == NULL ? -1 : lw_new_pbuf(c, PB_EXTERN, out->ndim, out->sizes, dt);
+    if (po < 0) {
+        return -1;
+    }
+    s->a = ps;
+    s->out = po;
+    s->scat.index = pi;
+    s->scat.src = src != NULL ? pr : -1;
+    s->scat.dim = d;
+    s->scat.mode = mode;
+    s->scat.include_self = include_self;
+    s->scat.index1d = index1d;
+    s->scat.ndim = n;
+    s->scat.value = value;
+    s->scat.alpha = alpha;
+    for (int k = 0; k < n; k++) {
+        s->scat.ssizes[k] = x->sizes[k];
+        s->scat.isizes[k] = index1d && k == d ? ix->sizes[0] : vis[k];
+        s->scat.srcsizes[k] = src != NULL ? src->sizes[k] : 1;
+    }
+    return lw_vb_over_pbuf(c, out, po) < 0 ? -1 : 1;
 }

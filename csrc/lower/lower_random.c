@@ -46,6 +46,7 @@ rand_draw(lw_ctx *c, vbuf *out, int W, rdraw *r)
     c->rand_seed_sym[c->nrand] = s0;
     c->rand_off_sym[c->nrand] = s1;
     c->rand_words[c->nrand] = numel * W;
+    c->rand_gen[c->nrand] = Py_XNewRef(c->cur_gen);
     c->nrand++;
     const stax_ix *ov[STAX_MAX_DIMS];
     lw_ident_vars(c, out->ndim, ov);
@@ -303,21 +304,39 @@ lower_random_int(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *out,
     return out->body ? 1 : -1;
 }
 
+static int lower_random_node(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
+                             vbuf *out, const char **why);
+
 int
 lw_lower_random(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
                 vbuf *out, const char **why)
 {
-    stax_op_id_t id = in->op->id;
     PyObject *gen = bound != NULL ? lw_bound_arg(bound, in->op, "generator") : NULL;
     if (c->no_random) {
         UNSUPPORTED("random op next to a fallback kernel (draw order)");
     }
-    if (gen != NULL && gen != Py_None) {
-        UNSUPPORTED("random op with an explicit generator");
+    if (gen != NULL && gen != Py_None && !PyObject_TypeCheck(gen, StaxGenerator_Type)) {
+        UNSUPPORTED("random op with a generator that is not a tensorplay.Generator");
     }
     if (out->kind != VB_TENSOR) {
         UNSUPPORTED("random op of a non-tensor value");
     }
+    /* the draws of this node reserve their words of `gen` at run time (the
+     * program holds it: the graph's constant, the same object every call);
+     * a factory's generator= keyword is already in cur_gen */
+    if (gen != NULL && gen != Py_None) {
+        c->cur_gen = gen;
+    }
+    int rc = lower_random_node(c, in, bound, x, out, why);
+    c->cur_gen = NULL;
+    return rc;
+}
+
+static int
+lower_random_node(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
+                  vbuf *out, const char **why)
+{
+    stax_op_id_t id = in->op->id;
     if (id == STAX_OP_BERNOULLI) {
         return lower_bernoulli(c, in, bound, x, out, why);
     }
@@ -462,7 +481,7 @@ lw_lower_factory(lw_ctx *c, const stax_call_info *call, PyObject *args, PyObject
     const stax_call_key_t key = call->key;
     vbuf *out = lw_vb_new(c);
     int64_t st[STAX_MAX_DIMS];
-    PyObject *fill = NULL;
+    PyObject *fill = NULL, *gen = NULL;
     if (out == NULL) {
         return -1;
     }
@@ -523,9 +542,10 @@ lw_lower_factory(lw_ctx *c, const stax_call_info *call, PyObject *args, PyObject
                 }
             }
             else if (!strcmp(kn, "generator") && random) {
-                if (v != Py_None) {
-                    UNSUPPORTED("random op with an explicit generator");
+                if (v != Py_None && !PyObject_TypeCheck(v, StaxGenerator_Type)) {
+                    UNSUPPORTED("random op with a generator that is not a tensorplay.Generator");
                 }
+                gen = v != Py_None ? v : NULL;
             }
             else {
                 UNSUPPORTED("factory keyword without a native meaning (out=, names=, ...)");
@@ -539,7 +559,9 @@ lw_lower_factory(lw_ctx *c, const stax_call_info *call, PyObject *args, PyObject
         in.opname = op->name;
         in.op = op;
         in.val = val;
+        c->cur_gen = gen;
         int rc = lw_lower_random(c, &in, NULL, NULL, out, why);
+        c->cur_gen = NULL;
         if (rc > 0) {
             *outp = out;
         }

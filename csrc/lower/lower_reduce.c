@@ -588,6 +588,12 @@ lw_lower_softmax(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
         /* one division per row, a multiply per element */
         res = lw_prim(c, STAX_PRIM_MUL, fd, e,
                       lw_prim(c, STAX_PRIM_DIV, fd, lw_const(c, fd, 1.0), s, NULL), NULL);
+        if (in->op->id == STAX_OP__SAFE_SOFTMAX) {
+            /* _safe_softmax: a row of -inf (max -inf) is 0, not 0/0 */
+            const stax_lval *dead = lw_prim(c, STAX_PRIM_EQ, STAX_BOOL, m,
+                                            lw_const(c, fd, -INFINITY), NULL);
+            res = lw_prim(c, STAX_PRIM_WHERE, fd, dead, lw_const(c, fd, 0.0), res);
+        }
     }
     return red_store(c, &r, x, mask, out, res, 1);
 }

@@ -108,6 +108,9 @@ ctx_clear(lw_ctx *c)
         Py_CLEAR(c->pbufs[i].obj);
     }
     Py_CLEAR(c->symvals);
+    for (int r = 0; r < c->nrand; r++) {
+        Py_CLEAR(c->rand_gen[r]);
+    }
     free(c->steps);
     free(c->pbufs);
     c->steps = NULL;
@@ -187,6 +190,141 @@ data_ptr(PyObject *o)
         return t->storage->data + t->offset * lw_dtype_size(t->dtype);
     }
     return PyArray_DATA((PyArrayObject *)o);
+}
+
+static PyObject *from_array(Program *p, PyObject *a, stax_dtype_t dt);
+
+/* ST_SCATTER: out = a copy of self, then the visited elements in C order,
+ * each combined into out at its index along dim (lower_movement.c).  An
+ * index out of range is skipped (the program's index check then reruns
+ * the call eagerly).  T: the element type, F: 1 for floats (NaN-propagating
+ * max / min, true division for mean) */
+#define SC_COMBINE(T, F, o, v, mode)                                            \
+    switch (mode) {                                                             \
+    case LW_SC_SET: o = v; break;                                               \
+    case LW_SC_ADD: case LW_SC_MEAN: o = (T)(o + v); break;                     \
+    case LW_SC_MUL: o = (T)(o * v); break;                                      \
+    case LW_SC_AMAX: o = (F && (o != o || v != v)) ? (T)(o != o ? o : v)        \
+                         : (v > o ? v : o); break;                              \
+    case LW_SC_AMIN: o = (F && (o != o || v != v)) ? (T)(o != o ? o : v)        \
+                         : (v < o ? v : o); break;                              \
+    }
+
+/* mean's division: true for floats, floor for integers (torch) */
+#define SC_DIV_F(T, a, n) ((T)((a) / (T)(n)))
+#define SC_DIV_I(T, a, n) ((T)((a) / (T)(n) - ((((a) % (T)(n)) != 0 && (a) < 0) ? 1 : 0)))
+
+#define SC_LOOP(T, F, MEANDIV)                                                  \
+    do {                                                                        \
+        T *o = (T *)od;                                                         \
+        const T *sv = (const T *)sd;                                            \
+        const T cval = (T)cv, alpha = (T)alv;                                   \
+        int64_t it[STAX_MAX_DIMS] = {0}, spos = 0, obase = 0;                   \
+        for (int64_t e = 0; e < nvis; e++) {                                    \
+            int64_t k_d = index1d ? idx[it[d]] : idx[e];                        \
+            if (k_d >= 0 && k_d < dsize) {                                      \
+                int64_t opos = obase + k_d * ostr[d];                           \
+                T v = sv != NULL ? sv[spos] : cval;                             \
+                if (scaled) {                                                   \
+                    v = (T)(v * alpha);                                         \
+                }                                                               \
+                if (cnt != NULL && cnt[opos]++ == 0 && !include_self) {         \
+                    o[opos] = v;                                                \
+                }                                                               \
+                else {                                                          \
+                    SC_COMBINE(T, F, o[opos], v, mode)                          \
+                }                                                               \
+            }                                                                   \
+            /* the next element in C order: the odometer */                     \
+            for (int k = nd - 1; k >= 0; k--) {                                 \
+                it[k]++;                                                        \
+                spos += sstr[k];                                                \
+                obase += k == d ? 0 : ostr[k];                                  \
+                if (it[k] < isz[k]) {                                           \
+                    break;                                                      \
+                }                                                               \
+                spos -= sstr[k] * isz[k];                                       \
+                obase -= k == d ? 0 : ostr[k] * isz[k];                         \
+                it[k] = 0;                                                      \
+            }                                                                   \
+        }                                                                       \
+        if (mode == LW_SC_MEAN) {                                               \
+            for (int64_t q = 0; q < nout; q++) {                                \
+                int64_t c_ = cnt[q] + (include_self ? 1 : 0);                   \
+                if (cnt[q] == 0 || c_ == 0) {                                   \
+                    continue;                                                   \
+                }                                                               \
+                o[q] = MEANDIV(T, o[q], c_);                                    \
+            }                                                                   \
+        }                                                                       \
+    } while (0)
+
+static PyObject *
+run_scatter(Program *p, step_t *s, PyObject **slots)
+{
+    lw_ctx *c = &p->c;
+    stax_dtype_t dt = c->pbufs[s->out].dtype;
+    int nd = s->scat.ndim, d = s->scat.dim;
+    npy_intp dims[STAX_MAX_DIMS];
+    int64_t nout = 1, nvis = 1;
+    for (int k = 0; k < nd; k++) {
+        dims[k] = (npy_intp)s->scat.ssizes[k];
+        nout *= s->scat.ssizes[k];
+        nvis *= s->scat.isizes[k];
+    }
+    PyObject *arr = PyArray_SimpleNew(nd, dims, stax_dtype_to_npy(dt));
+    if (arr == NULL) {
+        return NULL;
+    }
+    char *od = PyArray_DATA((PyArrayObject *)arr);
+    memcpy(od, data_ptr(slots[s->a]), (size_t)nout * (size_t)lw_dtype_size(dt));
+    const int64_t *idx = (const int64_t *)data_ptr(slots[s->scat.index]);
+    const char *sd = s->scat.src >= 0 ? data_ptr(slots[s->scat.src]) : NULL;
+    /* the loop reads locals only (its stores through o could alias the
+     * step's fields) */
+    const int index1d = s->scat.index1d, mode = s->scat.mode;
+    const int include_self = s->scat.include_self, scaled = s->scat.alpha != 1.0;
+    const double cv = s->scat.value, alv = s->scat.alpha;
+    const int64_t dsize = s->scat.ssizes[d];
+    int64_t ostr[STAX_MAX_DIMS], sstr[STAX_MAX_DIMS], isz[STAX_MAX_DIMS];
+    int64_t so = 1, ss = 1;
+    for (int k = nd - 1; k >= 0; k--) {
+        ostr[k] = so;
+        sstr[k] = ss;
+        isz[k] = s->scat.isizes[k];
+        so *= s->scat.ssizes[k];
+        ss *= s->scat.srcsizes[k];
+    }
+    int64_t *cnt = NULL;
+    if (s->scat.mode == LW_SC_MEAN || !s->scat.include_self) {
+        cnt = calloc((size_t)(nout > 0 ? nout : 1), sizeof(int64_t));
+        if (cnt == NULL) {
+            Py_DECREF(arr);
+            PyErr_NoMemory();
+            return NULL;
+        }
+    }
+    switch (dt) {
+    case STAX_FLOAT32:
+        SC_LOOP(float, 1, SC_DIV_F);
+        break;
+    case STAX_FLOAT64:
+        SC_LOOP(double, 1, SC_DIV_F);
+        break;
+    case STAX_INT64:
+        SC_LOOP(int64_t, 0, SC_DIV_I);
+        break;
+    case STAX_INT32:
+        SC_LOOP(int32_t, 0, SC_DIV_I);
+        break;
+    default:
+        free(cnt);
+        Py_DECREF(arr);
+        PyErr_SetString(PyExc_RuntimeError, "stax: scatter step of an unsupported dtype");
+        return NULL;
+    }
+    free(cnt);
+    return from_array(p, arr, dt);
 }
 
 static PyObject *
@@ -794,7 +932,8 @@ snapshot_inputs(lw_ctx *c, PyObject *const *args, Py_ssize_t nargs)
  * driver runs the call eagerly (the error and the writes made before it
  * are then exactly eager's; gather's message names the first bad index) */
 static void
-check_failed(lw_ctx *c, int kind, PyObject *const *args, PyObject *snaps, uint64_t gen_off)
+check_failed(lw_ctx *c, int kind, PyObject *const *args, PyObject *snaps,
+             const uint64_t *gen_offs)
 {
     Py_ssize_t pos = 0;
     PyObject *k, *v;
@@ -804,10 +943,13 @@ check_failed(lw_ctx *c, int kind, PyObject *const *args, PyObject *snaps, uint64
             return;
         }
     }
-    if (c->nrand > 0 && gen_off != UINT64_MAX) {
-        StaxGenerator *g = stax_default_generator();
+    /* each generator back to its offset before its first draw (the
+     * draws' starts, undone last to first) */
+    for (int r = c->nrand - 1; gen_offs != NULL && r >= 0; r--) {
+        StaxGenerator *g = c->rand_gen[r] != NULL ? (StaxGenerator *)c->rand_gen[r]
+                                                  : stax_default_generator();
         if (g != NULL) {
-            g->offset = gen_off;
+            g->offset = gen_offs[r];
         }
     }
     PyObject *type = kind == LW_CHECK_GATHER ? PyExc_RuntimeError
@@ -882,21 +1024,24 @@ lw_program_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
     /* random draws reserve their words of the default generator now, in
      * node order, as eager execution would */
     const int64_t *syms = c->syms;
-    uint64_t gen_off = UINT64_MAX;
+    uint64_t gen_offs[32];
+    const uint64_t *gen_undo = NULL;
     int64_t local_syms[LW_MAX_SYMS];
     if (c->nrand > 0) {
-        StaxGenerator *g = stax_default_generator();
-        if (g == NULL) {
-            PyErr_SetString(PyExc_RuntimeError, "stax: no default generator");
-            goto done;
-        }
         memcpy(local_syms, c->syms, sizeof(int64_t) * (size_t)c->nsyms);
-        gen_off = g->offset;
         for (int r = 0; r < c->nrand; r++) {
+            StaxGenerator *g = c->rand_gen[r] != NULL ? (StaxGenerator *)c->rand_gen[r]
+                                                      : stax_default_generator();
+            if (g == NULL) {
+                PyErr_SetString(PyExc_RuntimeError, "stax: no default generator");
+                goto done;
+            }
+            gen_offs[r] = g->offset;
             local_syms[c->rand_seed_sym[r]] = (int64_t)g->seed;
             local_syms[c->rand_off_sym[r]] = (int64_t)stax_generator_reserve(g, c->rand_words[r]);
         }
         syms = local_syms;
+        gen_undo = gen_offs;
     }
     if (c->nzchecks > 0) {
         snaps = snapshot_inputs(c, args, nargs);
@@ -993,6 +1138,14 @@ lw_program_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
             slots[s->out] = r;
             break;
         }
+        case ST_SCATTER: {
+            PyObject *r = run_scatter(p, s, slots);
+            if (r == NULL) {
+                goto done;
+            }
+            slots[s->out] = r;
+            break;
+        }
         case ST_EXTRACT: {
             PyObject *r = PySequence_GetItem(slots[s->src], s->index);
             if (r != NULL) {
@@ -1025,7 +1178,7 @@ lw_program_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
             hit = *(const unsigned char *)data_ptr(f);
         }
         if (hit) {
-            check_failed(c, c->zkind[q], args, snaps, gen_off);
+            check_failed(c, c->zkind[q], args, snaps, gen_undo);
             goto done;
         }
     }
@@ -1139,7 +1292,7 @@ program_get_steps(Program *p, void *closure)
 {
     (void)closure;
     PyObject *l = PyList_New(0);
-    static const char *names[] = {"kernel", "library", "fallback", "extract"};
+    static const char *names[] = {"kernel", "library", "fallback", "extract", "scatter"};
     for (int i = 0; l && i < p->c.nsteps; i++) {
         step_t *s = &p->c.steps[i];
         PyObject *e = s->kind == ST_KERNEL

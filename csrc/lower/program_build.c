@@ -959,7 +959,7 @@ typedef struct {
     int *att_of;
     int natt;
     struct lw_att {
-        int root, z, p, x, q, kt, v, causal, phantom;
+        int root, z, p, x, q, kt, v, causal, phantom, safe;
         int64_t off;
     } att[16];
 } lw_build;
@@ -1493,12 +1493,14 @@ att_match(att_walk *w, int r, struct lw_att *a)
     int p = po ? att_node_index(b, po) : -1, v = vo ? att_node_index(b, vo) : -1;
     Py_XDECREF(po);
     Py_XDECREF(vo);
-    if (p < 0 || v < 0 || w->opid[p] != STAX_OP_SOFTMAX) {
+    if (p < 0 || v < 0
+        || (w->opid[p] != STAX_OP_SOFTMAX && w->opid[p] != STAX_OP__SAFE_SOFTMAX)) {
         return 0;
     }
     PyObject *pn = PyList_GET_ITEM(b->nodes, p);
     PyObject *xo = att_arg(pn, 0, "self"), *dim = att_arg(pn, 1, "dim");
-    PyObject *dto = att_arg(pn, 3, "dtype");
+    int safe = w->opid[p] == STAX_OP__SAFE_SOFTMAX;
+    PyObject *dto = att_arg(pn, safe ? 2 : 3, "dtype");
     int x = xo ? att_node_index(b, xo) : -1;
     int64_t dv = dim && PyLong_Check(dim) ? PyLong_AsLongLong(dim) : INT64_MIN;
     int dtype_none = dto == NULL || dto == Py_None;
@@ -1598,6 +1600,7 @@ att_match(att_walk *w, int r, struct lw_att *a)
     a->off = 0;
     a->causal = att_causal(w, x, nd, zs, &a->off);
     a->phantom = -1;
+    a->safe = safe;
     return 1;
 }
 
@@ -1637,7 +1640,7 @@ bs_attention(lw_build *b)
         Py_XDECREF(nm);
         PyErr_Clear();
         opid[i] = op ? (int)op->id : -1;
-        any |= opid[i] == STAX_OP_SOFTMAX;
+        any |= opid[i] == STAX_OP_SOFTMAX || opid[i] == STAX_OP__SAFE_SOFTMAX;
     }
     att_walk w = {b, opid, state, -1, 0};
     for (Py_ssize_t i = 0; i < nn && any && !off && b->natt < 16; i++) {
@@ -1700,7 +1703,8 @@ lower_attention_node(lw_build *b, Py_ssize_t i, vbuf **v)
         PyErr_SetString(PyExc_RuntimeError, "attention lowering: operands not lowered");
         return -1;
     }
-    return lw_lower_attention(c, q, kt, vv, x, a->phantom, a->causal, a->off, o) < 0 ? -1 : 0;
+    return lw_lower_attention(c, q, kt, vv, x, a->phantom, a->causal, a->off, a->safe, o) < 0
+           ? -1 : 0;
 }
 
 /* the lowering rule of a call node: rc 1 lowered (*v), 0 not (*why) */

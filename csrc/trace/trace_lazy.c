@@ -149,10 +149,56 @@ stax_trace_force_all(StaxTracer *tr)
     return 0;
 }
 
+/* explicit generators among a call's arguments (generator=g): up to 4,
+ * their states saved before the sample run and put back after it (the
+ * default generator is restored once, around the whole trace) */
+typedef struct {
+    int n;
+    StaxGenerator *g[4];
+    uint64_t seed[4], offset[4];
+} gen_saves;
+
+static void
+gen_save_one(gen_saves *s, PyObject *o)
+{
+    if (s->n < 4 && PyObject_TypeCheck(o, StaxGenerator_Type)) {
+        StaxGenerator *g = (StaxGenerator *)o;
+        s->g[s->n] = g;
+        s->seed[s->n] = g->seed;
+        s->offset[s->n] = g->offset;
+        s->n++;
+    }
+}
+
+static void
+gen_save(gen_saves *s, PyObject *va, PyObject *vk)
+{
+    s->n = 0;
+    for (Py_ssize_t i = 0; va != NULL && PyTuple_Check(va) && i < PyTuple_GET_SIZE(va); i++) {
+        gen_save_one(s, PyTuple_GET_ITEM(va, i));
+    }
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    while (vk != NULL && PyDict_Check(vk) && PyDict_Next(vk, &pos, &k, &v)) {
+        gen_save_one(s, v);
+    }
+}
+
+static void
+gen_restore(const gen_saves *s)
+{
+    for (int i = s->n - 1; i >= 0; i--) {
+        s->g[i]->seed = s->seed[i];
+        s->g[i]->offset = s->offset[i];
+    }
+}
+
 PyObject *
 stax_trace_call_node(StaxNode *n, PyObject *va, PyObject *vk)
 {
     PyObject *res = NULL;
+    gen_saves gs;
+    gen_save(&gs, va, vk);
     int grad = stax_grad_enabled();
     stax_set_grad_enabled(0);
     if (n->op == STAX_NODE_CALL_METHOD) {
@@ -172,6 +218,7 @@ stax_trace_call_node(StaxNode *n, PyObject *va, PyObject *vk)
         res = PyObject_Call(n->target, va, vk);
     }
     stax_set_grad_enabled(grad);
+    gen_restore(&gs);
     return res;
 }
 

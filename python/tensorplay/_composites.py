@@ -446,9 +446,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     memory; is_causal skips the key tiles past the diagonal) when nothing
     else reads the scores or probabilities; with dropout_p > 0 in training
     or under autograd (the probabilities are saved) it stays matmul, the
-    fused softmax kernel and matmul. A row whose keys are all masked is NaN
-    here, eager and compiled (torch 2.13's SDPA returns 0 there, its
-    explicit formula NaN)."""
+    fused softmax kernel and matmul. A row whose keys are all masked is 0,
+    with a zero gradient, eager and compiled (torch 2.13's SDPA through
+    _safe_softmax; the explicit softmax formula stays NaN there, as in
+    torch)."""
     for i, (t, n) in enumerate(((query, "query"), (key, "key"), (value, "value"))):
         _check_t(t, "scaled_dot_product_attention", n, i + 1)
     if query.dim() < 2 or key.dim() < 2 or value.dim() < 2:
@@ -515,7 +516,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                                f"query dtype, but got attn_mask.dtype: "
                                f"{_cname(attn_mask.dtype)} and  query.dtype: "
                                f"{_cname(query.dtype)} instead.")
-    attn = scores.softmax(-1)
+    # torch's math kernel: _safe_softmax, a row whose keys are all masked
+    # is 0 (and gets no gradient), not NaN
+    attn = tp._safe_softmax(scores, -1)
     if dropout_p > 0.0:
         attn = F.dropout(attn, dropout_p, True)
     return attn.matmul(value)

@@ -9,7 +9,9 @@ and cases it does not cover.
 How each op is built (n: the size of the scattered dim, m: the index
 length along it):
 * scatter / scatter_add / scatter_reduce / index_add / index_copy /
-  index_fill: a hit mask ``index == arange(n)`` of (..., n, m) folded over
+  index_fill on the CPU (float32/64, int32/64, static sizes): the op
+  itself on a range-checked index, which Stax lowers to one pass over the
+  index in order (O(n + m), torch CPU's last-writer order). Otherwise a hit mask ``index == arange(n)`` of (..., n, m) folded over
   m by one reduction (sum, prod, amax, amin, count; for scatter and
   index_copy the last writer, torch CPU's order). O(n*m) per row instead of
   O(m): a fused reduction, nothing of (..., n, m) is stored; index_add of
@@ -25,9 +27,10 @@ length along it):
   filled by a count kernel: the j-th selected position is the number of
   inclusive prefix counts <= j (O(N*n)).
 * multinomial: the same float64 uniform draw as eager (one tp.rand call,
-  same Philox words), then the inverse CDF as a count (with replacement) or
-  exponential races with an argmax per sample (without replacement), as
-  eager does.
+  same Philox words, from generator= when given), then the inverse CDF as
+  a count (with replacement) or exponential races (without replacement,
+  as eager does): an argmax per sample for up to 16 samples, else each
+  key's rank in a stable descending sort as a count (O(n^2) per row).
 * nll_loss / cross_entropy: class weights, ignore_index, label_smoothing,
   every reduction, class-probability targets.
 
@@ -146,6 +149,35 @@ def _fill_max(dt):
 
 # ------------------------------------------------------------ scatter family
 
+# the op recorded as itself (with its index range-checked): the Stax
+# back end lowers it to one O(n + m) pass in index order (ST_SCATTER,
+# lower_movement.c) on the CPU for these dtypes at static sizes; other
+# calls take the hit-mask decompositions below
+_SEQ_INNER = [False]
+
+
+def _seq_ok(*ts):
+    tp = _tp()
+    first = ts[0]
+    if first.dtype not in (tp.float32, tp.float64, tp.int64, tp.int32):
+        return False
+    for t in ts:
+        if not _is_t(t):
+            continue
+        if getattr(t, "is_cuda", False):
+            return False
+        if any(type(z) is not int for z in t.shape):
+            return False       # symbolic sizes (dynamic): the decomposition
+    return True
+
+
+def _record(call, *args):
+    _SEQ_INNER[0] = True
+    try:
+        return call(*args)
+    finally:
+        _SEQ_INNER[0] = False
+
 def _scatter_shapes_ok(self, d, index, src):
     """The shapes eager accepts (else NotImplemented: eager's error)."""
     tp = _tp()
@@ -170,10 +202,12 @@ def _wrapdim(dim, nd):
     return d + nd if d < 0 else d
 
 
-def _scatter_core(self, dim, index, src, mode, include_self=True):
+def _scatter_core(self, dim, index, src, mode, include_self=True, call=None):
     """out = self with the values of src (a tensor or a number) at index
     along dim, combined by mode ('set', 'sum', 'prod', 'amax', 'amin',
-    'mean'); NotImplemented when eager would raise."""
+    'mean'); NotImplemented when eager would raise. call(index): the op
+    itself on a range-checked index (the ST_SCATTER step), when it
+    applies."""
     tp = _tp()
     if not _is_t(self):
         return NotImplemented
@@ -185,6 +219,8 @@ def _scatter_core(self, dim, index, src, mode, include_self=True):
     if index.numel() == 0:
         return self.clone()
     n = int(self.shape[d])
+    if call is not None and _seq_ok(self, index, src):
+        return _record(call, _checked_index(index, n))
     ish = _ints(index.shape)
     idx = _to_last(_checked_index(index, n), d)              # (..i.., m)
     m = ish[d]
@@ -249,19 +285,24 @@ def _scatter(self, dim, index, src=None, *, reduce=None, value=None):
         src = value
     if src is None:
         return NotImplemented
+    def call(i):
+        if reduce is None:
+            return self.scatter(dim, i, src)
+        return self.scatter(dim, i, src, reduce=reduce)
     if reduce is None:
-        return _scatter_core(self, dim, index, src, "set")
+        return _scatter_core(self, dim, index, src, "set", call=call)
     if reduce == "add":
-        return _scatter_core(self, dim, index, src, "sum")
+        return _scatter_core(self, dim, index, src, "sum", call=call)
     if reduce == "multiply":
-        return _scatter_core(self, dim, index, src, "prod")
+        return _scatter_core(self, dim, index, src, "prod", call=call)
     return NotImplemented
 
 
 def _scatter_add(self, dim, index, src):
     if not _is_t(src):
         return NotImplemented
-    return _scatter_core(self, dim, index, src, "sum")
+    return _scatter_core(self, dim, index, src, "sum",
+                         call=lambda i: self.scatter_add(dim, i, src))
 
 
 _SR_MODES = ("sum", "prod", "mean", "amax", "amin")
@@ -271,7 +312,9 @@ def _scatter_reduce(self, dim, index, src, reduce, *, include_self=True):
     reduce = {"max": "amax", "min": "amin"}.get(reduce, reduce)
     if not _is_t(src) or reduce not in _SR_MODES:
         return NotImplemented
-    return _scatter_core(self, dim, index, src, reduce, bool(include_self))
+    return _scatter_core(self, dim, index, src, reduce, bool(include_self),
+                         call=lambda i: self.scatter_reduce(dim, i, src, reduce,
+                                                            include_self=bool(include_self)))
 
 
 def _index_args(self, dim, index):
@@ -297,6 +340,8 @@ def _index_add(self, dim, index, source, *, alpha=1):
         return self.clone()
     n = int(self.shape[d])
     idx = _checked_index(index.reshape(-1), n)
+    if _seq_ok(self, index, source):
+        return _record(lambda: self.index_add(d, idx, source, alpha=alpha))
     hit = idx.unsqueeze(0) == tp.arange(n).reshape(n, 1)          # (n, m)
     src = _to_last(source, d)                                  # (..., m)
     dt = self.dtype
@@ -323,6 +368,8 @@ def _index_copy(self, dim, index, source):
         return self.clone()
     n = int(self.shape[d])
     idx = _checked_index(index.reshape(-1), n)
+    if _seq_ok(self, index, source):
+        return _record(lambda: self.index_copy(d, idx, source))
     hit = idx.unsqueeze(0) == tp.arange(n).reshape(n, 1)          # (n, m)
     pos = tp.where(hit, tp.arange(1, m + 1), 0).amax(-1) - 1       # (n,)
     src = _to_last(source, d)
@@ -347,6 +394,8 @@ def _index_fill(self, dim, index, value):
     # index_fill (unlike index_add/index_copy) takes indices in [-n, n)
     flat = index.reshape(-1)
     idx = _checked_index(tp.where(flat < 0, flat + n, flat), n)
+    if not _is_t(value) and _seq_ok(self, index):
+        return _record(lambda: self.index_fill(d, idx, value))
     mask = (idx.unsqueeze(0) == tp.arange(n).reshape(n, 1)).any(-1)   # (n,)
     r = tp.where(mask, value, _to_last(self, d))
     return _from_last(r.to(self.dtype), d)
@@ -579,9 +628,16 @@ def _repeat_index(rep, output_size):
 
 # ------------------------------------------------------------ multinomial
 
+# without replacement: up to this many samples one argmax each; more (over
+# at most _MN_RANK_MAX categories) by rank counting
+_MN_ARGMAX_MAX = 16
+_MN_RANK_MAX = 4096
+
 def _multinomial(input, num_samples, replacement=False, *, generator=None):
     tp = _tp()
-    if generator is not None or not _is_t(input) or input.dim() not in (1, 2):
+    if not _is_t(input) or input.dim() not in (1, 2):
+        return NotImplemented
+    if generator is not None and not isinstance(generator, tp.Generator):
         return NotImplemented
     if not input.is_floating_point() or isinstance(num_samples, bool):
         return NotImplemented
@@ -590,15 +646,18 @@ def _multinomial(input, num_samples, replacement=False, *, generator=None):
     rows, n_cat = _ints(p.shape)
     if ns <= 0 or (not replacement and ns > n_cat) or rows == 0 or n_cat == 0:
         return NotImplemented
-    if not replacement and ns > 16:
-        return NotImplemented
     tot = p.sum(1)
     bad = (~tp.isfinite(p)).any(1) | (p < 0).any(1) | (tot <= 0)
     # the same draw as eager: one float64 uniform tensor from the generator
     # (rand_like of a proxy is recorded; tp.rand called from the package
     # would be drawn once, at trace time)
     shape_src = p[:, :1].expand(rows, ns) if replacement else p
-    u = tp.rand_like(shape_src, dtype=tp.float64)
+    if generator is None:
+        u = tp.rand_like(shape_src, dtype=tp.float64)
+    else:
+        # (the same draw from generator: uniform_(0, 1) of float64 is
+        # rand's u53 words)
+        u = tp.zeros_like(shape_src, dtype=tp.float64).uniform_(0.0, 1.0, generator=generator)
     if replacement:
         cdf = p.cumsum(1) / tot.unsqueeze(1)
         last = tp.arange(n_cat) == n_cat - 1
@@ -608,13 +667,25 @@ def _multinomial(input, num_samples, replacement=False, *, generator=None):
     else:
         keys = tp.where(p > 0, p / -tp.log1p(-u), -1.0)
         bad = bad | ((p > 0).sum(1) < ns)
-        cols = []
         ar = tp.arange(n_cat)
-        for _ in range(ns):
-            j = keys.argmax(1, keepdim=True)           # first maximum: a stable sort's order
-            cols.append(j)
-            keys = tp.where(ar == j, float("-inf"), keys)
-        r = tp.cat(cols, 1) if ns > 1 else cols[0]
+        if ns <= _MN_ARGMAX_MAX or n_cat > _MN_RANK_MAX:
+            # one argmax per sample: O(ns * n) work, ns reductions
+            cols = []
+            for _ in range(ns):
+                j = keys.argmax(1, keepdim=True)           # first maximum: a stable sort's order
+                cols.append(j)
+                keys = tp.where(ar == j, float("-inf"), keys)
+            r = tp.cat(cols, 1) if ns > 1 else cols[0]
+        else:
+            # the rank of each key in a stable descending sort (the keys
+            # before it: larger, or equal and to its left), then the
+            # category of rank j for j < ns: two fused counts, O(n^2)
+            # work and a graph of fixed size
+            ki, kj = keys.unsqueeze(2), keys.unsqueeze(1)                  # (rows, n, 1), (rows, 1, n)
+            left = ar.reshape(1, n_cat) < ar.reshape(n_cat, 1)              # [i, j]: j < i
+            rank = ((kj > ki) | ((kj == ki) & left)).sum(-1)               # (rows, n)
+            hit = rank.unsqueeze(1) == tp.arange(ns).reshape(ns, 1)        # (rows, ns, n)
+            r = tp.where(hit, ar, 0).sum(-1)
     # an invalid row indexes out of range: the runtime check reruns the
     # call eagerly, which raises eager's error (at trace time: the call
     # is recorded as itself, whose sample raises it)
@@ -698,8 +769,17 @@ def _cross_entropy(input, target, weight=None, size_average=None, ignore_index=-
     if not _loss_args_ok(input, target, weight, size_average, reduce, reduction, ignore_index):
         return NotImplemented
     ls = float(label_smoothing)
-    if not 0.0 <= ls <= 1.0 or input.dtype == tp.float16:
+    if not 0.0 <= ls <= 1.0:
         return NotImplemented
+    if input.dtype in (tp.float16, tp.bfloat16):
+        # in float32 (torch's CPU kernels accumulate half in float too),
+        # the loss rounded back to the input's dtype
+        if target.is_floating_point() and target.dtype != input.dtype:
+            return NotImplemented
+        r = _cross_entropy(input.float(), target.float() if target.is_floating_point() else target,
+                           None if weight is None else weight.float(), None, ignore_index,
+                           None, reduction, ls)
+        return NotImplemented if r is NotImplemented else r.to(input.dtype)
     cd = 0 if input.dim() == 1 else 1
     c = int(input.shape[cd])
     logp = _F().log_softmax(input, cd)
@@ -738,6 +818,8 @@ def _cross_entropy(input, target, weight=None, size_average=None, ignore_index=-
 
 def _stepping_aside(fn):
     def decomp(*args, **kwargs):
+        if _SEQ_INNER[0]:
+            return NotImplemented      # _record: the op itself
         try:
             return fn(*args, **kwargs)
         except _BadSample:

@@ -1103,6 +1103,21 @@ def _softmax(input, dim=None, _stacklevel=3, dtype=None):
     return _softmax_common("softmax", input, dim, dtype, False)
 
 
+@_impl("_safe_softmax")
+def _safe_softmax(input, dim, dtype=None):
+    """softmax along dim, 0 (not NaN) over a slice that is all -inf (torch's
+    _safe_softmax, what SDPA's math kernel uses for fully masked rows)."""
+    r = _softmax_common("softmax", input, dim, dtype, False)
+    a = _arr(input)
+    d = _wrap_dim(dim, a.ndim or 1)
+    if a.ndim == 0:
+        return r if a != -np.inf else _wrap(np.zeros((), _arr(r).dtype), input)
+    dead = np.all(a == -np.inf, axis=d, keepdims=True)
+    if not dead.any():
+        return r
+    return _wrap(np.where(dead, np.zeros((), _arr(r).dtype), _arr(r)), input)
+
+
 @_impl("log_softmax")
 def _log_softmax(input, dim=None, _stacklevel=3, dtype=None):
     return _softmax_common("log_softmax", input, dim, dtype, True)
@@ -2555,9 +2570,9 @@ class _NoGrad:
         _C._set_grad_enabled(self.prev)
 
 
-def _uniform_np(shape):
+def _uniform_np(shape, generator=None):
     import tensorplay
-    return _arr(tensorplay.rand(*shape, dtype=tensorplay.float64))
+    return _arr(tensorplay.rand(*shape, dtype=tensorplay.float64, generator=generator))
 
 
 @_impl("multinomial")
@@ -2583,7 +2598,7 @@ def _multinomial(input, num_samples, replacement=False, *, generator=None):
     if np.any(tot <= 0):
         raise RuntimeError("invalid multinomial distribution (sum of "
                            "probabilities <= 0)")
-    u = _uniform_np((p.shape[0], num_samples if replacement else n_cat))
+    u = _uniform_np((p.shape[0], num_samples if replacement else n_cat), generator)
     if replacement:
         cdf = np.cumsum(p, 1) / tot[:, None]
         cdf[:, -1] = 1.0

@@ -366,6 +366,24 @@ def _pick(node, grads, self):
     return flat[1:].reshape(shape)
 
 
+def _index_grad(node, grads, self, dim, index, scatter):
+    """Gradient of index_select (scatter=False) / gather (scatter=True):
+    _pick when the index is a tensor (eager, or a constant of the traced
+    graph: the replay finds the inverse map once), else (the index is an
+    input of the compiled function, its values unknown at trace time) the
+    gradient added at the index: index_add / scatter_add into zeros, which
+    the compiled backward lowers natively."""
+    if isinstance(index, _C.Tensor):
+        return _pick(node, grads, self)
+    tp = _tp()
+    g = grads[0]
+    shape = tuple(self.shape) if hasattr(self, "shape") else tuple(self)
+    z = tp.zeros(shape, dtype=g.dtype)
+    if scatter:
+        return z.scatter_add(dim, index, g)
+    return z.index_add(dim, index, g)
+
+
 def _mm_a(grad, a, b):
     if a.dim() == 1 and b.dim() == 1:
         return grad * b

@@ -488,13 +488,23 @@ def build(gm, flat, lower, name, log=None):
     primal_ix = {n: i for i, n in enumerate(primals)}
     saved_acts = [n for n in saved if n not in primal_ix]
     saved_prims = [n for n in saved if n in primal_ix]
-    fwd_keep = _ancestors(_leaves(fwd_out, []) + saved_acts, set(primals))
+    # in-place writes of inputs (copy_ into a primal: BatchNorm's running
+    # statistics) have no users; the forward program does them
+    writes = [n for n in jnodes if n.args and _is_node(n.args[0]) and n.args[0] in primal_ix
+              and ((n.op == "call_method" and n.target == "copy_")
+                   or (n.op == "call_function"
+                       and getattr(n.target, "op_name", None) == "copy_"))]
+    fwd_keep = _ancestors(_leaves(fwd_out, []) + saved_acts + writes, set(primals))
     fgm = _copy_graph(jgm, jnodes, fwd_keep, primals, (fwd_out, tuple(saved_acts)))
     stop = set(saved) | set(tans)
     bwd_keep = _ancestors([x for x in bwd_out if _is_node(x)], stop)
     leaked = [n for n in bwd_keep if n in primal_ix and n not in stop]
     if leaked:
         raise JointError(f"the backward reads input {leaked[0].name}, which the cut does not save")
+    written = {n.args[0] for n in writes}
+    if any(n in written for n in saved_prims):
+        # the backward would read the input after the forward wrote it
+        raise JointError("the backward reads an input that the forward writes in place")
     binputs = saved_acts + saved_prims + list(tans)
     bgm = _copy_graph(jgm, jnodes, bwd_keep, binputs, tuple(bwd_out))
 

@@ -677,7 +677,11 @@ class Driver:
         """Why this version cannot get compiled autograd (None: it can)."""
         if self.backend_name != "stax":
             return f"back end {self.backend_name!r} (compiled autograd lowers with 'stax')"
-        if getattr(tr, "mutated_inputs", None):
+        mut = getattr(tr, "mutated_inputs", None)
+        # (buffers written in place, BatchNorm's running statistics: the
+        # forward program writes them; an input that requires grad and is
+        # written in place has no compiled backward)
+        if mut and any(i >= len(call.flat) or call.flat[i].requires_grad for i in mut):
             return "it writes its inputs in place"
         if call.effects or call.n_extras or call.unsafe_store is not None:
             return "it has side effects outside the graph"
