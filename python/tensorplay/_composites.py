@@ -711,8 +711,10 @@ def _cumsum_traced(input, dim, *, dtype=None):
     1 for i <= j); longer: blocks of B = ceil(sqrt(n)) (x padded to nb*B),
     the in-block prefix sums x_b @ U_B, plus the exclusive prefix of the
     block totals (totals @ strict U_nb): O(n^1.5) work instead of a
-    sequential scan. Integer/bool inputs and dtype= conversions to an
-    integer type: _native_decomps.cumsum_int (exact masked block sums)."""
+    sequential scan. NaN/inf are summed apart (a matmul would spread them
+    through the triangle's zeros). Integer/bool inputs and dtype=
+    conversions to an integer type: _native_decomps.cumsum_int (exact
+    masked block sums)."""
     tp = _tp()
     if dtype is not None:
         if not getattr(dtype, "is_floating_point", False):
@@ -731,22 +733,48 @@ def _cumsum_traced(input, dim, *, dtype=None):
     if d < 0 or d >= nd:
         return NotImplemented      # the eager error, from the recorded call
     x = input.transpose(d, -1) if d != nd - 1 else input
-    n = x.shape[-1]
+    n = int(x.shape[-1])
+    if input.requires_grad and tp.is_grad_enabled():
+        # masked sums: NaN/inf stay in place and the joint graph's gradient
+        # reaches every element (the matmul path's where() below cuts it at
+        # the non-finite ones)
+        out = _native_decomps._prefix_sum_int(x)
+        return out.transpose(d, -1) if d != nd - 1 else out
     npd = _NP_OF.get(str(x.dtype).split(".")[-1], np.float32)
-    if n <= 256:
-        out = x.matmul(tp.tensor(np.triu(np.ones((n, n), npd))))
-    else:
-        B = int(math.isqrt(n - 1)) + 1
-        nb = -(-n // B)
-        xp = _F().pad(x, [0, nb * B - n]) if nb * B != n else x
-        xb = xp.reshape(tuple(x.shape[:-1]) + (nb, B))
-        within = xb.matmul(tp.tensor(np.triu(np.ones((B, B), npd))))
-        totals = within[..., B - 1]
-        offs = totals.matmul(tp.tensor(np.triu(np.ones((nb, nb), npd), 1)))
-        out = (within + offs.unsqueeze(-1)).reshape(tuple(x.shape[:-1]) + (nb * B,))
-        if nb * B != n:
-            out = out[..., :n]
+    # a matmul multiplies every element by the triangle's zeros too, and
+    # 0 * inf = NaN would spread a NaN/inf to the sums before it: the matmul
+    # sums the finite values only; a prefix holds +inf (-inf) from the first
+    # +inf or NaN (-inf or NaN) on, found by an O(n) min-reduction, and
+    # inf + -inf gives the NaN
+    finite = x.isfinite()
+    out = _prefix_mm(tp.where(finite, x, 0.0), n, npd)
+    nan = x.isnan()
+    at = tp.arange(n)
+    for flag, inf in (((x == math.inf).logical_or(nan), math.inf),
+                      ((x == -math.inf).logical_or(nan), -math.inf)):
+        first = tp.where(flag, at, n).amin(-1, keepdim=True)
+        out = out + tp.where(at >= first, inf, 0.0).to(out.dtype)
     return out.transpose(d, -1) if d != nd - 1 else out
+
+
+def _prefix_mm(x, n, npd):
+    """Inclusive prefix sums along the last dim (size n) of a floating x as
+    matmuls with constant triangles of NumPy dtype npd: n <= 256: x @ U;
+    longer: blocks of B = ceil(sqrt(n)) (x padded to nb*B), the in-block
+    prefix sums x_b @ U_B plus the exclusive prefix of the block totals
+    (totals @ strict U_nb)."""
+    tp = _tp()
+    if n <= 256:
+        return x.matmul(tp.tensor(np.triu(np.ones((n, n), npd))))
+    B = int(math.isqrt(n - 1)) + 1
+    nb = -(-n // B)
+    xp = _F().pad(x, [0, nb * B - n]) if nb * B != n else x
+    xb = xp.reshape(tuple(x.shape[:-1]) + (nb, B))
+    within = xb.matmul(tp.tensor(np.triu(np.ones((B, B), npd))))
+    totals = within[..., B - 1]
+    offs = totals.matmul(tp.tensor(np.triu(np.ones((nb, nb), npd), 1)))
+    out = (within + offs.unsqueeze(-1)).reshape(tuple(x.shape[:-1]) + (nb * B,))
+    return out[..., :n] if nb * B != n else out
 
 
 _NP_OF = {"float32": np.float32, "float64": np.float64, "float16": np.float16}

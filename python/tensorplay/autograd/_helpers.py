@@ -174,6 +174,49 @@ def _var_grad(grad, self, dim, unbiased, keepdim, correction):
     return g * (self - mu) * (2.0 / max(n - c, 0) if n - c > 0 else float("inf"))
 
 
+def _prod_grad(grad, self, result, dim, keepdim):
+    """prod's gradient, zeros included (torch's): a slice without zeros
+    gives grad * result / x; in a slice with exactly one zero, the zero's
+    position gets grad * (the product of the others) and the rest 0; two or
+    more zeros give 0 everywhere. No division by a zero, no data branch, and
+    differentiable again (double backward matches torch's up to two zeros a
+    slice)."""
+    tp = _tp()
+    shape = tuple(self.shape)
+    if len(shape) == 0:
+        return grad
+    g = _unreduce(grad, shape, dim, keepdim)
+    r = _unreduce(result, shape, dim, keepdim)
+    zero = self == 0
+    safe = tp.where(zero, 1.0, self)
+    zval = tp.where(zero, self, 0.0)
+    if dim is None:
+        nz = zero.sum()
+        others = safe.prod()
+        zval = zval.sum()
+    else:
+        nz = zero.sum(dim, keepdim=True)
+        others = safe.prod(dim, keepdim=True)
+        zval = zval.sum(dim, keepdim=True)
+    # zval is the sum of the slice's zeros: 0, but it carries the derivative
+    # with respect to each zero, which double backward needs (one zero: at
+    # the other positions; two zeros: at each zero, through the other one)
+    one = tp.where(zero, g * others, g * (others / safe) * zval)
+    two = tp.where(zero, g * others * (zval - self), 0.0)
+    return tp.where(nz == 0, g * r / safe,
+                    tp.where(nz == 1, one, tp.where(nz == 2, two, 0.0)))
+
+
+def _std_grad(grad, self, result, dim, unbiased, keepdim, correction):
+    """std's gradient: var's divided by 2 * std, and 0 where std is 0 (a
+    constant slice; torch masks it rather than giving 0/0 = NaN)."""
+    tp = _tp()
+    shape = tuple(self.shape)
+    r = _unreduce(result, shape, dim, keepdim)
+    vg = _var_grad(grad, self, dim, unbiased, keepdim, correction)
+    return tp.where(r == 0, 0.0, vg / (r * 2))
+
+
 def _norm_grad(grad, self, result, p, dim, keepdim):
     shape = tuple(self.shape)
     if p is None or p == "fro":
