@@ -119,3 +119,75 @@ def test_compiled_cumsum_gradient_reaches_non_finite_elements():
         p = tp.tensor(x, requires_grad=True)
         f(p).backward()
         np.testing.assert_array_equal(p.grad.numpy(), t.grad.numpy(), err_msg=mode)
+
+
+# ---------------------------------------------------------------- exception types
+
+def _same_exception(fn_tp, fn_torch):
+    with pytest.raises(Exception) as want:
+        fn_torch()
+    with pytest.raises(Exception) as got:
+        fn_tp()
+    assert type(got.value) is type(want.value), (got.value, want.value)
+    return got.value, want.value
+
+
+@pytest.mark.parametrize("op", ["and", "or", "xor", "bitwise_not"])
+def test_bitwise_on_float_raises_not_implemented_error(op):
+    fns = {"and": lambda L, x: x & x, "or": lambda L, x: x | x, "xor": lambda L, x: x ^ 1,
+           "bitwise_not": lambda L, x: L.bitwise_not(x)}
+    f = fns[op]
+    got, want = _same_exception(lambda: f(tp, tp.ones(2)), lambda: f(torch, torch.ones(2)))
+    assert str(got) == str(want)
+
+
+@pytest.mark.parametrize("name", ["gelu", "silu", "elu", "softplus", "leaky_relu"])
+def test_float_activation_of_integers_raises_not_implemented_error(name):
+    import tensorplay.nn.functional as F
+    _same_exception(lambda: getattr(F, name)(tp.ones(2, dtype=tp.int64)),
+                    lambda: getattr(torch.nn.functional, name)(torch.ones(2, dtype=torch.int64)))
+
+
+def test_frac_and_lerp_of_integers_raise_not_implemented_error():
+    _same_exception(lambda: tp.ones(2, dtype=tp.int64).frac(),
+                    lambda: torch.ones(2, dtype=torch.int64).frac())
+    _same_exception(lambda: tp.lerp(tp.ones(2, dtype=tp.int64), tp.ones(2, dtype=tp.int64), 0.5),
+                    lambda: torch.lerp(torch.ones(2, dtype=torch.int64),
+                                       torch.ones(2, dtype=torch.int64), 0.5))
+
+
+def test_cat_and_stack_of_empty_list_errors():
+    _same_exception(lambda: tp.cat([]), lambda: torch.cat([]))
+    got, want = _same_exception(lambda: tp.stack([]), lambda: torch.stack([]))
+    assert str(got) == str(want)
+
+
+def test_full_with_a_string_fill_value_is_a_type_error():
+    got, want = _same_exception(lambda: tp.full((2,), "a"), lambda: torch.full((2,), "a"))
+    assert "fill_value" in str(got)
+
+
+@pytest.mark.parametrize("bshape", [(5,), (2, 4), (3, 6, 4)])
+def test_linear_with_a_bias_that_does_not_expand_to_the_output(bshape):
+    import tensorplay.nn.functional as F
+    got, want = _same_exception(
+        lambda: F.linear(tp.ones(6, 5), tp.ones(4, 5), tp.ones(*bshape)),
+        lambda: torch.nn.functional.linear(torch.ones(6, 5), torch.ones(4, 5),
+                                           torch.ones(*bshape)))
+    assert str(got).split("(")[0] == str(want).split("(")[0]
+
+
+@pytest.mark.parametrize("bshape", [(4,), (1,), (6, 4), (1, 4)])
+def test_linear_with_a_bias_that_expands(bshape):
+    import tensorplay.nn.functional as F
+    r = F.linear(tp.ones(6, 5), tp.ones(4, 5), tp.ones(*bshape))
+    assert tuple(r.shape) == (6, 4)
+    np.testing.assert_array_equal(r.numpy(), np.full((6, 4), 6.0, np.float32))
+
+
+def test_embedding_of_a_1d_weight():
+    import tensorplay.nn.functional as F
+    got, want = _same_exception(lambda: F.embedding(tp.tensor([1]), tp.ones(3)),
+                                lambda: torch.nn.functional.embedding(torch.tensor([1]),
+                                                                      torch.ones(3)))
+    assert str(got) == str(want)

@@ -489,7 +489,7 @@ binary_impl(const stax_op_info *op, PyObject *a, PyObject *b,
              && op->id != STAX_OP_SQUARE) {
         /* bitwise */
         if (stax_dtype_is_floating(rt)) {
-            PyErr_Format(PyExc_RuntimeError,
+            PyErr_Format(PyExc_NotImplementedError,
                          "\"%s_cpu\" not implemented for '%s'", op->name,
                          stax_dtype_title(rt));
             return NULL;
@@ -737,7 +737,7 @@ stax_ops_unary(const stax_op_info *op, PyObject *a, StaxTensor *inplace_out)
     }
     else if (op->id == STAX_OP_BITWISE_NOT
              && stax_dtype_is_floating(x->dtype)) {
-        PyErr_Format(PyExc_RuntimeError,
+        PyErr_Format(PyExc_NotImplementedError,
                      "\"bitwise_not_cpu\" not implemented for '%s'",
                      stax_dtype_title(x->dtype));
         return NULL;

@@ -21,6 +21,9 @@ _C._register("tensorplay.ops", ops)
 _C._register("tensorplay._tensor._rebuild_tensor", _tensor_mod._rebuild_tensor)
 _C._register("tensorplay.cuda._dispatch", cuda._dispatch)
 _C._register("tensorplay._ops._bf16_dispatch", _ops_mod._bf16_dispatch)
-del _sys, _tensor_mod, _ops_mod
+# torch's aliases and small composites (tp.dot, tp.divide, F.logsigmoid, ...)
+from tensorplay import _torch_names as _torch_names_mod  # noqa: E402
+_torch_names_mod.install(_sys.modules[__name__], functional)
+del _sys, _tensor_mod, _ops_mod, _torch_names_mod
 
 __version__ = "0.1.0"

@@ -488,7 +488,7 @@ def _frac(input):
     _check_tensor(input, "frac")
     a = _arr(input)
     if a.dtype.kind != "f":
-        raise RuntimeError(f"\"frac_cpu\" not implemented for '{_title(a.dtype)}'")
+        raise NotImplementedError(f"\"frac_cpu\" not implemented for '{_title(a.dtype)}'")
     return _wrap(a - np.trunc(a), input)
 
 
@@ -546,7 +546,7 @@ def _bshape(*arrs):
 def _lerp(input, end, weight):
     rt = _result_np(input, end)
     if rt.kind != "f":
-        raise RuntimeError(f"\"lerp_kernel_scalar\" not implemented for "
+        raise NotImplementedError(f"\"lerp_kernel_scalar\" not implemented for "
                            f"'{_title(rt)}'")
     a, b = np.asarray(_arr(input), rt), np.asarray(_arr(end), rt)
     w = np.asarray(_arr(weight), rt)
@@ -628,7 +628,7 @@ def _act_arr(input, name):
     _check_tensor(input, name)
     a = _arr(input)
     if a.dtype.kind != "f":
-        raise RuntimeError(f"\"{name}\" not implemented for '{_title(a.dtype)}'")
+        raise NotImplementedError(f"\"{name}\" not implemented for '{_title(a.dtype)}'")
     if a.dtype == np.float16:    # torch's opmath: compute in float32, round once
         return a.astype(np.float32)
     return a
@@ -1242,6 +1242,8 @@ def _embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
                scale_grad_by_freq=False, sparse=False):
     idx = _arr(input)
     w = _arr(weight)
+    if w.ndim != 2:
+        raise RuntimeError("'weight' must be 2-D")
     if idx.dtype.kind not in "iu":
         raise RuntimeError(f"Expected tensor for argument #1 'indices' to have "
                            f"one of the following scalar types: Long, Int; but "
@@ -1507,8 +1509,26 @@ def _linear(input, weight, bias=None):
                            f"{w.shape[-1]}x{w.shape[0] if w.ndim > 1 else 1})")
     r = np.matmul(a, w.T)
     if bias is not None:
-        r = r + _arr(bias)
+        b = _arr(bias)
+        _expand_check(b.shape, r.shape)
+        r = r + b
     return _wrap(np.asarray(r, a.dtype), input, weight, bias)
+
+
+def _expand_check(have, want):
+    """torch's errors for expanding a tensor of shape have to want (a bias
+    is expanded to the output, never broadcast past it)."""
+    have, want = list(have), list(want)
+    if len(have) > len(want):
+        raise RuntimeError(f"expand(torch.FloatTensor{{{have}}}, size={want}): the number of "
+                           f"sizes provided ({len(want)}) must be greater or equal to the "
+                           f"number of dimensions in the tensor ({len(have)})")
+    for i in range(1, len(have) + 1):
+        if have[-i] != want[-i] and have[-i] != 1:
+            d = len(want) - i
+            raise RuntimeError(f"The expanded size of the tensor ({want[-i]}) must match the "
+                               f"existing size ({have[-i]}) at non-singleton dimension {d}.  "
+                               f"Target sizes: {want}.  Tensor sizes: {have}")
 
 
 # ------------------------------------------------------------------- other
@@ -1522,7 +1542,9 @@ def _tensor_list(tensors, name):
             raise TypeError(f"expected Tensor as element {i} in argument 0, "
                             f"but got {type(t).__name__}")
     if len(tensors) == 0:
-        raise RuntimeError(f"{name}(): expected a non-empty list of Tensors")
+        if name == "cat":
+            raise ValueError("cat(): expected a non-empty list of Tensors")
+        raise RuntimeError(f"{name} expects a non-empty TensorList")
 
 
 @_impl("cat")

@@ -428,6 +428,9 @@ def full(size, fill_value, dtype=None, device=None, requires_grad=False, out=Non
     device = _check_device(device)
     if isinstance(size, _int):
         size = (size,)
+    if not isinstance(fill_value, (Tensor, _int, _float, complex, np.number, np.bool_)):
+        raise TypeError(f"full(): argument 'fill_value' (position 2) must be Number, "
+                        f"not {type(fill_value).__name__}")
     dt = _as_dtype(dtype) if dtype is not None else _scalar_dtype(fill_value)
     if isinstance(fill_value, Tensor):
         fill_value = fill_value.item()

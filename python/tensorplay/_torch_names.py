@@ -1,0 +1,752 @@
+"""Names a PyTorch user reaches for that tensorplay lacked: torch's aliases
+(divide, multiply, concat, arccos, ...) and small composites (dot, outer,
+addmm, addcmul, nansum, logaddexp, xlogy, tile, logsigmoid, glu, group_norm,
+binary_cross_entropy, ...), with torch's semantics and error messages.
+
+Every composite is written with op-table ops only, so it runs eagerly on
+the ops' NumPy kernels, differentiates through their formulas, and under
+tp.compile traces into those ops (native; no fallback kernel): the plain
+functions are inlined when the tracer calls them with proxies, and each
+Tensor method added here is registered as a trace-time decomposition under
+its name (a proxy's method call would otherwise record an opaque node).
+
+Aliases are the same objects as their targets (``tp.divide is tp.div``),
+so the tracer and the op table see the original op."""
+import builtins as _b
+import math
+
+from tensorplay import _C
+
+_TENSORS = (_C.Tensor, _C.Proxy) if hasattr(_C, "Proxy") else (_C.Tensor,)
+
+
+def _tp():
+    import tensorplay
+    return tensorplay
+
+
+def _F():
+    import tensorplay.functional as F
+    return F
+
+
+def _is_t(x):
+    return isinstance(x, _TENSORS)
+
+
+def _check_t(x, fname, argname, pos):
+    if not _is_t(x):
+        raise TypeError(f"{fname}(): argument '{argname}' (position {pos}) must be "
+                        f"Tensor, not {type(x).__name__}")
+
+
+def _float_of(x):
+    """x promoted to the default float dtype if it is not floating."""
+    return x if x.is_floating_point() else x.to(_tp().get_default_dtype())
+
+
+# ------------------------------------------------------------ linear algebra
+
+def dot(input, other):
+    """dot(input (n,), other (n,)) -> 0-d tensor: the inner product of two
+    1-D tensors of the same dtype. RuntimeError: not 1-D, sizes differ,
+    dtypes differ (torch's wording)."""
+    _check_t(input, "dot", "input", 1)
+    _check_t(other, "dot", "tensor", 2)
+    if input.dim() != 1 or other.dim() != 1:
+        raise RuntimeError(f"1D tensors expected, but got {input.dim()}D and "
+                           f"{other.dim()}D tensors")
+    if input.dtype != other.dtype:
+        raise RuntimeError(f"dot : expected both vectors to have same dtype, but found "
+                           f"{_title(input.dtype)} and {_title(other.dtype)}")
+    n, m = int(input.shape[0]), int(other.shape[0])
+    if n != m:
+        raise RuntimeError(f"inconsistent tensor size, expected tensor [{n}] and src [{m}] "
+                           f"to have the same number of elements, but got {n} and {m} "
+                           f"elements respectively")
+    return input.matmul(other)
+
+
+vdot = dot
+
+
+def inner(input, other):
+    """inner(input (..., k), other (..., k)) -> input.shape[:-1] +
+    other.shape[:-1]: sums of products over the last dims (a product with
+    a 0-d operand)."""
+    _check_t(input, "inner", "input", 1)
+    _check_t(other, "inner", "other", 2)
+    if input.dim() == 0 or other.dim() == 0:
+        return input * other
+    k1, k2 = int(input.shape[-1]), int(other.shape[-1])
+    if k1 != k2:
+        raise RuntimeError(f"inner() the last dimension must match on both input tensors "
+                           f"but got shapes {list(input.shape)} and {list(other.shape)}")
+    a = input.reshape(-1, k1)
+    b = other.reshape(-1, k2)
+    return a.matmul(b.t()).reshape(tuple(input.shape[:-1]) + tuple(other.shape[:-1]))
+
+
+def outer(input, vec2):
+    """outer(input (n,), vec2 (m,)) -> (n, m): input[i] * vec2[j]."""
+    _check_t(input, "outer", "input", 1)
+    _check_t(vec2, "outer", "vec2", 2)
+    for name, t in (("self", input), ("vec2", vec2)):
+        if t.dim() != 1:
+            raise RuntimeError(f"outer: Expected 1-D argument {name}, but got {t.dim()}-D")
+    return input.unsqueeze(1) * vec2
+
+
+ger = outer
+
+
+def _scaled_sum(input, prod, beta, alpha):
+    """beta * input + alpha * prod, torch's way: beta == 0 ignores input's
+    values (NaN included), alpha == 1 / beta == 1 multiply nothing."""
+    if alpha != 1:
+        prod = prod * alpha
+    if beta == 0:
+        return prod + _tp().zeros_like(input)
+    return prod + (input if beta == 1 else input * beta)
+
+
+def _need_dim(t, n, fname, argname):
+    if t.dim() != n:
+        raise RuntimeError(f"{argname} must be a {n}D tensor")
+
+
+def addmm(input, mat1, mat2, *, beta=1, alpha=1, out=None):
+    """beta * input + alpha * (mat1 (n, k) @ mat2 (k, m)); input broadcasts
+    to (n, m)."""
+    _check_t(input, "addmm", "input", 1)
+    _need_dim(mat1, 2, "addmm", "mat1")
+    _need_dim(mat2, 2, "addmm", "mat2")
+    return _out(_scaled_sum(input, mat1.matmul(mat2), beta, alpha), out, "addmm")
+
+
+def addmv(input, mat, vec, *, beta=1, alpha=1, out=None):
+    """beta * input + alpha * (mat (n, m) @ vec (m,))."""
+    _check_t(input, "addmv", "input", 1)
+    if mat.dim() != 2 or vec.dim() != 1:
+        raise RuntimeError(f"vector + matrix @ vector expected, got {input.dim()}, "
+                           f"{mat.dim()}, {vec.dim()}")
+    return _out(_scaled_sum(input, mat.matmul(vec), beta, alpha), out, "addmv")
+
+
+def addbmm(input, batch1, batch2, *, beta=1, alpha=1, out=None):
+    """beta * input + alpha * sum_b batch1[b] @ batch2[b]."""
+    _need_dim(batch1, 3, "addbmm", "batch1")
+    _need_dim(batch2, 3, "addbmm", "batch2")
+    return _out(_scaled_sum(input, batch1.matmul(batch2).sum(0), beta, alpha), out, "addbmm")
+
+
+def baddbmm(input, batch1, batch2, *, beta=1, alpha=1, out=None):
+    """beta * input + alpha * (batch1 (b, n, k) @ batch2 (b, k, m))."""
+    _need_dim(batch1, 3, "baddbmm", "batch1")
+    _need_dim(batch2, 3, "baddbmm", "batch2")
+    return _out(_scaled_sum(input, batch1.matmul(batch2), beta, alpha), out, "baddbmm")
+
+
+def addr(input, vec1, vec2, *, beta=1, alpha=1, out=None):
+    """beta * input + alpha * outer(vec1, vec2)."""
+    return _out(_scaled_sum(input, outer(vec1, vec2), beta, alpha), out, "addr")
+
+
+def trace(input):
+    """The sum of a 2-D tensor's main diagonal (integers give int64)."""
+    _check_t(input, "trace", "input", 1)
+    if input.dim() != 2:
+        raise RuntimeError("trace: expected a matrix, but got tensor with dim "
+                           f"{input.dim()}")
+    return input.diagonal().sum()
+
+
+def diag(input, diagonal=0):
+    """diag(1-D (n,)) -> the (n+|k|, n+|k|) matrix with input on diagonal
+    k; diag(2-D) -> a copy of diagonal k."""
+    _check_t(input, "diag", "input", 1)
+    tp = _tp()
+    if input.dim() == 2:
+        return input.diagonal(diagonal).clone()
+    if input.dim() != 1:
+        raise RuntimeError("diag(): Supports 1D or 2D tensors. Got "
+                           f"{input.dim()}D")
+    k = int(diagonal)
+    n = int(input.shape[0]) + _b.abs(k)
+    rows = tp.arange(n).reshape(n, 1)
+    cols = tp.arange(n).reshape(1, n)
+    hit = (cols - rows) == k
+    # the value of diagonal k at row i is input[i] (k >= 0) or input[i + k]
+    src = tp.arange(n) if k >= 0 else tp.arange(n) + k
+    idx = src.clamp(0, _b.max(int(input.shape[0]) - 1, 0))
+    vals = input.index_select(0, idx) if int(input.shape[0]) else tp.zeros(n, dtype=input.dtype)
+    return tp.where(hit, vals.reshape(n, 1), tp.zeros((), dtype=input.dtype))
+
+
+# ------------------------------------------------------------ pointwise
+
+def addcmul(input, tensor1, tensor2, *, value=1, out=None):
+    """input + value * tensor1 * tensor2 (broadcast)."""
+    _check_t(input, "addcmul", "input", 1)
+    prod = tensor1 * tensor2
+    return _out(input + (prod if value == 1 else prod * value), out, "addcmul")
+
+
+def addcdiv(input, tensor1, tensor2, *, value=1, out=None):
+    """input + value * tensor1 / tensor2 (true division; integer tensor1
+    and tensor2 raise like torch)."""
+    _check_t(input, "addcdiv", "input", 1)
+    if (_is_t(tensor1) and not tensor1.is_floating_point()
+            and _is_t(tensor2) and not tensor2.is_floating_point()):
+        raise RuntimeError("Integer division with addcdiv is no longer supported, and in a "
+                           "future  release addcdiv will perform a true division of tensor1 "
+                           "and tensor2. The historic addcdiv behavior can be implemented "
+                           "as (input + value * torch.trunc(tensor1 / tensor2)).to(input.dtype) "
+                           "for integer inputs and as (input + value * tensor1 / tensor2) "
+                           "for float inputs. The future addcdiv behavior is just the latter "
+                           "implementation: (input + value * tensor1 / tensor2), for all "
+                           "dtypes.")
+    q = tensor1 / tensor2
+    return _out(input + (q if value == 1 else q * value), out, "addcdiv")
+
+
+def logaddexp(input, other):
+    """log(exp(input) + exp(other)), without overflow; equal infinities
+    give themselves."""
+    tp = _tp()
+    m = tp.maximum(input, other)
+    r = m + (-(input - other).abs()).exp().log1p()
+    return tp.where(m.isinf().logical_and(input == other), m, r)
+
+
+def logaddexp2(input, other):
+    """log2(2**input + 2**other), without overflow."""
+    tp = _tp()
+    m = tp.maximum(input, other)
+    r = m + (-(input - other).abs() * math.log(2.0)).exp().log1p() / math.log(2.0)
+    return tp.where(m.isinf().logical_and(input == other), m, r)
+
+
+def xlogy(input, other):
+    """input * log(other), 0 where input is 0 (unless other is NaN)."""
+    tp = _tp()
+    if not _is_t(input):
+        input = tp.tensor(input, dtype=other.dtype if other.is_floating_point()
+                          else tp.get_default_dtype())
+    if not _is_t(other):
+        other = tp.tensor(other, dtype=input.dtype if input.is_floating_point()
+                          else tp.get_default_dtype())
+    r = input * other.log()
+    r = tp.where(input == 0, tp.zeros((), dtype=r.dtype), r)
+    return tp.where(other.isnan(), other.to(r.dtype), r)
+
+
+def logit(input, eps=None):
+    """log(p / (1 - p)); with eps, p is clamped to [eps, 1 - eps] first."""
+    x = _float_of(input)
+    if eps is not None:
+        x = x.clamp(eps, 1 - eps)
+    return (x / (1 - x)).log()
+
+
+def hypot(input, other):
+    """sqrt(input**2 + other**2) without overflow; an infinity gives inf."""
+    tp = _tp()
+    a, b = input.abs(), other.abs()
+    hi = tp.maximum(a, b).detach()
+    # a constant scale (detached: the gradient stays input / result)
+    s = tp.where(hi == 0, tp.ones((), dtype=hi.dtype), hi)
+    r = s * ((input / s) ** 2 + (other / s) ** 2).sqrt()
+    return tp.where(a.isinf().logical_or(b.isinf()), math.inf, r)
+
+
+def deg2rad(input):
+    return _float_of(input) * (math.pi / 180.0)
+
+
+def rad2deg(input):
+    return _float_of(input) * (180.0 / math.pi)
+
+
+def fmax(input, other):
+    """maximum that ignores a NaN (NaN only where both are NaN)."""
+    tp = _tp()
+    return tp.where(input.isnan(), other, tp.where(other.isnan(), input,
+                                                   tp.maximum(input, other)))
+
+
+def fmin(input, other):
+    """minimum that ignores a NaN (NaN only where both are NaN)."""
+    tp = _tp()
+    return tp.where(input.isnan(), other, tp.where(other.isnan(), input,
+                                                   tp.minimum(input, other)))
+
+
+def isposinf(input):
+    return input == math.inf if input.is_floating_point() else input != input
+
+
+def isneginf(input):
+    return input == -math.inf if input.is_floating_point() else input != input
+
+
+def signbit(input):
+    """True where the sign bit is set (-0.0 included)."""
+    tp = _tp()
+    if not input.is_floating_point():
+        return input < 0
+    # -0.0: 1 / -0.0 = -inf
+    return (input < 0).logical_or((input == 0).logical_and((1.0 / input) < 0))
+
+
+def sgn(input):
+    return input.sign()
+
+
+def sinc(input):
+    """sin(pi x) / (pi x), 1 at 0."""
+    tp = _tp()
+    x = _float_of(input)
+    px = x * math.pi
+    safe = tp.where(x == 0, tp.ones((), dtype=x.dtype), px)
+    return tp.where(x == 0, tp.ones((), dtype=x.dtype), safe.sin() / safe)
+
+
+def float_power(input, exponent):
+    """input ** exponent in float64."""
+    tp = _tp()
+    a = input.to(tp.float64) if _is_t(input) else input
+    b = exponent.to(tp.float64) if _is_t(exponent) else exponent
+    return a ** b if _is_t(a) else tp.tensor(a, dtype=tp.float64) ** b
+
+
+# ------------------------------------------------------------ reductions
+
+def nansum(input, dim=None, keepdim=False, *, dtype=None):
+    """sum that counts NaN as 0."""
+    _check_t(input, "nansum", "input", 1)
+    x = input
+    if x.is_floating_point():
+        x = _tp().where(x.isnan(), _tp().zeros((), dtype=x.dtype), x)
+    if dim is None:
+        return x.sum(dtype=dtype) if not keepdim else x.sum(
+            tuple(range(x.dim())), keepdim=True, dtype=dtype)
+    return x.sum(dim, keepdim=keepdim, dtype=dtype)
+
+
+def nanmean(input, dim=None, keepdim=False, *, dtype=None):
+    """mean over the non-NaN elements (NaN where all are NaN)."""
+    _check_t(input, "nanmean", "input", 1)
+    if not input.is_floating_point():
+        raise RuntimeError("nanmean(): expected input to have floating point or complex "
+                           f"dtype but got {_title(input.dtype)}")
+    tp = _tp()
+    x = input if dtype is None else input.to(dtype)
+    keep = x.isnan().logical_not()
+    cnt = nansum(keep.to(x.dtype), dim, keepdim)
+    return nansum(x, dim, keepdim) / cnt
+
+
+def count_nonzero(input, dim=None):
+    """The number of non-zero elements (over dim, int or tuple)."""
+    _check_t(input, "count_nonzero", "input", 1)
+    nz = input != 0
+    if dim is None:
+        return nz.sum()
+    return nz.sum(dim)
+
+
+def aminmax(input, *, dim=None, keepdim=False):
+    """(min, max) as torch.return_types.aminmax, one reduction each."""
+    _check_t(input, "aminmax", "input", 1)
+    rt = _tp().return_types.aminmax
+    if dim is None:
+        if keepdim:
+            dims = tuple(range(input.dim()))
+            return rt(input.amin(dims, keepdim=True), input.amax(dims, keepdim=True))
+        return rt(input.amin(), input.amax())
+    return rt(input.amin(dim, keepdim=keepdim), input.amax(dim, keepdim=keepdim))
+
+
+def msort(input):
+    return input.sort(0).values
+
+
+def take_along_dim(input, indices, dim=None):
+    """input's values at indices along dim (broadcast in the other dims);
+    dim None: along the flattened input."""
+    tp = _tp()
+    if dim is None:
+        return input.reshape(-1).gather(0, indices.reshape(-1))
+    nd = input.dim()
+    d = dim % nd if nd else 0
+    si, sx = list(input.shape), list(indices.shape)
+    if len(si) != len(sx):
+        raise RuntimeError("torch.take_along_dim(): input and indices should have the same "
+                           f"number of dimensions, but got {len(si)} dimensions for input, "
+                           f"and {len(sx)} dimensions for indices")
+    bs = [_b.max(a, b) for a, b in zip(si, sx)]
+    xs, ix = list(bs), list(bs)
+    xs[d], ix[d] = si[d], sx[d]
+    return input.expand(xs).gather(d, indices.expand(ix))
+
+
+# ------------------------------------------------------------ shapes
+
+def ravel(input):
+    return input.reshape(-1)
+
+
+def broadcast_shapes(*shapes):
+    """The broadcast of the shapes (ints or sequences), as a Size."""
+    tp = _tp()
+    out = []
+    for k, s in enumerate(shapes):
+        s = (s,) if isinstance(s, int) else tuple(int(v) for v in s)
+        if len(s) > len(out):
+            out = [1] * (len(s) - len(out)) + out
+        for i in range(1, len(s) + 1):
+            a, b = out[-i], s[-i]
+            if a == b or b == 1:
+                continue
+            if a == 1:
+                out[-i] = b
+                continue
+            raise RuntimeError(f"Attempting to broadcast a dimension of length {b} at {-i}! "
+                               f"Mismatching argument at index {k} had {tuple(s)}; but "
+                               f"expected shape should be broadcastable to {out}")
+    return tp.Size(out)
+
+
+def broadcast_to(input, size):
+    return input.expand(tuple(size))
+
+
+def broadcast_tensors(*tensors):
+    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
+        tensors = tuple(tensors[0])
+    shape = broadcast_shapes(*[tuple(t.shape) for t in tensors])
+    return tuple(t.expand(tuple(shape)) for t in tensors)
+
+
+def tile(input, dims):
+    """input repeated dims[i] times along each dim (dims padded with
+    leading 1s to input's rank, or input's shape with leading 1s)."""
+    if isinstance(dims, int):
+        dims = (dims,)
+    dims = tuple(int(d) for d in dims)
+    if len(dims) < input.dim():
+        dims = (1,) * (input.dim() - len(dims)) + dims
+    shape = (1,) * (len(dims) - input.dim()) + tuple(int(v) for v in input.shape)
+    # a view that puts a size-1 dim before each dim, expanded to the
+    # repeat count and merged: repeat()'s values, traced as view ops
+    # (native) instead of the repeat fallback
+    inter = []
+    big = []
+    for r, n in zip(dims, shape):
+        inter += [1, n]
+        big += [r, n]
+    x = input.reshape(inter).expand(big)
+    return x.reshape([r * n for r, n in zip(dims, shape)])
+
+
+def atleast_1d(*tensors):
+    one = len(tensors) == 1 and not isinstance(tensors[0], (list, tuple))
+    ts = tensors[0] if len(tensors) == 1 and not one else tensors
+    out = tuple(t.reshape(1) if t.dim() == 0 else t for t in ts)
+    return out[0] if one else out
+
+
+def atleast_2d(*tensors):
+    one = len(tensors) == 1 and not isinstance(tensors[0], (list, tuple))
+    ts = tensors[0] if len(tensors) == 1 and not one else tensors
+    out = tuple(t.reshape(1, 1) if t.dim() == 0 else t.unsqueeze(0) if t.dim() == 1 else t
+                for t in ts)
+    return out[0] if one else out
+
+
+def atleast_3d(*tensors):
+    one = len(tensors) == 1 and not isinstance(tensors[0], (list, tuple))
+    ts = tensors[0] if len(tensors) == 1 and not one else tensors
+    res = []
+    for t in ts:
+        if t.dim() == 0:
+            t = t.reshape(1, 1, 1)
+        elif t.dim() == 1:
+            t = t.reshape(1, -1, 1)
+        elif t.dim() == 2:
+            t = t.unsqueeze(-1)
+        res.append(t)
+    return res[0] if one else tuple(res)
+
+
+def hstack(tensors):
+    ts = atleast_1d(tuple(tensors))
+    return _tp().cat(list(ts), 0 if ts[0].dim() == 1 else 1)
+
+
+def vstack(tensors):
+    return _tp().cat(list(atleast_2d(tuple(tensors))), 0)
+
+
+row_stack = vstack
+
+
+def dstack(tensors):
+    return _tp().cat(list(atleast_3d(tuple(tensors))), 2)
+
+
+def column_stack(tensors):
+    ts = [t.reshape(-1, 1) if t.dim() <= 1 else t for t in tensors]
+    return _tp().cat(ts, 1)
+
+
+def fliplr(input):
+    if input.dim() < 2:
+        raise RuntimeError("Input must be >= 2-d.")
+    return input.flip(1)
+
+
+def flipud(input):
+    if input.dim() < 1:
+        raise RuntimeError("Input must be >= 1-d.")
+    return input.flip(0)
+
+
+# ------------------------------------------------------------ nn.functional
+
+def logsigmoid(input):
+    """log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)) (stable)."""
+    _check_t(input, "logsigmoid", "input", 1)
+    if not input.is_floating_point():
+        raise NotImplementedError(f"\"log_sigmoid_forward\" not implemented for "
+                                  f"'{_title(input.dtype)}'")
+    return input.clamp(max=0) - (-input.abs()).exp().log1p()
+
+
+def softsign(input):
+    return input / (1 + input.abs())
+
+
+def softmin(input, dim=None, _stacklevel=3, dtype=None):
+    return _F().softmax(-input if dtype is None else -input.to(dtype), dim)
+
+
+def tanhshrink(input):
+    return input - input.tanh()
+
+
+def softshrink(input, lambd=0.5):
+    """x - lambd above lambd, x + lambd below -lambd, 0 between."""
+    tp = _tp()
+    if lambd < 0:
+        hi = tp.finfo(input.dtype).max
+        raise RuntimeError(f"lambda must be in range [0, {hi:g}] for input dtype "
+                           f"{_title(input.dtype)}, but found {lambd:g}")
+    z = tp.zeros((), dtype=input.dtype)
+    return tp.where(input > lambd, input - lambd, tp.where(input < -lambd, input + lambd, z))
+
+
+def hardshrink(input, lambd=0.5):
+    tp = _tp()
+    return tp.where(input.abs() > lambd, input, tp.zeros((), dtype=input.dtype))
+
+
+def glu(input, dim=-1):
+    """a * sigmoid(b), a and b the halves of input along dim."""
+    if input.dim() == 0:
+        raise RuntimeError("glu does not support scalars because halving size must be even")
+    d = dim % input.dim()
+    n = int(input.shape[d])
+    if n % 2:
+        raise RuntimeError(f"Halving dimension must be even, but dimension {d} is size {n}")
+    a, b = input.split(n // 2, d)
+    return a * b.sigmoid()
+
+
+def _reduce(r, reduction):
+    if reduction == "none":
+        return r
+    if reduction == "sum":
+        return r.sum()
+    if reduction == "mean":
+        return r.mean()
+    raise ValueError(f"{reduction} is not a valid value for reduction")
+
+
+def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,
+                         reduction="mean"):
+    """-(t log x + (1 - t) log(1 - x)), each log clamped at -100 (torch's)."""
+    _check_t(input, "binary_cross_entropy", "input", 1)
+    if tuple(target.shape) != tuple(input.shape):
+        raise ValueError(f"Using a target size ({_tp().Size(target.shape)}) that is different "
+                         f"to the input size ({_tp().Size(input.shape)}) is deprecated. "
+                         f"Please ensure they have the same size.")
+    if isinstance(input, _C.Tensor) and input.numel() and (
+            bool((input < 0).any()) or bool((input > 1).any())):
+        raise RuntimeError("all elements of input should be between 0 and 1")
+    r = -(target * input.log().clamp(min=-100)
+          + (1 - target) * (1 - input).log().clamp(min=-100))
+    if weight is not None:
+        r = r * weight
+    return _reduce(r, reduction)
+
+
+def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
+    """0.5 d^2 where |d| < delta, else delta (|d| - delta / 2)."""
+    d = (input - target).abs()
+    r = _tp().where(d < delta, 0.5 * d * d, delta * (d - 0.5 * delta))
+    if weight is not None:
+        r = r * weight
+    return _reduce(r, reduction)
+
+
+def kl_div(input, target, size_average=None, reduce=None, reduction="mean",
+           log_target=False):
+    """target * (log target - input) pointwise (input holds log-probs)."""
+    if log_target:
+        r = target.exp() * (target - input)
+    else:
+        r = xlogy(target, target) - target * input
+    if reduction == "batchmean":
+        return r.sum() / (int(input.shape[0]) if input.dim() else 1)
+    return _reduce(r, reduction)
+
+
+def group_norm(input, num_groups, weight=None, bias=None, eps=1e-05):
+    """Normalizes each of num_groups channel groups of every sample
+    (input (N, C, *)) to mean 0 / variance 1, then weight/bias per channel."""
+    _check_t(input, "group_norm", "input", 1)
+    if input.dim() < 2:
+        raise RuntimeError(f"Expected at least 2 dimensions for input tensor but received "
+                           f"{input.dim()}")
+    N, C = int(input.shape[0]), int(input.shape[1])
+    if C % num_groups:
+        raise RuntimeError(f"Expected number of channels in input to be divisible by "
+                           f"num_groups, but got input of shape {list(input.shape)} and "
+                           f"num_groups={num_groups}")
+    x = input.reshape(N, num_groups, -1)
+    mu = x.mean(-1, keepdim=True)
+    var = x.var(-1, unbiased=False, keepdim=True)
+    y = ((x - mu) / (var + eps).sqrt()).reshape(tuple(input.shape))
+    cshape = (1, C) + (1,) * (input.dim() - 2)
+    if weight is not None:
+        y = y * weight.reshape(cshape)
+    if bias is not None:
+        y = y + bias.reshape(cshape)
+    return y
+
+
+def rms_norm(input, normalized_shape, weight=None, eps=None):
+    """x / sqrt(mean(x^2 over the last len(normalized_shape) dims) + eps)
+    * weight; eps None: the dtype's machine epsilon (torch's)."""
+    if isinstance(normalized_shape, int):
+        normalized_shape = (normalized_shape,)
+    k = len(normalized_shape)
+    if tuple(input.shape[input.dim() - k:]) != tuple(normalized_shape):
+        raise RuntimeError(f"Given normalized_shape={list(normalized_shape)}, expected input "
+                           f"with shape [*, {', '.join(str(s) for s in normalized_shape)}], "
+                           f"but got input of size{_tp().Size(input.shape)}")
+    if eps is None:
+        eps = _tp().finfo(input.dtype).eps
+    dims = tuple(range(input.dim() - k, input.dim()))
+    y = input * ((input * input).mean(dims, keepdim=True) + eps).rsqrt()
+    return y * weight if weight is not None else y
+
+
+def pairwise_distance(x1, x2, p=2.0, eps=1e-06, keepdim=False):
+    """The p-norm of x1 - x2 + eps over the last dim."""
+    return (x1 - x2 + eps).norm(p, -1, keepdim)
+
+
+# ------------------------------------------------------------ helpers
+
+def _title(dt):
+    s = str(dt).split(".")[-1]
+    return {"float32": "Float", "float64": "Double", "float16": "Half", "bfloat16": "BFloat16",
+            "int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char",
+            "uint8": "Byte", "bool": "Bool"}.get(s, s)
+
+
+def _out(r, out, name):
+    if out is None:
+        return r
+    from tensorplay._ops import _out_copy
+    return _out_copy(out, r, name)
+
+
+# ------------------------------------------------------------ installation
+
+# torch's aliases: name -> the existing public name
+ALIASES = {
+    "divide": "div", "multiply": "mul", "subtract": "sub", "negative": "neg",
+    "absolute": "abs", "arcsin": "asin", "arccos": "acos", "arctan": "atan",
+    "arctan2": "atan2", "greater": "gt", "greater_equal": "ge", "less": "lt",
+    "less_equal": "le", "not_equal": "ne", "concat": "cat", "concatenate": "cat",
+    "fix": "trunc", "true_divide": "div", "clip": "clamp",
+}
+
+# new module-level functions of tensorplay
+FUNCTIONS = [
+    "dot", "vdot", "inner", "outer", "ger", "addmm", "addmv", "addbmm", "baddbmm", "addr",
+    "trace", "diag", "addcmul", "addcdiv", "logaddexp", "logaddexp2", "xlogy", "logit",
+    "hypot", "deg2rad", "rad2deg", "fmax", "fmin", "isposinf", "isneginf", "signbit", "sgn",
+    "sinc", "float_power", "nansum", "nanmean", "count_nonzero", "aminmax", "msort",
+    "take_along_dim", "ravel", "broadcast_shapes", "broadcast_to", "broadcast_tensors",
+    "tile", "atleast_1d", "atleast_2d", "atleast_3d", "hstack", "vstack", "row_stack",
+    "dstack", "column_stack", "fliplr", "flipud",
+]
+
+# Tensor methods: name -> function(self, *args)
+METHODS = [
+    "dot", "vdot", "inner", "outer", "ger", "addmm", "addmv", "addbmm", "baddbmm", "addr",
+    "trace", "diag", "addcmul", "addcdiv", "logaddexp", "logaddexp2", "xlogy", "logit",
+    "hypot", "deg2rad", "rad2deg", "fmax", "fmin", "isposinf", "isneginf", "signbit", "sgn",
+    "sinc", "float_power", "nansum", "nanmean", "count_nonzero", "aminmax", "msort",
+    "take_along_dim", "ravel", "broadcast_to", "tile", "fliplr", "flipud",
+]
+
+# nn.functional
+FUNCTIONAL = [
+    "logsigmoid", "softsign", "softmin", "tanhshrink", "softshrink", "hardshrink", "glu",
+    "binary_cross_entropy", "huber_loss", "kl_div", "group_norm", "rms_norm",
+    "pairwise_distance",
+]
+
+
+def _method_alias(target):
+    def call(self, *args, **kwargs):
+        return getattr(self, target)(*args, **kwargs)
+    return call
+
+
+def install(tp_module, functional_module):
+    """Puts the names on tensorplay, tensorplay.functional and Tensor, and
+    registers the methods' trace-time decompositions. Never replaces a name
+    that exists."""
+    g = globals()
+    added_tp, added_f = [], []
+    rt = tp_module.return_types
+    if not hasattr(rt, "aminmax"):
+        import collections
+        rt.aminmax = collections.namedtuple("aminmax", ["min", "max"])
+    for name, target in ALIASES.items():
+        if not hasattr(tp_module, name) and hasattr(tp_module, target):
+            setattr(tp_module, name, getattr(tp_module, target))
+            added_tp.append(name)
+        if not hasattr(_C.Tensor, name) and hasattr(_C.Tensor, target):
+            _C._tensor_install(name, getattr(_C.Tensor, target))
+            _C._set_trace_decomposition(name, _method_alias(target))
+    for name in FUNCTIONS:
+        if not hasattr(tp_module, name):
+            setattr(tp_module, name, g[name])
+            added_tp.append(name)
+    for name in METHODS:
+        if not hasattr(_C.Tensor, name):
+            _C._tensor_install(name, g[name])
+            _C._set_trace_decomposition(name, g[name])
+    for name in FUNCTIONAL:
+        if not hasattr(functional_module, name):
+            setattr(functional_module, name, g[name])
+            added_f.append(name)
+    return added_tp, added_f
