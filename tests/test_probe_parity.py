@@ -191,3 +191,55 @@ def test_embedding_of_a_1d_weight():
                                 lambda: torch.nn.functional.embedding(torch.tensor([1]),
                                                                       torch.ones(3)))
     assert str(got) == str(want)
+
+
+# ---------------------------------------------------------------- strict_native
+
+NEW_FACTORIES = [
+    ("new_tensor", lambda t: t * t.new_tensor([1.0, 2.0, 3.0])),
+    ("new_tensor of a tensor", lambda t: t * t.new_tensor(t * 2)),
+    ("new_zeros", lambda t: t + t.new_zeros(3)),
+    ("new_ones shape", lambda t: t * t.new_ones(t.shape)),
+    ("new_full", lambda t: t + t.new_full((3,), 2.0)),
+    ("new_empty", lambda t: t.new_empty(3).fill_(1) + t),
+    ("new_zeros dtype", lambda t: t.new_zeros((3,), dtype=tp.int64) + t),
+]
+
+
+@pytest.mark.parametrize("name,fn", NEW_FACTORIES, ids=[c[0] for c in NEW_FACTORIES])
+def test_new_factories_compile_natively(name, fn):
+    # x.new_zeros(...) and friends were opaque method nodes: strict_native
+    # refused them and the joint graph could not differentiate through them
+    x = tp.tensor([1.0, 2.0, 3.0])
+    want = fn(x)
+    got = tp.compile(fn, strict_native=True)(x)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def test_new_tensor_in_a_compiled_backward():
+    x = tp.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    f = tp.compile(lambda t: (t * t.new_tensor([1.0, 2.0, 3.0])).sum(), strict_native=True)
+    f(x).backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [1.0, 2.0, 3.0])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("dim", [0, 1])
+def test_compiled_index_add_keeps_nan_and_inf_in_their_rows(dtype, dim):
+    # the float index_add was a matmul with the 0/1 hit matrix: 0 * inf
+    # made every row NaN
+    x = np.zeros((4, 3), np.float32)
+    src = np.array([[1, 2, 3], [INF, 5, 6], [-INF, NAN, 1]], np.float32)
+    idx = np.array([0, 2, 0])
+    if dim == 1:
+        x, src = x.T.copy(), src.T.copy()
+
+    def f(a, s, i):
+        return a.index_add(dim, i, s, alpha=2)
+    dt = getattr(torch, dtype)
+    want = f(torch.tensor(x, dtype=dt), torch.tensor(src, dtype=dt), torch.tensor(idx))
+    for mode, g in _modes(f):
+        got = g(tp.tensor(x).to(getattr(tp, dtype)), tp.tensor(src).to(getattr(tp, dtype)),
+                tp.tensor(idx))
+        np.testing.assert_array_equal(got.numpy(), want.numpy(), err_msg=mode)

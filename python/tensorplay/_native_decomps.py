@@ -345,8 +345,19 @@ def _index_add(self, dim, index, source, *, alpha=1):
     hit = idx.unsqueeze(0) == tp.arange(n).reshape(n, 1)          # (n, m)
     src = _to_last(source, d)                                  # (..., m)
     dt = self.dtype
-    if dt in (tp.float32, tp.float64):
-        s = src.matmul(hit.to(dt).transpose(0, 1))               # (..., n)
+    if dt in (tp.float32, tp.float64) and not (source.requires_grad and tp.is_grad_enabled()):
+        # the matmul multiplies every source element by the hit matrix's
+        # zeros too: 0 * inf = NaN would reach every row. It sums the finite
+        # values; counts of the +inf/NaN and -inf/NaN (exact: 0/1 sums) give
+        # the infinities, and inf + -inf the NaN. (A source that requires
+        # grad takes the masked sum below: where() here would cut its
+        # gradient at the non-finite elements.)
+        ht = hit.to(dt).transpose(0, 1)
+        nan = src.isnan()
+        s = tp.where(src.isfinite(), src, 0.0).matmul(ht)      # (..., n)
+        for flag, inf in (((src == math.inf).logical_or(nan), math.inf),
+                          ((src == -math.inf).logical_or(nan), -math.inf)):
+            s = s + tp.where(flag.to(dt).matmul(ht) > 0.5, inf, 0.0).to(dt)
     else:
         s = tp.where(hit, src.unsqueeze(-2), tp.zeros((), dtype=dt)).sum(-1).to(dt)
     if alpha != 1:

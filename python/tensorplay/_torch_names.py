@@ -720,6 +720,22 @@ def _method_alias(target):
     return call
 
 
+def _traced_new(name):
+    """Tensor.new_zeros/new_ones/new_empty/new_full/new_tensor while
+    tracing: the factory call with self's dtype and device (native),
+    instead of an opaque method node."""
+    method = getattr(_C.Tensor, name)
+
+    def call(self, *args, **kwargs):
+        if name == "new_tensor" and args and _is_t(args[0]):
+            data = args[0]
+            dt = kwargs.get("dtype") or self.dtype
+            r = data.detach().clone().to(dt)
+            return r.requires_grad_() if kwargs.get("requires_grad") else r
+        return method(self, *args, **kwargs)
+    return call
+
+
 def install(tp_module, functional_module):
     """Puts the names on tensorplay, tensorplay.functional and Tensor, and
     registers the methods' trace-time decompositions. Never replaces a name
@@ -745,6 +761,8 @@ def install(tp_module, functional_module):
         if not hasattr(_C.Tensor, name):
             _C._tensor_install(name, g[name])
             _C._set_trace_decomposition(name, g[name])
+    for name in ("new_zeros", "new_ones", "new_empty", "new_full", "new_tensor"):
+        _C._set_trace_decomposition(name, _traced_new(name))
     for name in FUNCTIONAL:
         if not hasattr(functional_module, name):
             setattr(functional_module, name, g[name])
