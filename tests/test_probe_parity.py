@@ -243,3 +243,32 @@ def test_compiled_index_add_keeps_nan_and_inf_in_their_rows(dtype, dim):
         got = g(tp.tensor(x).to(getattr(tp, dtype)), tp.tensor(src).to(getattr(tp, dtype)),
                 tp.tensor(idx))
         np.testing.assert_array_equal(got.numpy(), want.numpy(), err_msg=mode)
+
+
+MESSAGES = [
+    ("select", lambda L: L.ones(4, 3).select(1, 5)),
+    ("arange", lambda L: L.arange(0, 5, -1)),
+    ("index_select dtype", lambda L: L.ones(3).index_select(0, L.tensor([1.0]))),
+    ("ce float target of another shape",
+     lambda L: L.nn.functional.cross_entropy(L.ones(2, 3), L.ones(2))),
+    ("ce int target of the input's shape",
+     lambda L: L.nn.functional.cross_entropy(L.ones(2, 3), L.ones(2, 3, dtype=L.int64))),
+    ("nll batch", lambda L: L.nn.functional.nll_loss(L.ones(2, 3), L.ones(3, dtype=L.int64))),
+    ("nll 1d input", lambda L: L.nn.functional.nll_loss(L.ones(3), L.ones(2, dtype=L.int64))),
+    ("nll 1d input 2d target",
+     lambda L: L.nn.functional.nll_loss(L.ones(3), L.ones(1, 2, dtype=L.int64))),
+    ("ce multi-target",
+     lambda L: L.nn.functional.cross_entropy(L.ones(2, 3), L.ones(2, 3, 1, dtype=L.int64))),
+    ("batch_norm running_mean", lambda L: L.nn.BatchNorm1d(3)(L.ones(2, 4))),
+    ("batch_norm running_var", lambda L: L.nn.functional.batch_norm(
+        L.ones(2, 4), L.zeros(4), L.ones(3))),
+    ("batch_norm weight", lambda L: L.nn.functional.batch_norm(
+        L.ones(2, 4), None, None, training=True, weight=L.ones(5))),
+]
+
+
+@pytest.mark.parametrize("name,fn", MESSAGES, ids=[m[0] for m in MESSAGES])
+def test_error_type_and_message_like_torch(name, fn):
+    # each was NumPy's ValueError/broadcast error, or another wording/type
+    got, want = _same_exception(lambda: fn(tp), lambda: fn(torch))
+    assert str(got) == str(want)

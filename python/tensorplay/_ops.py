@@ -1177,6 +1177,10 @@ def _batch_norm(input, running_mean, running_var, weight=None, bias=None,
     if a.ndim < 2:
         raise ValueError(f"Expected 2D or 3D input (got {a.ndim}D input)")
     c = a.shape[1]
+    for name, t in (("running_mean", running_mean), ("running_var", running_var),
+                    ("weight", weight), ("bias", bias)):
+        if _is_t(t) and t.numel() != c:
+            raise RuntimeError(f"{name} should contain {c} elements not {t.numel()}")
     axes = (0,) + tuple(range(2, a.ndim))
     shape = [1] * a.ndim
     shape[1] = c
@@ -1300,6 +1304,11 @@ def _smooth_l1_loss(input, target, size_average=None, reduce=None,
 def _nll_np(logp, tgt, weight, ignore_index, reduction):
     # logp: (N, C, ...) or (C,); tgt: (N, ...) or ()
     if logp.ndim == 1:
+        if np.ndim(tgt) > 1:
+            raise RuntimeError("0D or 1D target tensor expected, multi-target not supported")
+        if np.size(tgt) != 1:
+            raise ValueError(f"For 1D input, 1D target must have size 1, but got target "
+                             f"size: {np.size(tgt)}")
         logp = logp[None]
         tgt = np.asarray(tgt).reshape(1)
         squeeze = True
@@ -1309,6 +1318,11 @@ def _nll_np(logp, tgt, weight, ignore_index, reduction):
     if tgt.dtype not in (np.int64, np.uint8):
         raise RuntimeError(f"expected target dtype to be Long or Byte, but got "
                            f"{_title(tgt.dtype)}")
+    if not squeeze and tgt.ndim >= 1 and tgt.shape[0] != logp.shape[0]:
+        raise ValueError(f"Expected input batch_size ({logp.shape[0]}) to match target "
+                         f"batch_size ({tgt.shape[0]}).")
+    if logp.ndim == 2 and tgt.ndim > 1:
+        raise RuntimeError("0D or 1D target tensor expected, multi-target not supported")
     if tgt.shape != (logp.shape[0],) + logp.shape[2:]:
         raise RuntimeError(f"Expected target size {[logp.shape[0]] + list(logp.shape[2:])}"
                            f", got {list(tgt.shape)}")
@@ -1352,7 +1366,10 @@ def _cross_entropy(input, target, weight=None, size_average=None,
     logp = _softmax_np(a.astype(work), d, True)
     t = _arr(target)
     c = a.shape[d]
-    if t.dtype.kind == "f":       # class probabilities
+    if t.shape == a.shape:        # class probabilities (torch: same shape)
+        if t.dtype.kind != "f":
+            raise RuntimeError(f"Expected floating point type for target with class "
+                               f"probabilities, got {_title(t.dtype)}")
         tt = t.astype(work)
         if label_smoothing:
             tt = tt * (1 - label_smoothing) + label_smoothing / c

@@ -466,7 +466,7 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=Fa
     if not all(math.isfinite(_float(v)) for v in (start, end)):
         raise RuntimeError(f"unsupported range: {start} -> {end}")
     if (step > 0 and end < start) or (step < 0 and end > start):
-        raise RuntimeError("upper bound and larger bound inconsistent with step sign")
+        raise RuntimeError("upper bound and lower bound inconsistent with step sign")
     if dt.is_floating_point or not all(isinstance(v, (_int, np.integer))
                                        for v in (start, end, step)):
         n = _int(math.ceil((end - start) / step))
