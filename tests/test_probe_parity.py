@@ -272,3 +272,20 @@ def test_error_type_and_message_like_torch(name, fn):
     # each was NumPy's ValueError/broadcast error, or another wording/type
     got, want = _same_exception(lambda: fn(tp), lambda: fn(torch))
     assert str(got) == str(want)
+
+
+def test_einsum_with_operands_as_varargs_when_they_require_grad():
+    # the autograd path bound einsum(eq, a, b) by the schema (str, Tensor[])
+    # and raised "einsum() takes 2 positional arguments but 3 were given"
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    b = a[::-1].copy()
+    ta, tb = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+    want = torch.einsum("ij,ij->i", ta, tb * 2)
+    (want * torch.tensor([1.0, 3.0])).sum().backward()
+    for mode, f in _modes(lambda x, y: tp.einsum("ij,ij->i", x, y * 2))[:2]:
+        pa, pb = tp.tensor(a, requires_grad=True), tp.tensor(b, requires_grad=True)
+        got = f(pa, pb)
+        np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), err_msg=mode)
+        (got * tp.tensor([1.0, 3.0])).sum().backward()
+        np.testing.assert_allclose(pa.grad.numpy(), ta.grad.numpy(), err_msg=mode)
+        np.testing.assert_allclose(pb.grad.numpy(), tb.grad.numpy(), err_msg=mode)

@@ -365,8 +365,10 @@ stax_ops_bind_vector(const stax_op_info *op, PyObject *const *args,
     int packed = 0;
 
     if (nargs > s->npos) {
-        /* view(2, 3) / permute(1, 0): pack the rest into the list param */
-        if (s->npos >= 1 && s->params[s->npos - 1].is_list) {
+        /* view(2, 3) / permute(1, 0) / einsum(eq, a, b): pack the rest
+         * into the list param */
+        if (s->npos >= 1 && (s->params[s->npos - 1].is_list
+                             || s->params[s->npos - 1].is_tensor_list)) {
             Py_ssize_t first = s->npos - 1;
             PyObject *t = PyTuple_New(nargs - first);
             if (t == NULL) {
