@@ -289,3 +289,34 @@ def test_einsum_with_operands_as_varargs_when_they_require_grad():
         (got * tp.tensor([1.0, 3.0])).sum().backward()
         np.testing.assert_allclose(pa.grad.numpy(), ta.grad.numpy(), err_msg=mode)
         np.testing.assert_allclose(pb.grad.numpy(), tb.grad.numpy(), err_msg=mode)
+
+
+# ---------------------------------------------------------------- compiled backward
+
+BACKWARDS = [
+    # _pick took a proxy's replayed index for a tuple of outputs
+    ("gather of argsort", lambda L, a: (a.gather(1, a.argsort(1)) * 2).sum()),
+    ("gather of argmax", lambda L, a: (a.gather(1, a.argmax(1, keepdim=True)) * 2).sum()),
+    # _log(proxy) went to math.log
+    ("pow tensor exponent", lambda L, a: (a.abs() ** (a * 0.5)).sum()),
+    # x[[...]] was taken for a multi-output op's tuple element
+    ("list index", lambda L, a: (a[[0, 1, 1]] * L.arange(4.0)).sum()),
+    ("list index dim 1", lambda L, a: (a[:, [2, 0, 2]] * L.arange(3.0)).sum()),
+    ("tensor index", lambda L, a: (a[L.tensor([1, 0])][:, 1] * 3).sum()),
+]
+
+
+@pytest.mark.parametrize("name,fn", BACKWARDS, ids=[b[0] for b in BACKWARDS])
+def test_backward_is_compiled(name, fn):
+    # each fell back to recomputing the function eagerly (a RuntimeWarning)
+    import warnings
+    a = np.array([[1.0, -2.0, 3.0, 0.5], [4.0, 5.0, -6.0, 2.0], [0.3, 0.2, 0.1, 0.7]],
+                 np.float32)
+    t = torch.tensor(a, requires_grad=True)
+    fn(torch, t).backward()
+    p = tp.compile(lambda x: fn(tp, x), strict_native="argsort" not in name)
+    x = tp.tensor(a, requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        p(x).backward()
+    np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=1e-5, atol=1e-6)

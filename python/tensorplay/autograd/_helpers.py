@@ -52,8 +52,12 @@ def _one_minus(w):
     return 1 - w
 
 
+# a tensor, or (in the joint graph's trace) a proxy of one
+_TENSORS = (_C.Tensor, _C.Proxy) if hasattr(_C, "Proxy") else (_C.Tensor,)
+
+
 def _log(x):
-    if isinstance(x, _C.Tensor):
+    if isinstance(x, _TENSORS):
         return x.log()
     return math.log(x)
 
@@ -376,7 +380,7 @@ def _pick(node, grads, self):
     # a constant the op writes (pad's value) is the same in a replay on
     # ix + n; an element of the input moves by n
     pos2 = node._replay(ix + n)
-    if isinstance(pos, _C.Tensor):
+    if isinstance(pos, _TENSORS):
         pos, pos2 = (pos,), (pos2,)
     g0 = next(g for g in grads if g is not None)
     if all(isinstance(p, _C.Tensor) for p in pos):

@@ -128,6 +128,8 @@ def _is_cast(n):
 def _op_name(n):
     if n.op == "call_method":
         return n.target if _deriv_kind(n.target) is not None else None
+    if n.target is operator.getitem and not isinstance(_val(n.args[0]), (tuple, list)):
+        return "getitem"      # a tensor's x[[0, 1, 1]] (the op table's getitem)
     return getattr(n.target, "op_name", None)
 
 
@@ -344,7 +346,9 @@ def _joint_fn(og, rg, diff_nodes, grad_inputs, n_primals, got_grad):
                 if g is not None and src in rg:
                     grads[src] = _add(grads.get(src), _fit(g, env[src]))
                 continue
-            if n.target is operator.getitem:
+            if n.target is operator.getitem and isinstance(_val(n.args[0]), (tuple, list)):
+                # an element of a multi-output op's tuple (a tensor's
+                # x[[0, 1, 1]] is an indexing op: its formula, below)
                 g = grads.pop(n, None)
                 if g is not None:
                     parent, k = n.args
