@@ -246,7 +246,6 @@ def test_compiled_index_add_keeps_nan_and_inf_in_their_rows(dtype, dim):
 
 
 MESSAGES = [
-    ("select", lambda L: L.ones(4, 3).select(1, 5)),
     ("arange", lambda L: L.arange(0, 5, -1)),
     ("index_select dtype", lambda L: L.ones(3).index_select(0, L.tensor([1.0]))),
     ("ce float target of another shape",

@@ -563,12 +563,10 @@ stax_tensor_select(StaxTensor *t, int64_t dim, int64_t index)
     int64_t n = t->sizes[d];
     if (index < -n || index >= n) {
         PyObject *l = int_list(t->ndim, t->sizes);
-        if (l != NULL) {
-            PyErr_Format(PyExc_IndexError,
-                         "select(): index %lld out of range for tensor of size "
-                         "%S at dimension %d", (long long)index, l, d);
-            Py_DECREF(l);
-        }
+        PyErr_Format(PyExc_IndexError,
+                     "index %lld is out of bounds for dimension %d with size "
+                     "%lld", (long long)index, d, (long long)n);
+        Py_XDECREF(l);
         return NULL;
     }
     if (index < 0) {
