@@ -98,10 +98,154 @@ py_cuda_mm(PyObject *m, PyObject *args)
     return (PyObject *)c;
 }
 
+
+/* ------------------------------------------- hand-written eager kernels */
+
+/* _C._cuda_function(image, name) -> int: load a module image (CUBIN bytes
+ * from _C.nvrtc_compile for the device's sm_XY, or PTX text) and return
+ * the address of its kernel `name` (a CUfunction) for _cuda_launch. The
+ * module stays loaded for the life of the process: the caller caches the
+ * handle per kernel source. */
+static PyObject *
+py_cuda_function(PyObject *m, PyObject *args)
+{
+    PyObject *img;
+    const char *name;
+    void *module = NULL, *fn = NULL;
+    const void *data;
+    (void)m;
+    if (!PyArg_ParseTuple(args, "Os:_cuda_function", &img, &name)) {
+        return NULL;
+    }
+    if (PyBytes_Check(img)) {
+        data = PyBytes_AS_STRING(img);
+    }
+    else if (PyUnicode_Check(img)) {
+        data = PyUnicode_AsUTF8(img);
+        if (data == NULL) {
+            return NULL;
+        }
+    }
+    else {
+        PyErr_SetString(PyExc_TypeError, "_cuda_function: the image must be "
+                        "bytes (CUBIN) or str (PTX)");
+        return NULL;
+    }
+    if (stax_cuda_module_function(data, name, &module, &fn) < 0) {
+        return NULL;
+    }
+    return PyLong_FromVoidPtr(fn);
+}
+
+static int
+dims3(PyObject *o, int64_t out[3], const char *what)
+{
+    Py_ssize_t i, n;
+    if (!PyTuple_Check(o) || (n = PyTuple_GET_SIZE(o)) < 1 || n > 3) {
+        PyErr_Format(PyExc_TypeError, "_cuda_launch: %s must be a tuple of "
+                     "1 to 3 ints", what);
+        return -1;
+    }
+    for (i = 0; i < 3; i++) {
+        out[i] = 1;
+    }
+    for (i = 0; i < n; i++) {
+        long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(o, i));
+        if (v == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+        if (v < 1 || v > (i == 0 ? 2147483647LL : 65535LL)) {
+            PyErr_Format(PyExc_ValueError, "_cuda_launch: %s[%zd] = %lld is "
+                         "out of range", what, i, v);
+            return -1;
+        }
+        out[i] = v;
+    }
+    return 0;
+}
+
+/* _C._cuda_launch(fn, grid, block, args): launch fn (from _cuda_function)
+ * on the device's stream, asynchronously. Each argument becomes one 8-byte
+ * kernel parameter: a CUDA tensor its data address (storage offset
+ * included; the kernel declares a pointer), an int a `long long`, a float
+ * a `double`. The launch is stream-ordered with every other op, so
+ * operands freed after this call are reused only by later work. */
+#define LAUNCH_MAX_ARGS 32
+static PyObject *
+py_cuda_launch(PyObject *m, PyObject *args)
+{
+    PyObject *fo, *go, *bo, *ao;
+    void *fn;
+    int64_t grid[3], block[3];
+    union { long long i; double d; stax_cuptr p; } vals[LAUNCH_MAX_ARGS];
+    void *params[LAUNCH_MAX_ARGS];
+    Py_ssize_t i, n;
+    (void)m;
+    if (!PyArg_ParseTuple(args, "OOOO!:_cuda_launch", &fo, &go, &bo,
+                          &PyTuple_Type, &ao)) {
+        return NULL;
+    }
+    fn = PyLong_AsVoidPtr(fo);
+    if (fn == NULL) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_ValueError, "_cuda_launch: no function");
+        }
+        return NULL;
+    }
+    if (dims3(go, grid, "grid") < 0 || dims3(bo, block, "block") < 0) {
+        return NULL;
+    }
+    n = PyTuple_GET_SIZE(ao);
+    if (n > LAUNCH_MAX_ARGS) {
+        PyErr_Format(PyExc_ValueError, "_cuda_launch: at most %d arguments",
+                     LAUNCH_MAX_ARGS);
+        return NULL;
+    }
+    for (i = 0; i < n; i++) {
+        PyObject *a = PyTuple_GET_ITEM(ao, i);
+        if (StaxTensor_Check(a)) {
+            StaxTensor *t = (StaxTensor *)a;
+            if (!stax_tensor_is_cuda(t)) {
+                PyErr_Format(PyExc_RuntimeError, "_cuda_launch: argument %zd "
+                             "is a tensor on the cpu device", i);
+                return NULL;
+            }
+            vals[i].p = (stax_cuptr)(uintptr_t)STAX_TENSOR_DATA(t);
+        }
+        else if (PyLong_Check(a)) {
+            vals[i].i = PyLong_AsLongLong(a);
+            if (vals[i].i == -1 && PyErr_Occurred()) {
+                return NULL;
+            }
+        }
+        else if (PyFloat_Check(a)) {
+            vals[i].d = PyFloat_AS_DOUBLE(a);
+        }
+        else {
+            PyErr_Format(PyExc_TypeError, "_cuda_launch: argument %zd is a "
+                         "%.100s (a CUDA tensor, an int or a float expected)",
+                         i, Py_TYPE(a)->tp_name);
+            return NULL;
+        }
+        params[i] = &vals[i];
+    }
+    if (stax_cuda_launch(fn, grid, block, params) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef ops_cuda_methods[] = {
     {"_cuda_mm", py_cuda_mm, METH_VARARGS,
      "_cuda_mm(a, b) -> a @ b through cuBLAS for 2-D / batched 3-D float32 "
      "or float64 CUDA tensors, or NotImplemented."},
+    {"_cuda_function", py_cuda_function, METH_VARARGS,
+     "_cuda_function(image, name) -> int: load a CUBIN (bytes) or PTX (str) "
+     "module and return its kernel `name` for _cuda_launch."},
+    {"_cuda_launch", py_cuda_launch, METH_VARARGS,
+     "_cuda_launch(fn, grid, block, args): launch a kernel on the device's "
+     "stream; CUDA tensors pass their data address, ints a long long, floats "
+     "a double."},
     {NULL, NULL, 0, NULL},
 };
 

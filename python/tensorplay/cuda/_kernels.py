@@ -1,0 +1,370 @@
+"""Hand-written CUDA kernels for the eager ops that the lowering has no
+loop IR for (sorting, scans, stream compaction, scatter-add, matmul of
+integer and half dtypes): CUDA C text, compiled once per (kernel, dtype)
+by NVRTC for the device's ``sm_XY`` and launched on the device's stream
+through ``_C._cuda_launch``.
+
+Every kernel is a grid-stride loop in which each index is independent of
+the others (no ``__syncthreads``, no shared memory; the only cross-thread
+effect is ``atomicAdd``), so an algorithm is a sequence of launches, each
+one obviously right on its own. That also lets the test suite run the very
+same source on the host, one "thread" after another (``set_launcher``:
+tests/_cuda_emu.py compiles it with g++ behind a small shim), and compile
+it to PTX with NVRTC, without a GPU.
+
+A kernel's parameters are all 8 bytes: tensors pass their data address
+(``T *``), ints a ``long long``, floats a ``double``.
+"""
+import functools
+
+from tensorplay import _C
+
+BLOCK = 256
+MAX_GRID = 65535 * 4
+
+PRELUDE = r"""
+typedef long long i64;
+typedef unsigned long long u64;
+typedef unsigned short u16;
+#define STAX_D static __device__ __forceinline__
+#define STAX_LOOP(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; \
+                             i < (n); i += (i64)blockDim.x * gridDim.x)
+#ifdef __CUDACC_RTC__
+STAX_D float stax_h2f(u16 h)
+{ float f; asm("{ cvt.f32.f16 %0, %1; }" : "=f"(f) : "h"(h)); return f; }
+STAX_D u16 stax_f2h(float f)
+{ u16 h; asm("{ cvt.rn.f16.f32 %0, %1; }" : "=h"(h) : "f"(f)); return h; }
+#endif
+STAX_D float stax_b2f(u16 h) { return __uint_as_float((unsigned)h << 16); }
+STAX_D u16 stax_f2b(float f)   /* nearest even, NaN 0x7fc0 (the tensor room's rule) */
+{ unsigned u = __float_as_uint(f); if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
+  return (u16)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }
+"""
+
+# dtype name -> (storage type S, compute type A, load S->A, store A->S)
+DTYPES = {
+    "float32": ("float", "float", "(A)(v)", "(S)(v)"),
+    "float64": ("double", "double", "(A)(v)", "(S)(v)"),
+    "float16": ("u16", "float", "stax_h2f(v)", "stax_f2h(v)"),
+    "bfloat16": ("u16", "float", "stax_b2f(v)", "stax_f2b(v)"),
+    "int8": ("signed char", "int", "(A)(v)", "(S)(v)"),
+    "uint8": ("unsigned char", "int", "(A)(v)", "(S)(v)"),
+    "int16": ("short", "int", "(A)(v)", "(S)(v)"),
+    "int32": ("int", "int", "(A)(v)", "(S)(v)"),
+    "int64": ("i64", "i64", "(A)(v)", "(S)(v)"),
+    "bool": ("unsigned char", "int", "(A)(v)", "(S)((v) != 0)"),
+}
+FLOATS = ("float32", "float64", "float16", "bfloat16")
+
+
+def dtype_name(dt):
+    return str(dt).split(".")[-1]
+
+
+def _types(dt):
+    s, a, ld, st = DTYPES[dt]
+    return (f"typedef {s} S;\ntypedef {a} A;\n"
+            f"STAX_D A LD(S v) {{ return {ld}; }}\n"
+            f"STAX_D S ST(A v) {{ return {st}; }}\n")
+
+
+def _in_types(dt):
+    """SI / LDI: a second, input-only element type (scans read one dtype
+    and write another: int32 in, int64 out)"""
+    s, a, ld, _ = DTYPES[dt]
+    ld = ld.replace("(A)", f"({a})")
+    return f"typedef {s} SI;\nSTAX_D {a} LDI(SI v) {{ return {ld}; }}\n"
+
+
+# ------------------------------------------------------------------ sort
+# A bitonic sorting network over each row padded to p = 2^m elements, one
+# launch per (k, j) stage. The order is strict and total: a key before
+# another (ascending, or descending), NaN the greatest value (as torch),
+# ties by original index, padding after everything. So the network's
+# result is unique: the stable sort, whatever `stable` says.
+SORT = r"""
+STAX_D bool before(S ks, i64 ia, S kt, i64 ib, i64 n, i64 desc)
+{
+    bool pa = ia >= n, pb = ib >= n;
+    if (pa || pb) return pb && (!pa || ia < ib);
+    A a = LD(ks), b = LD(kt);
+    bool na = a != a, nb = b != b;
+    if (na || nb) {
+        if (na && nb) return ia < ib;
+        return desc ? na : nb;
+    }
+    if (a < b) return !desc;
+    if (b < a) return desc != 0;
+    return ia < ib;
+}
+extern "C" __global__ void sort_init_@(const S *__restrict__ x, S *__restrict__ key,
+    i64 *__restrict__ idx, i64 rows, i64 n, i64 p)
+{
+    STAX_LOOP(t, rows * p) {
+        i64 r = t / p, i = t - r * p;
+        key[t] = x[r * n + (i < n ? i : 0)];
+        idx[t] = i;
+    }
+}
+extern "C" __global__ void sort_step_@(S *__restrict__ key, i64 *__restrict__ idx,
+    i64 rows, i64 n, i64 p, i64 k, i64 j, i64 desc)
+{
+    STAX_LOOP(t, rows * p) {
+        i64 r = t / p, i = t - r * p, l = i ^ j;
+        if (l > i) {
+            i64 a = r * p + i, b = r * p + l;
+            bool sw = (i & k) == 0 ? before(key[b], idx[b], key[a], idx[a], n, desc)
+                                   : before(key[a], idx[a], key[b], idx[b], n, desc);
+            if (sw) {
+                S tk = key[a]; key[a] = key[b]; key[b] = tk;
+                i64 ti = idx[a]; idx[a] = idx[b]; idx[b] = ti;
+            }
+        }
+    }
+}
+extern "C" __global__ void sort_out_@(const S *__restrict__ key,
+    const i64 *__restrict__ idx, S *__restrict__ vals, i64 *__restrict__ ind,
+    i64 rows, i64 p, i64 m)
+{
+    STAX_LOOP(t, rows * m) {
+        i64 r = t / m, i = t - r * m;
+        vals[t] = key[r * p + i];
+        ind[t] = idx[r * p + i];
+    }
+}
+extern "C" __global__ void median_pick_@(const S *__restrict__ key,
+    const i64 *__restrict__ idx, S *__restrict__ vals, i64 *__restrict__ ind,
+    i64 rows, i64 n, i64 p)
+{
+    /* rows sorted ascending: NaNs (if any) are a suffix in original order;
+       the median is the first NaN, else the lower middle */
+    STAX_LOOP(r, rows) {
+        const S *k = key + r * p;
+        i64 pos = (n - 1) / 2;
+        A last = LD(k[n - 1]);
+        if (last != last) {
+            i64 lo = 0, hi = n - 1;
+            while (lo < hi) {
+                i64 mid = lo + (hi - lo) / 2;
+                A v = LD(k[mid]);
+                if (v != v) hi = mid; else lo = mid + 1;
+            }
+            pos = lo;
+        }
+        vals[r] = k[pos];
+        ind[r] = idx[r * p + pos];
+    }
+}
+"""
+
+# ------------------------------------------------------------------ scans
+# An inclusive scan of each row of x (rows, n; dtype SI) into out (dtype S) in three launches: each
+# chunk's total; per row the exclusive scan of its chunk totals (serial
+# over nc chunks); each chunk rescanned from its offset. Integers
+# accumulate in u64 (wrapping, exact in any order), float16/bfloat16 in
+# float (rounded once per element, as eager), float32/float64 in their own
+# type. OP(a, b) is + or *; ID its identity.
+SCAN = r"""
+typedef @ACC C;
+STAX_D C OP(C a, C b) { return @OP; }
+extern "C" __global__ void scan_chunks_@(const SI *__restrict__ x, C *__restrict__ part,
+    i64 rows, i64 n, i64 cs, i64 nc)
+{
+    STAX_LOOP(t, rows * nc) {
+        i64 r = t / nc, c = t - r * nc, e = (c + 1) * cs < n ? (c + 1) * cs : n;
+        C acc = (C)@ID;
+        for (i64 i = c * cs; i < e; i++) acc = OP(acc, (C)LDI(x[r * n + i]));
+        part[t] = acc;
+    }
+}
+extern "C" __global__ void scan_partials_@(C *__restrict__ part, i64 rows, i64 nc)
+{
+    STAX_LOOP(r, rows) {
+        C acc = (C)@ID;
+        for (i64 c = 0; c < nc; c++) {
+            C v = part[r * nc + c];
+            part[r * nc + c] = acc;
+            acc = OP(acc, v);
+        }
+    }
+}
+extern "C" __global__ void scan_apply_@(const SI *__restrict__ x, const C *__restrict__ part,
+    S *__restrict__ out, i64 rows, i64 n, i64 cs, i64 nc)
+{
+    STAX_LOOP(t, rows * nc) {
+        i64 r = t / nc, c = t - r * nc, e = (c + 1) * cs < n ? (c + 1) * cs : n;
+        C acc = part[t];
+        for (i64 i = c * cs; i < e; i++) {
+            acc = OP(acc, (C)LDI(x[r * n + i]));
+            out[r * n + i] = ST((A)acc);
+        }
+    }
+}
+"""
+
+# ------------------------------------------------------ stream compaction
+# nonzero: flag (N,) bytes, cnt (N,) the inclusive prefix count of flags,
+# shape (nd,) the sizes; each flagged element writes its coordinates at
+# row cnt[i] - 1 of out (count, nd).
+NONZERO = r"""
+extern "C" __global__ void nonzero_scatter(const unsigned char *__restrict__ flag,
+    const i64 *__restrict__ cnt, const i64 *__restrict__ shape, i64 *__restrict__ out,
+    i64 total, i64 nd)
+{
+    STAX_LOOP(i, total) {
+        if (flag[i]) {
+            i64 row = cnt[i] - 1, rest = i;
+            for (i64 d = nd - 1; d >= 0; d--) {
+                out[row * nd + d] = rest % shape[d];
+                rest /= shape[d];
+            }
+        }
+    }
+}
+"""
+
+# ------------------------------------------------------------ index_add
+# out (outer, n, inner) += alpha * src (outer, m, inner) at index[j] along
+# the middle dim. atomicAdd: float32/float64 (the order of additions to
+# one element may vary between runs, as torch's CUDA kernel), int32/int64
+# (exact whatever the order).
+INDEX_ADD = r"""
+STAX_D void add_to(float *p, float v) { atomicAdd(p, v); }
+STAX_D void add_to(double *p, double v) { atomicAdd(p, v); }
+STAX_D void add_to(int *p, int v) { atomicAdd(p, v); }
+STAX_D void add_to(i64 *p, i64 v)
+{ atomicAdd((unsigned long long *)p, (unsigned long long)v); }
+extern "C" __global__ void index_add_@(S *__restrict__ out, const IX *__restrict__ index,
+    const S *__restrict__ src, i64 outer, i64 n, i64 m, i64 inner, @ALPHA alpha)
+{
+    STAX_LOOP(t, outer * m * inner) {
+        i64 o = t / (m * inner), rest = t - o * (m * inner);
+        i64 j = rest / inner, q = rest - j * inner;
+        i64 d = (i64)index[j];
+        if (d < 0) d += n;
+        add_to(out + (o * n + d) * inner + q, (S)(@SCALE));
+    }
+}
+"""
+
+# ----------------------------------------------------------------- matmul
+# c (b, m, n) = a (b, m, k) @ w (b, k, n), contiguous operands, one thread
+# per output element, k summed in order; float16/bfloat16 accumulate in
+# float and round once (as eager and cuBLAS's GemmEx with fp32 compute),
+# integers in u64 (wrapping as eager's).
+MATMUL = r"""
+typedef @ACC C;
+extern "C" __global__ void matmul_@(const S *__restrict__ a, const S *__restrict__ w,
+    S *__restrict__ c, i64 b, i64 m, i64 k, i64 n)
+{
+    STAX_LOOP(t, b * m * n) {
+        i64 bi = t / (m * n), rest = t - bi * (m * n);
+        i64 i = rest / n, j = rest - i * n;
+        const S *ar = a + (bi * m + i) * k;
+        const S *wc = w + bi * k * n + j;
+        C acc = (C)0;
+        for (i64 q = 0; q < k; q++) acc += (C)LD(ar[q]) * (C)LD(wc[q * n]);
+        c[t] = ST((A)acc);
+    }
+}
+"""
+
+
+def _scan_acc(dt):
+    if dt in ("float16", "bfloat16", "float32"):
+        return "float"
+    if dt == "float64":
+        return "double"
+    return "u64"
+
+
+@functools.lru_cache(maxsize=None)
+def sources(kind, dt):
+    """{kernel name: CUDA C source} of one kernel family for dtype dt
+    (a dtype name; for "scan" a (dtype, op) pair; "nonzero": None)."""
+    if kind == "nonzero":
+        return {"nonzero_scatter": PRELUDE + NONZERO}
+    if kind == "scan":
+        idt, dt, op = dt
+        acc = _scan_acc(dt)
+        body = (SCAN.replace("@ACC", acc)
+                .replace("@OP", "a + b" if op == "sum" else "a * b")
+                .replace("@ID", "0" if op == "sum" else "1"))
+        tag = f"{op}_{idt}_{dt}"
+        src = PRELUDE + _types(dt) + _in_types(idt) + body.replace("_@", "_" + tag)
+        return {f"scan_{p}_{tag}": src for p in ("chunks", "partials", "apply")}
+    if kind == "sort":
+        src = PRELUDE + _types(dt) + SORT.replace("_@", "_" + dt)
+        return {f"{p}_{dt}": src for p in ("sort_init", "sort_step", "sort_out",
+                                              "median_pick")}
+    if kind == "index_add":
+        dt, ix = dt
+        fl = dt.startswith("float")
+        body = (INDEX_ADD.replace("@ALPHA", "double" if fl else "i64")
+                .replace("@SCALE", "src[(o * m + j) * inner + q] * (S)alpha" if fl else
+                         "(u64)(i64)src[(o * m + j) * inner + q] * (u64)alpha"))
+        ixt = "typedef %s IX;\n" % ("i64" if ix == "int64" else "int")
+        return {f"index_add_{dt}_{ix}": PRELUDE + _types(dt) + ixt
+                + body.replace("_@", f"_{dt}_{ix}")}
+    if kind == "matmul":
+        acc = _scan_acc(dt)
+        return {f"matmul_{dt}": PRELUDE + _types(dt)
+                + MATMUL.replace("@ACC", acc).replace("_@", "_" + dt)}
+    raise KeyError(kind)
+
+
+def all_sources():
+    """Every (name, source) this module can launch: NVRTC compiles each to
+    PTX in the test suite (tests/test_cuda_kernels.py)."""
+    out = {}
+    for dt in DTYPES:
+        out.update(sources("sort", dt))
+        for op in ("sum", "prod"):
+            if dt != "bool":
+                out.update(sources("scan", (dt, dt, op)))
+            if dt not in FLOATS and dt != "int64":
+                out.update(sources("scan", (dt, "int64", op)))
+    for dt in ("float32", "float64", "int32", "int64"):
+        for ix in ("int32", "int64"):
+            out.update(sources("index_add", (dt, ix)))
+    for dt in ("float16", "bfloat16", "int8", "uint8", "int16", "int32", "int64"):
+        out.update(sources("matmul", dt))
+    out.update(sources("nonzero", None))
+    return out
+
+
+# ------------------------------------------------------------- launching
+
+_functions = {}        # (name, source) -> CUfunction handle
+_launcher = [None]     # tests: a host emulator (name, source, grid, block, args)
+
+
+def set_launcher(fn):
+    """Run kernels through fn(name, source, grid, block, args) instead of
+    the GPU (tests/_cuda_emu.py: the same source on the host); None: the
+    GPU. Returns the previous launcher."""
+    prev = _launcher[0]
+    _launcher[0] = fn
+    return prev
+
+
+def _function(name, src):
+    key = (name, src)
+    f = _functions.get(key)
+    if f is None:
+        img = _C.nvrtc_compile(src, name, arch=_C.cuda_arch())
+        f = _functions[key] = _C._cuda_function(img, name)
+    return f
+
+
+def launch(kind, dt, name, n, *args):
+    """Launch kernel `name` of family (kind, dt) over n independent indices
+    (its grid-stride loop covers them whatever the grid)."""
+    if n <= 0:
+        return
+    src = sources(kind, dt)[name]
+    grid = max(1, min((n + BLOCK - 1) // BLOCK, MAX_GRID))
+    if _launcher[0] is not None:
+        _launcher[0](name, src, grid, BLOCK, args)
+        return
+    _C._cuda_launch(_function(name, src), (grid,), (BLOCK,), tuple(args))

@@ -1,0 +1,522 @@
+"""CUDA paths of eager ops that the lowering does not serve (tensorplay.cuda.
+_eager.dispatch tries them first): compositions of ops that are native on
+CUDA (views, pointwise kernels, cat, cuBLAS), and the hand-written kernels
+of _kernels for sorting, scans, stream compaction, scatter-add and matmul
+of integer and half dtypes.
+
+Each function takes the op's arguments as the CPU implementation does and
+returns its result with the CPU's dtypes and NaN rules, or NotImplemented
+for what it does not cover (the dispatcher then tries the generated kernel
+and finally the host, which raises eager's error for bad arguments). The
+functions work on host tensors too when _kernels runs kernels on the host
+(tests/_cuda_emu.py): that is how they are tested without a GPU.
+"""
+import inspect
+import math
+
+from tensorplay import _C
+from tensorplay.cuda import _kernels as K
+
+
+def _tp():
+    import tensorplay
+    return tensorplay
+
+
+def _is_t(v):
+    return isinstance(v, _C.Tensor)
+
+
+def _dt(t):
+    return K.dtype_name(t.dtype)
+
+
+def _wrap_dim(dim, nd):
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise _Skip
+    lo, hi = (-1, 0) if nd == 0 else (-nd, nd - 1)
+    if dim < lo or dim > hi:
+        raise IndexError(f"Dimension out of range (expected to be in range of "
+                         f"[{lo}, {hi}], but got {dim})")
+    return dim + nd if dim < 0 else dim
+
+
+class _Skip(Exception):
+    """an argument this path does not cover: NotImplemented"""
+
+
+def _empty(shape, dtype, like):
+    return _tp().empty(tuple(shape), dtype=dtype, device=like.device)
+
+
+def _rows(x, d):
+    """x with dim d last, contiguous: (that tensor, rows, n)"""
+    xm = x.movedim(d, -1) if d != x.dim() - 1 else x
+    xm = xm.contiguous()
+    n = xm.shape[-1]
+    return xm, (xm.numel() // n if n else 0), n
+
+
+def _back(t, d, nd):
+    """t (dim d moved last) in the original layout, contiguous"""
+    if d == nd - 1:
+        return t
+    return t.movedim(-1, d).contiguous()
+
+
+# ------------------------------------------------------------------- sort
+
+def _sorted_rows(xm, rows, n, desc):
+    """(key, idx, p): each row of xm (rows, n) sorted, padded to p = 2^m"""
+    tp = _tp()
+    dt = _dt(xm)
+    p = 1 << max(0, (n - 1).bit_length())
+    key = _empty((rows * p,), xm.dtype, xm)
+    idx = _empty((rows * p,), tp.int64, xm)
+    K.launch("sort", dt, f"sort_init_{dt}", rows * p, xm, key, idx, rows, n, p)
+    k = 2
+    while k <= p:
+        j = k >> 1
+        while j > 0:
+            K.launch("sort", dt, f"sort_step_{dt}", rows * p, key, idx, rows, n, p, k, j,
+                     int(bool(desc)))
+            j >>= 1
+        k <<= 1
+    return key, idx, p
+
+
+def _sort_impl(x, dim, desc, m=None):
+    """(values, indices) of x sorted along dim, the first m of each row"""
+    tp = _tp()
+    if _dt(x) not in K.DTYPES:
+        raise _Skip
+    nd = x.dim()
+    if nd == 0:
+        return x.clone(), tp.zeros((), dtype=tp.int64, device=x.device)
+    d = _wrap_dim(dim, nd)
+    xm, rows, n = _rows(x, d)
+    m = n if m is None else m
+    shape = tuple(xm.shape[:-1]) + (m,)
+    vals, ind = _empty(shape, x.dtype, x), _empty(shape, tp.int64, x)
+    if rows and m:
+        key, idx, p = _sorted_rows(xm, rows, n, desc)
+        dt = _dt(x)
+        K.launch("sort", dt, f"sort_out_{dt}", rows * m, key, idx, vals, ind, rows, p, m)
+    return _back(vals, d, nd), _back(ind, d, nd)
+
+
+def sort(input, dim=-1, descending=False, *, stable=False):
+    """every sort is the stable one (see _kernels.SORT)"""
+    from tensorplay._ops import return_types
+    return return_types.sort(*_sort_impl(input, dim, descending))
+
+
+def argsort(input, dim=-1, descending=False, *, stable=False):
+    return _sort_impl(input, dim, descending)[1]
+
+
+def topk(input, k, dim=-1, largest=True, sorted=True):
+    from tensorplay._ops import return_types
+    if isinstance(k, bool) or not isinstance(k, int):
+        raise _Skip
+    nd = input.dim()
+    d = _wrap_dim(dim, nd)
+    n = input.shape[d] if nd else 1
+    if k < 0 or k > n:
+        raise RuntimeError("selected index k out of range")
+    return return_types.topk(*_sort_impl(input, d, largest, k))
+
+
+def median(input, dim=None, keepdim=False):
+    """the lower middle value; NaN (the first NaN's index) if a NaN"""
+    from tensorplay._ops import return_types
+    tp = _tp()
+    dt = _dt(input)
+    if dt not in K.DTYPES:
+        raise _Skip
+    if dim is None:
+        if input.numel() == 0:
+            fill = float("nan") if input.dtype.is_floating_point else 0
+            return tp.full((), fill, dtype=input.dtype, device=input.device)
+        return _median_rows(input.reshape(1, -1))[0].reshape(())
+    nd = input.dim()
+    d = _wrap_dim(dim, nd)
+    if nd == 0:
+        return return_types.median(input.clone(),
+                                   tp.zeros((), dtype=tp.int64, device=input.device))
+    if input.shape[d] == 0:
+        raise IndexError(f"median(): Expected reduction dim {d} to have non-zero size.")
+    xm, rows, n = _rows(input, d)
+    vals, ind = _median_rows(xm.reshape(rows, n))
+    shape = tuple(xm.shape[:-1])
+    vals, ind = vals.reshape(shape), ind.reshape(shape)
+    if keepdim:
+        vals, ind = vals.unsqueeze(d), ind.unsqueeze(d)
+    return return_types.median(vals, ind)
+
+
+def _median_rows(x2):
+    tp = _tp()
+    rows, n = x2.shape
+    vals, ind = _empty((rows,), x2.dtype, x2), _empty((rows,), tp.int64, x2)
+    if rows:
+        dt = _dt(x2)
+        key, idx, p = _sorted_rows(x2.contiguous(), rows, n, False)
+        K.launch("sort", dt, f"median_pick_{dt}", rows, key, idx, vals, ind, rows, n, p)
+    return vals, ind
+
+
+# ------------------------------------------------------------------ scans
+
+def _scan_rows(xm, rows, n, op, out_dtype=None):
+    """inclusive scan (op "sum" / "prod") of each row of the contiguous xm,
+    written as out_dtype (default xm's)"""
+    tp = _tp()
+    out_dtype = out_dtype or xm.dtype
+    idt, dt = _dt(xm), K.dtype_name(out_dtype)
+    out = _empty(tuple(xm.shape), out_dtype, xm)
+    if rows == 0 or n == 0:
+        return out
+    cs = max(32, math.isqrt(n - 1) + 1)
+    nc = -(-n // cs)
+    acc = {"float32": tp.float32, "float16": tp.float32, "bfloat16": tp.float32,
+           "float64": tp.float64}.get(dt, tp.int64)
+    part = _empty((rows * nc,), acc, xm)
+    key = (idt, dt, op)
+    tag = f"{op}_{idt}_{dt}"
+    K.launch("scan", key, f"scan_chunks_{tag}", rows * nc, xm, part, rows, n, cs, nc)
+    K.launch("scan", key, f"scan_partials_{tag}", rows, part, rows, nc)
+    K.launch("scan", key, f"scan_apply_{tag}", rows * nc, xm, part, out, rows, n, cs, nc)
+    return out
+
+
+def _scan(input, dim, dtype, op, floats):
+    tp = _tp()
+    if dtype is not None:
+        out_dt = dtype
+    elif input.dtype.is_floating_point:
+        out_dt = input.dtype
+    else:
+        out_dt = tp.int64
+    if out_dt.is_floating_point and not floats:
+        raise _Skip                       # the lowering serves it
+    name = K.dtype_name(out_dt)
+    if name not in K.DTYPES or name == "bool":
+        raise _Skip
+    nd = input.dim()
+    d = _wrap_dim(dim, nd)
+    x = input
+    if name in ("float16", "bfloat16") and x.dtype != out_dt:
+        # eager converts the inputs to the float32 accumulator, not to out_dt
+        return _scan(x.to(tp.float32), d, None, op, True).to(out_dt)
+    if nd == 0:
+        return x.to(out_dt, copy=True)
+    if not (out_dt == tp.int64 and not x.dtype.is_floating_point):
+        x = x.to(out_dt)             # else the kernel reads x's own dtype
+    xm, rows, n = _rows(x, d)
+    return _back(_scan_rows(xm, rows, n, op, out_dt), d, nd)
+
+
+def cumsum(input, dim, *, dtype=None):
+    """integer and bool cumsum (float cumsum is the lowering's matmul form)"""
+    return _scan(input, dim, dtype, "sum", False)
+
+
+def cumprod(input, dim, *, dtype=None):
+    return _scan(input, dim, dtype, "prod", True)
+
+
+# -------------------------------------------------------------- nonzero
+
+def nonzero(input, *, as_tuple=False):
+    """count (one synchronization, as torch's), then each nonzero element
+    writes its coordinates at its rank among them"""
+    tp = _tp()
+    nd = input.dim()
+    x = input.reshape(1) if nd == 0 else input
+    flag = (x != 0).contiguous().reshape(-1)
+    total = flag.numel()
+    cnt = _scan_rows(flag.reshape(1, total), 1, total, "sum", tp.int64).reshape(-1)
+    count = int(cnt[-1].item()) if total else 0
+    xd = max(nd, 1)
+    out = _empty((count, xd), tp.int64, x)
+    if count:
+        shape = tp.tensor(list(x.shape), dtype=tp.int64).to(x.device)
+        K.launch("nonzero", None, "nonzero_scatter", total, flag, cnt, shape, out, total, xd)
+    if nd == 0:
+        out = out[:, :0]
+        if as_tuple:
+            return (tp.zeros(count, dtype=tp.int64, device=x.device),)
+    if as_tuple:
+        return tuple(out[:, i].contiguous() for i in range(nd))
+    return out
+
+
+# ------------------------------------------------------------- index_add
+
+def _index_add(input, dim, index, source, alpha):
+    tp = _tp()
+    dt = _dt(input)
+    if (dt not in ("float32", "float64", "int32", "int64") or not _is_t(index)
+            or not _is_t(source) or source.dtype != input.dtype or input.dim() == 0
+            or index.dtype not in (tp.int64, tp.int32) or index.dim() > 1
+            or isinstance(alpha, bool) or not isinstance(alpha, (int, float))
+            or (not dt.startswith("float") and not isinstance(alpha, int))):
+        raise _Skip
+    nd = input.dim()
+    d = _wrap_dim(dim, nd)
+    m = index.numel()
+    want = tuple(input.shape[:d]) + (m,) + tuple(input.shape[d + 1:])
+    if tuple(source.shape) != want:
+        raise _Skip
+    n = input.shape[d]
+    idx = index.reshape(-1).contiguous()
+    if m and bool(((idx < -n) | (idx >= n)).any()):
+        raise _Skip                      # the host raises eager's IndexError
+    out = input.contiguous().clone()
+    outer = math.prod(input.shape[:d])
+    inner = math.prod(input.shape[d + 1:])
+    ix = _dt(idx)
+    K.launch("index_add", (dt, ix), f"index_add_{dt}_{ix}", outer * m * inner, out, idx,
+             source.contiguous(), outer, n, m, inner,
+             float(alpha) if dt.startswith("float") else int(alpha))
+    return out
+
+
+def index_add(input, dim, index, source, *, alpha=1):
+    return _index_add(input, dim, index, source, alpha)
+
+
+def index_add_(input, dim, index, source, *, alpha=1):
+    out = _index_add(input, dim, index, source, alpha)
+    input.copy_(out)
+    return input
+
+
+# ----------------------------------------------------------------- matmul
+
+MATMUL_DTYPES = ("float16", "bfloat16", "int8", "uint8", "int16", "int32", "int64")
+
+
+def bmm_kernel(a, b):
+    """(B, m, k) @ (B, k, n) of one dtype of MATMUL_DTYPES"""
+    dt = _dt(a)
+    if dt not in MATMUL_DTYPES or a.dtype != b.dtype:
+        return NotImplemented
+    B, m, k = a.shape
+    n = b.shape[2]
+    if b.shape[0] != B or b.shape[1] != k:
+        return NotImplemented
+    c = _empty((B, m, n), a.dtype, a)
+    if B and m and n:
+        if k == 0:
+            return c.zero_()
+        K.launch("matmul", dt, f"matmul_{dt}", B * m * n, a.contiguous(), b.contiguous(),
+                 c, B, m, k, n)
+    return c
+
+
+# ----------------------------------------------------------- compositions
+
+def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """numpy's formula (eager's): |x - y| <= atol + rtol*|y| where y is
+    finite, or x == y; both NaN with equal_nan"""
+    tp = _tp()
+    if not (_is_t(input) and _is_t(other)) or isinstance(rtol, bool) \
+            or isinstance(atol, bool):
+        raise _Skip
+    if rtol < 0:
+        raise RuntimeError(f"rtol must be greater than or equal to zero, but got {rtol}")
+    if atol < 0:
+        raise RuntimeError(f"atol must be greater than or equal to zero, but got {atol}")
+    x, y = input, other
+    if x.dtype == tp.bool or y.dtype == tp.bool:
+        return x == y
+    if x.dtype != y.dtype:
+        if x.dtype.is_floating_point or y.dtype.is_floating_point:
+            raise _Skip                  # numpy's promotion of mixed dtypes
+    if not y.dtype.is_floating_point:
+        x, y = x.to(tp.float64), y.to(tp.float64)
+    r = ((x - y).abs() <= atol + rtol * y.abs()) & y.isfinite() | (x == y)
+    if equal_nan:
+        r = r | (x.isnan() & y.isnan())
+    return r
+
+
+def allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+    return bool(isclose(input, other, rtol, atol, equal_nan).all().item())
+
+
+def diff(input, n=1, dim=-1, prepend=None, append=None):
+    tp = _tp()
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0 or input.dim() == 0:
+        raise _Skip
+    d = _wrap_dim(dim, input.dim())
+    parts = [p for p in (prepend, input, append) if p is not None]
+    for p in parts:
+        if not _is_t(p) or p.dim() != input.dim() or p.dtype != input.dtype:
+            raise _Skip
+    r = tp.cat(parts, d) if len(parts) > 1 else input
+    if n == 0:
+        return r.clone() if r is input else r
+    for _ in range(n):
+        L = r.shape[d]
+        if L == 0:
+            break
+        hi, lo = r.narrow(d, 1, L - 1), r.narrow(d, 0, L - 1)
+        r = hi != lo if r.dtype == tp.bool else hi - lo
+    return r.contiguous()
+
+
+def repeat(input, *sizes, **kw):
+    if "repeats" in kw:
+        sizes = (kw.pop("repeats"),)
+    if kw:
+        raise _Skip
+    if len(sizes) == 1 and isinstance(sizes[0], (list, tuple)):
+        sizes = tuple(sizes[0])
+    if any(isinstance(s, bool) or not isinstance(s, int) for s in sizes):
+        raise _Skip
+    reps = tuple(sizes)
+    nd = input.dim()
+    if len(reps) < nd or any(r < 0 for r in reps):
+        raise _Skip                      # eager's errors
+    shape = (1,) * (len(reps) - nd) + tuple(input.shape)
+    x = input.reshape(shape)
+    # (1, s0, 1, s1, ...) expanded to (r0, s0, r1, s1, ...), then merged
+    inter, big, out = [], [], []
+    for r, s in zip(reps, shape):
+        inter += [1, s]
+        big += [r, s]
+        out.append(r * s)
+    return x.reshape(tuple(inter)).expand(tuple(big)).contiguous().reshape(tuple(out))
+
+
+def roll(input, shifts, dims=None):
+    tp = _tp()
+    sh = list(shifts) if isinstance(shifts, (list, tuple)) else [shifts]
+    if any(isinstance(s, bool) or not isinstance(s, int) for s in sh):
+        raise _Skip
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        if len(sh) != 1:
+            raise _Skip
+        return roll(input.reshape(-1), sh[0], 0).reshape(tuple(input.shape))
+    dl = list(dims) if isinstance(dims, (list, tuple)) else [dims]
+    if len(dl) != len(sh) or input.dim() == 0:
+        raise _Skip
+    x = input
+    for s, dd in zip(sh, dl):
+        d = _wrap_dim(dd, x.dim())
+        L = x.shape[d]
+        if L == 0:
+            continue
+        s %= L
+        if s:
+            x = tp.cat([x.narrow(d, L - s, s), x.narrow(d, 0, L - s)], d)
+    return x.clone() if x is input else x
+
+
+def einsum(equation, *operands):
+    """pairwise contractions as batched matmuls: each operand's letters
+    seen nowhere else are summed first; two operands become (batch, m, k)
+    @ (batch, k, n). No ellipsis, no repeated letter in one operand, no
+    broadcasting of size-1 dims (those: NotImplemented)."""
+    tp = _tp()
+    if not isinstance(equation, str):
+        raise _Skip
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])
+    if not operands or not all(_is_t(t) for t in operands):
+        raise _Skip
+    eq = equation.replace(" ", "")
+    if "." in eq:
+        raise _Skip
+    lhs, arrow, rhs = eq.partition("->")
+    ins = lhs.split(",")
+    if len(ins) != len(operands) or any(len(s) != len(set(s)) for s in ins):
+        raise _Skip
+    if not arrow:
+        allc = "".join(ins)
+        rhs = "".join(sorted(c for c in set(allc) if allc.count(c) == 1))
+    if len(rhs) != len(set(rhs)) or not all(c.isalpha() for c in "".join(ins) + rhs):
+        raise _Skip
+    dt = operands[0].dtype
+    size = {}
+    for s, t in zip(ins, operands):
+        if t.dtype != dt or len(s) != t.dim():
+            raise _Skip
+        for c, n in zip(s, t.shape):
+            if size.setdefault(c, n) != n:
+                raise _Skip
+    if any(c not in size for c in rhs):
+        raise _Skip
+    terms = list(zip(ins, operands))
+
+    def needed(i):
+        """letters used after the first i+1 terms, or in the output"""
+        return set(rhs).union(*[set(s) for s, _ in terms[i + 1:]])
+
+    def reduce_alone(s, t, keep):
+        drop = [k for k, c in enumerate(s) if c not in keep]
+        if drop:
+            t = t.sum(drop)
+            s = "".join(c for c in s if c in keep)
+        return s, t
+
+    s, t = terms[0]
+    later = needed(0)
+    s, t = reduce_alone(s, t, later)
+    for i in range(1, len(terms)):
+        s2, t2 = terms[i]
+        later = needed(i)
+        s2, t2 = reduce_alone(s2, t2, later | set(s))
+        s, t = reduce_alone(s, t, later | set(s2))
+        batch = [c for c in s if c in s2 and c in later]
+        con = [c for c in s if c in s2 and c not in later]
+        ao = [c for c in s if c not in s2]
+        bo = [c for c in s2 if c not in s]
+        A = t.permute([s.index(c) for c in batch + ao + con])
+        B = t2.permute([s2.index(c) for c in batch + con + bo])
+        nb = math.prod(size[c] for c in batch)
+        m = math.prod(size[c] for c in ao)
+        k = math.prod(size[c] for c in con)
+        n = math.prod(size[c] for c in bo)
+        A = A.reshape(nb, m, k)
+        B = B.reshape(nb, k, n)
+        r = tp.bmm(A, B) if k else tp.zeros((nb, m, n), dtype=dt, device=A.device)
+        s = "".join(batch + ao + bo)
+        t = r.reshape(tuple(size[c] for c in s))
+    s, t = reduce_alone(s, t, set(rhs))
+    r = t.permute([s.index(c) for c in rhs]) if s != rhs else t
+    return r.contiguous() if r is not operands[0] else r.clone()
+
+
+OPS = {
+    "sort": sort, "argsort": argsort, "topk": topk, "median": median,
+    "cumsum": cumsum, "cumprod": cumprod, "nonzero": nonzero,
+    "index_add": index_add, "index_add_": index_add_,
+    "isclose": isclose, "allclose": allclose, "diff": diff, "repeat": repeat,
+    "roll": roll, "einsum": einsum,
+}
+
+
+_SIGS = {}
+
+
+def run(name, args, kwargs):
+    """OPS[name](*args, **kwargs), or NotImplemented where it does not
+    cover the arguments (a TypeError binding them included)."""
+    fn = OPS.get(name)
+    if fn is None:
+        return NotImplemented
+    sig = _SIGS.get(name)
+    if sig is None:
+        sig = _SIGS[name] = inspect.signature(fn)
+    try:
+        sig.bind(*args, **kwargs)
+    except TypeError:
+        return NotImplemented            # eager raises its own TypeError
+    try:
+        return fn(*args, **kwargs)
+    except _Skip:
+        return NotImplemented

@@ -1,0 +1,263 @@
+"""Eager CUDA ops that used to run on the host (sort, argsort, topk, median,
+integer cumsum, cumprod, nonzero, index_add, matmul of float16/bfloat16/
+integers, isclose, allclose, diff, repeat, roll, einsum): on CUDA tensors
+they equal CPU eager, stay on the device and count no host fallback.
+
+    sh scripts/gpu/build.sh .gpu python3 -m pytest tests/gpu   # on a GPU machine
+
+Without a GPU, tests/test_cuda_native_ops.py runs the same kernels' CUDA C
+on the host and compiles them to PTX.
+"""
+import warnings
+
+import numpy as np
+import pytest
+
+import tensorplay as tp
+
+pytestmark = pytest.mark.skipif(not tp.cuda.is_available(),
+                                reason="needs an NVIDIA GPU and its driver (libcuda)")
+
+
+def data(shape, dtype=tp.float32, seed=0, special=True, lo=-5, hi=5):
+    rng = np.random.default_rng(seed)
+    name = str(dtype).split(".")[-1]
+    if name == "bool":
+        a = rng.integers(0, 2, size=shape).astype(bool)
+    elif not dtype.is_floating_point:
+        a = rng.integers(0 if name == "uint8" else lo, hi, size=shape)
+    else:
+        a = np.round(rng.standard_normal(shape) * 3, 1)        # ties on purpose
+        if special and a.size >= 6:
+            a.flat[[0, 3, 5]] = [np.nan, np.inf, -np.inf]
+            a.flat[-1] = np.nan
+    if name == "bfloat16":
+        return tp.tensor(a.tolist(), dtype=tp.float32).bfloat16()
+    return tp.tensor(a.tolist(), dtype=dtype)
+
+
+def same(got, want, tol=None):
+    """got (CUDA) equals want (CPU): exactly, or within tol for floats"""
+    if isinstance(want, (tuple, list)):
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            same(g, w, tol)
+        return
+    assert got.is_cuda, "result left the device"
+    assert tuple(got.shape) == tuple(want.shape), (got.shape, want.shape)
+    assert got.dtype == want.dtype, (got.dtype, want.dtype)
+    g, w = got.cpu(), want
+    if str(w.dtype).endswith("bfloat16"):
+        g, w = g.float(), w.float()
+    g, w = g.numpy(), w.numpy()
+    if tol is None or g.dtype.kind in "biu":
+        assert np.array_equal(g, w, equal_nan=True), (g, w)
+    else:
+        np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64),
+                                   rtol=tol, atol=tol, equal_nan=True)
+
+
+def cu(t):
+    return t.cuda()
+
+
+class on_device:
+    """asserts the ops named ran without a host fallback"""
+
+    def __init__(self, *names):
+        self.names = names
+
+    def __enter__(self):
+        self.before = dict(tp.cuda.host_fallbacks())
+        return self
+
+    def __exit__(self, *exc):
+        if exc[0] is None:
+            tp.cuda.synchronize()
+            after = tp.cuda.host_fallbacks()
+            for n in self.names:
+                assert after.get(n, 0) == self.before.get(n, 0), f"{n} ran on the host"
+
+
+ALL = [tp.float32, tp.float64, tp.float16, tp.bfloat16, tp.int8, tp.uint8, tp.int16,
+       tp.int32, tp.int64, tp.bool]
+
+
+@pytest.mark.parametrize("dtype", ALL)
+def test_sort_argsort_on_cuda(dtype):
+    with on_device("sort", "argsort"):
+        for shape, dim in [((37,), 0), ((6, 50), 1), ((6, 50), 0), ((3, 4, 17), 1),
+                           ((4, 3000), -1), ((2, 5000), 1)]:
+            x = data(shape, dtype, seed=len(shape) + dim)
+            c = cu(x)
+            for desc in (False, True):
+                same(tuple(tp.sort(c, dim, desc)), tuple(tp.sort(x, dim, desc)))
+                same(c.argsort(dim, descending=desc), x.argsort(dim, descending=desc))
+                same(tuple(c.sort(dim=dim, descending=desc, stable=True)),
+                     tuple(x.sort(dim=dim, descending=desc, stable=True)))
+        same(tuple(tp.sort(cu(tp.empty(3, 0, dtype=dtype)), 1)),
+             tuple(tp.sort(tp.empty(3, 0, dtype=dtype), 1)))
+
+
+def test_sort_many_rows_and_a_long_row():
+    with on_device("sort"):
+        x = data((3000, 33), tp.float32, seed=1)
+        same(tuple(tp.sort(cu(x), 1)), tuple(tp.sort(x, 1)))
+        y = data((200000,), tp.float32, seed=2)
+        same(tuple(tp.sort(cu(y))), tuple(tp.sort(y)))
+
+
+@pytest.mark.parametrize("dtype", [tp.float32, tp.float16, tp.int64, tp.bool])
+def test_topk_on_cuda(dtype):
+    x = data((5, 40), dtype, seed=2)
+    with on_device("topk"):
+        for k, dim, largest in [(3, 1, True), (7, 1, False), (5, 0, True), (0, 1, True),
+                                (40, -1, False)]:
+            same(tuple(tp.topk(cu(x), k, dim, largest)), tuple(tp.topk(x, k, dim, largest)))
+    with pytest.raises(RuntimeError, match="selected index k out of range"):
+        tp.topk(cu(x), 41)
+
+
+@pytest.mark.parametrize("dtype", [tp.float32, tp.float64, tp.float16, tp.bfloat16, tp.int32,
+                                   tp.uint8])
+def test_median_on_cuda(dtype):
+    x = data((6, 9), dtype, seed=4)
+    c = cu(x)
+    with on_device("median"):
+        for dim in (0, 1, -1):
+            for keepdim in (False, True):
+                same(tuple(tp.median(c, dim, keepdim)), tuple(tp.median(x, dim, keepdim)))
+        same(c.median(), x.median())
+        same(c[1:5, 1:8].median(), x[1:5, 1:8].median())
+
+
+@pytest.mark.parametrize("dtype", [tp.int8, tp.uint8, tp.int16, tp.int32, tp.int64, tp.bool])
+def test_integer_cumsum_cumprod_on_cuda(dtype):
+    x = data((7, 1500), dtype, seed=5, lo=-3, hi=4)
+    c = cu(x)
+    with on_device("cumsum", "cumprod"):
+        for dim in (0, 1, -1):
+            same(tp.cumsum(c, dim), tp.cumsum(x, dim))
+            same(tp.cumprod(c, dim), tp.cumprod(x, dim))
+        same(tp.cumsum(c, 1, dtype=tp.int32), tp.cumsum(x, 1, dtype=tp.int32))
+        same(tp.cumsum(c[:, ::7], 0), tp.cumsum(x[:, ::7], 0))
+        big = tp.ones(3_000_000, dtype=dtype)
+        same(tp.cumsum(cu(big), 0), tp.cumsum(big, 0))
+
+
+@pytest.mark.parametrize("dtype", [tp.float32, tp.float64, tp.float16, tp.bfloat16])
+def test_float_cumprod_on_cuda(dtype):
+    x = (data((4, 300), dtype, seed=6, special=False) * 0.01 + 1).to(dtype)
+    tol = {tp.float32: 1e-5, tp.float64: 1e-12, tp.float16: 2e-3, tp.bfloat16: 1e-2}[dtype]
+    with on_device("cumprod"):
+        same(tp.cumprod(cu(x), 1), tp.cumprod(x, 1), tol)
+        nan = tp.tensor([1.0, float("nan"), 2.0, float("inf"), 0.0], dtype=dtype)
+        same(tp.cumprod(cu(nan), 0), tp.cumprod(nan, 0))
+
+
+@pytest.mark.parametrize("dtype", [tp.float32, tp.int32, tp.bool])
+def test_nonzero_on_cuda(dtype):
+    x = tp.where(data((4, 5, 6), tp.bool, seed=8), data((4, 5, 6), dtype, seed=7),
+                 tp.zeros((), dtype=dtype))
+    with on_device("nonzero"):
+        same(tp.nonzero(cu(x)), tp.nonzero(x))
+        same(tp.nonzero(cu(x), as_tuple=True), tp.nonzero(x, as_tuple=True))
+        same(cu(x).transpose(0, 2).nonzero(), x.transpose(0, 2).nonzero())
+        for z in (tp.zeros(3, 4, dtype=dtype), tp.ones((), dtype=dtype)):
+            same(tp.nonzero(cu(z)), tp.nonzero(z))
+        big = tp.rand(2_000_000) > 0.5
+        same(tp.nonzero(cu(big)), tp.nonzero(big))
+
+
+@pytest.mark.parametrize("dtype", [tp.float32, tp.float64, tp.int32, tp.int64])
+def test_index_add_on_cuda(dtype):
+    x = data((6, 4, 3), dtype, seed=9, special=False)
+    with on_device("index_add", "index_add_"):
+        for dim, idx in [(0, [0, 5, 5, 2, -1]), (1, [3, 0, 3]), (2, [2, 2, 2, 1])]:
+            i = tp.tensor(idx)
+            shape = list(x.shape)
+            shape[dim] = len(idx)
+            src = data(tuple(shape), dtype, seed=dim, special=False)
+            alpha = 2 if not dtype.is_floating_point else 0.5
+            tol = 1e-6 if dtype.is_floating_point else None
+            same(cu(x).index_add(dim, cu(i), cu(src), alpha=alpha),
+                 x.index_add(dim, i, src, alpha=alpha), tol)
+            c = cu(x)
+            c.index_add_(dim, cu(i), cu(src))
+            same(c, x.clone().index_add_(dim, i, src), tol)
+
+
+@pytest.mark.parametrize("dtype", [tp.float16, tp.bfloat16, tp.int8, tp.int16, tp.int32,
+                                   tp.int64])
+def test_matmul_of_other_dtypes_on_cuda(dtype):
+    a = data((33, 20), dtype, seed=10, special=False, lo=-9, hi=9)
+    b = data((20, 17), dtype, seed=11, special=False, lo=-9, hi=9)
+    tol = {tp.float16: 2e-3, tp.bfloat16: 1e-2}.get(dtype)
+    with on_device("matmul", "mm", "bmm", "linear"):
+        same(cu(a) @ cu(b), a @ b, tol)
+        same(tp.mm(cu(b).t(), cu(a).t()), tp.mm(b.t(), a.t()), tol)
+        A, B = data((3, 5, 4), dtype, seed=12, special=False), data((3, 4, 6), dtype, seed=13,
+                                                                     special=False)
+        same(tp.bmm(cu(A), cu(B)), tp.bmm(A, B), tol)
+        same(tp.matmul(cu(A), cu(b[:4])), tp.matmul(A, b[:4]), tol)
+        same(cu(a[0]) @ cu(b), a[0] @ b, tol)
+        same(cu(a[0]) @ cu(a[1]), a[0] @ a[1], tol)
+        C = data((2, 1, 5, 4), dtype, seed=14, special=False)
+        same(tp.matmul(cu(C), cu(B)), tp.matmul(C, B), tol)
+
+
+def test_matmul_float32_batch_broadcast_on_cuda():
+    C, B = data((2, 1, 5, 4), special=False), data((3, 4, 6), special=False, seed=1)
+    with on_device("matmul"):
+        same(tp.matmul(cu(C), cu(B)), tp.matmul(C, B), 1e-5)
+
+
+@pytest.mark.parametrize("dtype", [tp.float32, tp.float64, tp.float16, tp.int32, tp.bool])
+def test_isclose_allclose_on_cuda(dtype):
+    x = data((5, 8), dtype, seed=12)
+    y = data((5, 8), dtype, seed=13)
+    with on_device("isclose", "allclose"):
+        for other in (x, y, x.flip(0)):
+            for kw in ({}, dict(rtol=0.1, atol=0.5), dict(equal_nan=True)):
+                same(tp.isclose(cu(x), cu(other), **kw), tp.isclose(x, other, **kw))
+                assert tp.allclose(cu(x), cu(other), **kw) == tp.allclose(x, other, **kw)
+
+
+@pytest.mark.parametrize("dtype", [tp.float32, tp.int64, tp.bool])
+def test_diff_repeat_roll_on_cuda(dtype):
+    x = data((5, 9), dtype, seed=13)
+    p = data((5, 2), dtype, seed=14)
+    with on_device("diff", "repeat", "roll"):
+        for kw in ({}, dict(n=2), dict(dim=0), dict(prepend=p), dict(append=p, n=2)):
+            ckw = {k: (cu(v) if isinstance(v, tp.Tensor) else v) for k, v in kw.items()}
+            same(tp.diff(cu(x), **ckw), tp.diff(x, **kw), 1e-6)
+        for reps in [(2, 3), (2, 1, 3), (0, 2)]:
+            same(cu(x).repeat(*reps), x.repeat(*reps))
+            same(cu(x).t().repeat(reps), x.t().repeat(reps))
+        for shifts, dims in [(2, 0), (-3, 1), ((1, 2), (0, 1)), (5, None)]:
+            same(tp.roll(cu(x), shifts, dims), tp.roll(x, shifts, dims))
+
+
+@pytest.mark.parametrize("eq,shapes", [
+    ("ij,jk->ik", [(3, 4), (4, 5)]), ("ij,kj->ik", [(3, 4), (5, 4)]),
+    ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]), ("ij->ji", [(3, 4)]), ("ij->", [(3, 4)]),
+    ("i,j->ij", [(3,), (4,)]), ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)]),
+    ("bhqd,bhkd->bhqk", [(2, 3, 4, 5), (2, 3, 6, 5)]), ("ij,ij->i", [(3, 4), (3, 4)]),
+])
+@pytest.mark.parametrize("dtype", [tp.float32, tp.float64, tp.int64])
+def test_einsum_on_cuda(eq, shapes, dtype):
+    ops = [data(s, dtype, seed=i, special=False) for i, s in enumerate(shapes)]
+    tol = {tp.float32: 1e-5, tp.float64: 1e-12}.get(dtype)
+    with on_device("einsum"):
+        same(tp.einsum(eq, *[cu(o) for o in ops]), tp.einsum(eq, *ops), tol)
+
+
+def test_autograd_through_native_ops_on_cuda():
+    x = data((4, 6), special=False)
+    h = x.clone().requires_grad_()
+    c = cu(x.clone()).requires_grad_()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        (tp.sort(c, 1)[0] * cu(tp.arange(6.0))).sum().backward()
+        (tp.sort(h, 1)[0] * tp.arange(6.0)).sum().backward()
+    same(c.grad, h.grad, 1e-6)

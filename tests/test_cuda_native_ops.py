@@ -1,0 +1,348 @@
+"""Eager CUDA paths of ops the lowering does not serve (tensorplay.cuda.
+_native, _kernels), checked without a GPU:
+
+* every hand-written kernel source compiles to PTX with NVRTC;
+* the algorithms (sort/argsort/topk/median by a bitonic network, integer
+  cumsum and cumprod by a chunked scan, nonzero by count + scan + scatter,
+  index_add by atomicAdd, matmul of float16/bfloat16/integers) run their
+  exact CUDA C on the host (tests/_cuda_emu.py) and equal CPU eager,
+  indices and NaN placement included;
+* the compositions (isclose, allclose, diff, repeat, roll, einsum) equal
+  CPU eager when run on host tensors (on CUDA their parts are kernels).
+
+tests/gpu/test_cuda_native_ops.py compares the same ops on CUDA tensors
+with the CPU on a GPU machine.
+"""
+import math
+import re
+
+import numpy as np
+import pytest
+
+import tensorplay as tp
+from tensorplay import _C
+from tensorplay.cuda import _eager, _kernels as K, _native as N
+
+import _cuda_emu as E
+
+needs_nvrtc = pytest.mark.skipif(not _C.nvrtc_available(),
+                                 reason="libnvrtc not found (pip install nvidia-cuda-nvrtc-cu12)")
+needs_gxx = pytest.mark.skipif(not E.needs_gxx, reason="g++ runs the kernels on the host")
+
+
+@pytest.fixture
+def emu():
+    with E.emulated():
+        yield
+
+
+def data(shape, dtype, seed=0, special=True, lo=-5, hi=5):
+    rng = np.random.default_rng(seed)
+    name = K.dtype_name(dtype)
+    if name == "bool":
+        a = rng.integers(0, 2, size=shape).astype(bool)
+    elif not dtype.is_floating_point:
+        lo2 = 0 if name == "uint8" else lo
+        a = rng.integers(lo2, hi, size=shape)
+    else:
+        a = np.round(rng.standard_normal(shape) * 3, 1)   # ties on purpose
+        if special and a.size >= 6:
+            a.flat[[0, 3, 5]] = [np.nan, np.inf, -np.inf]
+            a.flat[-1] = np.nan
+    if name == "bfloat16":
+        return tp.tensor(a.tolist(), dtype=tp.float32).bfloat16()
+    return tp.tensor(a.tolist(), dtype=dtype)
+
+
+def same(got, want):
+    assert tuple(got.shape) == tuple(want.shape), (got.shape, want.shape)
+    assert got.dtype == want.dtype, (got.dtype, want.dtype)
+    g, w = got, want
+    if K.dtype_name(got.dtype) == "bfloat16":
+        g, w = got.float(), want.float()
+    assert np.array_equal(g.numpy(), w.numpy(), equal_nan=True), (g, w)
+
+
+ALL = [tp.float32, tp.float64, tp.float16, tp.bfloat16, tp.int8, tp.uint8, tp.int16,
+       tp.int32, tp.int64, tp.bool]
+
+
+# ------------------------------------------------------------------ NVRTC
+
+@needs_nvrtc
+def test_every_kernel_source_compiles_to_ptx():
+    """all sources in one translation unit (each in a namespace: one NVRTC
+    run), and one standalone source per kernel family as launched"""
+    srcs = {}
+    for name, src in K.all_sources().items():
+        srcs.setdefault(src, []).append(name)
+    body = [K.PRELUDE]
+    for i, src in enumerate(srcs):
+        body.append(f"namespace k{i} {{\n{src[len(K.PRELUDE):]}\n}}\n")
+    ptx = _C.nvrtc_compile("".join(body), "stax_native_ops.cu", arch="compute_90")
+    for names in srcs.values():
+        for n in names:
+            assert re.search(r"\.entry %s\(" % n, ptx), n
+    for kind, dt in [("sort", "float16"), ("scan", ("int32", "int64", "prod")),
+                     ("index_add", ("float64", "int32")), ("matmul", "bfloat16"), ("nonzero", None)]:
+        for name, src in K.sources(kind, dt).items():
+            assert ".entry " + name in _C.nvrtc_compile(src, name, arch="compute_90")
+            break
+
+
+def test_every_op_row_named_here_exists_in_the_op_table():
+    names = {r["name"] for r in _C._op_table()}
+    assert set(N.OPS) <= names
+    assert set(_eager._NATIVE) == set(N.OPS)
+
+
+def test_launch_arguments_are_checked_without_a_gpu():
+    with pytest.raises((ValueError, TypeError)):
+        _C._cuda_launch(0, (1,), (1,), ())
+    with pytest.raises(TypeError, match="tuple"):
+        _C._cuda_launch(1, [1], (1,), ())
+    with pytest.raises(TypeError, match="bytes"):
+        _C._cuda_function(3, "f")
+    if not tp.cuda.is_available():
+        with pytest.raises(RuntimeError, match="CUDA is not available"):
+            _C._cuda_function(b"", "f")
+
+
+# --------------------------------------------------------- sort and co.
+
+@needs_gxx
+@pytest.mark.parametrize("dtype", ALL)
+def test_sort_argsort_equal_eager(emu, dtype):
+    for shape, dim in [((37,), 0), ((6, 50), 1), ((6, 50), 0), ((3, 4, 17), 1), ((5, 1), 1)]:
+        x = data(shape, dtype, seed=len(shape) + dim)
+        for desc in (False, True):
+            v, i = N.sort(x, dim, desc)
+            want = tp.sort(x, dim, desc)
+            same(v, want.values)
+            same(i, want.indices)
+            same(N.argsort(x, dim, descending=desc), tp.argsort(x, dim, descending=desc))
+    assert type(N.sort(x)).__name__ == "sort"
+
+
+@needs_gxx
+def test_sort_long_rows_and_edge_shapes(emu):
+    x = data((2, 3000), tp.float32, seed=3)
+    same(N.sort(x, -1)[1], tp.sort(x, -1)[1])
+    same(N.sort(x, -1, True)[0], tp.sort(x, -1, True)[0])
+    for e in (tp.empty(3, 0), tp.empty(0, 4), tp.tensor(2.5)):
+        for dim in ((-1, 0) if e.dim() else (0,)):
+            same(N.sort(e, dim)[0], tp.sort(e, dim)[0])
+            same(N.sort(e, dim)[1], tp.sort(e, dim)[1])
+    with pytest.raises(IndexError, match="Dimension out of range"):
+        N.sort(x, 2)
+
+
+@needs_gxx
+@pytest.mark.parametrize("dtype", [tp.float32, tp.float16, tp.int64, tp.bool])
+def test_topk_equals_eager(emu, dtype):
+    x = data((5, 40), dtype, seed=2)
+    for k, dim, largest in [(3, 1, True), (7, 1, False), (5, 0, True), (0, 1, True),
+                            (40, -1, False)]:
+        got, want = N.topk(x, k, dim, largest), tp.topk(x, k, dim, largest)
+        same(got.values, want.values)
+        same(got.indices, want.indices)
+    with pytest.raises(RuntimeError, match="selected index k out of range"):
+        N.topk(x, 41)
+    same(N.topk(tp.tensor(3.0), 1).values, tp.topk(tp.tensor(3.0), 1).values)
+
+
+@needs_gxx
+@pytest.mark.parametrize("dtype", [tp.float32, tp.float64, tp.float16, tp.bfloat16,
+                                   tp.int32, tp.uint8])
+def test_median_equals_eager(emu, dtype):
+    x = data((6, 9), dtype, seed=4)          # float rows: NaNs in rows 0 and 5
+    for dim in (0, 1, -1):
+        for keepdim in (False, True):
+            got, want = N.median(x, dim, keepdim), tp.median(x, dim, keepdim)
+            same(got.values, want.values)
+            same(got.indices, want.indices)
+    same(N.median(x), tp.median(x))
+    same(N.median(x[1:5, 1:8]), tp.median(x[1:5, 1:8]))     # no NaN
+    same(N.median(tp.empty(0, dtype=dtype)), tp.median(tp.empty(0, dtype=dtype)))
+    with pytest.raises(IndexError, match="non-zero size"):
+        N.median(tp.empty(3, 0, dtype=dtype), 1)
+
+
+@needs_gxx
+def test_median_ties_take_the_stable_lower_middle(emu):
+    x = tp.tensor([[3.0, 1.0, 1.0, 1.0, 2.0], [2.0, 2.0, 2.0, 2.0, 2.0]])
+    same(N.median(x, 1).indices, tp.median(x, 1).indices)
+
+
+# ----------------------------------------------------------------- scans
+
+@needs_gxx
+@pytest.mark.parametrize("dtype", [tp.int8, tp.uint8, tp.int16, tp.int32, tp.int64, tp.bool])
+def test_integer_cumsum_and_cumprod_equal_eager(emu, dtype):
+    x = data((7, 1500), dtype, seed=5, lo=-3, hi=4)   # products wrap int64
+    for dim in (0, 1, -1):
+        same(N.cumsum(x, dim), tp.cumsum(x, dim))
+        same(N.cumprod(x, dim), tp.cumprod(x, dim))
+    same(N.cumsum(x, 1, dtype=tp.int32), tp.cumsum(x, 1, dtype=tp.int32))
+    same(N.cumsum(x[:, ::7], 0), tp.cumsum(x[:, ::7], 0))
+    same(N.cumsum(x[0, 0], 0), tp.cumsum(x[0, 0], 0))
+    same(N.cumsum(tp.empty(0, 3, dtype=dtype), 1), tp.cumsum(tp.empty(0, 3, dtype=dtype), 1))
+
+
+@needs_gxx
+@pytest.mark.parametrize("dtype", [tp.float32, tp.float64, tp.float16, tp.bfloat16])
+def test_float_cumprod_matches_eager(emu, dtype):
+    x = data((4, 300), dtype, seed=6, special=False)
+    x = (x * 0.01 + 1).to(dtype)               # products stay finite
+    got, want = N.cumprod(x, 1), tp.cumprod(x, 1)
+    assert got.dtype == want.dtype
+    tol = {tp.float32: 1e-5, tp.float64: 1e-12, tp.float16: 2e-3, tp.bfloat16: 1e-2}[dtype]
+    np.testing.assert_allclose(got.float().numpy(), want.float().numpy(), rtol=tol)
+    nan = tp.tensor([1.0, float("nan"), 2.0, float("inf"), 0.0], dtype=dtype)
+    same(N.cumprod(nan, 0), tp.cumprod(nan, 0))
+    # float cumsum stays with the lowering (its matmul form)
+    assert N.run("cumsum", (x, 1), {}) is NotImplemented
+    same(N.cumsum(x.to(tp.int64), 0, dtype=tp.int64), tp.cumsum(x.to(tp.int64), 0))
+
+
+@needs_gxx
+def test_chunked_scan_covers_uneven_chunks(emu):
+    for n in (1, 31, 32, 33, 1025, 4097):
+        x = tp.arange(n, dtype=tp.int64).reshape(1, n) % 7 - 3
+        same(N.cumsum(x, 1), tp.cumsum(x, 1))
+
+
+# --------------------------------------------------- nonzero, index_add
+
+@needs_gxx
+@pytest.mark.parametrize("dtype", [tp.float32, tp.int32, tp.bool, tp.float16])
+def test_nonzero_equals_eager(emu, dtype):
+    x = data((4, 5, 6), dtype, seed=7)
+    x = tp.where(data((4, 5, 6), tp.bool, seed=8), x, tp.zeros((), dtype=dtype))
+    same(N.nonzero(x), tp.nonzero(x))
+    for a, b in zip(N.nonzero(x, as_tuple=True), tp.nonzero(x, as_tuple=True)):
+        same(a, b)
+    same(N.nonzero(x.transpose(0, 2)), tp.nonzero(x.transpose(0, 2)))
+    for z in (tp.zeros(3, 4, dtype=dtype), tp.ones((), dtype=dtype), tp.zeros((), dtype=dtype),
+              tp.empty(0, 2, dtype=dtype)):
+        same(N.nonzero(z), tp.nonzero(z))
+        for a, b in zip(N.nonzero(z, as_tuple=True), tp.nonzero(z, as_tuple=True)):
+            same(a, b)
+
+
+@needs_gxx
+@pytest.mark.parametrize("dtype", [tp.float32, tp.float64, tp.int32, tp.int64])
+def test_index_add_equals_eager(emu, dtype):
+    x = data((6, 4, 3), dtype, seed=9, special=False)
+    for dim, idx in [(0, [0, 5, 5, 2, -1]), (1, [3, 0, 3]), (2, [2, 2, 2, 1])]:
+        i = tp.tensor(idx)
+        shape = list(x.shape)
+        shape[dim] = len(idx)
+        src = data(tuple(shape), dtype, seed=dim, special=False)
+        alpha = 2 if not dtype.is_floating_point else 0.5
+        same(N.index_add(x, dim, i, src, alpha=alpha), x.index_add(dim, i, src, alpha=alpha))
+        same(N.index_add(x, dim, i.int(), src), x.index_add(dim, i.int(), src))
+        y, y2 = x.clone(), x.clone()
+        r = N.index_add_(y, dim, i, src)
+        y2.index_add_(dim, i, src)
+        assert r is y
+        same(y, y2)
+    # out of range and float16: not this path (the host raises eager's error)
+    assert N.run("index_add", (x, 0, tp.tensor([6]), x[:1]), {}) is NotImplemented
+    assert N.run("index_add", (x.half(), 0, tp.tensor([0]), x[:1].half()), {}) is NotImplemented
+
+
+# ----------------------------------------------------------------- matmul
+
+@needs_gxx
+@pytest.mark.parametrize("dtype", [tp.float16, tp.bfloat16, tp.int8, tp.uint8, tp.int16,
+                                   tp.int32, tp.int64])
+def test_matmul_kernel_equals_eager(emu, dtype):
+    a = data((3, 5, 70), dtype, seed=10, special=False, lo=-40, hi=40)
+    b = data((3, 70, 4), dtype, seed=11, special=False, lo=-40, hi=40)
+    same(N.bmm_kernel(a, b), tp.bmm(a, b))
+    same(N.bmm_kernel(a.transpose(1, 2).contiguous().transpose(1, 2), b), tp.bmm(a, b))
+    same(N.bmm_kernel(a[:, :, :0].contiguous(), b[:, :0].contiguous()),
+         tp.bmm(a[:, :, :0], b[:, :0]))
+    assert N.bmm_kernel(a, a) is NotImplemented
+
+
+def test_batch_shapes_broadcast_as_torch():
+    assert _eager._batch_shape((2, 1), (3,)) == (2, 3)
+    assert _eager._batch_shape((), (4,)) == (4,)
+    assert _eager._batch_shape((2,), (3,)) is None
+
+
+# ----------------------------------------------------------- compositions
+
+@pytest.mark.parametrize("dtype", [tp.float32, tp.float64, tp.float16, tp.int32, tp.bool])
+def test_isclose_allclose_equal_eager(dtype):
+    x = data((5, 8), dtype, seed=12)
+    y = x + (tp.ones((), dtype=dtype) if dtype != tp.bool else tp.zeros((), dtype=dtype))
+    z = data((5, 8), dtype, seed=12) if dtype != tp.bool else ~x
+    for other in (x, y, z, x.flip(0)):
+        for kw in ({}, dict(rtol=0.1, atol=0.5), dict(equal_nan=True), dict(atol=2.0)):
+            same(N.isclose(x, other, **kw), tp.isclose(x, other, **kw))
+            assert N.allclose(x, other, **kw) == tp.allclose(x, other, **kw)
+    same(N.isclose(x, x[0]), tp.isclose(x, x[0]))
+    with pytest.raises(RuntimeError, match="rtol must be greater"):
+        N.isclose(x, x, rtol=-1.0)
+
+
+@pytest.mark.parametrize("dtype", [tp.float32, tp.int64, tp.uint8, tp.bool])
+def test_diff_equals_eager(dtype):
+    x = data((5, 9), dtype, seed=13)
+    p = data((5, 2), dtype, seed=14)
+    for kw in ({}, dict(n=2), dict(dim=0), dict(n=3, dim=0), dict(prepend=p),
+               dict(append=p, n=2), dict(n=0), dict(n=12)):
+        same(N.diff(x, **kw), tp.diff(x, **kw))
+
+
+@pytest.mark.parametrize("reps", [(2, 3), (1, 1), (2, 1, 3), (0, 2), (3, 2, 1, 2)])
+def test_repeat_equals_eager(reps):
+    x = data((3, 4), tp.float32, seed=15)
+    same(N.repeat(x, *reps), x.repeat(*reps))
+    same(N.repeat(x, reps), x.repeat(reps))
+    same(N.repeat(x.t(), reps), x.t().repeat(reps))
+    same(N.repeat(tp.tensor(2.0), (3,)), tp.tensor(2.0).repeat(3))
+
+
+@pytest.mark.parametrize("shifts,dims", [(2, 0), (-3, 1), ((1, 2), (0, 1)), (5, None),
+                                         ((7, -1), (1, 1)), (0, 0), (13, -1)])
+def test_roll_equals_eager(shifts, dims):
+    x = data((4, 6), tp.int64, seed=16)
+    same(N.roll(x, shifts, dims), tp.roll(x, shifts, dims))
+    same(N.roll(x.t(), shifts, dims), tp.roll(x.t(), shifts, dims))
+
+
+@pytest.mark.parametrize("eq,shapes", [
+    ("ij,jk->ik", [(3, 4), (4, 5)]), ("ij,kj->ik", [(3, 4), (5, 4)]),
+    ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]), ("ij->ji", [(3, 4)]), ("ij->", [(3, 4)]),
+    ("ii->i", [(3, 3)]), ("i,i->", [(4,), (4,)]), ("i,j->ij", [(3,), (4,)]),
+    ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)]), ("abc,cd->bd", [(2, 3, 4), (4, 5)]),
+    ("ij,ij->i", [(3, 4), (3, 4)]), ("ik,jk", [(3, 4), (5, 4)]), ("bhqd,bhkd->bhqk",
+                                                                   [(2, 3, 4, 5), (2, 3, 6, 5)]),
+    ("...ij,...jk", [(2, 3, 4), (2, 4, 5)]), ("i,i,i->i", [(3,), (3,), (3,)]),
+])
+@pytest.mark.parametrize("dtype", [tp.float64, tp.int64])
+def test_einsum_equals_eager(eq, shapes, dtype):
+    ops = [data(s, dtype, seed=i, special=False) for i, s in enumerate(shapes)]
+    want = tp.einsum(eq, *ops)
+    got = N.run("einsum", (eq, *ops), {})
+    if "." in eq or "ii" in eq:
+        assert got is NotImplemented     # ellipsis, diagonals: the host
+        return
+    if dtype == tp.float64:
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12, atol=1e-12)
+        assert got.dtype == want.dtype and got.shape == want.shape
+    else:
+        same(got, want)
+    same_list = N.run("einsum", (eq, ops), {})
+    assert np.allclose(same_list.numpy(), want.numpy())
+
+
+def test_unbindable_arguments_go_elsewhere():
+    x = tp.ones(3)
+    assert N.run("sort", (x, 0, False, 7), {}) is NotImplemented
+    assert N.run("roll", (x,), {"bogus": 1}) is NotImplemented
+    assert N.run("not_an_op", (x,), {}) is NotImplemented
