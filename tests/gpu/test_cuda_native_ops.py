@@ -5,7 +5,7 @@ they equal CPU eager, stay on the device and count no host fallback.
 
     sh scripts/gpu/build.sh .gpu python3 -m pytest tests/gpu   # on a GPU machine
 
-Without a GPU, tests/test_cuda_native_ops.py runs the same kernels' CUDA C
+Without a GPU, tests/test_cuda_kernels_host.py runs the same kernels' CUDA C
 on the host and compiles them to PTX.
 """
 import warnings

@@ -315,7 +315,7 @@ def sources(kind, dt):
 
 def all_sources():
     """Every (name, source) this module can launch: NVRTC compiles each to
-    PTX in the test suite (tests/test_cuda_kernels.py)."""
+    PTX in the test suite (tests/test_cuda_kernels_host.py)."""
     out = {}
     for dt in DTYPES:
         out.update(sources("sort", dt))
