@@ -2,7 +2,7 @@
 _native, _kernels), checked without a GPU:
 
 * every hand-written kernel source compiles to PTX with NVRTC;
-* the algorithms (sort/argsort/topk/median by a bitonic network, integer
+* the algorithms (sort/argsort/topk/median/unique by a bitonic network, integer
   cumsum and cumprod by a chunked scan, nonzero by count + scan + scatter,
   index_add by atomicAdd, matmul of float16/bfloat16/integers) run their
   exact CUDA C on the host (tests/_cuda_emu.py) and equal CPU eager,
@@ -84,7 +84,8 @@ def test_every_kernel_source_compiles_to_ptx():
         for n in names:
             assert re.search(r"\.entry %s\(" % n, ptx), n
     for kind, dt in [("sort", "float16"), ("scan", ("int32", "int64", "prod")),
-                     ("index_add", ("float64", "int32")), ("matmul", "bfloat16"), ("nonzero", None)]:
+                     ("index_add", ("float64", "int32")), ("matmul", "bfloat16"), ("nonzero", None),
+                     ("scatter", None)]:
         for name, src in K.sources(kind, dt).items():
             assert ".entry " + name in _C.nvrtc_compile(src, name, arch="compute_90")
             break
@@ -252,6 +253,113 @@ def test_index_add_equals_eager(emu, dtype):
     assert N.run("index_add", (x.half(), 0, tp.tensor([0]), x[:1].half()), {}) is NotImplemented
 
 
+@needs_gxx
+@pytest.mark.parametrize("dtype", [tp.float32, tp.float64, tp.float16, tp.bfloat16, tp.int32,
+                                   tp.uint8, tp.bool])
+def test_unique_equals_eager(emu, dtype):
+    x = data((7, 9), dtype, seed=17, lo=-3, hi=3)    # repeats, several NaNs
+    for kw in ({}, dict(return_inverse=True), dict(return_counts=True),
+               dict(return_inverse=True, return_counts=True), dict(sorted=False)):
+        got, want = N.unique(x, **kw), tp.unique(x, **kw)
+        if isinstance(want, tuple):
+            assert isinstance(got, tuple) and len(got) == len(want)
+            for g, w in zip(got, want):
+                same(g, w)
+        else:
+            same(got, want)
+    for e in (tp.empty(0, 3, dtype=dtype), tp.ones((), dtype=dtype)):
+        for g, w in zip(N.unique(e, return_inverse=True, return_counts=True),
+                        tp.unique(e, return_inverse=True, return_counts=True)):
+            same(g, w)
+    assert N.run("unique", (x,), {"dim": 0}) is NotImplemented
+
+
+# ------------------------------------------------------ advanced indexing
+
+@needs_gxx
+@pytest.mark.parametrize("dtype", [tp.float32, tp.int64, tp.float16, tp.bool])
+def test_mask_and_index_getitem_equal_eager(emu, dtype):
+    x = data((5, 4, 3), dtype, seed=18)
+    m1 = data((5,), tp.bool, seed=19)
+    m2 = data((5, 4), tp.bool, seed=20)
+    m3 = data((5, 4, 3), tp.bool, seed=21)
+    for key in (m1, m2, m3, (m2,), tp.zeros(5, dtype=tp.bool), tp.tensor([4, -1, 0, 0]),
+                tp.tensor([[1, 2], [-5, 3]]), tp.tensor([], dtype=tp.int64)):
+        same(N.getitem(x, key), x[key])
+        same(N.getitem(x.transpose(0, 1).transpose(0, 1), key), x[key])
+    for key in (tp.tensor([5]), data((4,), tp.bool), tp.tensor([0, 1], dtype=tp.int32),
+                (m1, 0), tp.tensor(True)):
+        assert N.device_op("getitem", x, key) is NotImplemented
+
+
+@needs_gxx
+@pytest.mark.parametrize("dtype", [tp.float32, tp.int32, tp.float16, tp.bool])
+def test_mask_setitem_equals_eager(emu, dtype):
+    x = data((5, 4, 3), dtype, seed=22)
+    m1 = data((5,), tp.bool, seed=23)
+    m3 = data((5, 4, 3), tp.bool, seed=24)
+    one = True if dtype == tp.bool else 1
+    for key, value in [(m3, one), (m1, one), (m3, tp.tensor(one, dtype=dtype)),
+                       (m1, data((4, 3), dtype, seed=25)),
+                       (m1, data((int(m1.sum()), 4, 3), dtype, seed=26)),
+                       (m3, data((int(m3.sum()),), dtype, seed=27))]:
+        a, b = x.clone(), x.clone()
+        assert N.device_op("setitem", a, key, value) is None
+        b[key] = value
+        same(a, b)
+    if dtype != tp.bool and not dtype.is_floating_point:
+        assert N.device_op("setitem", x.clone(), m3, 2.5) is NotImplemented   # numpy's cast
+    assert N.device_op("setitem", x.clone(), tp.tensor([0]), one) is NotImplemented
+    assert N.device_op("setitem", x.clone(), m1, data((7, 4, 3), dtype)) is NotImplemented
+
+
+# ------------------------------------------------- conversions and copies
+
+@needs_gxx
+@pytest.mark.parametrize("src", ALL)
+def test_dtype_conversions_equal_the_host(emu, src):
+    x = data((6, 7), src, seed=28, lo=-300, hi=300)
+    for dst in ALL:
+        ok = K.cast_ok(K.dtype_name(src), K.dtype_name(dst)) or src == dst
+        for v in (x, x.t(), x[1:5:2, ::3]):
+            got = N.device_op("to", v, dst)
+            if not ok:
+                assert got is NotImplemented
+                continue
+            same(got, v.to(dst))
+            assert got.is_contiguous()
+    if src in (tp.float16, tp.bfloat16):      # a copy keeps NaN payloads (bits)
+        bits = tp.tensor([0x7E01, 0xFFFF, 0x7C00], dtype=tp.int16).view(src)
+        assert N.device_op("to", bits, src).view(tp.int16).tolist() == \
+            bits.view(tp.int16).tolist()
+
+
+@needs_gxx
+@pytest.mark.parametrize("dtype", [tp.float32, tp.int64, tp.float16, tp.bool])
+def test_copies_into_views_equal_the_host(emu, dtype):
+    base = data((6, 8), dtype, seed=29)
+    cases = [
+        (lambda b: b[:, 1], data((6,), dtype, seed=30)),
+        (lambda b: b.t()[::2], data((4, 6), tp.float32 if dtype != tp.bool else tp.bool, seed=31)),
+        (lambda b: b[1:4], data((8,), tp.int32, seed=32)),               # broadcast + cast
+        (lambda b: b[::2, ::3], True if dtype == tp.bool else 3),
+        (lambda b: b[1:], None),                                         # overlap: b[:-1]
+    ]
+    for view, src in cases:
+        a, h = base.clone(), base.clone()
+        s_a = a[:-1] if src is None else src
+        s_h = h[:-1] if src is None else src
+        if isinstance(s_a, tp.Tensor) and not K.cast_ok(K.dtype_name(s_a.dtype),
+                                                        K.dtype_name(dtype)) \
+                and s_a.dtype != dtype:
+            continue
+        assert N.device_op("copy", view(a), s_a) is None
+        view(h)[...] = s_h            # basic setitem: the tensor room's copy_into
+        same(a, h)
+    assert N.device_op("copy", base.clone()[:, 1], data((5,), dtype)) is NotImplemented
+    assert N.device_op("copy", base.clone().expand(2, 6, 8), base) is NotImplemented
+
+
 # ----------------------------------------------------------------- matmul
 
 @needs_gxx
@@ -323,14 +431,18 @@ def test_roll_equals_eager(shifts, dims):
     ("ij,ij->i", [(3, 4), (3, 4)]), ("ik,jk", [(3, 4), (5, 4)]), ("bhqd,bhkd->bhqk",
                                                                    [(2, 3, 4, 5), (2, 3, 6, 5)]),
     ("...ij,...jk", [(2, 3, 4), (2, 4, 5)]), ("i,i,i->i", [(3,), (3,), (3,)]),
+    ("...ij,jk->...ik", [(2, 2, 3, 4), (4, 5)]), ("i...->...", [(3, 4, 2)]),
+    ("iji->j", [(3, 4, 3)]), ("ii->", [(4, 4)]), ("bii->bi", [(2, 3, 3)]),
+    ("ij...,jk...->ik...", [(2, 3, 4), (3, 5, 4)]), ("...", [(2, 3)]),
+    ("ij,ij->ij", [(3, 1), (3, 4)]),
 ])
 @pytest.mark.parametrize("dtype", [tp.float64, tp.int64])
 def test_einsum_equals_eager(eq, shapes, dtype):
     ops = [data(s, dtype, seed=i, special=False) for i, s in enumerate(shapes)]
     want = tp.einsum(eq, *ops)
     got = N.run("einsum", (eq, *ops), {})
-    if "." in eq or "ii" in eq:
-        assert got is NotImplemented     # ellipsis, diagonals: the host
+    if eq == "ij,ij->ij":
+        assert got is NotImplemented     # size-1 broadcasting: the host
         return
     if dtype == tp.float64:
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12, atol=1e-12)

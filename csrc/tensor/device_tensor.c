@@ -240,6 +240,23 @@ stax_tensor_cuda_item(StaxTensor *t)
     return r;
 }
 
+/* tensorplay.cuda._device_op(what, t, key, value): "getitem" / "setitem"
+ * with an advanced key (boolean masks, integer index tensors), "to" (key:
+ * the dtype), "copy" (key: the source) done by kernels on the device;
+ * NotImplemented where it does not cover the arguments, and then the host
+ * copy below serves them. */
+static PyObject *
+on_device(const char *what, StaxTensor *t, PyObject *key, PyObject *value)
+{
+    PyObject *h = stax_py_registered(STAX_PY_CUDA_DEVICE_OP);
+    if (h == NULL) {            /* _C alone, without the package: the host */
+        PyErr_Clear();
+        return Py_NewRef(Py_NotImplemented);
+    }
+    return PyObject_CallFunction(h, "sOOO", what, (PyObject *)t, key,
+                                 value != NULL ? value : Py_None);
+}
+
 /* dst <- src where either lives on the device: through a host copy of
  * dst's reachable bytes, written back whole (elements dst does not view
  * inside that span are written with what they held) */
@@ -264,7 +281,17 @@ stax_tensor_cuda_copy_into(StaxTensor *dst, PyObject *src)
             }
             Py_RETURN_NONE;
         }
-        s = (PyObject *)stax_tensor_to_device(st, STAX_DEV_CPU);
+    }
+    if (dst->storage->device == STAX_DEV_CUDA) {
+        PyObject *r = on_device("copy", dst, src, NULL);
+        if (r != Py_NotImplemented) {
+            return r;
+        }
+        Py_DECREF(r);
+    }
+    if (StaxTensor_Check(src) && ((StaxTensor *)src)->storage->device
+                                 == STAX_DEV_CUDA) {
+        s = (PyObject *)stax_tensor_to_device((StaxTensor *)src, STAX_DEV_CPU);
     }
     else {
         s = Py_NewRef(src);
@@ -289,14 +316,34 @@ stax_tensor_cuda_copy_into(StaxTensor *dst, PyObject *src)
     return ok;
 }
 
-/* dtype conversion of a CUDA tensor (a host round trip) */
+/* dtype conversion of a CUDA tensor (or a copy): a kernel on the device
+ * where tensorplay.cuda._device_op has one, else a host round trip */
 StaxTensor *
 stax_tensor_cuda_to_dtype(StaxTensor *t, stax_dtype_t dt, int copy)
 {
     StaxTensor *h, *r;
+    PyObject *d;
     if (dt == t->dtype && !copy) {
         return (StaxTensor *)Py_NewRef(t);
     }
+    d = on_device("to", t, stax_dtype_object(dt), NULL);
+    if (d == NULL) {
+        return NULL;
+    }
+    if (d != Py_NotImplemented) {
+        if (!StaxTensor_Check(d)) {
+            Py_DECREF(d);
+            PyErr_SetString(PyExc_TypeError, "tensorplay.cuda._device_op: "
+                            "'to' did not return a tensor");
+            return NULL;
+        }
+        if (t->requires_grad && stax_dtype_is_floating(dt)
+            && stax_grad_enabled()) {
+            stax_tensor_set_result_requires_grad((StaxTensor *)d, 1);
+        }
+        return (StaxTensor *)d;
+    }
+    Py_DECREF(d);
     h = stax_tensor_to_device(t, STAX_DEV_CPU);
     if (h == NULL) {
         return NULL;
@@ -334,11 +381,21 @@ key_to_host(PyObject *key)
 
 /* getitem / setitem with a key that copies (masks, integer tensors) on a
  * CUDA tensor: on the host copy of its reachable bytes */
+
 PyObject *
 stax_tensor_cuda_getitem(StaxTensor *t, PyObject *key)
 {
-    StaxTensor *h = stax_tensor_host_span(t);
-    PyObject *k, *r;
+    StaxTensor *h;
+    PyObject *k, *r = on_device("getitem", t, key, NULL);
+    if (r != Py_NotImplemented) {
+        if (r != NULL && StaxTensor_Check(r) && t->requires_grad
+            && stax_grad_enabled()) {
+            stax_tensor_set_result_requires_grad((StaxTensor *)r, 1);
+        }
+        return r;
+    }
+    Py_DECREF(r);
+    h = stax_tensor_host_span(t);
     if (h == NULL) {
         return NULL;
     }
@@ -367,9 +424,20 @@ stax_tensor_cuda_getitem(StaxTensor *t, PyObject *key)
 int
 stax_tensor_cuda_setitem(StaxTensor *t, PyObject *key, PyObject *value)
 {
-    StaxTensor *h = stax_tensor_host_span(t);
+    StaxTensor *h;
     PyObject *k = NULL, *v = NULL;
     int rc = -1;
+    PyObject *r = on_device("setitem", t, key, value);
+    if (r == NULL) {
+        return -1;
+    }
+    if (r != Py_NotImplemented) {
+        Py_DECREF(r);
+        stax_tensor_bump_version(t);
+        return 0;
+    }
+    Py_DECREF(r);
+    h = stax_tensor_host_span(t);
     if (h == NULL) {
         return -1;
     }

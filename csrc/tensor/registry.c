@@ -12,6 +12,7 @@ static const char *const py_names[STAX_PY_COUNT] = {
     [STAX_PY_REBUILD_TENSOR] = "tensorplay._tensor._rebuild_tensor",
     [STAX_PY_CUDA_DISPATCH] = "tensorplay.cuda._dispatch",
     [STAX_PY_BF16_DISPATCH] = "tensorplay._ops._bf16_dispatch",
+    [STAX_PY_CUDA_DEVICE_OP] = "tensorplay.cuda._device_op",
 };
 _Static_assert(sizeof(py_names) / sizeof(py_names[0]) == STAX_PY_COUNT,
                "one name per registered object");

@@ -322,6 +322,10 @@ typedef enum {
                                  tensors (kernels, cuBLAS, host fallback) */
     STAX_PY_BF16_DISPATCH,    /* tensorplay._ops._bf16_dispatch: eager ops
                                  with a bfloat16 operand (float32 compute) */
+    STAX_PY_CUDA_DEVICE_OP,   /* tensorplay.cuda._device_op: advanced
+                                 indexing, dtype conversion and strided copies
+                                 of CUDA tensors on the device (or
+                                 NotImplemented: a host copy) */
     STAX_PY_COUNT
 } stax_py_key;
 /* borrowed; NULL + RuntimeError when the package has not registered it */

@@ -20,6 +20,7 @@ _C._register("tensorplay.functional", functional)
 _C._register("tensorplay.ops", ops)
 _C._register("tensorplay._tensor._rebuild_tensor", _tensor_mod._rebuild_tensor)
 _C._register("tensorplay.cuda._dispatch", cuda._dispatch)
+_C._register("tensorplay.cuda._device_op", cuda._device_op)
 _C._register("tensorplay._ops._bf16_dispatch", _ops_mod._bf16_dispatch)
 # torch's aliases and small composites (tp.dot, tp.divide, F.logsigmoid, ...)
 from tensorplay import _torch_names as _torch_names_mod  # noqa: E402

@@ -1,4 +1,4 @@
-"""Eager CUDA ops that used to run on the host (sort, argsort, topk, median,
+"""Eager CUDA ops that used to run on the host (sort, argsort, topk, median, unique,
 integer cumsum, cumprod, nonzero, index_add, matmul of float16/bfloat16/
 integers, isclose, allclose, diff, repeat, roll, einsum): on CUDA tensors
 they equal CPU eager, stay on the device and count no host fallback.
@@ -169,6 +169,18 @@ def test_nonzero_on_cuda(dtype):
         same(tp.nonzero(cu(big)), tp.nonzero(big))
 
 
+@pytest.mark.parametrize("dtype", [tp.float32, tp.float16, tp.int32, tp.bool])
+def test_unique_on_cuda(dtype):
+    x = data((7, 9), dtype, seed=17, lo=-3, hi=3)
+    with on_device("unique"):
+        for kw in ({}, dict(return_inverse=True), dict(return_counts=True),
+                   dict(return_inverse=True, return_counts=True)):
+            same(tp.unique(cu(x), **kw), tp.unique(x, **kw))
+        big = data((300000,), dtype, seed=3, lo=-1000, hi=1000)
+        same(tp.unique(cu(big), return_inverse=True, return_counts=True),
+             tp.unique(big, return_inverse=True, return_counts=True))
+
+
 @pytest.mark.parametrize("dtype", [tp.float32, tp.float64, tp.int32, tp.int64])
 def test_index_add_on_cuda(dtype):
     x = data((6, 4, 3), dtype, seed=9, special=False)
@@ -243,6 +255,8 @@ def test_diff_repeat_roll_on_cuda(dtype):
     ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]), ("ij->ji", [(3, 4)]), ("ij->", [(3, 4)]),
     ("i,j->ij", [(3,), (4,)]), ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)]),
     ("bhqd,bhkd->bhqk", [(2, 3, 4, 5), (2, 3, 6, 5)]), ("ij,ij->i", [(3, 4), (3, 4)]),
+    ("...ij,jk->...ik", [(2, 2, 3, 4), (4, 5)]), ("iji->j", [(3, 4, 3)]),
+    ("bii->bi", [(2, 3, 3)]), ("ii->", [(4, 4)]),
 ])
 @pytest.mark.parametrize("dtype", [tp.float32, tp.float64, tp.int64])
 def test_einsum_on_cuda(eq, shapes, dtype):
@@ -250,6 +264,64 @@ def test_einsum_on_cuda(eq, shapes, dtype):
     tol = {tp.float32: 1e-5, tp.float64: 1e-12}.get(dtype)
     with on_device("einsum"):
         same(tp.einsum(eq, *[cu(o) for o in ops]), tp.einsum(eq, *ops), tol)
+
+
+@pytest.mark.parametrize("dtype", [tp.float32, tp.int64, tp.float16, tp.bool])
+def test_mask_and_index_tensor_indexing_on_cuda(dtype):
+    from tensorplay.cuda import _native
+    x = data((5, 4, 3), dtype, seed=18)
+    m1, m2, m3 = (data(s, tp.bool, seed=19 + i) for i, s in enumerate([(5,), (5, 4), (5, 4, 3)]))
+    served = dict(_native.on_device)
+    for key in (m1, m2, m3, tp.zeros(5, dtype=tp.bool), tp.tensor([4, -1, 0, 0]),
+                tp.tensor([[1, 2], [-5, 3]])):
+        same(cu(x)[cu(key)], x[key])
+    assert _native.on_device.get("getitem", 0) == served.get("getitem", 0) + 6
+    one = True if dtype == tp.bool else 1
+    for key, value in [(m3, one), (m1, one), (m1, data((4, 3), dtype, seed=25)),
+                       (m3, data((int(m3.sum()),), dtype, seed=27))]:
+        c, h = cu(x), x.clone()
+        v0 = c._version
+        c[cu(key)] = cu(value) if isinstance(value, tp.Tensor) else value
+        h[key] = value
+        same(c, h)
+        assert c._version > v0
+    assert _native.on_device.get("setitem", 0) == served.get("setitem", 0) + 4
+    with pytest.raises(IndexError):
+        cu(x)[cu(tp.tensor([5]))]            # the host path raises eager's error
+
+
+@pytest.mark.parametrize("src", ALL)
+def test_dtype_conversions_on_cuda(src):
+    from tensorplay.cuda import _kernels as K, _native
+    x = data((6, 7), src, seed=28, lo=-300, hi=300)
+    for dst in ALL:
+        on = src != dst and K.cast_ok(K.dtype_name(src), K.dtype_name(dst))
+        for view in (lambda t: t, lambda t: t.t(), lambda t: t[1:5:2, ::3]):
+            served = _native.on_device.get("to", 0)
+            same(view(cu(x)).to(dst), view(x).to(dst))
+            if on:
+                assert _native.on_device.get("to", 0) == served + 1
+
+
+@pytest.mark.parametrize("dtype", [tp.float32, tp.int64, tp.float16, tp.bool])
+def test_copies_into_cuda_views(dtype):
+    from tensorplay.cuda import _native
+    base = data((6, 8), dtype, seed=29)
+    other = tp.float32 if dtype != tp.bool else tp.bool
+    served = _native.on_device.get("copy", 0)
+    c, h = cu(base), base.clone()
+    c[:, 1] = cu(data((6,), dtype, seed=30))
+    h[:, 1] = data((6,), dtype, seed=30)
+    c.t()[::2].copy_(cu(data((4, 6), other, seed=31)))
+    h.t()[::2].copy_(data((4, 6), other, seed=31))
+    c[::2, ::3] = True if dtype == tp.bool else 3
+    h[::2, ::3] = True if dtype == tp.bool else 3
+    c[1:] = c[:-1].clone()
+    h[1:] = h[:-1].clone()
+    c[1:] = c[:-1]                                    # overlapping
+    h[1:] = h[:-1]
+    same(c, h)
+    assert _native.on_device.get("copy", 0) >= served + 5
 
 
 def test_autograd_through_native_ops_on_cuda():

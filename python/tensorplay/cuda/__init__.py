@@ -139,9 +139,10 @@ class device:
 
 
 # ---------------------------------------------------------------- eager ops
-from tensorplay.cuda import _eager  # noqa: E402
+from tensorplay.cuda import _eager, _native  # noqa: E402
 
 _dispatch = _eager.dispatch
+_device_op = _native.device_op
 host_fallbacks = _eager.host_fallbacks
 set_strict = _eager.set_strict
 del threading, warnings

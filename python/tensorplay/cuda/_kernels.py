@@ -223,6 +223,71 @@ extern "C" __global__ void nonzero_scatter(const unsigned char *__restrict__ fla
 }
 """
 
+# unique's inverse: out[idx[i]] = src[i] (idx a permutation: no two
+# threads write one element)
+SCATTER = r"""
+extern "C" __global__ void scatter_i64(i64 *__restrict__ out, const i64 *__restrict__ idx,
+    const i64 *__restrict__ src, i64 n)
+{
+    STAX_LOOP(i, n) { out[idx[i]] = src[i]; }
+}
+"""
+
+# x[mask] = v: row idx[i] of out (rows of `inner` elements, contiguous)
+# takes row i of src; the rows of a mask are distinct
+PUT_ROWS = r"""
+extern "C" __global__ void put_rows_@(S *__restrict__ out, const i64 *__restrict__ rows,
+    const S *__restrict__ src, i64 count, i64 inner)
+{
+    STAX_LOOP(t, count * inner) {
+        i64 i = t / inner, q = t - i * inner;
+        out[rows[i] * inner + q] = src[t];
+    }
+}
+"""
+
+# dtype conversion and copies between layouts: out[o] = x[i] converted,
+# for each index of sizes meta[0:nd], i and o its offsets by the strides
+# meta[nd:2nd] (x) and meta[2nd:3nd] (out); nd = 0: both contiguous.
+# Conversions are C's (round to nearest; integers wrap), which are NumPy's
+# astype for the pairs cast_ok admits; to bool: != 0 (NaN is True).
+CAST = r"""
+extern "C" __global__ void cast_@(const SI *__restrict__ x, S *__restrict__ out,
+    const i64 *__restrict__ meta, i64 nd, i64 n)
+{
+    STAX_LOOP(t, n) {
+        i64 i = t, o = t;
+        if (nd > 0) {
+            i64 rest = t;
+            i = 0; o = 0;
+            for (i64 d = nd - 1; d >= 0; d--) {
+                i64 c = rest % meta[d];
+                rest /= meta[d];
+                i += c * meta[nd + d];
+                o += c * meta[2 * nd + d];
+            }
+        }
+        out[o] = @CONV;
+    }
+}
+"""
+
+_INTS = ("int8", "uint8", "int16", "int32", "int64", "bool")
+
+
+def cast_ok(src, dst):
+    """dtype pairs whose conversion the cast kernel does exactly as the
+    host: not float -> integer (out of range and NaN are undefined in C
+    and differ between NumPy and the GPU), not float64 or int32/int64 ->
+    float16/bfloat16 (two roundings through float)."""
+    if src not in DTYPES or dst not in DTYPES:
+        return False
+    if src in FLOATS and dst in _INTS and dst != "bool":
+        return False
+    if dst in ("float16", "bfloat16") and src in ("float64", "int32", "int64"):
+        return False
+    return True
+
 # ------------------------------------------------------------ index_add
 # out (outer, n, inner) += alpha * src (outer, m, inner) at index[j] along
 # the middle dim. atomicAdd: float32/float64 (the order of additions to
@@ -284,6 +349,15 @@ def sources(kind, dt):
     (a dtype name; for "scan" a (dtype, op) pair; "nonzero": None)."""
     if kind == "nonzero":
         return {"nonzero_scatter": PRELUDE + NONZERO}
+    if kind == "scatter":
+        return {"scatter_i64": PRELUDE + SCATTER}
+    if kind == "cast":
+        src, dst = dt
+        conv = "(S)(LDI(x[i]) != 0)" if dst == "bool" else "ST((A)LDI(x[i]))"
+        return {f"cast_{src}_{dst}": PRELUDE + _types(dst) + _in_types(src)
+                + CAST.replace("@CONV", conv).replace("_@", f"_{src}_{dst}")}
+    if kind == "put_rows":
+        return {f"put_rows_{dt}": PRELUDE + _types(dt) + PUT_ROWS.replace("_@", "_" + dt)}
     if kind == "scan":
         idt, dt, op = dt
         acc = _scan_acc(dt)
@@ -319,6 +393,7 @@ def all_sources():
     out = {}
     for dt in DTYPES:
         out.update(sources("sort", dt))
+        out.update(sources("put_rows", dt))
         for op in ("sum", "prod"):
             if dt != "bool":
                 out.update(sources("scan", (dt, dt, op)))
@@ -330,6 +405,11 @@ def all_sources():
     for dt in ("float16", "bfloat16", "int8", "uint8", "int16", "int32", "int64"):
         out.update(sources("matmul", dt))
     out.update(sources("nonzero", None))
+    out.update(sources("scatter", None))
+    for a in DTYPES:
+        for b in DTYPES:
+            if cast_ok(a, b):
+                out.update(sources("cast", (a, b)))
     return out
 
 

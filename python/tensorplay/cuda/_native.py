@@ -252,6 +252,44 @@ def nonzero(input, *, as_tuple=False):
     return out
 
 
+# ----------------------------------------------------------------- unique
+
+def unique(input, sorted=True, return_inverse=False, return_counts=False, dim=None):
+    """eager's np.unique of the flattened input: sorted values (NaNs one
+    value, last), the inverse (input's shape), the counts. The sort's
+    permutation, a "new value" flag per sorted element, its scan (group
+    ids, one synchronization for their number), the group starts by
+    nonzero, values gathered at the starts, the inverse scattered back."""
+    tp = _tp()
+    if dim is not None or _dt(input) not in K.DTYPES:
+        raise _Skip
+    f = input.reshape(-1)
+    N = f.numel()
+    if N == 0:
+        out = [input.reshape(0).clone()]
+        if return_inverse:
+            out.append(_empty(tuple(input.shape), tp.int64, input))
+        if return_counts:
+            out.append(_empty((0,), tp.int64, input))
+        return out[0] if len(out) == 1 else tuple(out)
+    sv, perm = _sort_impl(f, 0, False)
+    new = sv[1:] != sv[:-1]
+    if sv.dtype.is_floating_point:
+        new = new & ~(sv[1:].isnan() & sv[:-1].isnan())
+    flag = tp.cat([tp.ones(1, dtype=tp.bool, device=f.device), new])
+    starts = nonzero(flag)[:, 0].contiguous()
+    out = [sv.index_select(0, starts)]
+    if return_inverse:
+        gid = _scan_rows(flag.reshape(1, N), 1, N, "sum", tp.int64).reshape(-1) - 1
+        inv = _empty((N,), tp.int64, f)
+        K.launch("scatter", None, "scatter_i64", N, inv, perm, gid.contiguous(), N)
+        out.append(inv.reshape(tuple(input.shape)))
+    if return_counts:
+        ends = tp.cat([starts[1:], tp.full((1,), N, dtype=tp.int64, device=f.device)])
+        out.append(ends - starts)
+    return out[0] if len(out) == 1 else tuple(out)
+
+
 # ------------------------------------------------------------- index_add
 
 def _index_add(input, dim, index, source, alpha):
@@ -417,10 +455,11 @@ def roll(input, shifts, dims=None):
 
 
 def einsum(equation, *operands):
-    """pairwise contractions as batched matmuls: each operand's letters
-    seen nowhere else are summed first; two operands become (batch, m, k)
-    @ (batch, k, n). No ellipsis, no repeated letter in one operand, no
-    broadcasting of size-1 dims (those: NotImplemented)."""
+    """pairwise contractions as batched matmuls: repeated letters of one
+    operand become its diagonal, `...` one letter per broadcast dim (right
+    aligned, as NumPy), each operand's letters seen nowhere else are summed
+    first; two operands become (batch, m, k) @ (batch, k, n). Size-1 dims
+    that would broadcast against a longer one: NotImplemented."""
     tp = _tp()
     if not isinstance(equation, str):
         raise _Skip
@@ -428,16 +467,56 @@ def einsum(equation, *operands):
         operands = tuple(operands[0])
     if not operands or not all(_is_t(t) for t in operands):
         raise _Skip
+    originals = operands
     eq = equation.replace(" ", "")
-    if "." in eq:
-        raise _Skip
     lhs, arrow, rhs = eq.partition("->")
     ins = lhs.split(",")
-    if len(ins) != len(operands) or any(len(s) != len(set(s)) for s in ins):
+    if len(ins) != len(operands):
+        raise _Skip
+    # `...`: fresh upper-case letters (the equation's own must be lower case)
+    if any(c.isupper() for c in eq):
+        raise _Skip
+    ne = 0
+    for s_, t in zip(ins, operands):
+        if "..." in s_:
+            ne = max(ne, t.dim() - (len(s_) - 3))
+    if ne < 0 or ne > 26:
+        raise _Skip
+    ell = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[:ne]
+    fixed = []
+    for s_, t in zip(ins, operands):
+        if "..." in s_:
+            k = t.dim() - (len(s_) - 3)
+            if k < 0 or s_.count("...") != 1:
+                raise _Skip
+            s_ = s_.replace("...", ell[ne - k:])
+        fixed.append(s_)
+    ins = fixed
+    if "." in "".join(ins) or (rhs.count(".") not in (0, 3)):
         raise _Skip
     if not arrow:
         allc = "".join(ins)
-        rhs = "".join(sorted(c for c in set(allc) if allc.count(c) == 1))
+        rhs = ell + "".join(sorted(c for c in set(allc)
+                                   if allc.count(c) == 1 and c.islower()))
+    else:
+        rhs = rhs.replace("...", ell)
+    # a letter twice in one operand: its diagonal (a view; the letter moves
+    # last, as Tensor.diagonal puts it)
+    ops, subs = [], []
+    for s_, t in zip(ins, operands):
+        if len(s_) != t.dim():
+            raise _Skip
+        while len(set(s_)) != len(s_):
+            c = next(c for c in s_ if s_.count(c) > 1)
+            i = s_.index(c)
+            j = s_.index(c, i + 1)
+            if t.shape[i] != t.shape[j]:
+                raise _Skip
+            t = t.diagonal(0, i, j)
+            s_ = "".join(x for k, x in enumerate(s_) if k not in (i, j)) + c
+        ops.append(t)
+        subs.append(s_)
+    operands, ins = tuple(ops), subs
     if len(rhs) != len(set(rhs)) or not all(c.isalpha() for c in "".join(ins) + rhs):
         raise _Skip
     dt = operands[0].dtype
@@ -488,12 +567,212 @@ def einsum(equation, *operands):
         t = r.reshape(tuple(size[c] for c in s))
     s, t = reduce_alone(s, t, set(rhs))
     r = t.permute([s.index(c) for c in rhs]) if s != rhs else t
-    return r.contiguous() if r is not operands[0] else r.clone()
+    r = r.contiguous()
+    if r.numel() and any(o.numel() and _overlap(r, o) for o in originals):
+        r = r.clone()                    # only views were taken: a copy, as eager
+    return r
+
+
+# ------------------------------------------------------- advanced indexing
+
+def _one_key(key, t):
+    """the index tensor of x[key] / x[key] = v, on t's device; else _Skip"""
+    if isinstance(key, tuple) and len(key) == 1:
+        key = key[0]
+    if not _is_t(key) or key.device != t.device:
+        raise _Skip
+    return key
+
+
+def _mask_rows(key, t):
+    """(row numbers of the True elements of the bool mask key, the shape
+    of one row) for t viewed as (rows of key's elements, rest)"""
+    k = key.dim()
+    if k == 0 or k > t.dim() or tuple(key.shape) != tuple(t.shape[:k]):
+        raise _Skip                      # the host raises eager's IndexError
+    return nonzero(key.reshape(-1))[:, 0].contiguous(), tuple(t.shape[k:])
+
+
+def getitem(t, key):
+    """x[mask] (a bool tensor over x's leading dims): the True rows, by
+    nonzero and index_select; x[index] (an int64 tensor): index_select of
+    dim 0, negative indices wrapped, out-of-range ones left to the host
+    (eager's IndexError)"""
+    tp = _tp()
+    key = _one_key(key, t)
+    if key.dtype == tp.bool:
+        rows, rest = _mask_rows(key, t)
+        return t.reshape((-1,) + rest).index_select(0, rows)
+    if key.dtype != tp.int64 or t.dim() == 0:
+        raise _Skip
+    n = t.shape[0]
+    idx = key.reshape(-1)
+    if idx.numel() and bool(((idx < -n) | (idx >= n)).any()):
+        raise _Skip
+    idx = tp.where(idx < 0, idx + n, idx)
+    return t.index_select(0, idx).reshape(tuple(key.shape) + tuple(t.shape[1:]))
+
+
+def setitem(t, key, value):
+    """x[mask] = number (or 0-d tensor): masked_fill_ with the mask
+    broadcast over the rest; x[mask] = tensor: its rows (broadcast to
+    (count, rest), t's dtype) written to the True rows of a contiguous x"""
+    tp = _tp()
+    key = _one_key(key, t)
+    if key.dtype != tp.bool:
+        raise _Skip
+    if _is_t(value) and value.dim() == 0 and (value.device == t.device or not value.is_cuda):
+        value = value.item()
+    if isinstance(value, (bool, int, float)):
+        ok = (t.dtype.is_floating_point or (t.dtype != tp.bool and not isinstance(value, float))
+              or isinstance(value, bool))
+        k = key.dim()
+        if not ok or k == 0 or k > t.dim() or tuple(key.shape) != tuple(t.shape[:k]):
+            raise _Skip
+        t.masked_fill_(key.reshape(tuple(key.shape) + (1,) * (t.dim() - k)), value)
+        return None
+    if not _is_t(value) or value.device != t.device or value.dtype != t.dtype \
+            or not t.is_contiguous() or _dt(t) not in K.DTYPES:
+        raise _Skip
+    rows, rest = _mask_rows(key, t)
+    count = rows.numel()
+    try:
+        src = value.expand((count,) + rest).contiguous()
+    except Exception:  # noqa: BLE001 - shapes: the host raises eager's error
+        raise _Skip from None
+    inner = math.prod(rest)
+    dt = _dt(t)
+    K.launch("put_rows", dt, f"put_rows_{dt}", count * inner, t, rows, src, count, inner)
+    return None
+
+
+# ------------------------------------------------- conversions and copies
+
+def _strides_meta(shape, *stride_lists, like):
+    """the cast kernel's (meta tensor, nd): sizes then each stride list"""
+    tp = _tp()
+    vals = list(shape)
+    for st in stride_lists:
+        vals += list(st)
+    return tp.tensor(vals, dtype=tp.int64).to(like.device), len(shape)
+
+
+def _contig_strides(shape):
+    st, acc = [], 1
+    for n in reversed(shape):
+        st.append(acc)
+        acc *= max(n, 1)
+    return tuple(reversed(st))
+
+
+_BITS = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
+
+
+def _cast_pair(src, dst, isz):
+    """the cast kernel's (src, dst) names: a copy within one dtype moves
+    bits (NaN payloads kept, as the host's copy)"""
+    if src == dst:
+        return _BITS[isz], _BITS[isz]
+    if not K.cast_ok(src, dst):
+        raise _Skip
+    return src, dst
+
+
+def to_dtype(t, dtype):
+    """t converted to dtype (a contiguous copy; same dtype: clone), read
+    through t's strides: no .contiguous() here, which comes back to this"""
+    tp = _tp()
+    src, dst = _cast_pair(_dt(t), K.dtype_name(dtype), t.element_size())
+    shape = tuple(t.shape)
+    out = _empty(shape, dtype, t)
+    n = t.numel()
+    if n == 0:
+        return out
+    if t.is_contiguous():
+        meta, nd = out, 0
+    else:
+        meta, nd = _strides_meta(shape, t.stride(), _contig_strides(shape), like=t)
+    K.launch("cast", (src, dst), f"cast_{src}_{dst}", n, t, out, meta, nd, n)
+    return out
+
+
+def _span(t):
+    """[first, last] byte address t can reach"""
+    isz = t.element_size()
+    hi = sum((n - 1) * s for n, s in zip(t.shape, t.stride()) if n > 0)
+    return t.data_ptr(), t.data_ptr() + hi * isz + isz - 1
+
+
+def _overlap(a, b):
+    x, y = _span(a), _span(b)
+    return x[0] <= y[1] and y[0] <= x[1]
+
+
+def copy_into(dst, src):
+    """dst[...] = src (a tensor of any dtype broadcast to dst, or a
+    number), converted and written through dst's strides in one kernel"""
+    tp = _tp()
+    if dst.numel() == 0:
+        return None
+    if any(s == 0 and n > 1 for n, s in zip(dst.shape, dst.stride())):
+        raise _Skip                      # dst writes one element twice
+    if isinstance(src, (bool, int, float)) and not _is_t(src):
+        if isinstance(src, float) and not dst.dtype.is_floating_point:
+            raise _Skip
+        if not isinstance(src, bool) and dst.dtype == tp.bool:
+            raise _Skip
+        src = tp.full((), src, dtype=dst.dtype)
+    if not _is_t(src):
+        raise _Skip
+    if src.device != dst.device:
+        src = src.to(dst.device)
+    sd, dd = _cast_pair(_dt(src), _dt(dst), dst.element_size())
+    try:
+        s = src.expand(tuple(dst.shape))
+    except Exception:  # noqa: BLE001 - the host raises eager's error
+        raise _Skip from None
+    if src.numel() and _overlap(s, dst):
+        s = s.clone()                    # overlapping: read a copy
+    shape = tuple(dst.shape)
+    meta, nd = _strides_meta(shape, s.stride(), dst.stride(), like=dst)
+    n = dst.numel()
+    K.launch("cast", (sd, dd), f"cast_{sd}_{dd}", n, s, dst, meta, nd, n)
+    return None
+
+
+def device_op(what, t, key=None, value=None):
+    """the tensor room's hook for what it would otherwise do through a host
+    copy of a CUDA tensor: "getitem" (advanced index key) -> result,
+    "setitem" -> None, "to" (key: the dtype) -> the converted copy, "copy"
+    (key: the source) -> None; NotImplemented for what this does not cover
+    (the host serves it)"""
+    prev = _C.is_grad_enabled()
+    _C._set_grad_enabled(False)
+    try:
+        if what == "getitem":
+            r = getitem(t, key)
+        elif what == "setitem":
+            r = setitem(t, key, value)
+        elif what == "to":
+            r = to_dtype(t, key)
+        elif what == "copy":
+            r = copy_into(t, key)
+        else:
+            return NotImplemented
+        on_device[what] = on_device.get(what, 0) + 1
+        return r
+    except _Skip:
+        return NotImplemented
+    finally:
+        _C._set_grad_enabled(prev)
+
+
+on_device = {}    # what -> calls of device_op served on the device (tests)
 
 
 OPS = {
     "sort": sort, "argsort": argsort, "topk": topk, "median": median,
-    "cumsum": cumsum, "cumprod": cumprod, "nonzero": nonzero,
+    "cumsum": cumsum, "cumprod": cumprod, "nonzero": nonzero, "unique": unique,
     "index_add": index_add, "index_add_": index_add_,
     "isclose": isclose, "allclose": allclose, "diff": diff, "repeat": repeat,
     "roll": roll, "einsum": einsum,
