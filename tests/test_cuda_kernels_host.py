@@ -360,6 +360,50 @@ def test_copies_into_views_equal_the_host(emu, dtype):
     assert N.device_op("copy", base.clone().expand(2, 6, 8), base) is NotImplemented
 
 
+@needs_gxx
+@pytest.mark.parametrize("dtype", [tp.float32, tp.float16, tp.int64, tp.bool])
+def test_flip_equals_eager(emu, dtype):
+    x = data((4, 5, 6), dtype, seed=33)
+    for v in (x, x.transpose(0, 2), x[1:, ::2]):
+        for dims in ([0], [2], [0, 1], [-1, 0, 1], []):
+            same(N.flip(v, dims), tp.flip(v, dims))
+        same(N.flip(v, 1), v.flip(1))
+        same(N.flip(v), tp.flip(v))
+    same(N.flip(tp.empty(0, 3, dtype=dtype), [0]), tp.flip(tp.empty(0, 3, dtype=dtype), [0]))
+    assert N.run("flip", (x, [0, 0]), {}) is NotImplemented
+
+
+@needs_gxx
+def test_masked_select_and_one_hot_equal_eager(emu):
+    x = data((4, 5), tp.float32, seed=34)
+    for m in (data((4, 5), tp.bool, seed=35), data((5,), tp.bool, seed=36),
+              data((4, 1), tp.bool, seed=37), tp.zeros(4, 5, dtype=tp.bool)):
+        same(N.masked_select(x, m), tp.masked_select(x, m))
+        same(N.masked_select(x[:1], m), tp.masked_select(x[:1], m))
+    i = tp.tensor([[0, 3], [2, 2]])
+    same(N.one_hot(i), tp.nn.functional.one_hot(i))
+    assert N.run("one_hot", (tp.tensor([-1, 2]),), {}) is NotImplemented
+    assert N.run("one_hot", (i, 5), {}) is NotImplemented       # the generated kernel
+
+
+@pytest.mark.parametrize("name,args", [
+    ("cumsum_", (1,)), ("cumprod_", (0,)),
+    ("scatter_", (1, tp.tensor([[0, 1], [2, 0], [1, 1]]), tp.ones(3, 2, dtype=tp.int32))),
+    ("scatter_add_", (0, tp.tensor([[0, 1, 2, 0]]), tp.ones(1, 4, dtype=tp.int32))),
+    ("scatter_reduce_", (1, tp.tensor([[0, 0], [1, 3], [2, 2]]), tp.ones(3, 2, dtype=tp.int32) * 7,
+                         "amax")),
+    ("index_copy_", (0, tp.tensor([2, 0]), tp.ones(2, 4, dtype=tp.int32) * 9)),
+    ("index_fill_", (1, tp.tensor([3, 1]), 5)),
+])
+def test_in_place_twins_equal_eager(name, args):
+    x = data((3, 4), tp.int32, seed=38)
+    a, b = x.clone(), x.clone()
+    r = N.OPS[name](a, *args)
+    getattr(b, name)(*args)
+    assert r is a
+    same(a, b)
+
+
 # ----------------------------------------------------------------- matmul
 
 @needs_gxx

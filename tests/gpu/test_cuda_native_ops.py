@@ -324,6 +324,36 @@ def test_copies_into_cuda_views(dtype):
     assert _native.on_device.get("copy", 0) >= served + 5
 
 
+@pytest.mark.parametrize("dtype", [tp.float32, tp.float16, tp.int64, tp.bool])
+def test_flip_masked_select_one_hot_on_cuda(dtype):
+    x = data((4, 5, 6), dtype, seed=33)
+    with on_device("flip", "masked_select", "one_hot"):
+        for view in (lambda t: t, lambda t: t.transpose(0, 2), lambda t: t[1:, ::2]):
+            for dims in ([0], [2], [0, 1], [-1, 0, 1]):
+                same(tp.flip(view(cu(x)), dims), tp.flip(view(x), dims))
+        m = data((5, 6), tp.bool, seed=36)
+        same(tp.masked_select(cu(x), cu(m)), tp.masked_select(x, m))
+        i = tp.tensor([[0, 3], [2, 2]])
+        same(tp.nn.functional.one_hot(cu(i)), tp.nn.functional.one_hot(i))
+
+
+@pytest.mark.parametrize("name,args", [
+    ("cumsum_", (1,)), ("cumprod_", (0,)),
+    ("scatter_", (1, tp.tensor([[0, 1], [2, 0], [1, 1]]), tp.ones(3, 2, dtype=tp.int32))),
+    ("scatter_add_", (0, tp.tensor([[0, 1, 2, 0]]), tp.ones(1, 4, dtype=tp.int32))),
+    ("index_copy_", (0, tp.tensor([2, 0]), tp.ones(2, 4, dtype=tp.int32) * 9)),
+    ("index_fill_", (1, tp.tensor([3, 1]), 5)),
+])
+def test_in_place_twins_on_cuda(name, args):
+    x = data((3, 4), tp.int32, seed=38)
+    c, h = cu(x), x.clone()
+    with on_device(name):
+        r = getattr(c, name)(*[cu(a) if isinstance(a, tp.Tensor) else a for a in args])
+        getattr(h, name)(*args)
+    assert r is c
+    same(c, h)
+
+
 def test_autograd_through_native_ops_on_cuda():
     x = data((4, 6), special=False)
     h = x.clone().requires_grad_()

@@ -13,7 +13,8 @@ tests/_cuda_emu.py compiles it with g++ behind a small shim), and compile
 it to PTX with NVRTC, without a GPU.
 
 A kernel's parameters are all 8 bytes: tensors pass their data address
-(``T *``), ints a ``long long``, floats a ``double``.
+(``T *``), ints a ``long long`` (or an address: flip passes one inside a
+tensor), floats a ``double``.
 """
 import functools
 
@@ -415,6 +416,7 @@ def all_sources():
 
 # ------------------------------------------------------------- launching
 
+_images = {}           # source -> CUBIN for the device (one NVRTC run per source)
 _functions = {}        # (name, source) -> CUfunction handle
 _launcher = [None]     # tests: a host emulator (name, source, grid, block, args)
 
@@ -432,7 +434,10 @@ def _function(name, src):
     key = (name, src)
     f = _functions.get(key)
     if f is None:
-        img = _C.nvrtc_compile(src, name, arch=_C.cuda_arch())
+        img = _images.get(src)
+        if img is None:
+            img = _images[src] = _C.nvrtc_compile(src, "stax_native.cu",
+                                                  arch=_C.cuda_arch())
         f = _functions[key] = _C._cuda_function(img, name)
     return f
 

@@ -770,13 +770,100 @@ def device_op(what, t, key=None, value=None):
 on_device = {}    # what -> calls of device_op served on the device (tests)
 
 
+# ------------------------------------------- more compositions and copies
+
+def flip(input, *dims, **kw):
+    """one strided copy: the source read from its last element along each
+    flipped dim with that stride negated (an address passed as an int)"""
+    if "dims" in kw:
+        dims = (kw.pop("dims"),)
+    if kw:
+        raise _Skip
+    nd = input.dim()
+    if len(dims) == 1 and isinstance(dims[0], (list, tuple)):
+        # eager: an empty list flips every dim (no dims at all: none)
+        dims = tuple(dims[0]) if len(dims[0]) else tuple(range(nd))
+    ds = [_wrap_dim(d, nd) for d in dims]
+    if len(set(ds)) != len(ds):
+        raise _Skip                      # eager's error
+    shape = tuple(input.shape)
+    out = _empty(shape, input.dtype, input)
+    n = input.numel()
+    if n == 0:
+        return out
+    isz = input.element_size()
+    st = list(input.stride())
+    base = input.data_ptr()
+    for d in ds:
+        base += (shape[d] - 1) * st[d] * isz
+        st[d] = -st[d]
+    a, b = _cast_pair(_dt(input), _dt(input), isz)
+    meta, k = _strides_meta(shape, st, _contig_strides(shape), like=input)
+    K.launch("cast", (a, b), f"cast_{a}_{b}", n, base, out, meta, k, n)
+    return out
+
+
+def _broadcast(sa, sb):
+    n = max(len(sa), len(sb))
+    sa, sb = (1,) * (n - len(sa)) + tuple(sa), (1,) * (n - len(sb)) + tuple(sb)
+    out = []
+    for x, y in zip(sa, sb):
+        if x != y and 1 not in (x, y):
+            raise _Skip                  # eager's error
+        out.append(y if x == 1 else x)
+    return tuple(out)
+
+
+def masked_select(input, mask):
+    """the elements where the (broadcast) mask is True, 1-D: nonzero of the
+    flat mask, index_select of the flat input (eager's value gate, here one
+    synchronization for the count)"""
+    tp = _tp()
+    if not _is_t(mask) or mask.dtype != tp.bool or mask.device != input.device:
+        raise _Skip
+    shape = _broadcast(input.shape, mask.shape)
+    x = input.expand(shape).reshape(-1)
+    rows = nonzero(mask.expand(shape).reshape(-1))[:, 0].contiguous()
+    return x.index_select(0, rows)
+
+
+def one_hot(input, num_classes=-1):
+    """num_classes=-1: the class count from the data (one synchronization),
+    then the generated kernel of one_hot(input, count)"""
+    tp = _tp()
+    if (isinstance(num_classes, bool) or num_classes != -1 or not _is_t(input)
+            or input.dtype != tp.int64 or input.numel() == 0):
+        raise _Skip
+    if int(input.min().item()) < 0:
+        raise _Skip                      # eager's error
+    return tp.nn.functional.one_hot(input, int(input.max().item()) + 1)
+
+
+def _inplace_twin(base):
+    """op_(x, ...) as x.copy_(op(x, ...)): for the in-place ops whose
+    out-of-place twin has a CUDA path and which the lowering does not take
+    in place"""
+    def fn(input, *args, **kwargs):
+        if not _is_t(input):
+            raise _Skip
+        r = getattr(input, base)(*args, **kwargs)
+        input.copy_(r)
+        return input
+    fn.__name__ = base + "_"
+    return fn
+
+
 OPS = {
     "sort": sort, "argsort": argsort, "topk": topk, "median": median,
     "cumsum": cumsum, "cumprod": cumprod, "nonzero": nonzero, "unique": unique,
     "index_add": index_add, "index_add_": index_add_,
     "isclose": isclose, "allclose": allclose, "diff": diff, "repeat": repeat,
-    "roll": roll, "einsum": einsum,
+    "roll": roll, "einsum": einsum, "flip": flip, "masked_select": masked_select,
+    "one_hot": one_hot,
 }
+for _b in ("cumsum", "cumprod", "scatter", "scatter_add", "scatter_reduce", "index_copy",
+           "index_fill"):
+    OPS[_b + "_"] = _inplace_twin(_b)
 
 
 _SIGS = {}
