@@ -97,6 +97,51 @@ def test_every_op_row_named_here_exists_in_the_op_table():
     assert set(_eager._NATIVE) == set(N.OPS)
 
 
+def test_launch_compiles_each_source_once_and_passes_arguments(monkeypatch):
+    """the GPU launch path with _C's CUDA functions stubbed: one NVRTC run
+    per source for the device's arch, one module load per kernel name,
+    a grid covering n (capped: the kernels loop), arguments in order"""
+    calls = []
+
+    class FakeC:
+        @staticmethod
+        def cuda_arch():
+            return "sm_90"
+
+        @staticmethod
+        def nvrtc_compile(src, name, arch):
+            calls.append(("nvrtc", arch))
+            return b"cubin:" + src[-20:].encode()
+
+        @staticmethod
+        def _cuda_function(img, name):
+            calls.append(("load", name))
+            return 1000 + len(calls)
+
+        @staticmethod
+        def _cuda_launch(fn, grid, block, args):
+            calls.append(("launch", fn, grid, block, args))
+
+    monkeypatch.setattr(K, "_C", FakeC)
+    monkeypatch.setattr(K, "_images", {})
+    monkeypatch.setattr(K, "_functions", {})
+    prev = K.set_launcher(None)
+    try:
+        K.launch("sort", "float32", "sort_init_float32", 1000, "x", 3, 2.5)
+        K.launch("sort", "float32", "sort_step_float32", 10 ** 9, "k")
+        K.launch("sort", "float32", "sort_init_float32", 5, "y")
+        K.launch("sort", "float32", "sort_init_float32", 0, "z")     # nothing to do
+    finally:
+        K.set_launcher(prev)
+    assert [c for c in calls if c[0] == "nvrtc"] == [("nvrtc", "sm_90")]
+    assert [c[1] for c in calls if c[0] == "load"] == ["sort_init_float32", "sort_step_float32"]
+    launches = [c for c in calls if c[0] == "launch"]
+    assert len(launches) == 3
+    assert launches[0][2:] == ((4,), (K.BLOCK,), ("x", 3, 2.5))
+    assert launches[1][2] == (K.MAX_GRID,)
+    assert launches[2][1] == launches[0][1] and launches[2][2] == (1,)
+
+
 def test_launch_arguments_are_checked_without_a_gpu():
     with pytest.raises((ValueError, TypeError)):
         _C._cuda_launch(0, (1,), (1,), ())
@@ -358,6 +403,9 @@ def test_copies_into_views_equal_the_host(emu, dtype):
         same(a, h)
     assert N.device_op("copy", base.clone()[:, 1], data((5,), dtype)) is NotImplemented
     assert N.device_op("copy", base.clone().expand(2, 6, 8), base) is NotImplemented
+    flat = base.clone().reshape(-1)
+    assert N.device_op("copy", flat.as_strided((3, 3), (1, 1)), base[:3, :3]) is NotImplemented
+    assert N.device_op("copy", flat.as_strided((3, 3), (1, 3)), base[:3, :3]) is None
 
 
 @needs_gxx

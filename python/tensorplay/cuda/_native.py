@@ -708,13 +708,26 @@ def _overlap(a, b):
     return x[0] <= y[1] and y[0] <= x[1]
 
 
+def _non_overlapping(t):
+    """no two elements of t share memory (dims by stride: each stride
+    reaches past the previous dim's extent)"""
+    pairs = [(st, n) for n, st in zip(t.shape, t.stride()) if n > 1]
+    pairs.sort()
+    reach = 1
+    for st, n in pairs:
+        if st < reach:
+            return False
+        reach = st * n
+    return True
+
+
 def copy_into(dst, src):
     """dst[...] = src (a tensor of any dtype broadcast to dst, or a
     number), converted and written through dst's strides in one kernel"""
     tp = _tp()
     if dst.numel() == 0:
         return None
-    if any(s == 0 and n > 1 for n, s in zip(dst.shape, dst.stride())):
+    if not _non_overlapping(dst):
         raise _Skip                      # dst writes one element twice
     if isinstance(src, (bool, int, float)) and not _is_t(src):
         if isinstance(src, float) and not dst.dtype.is_floating_point:
