@@ -309,7 +309,7 @@ def _index_add(input, dim, index, source, alpha):
         raise _Skip
     n = input.shape[d]
     idx = index.reshape(-1).contiguous()
-    if m and bool(((idx < -n) | (idx >= n)).any()):
+    if m and bool(((idx < 0) | (idx >= n)).any()):
         raise _Skip                      # the host raises eager's IndexError
     out = input.contiguous().clone()
     outer = math.prod(input.shape[:d])
