@@ -134,6 +134,14 @@ def _evenly(grad, self, result, dim, keepdim):
     return _tp().where(mask, _unreduce(grad, shape, dim, keepdim) / cnt, 0.0)
 
 
+def _on(t):
+    """device= for a helper's new tensor when the gradient lives off the CPU
+    (a sort's backward on CUDA built its index map on the host and mixed devices);
+    nothing on the CPU, so traced backwards keep their factory calls as they were."""
+    d = getattr(t, "device", None)
+    return {"device": d} if d is not None and getattr(d, "type", "cpu") != "cpu" else {}
+
+
 def _take_dim(grad, shape, dim, indices, keepdim):
     """Values taken along dim at indices (max.dim, sort, topk, median.dim)."""
     tp = _tp()
@@ -145,8 +153,8 @@ def _take_dim(grad, shape, dim, indices, keepdim):
     if not keepdim:
         grad = grad.unsqueeze(dim)
         indices = indices.unsqueeze(dim)
-    pos = tp.arange(math.prod(shape), dtype=tp.int64).reshape(shape).gather(dim, indices)
-    flat = tp.zeros(math.prod(shape), dtype=grad.dtype)
+    pos = tp.arange(math.prod(shape), dtype=tp.int64, **_on(indices)).reshape(shape).gather(dim, indices)
+    flat = tp.zeros(math.prod(shape), dtype=grad.dtype, **_on(grad))
     flat = flat.index_add(0, pos.reshape(-1), grad.reshape(-1))
     return flat.reshape(shape)
 
@@ -155,8 +163,8 @@ def _pick_median(grad, self, result):
     tp = _tp()
     a = self.detach().reshape(-1)
     idx = int(np.flatnonzero(a.numpy() == result.item())[0]) if a.numel() else 0
-    flat = tp.zeros(a.numel(), dtype=grad.dtype)
-    flat = flat.index_add(0, tp.tensor([idx]), grad.reshape(1))
+    flat = tp.zeros(a.numel(), dtype=grad.dtype, **_on(grad))
+    flat = flat.index_add(0, tp.tensor([idx], **_on(grad)), grad.reshape(1))
     return flat.reshape(self.shape)
 
 
@@ -266,7 +274,7 @@ def _embedding_grad(grad, input, weight_shape, padding_idx):
     if padding_idx is not None:
         keep = (idx != (padding_idx % n)).unsqueeze(1)
         g = tp.where(keep, g, 0.0)
-    return tp.zeros((n, d), dtype=grad.dtype).index_add(0, idx, g)
+    return tp.zeros((n, d), dtype=grad.dtype, **_on(grad)).index_add(0, idx, g)
 
 
 def _lossg(grad, reduction, input, target):
@@ -309,18 +317,18 @@ def _nll_grad(grad, input, target, weight, ignore_index, reduction, label_smooth
     else:
         valid = target != ignore_index
         safe = tp.where(valid, target, 0)
-        classes = tp.arange(C, dtype=safe.dtype).reshape(shp)
+        classes = tp.arange(C, dtype=safe.dtype, **_on(safe)).reshape(shp)
         onehot = ((safe.unsqueeze(cd) if nd >= 2 else safe.unsqueeze(0)) == classes).to(dt) \
             if nd >= 2 else (safe == classes).to(dt)
         if w is not None:
             wt = w.index_select(0, safe.reshape(-1)).reshape(tuple(safe.shape))
         else:
-            wt = tp.ones(tuple(safe.shape), dtype=dt)
+            wt = tp.ones(tuple(safe.shape), dtype=dt, **_on(safe))
         wt = tp.where(valid, wt, 0.0)
         wex = wt.unsqueeze(cd) if nd >= 2 else wt
         coef = -onehot * wex
         if label_smoothing:
-            wc = w if w is not None else tp.ones(C, dtype=dt)
+            wc = w if w is not None else tp.ones(C, dtype=dt, **_on(safe))
             validx = (valid.unsqueeze(cd) if nd >= 2 else valid).to(dt)
             smooth = -(wc.reshape(shp) if nd >= 2 else wc) * validx / C
             coef = coef * (1 - label_smoothing) + smooth * label_smoothing
@@ -397,14 +405,14 @@ def _pick(node, grads, self):
                 at = np.full(n + 1, -1, dtype=np.int64)
                 at[m[m > 0]] = np.nonzero(m > 0)[0]
                 at = at[1:]
-                picked = g.reshape(-1).index_select(0, tp.tensor(np.maximum(at, 0)))
+                picked = g.reshape(-1).index_select(0, tp.tensor(np.maximum(at, 0), **_on(g)))
                 if (at < 0).any():
-                    picked = tp.where(tp.tensor(at >= 0), picked, 0.0)
+                    picked = tp.where(tp.tensor(at >= 0, **_on(g)), picked, 0.0)
                 out = picked if out is None else out + picked
             if out is None:
-                return tp.zeros(shape, dtype=g0.dtype)
+                return tp.zeros(shape, dtype=g0.dtype, **_on(g0))
             return out.reshape(shape)
-    flat = tp.zeros(n + 1, dtype=g0.dtype)
+    flat = tp.zeros(n + 1, dtype=g0.dtype, **_on(g0))
     for p, p2, g in zip(pos, pos2, grads):
         if g is None:
             continue
@@ -425,7 +433,7 @@ def _index_grad(node, grads, self, dim, index, scatter):
     tp = _tp()
     g = grads[0]
     shape = tuple(self.shape) if hasattr(self, "shape") else tuple(self)
-    z = tp.zeros(shape, dtype=g.dtype)
+    z = tp.zeros(shape, dtype=g.dtype, **_on(g))
     if scatter:
         return z.scatter_add(dim, index, g)
     return z.index_add(dim, index, g)
@@ -608,7 +616,7 @@ def _copy_slices(base, view):
             "requires grad is not supported; write into a view of a contiguous tensor")
     size, stride = tuple(view.shape), tuple(view.stride())
     off = view.storage_offset() - base.storage_offset()
-    mask = tp.ones(tuple(base.shape), dtype=base.dtype)
+    mask = tp.ones(tuple(base.shape), dtype=base.dtype, **_on(base))
     mask.as_strided(size, stride, off).zero_()
 
     def backward(g):
