@@ -46,6 +46,124 @@ dtype_of(PyObject *o, stax_dtype_t *out)
     return r;
 }
 
+/* The (param, elem, tensor, None) rows of an op no gradient flows through. */
+static int
+append_no_grads(PyObject *out, PyObject *bound)
+{
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(bound); i++) {
+        PyObject *a = PyTuple_GET_ITEM(bound, i);
+        Py_ssize_t cnt = tensor_like(a) ? 1
+                         : (PyList_Check(a) || PyTuple_Check(a))
+                           ? PySequence_Fast_GET_SIZE(a) : 0;
+        for (Py_ssize_t k = 0; k < cnt; k++) {
+            PyObject *x = tensor_like(a) ? a : PySequence_Fast_GET_ITEM(a, k);
+            PyObject *t;
+            if (!tensor_like(x)) {
+                continue;
+            }
+            t = Py_BuildValue("(nnOO)", i, tensor_like(a) ? (Py_ssize_t)-1 : k,
+                              x, Py_None);
+            if (t == NULL || PyList_Append(out, t) < 0) {
+                Py_XDECREF(t);
+                return -1;
+            }
+            Py_DECREF(t);
+        }
+    }
+    return 0;
+}
+
+/* The node's per-argument shapes and versions, and per tensor operand (a tensor
+ * argument or an element of a tensor list) its parameter, element, shape, dtype and
+ * whether its edge wants a gradient (by identity in need). */
+static int
+node_record_inputs(StaxGradNode *n, PyObject *bound, PyObject *need)
+{
+    int nin = 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(bound); i++) {
+        PyObject *a = PyTuple_GET_ITEM(bound, i);
+        PyObject *sh;
+        Py_ssize_t cnt;
+        if (tensor_like(a)) {
+            sh = shape_obj(a);
+            if (sh == NULL) {
+                return -1;
+            }
+            if (StaxTensor_Check(a)) {
+                n->versions[i] = ((StaxTensor *)a)->storage->version;
+            }
+        }
+        else {
+            sh = Py_NewRef(Py_None);
+        }
+        PyTuple_SET_ITEM(n->shapes, i, sh);
+        cnt = tensor_like(a) ? 1
+              : (PyList_Check(a) || PyTuple_Check(a))
+                ? PySequence_Fast_GET_SIZE(a) : 0;
+        for (Py_ssize_t k = 0; k < cnt; k++) {
+            PyObject *x = tensor_like(a) ? a : PySequence_Fast_GET_ITEM(a, k);
+            PyObject *xs;
+            int want;
+            if (!tensor_like(x)) {
+                continue;
+            }
+            n->in_param[nin] = (int)i;
+            n->in_elem[nin] = tensor_like(a) ? -1 : (int)k;
+            xs = shape_obj(x);
+            if (xs == NULL || dtype_of(x, &n->in_dtypes[nin]) < 0) {
+                Py_XDECREF(xs);
+                return -1;
+            }
+            PyTuple_SET_ITEM(n->in_shapes, nin, xs);
+            /* by identity: == on proxies would record a comparison */
+            want = 0;
+            for (Py_ssize_t q = 0; q < PyTuple_GET_SIZE(need) && !want; q++) {
+                want = PyTuple_GET_ITEM(need, q) == x;
+            }
+            /* an edge that wants a gradient; the formula only computes
+             * the operands whose edge is set */
+            n->next[nin].fn = want ? Py_NewRef(Py_None) : NULL;
+            nin++;
+        }
+    }
+    return 0;
+}
+
+/* The node's output shapes, dtypes and versions (None for a non-tensor result). */
+static int
+node_record_outputs(StaxGradNode *n, PyObject *results)
+{
+    Py_ssize_t no = PyTuple_GET_SIZE(results);
+    n->n_out = (int)no;
+    n->out_shapes = PyTuple_New(no);
+    n->out_dtypes = PyMem_Calloc((size_t)no + 1, sizeof(stax_dtype_t));
+    n->res_versions = PyMem_Calloc((size_t)no + 1, sizeof(uint64_t));
+    n->results = Py_NewRef(results);
+    if (n->out_shapes == NULL || !n->out_dtypes || !n->res_versions) {
+        if (!PyErr_Occurred()) {
+            PyErr_NoMemory();
+        }
+        return -1;
+    }
+    for (Py_ssize_t k = 0; k < no; k++) {
+        PyObject *r = PyTuple_GET_ITEM(results, k), *sh;
+        if (!tensor_like(r)) {
+            PyTuple_SET_ITEM(n->out_shapes, k, Py_NewRef(Py_None));
+            continue;
+        }
+        sh = shape_obj(r);
+        if (sh == NULL || dtype_of(r, &n->out_dtypes[k]) < 0) {
+            Py_XDECREF(sh);
+            return -1;
+        }
+        PyTuple_SET_ITEM(n->out_shapes, k, sh);
+        if (StaxTensor_Check(r)) {
+            n->res_versions[k] = ((StaxTensor *)r)->storage->version;
+        }
+    }
+    return 0;
+}
+
 /* _autograd_formula(op_name, args, kwargs, results, grads, need) -> list
  *   op_name  an op of the op table (the op-level graph's overload's op)
  *   args, kwargs  the call's arguments (proxies or tensors)
@@ -121,25 +239,8 @@ py_formula(PyObject *m, PyObject *args)
     }
     if (d->kind == STAX_DERIV_NONDIFF) {
         /* no gradient flows through the op */
-        for (Py_ssize_t i = 0; i < na; i++) {
-            PyObject *a = PyTuple_GET_ITEM(bound, i);
-            Py_ssize_t cnt = tensor_like(a) ? 1
-                             : (PyList_Check(a) || PyTuple_Check(a))
-                               ? PySequence_Fast_GET_SIZE(a) : 0;
-            for (Py_ssize_t k = 0; k < cnt; k++) {
-                PyObject *x = tensor_like(a) ? a : PySequence_Fast_GET_ITEM(a, k);
-                PyObject *t;
-                if (!tensor_like(x)) {
-                    continue;
-                }
-                t = Py_BuildValue("(nnOO)", i, tensor_like(a) ? (Py_ssize_t)-1 : k,
-                                  x, Py_None);
-                if (t == NULL || PyList_Append(out, t) < 0) {
-                    Py_XDECREF(t);
-                    goto fail;
-                }
-                Py_DECREF(t);
-            }
+        if (append_no_grads(out, bound) < 0) {
+            goto fail;
         }
         goto done;
     }
@@ -163,80 +264,18 @@ py_formula(PyObject *m, PyObject *args)
     n->in_shapes = PyTuple_New(nin);
     if (!n->versions || !n->shapes || !n->next || !n->in_param || !n->in_elem
         || !n->in_dtypes || !n->in_shapes) {
+        if (!PyErr_Occurred()) {
+            PyErr_NoMemory();
+        }
         goto fail;
     }
     n->n_in = nin;
-    nin = 0;
-    for (Py_ssize_t i = 0; i < na; i++) {
-        PyObject *a = PyTuple_GET_ITEM(bound, i);
-        PyObject *sh;
-        Py_ssize_t cnt;
-        if (tensor_like(a)) {
-            sh = shape_obj(a);
-            if (sh == NULL) {
-                goto fail;
-            }
-            if (StaxTensor_Check(a)) {
-                n->versions[i] = ((StaxTensor *)a)->storage->version;
-            }
-        }
-        else {
-            sh = Py_NewRef(Py_None);
-        }
-        PyTuple_SET_ITEM(n->shapes, i, sh);
-        cnt = tensor_like(a) ? 1
-              : (PyList_Check(a) || PyTuple_Check(a))
-                ? PySequence_Fast_GET_SIZE(a) : 0;
-        for (Py_ssize_t k = 0; k < cnt; k++) {
-            PyObject *x = tensor_like(a) ? a : PySequence_Fast_GET_ITEM(a, k);
-            PyObject *xs;
-            int want;
-            if (!tensor_like(x)) {
-                continue;
-            }
-            n->in_param[nin] = (int)i;
-            n->in_elem[nin] = tensor_like(a) ? -1 : (int)k;
-            xs = shape_obj(x);
-            if (xs == NULL || dtype_of(x, &n->in_dtypes[nin]) < 0) {
-                Py_XDECREF(xs);
-                goto fail;
-            }
-            PyTuple_SET_ITEM(n->in_shapes, nin, xs);
-            /* by identity: == on proxies would record a comparison */
-            want = 0;
-            for (Py_ssize_t q = 0; q < PyTuple_GET_SIZE(need) && !want; q++) {
-                want = PyTuple_GET_ITEM(need, q) == x;
-            }
-            /* an edge that wants a gradient; the formula only computes
-             * the operands whose edge is set */
-            n->next[nin].fn = want ? Py_NewRef(Py_None) : NULL;
-            nin++;
-        }
-    }
-    no = PyTuple_GET_SIZE(results);
-    n->n_out = (int)no;
-    n->out_shapes = PyTuple_New(no);
-    n->out_dtypes = PyMem_Calloc((size_t)no + 1, sizeof(stax_dtype_t));
-    n->res_versions = PyMem_Calloc((size_t)no + 1, sizeof(uint64_t));
-    n->results = Py_NewRef(results);
-    if (n->out_shapes == NULL || !n->out_dtypes || !n->res_versions) {
+    if (node_record_inputs(n, bound, need) < 0) {
         goto fail;
     }
-    for (Py_ssize_t k = 0; k < no; k++) {
-        PyObject *r = PyTuple_GET_ITEM(results, k), *sh;
-        if (!tensor_like(r)) {
-            PyTuple_SET_ITEM(n->out_shapes, k, Py_NewRef(Py_None));
-            continue;
-        }
-        sh = shape_obj(r);
-        if (sh == NULL || dtype_of(r, &n->out_dtypes[k]) < 0) {
-            Py_XDECREF(sh);
-            goto fail;
-        }
-        PyTuple_SET_ITEM(n->out_shapes, k, sh);
-        if (StaxTensor_Check(r)) {
-            n->res_versions[k] = ((StaxTensor *)r)->storage->version;
-        }
+    no = PyTuple_GET_SIZE(results);
+    if (node_record_outputs(n, results) < 0) {
+        goto fail;
     }
     if (d->uses_node) {
         /* helpers that replay the op (_pick) call it on an index tensor:
