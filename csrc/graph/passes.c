@@ -1374,8 +1374,7 @@ static PyMethodDef p_methods[] = {
 int
 stax_graph_passes_init(PyObject *m)
 {
-    if (stax_graph_p_util_init() < 0
-        || stax_graph_p_decomp_check_cycles() < 0) {
+    if (stax_graph_p_decomp_check_cycles() < 0) {
         return -1;
     }
     return PyModule_AddFunctions(m, p_methods);

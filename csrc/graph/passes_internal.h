@@ -32,7 +32,6 @@ PyObject *stax_graph_p_attr(PyObject *o, const char *name); /* new ref */
 int stax_graph_p_users_count(PyObject *node);          /* -1 on error */
 PyObject *stax_graph_p_val(PyObject *node);   /* borrowed meta['val'] or NULL */
 
-int stax_graph_p_util_init(void);   /* module init: ast.literal_eval */
 
 /* ---- the op table ----------------------------------------------------- */
 const stax_op_info *stax_graph_p_op_by_name(const char *name);

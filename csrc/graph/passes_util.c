@@ -294,176 +294,66 @@ stax_graph_p_node_opref(PyObject *node, p_opref *out)
 
 /* ---- schema ---------------------------------------------------------- */
 
-/* an op row's schema: the ops room's parse (names, types, keyword-only
- * marks) and the defaults as Python literals ("[]" is a list, as a user
- * writes it, where the eager binder keeps a tuple) */
-typedef struct {
-    const stax_op_schema *os;      /* NULL until first use */
-    int n;
-    PyObject *deflt[STAX_OP_MAX_PARAMS];   /* NULL: required */
-} p_schema;
-
-static p_schema p_schemas[STAX_OP_COUNT > 0 ? STAX_OP_COUNT : 1];
-
-static PyObject *literal_eval;   /* ast.literal_eval, from module init */
-
-static PyObject *
-p_parse_default(const char *s)
+/* an op's schema: its row's, as the ops room parsed it (names, types,
+ * keyword-only marks, defaults) */
+static const stax_op_schema *
+p_schema_of(const stax_op_info *op)
 {
-    PyObject *r = NULL;
-    if (strcmp(s, "None") == 0) {
-        Py_RETURN_NONE;
-    }
-    if (strcmp(s, "inf") == 0) {
-        return PyFloat_FromDouble(Py_HUGE_VAL);
-    }
-    if (strcmp(s, "Mean") == 0) {
-        return PyUnicode_FromString("mean");
-    }
-    r = PyObject_CallFunction(literal_eval, "s", s);
-    if (r == NULL) {
-        PyErr_Clear();
-        r = PyUnicode_FromString(s);
-    }
-    return r;
-}
-
-int
-stax_graph_p_util_init(void)
-{
-    PyObject *ast = PyImport_ImportModule("ast");
-    literal_eval = ast ? PyObject_GetAttrString(ast, "literal_eval") : NULL;
-    Py_XDECREF(ast);
-    return literal_eval ? 0 : -1;
-}
-
-static p_schema *
-p_get_schema(const stax_op_info *op)
-{
-    /* rows only: an in-place twin's info (add_) has no schema here */
-    op = stax_op_row(op->name);
-    if (op == NULL) {
-        return NULL;
-    }
-    int idx = (int)op->id;
-    p_schema *s = &p_schemas[idx];
-    if (s->os != NULL) {
-        return s;
-    }
-    const stax_op_schema *os = stax_ops_schema(op);
-    for (int i = 0; i < os->n; i++) {
-        if (os->params[i].dflt != NULL) {
-            s->deflt[i] = p_parse_default(os->params[i].dflt_text);
-            if (s->deflt[i] == NULL) {
-                PyErr_Clear();
-                s->deflt[i] = Py_NewRef(Py_None);
-            }
-        }
-    }
-    s->n = os->n;
-    s->os = os;
-    return s;
+    const stax_op_info *row = stax_op_row(op->name);
+    return row != NULL ? stax_ops_schema(row) : NULL;
 }
 
 int
 stax_graph_p_schema_len(const stax_op_info *op)
 {
-    p_schema *s = p_get_schema(op);
+    const stax_op_schema *s = p_schema_of(op);
     return s ? s->n : 0;
 }
 
 const char *
 stax_graph_p_schema_name(const stax_op_info *op, int i)
 {
-    return p_get_schema(op)->os->params[i].name;
+    return p_schema_of(op)->params[i].name;
 }
 
 const char *
 stax_graph_p_schema_type(const stax_op_info *op, int i)
 {
-    return p_get_schema(op)->os->params[i].type;
+    return p_schema_of(op)->params[i].type;
 }
 
 PyObject *
 stax_graph_p_schema_default(const stax_op_info *op, int i)
 {
-    return p_get_schema(op)->deflt[i];
+    return p_schema_of(op)->params[i].dflt;
 }
 
 int
 stax_graph_p_schema_kwonly(const stax_op_info *op, int i)
 {
-    return p_get_schema(op)->os->params[i].kwonly;
+    return p_schema_of(op)->params[i].kwonly;
 }
 
+/* The eager binder's tuple (stax_op_bind: one argument binding for eager,
+ * autograd, lowering and the passes); varargs packed into the list
+ * parameter (x.view(3, 4)) stay a list, as a user writes the list. */
 PyObject *
 stax_graph_p_bind(const stax_op_info *op, PyObject *args, PyObject *kwargs)
 {
-    p_schema *s = p_get_schema(op);
-    PyObject *out = NULL;
-    Py_ssize_t na = PyTuple_GET_SIZE(args), used_kw = 0;
+    const stax_op_schema *s = p_schema_of(op);
     if (s == NULL) {
         PyErr_Format(PyExc_TypeError, "%s: no schema", op->name);
         return NULL;
     }
-    out = PyTuple_New(s->n);
-    if (out == NULL) {
-        return NULL;
-    }
-    int npos = 0;
-    for (int i = 0; i < s->n; i++) {
-        npos += !s->os->params[i].kwonly;
-    }
-    if (na > npos && npos >= 2 && strstr(s->os->params[1].type, "[]") != NULL) {
-        /* x.view(3, 4), x.permute(1, 0): varargs into the int[] param */
-        PyObject *rest = PyTuple_GetSlice(args, 1, na);
-        PyObject *lst = rest ? PySequence_List(rest) : NULL;
-        PyObject *a2 = lst ? PyTuple_Pack(2, PyTuple_GET_ITEM(args, 0), lst)
-                           : NULL;
-        Py_XDECREF(rest);
-        Py_XDECREF(lst);
-        if (a2 == NULL) {
-            goto error;
+    PyObject *b = stax_op_bind(stax_op_row(op->name), args,
+                               kwargs != NULL && PyDict_Check(kwargs) ? kwargs : NULL);
+    if (b != NULL && PyTuple_GET_SIZE(args) > s->npos && s->npos >= 1) {
+        PyObject *l = PySequence_List(PyTuple_GET_ITEM(b, s->npos - 1));
+        if (l == NULL || PyTuple_SetItem(b, s->npos - 1, l) < 0) {
+            Py_CLEAR(b);
         }
-        Py_DECREF(out);
-        PyObject *r = stax_graph_p_bind(op, a2, kwargs);
-        Py_DECREF(a2);
-        return r;
     }
-    if (na > npos) {
-        PyErr_Format(PyExc_TypeError, "%s() takes %d positional arguments "
-                     "but %zd were given", op->name, npos, na);
-        goto error;
-    }
-    for (int i = 0; i < s->n; i++) {
-        PyObject *v = NULL;
-        if (i < na && !s->os->params[i].kwonly) {
-            v = PyTuple_GET_ITEM(args, i);
-        }
-        else if (kwargs != NULL && PyDict_Check(kwargs)) {
-            v = PyDict_GetItemString(kwargs, s->os->params[i].name);
-            used_kw += v != NULL;
-        }
-        if (v == NULL) {
-            v = s->deflt[i];
-        }
-        if (v == NULL) {
-            PyErr_Format(PyExc_TypeError, "%s() missing argument '%s'",
-                         op->name, s->os->params[i].name);
-            goto error;
-        }
-        PyTuple_SET_ITEM(out, i, Py_NewRef(v));
-    }
-    if (kwargs != NULL && PyDict_Check(kwargs)
-        && PyDict_GET_SIZE(kwargs) != used_kw) {
-        PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword "
-                     "argument", op->name);
-        goto error;
-    }
-    return out;
-error:
-    Py_XDECREF(out);
-    return NULL;
+    return b;
 }
 
 /* ---- values ---------------------------------------------------------- */
