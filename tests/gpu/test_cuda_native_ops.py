@@ -19,21 +19,7 @@ pytestmark = pytest.mark.skipif(not tp.cuda.is_available(),
                                 reason="needs an NVIDIA GPU and its driver (libcuda)")
 
 
-def data(shape, dtype=tp.float32, seed=0, special=True, lo=-5, hi=5):
-    rng = np.random.default_rng(seed)
-    name = str(dtype).split(".")[-1]
-    if name == "bool":
-        a = rng.integers(0, 2, size=shape).astype(bool)
-    elif not dtype.is_floating_point:
-        a = rng.integers(0 if name == "uint8" else lo, hi, size=shape)
-    else:
-        a = np.round(rng.standard_normal(shape) * 3, 1)        # ties on purpose
-        if special and a.size >= 6:
-            a.flat[[0, 3, 5]] = [np.nan, np.inf, -np.inf]
-            a.flat[-1] = np.nan
-    if name == "bfloat16":
-        return tp.tensor(a.tolist(), dtype=tp.float32).bfloat16()
-    return tp.tensor(a.tolist(), dtype=dtype)
+from _cuda_data import data  # noqa: E402  (shared with the other side)
 
 
 def same(got, want, tol=None):
