@@ -81,3 +81,26 @@ def test_batched_rows_against_one_weight(shape):
     # a non-contiguous batch (every other row block) cannot merge
     g = tp.compile(lambda x, w2: x[::2] @ w2, strict_native=True)
     close(g(tp.tensor(x), tp.tensor(w2)), ref(x[::2], w2), shape[-1])
+
+
+# Products of 2^30 flops or more get the kernel threads: one product is split by row
+# chunks of 64 over the pool (rows not a multiple of 64, linear's strided weight, and the
+# x @ W of a batch merged into one product); a batch of separate products keeps OpenBLAS.
+BIG = [((2050, 1024), (1024, 520)), ((4, 513, 1024), (1024, 520)), ((1, 2049, 1030), (1030, 513))]
+
+
+@pytest.mark.parametrize("sa,sb", BIG, ids=[str(s) for s in BIG])
+def test_threaded_single_product(sa, sb):
+    a, b = r(*sa), r(*sb)
+    assert 2 * np.prod(sa) * sb[-1] >= 2 ** 30
+    f = tp.compile(lambda x, y: x @ y, strict_native=True)
+    close(f(tp.tensor(a), tp.tensor(b)), ref(a, b), sa[-1])
+
+
+def test_threaded_linear_weight_and_batches():
+    x, w = r(2, 1040, 1024), r(520, 1024)
+    f = tp.compile(lambda x, w: F.linear(x, w), strict_native=True)
+    close(f(tp.tensor(x), tp.tensor(w)), ref(x, w.T), 1024)
+    a, b = r(2, 1030, 1024), r(2, 1024, 520)         # separate products: OpenBLAS
+    g = tp.compile(lambda x, y: x @ y, strict_native=True)
+    close(g(tp.tensor(a), tp.tensor(b)), ref(a, b), 1024)

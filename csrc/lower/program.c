@@ -5,6 +5,7 @@
  * the inputs, allocate fresh outputs, run the steps (big kernels with the
  * GIL released, split across the thread pool), release intermediates at
  * their last use, return the output pytree. */
+#include <stdatomic.h>
 #include "lower/lower_internal.h"
 #include "graph/graph.h"
 #include "tensor/stax_numpy.h"
@@ -507,12 +508,35 @@ operand_array(PyObject *slot, const void *viewp, stax_dtype_t dt)
     return arr;
 }
 
+/* one product's rows split over the kernel threads: each chunk of
+ * SGEMM_ROWS rows is an independent lw_sgemm (its own B panel pack) */
+#define SGEMM_ROWS 64
+typedef struct {
+    int64_t m, n, k, ar, ac, br, bc;
+    const float *A, *B;
+    float *C;
+    atomic_int failed;
+} sgemm_rows_t;
+
+static void
+sgemm_rows(void *ctx, int64_t start, int64_t end)
+{
+    sgemm_rows_t *g = ctx;
+    int64_t r0 = start * SGEMM_ROWS, r1 = end * SGEMM_ROWS;
+    r1 = r1 < g->m ? r1 : g->m;
+    if (r0 < r1 && lw_sgemm(r1 - r0, g->n, g->k, g->A + r0 * g->ar, g->ar, g->ac,
+                            g->B, g->br, g->bc, g->C + r0 * g->n, g->n) < 0) {
+        atomic_store(&g->failed, 1);
+    }
+}
+
 /* a float32 product of two arrays of 2 or more dims on lw_sgemm
  * (gemm.c): NumPy's matmul broadcasting of the batch dims, C-contiguous
- * result. NULL with no exception set where it does not apply (the caller
+ * result; threaded (row chunks over the kernel pool) when `threaded`.
+ * NULL with no exception set where it does not apply (the caller
  * takes NumPy's matmul), NULL with one set on failure. */
 static PyObject *
-own_matmul(PyArrayObject *a, PyArrayObject *b)
+own_matmul(PyArrayObject *a, PyArrayObject *b, int threaded)
 {
     int na = PyArray_NDIM(a), nb = PyArray_NDIM(b);
     if (!lw_sgemm_available() || na < 2 || nb < 2 || PyArray_TYPE(a) != NPY_FLOAT32
@@ -563,6 +587,18 @@ own_matmul(PyArrayObject *a, PyArrayObject *b)
     }
     int64_t idx[NPY_MAXDIMS] = {0};
     int rc = 0;
+    if (threaded && nmat != 1) {
+        Py_DECREF(r);       /* a batch of products keeps OpenBLAS's threads */
+        return NULL;
+    }
+    if (threaded && m * n > 0) {
+        sgemm_rows_t g = {m, n, k, ar, ac, br, bc, pa, pb, pc, 0};
+        Py_BEGIN_ALLOW_THREADS
+        stax_lower_parallel_for((m + SGEMM_ROWS - 1) / SGEMM_ROWS, m * n * k, sgemm_rows, &g);
+        Py_END_ALLOW_THREADS
+        rc = atomic_load(&g.failed) ? -1 : 0;
+        nmat = 0;
+    }
     Py_BEGIN_ALLOW_THREADS
     for (int64_t t = 0; t < nmat && m * n > 0 && rc == 0; t++) {
         int64_t oa = 0, ob = 0;
@@ -1090,10 +1126,13 @@ lw_program_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
                 double flops = 2.0 * (double)PyArray_SIZE((PyArrayObject *)a)
                                * (double)(PyArray_NDIM(ba) > 0
                                           ? PyArray_DIM(ba, PyArray_NDIM(ba) - 1) : 1);
-                /* one thread's products on our AVX-512 GEMM; a product
-                 * that gets BLAS threads stays with OpenBLAS */
-                if (blas_threads_for(flops) <= 1) {
-                    r = own_matmul((PyArrayObject *)a, ba);
+                /* our AVX-512 GEMM: one thread's products, and a single
+                 * product that gets threads split by rows over the kernel
+                 * pool (OpenBLAS here runs its AVX2 kernels); a batch of
+                 * products that gets threads stays with OpenBLAS */
+                int nthr = blas_threads_for(flops);
+                if (nthr <= 1 || blas_threads == 0) {   /* not when TENSORPLAY_BLAS_THREADS asks OpenBLAS */
+                    r = own_matmul((PyArrayObject *)a, ba, nthr > 1);
                 }
                 if (r == NULL && !PyErr_Occurred()) {
                     int prev = blas_enter(flops);
