@@ -143,6 +143,23 @@ int_list_index(PyObject *o)
  * flags one outside [-n, n) (the call then reruns eagerly for eager's
  * IndexError) and the load is clamped meanwhile. Bool masks give a
  * data-dependent shape: refused (a fallback kernel). */
+/* A slice of a dim of `size`: its start and step, as Python resolves them;
+ * 1, or 0 with *why for a non-positive step, or -1 with an exception. */
+static int
+slice_bounds(PyObject *sl, int64_t size, Py_ssize_t *start, Py_ssize_t *step,
+             const char **why)
+{
+    Py_ssize_t stop;
+    if (PySlice_Unpack(sl, start, &stop, step) < 0) {
+        return -1;
+    }
+    PySlice_AdjustIndices((Py_ssize_t)size, start, &stop, *step);
+    if (*step <= 0) {
+        UNSUPPORTED("non-positive slice step");
+    }
+    return 1;
+}
+
 static int
 lower_getitem_adv(lw_ctx *c, struct lw_node_in *in, vbuf *x, PyObject *const *items,
                   Py_ssize_t n, vbuf *out, const char **why)
@@ -194,13 +211,10 @@ lower_getitem_adv(lw_ctx *c, struct lw_node_in *in, vbuf *x, PyObject *const *it
             continue;
         }
         if (PySlice_Check(it)) {
-            Py_ssize_t start, stop, step;
-            if (PySlice_Unpack(it, &start, &stop, &step) < 0) {
-                return -1;
-            }
-            PySlice_AdjustIndices((Py_ssize_t)x->sizes[xd], &start, &stop, step);
-            if (step <= 0) {
-                UNSUPPORTED("non-positive slice step");
+            Py_ssize_t start, step;
+            int rs = slice_bounds(it, x->sizes[xd], &start, &step, why);
+            if (rs <= 0) {
+                return rs;
             }
             skind[ns] = S_SLICE;
             sxd[ns] = xd++;
@@ -439,13 +453,10 @@ lower_getitem(lw_ctx *c, struct lw_node_in *in, vbuf *x, PyObject *idx, vbuf *ou
             if (xd >= x->ndim) {
                 UNSUPPORTED("too many indices");
             }
-            Py_ssize_t start, stop, step;
-            if (PySlice_Unpack(it, &start, &stop, &step) < 0) {
-                return -1;
-            }
-            PySlice_AdjustIndices((Py_ssize_t)x->sizes[xd], &start, &stop, step);
-            if (step <= 0) {
-                UNSUPPORTED("non-positive slice step");
+            Py_ssize_t start, step;
+            int rs = slice_bounds(it, x->sizes[xd], &start, &step, why);
+            if (rs <= 0) {
+                return rs;
             }
             map[xd++] = lw_ix_bin(c, STAX_IX_ADD, lw_ix_const(c, start),
                                   lw_ix_bin(c, STAX_IX_MUL, lw_ix_var(c, od++),
