@@ -22,6 +22,20 @@ def median_time(fn, reps=7, inner=1, warm=2):
     return statistics.median(ts)
 
 
+def cpu_median(fn, reps=5, warm=2):
+    """Median CPU seconds (process time: all threads) per call of fn: on a loaded
+    machine wall time also measures the other processes' share of the cores,
+    CPU time only this call's work."""
+    for _ in range(warm):
+        fn()
+    ts = []
+    for _ in range(reps):
+        t = time.process_time()
+        fn()
+        ts.append(time.process_time() - t)
+    return statistics.median(ts)
+
+
 def stream_gbs():
     """GB/s (bytes read + written) of bench/stream.c on every core, best of 10."""
     exe = os.path.join(HERE, "results", "stream")

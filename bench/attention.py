@@ -27,7 +27,7 @@ import numpy as np  # noqa: E402
 
 import tensorplay as tp  # noqa: E402
 import tensorplay.nn.functional as F  # noqa: E402
-from _timing import median_time  # noqa: E402
+from _timing import cpu_median, median_time  # noqa: E402
 
 
 def sdpa(q, k, v):
@@ -40,18 +40,6 @@ def sdpa_causal(q, k, v):
 
 def handwritten(q, k, v):
     return (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(-1) @ v
-
-
-def cpu_median(fn, reps=5, warm=1):
-    """Median CPU seconds (all threads of this process) per call of fn."""
-    for _ in range(warm):
-        fn()
-    ts = []
-    for _ in range(reps):
-        t = time.process_time()
-        fn()
-        ts.append(time.process_time() - t)
-    return statistics.median(ts)
 
 
 def train_times(f, qa, ka, va, timer, torch, tf):
@@ -84,7 +72,8 @@ def train_times(f, qa, ka, va, timer, torch, tf):
 
 def main():
     cpu = "--cpu" in sys.argv
-    timer = cpu_median if cpu else (lambda fn, reps=5: median_time(fn, reps=reps))
+    timer = ((lambda fn, reps=5: cpu_median(fn, reps, warm=1)) if cpu
+             else (lambda fn, reps=5: median_time(fn, reps=reps)))
     try:
         import torch
     except ImportError:

@@ -27,7 +27,7 @@ for _v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
     os.environ[_v] = str(THREADS)       # before NumPy and torch load their pools
 import numpy as np  # noqa: E402
 
-from _timing import median_time  # noqa: E402
+from _timing import cpu_median, median_time  # noqa: E402
 import tensorplay as tp  # noqa: E402
 from _models import copy_weights, gpt, resnet  # noqa: E402
 
@@ -36,21 +36,6 @@ try:
     torch.set_num_threads(THREADS)
 except Exception:  # torch is optional
     torch = None
-
-
-def cpu_median(fn, reps, warm=2):
-    """median CPU seconds (process time: all threads) per call: on a loaded
-    machine wall time measures the other processes' share of the cores
-    too, CPU time only this call's work"""
-    for _ in range(warm):
-        fn()
-    ts = []
-    for _ in range(reps):
-        t = time.process_time()
-        fn()
-        ts.append(time.process_time() - t)
-    ts.sort()
-    return ts[len(ts) // 2]
 
 
 def first_call(fn, *a):
