@@ -144,8 +144,9 @@ def test_unroll_knob_cascades_descending_factors():
 
 
 # ---------------------------------------------------------------- knobs off
-# by default: TENSORPLAY_NVRTC_VEC=1 (16-byte vector accesses in row loops)
-# and TENSORPLAY_NVRTC_ONEPASS=1 (online softmax), read at every rendering
+# TENSORPLAY_NVRTC_VEC=1 (16-byte vector accesses in row loops of every
+# length; by default only rows of 2048 points or more) and
+# TENSORPLAY_NVRTC_ONEPASS=1 (online softmax), read at every rendering
 
 @pytest.fixture
 def knobs(monkeypatch):
@@ -218,6 +219,42 @@ def test_vec_reads_and_writes_rows_four_at_a_time(knobs):
     assert "rbase2 = (rnumel & ~(int64_t)3) + threadIdx.x;" in src
     for s in ("0", "1", "2"):
         assert f"rv{s} + 12 * (int64_t)blockDim.x + 3 < rnumel" in src
+
+
+def test_vec_is_the_default_for_long_rows_only(knobs):
+    """TENSORPLAY_NVRTC_VEC unset: rows of a constant length of at least
+    2048 points get the vector loops behind a row-length check, shorter
+    constant rows render exactly as with VEC=0 (on the H200 the vector loops
+    won for rows of 16384 and lost for rows of 128); a row length known only
+    at launch gets the vector loops and the check"""
+    long_src = _one(lambda a: F.softmax(a, -1), _x(4, 4096))
+    assert "stax_vok = rnumel >= 2048LL;" in long_src
+    assert "stax_vaok(&buf0[" in long_src and "stax_v4<float>" in long_src
+    short = _one(lambda a, b: (tp.relu(a + b) * 2).sum(-1), _x(64, 128), _x(64, 128, seed=1))
+    assert "stax_v4" not in short and "stax_vok" not in short
+    ks = nvrtc_kernels(lambda a: F.layer_norm(a, (a.shape[-1],)), _x(6, 300),
+                       compile=False, dynamic=True)
+    assert any("stax_vok = rnumel >= 2048LL;" in k.source for k in ks)
+    knobs(VEC="0")
+    off = _one(lambda a: F.softmax(a, -1), _x(4, 4096))
+    assert "stax_v4" not in off and "stax_vok" not in off
+    knobs(VEC="0")
+    assert _one(lambda a, b: (tp.relu(a + b) * 2).sum(-1), _x(64, 128),
+                _x(64, 128, seed=1)) == short
+    knobs(VEC="1")                 # every row length, no length check
+    forced = _one(lambda a: F.softmax(a, -1), _x(4, 4096))
+    assert "bool stax_vok = true;" in forced and "rnumel >= 2048LL" not in forced
+    assert forced.replace("bool stax_vok = true;",
+                          "bool stax_vok = rnumel >= 2048LL;") == long_src
+    assert "stax_v4" in _one(lambda a, b: (tp.relu(a + b) * 2).sum(-1), _x(64, 128),
+                             _x(64, 128, seed=1))
+
+
+@needs_nvrtc
+def test_default_long_row_kernels_compile_to_ptx_with_vector_loads(knobs):
+    src = _one(lambda a: F.layer_norm(a, (a.shape[-1],)), _x(4, 4096))
+    ptx = C.nvrtc_compile(src, "kernel0_fused_layer_norm")
+    assert "ld.global.nc.v4.f32" in ptx and "st.global.v4.f32" in ptx
 
 
 def test_vec_skips_strided_masked_and_in_place_accesses(knobs):

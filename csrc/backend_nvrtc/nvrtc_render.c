@@ -212,6 +212,7 @@ typedef struct {
     int vec_j;                   /* element of the vector being written, -1 */
     int vec_stage;               /* stage whose loads vec_ld[] marks */
     unsigned char vec_ld[VEC_CAP];  /* load i is vector-read in vec_stage */
+    int vec_auto;                /* vector loops only for rows >= VEC_MIN_ROW */
 } emitter;
 
 static int
@@ -1531,6 +1532,25 @@ knob_on(const char *name)
     return e != NULL && e[0] == '1' && e[1] == '\0';
 }
 
+/* TENSORPLAY_NVRTC_VEC: "0" scalar row loops only; "1" vector loops for
+ * every row length; anything else (the default) vector loops for rows of
+ * at least VEC_MIN_ROW points. On an H200 the vector loops took softmax
+ * 16384^2 from 0.65 to 0.77 of a device copy and layer_norm from 0.70 to
+ * 0.84, but Example 1.1 at 1048576x128 (a warp per row of 128) from 0.97
+ * to 0.88: short rows keep the scalar loops (not rendered at all when the
+ * row length is a constant under the bound, else a per-launch check). */
+#define VEC_MIN_ROW 2048
+
+static int
+vec_mode(void)
+{
+    const char *e = getenv("TENSORPLAY_NVRTC_VEC");
+    if (e != NULL && e[0] == '0' && e[1] == '\0') {
+        return 0;
+    }
+    return knob_on("TENSORPLAY_NVRTC_VEC") ? 1 : 2;
+}
+
 static int
 lval_equal(const stax_lval *a, const stax_lval *b)
 {
@@ -1816,6 +1836,31 @@ vec_stage_scan(emitter *m, const stax_stage *st, int mark, const stax_lval **see
     }
 }
 
+/* 1 when the rows are known to be shorter than VEC_MIN_ROW at render
+ * time: the row length itself is a size argument, but a vector access of
+ * a row-major row steps its outer loop variables by constants, the
+ * smallest of which (nonzero) is at least the row length where rows do
+ * not overlap; under VEC_MIN_ROW for every vector access, the scalar loops
+ * alone are rendered (a kernel exactly as with the knob off) */
+static int
+vec_rows_short(const emitter *m)
+{
+    int64_t least = INT64_MAX;
+    for (int i = 0; i < m->nvec; i++) {
+        for (int d = 0; d < m->k->nouter; d++) {
+            int64_t c = ix_coef(m->vec_ix[i], d);
+            if (c == IX_NONLINEAR) {
+                return 0;
+            }
+            c = c < 0 ? -c : c;
+            if (c > 0 && c < least) {
+                least = c;
+            }
+        }
+    }
+    return least < VEC_MIN_ROW;
+}
+
 /* the kernel's vector accesses (m->nvec, 0: none, the scalar loops only) */
 static void
 vec_analyze(emitter *m)
@@ -1823,10 +1868,12 @@ vec_analyze(emitter *m)
     const stax_kernel *k = m->k;
     const stax_lval **seen = NULL;
     int nseen = 0, bad = 0;
+    int mode = vec_mode();
     m->nvec = 0;
     m->vec_j = -1;
     m->vec_stage = -1;
-    if (k->ninner != 1 || !knob_on("TENSORPLAY_NVRTC_VEC")
+    m->vec_auto = mode == 2;
+    if (k->ninner != 1 || mode == 0
         || (k->nstages > 0 && k->stages[0].kind == STAX_STAGE_ATTENTION)) {
         return;
     }
@@ -1839,7 +1886,7 @@ vec_analyze(emitter *m)
         vec_stage_scan(m, &k->stages[s], 0, seen, &nseen, &bad);
     }
     PyMem_Free(seen);
-    if (bad) {
+    if (bad || (mode == 2 && vec_rows_short(m))) {
         m->nvec = 0;
     }
 }
@@ -1979,8 +2026,9 @@ const char *
 stax_nvrtc_knob_tag(void)
 {
     static char tag[64];
+    int vm = vec_mode();
     snprintf(tag, sizeof tag, "%s%s",
-             knob_on("TENSORPLAY_NVRTC_VEC") ? "; vec 1" : "",
+             vm == 1 ? "; vec 1" : vm == 0 ? "" : "; vec auto",
              knob_on("TENSORPLAY_NVRTC_ONEPASS") ? "; onepass 1" : "");
     return tag;
 }
@@ -2081,7 +2129,13 @@ render_body(emitter *m, int *has_red)
     m->indent = "        ";
     emit_split(m, 0, k->nouter, "xindex", k->nouter ? "start" : NULL);
     if (m->nvec > 0) {
-        put(b, "        bool stax_vok = true;\n        {\n"
+        if (m->vec_auto) {
+            put(b, "        bool stax_vok = rnumel >= %dLL;\n", VEC_MIN_ROW);
+        }
+        else {
+            put(b, "        bool stax_vok = true;\n");
+        }
+        put(b, "        {\n"
             "            const int64_t r0 = 0;\n");
         for (int i = 0; i < m->nvec; i++) {
             put(b, "            stax_vok = stax_vok && stax_vaok(&buf%d[",

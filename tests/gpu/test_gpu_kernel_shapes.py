@@ -71,3 +71,30 @@ def test_pointwise_unroll_remainders_match_cpu(n):
     x = tp.from_numpy(np.random.default_rng(n).standard_normal(n).astype(np.float32))
     f = tp.compile(lambda a: tp.where(a > 0, a * 2 + 1, -a))
     np.testing.assert_array_equal(f(x.cuda()).cpu().numpy(), f(x).numpy())
+
+
+@pytest.mark.parametrize("which", [0, 2, 3])
+def test_default_vector_loops_of_long_rows_match_the_scalar_loops(which, monkeypatch):
+    """TENSORPLAY_NVRTC_VEC unset renders 16-byte vector loops for rows of
+    2048 points or more (a per-row length and alignment check, scalar loops
+    for the rest): around that bound, aligned and misaligned rows (a slice
+    one element in), against the knob off and the CPU"""
+    fn = MULTI_STAGE[which]
+    monkeypatch.setattr(tp.compiler.config, "cache", False)
+    for n in (2047, 2048, 2049, 4099, 16384):
+        for sliced in (False, True):
+            x, g, b = _data(n + 1, np.float32, seed=n)
+            x = x[:, 1:] if sliced else x[:, :n].contiguous()
+            g, b = g[:n].contiguous(), b[:n].contiguous()
+            want = fn(x, g, b).numpy()
+            got = {}
+            for vec in (None, "0"):
+                if vec is None:
+                    monkeypatch.delenv("TENSORPLAY_NVRTC_VEC", raising=False)
+                else:
+                    monkeypatch.setenv("TENSORPLAY_NVRTC_VEC", vec)
+                got[vec] = tp.compile(lambda p, q, r: fn(p, q, r))(
+                    x.cuda(), g.cuda(), b.cuda()).cpu().numpy()
+            for v in got.values():
+                np.testing.assert_allclose(v, want, rtol=2e-5, atol=2e-4,
+                                           err_msg=f"{n} sliced={sliced}")
