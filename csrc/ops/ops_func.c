@@ -677,6 +677,218 @@ has_meta_composite(const stax_op_info *op)
     }
 }
 
+/* ---- meta evaluation on CUDA operands ----
+ * A trace over CUDA inputs defers its samples as one over host inputs
+ * does: the metadata rules run on host stand-ins with the operands' sizes,
+ * strides and dtypes (their bytes are never read), and the result is
+ * re-homed on the device: an uninitialized device block of its extent,
+ * viewed with the rule's sizes and strides, filled only when the trace asks
+ * for its values (trace_lazy.c). Without it every op recorded on CUDA
+ * inputs built and launched an eager NVRTC kernel during the trace (on the
+ * H200 ~616 ms of a fresh process's first call of Example 1.1, four such
+ * kernels). A host operand of one or more dimensions is torch's device-mix
+ * error: the marker leaves it to the eager call to raise.
+ * TENSORPLAY_CUDA_META=0 turns this off (the samples are computed). */
+
+static int
+cuda_meta_enabled(void)
+{
+    const char *e = getenv("TENSORPLAY_CUDA_META");
+    return !(e != NULL && e[0] == '0' && e[1] == '\0');
+}
+
+/* elements from the storage's start to one past the last t reaches (its
+ * offset when it has none); -1 for a negative stride */
+static int64_t
+meta_extent(const StaxTensor *t)
+{
+    int64_t hi = t->offset + 1;
+    for (int i = 0; i < t->ndim; i++) {
+        if (t->sizes[i] == 0) {
+            return t->offset;
+        }
+        if (t->strides[i] < 0) {
+            return -1;
+        }
+        hi += (t->sizes[i] - 1) * t->strides[i];
+    }
+    return hi;
+}
+
+/* a tensor on `device` with t's sizes, strides, offset and dtype over an
+ * uninitialized block of its extent (host: untouched pages) */
+static PyObject *
+meta_like_on(const StaxTensor *t, int device)
+{
+    int64_t n = meta_extent(t);
+    StaxTensor *base, *v;
+    if (n < 0) {
+        return stax_ops_meta_unsupported();
+    }
+    base = device == STAX_DEV_CUDA ? stax_tensor_empty_on(1, &n, t->dtype, device)
+                                   : stax_tensor_empty(1, &n, t->dtype);
+    if (base == NULL) {
+        return NULL;
+    }
+    v = stax_tensor_view(base, t->ndim, t->sizes, t->strides, t->offset);
+    Py_DECREF(base);
+    if (v != NULL) {
+        v->requires_grad = t->requires_grad;
+    }
+    return (PyObject *)v;
+}
+
+/* new reference: o with its CUDA tensors (also the elements of a list or
+ * tuple) replaced by host stand-ins, each appended to sins; *mixed set for
+ * a host tensor of one or more dimensions */
+static PyObject *
+meta_host_arg(PyObject *o, int *mixed, PyObject *sins)
+{
+    if (StaxTensor_Check(o)) {
+        StaxTensor *t = (StaxTensor *)o;
+        PyObject *h;
+        if (!stax_tensor_is_cuda(t)) {
+            *mixed |= t->ndim > 0;
+            return Py_NewRef(o);
+        }
+        h = meta_like_on(t, STAX_DEV_CPU);
+        if (h != NULL && PyList_Append(sins, h) < 0) {
+            Py_CLEAR(h);
+        }
+        return h;
+    }
+    if (PyList_Check(o) || PyTuple_Check(o)) {
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
+        PyObject *r;
+        if (!has_cuda(o)) {
+            for (Py_ssize_t i = 0; i < n; i++) {
+                PyObject *e = PySequence_Fast_GET_ITEM(o, i);
+                *mixed |= StaxTensor_Check(e) && ((StaxTensor *)e)->ndim > 0;
+            }
+            return Py_NewRef(o);
+        }
+        if (!PyList_CheckExact(o) && !PyTuple_CheckExact(o)) {
+            return stax_ops_meta_unsupported();
+        }
+        r = PyList_Check(o) ? PyList_New(n) : PyTuple_New(n);
+        for (Py_ssize_t i = 0; r != NULL && i < n; i++) {
+            PyObject *e = meta_host_arg(PySequence_Fast_GET_ITEM(o, i), mixed, sins);
+            if (e == NULL) {
+                Py_CLEAR(r);
+                break;
+            }
+            if (PyList_Check(r)) {
+                PyList_SET_ITEM(r, i, e);
+            }
+            else {
+                PyTuple_SET_ITEM(r, i, e);
+            }
+        }
+        return r;
+    }
+    return Py_NewRef(o);
+}
+
+/* new reference: the meta result r with its host tensors re-homed on the
+ * device (an operand's stand-in given back is that operand) */
+static PyObject *
+meta_rehome(PyObject *r, PyObject *const *h, PyObject *const *args,
+            Py_ssize_t nall, PyObject *sins)
+{
+    if (StaxTensor_Check(r)) {
+        StaxTensor *t = (StaxTensor *)r;
+        for (Py_ssize_t i = 0; i < nall; i++) {
+            if (h[i] == r) {
+                return Py_NewRef(args[i]);
+            }
+        }
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(sins); i++) {
+            if (((StaxTensor *)PyList_GET_ITEM(sins, i))->storage == t->storage) {
+                /* a view of an operand: what eager gives is the values' */
+                return stax_ops_meta_unsupported();
+            }
+        }
+        return stax_tensor_is_cuda(t) ? Py_NewRef(r) : meta_like_on(t, STAX_DEV_CUDA);
+    }
+    if (PyTuple_CheckExact(r) || PyList_CheckExact(r)) {
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(r);
+        PyObject *o = PyList_Check(r) ? PyList_New(n) : PyTuple_New(n);
+        for (Py_ssize_t i = 0; o != NULL && i < n; i++) {
+            PyObject *e = meta_rehome(PySequence_Fast_GET_ITEM(r, i), h, args, nall, sins);
+            if (e == NULL) {
+                Py_CLEAR(o);
+                break;
+            }
+            if (PyList_Check(o)) {
+                PyList_SET_ITEM(o, i, e);
+            }
+            else {
+                PyTuple_SET_ITEM(o, i, e);
+            }
+        }
+        return o;
+    }
+    if (PyTuple_Check(r) || PyList_Check(r)) {
+        return stax_ops_meta_unsupported();   /* a named tuple: eager's own */
+    }
+    return Py_NewRef(r);
+}
+
+static PyObject *
+run_op_meta_cuda(const stax_op_info *op, PyObject *const *args, Py_ssize_t nargs,
+                 PyObject *kwnames)
+{
+    Py_ssize_t nall = nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
+    PyObject **h = NULL, *sins = NULL, *res = NULL, *out = NULL;
+    int mixed = 0;
+    Py_ssize_t done_n = 0;
+    if (!cuda_meta_enabled()) {
+        return stax_ops_meta_unsupported();
+    }
+    h = PyMem_Calloc((size_t)(nall > 0 ? nall : 1), sizeof(PyObject *));
+    sins = h != NULL ? PyList_New(0) : NULL;
+    if (sins == NULL) {
+        if (h == NULL) {
+            PyErr_NoMemory();
+        }
+        goto done;
+    }
+    for (; done_n < nall; done_n++) {
+        h[done_n] = meta_host_arg(args[done_n], &mixed, sins);
+        if (h[done_n] == NULL) {
+            goto done;
+        }
+    }
+    if (mixed) {
+        out = stax_ops_meta_unsupported();
+        goto done;
+    }
+    stax_ops_meta_mode = 1;
+    res = stax_ops_eager_c(op, h, nargs, kwnames);
+    stax_ops_meta_mode = 0;
+    if (res == Py_NotImplemented) {
+        Py_CLEAR(res);
+        if (has_meta_composite(op) && py_impls[op->id] != NULL) {
+            res = meta_composite(op, h, nargs, kwnames);
+        }
+        else {
+            out = stax_ops_meta_unsupported();
+            goto done;
+        }
+    }
+    if (res != NULL) {
+        out = meta_rehome(res, h, args, nall, sins);
+    }
+done:
+    for (Py_ssize_t i = 0; h != NULL && i < done_n; i++) {
+        Py_XDECREF(h[i]);
+    }
+    PyMem_Free(h);
+    Py_XDECREF(sins);
+    Py_XDECREF(res);
+    return out;
+}
+
 /* the op of an armed call: the eager C kernel in meta mode, or the marker
  * when only the values could tell (nothing has run) */
 static PyObject *
@@ -700,11 +912,15 @@ run_op_meta(const stax_op_info *op, PyObject *const *args, size_t nargsf,
         return stax_ops_meta_unsupported();
     }
     for (Py_ssize_t i = 0; i < nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0); i++) {
-        if (has_cuda(args[i]) || has_bf16(args[i])) {
-            /* the meta kernels make host results: CUDA values are computed
-             * (a generated kernel on the device); the C kernels know no
-             * bfloat16 (its values are computed by _bf16_dispatch) */
+        if (has_bf16(args[i])) {
+            /* the C kernels know no bfloat16 (its values are computed by
+             * _bf16_dispatch) */
             return stax_ops_meta_unsupported();
+        }
+    }
+    for (Py_ssize_t i = 0; i < nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0); i++) {
+        if (has_cuda(args[i])) {
+            return run_op_meta_cuda(op, args, nargs, kwnames);
         }
     }
     stax_ops_meta_mode = 1;

@@ -284,6 +284,16 @@ fill_from_node(StaxTracer *tr, StaxNode *n, Py_ssize_t leaf, StaxTensor *dst)
                      "(a deferred sample must match eager's)", n->name);
         goto done;
     }
+    if (stax_tensor_is_cuda(dst) || stax_tensor_is_cuda((StaxTensor *)src)) {
+        /* a deferred CUDA sample (ops_func.c's meta on CUDA operands): a
+         * copy on the device, which is no write of the traced code's (its
+         * version stays) */
+        uint64_t ver = dst->storage->version;
+        int r = stax_tensor_copy_from(dst, src);
+        dst->storage->version = ver;
+        rc = r;
+        goto done;
+    }
     da = stax_tensor_as_storage_array(dst);
     sa = da ? stax_tensor_as_storage_array((StaxTensor *)src) : NULL;
     if (sa == NULL || PyArray_CopyInto((PyArrayObject *)da,
