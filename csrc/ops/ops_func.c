@@ -603,6 +603,38 @@ meta_masked_fill_ok(PyObject *b, const StaxTensor *x)
     return 1;
 }
 
+/* native_layer_norm (what the front end decomposes layer_norm into):
+ * (the normalized x, mean, rstd), the statistics with the normalized dims
+ * kept as 1 and float32 for float16 input (eager's _ln_np works in float32
+ * there). Without it the eager CUDA kernel of layer_norm was built over a
+ * host stand-in that ran layer_norm on the host, twice (its trace and the
+ * shape propagation of its lowering): 5.5 s of a 16384^2 first call. */
+static PyObject *
+meta_native_layer_norm(PyObject *b, const StaxTensor *x)
+{
+    PyObject *ns = PyTuple_GET_ITEM(b, 1);
+    int64_t st[STAX_MAX_DIMS];
+    Py_ssize_t k;
+    stax_dtype_t sdt = x->dtype == STAX_FLOAT16 ? STAX_FLOAT32 : x->dtype;
+    /* a strided x: eager's statistics keep NumPy's layout of its mean */
+    if (!meta_layer_norm_ok(b, x) || !stax_tensor_is_contiguous((StaxTensor *)x)) {
+        return stax_ops_meta_unsupported();
+    }
+    k = PyLong_CheckExact(ns) ? 1 : PySequence_Fast_GET_SIZE(ns);
+    memcpy(st, x->sizes, sizeof(int64_t) * (size_t)x->ndim);
+    for (Py_ssize_t i = x->ndim - k; i < x->ndim; i++) {
+        st[i] = 1;
+    }
+    PyObject *y = meta_result(x->ndim, x->sizes, x->dtype);
+    PyObject *m = y ? meta_result(x->ndim, st, sdt) : NULL;
+    PyObject *r = m ? meta_result(x->ndim, st, sdt) : NULL;
+    PyObject *t = r ? PyTuple_Pack(3, y, m, r) : NULL;
+    Py_XDECREF(y);
+    Py_XDECREF(m);
+    Py_XDECREF(r);
+    return t;
+}
+
 static PyObject *
 meta_composite(const stax_op_info *op, PyObject *const *args, Py_ssize_t nargs,
                PyObject *kwnames)
@@ -623,6 +655,11 @@ meta_composite(const stax_op_info *op, PyObject *const *args, Py_ssize_t nargs,
     x = (StaxTensor *)PyTuple_GET_ITEM(b, 0);
     nd = x->ndim;      /* the result: x's shape, but for linear and matmul */
     sizes = x->sizes;
+    if (op->id == STAX_OP_NATIVE_LAYER_NORM) {
+        res = meta_native_layer_norm(b, x);
+        Py_DECREF(b);
+        return res;
+    }
     switch (op->id) {
     case STAX_OP_GELU:
         ok = meta_gelu_ok(b);
@@ -668,6 +705,7 @@ has_meta_composite(const stax_op_info *op)
     case STAX_OP_SOFTMAX:
     case STAX_OP_LOG_SOFTMAX:
     case STAX_OP_LAYER_NORM:
+    case STAX_OP_NATIVE_LAYER_NORM:
     case STAX_OP_LINEAR:
     case STAX_OP_MATMUL:
     case STAX_OP_MASKED_FILL:
