@@ -571,7 +571,32 @@ static struct {
     int (*Dgemm)(cublasHandle_t, int, int, int, int, int, const double *,
                  const double *, int, long long, const double *, int,
                  long long, const double *, double *, int, long long, int);
+    /* cublasGemmStridedBatchedEx: typed operands, a compute type, an algo */
+    int (*GemmEx)(cublasHandle_t, int, int, int, int, int, const void *,
+                  const void *, int, int, long long, const void *, int, int,
+                  long long, const void *, void *, int, int, long long, int,
+                  int, int);
 } cb;
+
+/* cublasStatus_t names (cublas_api.h); the library's own
+ * cublasGetStatusName is newer than some libcublas we accept */
+const char *
+stax_cublas_status_name(int status)
+{
+    switch (status) {
+    case 0: return "CUBLAS_STATUS_SUCCESS";
+    case 1: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case 3: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case 7: return "CUBLAS_STATUS_INVALID_VALUE";
+    case 8: return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case 11: return "CUBLAS_STATUS_MAPPING_ERROR";
+    case 13: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case 14: return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case 15: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    case 16: return "CUBLAS_STATUS_LICENSE_ERROR";
+    default: return "CUBLAS_STATUS_UNKNOWN";
+    }
+}
 
 static void *
 cublas_open(void)
@@ -633,7 +658,9 @@ cublas_load(void)
         *(void **)&cb.SetStream = dlsym(cb.lib, "cublasSetStream_v2");
         *(void **)&cb.Sgemm = dlsym(cb.lib, "cublasSgemmStridedBatched");
         *(void **)&cb.Dgemm = dlsym(cb.lib, "cublasDgemmStridedBatched");
-        if (!cb.Create || !cb.SetStream || !cb.Sgemm || !cb.Dgemm) {
+        *(void **)&cb.GemmEx = dlsym(cb.lib, "cublasGemmStridedBatchedEx");
+        if (!cb.Create || !cb.SetStream || !cb.Sgemm || !cb.Dgemm
+            || !cb.GemmEx) {
             snprintf(cb.why, sizeof(cb.why), "libcublas lacks a symbol");
             goto fail;
         }
@@ -642,7 +669,8 @@ cublas_load(void)
             r = cb.SetStream(cb.handle, cu.stream);
         }
         if (r != 0) {
-            snprintf(cb.why, sizeof(cb.why), "cublasCreate failed (%d)", r);
+            snprintf(cb.why, sizeof(cb.why), "cublasCreate failed: %s (%d)",
+                     stax_cublas_status_name(r), r);
             cb.handle = NULL;
             goto fail;
         }
@@ -692,16 +720,31 @@ stax_cuda_gemm(int dtype, int transa, int transb, int64_t m, int64_t n,
                      (const float *)(uintptr_t)b, (int)ldb, stride_b, &zero,
                      (float *)(uintptr_t)c, (int)ldc, stride_c, (int)batch);
     }
-    else {
+    else if (dtype == 1) {
         const double one = 1.0, zero = 0.0;
         r = cb.Dgemm(cb.handle, transa, transb, (int)m, (int)n, (int)k, &one,
                      (const double *)(uintptr_t)a, (int)lda, stride_a,
                      (const double *)(uintptr_t)b, (int)ldb, stride_b, &zero,
                      (double *)(uintptr_t)c, (int)ldc, stride_c, (int)batch);
     }
+    else {
+        /* float16 / bfloat16 operands and result, float32 accumulation and
+         * scalars (torch's CUDA half GEMM): cudaDataType CUDA_R_16F = 2,
+         * CUDA_R_16BF = 14; CUBLAS_COMPUTE_32F = 68, CUBLAS_GEMM_DEFAULT */
+        const float one = 1.0f, zero = 0.0f;
+        int t = dtype == 2 ? 2 : 14;
+        r = cb.GemmEx(cb.handle, transa, transb, (int)m, (int)n, (int)k, &one,
+                      (const void *)(uintptr_t)a, t, (int)lda, stride_a,
+                      (const void *)(uintptr_t)b, t, (int)ldb, stride_b,
+                      &zero, (void *)(uintptr_t)c, t, (int)ldc, stride_c,
+                      (int)batch, 68, -1);
+    }
     if (r != 0) {
-        PyErr_Format(PyExc_RuntimeError, "cuBLAS: gemm failed (status %d)",
-                     r);
+        PyErr_Format(PyExc_RuntimeError, "cuBLAS: %s failed: %s (%d)",
+                     dtype <= 1 ? (dtype == 0 ? "cublasSgemmStridedBatched"
+                                              : "cublasDgemmStridedBatched")
+                                : "cublasGemmStridedBatchedEx",
+                     stax_cublas_status_name(r), r);
         return -1;
     }
     return 0;
@@ -892,6 +935,16 @@ py_cublas_available(PyObject *m, PyObject *unused)
     return PyBool_FromLong(stax_cublas_available());
 }
 
+static PyObject *
+py_cublas_status_name(PyObject *m, PyObject *arg)
+{
+    long v = PyLong_AsLong(arg);
+    if (v == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    return PyUnicode_FromString(stax_cublas_status_name((int)v));
+}
+
 static PyMethodDef device_methods[] = {
     {"cuda_is_available", py_is_available, METH_NOARGS,
      "cuda_is_available() -> bool: libcuda loads and reports a device."},
@@ -913,6 +966,9 @@ static PyMethodDef device_methods[] = {
      "cuda_arch() -> 'sm_XY' of device 0."},
     {"cublas_available", py_cublas_available, METH_NOARGS,
      "cublas_available() -> bool: libcublas loaded (needs a GPU)."},
+    {"_cublas_status_name", py_cublas_status_name, METH_O,
+     "_cublas_status_name(status: int) -> str: the cublasStatus_t name "
+     "errors of cuBLAS calls carry."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -60,14 +60,17 @@ void *stax_cuda_symbol(const char *name);
 int stax_cuda_check(int r, const char *what);
 
 /* GEMM through cuBLAS (dlopen'ed): column-major C = op(A) op(B) for
- * float32 (dtype 0) or float64 (dtype 1), batched with strides
- * (batch = 1: one product). -1 + RuntimeError("cuBLAS ...") when the
- * library is missing or a call fails. */
+ * float32 (dtype 0), float64 (1), float16 (2) or bfloat16 (3; these two by
+ * cublasGemmStridedBatchedEx with float32 accumulation), batched with
+ * strides (batch = 1: one product). -1 + RuntimeError("cuBLAS ...") when
+ * the library is missing or a call fails, naming the cublasStatus_t. */
 int stax_cuda_gemm(int dtype, int transa, int transb, int64_t m, int64_t n,
                    int64_t k, stax_cuptr a, int64_t lda, int64_t stride_a,
                    stax_cuptr b, int64_t ldb, int64_t stride_b, stax_cuptr c,
                    int64_t ldc, int64_t stride_c, int64_t batch);
 int stax_cublas_available(void);
+/* "CUBLAS_STATUS_..." of a cublasStatus_t (UNKNOWN for other values) */
+const char *stax_cublas_status_name(int status);
 
 /* room init: tensorplay._C functions cuda_* and OutOfMemoryError */
 int stax_device_module_init(PyObject *m);

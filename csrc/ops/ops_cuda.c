@@ -1,6 +1,7 @@
 /* matmul on CUDA tensors through cuBLAS (the device room loads it):
  * _C._cuda_mm(a, b) for 2-D (m, k) @ (k, n) and batched 3-D (B, m, k) @
- * (B, k, n), float32 / float64, each operand row-major or transposed
+ * (B, k, n), float32 / float64 (Sgemm / Dgemm), float16 / bfloat16
+ * (GemmEx, float32 accumulation as torch), each operand row-major or transposed
  * (a unit stride in one of its last two dims); NotImplemented for anything
  * else (the caller makes the operands contiguous or runs on the host). */
 #include "ops/ops_internal.h"
@@ -47,7 +48,8 @@ py_cuda_mm(PyObject *m, PyObject *args)
     batched = a->ndim == 3;
     if (!stax_tensor_is_cuda(a) || !stax_tensor_is_cuda(b)
         || a->dtype != b->dtype
-        || (a->dtype != STAX_FLOAT32 && a->dtype != STAX_FLOAT64)
+        || (a->dtype != STAX_FLOAT32 && a->dtype != STAX_FLOAT64
+            && a->dtype != STAX_FLOAT16 && a->dtype != STAX_BFLOAT16)
         || a->ndim != b->ndim || (a->ndim != 2 && a->ndim != 3)
         || (batched && a->sizes[0] != b->sizes[0])) {
         Py_RETURN_NOTIMPLEMENTED;
@@ -87,7 +89,9 @@ py_cuda_mm(PyObject *m, PyObject *args)
         return (PyObject *)z;
     }
     /* column-major: C^T (N x M, ld N) = op(B^T) op(A^T) */
-    if (stax_cuda_gemm(a->dtype == STAX_FLOAT32 ? 0 : 1, opb, opa, N, M, K,
+    if (stax_cuda_gemm(a->dtype == STAX_FLOAT32 ? 0
+                       : a->dtype == STAX_FLOAT64 ? 1
+                       : a->dtype == STAX_FLOAT16 ? 2 : 3, opb, opa, N, M, K,
                        (stax_cuptr)(uintptr_t)STAX_TENSOR_DATA(b), ldb, sb,
                        (stax_cuptr)(uintptr_t)STAX_TENSOR_DATA(a), lda, sa,
                        (stax_cuptr)(uintptr_t)STAX_TENSOR_DATA(c), N, M * N,

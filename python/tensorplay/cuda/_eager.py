@@ -4,8 +4,9 @@ with a CUDA tensor operand, after __tensor_function__ and autograd).
 Order of attempts:
 
 1. matmul / mm / bmm / linear / addmm: cuBLAS (``_C._cuda_mm``) for
-   float32/float64, a hand-written kernel (``_native.bmm_kernel``) for
-   float16, bfloat16 and integers;
+   float32/float64 (Sgemm/Dgemm) and float16/bfloat16 (GemmEx, float32
+   accumulation), a hand-written kernel (``_native.bmm_kernel``) for
+   integers (and for float16/bfloat16 where libcublas is missing);
 2. the ops of ``_native.OPS`` (sort, argsort, topk, median, unique,
    integer cumsum, cumprod, nonzero, index_add, isclose, allclose, diff,
    repeat, roll, flip, einsum, masked_select, one_hot, in-place twins):
@@ -319,14 +320,29 @@ def _kernel(name, func, args, kwargs, inplace):
 
 # ------------------------------------------------------------------ cuBLAS
 
-_CUBLAS_DTYPES = ("float32", "float64")
+_CUBLAS_DTYPES = ("float32", "float64", "float16", "bfloat16")
+_HALF = ("float16", "bfloat16")
+_cublas_ok = []
+
+
+def _use_cublas(dt):
+    """float32/float64 always (cuBLAS's error if it is missing); float16/
+    bfloat16 when libcublas loads, else the kernel (same float32
+    accumulation)"""
+    if dt not in _CUBLAS_DTYPES:
+        return False
+    if dt in _HALF:
+        if not _cublas_ok:
+            _cublas_ok.append(bool(_C.cublas_available()))
+        return _cublas_ok[0]
+    return True
 
 
 def _mm2(a, b):
-    """2-D or same-batch 3-D product: cuBLAS for float32/float64, else the
-    hand-written kernel (float accumulation for float16/bfloat16, wrapping
-    for integers, as eager)"""
-    if str(a.dtype).split(".")[-1] not in _CUBLAS_DTYPES:
+    """2-D or same-batch 3-D product: cuBLAS for float32/float64/float16/
+    bfloat16, else the hand-written kernel (wrapping for integers, as
+    eager)"""
+    if not _use_cublas(str(a.dtype).split(".")[-1]):
         if a.dim() == 2:
             r = _native.bmm_kernel(a.unsqueeze(0), b.unsqueeze(0))
             return r if r is NotImplemented else r[0]

@@ -1,0 +1,81 @@
+"""CUDA paths added for ops that went through the host (issue 14), checked
+without a GPU: the routing of float16/bfloat16 matmul to cuBLAS GemmEx, the
+cuBLAS status names errors carry, and the hand-written kernels and
+compositions run on the host (tests/_cuda_emu.py) against CPU eager.
+
+tests/gpu/test_cuda_gpuops.py runs the same on CUDA tensors on a GPU machine.
+"""
+import numpy as np
+import pytest
+
+import tensorplay as tp
+from tensorplay import _C
+from tensorplay.cuda import _eager, _kernels as K, _native as N
+
+import _cuda_emu as E
+from _cuda_data import data
+
+needs_gxx = pytest.mark.skipif(not E.needs_gxx, reason="g++ runs the kernels on the host")
+
+
+@pytest.fixture
+def emu():
+    with E.emulated():
+        yield
+
+
+def same(got, want):
+    assert tuple(got.shape) == tuple(want.shape), (got.shape, want.shape)
+    assert got.dtype == want.dtype, (got.dtype, want.dtype)
+    g, w = got, want
+    if K.dtype_name(got.dtype) == "bfloat16":
+        g, w = got.float(), want.float()
+    assert np.array_equal(g.numpy(), w.numpy(), equal_nan=True), (g, w)
+
+
+# ------------------------------------------------------------ cuBLAS GemmEx
+
+def test_cublas_status_names():
+    assert _C._cublas_status_name(0) == "CUBLAS_STATUS_SUCCESS"
+    assert _C._cublas_status_name(7) == "CUBLAS_STATUS_INVALID_VALUE"
+    assert _C._cublas_status_name(13) == "CUBLAS_STATUS_EXECUTION_FAILED"
+    assert _C._cublas_status_name(15) == "CUBLAS_STATUS_NOT_SUPPORTED"
+    assert _C._cublas_status_name(12345) == "CUBLAS_STATUS_UNKNOWN"
+
+
+@pytest.mark.parametrize("dtype", [tp.float16, tp.bfloat16, tp.float32, tp.int32])
+@pytest.mark.parametrize("have_cublas", [True, False])
+def test_half_matmul_goes_to_cublas_when_it_loads(monkeypatch, dtype, have_cublas):
+    """float16/bfloat16: GemmEx (_C._cuda_mm) when libcublas loads, else the
+    kernel; float32 always cuBLAS; integers always the kernel"""
+    calls = []
+
+    class FakeC:
+        @staticmethod
+        def cublas_available():
+            calls.append("probe")
+            return have_cublas
+
+        @staticmethod
+        def _cuda_mm(a, b):
+            calls.append(("cublas", K.dtype_name(a.dtype)))
+            return "C"
+
+    monkeypatch.setattr(_eager, "_C", FakeC)
+    monkeypatch.setattr(_eager, "_cublas_ok", [])
+    monkeypatch.setattr(N, "bmm_kernel", lambda a, b: calls.append("kernel") or b)
+    a = tp.ones(1, 2, 3, dtype=dtype)
+    _eager._mm2(a, a.transpose(1, 2))
+    _eager._mm2(a, a.transpose(1, 2))
+    name = K.dtype_name(dtype)
+    if name == "int32" or (name in ("float16", "bfloat16") and not have_cublas):
+        assert "kernel" in calls and not any(isinstance(c, tuple) for c in calls)
+    else:
+        assert ("cublas", name) in calls and "kernel" not in calls
+    assert calls.count("probe") <= 1          # probed once, then remembered
+
+
+def test_cuda_mm_leaves_host_tensors_and_other_dtypes_alone():
+    a = tp.ones(2, 3, dtype=tp.float16)
+    assert _C._cuda_mm(a, a.t()) is NotImplemented
+    assert _C._cuda_mm(a.int(), a.int().t()) is NotImplemented
