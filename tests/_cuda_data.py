@@ -1,5 +1,6 @@
-"""Test inputs shared by the CUDA kernels' host-run tests (tests/test_cuda_kernels_host.py)
-and their GPU twins (tests/gpu/test_cuda_native_ops.py): the same values on both sides."""
+"""Test inputs shared by the CUDA kernels' host-run tests (tests/test_cuda_kernels_host.py,
+tests/test_cuda_gpuops_host.py) and their GPU twins (tests/gpu/test_cuda_native_ops.py,
+tests/gpu/test_cuda_gpuops.py): the same values and rules on both sides."""
 import numpy as np
 
 import tensorplay as tp
@@ -22,3 +23,40 @@ def data(shape, dtype=tp.float32, seed=0, special=True, lo=-5, hi=5):
     if name == "bfloat16":
         return tp.tensor(a.tolist(), dtype=tp.float32).bfloat16()
     return tp.tensor(a.tolist(), dtype=dtype)
+
+
+def cuda_int_rule(v, dst):
+    """torch's CUDA float -> integer: NaN 0, truncation toward zero,
+    saturation (int8 at int16's range, then its low byte; uint8 through
+    int64, then its low byte)"""
+    if v != v:
+        return 0
+    lim = {"int64": (-2 ** 63, 2 ** 63 - 1), "int32": (-2 ** 31, 2 ** 31 - 1),
+           "int16": (-2 ** 15, 2 ** 15 - 1), "int8": (-2 ** 15, 2 ** 15 - 1),
+           "uint8": (-2 ** 63, 2 ** 63 - 1)}[dst]
+    i = lim[0] if v <= lim[0] else lim[1] if v >= lim[1] else int(v)
+    if dst in ("int8", "uint8"):
+        i &= 0xFF
+        if dst == "int8" and i >= 128:
+            i -= 256
+    return i
+
+
+SPECIAL = [float("nan"), float("inf"), -float("inf"), 2.9, -2.9, -0.5, 0.5, 127.9, 128.5, -129.0,
+           255.5, 256.0, -1.0, 32767.5, -32769.0, 70000.0, 2 ** 31 - 0.5, -2.0 ** 31, 3e9, -3e9,
+           2.0 ** 62, 2.0 ** 63, -2.0 ** 63, 1e30, -1e30]
+
+
+def tricky_doubles():
+    rng = np.random.default_rng(5)
+    out = []
+    for e in list(range(-30, 17)) + list(range(-133, 130, 7)):
+        for k in range(-3, 4):
+            for eps in (0.0, 2.0 ** -40, -2.0 ** -40, 2.0 ** -30):
+                # at, just above and just below the halfway points of both formats
+                out.append((1 + k * 2.0 ** -11 + eps) * 2.0 ** e)
+                out.append(-(1 + (2 * k + 1) * 2.0 ** -9 + eps) * 2.0 ** e)
+    out += list(rng.standard_normal(200) * 1e4) + [65504.0, 65519.99, 65520.0, 6.1e-5,
+                                                     2.0 ** -24, 2.0 ** -25, 1.5 * 2.0 ** -25,
+                                                     2.0 ** -26, 3e-8, 5e-324, -0.0, 1e300]
+    return out + [float("nan"), float("inf"), -float("inf")]

@@ -13,7 +13,7 @@ from tensorplay import _C
 from tensorplay.cuda import _eager, _kernels as K, _native as N
 
 import _cuda_emu as E
-from _cuda_data import data
+from _cuda_data import SPECIAL, cuda_int_rule, data, tricky_doubles
 
 needs_gxx = pytest.mark.skipif(not E.needs_gxx, reason="g++ runs the kernels on the host")
 
@@ -79,3 +79,34 @@ def test_cuda_mm_leaves_host_tensors_and_other_dtypes_alone():
     a = tp.ones(2, 3, dtype=tp.float16)
     assert _C._cuda_mm(a, a.t()) is NotImplemented
     assert _C._cuda_mm(a.int(), a.int().t()) is NotImplemented
+
+
+# ------------------------------------------------------------- conversions
+
+@needs_gxx
+@pytest.mark.parametrize("src", [tp.float32, tp.float64, tp.float16, tp.bfloat16])
+@pytest.mark.parametrize("dst", [tp.int8, tp.uint8, tp.int16, tp.int32, tp.int64])
+def test_float_to_integer_follows_torchs_cuda_rule(emu, src, dst):
+    x = tp.tensor(SPECIAL, dtype=tp.float64).to(src)
+    got = N.device_op("to", x, dst)
+    assert got.dtype == dst
+    want = [cuda_int_rule(v, K.dtype_name(dst)) for v in x.double().tolist()]
+    assert got.tolist() == want
+    # where the value fits, the host's truncation
+    fits = tp.tensor([-9.99, -1.5, -0.25, 0.0, 0.75, 3.5, 99.9, 100.0], dtype=src)
+    same(N.device_op("to", fits, dst), fits.to(dst))
+
+
+@needs_gxx
+@pytest.mark.parametrize("dst", [tp.float16, tp.bfloat16])
+def test_float64_and_int_to_half_round_as_the_host(emu, dst):
+    """float64 -> float16 rounds once from the double (no double rounding
+    through float32); -> bfloat16 and int -> either as the host"""
+    x = tp.tensor(tricky_doubles(), dtype=tp.float64)
+    got = N.device_op("to", x, dst)
+    assert got.view(tp.int16).tolist() == x.to(dst).view(tp.int16).tolist()    # bits
+    ints = [(1 << 40) + (1 << 32) + 1, (1 << 24) + 3, 65519, 65520, -65536, 2 ** 62 + 1, -7, 0,
+            (1 << 31) - 1, -(1 << 31)]
+    for it in (tp.int64, tp.int32):
+        v = tp.tensor([i for i in ints if it == tp.int64 or -2 ** 31 <= i < 2 ** 31], dtype=it)
+        same(N.device_op("to", v, dst), v.to(dst))

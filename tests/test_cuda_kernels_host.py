@@ -350,9 +350,14 @@ def test_mask_setitem_equals_eager(emu, dtype):
 @pytest.mark.parametrize("src", ALL)
 def test_dtype_conversions_equal_the_host(emu, src):
     x = data((6, 7), src, seed=28, lo=-300, hi=300)
+    # float -> integer of NaN/inf is C's undefined behaviour on the host (the
+    # device's rule: test_float_to_integer_follows_torchs_cuda_rule)
+    finite = data((6, 7), src, seed=28, special=False)
     for dst in ALL:
         ok = K.cast_ok(K.dtype_name(src), K.dtype_name(dst)) or src == dst
-        for v in (x, x.t(), x[1:5:2, ::3]):
+        xs = finite if (src.is_floating_point and not dst.is_floating_point
+                        and dst != tp.bool) else x
+        for v in (xs, xs.t(), xs[1:5:2, ::3]):
             got = N.device_op("to", v, dst)
             if not ok:
                 assert got is NotImplemented
@@ -371,7 +376,9 @@ def test_copies_into_views_equal_the_host(emu, dtype):
     base = data((6, 8), dtype, seed=29)
     cases = [
         (lambda b: b[:, 1], data((6,), dtype, seed=30)),
-        (lambda b: b.t()[::2], data((4, 6), tp.float32 if dtype != tp.bool else tp.bool, seed=31)),
+        # finite: float -> integer of NaN/inf is C's undefined behaviour on the host
+        (lambda b: b.t()[::2], data((4, 6), tp.float32 if dtype != tp.bool else tp.bool, seed=31,
+                                    special=False)),
         (lambda b: b[1:4], data((8,), tp.int32, seed=32)),               # broadcast + cast
         (lambda b: b[::2, ::3], True if dtype == tp.bool else 3),
         (lambda b: b[1:], None),                                         # overlap: b[:-1]

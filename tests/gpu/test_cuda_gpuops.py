@@ -15,7 +15,7 @@ from tensorplay.cuda import _native
 pytestmark = pytest.mark.skipif(not tp.cuda.is_available(),
                                 reason="needs an NVIDIA GPU and its driver (libcuda)")
 
-from _cuda_data import data  # noqa: E402
+from _cuda_data import SPECIAL, cuda_int_rule, data, tricky_doubles  # noqa: E402
 
 
 def same(got, want, tol=None):
@@ -92,3 +92,43 @@ def test_half_matmul_runs_on_cublas_with_float32_accumulation(dtype, monkeypatch
         same(a[:5, :8].cuda().t() @ a[:5, :9].cuda(), a[:5, :8].t() @ a[:5, :9], tol)
         z = tp.zeros(3, 0, dtype=dtype)
         same(z.cuda() @ z.t().cuda(), z @ z.t())
+
+
+# ------------------------------------------------------------- conversions
+
+@pytest.mark.parametrize("src", [tp.float32, tp.float64, tp.float16, tp.bfloat16])
+@pytest.mark.parametrize("dst", [tp.int8, tp.uint8, tp.int16, tp.int32, tp.int64])
+def test_float_to_integer_on_cuda_is_torchs(src, dst):
+    """a kernel; in range: the host's truncation; NaN and out of range: the
+    rule of tests/test_cuda_gpuops_host.py, and torch's CUDA result where
+    torch with CUDA is installed"""
+    x = tp.tensor(SPECIAL, dtype=tp.float64).to(src)
+    served = _native.on_device.get("to", 0)
+    got = x.cuda().to(dst)
+    assert _native.on_device.get("to", 0) == served + 1 and got.is_cuda
+    want = [cuda_int_rule(v, str(dst).split(".")[-1]) for v in x.double().tolist()]
+    assert got.cpu().tolist() == want
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None and torch.cuda.is_available():
+        tname = str(src).split(".")[-1]
+        tx = torch.tensor(x.double().tolist(), dtype=torch.float64).to(getattr(torch, tname))
+        tgot = tx.cuda().to(getattr(torch, str(dst).split(".")[-1])).cpu().tolist()
+        assert got.cpu().tolist() == tgot, (SPECIAL, got.cpu().tolist(), tgot)
+    fits = tp.tensor([-9.99, -1.5, -0.25, 0.0, 0.75, 3.5, 99.9, 100.0], dtype=src)
+    same(fits.cuda().to(dst), fits.to(dst))
+    same(fits.cuda()[::2].long(), fits[::2].long())
+
+
+@pytest.mark.parametrize("dst", [tp.float16, tp.bfloat16])
+def test_float64_and_int_to_half_on_cuda_round_as_the_host(dst):
+    x = tp.tensor(tricky_doubles(), dtype=tp.float64)
+    served = _native.on_device.get("to", 0)
+    got = x.cuda().to(dst)
+    assert got.cpu().view(tp.int16).tolist() == x.to(dst).view(tp.int16).tolist()
+    v = tp.tensor([(1 << 40) + (1 << 32) + 1, (1 << 24) + 3, 65519, 65520, -7], dtype=tp.int64)
+    same(v.cuda().to(dst), v.to(dst))
+    same(v.int().cuda().to(dst), v.int().to(dst))
+    assert _native.on_device.get("to", 0) == served + 3

@@ -36,6 +36,14 @@ STAX_D float stax_h2f(u16 h)
 STAX_D u16 stax_f2h(float f)
 { u16 h; asm("{ cvt.rn.f16.f32 %0, %1; }" : "=h"(h) : "f"(f)); return h; }
 #endif
+STAX_D u64 stax_d2u(double d)
+{
+#ifdef __CUDACC_RTC__
+    return (u64)__double_as_longlong(d);
+#else
+    u64 u; memcpy(&u, &d, 8); return u;
+#endif
+}
 STAX_D float stax_b2f(u16 h) { return __uint_as_float((unsigned)h << 16); }
 STAX_D u16 stax_f2b(float f)   /* nearest even, NaN 0x7fc0 (the tensor room's rule) */
 { unsigned u = __float_as_uint(f); if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
@@ -251,7 +259,52 @@ extern "C" __global__ void put_rows_@(S *__restrict__ out, const i64 *__restrict
 # for each index of sizes meta[0:nd], i and o its offsets by the strides
 # meta[nd:2nd] (x) and meta[2nd:3nd] (out); nd = 0: both contiguous.
 # Conversions are C's (round to nearest; integers wrap), which are NumPy's
-# astype for the pairs cast_ok admits; to bool: != 0 (NaN is True).
+# astype for the pairs cast_ok admits; to bool: != 0 (NaN is True), with
+# two exceptions written out so that the GPU and the host emulation agree:
+#
+# * float -> integer truncates toward zero (the host's result wherever the
+#   value fits); NaN gives 0 and out-of-range values saturate, as torch's
+#   CUDA casts do (PTX cvt.rzi): int16/int32/int64 clamp to their range,
+#   int8 clamps to int16's and keeps the low byte (the compiler widens it),
+#   uint8 goes through int64 and keeps the low byte (torch's TypeCast);
+# * float64 -> float16 rounds once, to nearest even, from the double (the
+#   host's stax_double_to_half; through float it would round twice).
+#   float64/int -> bfloat16 round through float32 as the host does.
+CAST_CONV = r"""
+STAX_D i64 stax_f2i64(double v)
+{
+    if (v != v) return 0;
+    if (v >= 9223372036854775808.0) return 0x7fffffffffffffffLL;
+    if (v <= -9223372036854775808.0) return -0x7fffffffffffffffLL - 1;
+    return (i64)v;
+}
+STAX_D i64 stax_f2sat(double v, double lo, double hi)
+{
+    if (v != v) return 0;
+    if (v <= lo) return (i64)lo;
+    if (v >= hi) return (i64)hi;
+    return (i64)v;
+}
+STAX_D u16 stax_d2h(double d)
+{
+    u64 u = stax_d2u(d);
+    u16 s = (u16)((u >> 48) & 0x8000u);
+    u64 a = u & 0x7fffffffffffffffULL;
+    if (a > 0x7ff0000000000000ULL) return s | 0x7e00;     /* NaN */
+    if (a >= 0x40effe0000000000ULL) return s | 0x7c00;    /* >= 65520: inf */
+    int e = (int)(a >> 52);
+    if (e == 0) return s;                                 /* double subnormal */
+    u64 m = (a & 0xfffffffffffffULL) | 0x10000000000000ULL;
+    /* normal halves keep 11 significant bits; below 2^-14 the subnormal
+       grid is 2^-24 */
+    int shift = e >= 1009 ? 42 : 1051 - e;
+    if (shift > 60) return s;
+    u64 q = m >> shift, r = m & ((1ULL << shift) - 1), h = 1ULL << (shift - 1);
+    if (r > h || (r == h && (q & 1))) q++;
+    if (e >= 1009) return s | (u16)(((u64)(e - 1008) << 10) + q - 1024);
+    return s | (u16)q;
+}
+"""
 CAST = r"""
 extern "C" __global__ void cast_@(const SI *__restrict__ x, S *__restrict__ out,
     const i64 *__restrict__ meta, i64 nd, i64 n)
@@ -277,17 +330,25 @@ _INTS = ("int8", "uint8", "int16", "int32", "int64", "bool")
 
 
 def cast_ok(src, dst):
-    """dtype pairs whose conversion the cast kernel does exactly as the
-    host: not float -> integer (out of range and NaN are undefined in C
-    and differ between NumPy and the GPU), not float64 or int32/int64 ->
-    float16/bfloat16 (two roundings through float)."""
-    if src not in DTYPES or dst not in DTYPES:
-        return False
-    if src in FLOATS and dst in _INTS and dst != "bool":
-        return False
-    if dst in ("float16", "bfloat16") and src in ("float64", "int32", "int64"):
-        return False
-    return True
+    """dtype pairs the cast kernel converts (all of DTYPES' pairs; see
+    CAST for the float -> integer rule)."""
+    return src in DTYPES and dst in DTYPES
+
+
+def _conv(src, dst):
+    """the cast kernel's expression for out[o] from x[i]"""
+    if dst == "bool":
+        return "(S)(LDI(x[i]) != 0)"
+    if src in FLOATS and dst in _INTS:
+        v = "(double)LDI(x[i])"
+        return {"int64": f"(S)stax_f2i64({v})",
+                "uint8": f"(S)(u64)stax_f2i64({v})",
+                "int32": f"(S)stax_f2sat({v}, -2147483648.0, 2147483647.0)",
+                "int16": f"(S)stax_f2sat({v}, -32768.0, 32767.0)",
+                "int8": f"(S)(unsigned char)stax_f2sat({v}, -32768.0, 32767.0)"}[dst]
+    if src == "float64" and dst == "float16":
+        return "stax_d2h(LDI(x[i]))"
+    return "ST((A)LDI(x[i]))"
 
 # ------------------------------------------------------------ index_add
 # out (outer, n, inner) += alpha * src (outer, m, inner) at index[j] along
@@ -354,9 +415,8 @@ def sources(kind, dt):
         return {"scatter_i64": PRELUDE + SCATTER}
     if kind == "cast":
         src, dst = dt
-        conv = "(S)(LDI(x[i]) != 0)" if dst == "bool" else "ST((A)LDI(x[i]))"
-        return {f"cast_{src}_{dst}": PRELUDE + _types(dst) + _in_types(src)
-                + CAST.replace("@CONV", conv).replace("_@", f"_{src}_{dst}")}
+        return {f"cast_{src}_{dst}": PRELUDE + _types(dst) + _in_types(src) + CAST_CONV
+                + CAST.replace("@CONV", _conv(src, dst)).replace("_@", f"_{src}_{dst}")}
     if kind == "put_rows":
         return {f"put_rows_{dt}": PRELUDE + _types(dt) + PUT_ROWS.replace("_@", "_" + dt)}
     if kind == "scan":
