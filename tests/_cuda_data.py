@@ -60,3 +60,27 @@ def tricky_doubles():
                                                      2.0 ** -24, 2.0 ** -25, 1.5 * 2.0 ** -25,
                                                      2.0 ** -26, 3e-8, 5e-324, -0.0, 1e300]
     return out + [float("nan"), float("inf"), -float("inf")]
+
+
+def index_keys():
+    """advanced keys of every kind eager serves, for a tensor of shape (5, 4, 3)"""
+    i2 = tp.tensor([[1, -1], [0, 2]])
+    m43 = data((4, 3), tp.bool, seed=40)
+    return [
+        (tp.tensor([0, 4, 2]), tp.tensor([3, 0, -1])),                 # two index tensors
+        (tp.tensor([0, 4]), slice(None), tp.tensor([2, 0])),           # not adjacent: lead
+        (slice(1, 4), tp.tensor([3, 0, 1]), tp.tensor([2, 2, 0])),     # adjacent, after a slice
+        (slice(None), i2),                                             # 2-D index in the middle
+        (Ellipsis, tp.tensor([2, 0])),
+        (0, slice(None), tp.tensor([1, 2])),                           # an int selects first
+        (tp.tensor([1, 3]), 2),
+        (None, tp.tensor([1]), 0),
+        tp.tensor([0, 1, 1], dtype=tp.int32),
+        (tp.tensor([4, 0], dtype=tp.int32), tp.tensor([1], dtype=tp.int32)),   # broadcast
+        (slice(None), m43),                                            # a mask after a slice
+        (tp.tensor([2, 3]), slice(None), m43[0]),                      # a mask with an index
+        [0, 2, 4],
+        ([1, 1], [0, 3]),
+        (slice(None, None, 2), tp.tensor([], dtype=tp.int64)),
+        (tp.tensor([[0], [4]]), tp.tensor([1, 2, 3]), tp.tensor([0])),
+    ]

@@ -13,7 +13,7 @@ from tensorplay import _C
 from tensorplay.cuda import _eager, _kernels as K, _native as N
 
 import _cuda_emu as E
-from _cuda_data import SPECIAL, cuda_int_rule, data, tricky_doubles
+from _cuda_data import SPECIAL, cuda_int_rule, data, index_keys, tricky_doubles
 
 needs_gxx = pytest.mark.skipif(not E.needs_gxx, reason="g++ runs the kernels on the host")
 
@@ -110,3 +110,60 @@ def test_float64_and_int_to_half_round_as_the_host(emu, dst):
     for it in (tp.int64, tp.int32):
         v = tp.tensor([i for i in ints if it == tp.int64 or -2 ** 31 <= i < 2 ** 31], dtype=it)
         same(N.device_op("to", v, dst), v.to(dst))
+
+
+# ------------------------------------------------------ advanced indexing
+
+@needs_gxx
+@pytest.mark.parametrize("dtype", [tp.float32, tp.int64, tp.float16, tp.bool])
+def test_general_advanced_getitem_equals_eager(emu, dtype):
+    x = data((5, 4, 3), dtype, seed=41)
+    for key in index_keys():
+        for v in (x, x.transpose(0, 2).contiguous().transpose(0, 2)):
+            got = N.device_op("getitem", v, key)
+            assert got is not NotImplemented, key
+            same(got, x[key])
+    # eager's errors come from the host
+    for key in ((tp.tensor([0]), tp.tensor([4])), (tp.tensor([0, 1]), tp.tensor([0, 1, 2])),
+                tp.tensor([0.0]), (tp.tensor([0]), Ellipsis, Ellipsis), (0, 0, 0, tp.tensor([0])),
+                (slice(None), data((3, 3), tp.bool))):
+        assert N.device_op("getitem", x, key) is NotImplemented, key
+        with pytest.raises(IndexError):
+            x[key]
+
+
+@needs_gxx
+@pytest.mark.parametrize("dtype", [tp.float32, tp.int32, tp.float16, tp.bool])
+def test_general_advanced_setitem_equals_eager(emu, dtype):
+    x = data((5, 4, 3), dtype, seed=42)
+    one = True if dtype == tp.bool else 7
+    def val(shape, seed):
+        return tp.zeros(shape, dtype=dtype) if 0 in shape else data(shape, dtype, seed=seed)
+
+    for key in index_keys():
+        shape = tuple(x[key].shape)
+        for value in (one, val(shape, 43), val(shape[-1:], 44), tp.tensor(one, dtype=dtype)):
+            for layout in ("c", "t"):
+                a = x.clone() if layout == "c" else x.transpose(0, 2).contiguous().transpose(0, 2)
+                b = x.clone()
+                assert N.device_op("setitem", a, key, value) is None, key
+                if isinstance(key, tuple) and isinstance(key[0], int):
+                    # ints select first, as eager's getitem and torch (the host's
+                    # setitem places such a key NumPy's way)
+                    b[key[0]][key[1:]] = value
+                else:
+                    b[key] = value
+                same(a, b)
+    a, b = x.clone(), x.clone()                     # another dtype: converted
+    v = data((2, 3), tp.float64 if dtype != tp.bool else tp.bool, seed=45, special=False)
+    N.device_op("setitem", a, (tp.tensor([1, 3]), 2), v)
+    b[tp.tensor([1, 3]), 2] = v
+    same(a, b)
+    # a view's elements only; the rest of its storage untouched
+    base, want = x.clone(), x.clone()
+    N.device_op("setitem", base[1:, ::2], (tp.tensor([0, 3]), tp.tensor([1, 0])), one)
+    want[1:, ::2][tp.tensor([0, 3]), tp.tensor([1, 0])] = one
+    same(base, want)
+    assert N.device_op("setitem", x.clone(), tp.tensor([5]), one) is NotImplemented
+    assert N.device_op("setitem", x.clone(), tp.tensor([1, 2]),
+                       data((3, 4, 3), dtype)) is NotImplemented

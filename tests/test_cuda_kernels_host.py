@@ -318,9 +318,12 @@ def test_mask_and_index_getitem_equal_eager(emu, dtype):
                 tp.tensor([[1, 2], [-5, 3]]), tp.tensor([], dtype=tp.int64)):
         same(N.getitem(x, key), x[key])
         same(N.getitem(x.transpose(0, 1).transpose(0, 1), key), x[key])
-    for key in (tp.tensor([5]), data((4,), tp.bool), tp.tensor([0, 1], dtype=tp.int32),
-                (m1, 0), tp.tensor(True)):
+    for key in (tp.tensor([5]), data((4,), tp.bool), tp.tensor(True)):
         assert N.device_op("getitem", x, key) is NotImplemented
+    # int32 indices and masks mixed with ints: the general path
+    # (tests/test_cuda_gpuops_host.py)
+    for key in (tp.tensor([0, 1], dtype=tp.int32), (m1, 0)):
+        same(N.device_op("getitem", x, key), x[key])
 
 
 @needs_gxx
@@ -340,7 +343,10 @@ def test_mask_setitem_equals_eager(emu, dtype):
         same(a, b)
     if dtype != tp.bool and not dtype.is_floating_point:
         assert N.device_op("setitem", x.clone(), m3, 2.5) is NotImplemented   # numpy's cast
-    assert N.device_op("setitem", x.clone(), tp.tensor([0]), one) is NotImplemented
+    a, b = x.clone(), x.clone()           # an integer index: the general path
+    assert N.device_op("setitem", a, tp.tensor([0]), one) is None
+    b[tp.tensor([0])] = one
+    same(a, b)
     assert N.device_op("setitem", x.clone(), m1, data((7, 4, 3), dtype)) is NotImplemented
 
 

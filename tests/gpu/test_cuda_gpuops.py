@@ -15,7 +15,7 @@ from tensorplay.cuda import _native
 pytestmark = pytest.mark.skipif(not tp.cuda.is_available(),
                                 reason="needs an NVIDIA GPU and its driver (libcuda)")
 
-from _cuda_data import SPECIAL, cuda_int_rule, data, tricky_doubles  # noqa: E402
+from _cuda_data import SPECIAL, cuda_int_rule, data, index_keys, tricky_doubles  # noqa: E402
 
 
 def same(got, want, tol=None):
@@ -132,3 +132,36 @@ def test_float64_and_int_to_half_on_cuda_round_as_the_host(dst):
     same(v.cuda().to(dst), v.to(dst))
     same(v.int().cuda().to(dst), v.int().to(dst))
     assert _native.on_device.get("to", 0) == served + 3
+
+
+# ------------------------------------------------------ advanced indexing
+
+@pytest.mark.parametrize("dtype", [tp.float32, tp.int64, tp.float16, tp.bool])
+def test_general_advanced_indexing_on_cuda(dtype):
+    def dev(key):
+        if isinstance(key, tuple):
+            return tuple(dev(k) for k in key)
+        return key.cuda() if isinstance(key, tp.Tensor) else key
+
+    x = data((5, 4, 3), dtype, seed=41)
+    one = True if dtype == tp.bool else 7
+    got_before = _native.on_device.get("getitem", 0)
+    set_before = _native.on_device.get("setitem", 0)
+    for key in index_keys():
+        same(x.cuda()[dev(key)], x[key])
+        same(x.cuda()[key], x[key])                  # host index tensors, as torch allows
+        shape = tuple(x[key].shape)
+        value = tp.zeros(shape, dtype=dtype) if 0 in shape else data(shape, dtype, seed=43)
+        for v in (one, value):
+            c, h = x.cuda(), x.clone()
+            c[dev(key)] = v.cuda() if isinstance(v, tp.Tensor) else v
+            if isinstance(key, tuple) and isinstance(key[0], int):
+                h[key[0]][key[1:]] = v
+            else:
+                h[key] = v
+            same(c, h)
+    n = len(index_keys())
+    assert _native.on_device.get("getitem", 0) == got_before + 2 * n
+    assert _native.on_device.get("setitem", 0) == set_before + 2 * n
+    with pytest.raises(IndexError):
+        x.cuda()[tp.tensor([0]).cuda(), tp.tensor([4]).cuda()]

@@ -255,6 +255,16 @@ extern "C" __global__ void put_rows_@(S *__restrict__ out, const i64 *__restrict
 }
 """
 
+# x[key] = v for any advanced key: element off[i] of out (an address, t's
+# data) takes src[i]; repeated offsets: one of the writes wins
+PUT_AT = r"""
+extern "C" __global__ void put_at_@(S *__restrict__ out, const i64 *__restrict__ off,
+    const S *__restrict__ src, i64 count)
+{
+    STAX_LOOP(i, count) { out[off[i]] = src[i]; }
+}
+"""
+
 # dtype conversion and copies between layouts: out[o] = x[i] converted,
 # for each index of sizes meta[0:nd], i and o its offsets by the strides
 # meta[nd:2nd] (x) and meta[2nd:3nd] (out); nd = 0: both contiguous.
@@ -417,6 +427,8 @@ def sources(kind, dt):
         src, dst = dt
         return {f"cast_{src}_{dst}": PRELUDE + _types(dst) + _in_types(src) + CAST_CONV
                 + CAST.replace("@CONV", _conv(src, dst)).replace("_@", f"_{src}_{dst}")}
+    if kind == "put_at":
+        return {f"put_at_{dt}": PRELUDE + _types(dt) + PUT_AT.replace("_@", "_" + dt)}
     if kind == "put_rows":
         return {f"put_rows_{dt}": PRELUDE + _types(dt) + PUT_ROWS.replace("_@", "_" + dt)}
     if kind == "scan":
@@ -455,6 +467,7 @@ def all_sources():
     for dt in DTYPES:
         out.update(sources("sort", dt))
         out.update(sources("put_rows", dt))
+        out.update(sources("put_at", dt))
         for op in ("sum", "prod"):
             if dt != "bool":
                 out.update(sources("scan", (dt, dt, op)))

@@ -593,7 +593,7 @@ def _mask_rows(key, t):
     return nonzero(key.reshape(-1))[:, 0].contiguous(), tuple(t.shape[k:])
 
 
-def getitem(t, key):
+def _simple_getitem(t, key):
     """x[mask] (a bool tensor over x's leading dims): the True rows, by
     nonzero and index_select; x[index] (an int64 tensor): index_select of
     dim 0, negative indices wrapped, out-of-range ones left to the host
@@ -613,21 +613,187 @@ def getitem(t, key):
     return t.index_select(0, idx).reshape(tuple(key.shape) + tuple(t.shape[1:]))
 
 
-def setitem(t, key, value):
-    """x[mask] = number (or 0-d tensor): masked_fill_ with the mask
-    broadcast over the rest; x[mask] = tensor: its rows (broadcast to
-    (count, rest), t's dtype) written to the True rows of a contiguous x"""
+def _key_items(key, t):
+    """the items of an index key, Ellipsis expanded to full slices, lists
+    made tensors and index tensors moved to t's device; _Skip for what the
+    host should judge (bool scalars, float tensors, too many indices)"""
     tp = _tp()
-    key = _one_key(key, t)
-    if key.dtype != tp.bool:
+    items = list(key) if isinstance(key, tuple) else [key]
+    out, used, ell = [], 0, 0
+    for k in items:
+        if isinstance(k, list):
+            try:
+                k = tp.tensor(k)
+            except Exception:  # noqa: BLE001 - eager's error from the host
+                raise _Skip from None
+            if k.dtype not in (tp.int64, tp.bool):
+                raise _Skip
+        if _is_t(k):
+            if k.dtype not in (tp.int64, tp.int32, tp.bool) or (k.dtype == tp.bool
+                                                                and k.dim() == 0):
+                raise _Skip
+            if k.device != t.device:
+                if k.is_cuda:
+                    raise _Skip
+                k = k.to(t.device)
+            used += k.dim() if k.dtype == tp.bool else 1
+        elif k is Ellipsis:
+            ell += 1
+        elif isinstance(k, bool) or not (k is None or isinstance(k, (int, slice))):
+            raise _Skip
+        elif k is not None:
+            used += 1
+        out.append(k)
+    if ell > 1 or used > t.dim():
         raise _Skip
+    if ell:
+        i = out.index(Ellipsis)
+        out[i:i + 1] = [slice(None)] * (t.dim() - used)
+    return out
+
+
+def _advanced(t, key):
+    """(v, [(dim of v, int64 index tensor)]): the basic part of key applied
+    to t as views (ints select first, as eager), each bool mask replaced by
+    the int64 coordinates of its True elements"""
+    tp = _tp()
+    v, d, adv = t, 0, []
+    for k in _key_items(key, t):
+        if k is None:
+            v = v.unsqueeze(d)
+            d += 1
+        elif isinstance(k, int):
+            n = v.shape[d]
+            if not -n <= k < n:
+                raise _Skip                  # eager's IndexError from the host
+            v = v.select(d, k)
+        elif isinstance(k, slice):
+            v = v[(slice(None),) * d + (k,)]
+            d += 1
+        elif k.dtype == tp.bool:
+            kd = k.dim()
+            if tuple(k.shape) != tuple(v.shape[d:d + kd]):
+                raise _Skip
+            nz = nonzero(k)
+            for j in range(kd):
+                adv.append((d + j, nz[:, j].contiguous()))
+            d += kd
+        else:
+            adv.append((d, k.to(tp.int64) if k.dtype != tp.int64 else k))
+            d += 1
+    if not adv:
+        raise _Skip
+    return v, adv
+
+
+def getitem(t, key):
+    """x[key] for an advanced key: index tensors (int64, int32; several of
+    them broadcast together), bool masks anywhere (their True coordinates),
+    lists, mixed with ints, slices, None and Ellipsis. Eager's (torch's)
+    placement: the broadcast index dims replace the indexed dims where
+    those are adjacent, else lead the result. One synchronization checks
+    the bounds (out of range: the host raises eager's IndexError)."""
+    tp = _tp()
+    try:
+        return _simple_getitem(t, key)
+    except _Skip:
+        pass
+    v, adv = _advanced(t, key)
+    bad = None
+    idxs = []
+    for pos, ix in adv:
+        n = v.shape[pos]
+        b = ((ix < -n) | (ix >= n)).any()
+        bad = b if bad is None else bad | b
+        idxs.append(tp.where(ix < 0, ix + n, ix))
+    if bool(bad.item()):
+        raise _Skip
+    try:
+        idxs = list(tp.broadcast_tensors(*idxs)) if len(idxs) > 1 else idxs
+    except Exception:  # noqa: BLE001 - shapes: eager's error from the host
+        raise _Skip from None
+    bshape = tuple(idxs[0].shape)
+    pos = [p for p, _ in adv]
+    if len(adv) == 1:
+        p = pos[0]
+        r = v.index_select(p, idxs[0].reshape(-1))
+        return r.reshape(tuple(v.shape[:p]) + bshape + tuple(v.shape[p + 1:]))
+    rest = [i for i in range(v.dim()) if i not in pos]
+    vp = v.permute(pos + rest)
+    sizes = [v.shape[p] for p in pos]
+    lin = None
+    for j, ix in enumerate(idxs):
+        term = ix * math.prod(sizes[j + 1:])
+        lin = term if lin is None else lin + term
+    rshape = tuple(vp.shape[len(pos):])
+    flat = vp.reshape((math.prod(sizes),) + rshape)
+    r = flat.index_select(0, lin.reshape(-1)).reshape(bshape + rshape)
+    p0 = pos[0]
+    if pos == list(range(p0, p0 + len(pos))) and p0 > 0 and bshape:
+        nb = len(bshape)
+        r = r.movedim(list(range(nb)), list(range(p0, p0 + nb))).contiguous()
+    return r
+
+
+def _fill_value(t, value):
+    """value (a number or a 0-d tensor) as t's dtype would take it, or
+    _Skip where NumPy's cast rules differ (the host decides)"""
+    tp = _tp()
     if _is_t(value) and value.dim() == 0 and (value.device == t.device or not value.is_cuda):
         value = value.item()
     if isinstance(value, (bool, int, float)):
         ok = (t.dtype.is_floating_point or (t.dtype != tp.bool and not isinstance(value, float))
               or isinstance(value, bool))
+        if not ok:
+            raise _Skip
+    return value
+
+
+def setitem(t, key, value):
+    """x[mask] = number (or 0-d tensor): masked_fill_ with the mask
+    broadcast over the rest; x[mask] = tensor: its rows (broadcast to
+    (count, rest), t's dtype) written to the True rows of a contiguous x;
+    any other advanced key: the element offsets it selects (the same key
+    applied to an address tensor of t's layout), the value broadcast to
+    them and converted to t's dtype, one scatter kernel (with repeated
+    indices one of the writes wins, as torch's CUDA index_put_)"""
+    tp = _tp()
+    value = _fill_value(t, value)
+    try:
+        return _simple_setitem(t, key, value)
+    except _Skip:
+        pass
+    if _dt(t) not in K.DTYPES:
+        raise _Skip
+    n = t.numel()
+    span = 0 if n == 0 else 1 + sum((a - 1) * st for a, st in zip(t.shape, t.stride()))
+    addr = tp.arange(span, dtype=tp.int64, device=t.device).as_strided(
+        tuple(t.shape), t.stride(), 0)
+    where = getitem(addr, key).contiguous()
+    if isinstance(value, (bool, int, float)):
+        value = tp.full((), value, dtype=t.dtype, device=t.device)
+    if not _is_t(value) or value.device != t.device:
+        raise _Skip
+    try:
+        src = value.expand(tuple(where.shape))
+    except Exception:  # noqa: BLE001 - shapes: the host raises eager's error
+        raise _Skip from None
+    src = src.to(t.dtype).contiguous() if src.dtype != t.dtype else src.contiguous()
+    count = where.numel()
+    if count:
+        dt = _dt(t)
+        K.launch("put_at", dt, f"put_at_{dt}", count, t.data_ptr(), where, src, count)
+    return None
+
+
+def _simple_setitem(t, key, value):
+    tp = _tp()
+    key = _one_key(key, t)
+    if key.dtype != tp.bool:
+        raise _Skip
+    if isinstance(value, (bool, int, float)):
         k = key.dim()
-        if not ok or k == 0 or k > t.dim() or tuple(key.shape) != tuple(t.shape[:k]):
+        if k == 0 or k > t.dim() or tuple(key.shape) != tuple(t.shape[:k]):
             raise _Skip
         t.masked_fill_(key.reshape(tuple(key.shape) + (1,) * (t.dim() - k)), value)
         return None
