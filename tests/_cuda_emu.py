@@ -4,7 +4,7 @@ Every kernel there is a grid-stride loop whose indices are independent
 (no barriers, no shared memory; atomics only), so running the "threads"
 one after another gives what the GPU gives. All kernel sources are compiled
 once, together, by g++ behind a shim (threadIdx & co. as globals,
-float16 through _Float16, atomicAdd as a plain add) into one shared
+float16 through _Float16, atomics as plain reads and writes) into one shared
 library, each in its own namespace; a generated driver per kernel loops
 over blocks and threads and calls it with the 8-byte arguments
 _C._cuda_launch would pass. Tensors must be host tensors here: the
@@ -41,6 +41,9 @@ static inline float stax_h2f(unsigned short h) { _Float16 x; memcpy(&x, &h, 2); 
 static inline unsigned short stax_f2h(float f)
 { _Float16 x = (_Float16)f; unsigned short h; memcpy(&h, &x, 2); return h; }
 template <typename T> static inline T atomicAdd(T *p, T v) { T o = *p; *p = o + v; return o; }
+template <typename T> static inline T atomicMax(T *p, T v) { T o = *p; if (v > o) *p = v; return o; }
+static inline unsigned atomicCAS(unsigned *p, unsigned c, unsigned v)
+{ unsigned o = *p; if (o == c) *p = v; return o; }
 """
 
 _SIG = re.compile(r'extern "C" __global__ void (\w+)\(([^)]*)\)')

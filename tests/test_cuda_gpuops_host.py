@@ -167,3 +167,64 @@ def test_general_advanced_setitem_equals_eager(emu, dtype):
     assert N.device_op("setitem", x.clone(), tp.tensor([5]), one) is NotImplemented
     assert N.device_op("setitem", x.clone(), tp.tensor([1, 2]),
                        data((3, 4, 3), dtype)) is NotImplemented
+
+
+# ------------------------------------------------- index_add, small dtypes
+
+@needs_gxx
+@pytest.mark.parametrize("dtype", [tp.float16, tp.bfloat16, tp.int8, tp.uint8, tp.int16,
+                                   tp.bool])
+def test_index_add_of_small_dtypes_equals_eager(emu, dtype):
+    """one rounding (or wrap) per addition in index order, as eager"""
+    x = data((6, 5, 3), dtype, seed=50, special=False, lo=-100, hi=100)
+    for dim, idx in [(0, [0, 5, 5, 2, 5, 0]), (1, [3, 0, 3, 4]), (2, [2, 2, 2, 1, 0]),
+                     (-1, [1]), (0, [])]:
+        i = tp.tensor(idx, dtype=tp.int64)
+        shape = list(x.shape)
+        shape[dim] = len(idx)
+        src = data(tuple(shape), dtype, seed=51 + dim, special=False, lo=-100, hi=100) \
+            if idx else tp.zeros(tuple(shape), dtype=dtype)
+        alphas = [True, False] if dtype == tp.bool else \
+            [1, 3] if dtype == tp.uint8 else \
+            [1, 3, -2] if not dtype.is_floating_point else [1, 1.7, -0.3]
+        for alpha in alphas:
+            same(N.index_add(x, dim, i, src, alpha=alpha), x.index_add(dim, i, src, alpha=alpha))
+            same(N.index_add(x, dim, i.int(), src, alpha=alpha),
+                 x.index_add(dim, i.int(), src, alpha=alpha))
+    # odd sizes: elements in every byte position of their 32-bit words
+    for n in (1, 3, 7):
+        y = data((n,), dtype, seed=52, special=False)
+        i = tp.tensor([n - 1, 0, n - 1, n // 2])
+        s = data((4,), dtype, seed=53, special=False)
+        same(N.index_add(y, 0, i, s), y.index_add(0, i, s))
+        same(N.index_add(y[1:], 0, (i % max(n - 1, 1)) if n > 1 else i[:0],
+                         s if n > 1 else s[:0]),
+             y[1:].index_add(0, (i % max(n - 1, 1)) if n > 1 else i[:0], s if n > 1 else s[:0]))
+    if not dtype.is_floating_point:          # a float alpha: the host judges it
+        assert N.run("index_add", (x, 0, tp.tensor([0]), x[:1]), {"alpha": 2.5}) is NotImplemented
+
+
+# ------------------------------------------- copies into overlapping views
+
+@needs_gxx
+@pytest.mark.parametrize("dtype", [tp.float32, tp.int64, tp.float16, tp.bool])
+def test_copy_into_overlapping_view_last_write_wins_as_eager(emu, dtype):
+    base = data((40,), dtype, seed=54)
+    for size, stride, off in [((3, 3), (1, 1), 0), ((4, 5), (2, 3), 1), ((2, 3, 4), (1, 2, 2), 3),
+                              ((6,), (1,), 2), ((2, 2, 3), (3, 1, 2), 0), ((3, 4), (1, 3), 2)]:
+        for src in (data(size, dtype, seed=55), data(size, tp.float64, seed=56, special=False),
+                    data(size[-1:], dtype, seed=57)):
+            a, h = base.clone(), base.clone()
+            assert N.device_op("copy", a.as_strided(size, stride, off), src) is None
+            h.as_strided(size, stride, off).copy_(src)
+            same(a, h)
+        # the source overlapping the destination: read before written
+        a, h = base.clone(), base.clone()
+        N.device_op("copy", a.as_strided(size, stride, off), a.as_strided(size, stride, 0))
+        h.as_strided(size, stride, off).copy_(h.as_strided(size, stride, 0).clone())
+        same(a, h)
+    # an expanded destination: eager's error (from the host)
+    assert N.device_op("copy", base.clone()[:3].expand(2, 3), base[:6].reshape(2, 3)) \
+        is NotImplemented
+    with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
+        base.clone()[:3].expand(2, 3).copy_(base[:6].reshape(2, 3))

@@ -165,3 +165,48 @@ def test_general_advanced_indexing_on_cuda(dtype):
     assert _native.on_device.get("setitem", 0) == set_before + 2 * n
     with pytest.raises(IndexError):
         x.cuda()[tp.tensor([0]).cuda(), tp.tensor([4]).cuda()]
+
+
+# ---------------------------------------- index_add, overlapping copies
+
+@pytest.mark.parametrize("dtype", [tp.float16, tp.bfloat16, tp.int8, tp.uint8, tp.int16,
+                                   tp.bool])
+def test_index_add_of_small_dtypes_on_cuda(dtype):
+    x = data((6, 5, 3), dtype, seed=50, special=False, lo=-100, hi=100)
+    tol = {tp.float16: 1e-2, tp.bfloat16: 5e-2}.get(dtype)   # atomics: any order of additions
+    with on_device("index_add", "index_add_"):
+        for dim, idx in [(0, [0, 5, 5, 2, 5, 0]), (1, [3, 0, 3, 4]), (2, [2, 2, 2, 1, 0])]:
+            i = tp.tensor(idx)
+            shape = list(x.shape)
+            shape[dim] = len(idx)
+            src = data(tuple(shape), dtype, seed=51 + dim, special=False, lo=-100, hi=100)
+            alpha = True if dtype == tp.bool else 3 if not dtype.is_floating_point else 1.7
+            same(x.cuda().index_add(dim, i.cuda(), src.cuda(), alpha=alpha),
+                 x.index_add(dim, i, src, alpha=alpha), tol)
+            c = x.cuda()
+            c.index_add_(dim, i.int().cuda(), src.cuda())
+            same(c, x.clone().index_add_(dim, i.int(), src), tol)
+        # many additions to few elements: the compare-and-swap loop under contention
+        big = tp.zeros(7, dtype=dtype)
+        ii = tp.arange(70000) % 7
+        ones = tp.ones(70000, dtype=dtype)
+        if dtype in (tp.int8, tp.uint8, tp.int16, tp.bool):
+            same(big.cuda().index_add(0, ii.cuda(), ones.cuda()), big.index_add(0, ii, ones))
+
+
+@pytest.mark.parametrize("dtype", [tp.float32, tp.int64, tp.float16, tp.bool])
+def test_copy_into_overlapping_view_on_cuda(dtype):
+    base = data((40,), dtype, seed=54)
+    served = _native.on_device.get("copy", 0)
+    k = 0
+    for size, stride, off in [((3, 3), (1, 1), 0), ((4, 5), (2, 3), 1), ((2, 3, 4), (1, 2, 2), 3),
+                              ((2, 2, 3), (3, 1, 2), 0)]:
+        src = data(size, dtype, seed=55)
+        c, h = base.cuda(), base.clone()
+        c.as_strided(size, stride, off).copy_(src.cuda())
+        h.as_strided(size, stride, off).copy_(src)
+        same(c, h)
+        k += 1
+    assert _native.on_device.get("copy", 0) >= served + k
+    with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
+        base.cuda()[:3].expand(2, 3).copy_(base[:6].reshape(2, 3).cuda())

@@ -6,7 +6,7 @@ through ``_C._cuda_launch``.
 
 Every kernel is a grid-stride loop in which each index is independent of
 the others (no ``__syncthreads``, no shared memory; the only cross-thread
-effect is ``atomicAdd``), so an algorithm is a sequence of launches, each
+effects are atomics: ``atomicAdd``, ``atomicMax``, a ``atomicCAS`` loop), so an algorithm is a sequence of launches, each
 one obviously right on its own. That also lets the test suite run the very
 same source on the host, one "thread" after another (``set_launcher``:
 tests/_cuda_emu.py compiles it with g++ behind a small shim), and compile
@@ -265,6 +265,24 @@ extern "C" __global__ void put_at_@(S *__restrict__ out, const i64 *__restrict__
 }
 """
 
+# a copy into a view whose elements share memory (as_strided): the element
+# last in row-major order (of the dims as _native orders them) wins; pass 1
+# records each address's last writer (t + 1, atomicMax), pass 2 writes the
+# winners only
+LAST_WRITER = r"""
+extern "C" __global__ void last_writer(const i64 *__restrict__ off, u64 *win, i64 n)
+{
+    STAX_LOOP(t, n) { atomicMax((unsigned long long *)(win + off[t]), (unsigned long long)(t + 1)); }
+}
+"""
+PUT_LAST = r"""
+extern "C" __global__ void put_last_@(S *__restrict__ out, const i64 *__restrict__ off,
+    const u64 *__restrict__ win, const S *__restrict__ src, i64 n)
+{
+    STAX_LOOP(t, n) { if (win[off[t]] == (u64)(t + 1)) out[off[t]] = src[t]; }
+}
+"""
+
 # dtype conversion and copies between layouts: out[o] = x[i] converted,
 # for each index of sizes meta[0:nd], i and o its offsets by the strides
 # meta[nd:2nd] (x) and meta[2nd:3nd] (out); nd = 0: both contiguous.
@@ -364,13 +382,33 @@ def _conv(src, dst):
 # out (outer, n, inner) += alpha * src (outer, m, inner) at index[j] along
 # the middle dim. atomicAdd: float32/float64 (the order of additions to
 # one element may vary between runs, as torch's CUDA kernel), int32/int64
-# (exact whatever the order).
+# (exact whatever the order). The 1- and 2-byte dtypes (float16, bfloat16,
+# int8, uint8, int16, bool) have no atomicAdd: a compare-and-swap loop on
+# the aligned 32-bit word holding the element, each addition rounded (or
+# wrapped; for bool an or) to the dtype as eager's sequential loop does
+# (float16: alpha * src rounded to float16 first, as eager; bfloat16 is
+# eager's float32 op rounded once, so _native runs the float32 kernel).
 INDEX_ADD = r"""
 STAX_D void add_to(float *p, float v) { atomicAdd(p, v); }
 STAX_D void add_to(double *p, double v) { atomicAdd(p, v); }
 STAX_D void add_to(int *p, int v) { atomicAdd(p, v); }
 STAX_D void add_to(i64 *p, i64 v)
 { atomicAdd((unsigned long long *)p, (unsigned long long)v); }
+STAX_D unsigned small_bits(S v)
+{ return sizeof(S) == 1 ? (unsigned)(unsigned char)v : (unsigned)(u16)v; }
+STAX_D void add_small(S *p, A v)
+{
+    unsigned *w = (unsigned *)((u64)p & ~(u64)3);
+    unsigned sh = (unsigned)(((u64)p & 3) * 8);
+    unsigned mask = (sizeof(S) == 1 ? 0xffu : 0xffffu) << sh;
+    unsigned old = *w, seen;
+    do {
+        seen = old;
+        S cur = (S)((seen & mask) >> sh);
+        S nv = ST(LD(cur) + v);
+        old = atomicCAS(w, seen, (seen & ~mask) | (small_bits(nv) << sh));
+    } while (old != seen);
+}
 extern "C" __global__ void index_add_@(S *__restrict__ out, const IX *__restrict__ index,
     const S *__restrict__ src, i64 outer, i64 n, i64 m, i64 inner, @ALPHA alpha)
 {
@@ -379,7 +417,7 @@ extern "C" __global__ void index_add_@(S *__restrict__ out, const IX *__restrict
         i64 j = rest / inner, q = rest - j * inner;
         i64 d = (i64)index[j];
         if (d < 0) d += n;
-        add_to(out + (o * n + d) * inner + q, (S)(@SCALE));
+        @ADD(out + (o * n + d) * inner + q, @SCALE);
     }
 }
 """
@@ -427,6 +465,10 @@ def sources(kind, dt):
         src, dst = dt
         return {f"cast_{src}_{dst}": PRELUDE + _types(dst) + _in_types(src) + CAST_CONV
                 + CAST.replace("@CONV", _conv(src, dst)).replace("_@", f"_{src}_{dst}")}
+    if kind == "last_writer":
+        return {"last_writer": PRELUDE + LAST_WRITER}
+    if kind == "put_last":
+        return {f"put_last_{dt}": PRELUDE + _types(dt) + PUT_LAST.replace("_@", "_" + dt)}
     if kind == "put_at":
         return {f"put_at_{dt}": PRELUDE + _types(dt) + PUT_AT.replace("_@", "_" + dt)}
     if kind == "put_rows":
@@ -446,12 +488,21 @@ def sources(kind, dt):
                                               "median_pick")}
     if kind == "index_add":
         dt, ix = dt
-        fl = dt.startswith("float")
+        fl = dt in FLOATS
+        small = dt not in ("float32", "float64", "int32", "int64")
+        assert dt != "bfloat16"
+        if not small:
+            add, scale = "add_to", ("(S)(src[(o * m + j) * inner + q] * (S)alpha)" if fl else
+                                    "(S)((u64)(i64)src[(o * m + j) * inner + q] * (u64)alpha)")
+        elif fl:      # float16: alpha and the product rounded to float16, as eager
+            add, scale = ("add_small",
+                          "LD(ST(LD(src[(o * m + j) * inner + q]) * LD(stax_d2h(alpha))))")
+        else:         # int8 / uint8 / int16 / bool: wrapping (A is int)
+            add, scale = "add_small", "(A)((u64)(i64)LD(src[(o * m + j) * inner + q]) * (u64)alpha)"
         body = (INDEX_ADD.replace("@ALPHA", "double" if fl else "i64")
-                .replace("@SCALE", "src[(o * m + j) * inner + q] * (S)alpha" if fl else
-                         "(u64)(i64)src[(o * m + j) * inner + q] * (u64)alpha"))
+                .replace("@ADD", add).replace("@SCALE", scale))
         ixt = "typedef %s IX;\n" % ("i64" if ix == "int64" else "int")
-        return {f"index_add_{dt}_{ix}": PRELUDE + _types(dt) + ixt
+        return {f"index_add_{dt}_{ix}": PRELUDE + _types(dt) + ixt + CAST_CONV
                 + body.replace("_@", f"_{dt}_{ix}")}
     if kind == "matmul":
         acc = _scan_acc(dt)
@@ -468,18 +519,21 @@ def all_sources():
         out.update(sources("sort", dt))
         out.update(sources("put_rows", dt))
         out.update(sources("put_at", dt))
+        out.update(sources("put_last", dt))
         for op in ("sum", "prod"):
             if dt != "bool":
                 out.update(sources("scan", (dt, dt, op)))
             if dt not in FLOATS and dt != "int64":
                 out.update(sources("scan", (dt, "int64", op)))
-    for dt in ("float32", "float64", "int32", "int64"):
+    for dt in DTYPES:
         for ix in ("int32", "int64"):
-            out.update(sources("index_add", (dt, ix)))
+            if dt != "bfloat16":
+                out.update(sources("index_add", (dt, ix)))
     for dt in ("float16", "bfloat16", "int8", "uint8", "int16", "int32", "int64"):
         out.update(sources("matmul", dt))
     out.update(sources("nonzero", None))
     out.update(sources("scatter", None))
+    out.update(sources("last_writer", None))
     for a in DTYPES:
         for b in DTYPES:
             if cast_ok(a, b):

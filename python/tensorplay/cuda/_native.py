@@ -295,12 +295,17 @@ def unique(input, sorted=True, return_inverse=False, return_counts=False, dim=No
 def _index_add(input, dim, index, source, alpha):
     tp = _tp()
     dt = _dt(input)
-    if (dt not in ("float32", "float64", "int32", "int64") or not _is_t(index)
+    if (dt not in K.DTYPES or not _is_t(index)
             or not _is_t(source) or source.dtype != input.dtype or input.dim() == 0
             or index.dtype not in (tp.int64, tp.int32) or index.dim() > 1
-            or isinstance(alpha, bool) or not isinstance(alpha, (int, float))
-            or (not dt.startswith("float") and not isinstance(alpha, int))):
+            or (isinstance(alpha, bool) and dt != "bool")
+            or (dt == "bool" and alpha not in (0, 1))
+            or not isinstance(alpha, (int, float))
+            or (dt not in K.FLOATS and not isinstance(alpha, int))):
         raise _Skip
+    if dt == "bfloat16":
+        # eager computes a bfloat16 op in float32 and rounds once
+        return _index_add(input.float(), dim, index, source.float(), alpha).to(tp.bfloat16)
     nd = input.dim()
     d = _wrap_dim(dim, nd)
     m = index.numel()
@@ -317,7 +322,7 @@ def _index_add(input, dim, index, source, alpha):
     ix = _dt(idx)
     K.launch("index_add", (dt, ix), f"index_add_{dt}_{ix}", outer * m * inner, out, idx,
              source.contiguous(), outer, n, m, inner,
-             float(alpha) if dt.startswith("float") else int(alpha))
+             float(alpha) if dt in K.FLOATS else int(alpha))
     return out
 
 
@@ -893,8 +898,9 @@ def copy_into(dst, src):
     tp = _tp()
     if dst.numel() == 0:
         return None
-    if not _non_overlapping(dst):
-        raise _Skip                      # dst writes one element twice
+    last_wins = not _non_overlapping(dst)
+    if last_wins and any(st == 0 and n > 1 for n, st in zip(dst.shape, dst.stride())):
+        raise _Skip                      # an expanded dst: eager's error from the host
     if isinstance(src, (bool, int, float)) and not _is_t(src):
         if isinstance(src, float) and not dst.dtype.is_floating_point:
             raise _Skip
@@ -912,11 +918,33 @@ def copy_into(dst, src):
         raise _Skip from None
     if src.numel() and _overlap(s, dst):
         s = s.clone()                    # overlapping: read a copy
+    if last_wins:
+        _copy_last_wins(dst, s)
+        return None
     shape = tuple(dst.shape)
     meta, nd = _strides_meta(shape, s.stride(), dst.stride(), like=dst)
     n = dst.numel()
     K.launch("cast", (sd, dd), f"cast_{sd}_{dd}", n, s, dst, meta, nd, n)
     return None
+
+
+def _copy_last_wins(dst, s):
+    """dst[...] = s where dst's elements share memory (an as_strided view):
+    at each address the element written last by eager's sequential copy,
+    which walks dst's dims by stride, the largest outermost (ties in dim
+    order), as torch's TensorIterator orders them"""
+    tp = _tp()
+    order = sorted(range(dst.dim()), key=lambda d: -dst.stride()[d])
+    dst, s = dst.permute(order), s.permute(order)
+    n = dst.numel()
+    span = 1 + sum((a - 1) * st for a, st in zip(dst.shape, dst.stride()))
+    off = tp.arange(span, dtype=tp.int64, device=dst.device).as_strided(
+        tuple(dst.shape), dst.stride(), 0).contiguous()
+    src = to_dtype(s, dst.dtype) if s.dtype != dst.dtype else s.contiguous()
+    win = tp.zeros(span, dtype=tp.int64, device=dst.device)
+    K.launch("last_writer", None, "last_writer", n, off, win, n)
+    dt = _dt(dst)
+    K.launch("put_last", dt, f"put_last_{dt}", n, dst.data_ptr(), off, win, src, n)
 
 
 def device_op(what, t, key=None, value=None):
