@@ -228,3 +228,86 @@ def test_copy_into_overlapping_view_last_write_wins_as_eager(emu, dtype):
         is NotImplemented
     with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
         base.clone()[:3].expand(2, 3).copy_(base[:6].reshape(2, 3))
+
+
+# ---------------------- unique(dim), repeat_interleave, as_strided_scatter
+
+@needs_gxx
+@pytest.mark.parametrize("dtype", [tp.float32, tp.float64, tp.int64, tp.uint8, tp.bool])
+def test_unique_along_a_dim_equals_eager(emu, dtype):
+    x = data((6, 4, 3), dtype, seed=60, lo=0, hi=2, special=False)
+    x = tp.cat([x, x[:2], x[1:3].flip(0)], 0)            # repeated rows
+    if dtype.is_floating_point:
+        x[1, 0, 0] = float("nan")                        # rows with NaN stay apart
+        x[6, 0, 0] = float("nan")
+        x[3, 2, 1] = float("inf")
+    for dim in (0, 1, 2, -1):
+        for kw in ({}, dict(return_inverse=True), dict(return_counts=True),
+                   dict(return_inverse=True, return_counts=True, sorted=False)):
+            got, want = N.unique(x, dim=dim, **kw), tp.unique(x, dim=dim, **kw)
+            if isinstance(want, tuple):
+                for g, w in zip(got, want):
+                    same(g, w)
+            else:
+                same(got, want)
+    for h in (tp.float16, tp.bfloat16):         # NumPy's own order of their NaNs: the host
+        assert N.run("unique", (x.to(h),), {"dim": 0}) is NotImplemented
+    same(N.unique(x[:, 0, 0], dim=0), tp.unique(x[:, 0, 0], dim=0))
+    for e in (tp.empty(0, 3, dtype=dtype), tp.ones((), dtype=dtype)):
+        assert N.run("unique", (e,), {"dim": 0}) is NotImplemented
+
+
+@needs_gxx
+@pytest.mark.parametrize("dtype", [tp.float32, tp.int64, tp.bool])
+def test_repeat_interleave_with_tensor_repeats_equals_eager(emu, dtype):
+    x = data((4, 3), dtype, seed=61)
+    r4 = tp.tensor([2, 0, 3, 1])
+    r3 = tp.tensor([1, 4, 0], dtype=tp.int32)
+    same(N.repeat_interleave(x, r4, 0), x.repeat_interleave(r4, dim=0))
+    same(N.repeat_interleave(x, r3, dim=1), x.repeat_interleave(r3, dim=1))
+    same(N.repeat_interleave(x, r3, dim=-1), x.repeat_interleave(r3, dim=-1))
+    same(N.repeat_interleave(x, tp.tensor([2]), 0), x.repeat_interleave(tp.tensor([2]), dim=0))
+    same(N.repeat_interleave(x, tp.tensor(3)), x.repeat_interleave(tp.tensor(3)))
+    flat = tp.arange(12) % 4
+    same(N.repeat_interleave(x, flat), x.repeat_interleave(flat))
+    same(N.repeat_interleave(x, r4, 0, output_size=6),
+         x.repeat_interleave(r4, dim=0, output_size=6))
+    same(N.repeat_interleave(r4), tp.repeat_interleave(r4))
+    same(N.repeat_interleave(tp.tensor([0, 0])), tp.repeat_interleave(tp.tensor([0, 0])))
+    same(N.repeat_interleave(x[:0], tp.tensor([], dtype=tp.int64), 0),
+         x[:0].repeat_interleave(tp.tensor([], dtype=tp.int64), dim=0))
+    same(N.repeat_interleave(x.t(), r4, 1), x.t().repeat_interleave(r4, dim=1))
+    for args, kw in [((x, tp.tensor([1, -1, 0, 0]), 0), {}), ((x, r3, 0), {}),
+                     ((x, r4, 0), {"output_size": 5}), ((x, 2, 0), {}),
+                     ((x, tp.tensor([1.0, 2.0, 0.0, 1.0]), 0), {})]:
+        assert N.run("repeat_interleave", args, kw) is NotImplemented, (args, kw)
+
+
+@needs_gxx
+@pytest.mark.parametrize("dtype", [tp.float32, tp.int32, tp.float16])
+def test_as_strided_scatter_equals_eager(emu, dtype):
+    x = data((4, 5), dtype, seed=62)
+    for size, stride, off, src in [((2, 2), (1, 1), None, data((2, 2), dtype, seed=63)),
+                                   ((2, 3), (5, 1), 6, data((2, 3), dtype, seed=64)),
+                                   ((3,), (4,), 1, data((3,), tp.float64, seed=65, special=False)),
+                                   ((2, 3), (1, 2), 2, data((3,), dtype, seed=66)),
+                                   ((0, 3), (1, 1), None, tp.zeros(0, 3, dtype=dtype))]:
+        for inp in (x, x.t()):
+            same(N.as_strided_scatter(inp, src, size, stride, off),
+                 tp.as_strided_scatter(inp, src, size, stride, off))
+    assert N.run("as_strided_scatter", (x, x, (5, 5), (5, 1)), {}) is NotImplemented
+
+
+@pytest.mark.parametrize("eq,shapes", [
+    ("ij,ij->ij", [(3, 1), (3, 4)]), ("ij,jk->ik", [(3, 1), (4, 5)]),
+    ("bij,bjk->bik", [(1, 3, 4), (2, 4, 5)]), ("...ij,...jk", [(2, 1, 3, 4), (5, 4, 2)]),
+    ("i,i->", [(1,), (4,)]), ("ij,j->i", [(3, 4), (1,)]),
+])
+@pytest.mark.parametrize("dtype", [tp.float64, tp.int64])
+def test_einsum_with_broadcast_size_one_dims_equals_eager(eq, shapes, dtype):
+    ops = [data(s, dtype, seed=i, special=False) for i, s in enumerate(shapes)]
+    want = tp.einsum(eq, *ops)
+    got = N.run("einsum", (eq, *ops), {})
+    assert got is not NotImplemented
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12)
+    assert got.dtype == want.dtype and got.shape == want.shape

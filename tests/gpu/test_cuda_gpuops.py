@@ -210,3 +210,35 @@ def test_copy_into_overlapping_view_on_cuda(dtype):
     assert _native.on_device.get("copy", 0) >= served + k
     with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
         base.cuda()[:3].expand(2, 3).copy_(base[:6].reshape(2, 3).cuda())
+
+
+# ---------------- unique(dim), repeat_interleave, as_strided_scatter, einsum
+
+@pytest.mark.parametrize("dtype", [tp.float32, tp.int64, tp.bool])
+def test_unique_dim_repeat_interleave_as_strided_scatter_on_cuda(dtype):
+    x = data((6, 4, 3), dtype, seed=60, lo=0, hi=2, special=False)
+    x = tp.cat([x, x[:2], x[1:3].flip(0)], 0)
+    if dtype.is_floating_point:
+        x[1, 0, 0] = float("nan")
+        x[6, 0, 0] = float("nan")
+    with on_device("unique", "repeat_interleave", "as_strided_scatter"):
+        for dim in (0, 1, -1):
+            same(tp.unique(x.cuda(), dim=dim, return_inverse=True, return_counts=True),
+                 tp.unique(x, dim=dim, return_inverse=True, return_counts=True))
+        r = tp.tensor([2, 0, 3, 1, 0, 1, 1, 2, 0, 5])
+        same(x.cuda().repeat_interleave(r.cuda(), dim=0), x.repeat_interleave(r, dim=0))
+        same(tp.repeat_interleave(r.cuda()), tp.repeat_interleave(r))
+        src = data((2, 3), dtype, seed=64)
+        y = x[0]
+        same(tp.as_strided_scatter(y.cuda(), src.cuda(), (2, 3), (1, 2), 1),
+             tp.as_strided_scatter(y, src, (2, 3), (1, 2), 1))
+
+
+@pytest.mark.parametrize("eq,shapes", [
+    ("ij,ij->ij", [(3, 1), (3, 4)]), ("bij,bjk->bik", [(1, 3, 4), (2, 4, 5)]),
+    ("...ij,...jk", [(2, 1, 3, 4), (5, 4, 2)]),
+])
+def test_einsum_broadcasting_size_one_dims_on_cuda(eq, shapes):
+    ops = [data(s, tp.float64, seed=i, special=False) for i, s in enumerate(shapes)]
+    with on_device("einsum"):
+        same(tp.einsum(eq, *[o.cuda() for o in ops]), tp.einsum(eq, *ops), 1e-12)

@@ -232,6 +232,23 @@ extern "C" __global__ void nonzero_scatter(const unsigned char *__restrict__ fla
 }
 """
 
+# repeat_interleave: output position p comes from the first i with
+# cum[i] > p (cum: the inclusive sum of the repeats, n entries)
+REPEAT_INDEX = r"""
+extern "C" __global__ void repeat_index(const i64 *__restrict__ cum, i64 *__restrict__ out,
+    i64 n, i64 total)
+{
+    STAX_LOOP(p, total) {
+        i64 lo = 0, hi = n;
+        while (lo < hi) {
+            i64 mid = lo + (hi - lo) / 2;
+            if (cum[mid] <= p) lo = mid + 1; else hi = mid;
+        }
+        out[p] = lo;
+    }
+}
+"""
+
 # unique's inverse: out[idx[i]] = src[i] (idx a permutation: no two
 # threads write one element)
 SCATTER = r"""
@@ -461,6 +478,8 @@ def sources(kind, dt):
         return {"nonzero_scatter": PRELUDE + NONZERO}
     if kind == "scatter":
         return {"scatter_i64": PRELUDE + SCATTER}
+    if kind == "repeat_index":
+        return {"repeat_index": PRELUDE + REPEAT_INDEX}
     if kind == "cast":
         src, dst = dt
         return {f"cast_{src}_{dst}": PRELUDE + _types(dst) + _in_types(src) + CAST_CONV
@@ -534,6 +553,7 @@ def all_sources():
     out.update(sources("nonzero", None))
     out.update(sources("scatter", None))
     out.update(sources("last_writer", None))
+    out.update(sources("repeat_index", None))
     for a in DTYPES:
         for b in DTYPES:
             if cast_ok(a, b):

@@ -261,8 +261,10 @@ def unique(input, sorted=True, return_inverse=False, return_counts=False, dim=No
     ids, one synchronization for their number), the group starts by
     nonzero, values gathered at the starts, the inverse scattered back."""
     tp = _tp()
-    if dim is not None or _dt(input) not in K.DTYPES:
+    if _dt(input) not in K.DTYPES:
         raise _Skip
+    if dim is not None:
+        return _unique_dim(input, return_inverse, return_counts, dim)
     f = input.reshape(-1)
     N = f.numel()
     if N == 0:
@@ -288,6 +290,123 @@ def unique(input, sorted=True, return_inverse=False, return_counts=False, dim=No
         ends = tp.cat([starts[1:], tp.full((1,), N, dtype=tp.int64, device=f.device)])
         out.append(ends - starts)
     return out[0] if len(out) == 1 else tuple(out)
+
+
+_UNIQUE_DIM_MAX_COLUMNS = 1024
+
+
+def _unique_dim(input, return_inverse, return_counts, dim):
+    """eager's np.unique(axis=dim): the slices along dim as rows, sorted
+    lexicographically (one stable sort per column, last column first; NaN
+    greatest), a row unequal to the one before starts a group (NaN equals
+    nothing, so rows holding NaN stay apart, as NumPy's), then as unique's
+    flat path. float16/bfloat16 rows (NumPy orders their NaNs, or bits, its
+    own way), empty input and rows of more than _UNIQUE_DIM_MAX_COLUMNS
+    elements: the host. 1-D input: the flat path (NumPy's, where NaNs are
+    one value)."""
+    tp = _tp()
+    nd = input.dim()
+    d = _wrap_dim(dim, nd)
+    if nd == 0 or input.numel() == 0:
+        raise _Skip
+    if nd == 1:                          # NumPy's flat path: NaNs are one value
+        return unique(input, True, return_inverse, return_counts)
+    if _dt(input) in ("float16", "bfloat16"):
+        raise _Skip                      # NumPy orders their NaNs (bits) its own way
+    x = input.movedim(d, 0)
+    n = x.shape[0]
+    rows = x.reshape(n, -1).contiguous()
+    c = rows.shape[1]
+    if c > _UNIQUE_DIM_MAX_COLUMNS:
+        raise _Skip
+    perm = tp.arange(n, dtype=tp.int64, device=input.device)
+    for j in reversed(range(c)):
+        key = rows[:, j].index_select(0, perm)
+        perm = perm.index_select(0, _sort_impl(key, 0, False)[1])
+    sr = rows.index_select(0, perm)
+    new = (sr[1:] != sr[:-1]).any(1)
+    flag = tp.cat([tp.ones(1, dtype=tp.bool, device=input.device), new])
+    starts = nonzero(flag)[:, 0].contiguous()
+    u = sr.index_select(0, starts).reshape((starts.numel(),) + tuple(x.shape[1:]))
+    out = [u.movedim(0, d).contiguous() if d else u]
+    if return_inverse:
+        gid = _scan_rows(flag.reshape(1, n), 1, n, "sum", tp.int64).reshape(-1) - 1
+        inv = _empty((n,), tp.int64, input)
+        K.launch("scatter", None, "scatter_i64", n, inv, perm, gid.contiguous(), n)
+        out.append(inv)
+    if return_counts:
+        ends = tp.cat([starts[1:], tp.full((1,), n, dtype=tp.int64, device=input.device)])
+        out.append(ends - starts)
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+# ---------------------------------------------------- repeat_interleave
+
+def repeat_interleave(input, repeats=None, dim=None, *, output_size=None):
+    """tensor repeats: their inclusive sum (the int64 scan), the total (one
+    synchronization, as torch's without output_size), each output position's
+    source by binary search in the sums, one index_select. repeats=None:
+    input holds the repeats of arange(len). Number repeats and bad
+    arguments: NotImplemented (the generated kernel, or eager's error from
+    the host)."""
+    tp = _tp()
+    if repeats is None:
+        if not _is_t(input) or input.dim() != 1 or input.dtype not in (tp.int64, tp.int32):
+            raise _Skip
+        return repeat_interleave(tp.arange(input.numel(), dtype=tp.int64, device=input.device),
+                                 input, 0, output_size=output_size)
+    if not (_is_t(input) and _is_t(repeats)) or repeats.dtype not in (tp.int64, tp.int32) \
+            or repeats.dim() > 1:
+        raise _Skip
+    if repeats.device != input.device:
+        if repeats.is_cuda:
+            raise _Skip
+        repeats = repeats.to(input.device)
+    x = input.reshape(-1) if dim is None else input
+    if x.dim() == 0:
+        x = x.reshape(1)
+    d = 0 if dim is None else _wrap_dim(dim, x.dim())
+    n = x.shape[d]
+    rep = repeats.reshape(-1)
+    if rep.numel() == 1 and n != 1:
+        rep = rep.expand(n)
+    if rep.numel() != n:
+        raise _Skip                      # eager's error
+    if n == 0:
+        total = 0
+        idx = _empty((0,), tp.int64, x)
+    else:
+        cum = _scan_rows(rep.contiguous().reshape(1, n), 1, n, "sum", tp.int64).reshape(-1)
+        if bool((rep < 0).any().item()):
+            raise _Skip                  # eager's error
+        total = int(cum[-1].item())
+        idx = _empty((total,), tp.int64, x)
+        K.launch("repeat_index", None, "repeat_index", total, cum, idx, n, total)
+    if output_size is not None and output_size != total:
+        raise _Skip                      # eager's error
+    return x.index_select(d, idx)
+
+
+# --------------------------------------------------- as_strided_scatter
+
+def as_strided_scatter(input, src, size, stride, storage_offset=None):
+    """a contiguous copy of input with src written through the strided
+    view (size, stride, storage_offset relative to input's storage offset)
+    of that copy, overlapping views as copy_ writes them"""
+    if not (_is_t(input) and _is_t(src)):
+        raise _Skip
+    size, stride = tuple(size), tuple(stride)
+    off = 0 if storage_offset is None else storage_offset - input.storage_offset()
+    if len(size) != len(stride) or off < 0 or any(
+            isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in size + stride):
+        raise _Skip
+    span = 0 if 0 in size else 1 + sum((a - 1) * st for a, st in zip(size, stride))
+    if off + span > input.numel():
+        raise _Skip                      # outside the copy: eager decides
+    out = input.contiguous().clone()
+    if span:
+        out.as_strided(size, stride, off).copy_(src)
+    return out
 
 
 # ------------------------------------------------------------- index_add
@@ -463,8 +582,8 @@ def einsum(equation, *operands):
     """pairwise contractions as batched matmuls: repeated letters of one
     operand become its diagonal, `...` one letter per broadcast dim (right
     aligned, as NumPy), each operand's letters seen nowhere else are summed
-    first; two operands become (batch, m, k) @ (batch, k, n). Size-1 dims
-    that would broadcast against a longer one: NotImplemented."""
+    first; two operands become (batch, m, k) @ (batch, k, n). A size-1 dim
+    broadcasts against a longer one of its letter (an expanded view)."""
     tp = _tp()
     if not isinstance(equation, str):
         raise _Skip
@@ -530,10 +649,17 @@ def einsum(equation, *operands):
         if t.dtype != dt or len(s) != t.dim():
             raise _Skip
         for c, n in zip(s, t.shape):
-            if size.setdefault(c, n) != n:
-                raise _Skip
+            m = size.get(c)
+            if m is None or m == 1:
+                size[c] = n
+            elif n != 1 and n != m:
+                raise _Skip              # eager's error
     if any(c not in size for c in rhs):
         raise _Skip
+    # a size-1 dim against a longer one broadcasts (an expanded view)
+    operands = tuple(t.expand(tuple(size[c] for c in s))
+                     if tuple(t.shape) != tuple(size[c] for c in s) else t
+                     for s, t in zip(ins, operands))
     terms = list(zip(ins, operands))
 
     def needed(i):
@@ -1066,7 +1192,8 @@ OPS = {
     "index_add": index_add, "index_add_": index_add_,
     "isclose": isclose, "allclose": allclose, "diff": diff, "repeat": repeat,
     "roll": roll, "einsum": einsum, "flip": flip, "masked_select": masked_select,
-    "one_hot": one_hot,
+    "one_hot": one_hot, "repeat_interleave": repeat_interleave,
+    "as_strided_scatter": as_strided_scatter,
 }
 for _b in ("cumsum", "cumprod", "scatter", "scatter_add", "scatter_reduce", "index_copy",
            "index_fill"):
