@@ -72,9 +72,18 @@ class API:
     def is_tensor(self, x):
         return isinstance(x, self.tp.Tensor)
 
+    # the device of the compiled call's inputs (tests/gpu/test_gpu_fuzz.py: "cuda");
+    # None: the eager call's
+    c_device = None
+
+    def prepare_compiled(self, prog, ns):
+        """the compiled call's namespace before f is defined in it"""
+
     def to_numpy(self, t):
         if hasattr(t, "detach"):
             t = t.detach()
+        if getattr(t, "is_cuda", False):
+            t = t.cpu()
         return np.array(t.numpy(), copy=True)
 
     def version(self, t):
@@ -313,7 +322,8 @@ class Inputs:
             if p.kind == "tensor":
                 self.logical[p.name], self.stores[p.name] = sig[p.name].values(rng, profile)
 
-    def build(self):
+    def build(self, device=None):
+        """the arguments; device: their storages there (same layouts)"""
         tp = self.api.tp
         out = []
         for p in self.prog.params:
@@ -321,7 +331,9 @@ class Inputs:
                 out.append(self.sig[p.name])
                 continue
             _, code = self.sig[p.name].code()
-            out.append(eval(code.replace("{A}", "_A"), {"tp": tp, "_A": self.stores[p.name].copy()}))
+            base = "tp.from_numpy(_A)" + (f".to({device!r})" if device else "")
+            out.append(eval(code.replace("tp.from_numpy({A})", base).replace("{A}", "_A"),
+                            {"tp": tp, "_A": self.stores[p.name].copy()}))
         return out
 
     def source(self, fname):
@@ -415,6 +427,7 @@ class Runner:
         ns_c = dict(ns)
         if getattr(prog, "stores", False):
             ns_c["_store"], ns_c["_log"] = {}, []
+        api.prepare_compiled(prog, ns_c)
         exec(prog.fn_source(), ns_c)
         f, f_inst = ns_c["f"], ns["f_inst"]
         cf = api.compile(f, self.strict)
@@ -427,7 +440,7 @@ class Runner:
             sig = self.plan.sigs[si]
             if not same or e_args is None:
                 inp = Inputs(api, prog, sig, seed, prof)
-                e_args, c_args = inp.build(), inp.build()
+                e_args, c_args = inp.build(), inp.build(api.c_device)
             ev0 = [api.version(a) if api.is_tensor(a) else None for a in e_args]
             cv0 = [api.version(a) if api.is_tensor(a) else None for a in c_args]
             rec.reset()
@@ -449,7 +462,7 @@ class Runner:
                     strict = False
                     self.check_compiles = self.check_compiles and j == 0
                     cf = api.compile(f, False)
-                    c_args = inp.build() if not same else c_args
+                    c_args = inp.build(api.c_device) if not same else c_args
                     exc_c = None
                     try:
                         with np.errstate(all="ignore"):
