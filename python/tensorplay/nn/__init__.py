@@ -8,7 +8,11 @@ import tensorplay.functional as functional
 sys.modules[__name__ + ".functional"] = functional
 
 from tensorplay.nn.modules import *  # noqa: E402,F401,F403
+from tensorplay.nn.container import *  # noqa: E402,F401,F403
+from tensorplay.nn.padding import *  # noqa: E402,F401,F403
 from tensorplay.nn import init  # noqa: E402,F401
+from tensorplay.nn import container as _container, padding as _padding  # noqa: E402
 from tensorplay.nn.modules import __all__ as _mods  # noqa: E402
 
-__all__ = ["functional", "init"] + list(_mods)
+__all__ = (["functional", "init"] + list(_mods) + list(_container.__all__)
+           + list(_padding.__all__))
