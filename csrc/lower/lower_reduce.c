@@ -876,10 +876,65 @@ lw_index_check_wrap(lw_ctx *c, vbuf *idx, int64_t n, int kind)
     return index_check(c, idx, 1, n, kind);
 }
 
+/* 1 when every element of the index is a value of an integer constant
+ * the program holds (a host tensor) and each of them lies in [lo, n): its
+ * loads can only read those values, so the run-time check is decided now.
+ * A compiled backward gathers each view's gradient through such constant
+ * maps (autograd's _pick); checking them at run time cost a check buffer
+ * each, and an unrolled loop of views ran out of them. */
+static int
+const_index_in_range(lw_ctx *c, const stax_lval *body, int64_t lo, int64_t n)
+{
+    while (body != NULL && body->kind == STAX_LV_CAST && !lw_is_float(body->dtype)
+           && body->dtype != STAX_BOOL && body->args[0] != NULL
+           && !lw_is_float(body->args[0]->dtype) && body->args[0]->dtype != STAX_BOOL) {
+        body = body->args[0];
+    }
+    if (body == NULL || body->kind != STAX_LV_LOAD || body->buf < 0 || body->buf >= c->npbufs) {
+        return 0;
+    }
+    const pbuf_t *pb = &c->pbufs[body->buf];
+    if (pb->kind != PB_CONST || pb->obj == NULL || !StaxTensor_Check(pb->obj)) {
+        return 0;
+    }
+    const StaxTensor *t = (const StaxTensor *)pb->obj;
+    if (stax_tensor_is_cuda(t) || (t->dtype != STAX_INT64 && t->dtype != STAX_INT32)) {
+        return 0;
+    }
+    int64_t total = 1;
+    for (int d = 0; d < t->ndim; d++) {
+        total *= t->sizes[d];
+    }
+    const char *base = STAX_TENSOR_DATA(t);
+    int64_t pos[STAX_MAX_DIMS] = {0};
+    for (int64_t e = 0; e < total; e++) {
+        int64_t off = 0;
+        for (int d = 0; d < t->ndim; d++) {
+            off += pos[d] * t->strides[d];
+        }
+        int64_t v = t->dtype == STAX_INT64 ? ((const int64_t *)base)[off]
+                                           : (int64_t)((const int32_t *)base)[off];
+        if (v < lo || v >= n) {
+            return 0;
+        }
+        for (int d = t->ndim - 1; d >= 0; d--) {
+            if (++pos[d] < t->sizes[d]) {
+                break;
+            }
+            pos[d] = 0;
+        }
+    }
+    return 1;
+}
+
 static int
 index_check(lw_ctx *c, vbuf *idx, int wrap, int64_t n, int kind)
 {
     if (idx == NULL || idx->kind != VB_TENSOR || idx->body == NULL) {
+        return 0;
+    }
+    /* static sizes only: a symbolic program's kernels serve other sizes */
+    if (!c->symbolic && const_index_in_range(c, idx->body, wrap ? -n : 0, n)) {
         return 0;
     }
     /* CUDA kernels assert on the device instead (the loads are clamped) */

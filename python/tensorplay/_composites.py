@@ -12,7 +12,8 @@ import numpy as np
 from tensorplay import _C
 from tensorplay import _native_decomps
 
-__all__ = ["conv1d", "conv2d", "max_pool1d", "max_pool2d", "max_unpool1d", "max_unpool2d", "avg_pool1d", "avg_pool2d",
+__all__ = ["conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+           "conv_transpose3d", "max_pool1d", "max_pool2d", "max_unpool1d", "max_unpool2d", "avg_pool1d", "avg_pool2d",
            "adaptive_avg_pool1d", "adaptive_avg_pool2d", "scaled_dot_product_attention",
            "multi_head_attention_forward"]
 
@@ -59,7 +60,7 @@ def _check_t(x, fname, argname, pos):
 
 
 def _convnd(input, weight, bias, stride, padding, dilation, groups, nd):
-    """conv1d (nd=1, as a conv2d of height 1) and conv2d."""
+    """conv1d (nd=1, as a conv2d of height 1), conv2d and conv3d."""
     name = f"conv{nd}d"
     F = _F()
     _check_t(input, name, "input", 1)
@@ -138,12 +139,15 @@ def _convnd(input, weight, bias, stride, padding, dilation, groups, nd):
                                f"size can't be greater than actual input size")
         outs.append((sp[i] + 2 * pad[i] - eff) // stride[i] + 1)
     n = input.shape[0]
-    if nd == 1:
-        x4 = input.unsqueeze(2)
-        k2, d2, p2, s2 = (1, ks[0]), (1, dilation[0]), (0, pad[0]), (1, stride[0])
+    if nd == 3:
+        cols = _im2col_slices(input, ks, dilation, pad, stride, outs)
     else:
-        x4, k2, d2, p2, s2 = input, ks, dilation, pad, stride
-    cols = F.unfold(x4, k2, d2, p2, s2)               # (N, C*kk, L)
+        if nd == 1:
+            x4 = input.unsqueeze(2)
+            k2, d2, p2, s2 = (1, ks[0]), (1, dilation[0]), (0, pad[0]), (1, stride[0])
+        else:
+            x4, k2, d2, p2, s2 = input, ks, dilation, pad, stride
+        cols = F.unfold(x4, k2, d2, p2, s2)           # (N, C*kk, L)
     kk = cin_g * math.prod(ks)
     if groups == 1:
         out = weight.reshape(cout, kk).matmul(cols)    # (N, Cout, L)
@@ -172,6 +176,194 @@ def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """1-D convolution (torch.nn.functional.conv1d): input (N, C_in, L) or
     (C_in, L); weight (C_out, C_in/groups, k). See conv2d."""
     return _convnd(input, weight, bias, stride, padding, dilation, groups, 1)
+
+
+def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """3-D convolution (torch.nn.functional.conv3d): input (N, C_in, D, H, W)
+    or (C_in, D, H, W); weight (C_out, C_in/groups, kD, kH, kW); bias (C_out,)
+    or None; stride, dilation: int or triple; padding: int, triple, 'valid' or
+    'same'. Returns (N, C_out, D_out, H_out, W_out). The columns are one
+    strided slice of the padded input per kernel offset, stacked (all
+    native under tp.compile), then one matmul. Errors as conv2d's."""
+    return _convnd(input, weight, bias, stride, padding, dilation, groups, 3)
+
+
+def _im2col_slices(x, ks, dilation, pad, stride, outs):
+    """(N, C, *sp) -> (N, C * prod(ks), prod(outs)): the columns of an N-d
+    convolution, C outer and the kernel offsets (row-major) inner, as the
+    weight's reshape to (C_out, C * prod(ks)) orders them."""
+    import itertools
+    F = _F()
+    nd = len(ks)
+    if any(pad):
+        widths = []
+        for p in reversed(pad):
+            widths += [p, p]
+        x = F.pad(x, widths)
+    n, c = x.shape[0], x.shape[1]
+    taps = []
+    for offs in itertools.product(*(range(k) for k in ks)):
+        idx = [slice(None), slice(None)]
+        for o, d, s, m in zip(offs, dilation, stride, outs):
+            idx.append(slice(o * d, o * d + (m - 1) * s + 1, s))
+        taps.append(x[tuple(idx)])
+    cols = _tp().stack(taps, 2) if len(taps) > 1 else taps[0].unsqueeze(2)
+    return cols.reshape(n, c * len(taps), math.prod(outs))
+
+
+def _dilate_zeros(x, dim, s):
+    """Puts s - 1 zeros between neighbours along dim (size L -> (L-1)*s + 1):
+    unsqueeze, constant pad of the new dim, reshape, slice (all native)."""
+    F = _F()
+    if s == 1:
+        return x
+    rest = x.dim() - dim - 1
+    y = x.unsqueeze(dim + 1)
+    y = F.pad(y, [0, 0] * rest + [0, s - 1])
+    shape = tuple(x.shape)
+    y = y.reshape(shape[:dim] + (shape[dim] * s,) + shape[dim + 1:])
+    idx = (slice(None),) * dim + (slice(0, (shape[dim] - 1) * s + 1),)
+    return y[idx]
+
+
+def _reverse(x, dim):
+    """x flipped along dim, as an index_select (flip has no native kernel)."""
+    n = x.shape[dim]
+    if n == 1:
+        return x
+    return x.index_select(dim, _tp().arange(n - 1, -1, -1))
+
+
+_OP_AXES = {1: ("height", "width"), 2: ("height", "width"), 3: ("depth", "height", "width")}
+
+
+def _conv_transposend(input, weight, bias, stride, padding, output_padding, groups,
+                      dilation, nd):
+    """conv_transpose{1,2,3}d as the gradient of conv with respect to its
+    input: zeros inserted between the input's elements (stride), padded by
+    dilation * (k - 1) - padding (+ output_padding on the right, cropped
+    where negative), then a stride-1 convolution with the kernel flipped
+    and its in/out channels swapped per group."""
+    name = f"conv_transpose{nd}d"
+    F = _F()
+    _check_t(input, name, "input", 1)
+    _check_t(weight, name, "weight", 2)
+    if input.dim() not in (nd + 1, nd + 2):
+        raise RuntimeError(f"Expected {nd + 1}D (unbatched) or {nd + 2}D (batched) input "
+                           f"to {name}, but got input of size: {list(input.shape)}")
+    if weight.dim() != nd + 2:
+        raise RuntimeError(f"Expected {nd + 2}-dimensional weight for {name}, but got "
+                           f"{weight.dim()}-dimensional weight of size "
+                           f"{list(weight.shape)} instead")
+    unbatched = input.dim() == nd + 1
+    if unbatched:
+        input = input.unsqueeze(0)
+    if input.dtype != weight.dtype:
+        raise RuntimeError(f"Input type ({input.dtype}) and weight type ({weight.dtype}) "
+                           f"should be the same")
+    if isinstance(padding, str):
+        raise TypeError(f"{name}(): argument 'padding' must be tuple of ints, not str")
+    groups = int(groups)
+    if groups <= 0:
+        raise RuntimeError("non-positive groups is not supported")
+    stride = _tuple(stride, nd, "stride")
+    pad = _tuple(padding, nd, "padding")
+    opad = _tuple(output_padding, nd, "output_padding")
+    dilation = _tuple(dilation, nd, "dilation")
+    if min(stride) <= 0:
+        raise RuntimeError("non-positive stride is not supported")
+    if min(pad) < 0:
+        raise RuntimeError("negative padding is not supported")
+    if min(opad) < 0:
+        raise RuntimeError("negative output_padding is not supported")
+    if min(dilation) <= 0:
+        raise RuntimeError(f"dilation should be greater than zero, but got {list(dilation)}")
+    if any(o >= s and o >= d for o, s, d in zip(opad, stride, dilation)):
+        # torch runs 1-d as 2-d of height 1 and words it so
+        lift = (lambda t, one: (one,) + t) if nd == 1 else (lambda t, one: t)
+        axes = _OP_AXES[nd]
+        parts = []
+        for what, vals in (("output_padding", lift(opad, 0)), ("stride", lift(stride, 1)),
+                           ("dilation", lift(dilation, 1))):
+            parts += [f"{what}_{a}: {v}" for a, v in zip(axes, vals)]
+        raise RuntimeError("output padding must be smaller than either stride or dilation, "
+                           "but got " + " ".join(parts))
+    cin, cout_g = weight.shape[0], weight.shape[1]
+    ks = tuple(weight.shape[2:])
+    if cin % groups != 0:
+        raise RuntimeError(f"Given groups={groups}, expected weight to be divisible by "
+                           f"{groups} at dimension 0, but got weight of size "
+                           f"[{list(weight.shape)}] instead")
+    if input.shape[1] != cin:
+        raise RuntimeError(f"Given transposed=1, weight of size {list(weight.shape)}, "
+                           f"expected input{list(input.shape)} to have {cin} channels, but "
+                           f"got {input.shape[1]} channels instead")
+    cout = cout_g * groups
+    if bias is not None and (bias.dim() != 1 or bias.shape[0] != cout):
+        raise RuntimeError(f"Given transposed=1, weight of size {list(weight.shape)}, "
+                           f"expected bias to be 1-dimensional with {cout} elements, but "
+                           f"got bias of size {list(bias.shape)} instead")
+    sp = tuple(input.shape[2:])
+    outs = [(i - 1) * s - 2 * p + d * (k - 1) + o + 1
+            for i, s, p, d, k, o in zip(sp, stride, pad, dilation, ks, opad)]
+    if min(outs) < 1:
+        raise RuntimeError(f"Given input size per channel: ({' x '.join(map(str, sp))}). "
+                           f"Calculated output size per channel: "
+                           f"({' x '.join(map(str, outs))}). Output size is too small")
+    x = input
+    for i, s in enumerate(stride):
+        x = _dilate_zeros(x, 2 + i, s)
+    widths, crop = [], []
+    for i in reversed(range(nd)):
+        lo = dilation[i] * (ks[i] - 1) - pad[i]
+        hi = lo + opad[i]
+        widths += [max(lo, 0), max(hi, 0)]
+    if any(widths):
+        x = F.pad(x, widths)
+    for i in range(nd):
+        lo = dilation[i] * (ks[i] - 1) - pad[i]
+        hi = lo + opad[i]
+        if lo < 0 or hi < 0:
+            size = x.shape[2 + i]
+            idx = (slice(None),) * (2 + i) + (slice(max(-lo, 0), size - max(-hi, 0)),)
+            x = x[idx]
+    # (C_in, C_out/g, k..) -> (C_out, C_in/g, k..), each group's block
+    # transposed, the kernel reversed in every spatial dim
+    w = weight.reshape((groups, cin // groups, cout_g) + ks).transpose(1, 2)
+    w = w.reshape((cout, cin // groups) + ks)
+    for i in range(nd):
+        w = _reverse(w, 2 + i)
+    out = _convnd(x, w, bias, 1, 0, dilation, groups, nd)
+    return out.squeeze(0) if unbatched else out
+
+
+def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0,
+                     groups=1, dilation=1):
+    """1-D transposed convolution (torch.nn.functional.conv_transpose1d):
+    input (N, C_in, L) or (C_in, L); weight (C_in, C_out/groups, k); returns
+    (N, C_out, (L-1)*stride - 2*padding + dilation*(k-1) + output_padding + 1).
+    RuntimeError (torch's words) for a channel mismatch, output_padding not
+    smaller than stride or dilation, an output size below 1."""
+    return _conv_transposend(input, weight, bias, stride, padding, output_padding, groups,
+                             dilation, 1)
+
+
+def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0,
+                     groups=1, dilation=1):
+    """2-D transposed convolution (torch.nn.functional.conv_transpose2d):
+    input (N, C_in, H, W) or (C_in, H, W); weight (C_in, C_out/groups, kH,
+    kW). See conv_transpose1d."""
+    return _conv_transposend(input, weight, bias, stride, padding, output_padding, groups,
+                             dilation, 2)
+
+
+def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_padding=0,
+                     groups=1, dilation=1):
+    """3-D transposed convolution (torch.nn.functional.conv_transpose3d):
+    input (N, C_in, D, H, W) or (C_in, D, H, W); weight (C_in, C_out/groups,
+    kD, kH, kW). See conv_transpose1d."""
+    return _conv_transposend(input, weight, bias, stride, padding, output_padding, groups,
+                             dilation, 3)
 
 
 def _pool_geometry(name, shape, kernel_size, stride, padding, dilation, ceil_mode, nd):

@@ -42,4 +42,7 @@ from tensorplay._composites import _install as _install_trace_decompositions  # 
 
 _install_trace_decompositions()
 
-__all__ = sorted(__all__ + list(_comp_all))
+from tensorplay._resample import *  # noqa: E402,F401,F403
+from tensorplay._resample import __all__ as _resample_all  # noqa: E402
+
+__all__ = sorted(__all__ + list(_comp_all) + list(_resample_all))

@@ -480,6 +480,12 @@ def _cat_grad(grad, tensors, dim):
     return out
 
 
+def _stack_grad(grad, tensors, dim):
+    # one select per input, as a list: a traced unbind is one value for the
+    # whole tuple, which the compiled backward cannot hand out per input
+    return [grad.select(dim, i) for i in range(len(tensors))]
+
+
 def _setitem_zero(grad, index):
     g = grad.clone()
     g[index] = 0
