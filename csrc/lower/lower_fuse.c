@@ -275,6 +275,32 @@ try_merge(lw_ctx *c, int pi, int ci, unsigned char *avail)
         shares |= kr[b];
     }
     (void)shares;
+    if (ok) {
+        /* the merged kernel's buffers, at most: P's and C's reads of
+         * buffers P does not write, and both kernels' writes (a long
+         * chain of pointwise steps, an unrolled recurrence's backward,
+         * would otherwise grow one kernel past what code generation
+         * takes) */
+        unsigned char *pr = calloc((size_t)n, 1), *kw = calloc((size_t)n, 1);
+        if (pr == NULL || kw == NULL || kernel_reads(c, p, pr) < 0) {
+            free(pr);
+            free(kw);
+            free(pw);
+            free(kr);
+            if (!PyErr_Occurred()) {
+                PyErr_NoMemory();
+            }
+            return -1;
+        }
+        step_writes(&c->steps[ci], kw);
+        int nb = 0;
+        for (int b = 0; b < n; b++) {
+            nb += pw[b] || kw[b] || pr[b] || kr[b];
+        }
+        free(pr);
+        free(kw);
+        ok = nb <= LW_MAX_KBUFS;
+    }
     if (!ok) {
         free(pw);
         free(kr);

@@ -9,6 +9,9 @@
 #define LW_MAX_STAGES 32
 #define LW_MAX_ACCS 64
 #define LW_MAX_STORES 64
+/* buffers one kernel may take: the code generators' limit (a fusion that
+ * would pass it stays two kernels) */
+#define LW_MAX_KBUFS 64
 #define LW_MAX_SYMS 1024
 
 /* what a graph node lowered to */

@@ -193,6 +193,77 @@ lower_tri(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x, vbuf *out,
     return out->body ? 1 : -1;
 }
 
+typedef struct {
+    unsigned char *seen;
+    int count;
+} new_reads_ctx;
+
+static int
+new_reads_hook(lw_rw *rw, const stax_lval *load, const stax_lval **out)
+{
+    new_reads_ctx *r = rw->hook_ctx;
+    (void)out;
+    if (!r->seen[load->buf]) {
+        r->seen[load->buf] = 1;
+        r->count++;
+    }
+    return 0;
+}
+
+/* the program buffers body loads that seen[] does not mark yet: marks
+ * them and returns how many (-1 on error) */
+static int
+body_new_reads(lw_ctx *c, const stax_lval *body, unsigned char *seen)
+{
+    new_reads_ctx r = {seen, 0};
+    lw_rw rw = {0};
+    rw.load_hook = new_reads_hook;
+    rw.hook_ctx = &r;
+    const stax_lval *ok = lw_rewrite(c, &rw, body);
+    lw_rw_done(&rw);
+    return ok == NULL ? -1 : r.count;
+}
+
+/* A pointwise op inlines its operands' bodies: a sum of many terms (the
+ * gradient of a weight used at every step of an unrolled recurrence) would
+ * grow one body, and so one kernel, past the buffers code generation
+ * takes. When the operands read more than half of LW_MAX_KBUFS program
+ * buffers together, each unmaterialized operand becomes a buffer first. */
+static int
+cap_formula_reads(lw_ctx *c, struct lw_node_in *in, PyObject *bound)
+{
+    unsigned char *seen = NULL;
+    int total = 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(bound); i++) {
+        vbuf *a = lw_arg_vb(in, PyTuple_GET_ITEM(bound, i));
+        if (a == NULL || a->kind != VB_TENSOR || a->pbuf >= 0 || a->body == NULL) {
+            continue;
+        }
+        if (seen == NULL && (seen = calloc((size_t)c->npbufs + 1, 1)) == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        int r = body_new_reads(c, a->body, seen);
+        if (r < 0) {
+            free(seen);
+            return -1;
+        }
+        total += r;
+    }
+    free(seen);
+    if (total <= LW_MAX_KBUFS / 2) {
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(bound); i++) {
+        vbuf *a = lw_arg_vb(in, PyTuple_GET_ITEM(bound, i));
+        if (a != NULL && a->kind == VB_TENSOR && a->pbuf < 0 && a->body != NULL
+            && lw_materialize(c, a) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* out->label: the ops inlined into this body, for kernel names */
 static void
 label_body(lw_ctx *c, struct lw_node_in *in, const stax_op_info *op,
@@ -312,6 +383,10 @@ lw_lower_node(lw_ctx *c, struct lw_node_in *in, vbuf **outp, const char **why)
                    : "op without a lowering rule";
         break;
     case STAX_LOWER_FORMULA:
+        if (cap_formula_reads(c, in, bound) < 0) {
+            rc = -1;
+            break;
+        }
         rc = lw_lower_formula(c, in, bound, out, why);
         break;
     case STAX_LOWER_CAST:

@@ -88,6 +88,11 @@ def _is_float_tensor(v):
     return isinstance(v, _C.Tensor) and v.is_floating_point()
 
 
+def contiguous_saved(v):
+    """A saved activation as the compiled backward takes it: contiguous."""
+    return v.contiguous() if isinstance(v, _C.Tensor) else v
+
+
 def _nbytes(v):
     return v.numel() * v.element_size() if isinstance(v, _C.Tensor) else 0
 
@@ -533,8 +538,11 @@ def build(gm, flat, lower, name, log=None):
             + f"); saved: " + ", ".join(f"{s[0]}{list(s[1])} {s[3]}B" for s in ag.saved)
             + "; recomputed in the backward: " + (", ".join(ag.recomputed) or "none")
             + "; never recomputed: " + (", ".join(n.name for n in info["banned"]) or "none"))
-    bex = ([_val(n) for n in saved_acts] + [flat[primal_ix[n]] for n in saved_prims]
-           + list(tangents))
+    # the backward takes the saved activations contiguous (the forward
+    # program may return a saved view, a slice of a matmul, in another
+    # layout than the trace's value): _run_compiled_autograd makes them so
+    bex = ([contiguous_saved(_val(n)) for n in saved_acts]
+           + [flat[primal_ix[n]] for n in saved_prims] + list(tangents))
     ag.fwd, fb1 = lower(fgm, list(flat))
     ag.bwd, fb2 = lower(bgm, bex)
     if fb1 or fb2:

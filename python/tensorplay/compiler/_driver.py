@@ -753,7 +753,9 @@ class Driver:
             out = _only_diff_require_grad(out, set(ag.diff_pos), {id(x) for x in flat})
         ins = [flat[i] for i in ag.grad_inputs]
         held = {id(o) for o in outs}
-        saved = [s.detach() if id(s) in held or s.requires_grad else s for s in saved]
+        from ._autograd import contiguous_saved
+        saved = [contiguous_saved(s.detach() if id(s) in held or s.requires_grad else s)
+                 for s in saved]
         saved += [flat[i].detach() for i in ag.saved_primals]
         eager = self._eager_backward(args, kwargs, range(len(outs)), ins)
         strict, name = self.strict_native, self.name
