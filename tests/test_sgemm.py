@@ -43,7 +43,10 @@ def test_batch_broadcast(sa, sb):
     close(f(tp.tensor(a), tp.tensor(b)), ref(a, b), sa[-1])
 
 
-@pytest.mark.parametrize("n,k,o", [(37, 300, 45), (64, 128, 384), (5, 3, 1)])
+@pytest.mark.parametrize("n,k,o", [(37, 300, 45), (64, 128, 384), (5, 3, 1), (17, 128, 384),
+                                   (3, 17, 20), (1, 513, 33), (9, 255, 16), (2, 16, 17),
+                                   (8, 31, 64), (1, 1, 40), (6, 70, 46), (7, 16, 47),
+                                   (65, 33, 18), (100, 300, 45), (64, 129, 35)])
 def test_linear_weight_packed(n, k, o):
     x, w, bias = r(n, k), r(o, k), r(o)
     f = tp.compile(lambda x, w, b: F.linear(x, w, b), strict_native=True)
