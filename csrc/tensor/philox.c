@@ -505,6 +505,127 @@ py_fill_keys(PyObject *self, PyObject *args)
     return Py_NewRef(t);
 }
 
+/* one race's standing: the larger key first, on a tie the lower index
+ * (a stable descending sort's order) */
+typedef struct {
+    double key;
+    int64_t i;
+} race_t;
+
+static int
+race_cmp(const void *x, const void *y)
+{
+    const race_t *a = x, *b = y;
+    if (a->key != b->key) {
+        return a->key > b->key ? -1 : 1;
+    }
+    return a->i < b->i ? -1 : a->i > b->i;
+}
+
+/* _C._multinomial_races(input, num_samples, generator) -> int64 tensor, or
+ * None where the Python implementation must decide.  multinomial without
+ * replacement of a contiguous float32/float64 CPU input of 1 or 2 dims whose
+ * rows are valid distributions with at least num_samples positive entries:
+ * the same float64 uniform draw as rand(rows, n, dtype=float64, generator=)
+ * (one word pair per category), keys p / -log1p(-u) (-1 where p == 0), the
+ * num_samples largest keys in a stable descending sort's order.  Anything
+ * else (an error to raise, another layout) returns None before drawing, so
+ * the Python path draws and raises as before.  Eager generate() loops pay
+ * about 60 us per token for the NumPy version's dozen calls on one row. */
+static PyObject *
+py_multinomial_races(PyObject *self, PyObject *args)
+{
+    StaxTensor *t, *u = NULL, *out = NULL;
+    Py_ssize_t ns;
+    PyObject *go = Py_None;
+    double *keys = NULL;
+    race_t *races = NULL;
+    if (!PyArg_ParseTuple(args, "O!n|O", &StaxTensor_TypeObj, &t, &ns, &go)) {
+        return NULL;
+    }
+    if ((go != Py_None && !PyObject_TypeCheck(go, &StaxGenerator_TypeObj))
+        || (t->ndim != 1 && t->ndim != 2) || stax_tensor_is_cuda(t)
+        || (t->dtype != STAX_FLOAT32 && t->dtype != STAX_FLOAT64)
+        || !stax_tensor_is_contiguous(t)) {
+        Py_RETURN_NONE;
+    }
+    StaxGenerator *g = gen_arg(go);
+    int64_t n = t->sizes[t->ndim - 1], rows = t->ndim == 2 ? t->sizes[0] : 1;
+    if (g == NULL || ns <= 0 || ns > n || rows <= 0 || n <= 0) {
+        Py_RETURN_NONE;
+    }
+    const char *src = STAX_TENSOR_DATA(t);
+    int isz = stax_dtype_itemsize(t->dtype);
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t pos = 0;
+        for (int64_t i = 0; i < n; i++) {
+            double v = load(src + (r * n + i) * isz, t->dtype);
+            if (!isfinite(v) || v < 0) {
+                Py_RETURN_NONE;
+            }
+            pos += v > 0;
+        }
+        if (pos < ns) {         /* also a zero row (sum <= 0) */
+            Py_RETURN_NONE;
+        }
+    }
+    int64_t ushape[2] = {rows, n}, oshape[2] = {rows, ns};
+    u = stax_tensor_empty(2, ushape, STAX_FLOAT64);
+    if (u == NULL || fill(u, g, DIST_UNIFORM, 0.0, 1.0, 0, 0, NULL) < 0) {
+        goto fail;
+    }
+    out = stax_tensor_empty(t->ndim, t->ndim == 2 ? oshape : oshape + 1, STAX_INT64);
+    keys = malloc(sizeof(double) * (size_t)n);
+    races = ns > 16 ? malloc(sizeof(race_t) * (size_t)n) : NULL;
+    if (out == NULL || keys == NULL || (ns > 16 && races == NULL)) {
+        if (out != NULL) {
+            PyErr_NoMemory();
+        }
+        goto fail;
+    }
+    const double *ud = (const double *)STAX_TENSOR_DATA(u);
+    int64_t *od = (int64_t *)STAX_TENSOR_DATA(out);
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t i = 0; i < n; i++) {
+            double v = load(src + (r * n + i) * isz, t->dtype);
+            keys[i] = v > 0 ? v / -log1p(-ud[r * n + i]) : -1.0;
+        }
+        if (races == NULL) {
+            /* a few samples: the first maximum, ns times */
+            for (Py_ssize_t s = 0; s < ns; s++) {
+                int64_t best = 0;
+                for (int64_t i = 1; i < n; i++) {
+                    if (keys[i] > keys[best]) {
+                        best = i;
+                    }
+                }
+                od[r * ns + s] = best;
+                keys[best] = -INFINITY;
+            }
+        }
+        else {
+            for (int64_t i = 0; i < n; i++) {
+                races[i].key = keys[i];
+                races[i].i = i;
+            }
+            qsort(races, (size_t)n, sizeof(race_t), race_cmp);
+            for (Py_ssize_t s = 0; s < ns; s++) {
+                od[r * ns + s] = races[s].i;
+            }
+        }
+    }
+    free(keys);
+    free(races);
+    Py_DECREF(u);
+    return (PyObject *)out;
+fail:
+    free(keys);
+    free(races);
+    Py_XDECREF(u);
+    Py_XDECREF(out);
+    return NULL;
+}
+
 static PyObject *
 py_philox(PyObject *self, PyObject *args)
 {
@@ -706,6 +827,8 @@ static PyMethodDef random_methods[] = {
     {"_fill_randint", py_fill_randint, METH_VARARGS, NULL},
     {"_fill_bernoulli", py_fill_bernoulli, METH_VARARGS, NULL},
     {"_fill_keys", py_fill_keys, METH_VARARGS, NULL},
+    {"_multinomial_races", py_multinomial_races, METH_VARARGS,
+     "_multinomial_races(input, num_samples, generator) -> int64 tensor or None"},
     {"_philox4x32", py_philox, METH_VARARGS,
      "_philox4x32((k0, k1), (c0, c1, c2, c3)) -> 4 uint32 words"},
     {NULL},

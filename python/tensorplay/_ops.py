@@ -1920,6 +1920,11 @@ def _argsort(input, dim=-1, descending=False, *, stable=False):
 
 @_impl("topk")
 def _topk(input, k, dim=-1, largest=True, sorted=True):
+    if type(k) is int and type(dim) is int and type(largest) is bool:
+        # small k along the last dim in C (same order); None: decide here
+        r = _C._ops_topk_last(input, k, dim, largest)
+        if r is not None:
+            return return_types.topk(*r)
     _check_tensor(input, "topk")
     a = _arr(input)
     d = _wrap_dim(dim, a.ndim)
@@ -2617,6 +2622,11 @@ def _uniform_np(shape, generator=None):
 @_impl("multinomial")
 def _multinomial(input, num_samples, replacement=False, *, generator=None):
     _check_tensor(input, "multinomial")
+    if not replacement and type(num_samples) is int:
+        # the common case in C (same draw, same result); None: decide here
+        r = _C._multinomial_races(input, num_samples, generator)
+        if r is not None:
+            return r
     a = _arr(input)
     if a.ndim not in (1, 2):
         raise RuntimeError("prob_dist must be 1 or 2 dim")
