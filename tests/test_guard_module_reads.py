@@ -87,3 +87,46 @@ def test_instance_attribute_and_own_getattr_win():
         g = tp.compile(o)
         close(g(x_of(2)), o(x_of(2)))
         close(g(x_of(3)), o(x_of(3)))
+
+
+VIA_READS = []
+
+
+class Deep(tp.nn.Module):
+    """sources sharing prefixes: self.h[i].lin.weight / .bias, and a path
+    through a property (Python code on every read)"""
+
+    def __init__(self):
+        super().__init__()
+        self.h = tp.nn.ModuleList([tp.nn.Sequential(tp.nn.Linear(4, 4)) for _ in range(3)])
+        self.side = tp.nn.Linear(4, 4)
+
+    @property
+    def via(self):
+        VIA_READS.append(1)
+        return self.side
+
+    def forward(self, x):
+        for blk in self.h:
+            x = blk(x)
+        return self.via(x) + self.h[0][0].bias
+
+
+def test_shared_prefixes_see_every_replacement():
+    """consecutive sources reuse the walk of their common prefix within one
+    guard check (dispatch.c, prefix_t): a replaced leaf, a replaced middle
+    module and a replaced list entry are all still seen"""
+    n = Deep()
+    f = tp.compile(n)
+    with tp.no_grad():
+        for s, change in enumerate([
+                None,
+                lambda: setattr(n.h[1][0], "bias", tp.nn.Parameter(tp.full((4,), 3.0))),
+                lambda: setattr(n.h[2], "0", tp.nn.Linear(4, 4)),
+                lambda: n.h.__setitem__(0, tp.nn.Sequential(tp.nn.Linear(4, 4))),
+                lambda: setattr(n, "side", tp.nn.Linear(4, 4))]):
+            if change is not None:
+                change()
+            close(f(x_of(s)), n(x_of(s)))
+            close(f(x_of(s + 10)), n(x_of(s + 10)))
+
