@@ -100,6 +100,11 @@ def generate_case(reps, new_tokens=20):
                                          reps=reps) * 1e3 / new_tokens
     row["torch_compile_ms_per_token"] = median_time(
         lambda: tm.generate(ti, new_tokens, top_k=1), reps=reps) * 1e3 / new_tokens
+    # CPU time too: on the shared machine wall time also measures the load
+    row["tp_cpu_ms_per_token"] = cpu_median(lambda: m.generate(pi, new_tokens, top_k=1),
+                                            reps) * 1e3 / new_tokens
+    row["torch_compile_cpu_ms_per_token"] = cpu_median(
+        lambda: tm.generate(ti, new_tokens, top_k=1), reps) * 1e3 / new_tokens
     return row
 
 
@@ -129,7 +134,8 @@ def main():
         print(f"{r['case']}: first call CPU time {r['tp_first_call_cpu_s']:.3f} s")
     g = generate_case(max(3, reps // 3))
     print(f"{g['case']}: tp {g['tp_ms_per_token']:.3f} ms/token, torch.compile "
-          f"{g['torch_compile_ms_per_token']:.3f} ms/token; tp versions {g['tp_versions']}, "
+          f"{g['torch_compile_ms_per_token']:.3f} ms/token (CPU {g['tp_cpu_ms_per_token']:.3f} "
+          f"vs {g['torch_compile_cpu_ms_per_token']:.3f}); tp versions {g['tp_versions']}, "
           f"eager calls {g['tp_eager_calls']}, same tokens {g['same_tokens']}; first generate "
           f"tp {g['tp_first_generate_s']:.2f} s, torch {g['torch_first_generate_s']:.2f} s")
     rows.append(g)
