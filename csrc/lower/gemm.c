@@ -27,22 +27,39 @@
 #define NR 32
 #define KC 256
 #define DOT_AHEAD 8
+#define B_AHEAD 8
 
 #define AVX512 __attribute__((target("avx512f")))
 
+/* FULL: a whole 32-column panel, unmasked loads and stores (the masks
+ * of a partial panel were reloaded from the stack on every k step) */
 static inline __attribute__((always_inline)) AVX512 void
-tile(const int MR, int64_t kc, const float *A, int64_t ar, int64_t ac, const float *B,
-     int64_t br, float *C, int64_t ldc, __mmask16 m0, __mmask16 m1, int acc)
+tile(const int MR, const int FULL, int64_t kc, const float *A, int64_t ar, int64_t ac,
+     const float *B, int64_t br, float *C, int64_t ldc, __mmask16 m0, __mmask16 m1, int acc)
 {
     __m512 c0[8], c1[8];
+    if (FULL) {
+        m0 = m1 = 0xFFFF;
+    }
 #pragma GCC unroll 8
     for (int i = 0; i < MR; i++) {
-        c0[i] = acc ? _mm512_maskz_loadu_ps(m0, C + i * ldc) : _mm512_setzero_ps();
-        c1[i] = acc ? _mm512_maskz_loadu_ps(m1, C + i * ldc + 16) : _mm512_setzero_ps();
+        c0[i] = !acc ? _mm512_setzero_ps()
+                : FULL ? _mm512_loadu_ps(C + i * ldc) : _mm512_maskz_loadu_ps(m0, C + i * ldc);
+        c1[i] = !acc ? _mm512_setzero_ps()
+                : FULL ? _mm512_loadu_ps(C + i * ldc + 16)
+                       : _mm512_maskz_loadu_ps(m1, C + i * ldc + 16);
     }
     for (int64_t p = 0; p < kc; p++) {
-        __m512 b0 = _mm512_maskz_loadu_ps(m0, B + p * br);
-        __m512 b1 = _mm512_maskz_loadu_ps(m1, B + p * br + 16);
+        if (FULL) {
+            /* B's rows are a row stride apart (often a multiple of 4 KiB:
+             * the im2col matrix of a whole image), which the hardware
+             * prefetcher does not follow: the tiles waited on B's loads */
+            _mm_prefetch((const char *)(B + (p + B_AHEAD) * br), _MM_HINT_T0);
+            _mm_prefetch((const char *)(B + (p + B_AHEAD) * br + 16), _MM_HINT_T0);
+        }
+        __m512 b0 = FULL ? _mm512_loadu_ps(B + p * br) : _mm512_maskz_loadu_ps(m0, B + p * br);
+        __m512 b1 = FULL ? _mm512_loadu_ps(B + p * br + 16)
+                         : _mm512_maskz_loadu_ps(m1, B + p * br + 16);
         const float *a = A + p * ac;
 #pragma GCC unroll 8
         for (int i = 0; i < MR; i++) {
@@ -53,31 +70,52 @@ tile(const int MR, int64_t kc, const float *A, int64_t ar, int64_t ac, const flo
     }
 #pragma GCC unroll 8
     for (int i = 0; i < MR; i++) {
-        _mm512_mask_storeu_ps(C + i * ldc, m0, c0[i]);
-        _mm512_mask_storeu_ps(C + i * ldc + 16, m1, c1[i]);
+        if (FULL) {
+            _mm512_storeu_ps(C + i * ldc, c0[i]);
+            _mm512_storeu_ps(C + i * ldc + 16, c1[i]);
+        }
+        else {
+            _mm512_mask_storeu_ps(C + i * ldc, m0, c0[i]);
+            _mm512_mask_storeu_ps(C + i * ldc + 16, m1, c1[i]);
+        }
     }
 }
 
 /* rows [0, m) of one panel: tiles of 8 rows, the rest as 4 + 2 + 1 */
+static inline __attribute__((always_inline)) AVX512 void
+panel_rows_t(const int FULL, int64_t m, int64_t kc, const float *A, int64_t ar, int64_t ac,
+             const float *B, int64_t br, float *C, int64_t ldc, __mmask16 m0, __mmask16 m1,
+             int acc)
+{
+    int64_t i = 0;
+    for (; i + 8 <= m; i += 8) {
+        tile(8, FULL, kc, A + i * ar, ar, ac, B, br, C + i * ldc, ldc, m0, m1, acc);
+    }
+    if (i + 4 <= m) {
+        tile(4, FULL, kc, A + i * ar, ar, ac, B, br, C + i * ldc, ldc, m0, m1, acc);
+        i += 4;
+    }
+    if (i + 2 <= m) {
+        tile(2, FULL, kc, A + i * ar, ar, ac, B, br, C + i * ldc, ldc, m0, m1, acc);
+        i += 2;
+    }
+    if (i < m) {
+        tile(1, FULL, kc, A + i * ar, ar, ac, B, br, C + i * ldc, ldc, m0, m1, acc);
+    }
+}
+
 static AVX512 void
 panel_rows(int64_t m, int64_t kc, const float *A, int64_t ar, int64_t ac, const float *B,
            int64_t br, float *C, int64_t ldc, __mmask16 m0, __mmask16 m1, int acc)
 {
-    int64_t i = 0;
-    for (; i + 8 <= m; i += 8) {
-        tile(8, kc, A + i * ar, ar, ac, B, br, C + i * ldc, ldc, m0, m1, acc);
-    }
-    if (i + 4 <= m) {
-        tile(4, kc, A + i * ar, ar, ac, B, br, C + i * ldc, ldc, m0, m1, acc);
-        i += 4;
-    }
-    if (i + 2 <= m) {
-        tile(2, kc, A + i * ar, ar, ac, B, br, C + i * ldc, ldc, m0, m1, acc);
-        i += 2;
-    }
-    if (i < m) {
-        tile(1, kc, A + i * ar, ar, ac, B, br, C + i * ldc, ldc, m0, m1, acc);
-    }
+    panel_rows_t(0, m, kc, A, ar, ac, B, br, C, ldc, m0, m1, acc);
+}
+
+static AVX512 void
+panel_rows_full(int64_t m, int64_t kc, const float *A, int64_t ar, int64_t ac, const float *B,
+                int64_t br, float *C, int64_t ldc, int acc)
+{
+    panel_rows_t(1, m, kc, A, ar, ac, B, br, C, ldc, 0xFFFF, 0xFFFF, acc);
 }
 
 /* r[j] = column j of the 16 x 16 block whose rows r[0..15] are (the
@@ -278,7 +316,12 @@ sgemm_avx512(int64_t m, int64_t n, int64_t k, const float *A, int64_t ar, int64_
                 bp = pack;
                 pbr = NR;
             }
-            panel_rows(m, kc, A + p * ac, ar, ac, bp, pbr, C + j, ldc, m0, m1, p > 0);
+            if (w == NR) {
+                panel_rows_full(m, kc, A + p * ac, ar, ac, bp, pbr, C + j, ldc, p > 0);
+            }
+            else {
+                panel_rows(m, kc, A + p * ac, ar, ac, bp, pbr, C + j, ldc, m0, m1, p > 0);
+            }
         }
     }
 }
