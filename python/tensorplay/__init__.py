@@ -10,6 +10,8 @@ from tensorplay._ops import _out_copy  # noqa: F401  (out= of the op functions)
 from tensorplay import random, functional, ops, nn, graph, compiler, autograd, optim, cuda  # noqa: F401
 from tensorplay._compile import *  # noqa: F401,F403
 from tensorplay._types import *  # noqa: F401,F403
+from tensorplay import serialization, testing, utils  # noqa: F401,E402
+from tensorplay.serialization import save, load  # noqa: F401,E402
 import sys as _sys
 from tensorplay import _tensor as _tensor_mod
 from tensorplay import _ops as _ops_mod

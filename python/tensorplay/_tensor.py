@@ -714,7 +714,8 @@ def _random_(self, from_=None, to=None, *, generator=None, **kw):
                          2 ** 11 + 1 if self.dtype is float16 else
                          2 ** 8 + 1 if self.dtype is bfloat16 else
                          2 if self.dtype is bool else
-                         _int(np.iinfo(_NP[self.dtype]).max) + 1)
+                         # int64: [0, 2**63 - 2], the widest the C fill's signed bounds hold
+                         min(_int(np.iinfo(_NP[self.dtype]).max) + 1, 2 ** 63 - 1))
         else:
             lo, hi = 0, from_
     else:
