@@ -27,6 +27,7 @@ _C._register("tensorplay._ops._bf16_dispatch", _ops_mod._bf16_dispatch)
 # torch's aliases and small composites (tp.dot, tp.divide, F.logsigmoid, ...)
 from tensorplay import _torch_names as _torch_names_mod  # noqa: E402
 _torch_names_mod.install(_sys.modules[__name__], functional)
+_ops_mod._finish_return_types()   # torch's repr for every return_types namedtuple
 del _sys, _tensor_mod, _ops_mod, _torch_names_mod
 
 __version__ = "0.1.0"

@@ -739,11 +739,27 @@ def _hardswish(input, inplace=False):
 # --------------------------------------------------------------- reductions
 
 class return_types:
-    """Named tuples returned by max(dim), min(dim), ..."""
+    """Named tuples returned by max(dim), min(dim), ... (each prints as
+    torch's: ``tensorplay.return_types.max(\nvalues=...,\nindices=...)``,
+    set for every namedtuple here by _finish_return_types at import)."""
     max = collections.namedtuple("max", ["values", "indices"])
     min = collections.namedtuple("min", ["values", "indices"])
     var_mean = tuple
     std_mean = tuple
+
+
+def _return_type_repr(self):
+    body = ",\n".join(f"{k}={v!r}" for k, v in zip(self._fields, self))
+    return f"tensorplay.return_types.{type(self).__name__}(\n{body})"
+
+
+def _finish_return_types():
+    """Give every namedtuple class in return_types torch's repr and module
+    (called once the package has added all of them)."""
+    for v in vars(return_types).values():
+        if isinstance(v, type) and issubclass(v, tuple) and hasattr(v, "_fields"):
+            v.__repr__ = _return_type_repr
+            v.__module__ = "tensorplay.return_types"
 
 
 def _red_prep(input, name):

@@ -15,6 +15,19 @@ __all__ = ["Parameter", "Module", "RemovableHandle", "Linear", "LayerNorm", "Bat
            "ModuleDict", "MSELoss", "CrossEntropyLoss"]
 
 
+class _IncompatibleKeys(collections.namedtuple("IncompatibleKeys",
+                                               ["missing_keys", "unexpected_keys"])):
+    """load_state_dict's result; prints as torch's does when nothing is off."""
+    __slots__ = ()
+
+    def __repr__(self):
+        if not self.missing_keys and not self.unexpected_keys:
+            return "<All keys matched successfully>"
+        return super().__repr__()
+
+    __str__ = __repr__
+
+
 class RemovableHandle:
     """What register_*_hook returns: remove() takes the hook out (also as a
     context manager: removed on exit)."""
@@ -289,9 +302,7 @@ class Module:
         if errors:
             raise RuntimeError(f"Error(s) in loading state_dict for "
                                f"{type(self).__name__}:\n\t" + "\n\t".join(errors))
-        return collections.namedtuple("IncompatibleKeys",
-                                      ["missing_keys", "unexpected_keys"])(
-            missing, unexpected)
+        return _IncompatibleKeys(missing, unexpected)
 
     # -- modes and conversion
     def train(self, mode=True):
@@ -545,7 +556,7 @@ class LayerNorm(Module):
 
     def extra_repr(self):
         return (f"{self.normalized_shape}, eps={self.eps}, "
-                f"elementwise_affine={self.elementwise_affine}")
+                f"elementwise_affine={self.elementwise_affine}, bias={self.bias is not None}")
 
 
 class BatchNorm1d(Module):
@@ -669,7 +680,10 @@ class Embedding(Module):
         return F.embedding(input, self.weight, self.padding_idx)
 
     def extra_repr(self):
-        return f"{self.num_embeddings}, {self.embedding_dim}"
+        s = f"{self.num_embeddings}, {self.embedding_dim}"
+        if self.padding_idx is not None:
+            s += f", padding_idx={self.padding_idx}"
+        return s
 
 
 def _act(name, fn, args=()):
@@ -683,7 +697,9 @@ def _act(name, fn, args=()):
                             if k != "inplace" or fn in _INPLACE_OK})
 
     def extra_repr(self):
-        return ", ".join(f"{k}={getattr(self, k)!r}" for k, _ in args)
+        # torch prints inplace only when it is set
+        return ", ".join(f"{k}={getattr(self, k)!r}" for k, _ in args
+                         if k != "inplace" or getattr(self, k))
     return type(name, (Module,), {"__init__": __init__, "forward": forward,
                                   "extra_repr": extra_repr,
                                   "__module__": __name__})
@@ -888,6 +904,9 @@ class Unflatten(Module):
     def forward(self, input):
         return input.unflatten(self.dim, self.unflattened_size)
 
+    def extra_repr(self):
+        return f"dim={self.dim}, unflattened_size={self.unflattened_size}"
+
 
 class _Loss(Module):
     def __init__(self, size_average=None, reduce=None, reduction="mean"):
@@ -1061,6 +1080,11 @@ class MaxUnpool2d(Module):
         return F.max_unpool2d(input, indices, self.kernel_size, self.stride, self.padding,
                               output_size)
 
+    def extra_repr(self):
+        n = 1 if isinstance(self, MaxUnpool1d) else 2
+        return (f"kernel_size={_ntuple(self.kernel_size, n)}, "
+                f"stride={_ntuple(self.stride, n)}, padding={_ntuple(self.padding, n)}")
+
 
 class MaxUnpool1d(MaxUnpool2d):
     def forward(self, input, indices, output_size=None):
@@ -1083,11 +1107,18 @@ class AvgPool2d(Module):
         return F.avg_pool2d(input, self.kernel_size, self.stride, self.padding,
                             self.ceil_mode, self.count_include_pad, self.divisor_override)
 
+    def extra_repr(self):
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
 
 class AvgPool1d(AvgPool2d):
     def forward(self, input):
         return F.avg_pool1d(input, self.kernel_size, self.stride, self.padding,
                             self.ceil_mode, self.count_include_pad)
+
+    def extra_repr(self):
+        return (f"kernel_size={_ntuple(self.kernel_size, 1)}, stride={_ntuple(self.stride, 1)}, "
+                f"padding={_ntuple(self.padding, 1)}")
 
 
 class AdaptiveAvgPool2d(Module):
