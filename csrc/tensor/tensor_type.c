@@ -307,8 +307,29 @@ tensor_len(PyObject *self)
     return (Py_ssize_t)t->sizes[0];
 }
 
+/* `v in t`: the Python-level Tensor.__contains__ that tensorplay/_tensor.py
+ * installs into the type dict (an installed dunder reaches no slot, and
+ * without one Python's `in` iterated the rows and asked bool() of each) */
+static int
+tensor_contains(PyObject *self, PyObject *el)
+{
+    PyObject *fn = PyDict_GetItemString(StaxTensor_TypeObj.tp_dict, "__contains__");
+    if (fn == NULL || Py_IS_TYPE(fn, &PyWrapperDescr_Type)) {
+        PyErr_SetString(PyExc_TypeError, "Tensor.__contains__ is not installed");
+        return -1;
+    }
+    PyObject *r = PyObject_CallFunctionObjArgs(fn, self, el, NULL);
+    if (r == NULL) {
+        return -1;
+    }
+    int b = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    return b;
+}
+
 static PySequenceMethods tensor_as_sequence = {
     .sq_length = tensor_len,
+    .sq_contains = tensor_contains,
 };
 
 static PyObject *

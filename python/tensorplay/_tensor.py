@@ -763,6 +763,23 @@ def _contains(self, element):
                        f"{type(element)}.")
 
 
+def _H(self):
+    if self.dim() != 2:
+        raise RuntimeError("tensor.H is only supported on matrices (2-D tensors). Got "
+                           f"{self.dim()}-D tensor."
+                           + (" For batches of matrices, consider using tensor.mH"
+                              if self.dim() > 2 else ""))
+    return self.transpose(0, 1)
+
+
+def _mH(self):
+    """The conjugate transpose of the last two dims: mT (no complex dtypes here)."""
+    if self.dim() < 2:
+        raise RuntimeError("tensor.mH is only supported on matrices or batches of matrices. "
+                           f"Got {self.dim()}-D tensor.")
+    return self.transpose(-2, -1)
+
+
 def _reversed(self):
     if self.dim() == 0:
         return self
@@ -787,6 +804,7 @@ def _tensor_dir_methods():
     return {
         "__array_wrap__": _array_wrap,
         "type_as": _type_as, "__contains__": _contains,
+        "H": property(_H), "mH": property(_mH), "adjoint": _mH,
         "__reversed__": _reversed, "dim_order": _dim_order,
         "is_complex": lambda self: False, "is_signed": lambda self: self.dtype.is_signed,
         "share_memory_": lambda self: self, "is_shared": lambda self: False,
