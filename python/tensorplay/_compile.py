@@ -14,8 +14,11 @@ from tensorplay.compiler._driver import Driver
 __all__ = ["compile", "OptimizedModule"]
 
 
+_MODES = ("default", "lite", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
+
+
 def compile(fn=None, *, backend="stax", dynamic=None, strict_native=False, fullgraph=True,
-            options=None, name=None):
+            options=None, name=None, mode=None, disable=False):
     """Compile `fn` (a function, a bound method or an nn.Module) with Stax.
 
     backend: a registered back end name ('stax' default, 'eager') or a
@@ -30,11 +33,31 @@ def compile(fn=None, *, backend="stax", dynamic=None, strict_native=False, fullg
     back to eager, and RecompileLimitError past the cache limits;
     fullgraph: accepted for PyTorch compatibility (tracing always captures
     the whole function); options: passed to the back end; name: the name
-    used in logs (default: fn.__name__)."""
+    used in logs (default: fn.__name__).
+
+    torch.compile's other arguments, so its calls run unchanged:
+    backend='inductor' (torch's default) is the native back end 'stax';
+    mode: one of torch's mode names ('default', 'reduce-overhead',
+    'max-autotune', ...), accepted and not used (Stax has one code
+    generator; RuntimeError for another name, or with options);
+    disable=True: return fn itself, uncompiled."""
+    if mode is not None:
+        if mode not in _MODES:
+            raise RuntimeError(f"Unrecognized mode={mode}, should be one of: "
+                               + ", ".join(_MODES))
+        if options is not None:
+            raise RuntimeError("Either mode or options can be specified, but both can't be "
+                               "specified at the same time.")
+    if backend == "inductor":
+        backend = "stax"
     if fn is None:
+        if disable:
+            return lambda f: f
         return functools.partial(compile, backend=backend, dynamic=dynamic,
                                  strict_native=strict_native, fullgraph=fullgraph,
-                                 options=options, name=name)
+                                 options=options, name=name, mode=mode)
+    if disable:
+        return fn
     if not callable(fn):
         raise TypeError(f"tensorplay.compile expects a callable, got {type(fn).__name__}")
     if inspect.isgeneratorfunction(fn) or inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
