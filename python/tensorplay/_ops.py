@@ -1283,9 +1283,32 @@ def _reduce_loss(r, reduction, *inputs):
     raise ValueError(f"{reduction} is not a valid value for reduction")
 
 
+_SIZE_WARNED_LOSSES = frozenset(("mse_loss", "l1_loss", "smooth_l1_loss"))
+
+
+def _warn_target_size(input, target):
+    """torch's warning for a pointwise loss whose target broadcasts against
+    the input (the (N, 1) output vs (N,) target mistake)."""
+    if input.shape != target.shape:
+        import os
+        import sys
+        import warnings
+        # point at the user's line: the first frame outside this package
+        pkg = os.path.dirname(os.path.abspath(__file__))
+        f, level = sys._getframe(1), 2
+        while f is not None and f.f_code.co_filename.startswith(pkg):
+            f, level = f.f_back, level + 1
+        warnings.warn(f"Using a target size ({target.shape}) that is different to the input "
+                      f"size ({input.shape}). This will likely lead to incorrect results due "
+                      "to broadcasting. Please ensure they have the same size.",
+                      UserWarning, stacklevel=level)
+
+
 def _loss_pair(input, target, name):
     _check_tensor(input, name)
     _check_tensor(target, name, "target", 2)
+    if name in _SIZE_WARNED_LOSSES:
+        _warn_target_size(input, target)
     rt = _result_np(input, target)
     a, b = np.asarray(_arr(input), rt), np.asarray(_arr(target), rt)
     _bshape(a, b)
@@ -1425,8 +1448,8 @@ def _bce_logits(input, target, weight=None, size_average=None, reduce=None,
                 reduction="mean", pos_weight=None):
     a, b, rt = _loss_pair(input, target, "binary_cross_entropy_with_logits")
     if a.shape != b.shape:
-        raise ValueError(f"Target size ({list(b.shape)}) must be the same as "
-                         f"input size ({list(a.shape)})")
+        raise ValueError(f"Target size ({target.shape}) must be the same as "
+                         f"input size ({input.shape})")
     sp = np.log1p(np.exp(-np.abs(a))) + np.maximum(-a, 0)
     if pos_weight is not None:
         lw = 1 + (np.asarray(_arr(pos_weight), rt) - 1) * b

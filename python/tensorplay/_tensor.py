@@ -306,6 +306,32 @@ def _infer_dtype(data):
     raise TypeError(f"Could not infer dtype of {type(data).__name__}")
 
 
+def _ragged_message(data):
+    """torch's message for nested lists of unequal lengths: the first
+    sequence (depth first) whose length differs from the first one's at
+    its depth."""
+    shape, cur = [], data
+    while isinstance(cur, (list, tuple)):
+        shape.append(len(cur))
+        if not cur:
+            break
+        cur = cur[0]
+
+    def walk(x, d):
+        if d >= len(shape):
+            return None
+        if not isinstance(x, (list, tuple)):
+            return None     # a scalar among sequences: numpy's message stays
+        if len(x) != shape[d]:
+            return f"expected sequence of length {shape[d]} at dim {d} (got {len(x)})"
+        for y in x:
+            m = walk(y, d + 1)
+            if m:
+                return m
+        return None
+    return walk(data, 0)
+
+
 def _first_leaves(data):
     """The first element at each nesting level (enough to spot tensors/arrays inside
     lists, which carry their own dtype)."""
@@ -336,7 +362,8 @@ def _tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False
         try:
             arr = np.array(data)
         except ValueError as e:
-            raise ValueError(f"expected a rectangular nested sequence: {e}") from None
+            raise ValueError(_ragged_message(data) or
+                             f"expected a rectangular nested sequence: {e}") from None
         except TypeError:       # bfloat16 tensors inside: the path below
             arr = np.array((), dtype=object)
         kind = arr.dtype.kind

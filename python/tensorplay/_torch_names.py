@@ -594,6 +594,8 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
 
 def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
     """0.5 d^2 where |d| < delta, else delta (|d| - delta / 2)."""
+    from tensorplay._ops import _warn_target_size
+    _warn_target_size(input, target)
     d = (input - target).abs()
     r = _tp().where(d < delta, 0.5 * d * d, delta * (d - 0.5 * delta))
     if weight is not None:
