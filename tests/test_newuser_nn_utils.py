@@ -99,3 +99,27 @@ def test_compiled_model_with_clip_matches_eager():
     assert res[0][0][0][1] > 0.5   # the clip did act
     for a, b in zip(res[0][1], res[1][1]):
         np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5)
+
+
+def test_compiled_total_norm_with_grads_as_arguments():
+    """docs/troubleshooting.md's recipe: the norm compiled with the grads
+    passed as arguments follows new gradients every step."""
+    x = tp.tensor(np.random.default_rng(0).standard_normal((16, 4)).astype(np.float32)) * 10
+    y = tp.zeros(16, dtype=tp.long)
+    res = []
+    for compiled in (False, True):
+        tp.manual_seed(0)
+        m = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+        opt = tp.optim.SGD(m.parameters(), lr=0.1)
+        tn = tp.compile(nn.utils.get_total_norm) if compiled else nn.utils.get_total_norm
+        norms = []
+        for _ in range(3):
+            opt.zero_grad()
+            nn.functional.cross_entropy(m(x), y).backward()
+            n = tn([p.grad for p in m.parameters()])
+            nn.utils.clip_grads_with_norm_(m.parameters(), 0.5, n)
+            norms.append(n.item())
+            opt.step()
+        res.append(norms)
+    assert len(set(res[0])) == 3
+    np.testing.assert_allclose(res[0], res[1], rtol=1e-5)
