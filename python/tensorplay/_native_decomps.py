@@ -827,6 +827,33 @@ def _cross_entropy(input, target, weight=None, size_average=None, ignore_index=-
     return (1 - ls) * r + ls * s / c
 
 
+def embedding_renorm_(weight, input, max_norm, norm_type=2.0):
+    """torch.embedding_renorm_: each row of ``weight`` that ``input``
+    indexes and whose norm_type-norm exceeds max_norm is scaled in place to
+    max_norm / (norm + 1e-7) of itself (under no_grad). Rows indexed twice
+    get the same value written twice. Tensor ops only, so eager and traced
+    runs share it; returns weight."""
+    tp = _tp()
+    with tp.no_grad():
+        idx = input.reshape(-1).long()
+        rows = weight.index_select(0, idx)
+        norms = rows.norm(p=norm_type, dim=1, keepdim=True)
+        scale = tp.where(norms > max_norm, max_norm / (norms + 1e-7), tp.ones_like(norms))
+        weight.index_copy_(0, idx, rows * scale)
+    return weight
+
+
+def _embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
+               scale_grad_by_freq=False, sparse=False):
+    """F.embedding with max_norm while tracing: the renorm of the indexed rows
+    (a write to weight) then the lookup."""
+    if max_norm is None:
+        return NotImplemented
+    embedding_renorm_(weight, input, max_norm, norm_type)
+    return _F().embedding(input, weight, padding_idx, None, norm_type, scale_grad_by_freq,
+                          sparse)
+
+
 def _stepping_aside(fn):
     def decomp(*args, **kwargs):
         if _SEQ_INNER[0]:
@@ -862,5 +889,6 @@ def install():
     reg("__getitem__", _getitem_mask)
     reg("__setitem__", _setitem_mask)
     reg(F.one_hot, _one_hot)
+    reg(F.embedding, _embedding)
     reg(F.nll_loss, _nll_loss)
     reg(F.cross_entropy, _cross_entropy)

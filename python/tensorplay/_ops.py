@@ -1270,6 +1270,11 @@ def _embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
                            f"got {_title(idx.dtype)} instead")
     if idx.size and (idx.min() < 0 or idx.max() >= w.shape[0]):
         raise IndexError("index out of range in self")
+    if max_norm is not None:
+        # torch renormalizes the indexed rows of weight in place first
+        from tensorplay._native_decomps import embedding_renorm_
+        embedding_renorm_(weight, input, max_norm, norm_type)
+        w = _arr(weight)
     return _wrap(np.take(w, idx, axis=0), weight)
 
 

@@ -266,7 +266,7 @@ def _dropout_active(p, training):
     return bool(training) and p > 0
 
 
-def _embedding_grad(grad, input, weight_shape, padding_idx):
+def _embedding_grad(grad, input, weight_shape, padding_idx, scale_grad_by_freq=False):
     tp = _tp()
     n, d = weight_shape
     idx = input.reshape(-1)
@@ -274,6 +274,11 @@ def _embedding_grad(grad, input, weight_shape, padding_idx):
     if padding_idx is not None:
         keep = (idx != (padding_idx % n)).unsqueeze(1)
         g = tp.where(keep, g, 0.0)
+    if scale_grad_by_freq:
+        # each row's gradient divided by how often the batch indexes it (torch)
+        counts = tp.zeros(n, dtype=grad.dtype, **_on(grad)).index_add(
+            0, idx, tp.ones(idx.shape, dtype=grad.dtype, **_on(grad)))
+        g = g / counts.index_select(0, idx).unsqueeze(1)
     return tp.zeros((n, d), dtype=grad.dtype, **_on(grad)).index_add(0, idx, g)
 
 
