@@ -230,6 +230,9 @@ def _bf16_native(name, args, kwargs):
     return _C.empty(tuple(x.shape), dtype=_C.bfloat16).copy_(x)
 
 
+_MM_FAMILY = frozenset(("matmul", "mm", "bmm", "linear"))
+
+
 def _bf16_dispatch(name, func, args, kwargs, mutates):
     """An op with a bfloat16 operand (or dtype=bfloat16), computed as torch's
     CPU kernels compute bfloat16: operands loaded to float32 (bfloat16's
@@ -242,6 +245,12 @@ def _bf16_dispatch(name, func, args, kwargs, mutates):
     written back rounded; an operand the op returns comes back as itself.
     Called by the ops room's C dispatcher with grad mode off (autograd
     records the op itself, on the bfloat16 tensors)."""
+    if name in _MM_FAMILY:
+        ts = [a for a in args[:2] if isinstance(a, _C.Tensor)]
+        if len(ts) == 2 and name == "linear":
+            _linear_dtype_check(ts[0], ts[1], args[2] if len(args) > 2 else kwargs.get("bias"))
+        elif len(ts) == 2:
+            _mm_check(ts[0], ts[1], name)
     r = _bf16_native(name, args, kwargs)
     if r is not NotImplemented:
         return r
@@ -1498,11 +1507,49 @@ def _pad(input, pad, mode="constant", value=None):
 
 # ------------------------------------------------------------------ extern
 
+# torch names a dtype in its matmul messages by the C type (float, double,
+# c10::Half, long int, ...) or by the ScalarType name (Float, Double, ...)
+_C_TYPE = {"float32": "float", "float64": "double", "float16": "c10::Half",
+           "bfloat16": "c10::BFloat16", "int64": "long int", "int32": "int",
+           "int16": "short int", "int8": "signed char", "uint8": "unsigned char", "bool": "bool"}
+_SCALAR_TYPE = {"float32": "Float", "float64": "Double", "float16": "Half",
+                "bfloat16": "BFloat16", "int64": "Long", "int32": "Int", "int16": "Short",
+                "int8": "Char", "uint8": "Byte", "bool": "Bool"}
+
+
+def _dt_name(dt):
+    return str(dt).split(".")[-1] if not isinstance(dt, np.dtype) else dt.name
+
+
 def _mm_check(a, b, name):
+    if a.dtype != b.dtype and name == "bmm":
+        raise RuntimeError(f"expected scalar type {_SCALAR_TYPE.get(_dt_name(a.dtype))} but "
+                           f"found {_SCALAR_TYPE.get(_dt_name(b.dtype))}")
     if a.dtype != b.dtype:
         raise RuntimeError(f"expected m1 and m2 to have the same dtype, but "
-                           f"got: {np.dtype(a.dtype).name} != "
-                           f"{np.dtype(b.dtype).name}")
+                           f"got: {_C_TYPE.get(_dt_name(a.dtype))} != "
+                           f"{_C_TYPE.get(_dt_name(b.dtype))}")
+
+
+def _linear_dtype_check(input, weight, bias):
+    """torch's linear: with a bias it is addmm (its messages), without one
+    a matmul."""
+    if bias is None:
+        _mm_check(input, weight, "linear")
+        return
+    _mm_bias_check(bias, weight)
+    if input.dtype != weight.dtype:
+        raise RuntimeError(f"mat1 and mat2 must have the same dtype, but got "
+                           f"{_SCALAR_TYPE.get(_dt_name(input.dtype))} and "
+                           f"{_SCALAR_TYPE.get(_dt_name(weight.dtype))}")
+
+
+def _mm_bias_check(bias, mat):
+    """addmm / linear: the added tensor's dtype must be the product's."""
+    if bias is not None and bias.dtype != mat.dtype:
+        raise RuntimeError(f"self and mat2 must have the same dtype, but got "
+                           f"{_SCALAR_TYPE.get(_dt_name(bias.dtype))} and "
+                           f"{_SCALAR_TYPE.get(_dt_name(mat.dtype))}")
 
 
 @_impl("matmul")
@@ -1563,7 +1610,7 @@ def _linear(input, weight, bias=None):
     _check_tensor(input, "linear")
     _check_tensor(weight, "linear", "weight", 2)
     a, w = _arr(input), _arr(weight)
-    _mm_check(a, w, "linear")
+    _linear_dtype_check(input, weight, bias)
     if a.shape[-1] != w.shape[-1]:
         raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied "
                            f"({int(np.prod(a.shape[:-1]))}x{a.shape[-1]} and "

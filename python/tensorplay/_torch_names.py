@@ -121,6 +121,9 @@ def addmm(input, mat1, mat2, *, beta=1, alpha=1, out=None):
     _check_t(input, "addmm", "input", 1)
     _need_dim(mat1, 2, "addmm", "mat1")
     _need_dim(mat2, 2, "addmm", "mat2")
+    from tensorplay._ops import _mm_bias_check
+    if isinstance(input, _tp().Tensor):
+        _mm_bias_check(input, mat2)
     return _out(_scaled_sum(input, mat1.matmul(mat2), beta, alpha), out, "addmm")
 
 
