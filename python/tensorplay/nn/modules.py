@@ -325,23 +325,99 @@ class Module:
             p.grad = None
 
     def _apply(self, fn):
-        for m in self.modules():
-            for k, p in m._parameters.items():
-                if p is not None:
-                    m._parameters[k] = Parameter(fn(p.detach()), p.requires_grad)
-            for k, b in m._buffers.items():
-                if b is not None:
-                    m._buffers[k] = fn(b)
+        """fn applied to every parameter, gradient and buffer. Parameters
+        keep their identity (``p.data`` is replaced, as torch's default), so
+        an optimizer made before ``model.to(...)``/``.half()`` still holds
+        the model's parameters."""
+        with _tp.no_grad():
+            for m in self.modules():
+                for k, p in m._parameters.items():
+                    if p is None:
+                        continue
+                    p.data = fn(p.detach())
+                    if p.grad is not None:
+                        g = fn(p.grad)
+                        p.grad = None
+                        p.grad = g
+                for k, b in m._buffers.items():
+                    if b is not None:
+                        m._buffers[k] = fn(b)
         return self
 
     def to(self, *args, **kwargs):
-        dtype = kwargs.get("dtype")
+        """Move and/or cast the parameters and buffers in place: ``to(device)``,
+        ``to(dtype)``, ``to(device, dtype)``, ``to(tensor)`` (its dtype and
+        device), or keywords device=/dtype=. A dtype casts only floating
+        tensors (TypeError for a non-floating dtype, as torch). Returns self.
+        A CUDA device without CUDA raises RuntimeError (tensor.to's)."""
+        dtype, device = kwargs.get("dtype"), kwargs.get("device")
         for a in args:
             if isinstance(a, _tp.dtype):
                 dtype = a
-        if dtype is None:
-            return self        # devices: CPU only
-        return self._apply(lambda t: t.to(dtype) if t.is_floating_point() else t)
+            elif isinstance(a, _C.Tensor):
+                dtype, device = a.dtype, a.device
+            elif isinstance(a, int) and not isinstance(a, bool):
+                device = f"cuda:{a}"
+            elif a is not None:
+                device = a
+        if dtype is not None and not dtype.is_floating_point:
+            raise TypeError("nn.Module.to only accepts floating point or complex dtypes, but "
+                            f"got desired dtype={dtype}")
+        if dtype is None and device is None:
+            return self
+
+        def conv(t):
+            if dtype is not None and t.is_floating_point() and t.dtype != dtype:
+                t = t.to(dtype)
+            if device is not None and t.device != _tp.device(device):
+                t = t.to(device)
+            return t
+        return self._apply(conv)
+
+    def cuda(self, device=None):
+        """to('cuda') (or 'cuda:N' for an int device)."""
+        if device is None:
+            return self.to("cuda")
+        return self.to(f"cuda:{device}" if isinstance(device, int) else device)
+
+    def type(self, dst_type):
+        """Cast every floating parameter and buffer to ``dst_type`` (a dtype)."""
+        return self.to(dst_type)
+
+    def get_submodule(self, target):
+        """The submodule at the dotted path ``target`` ('' is self).
+        AttributeError naming the missing step, as torch."""
+        if target == "":
+            return self
+        mod = self
+        for item in target.split("."):
+            if not hasattr(mod, item):
+                raise AttributeError(type(mod).__name__ + " has no attribute `" + item + "`")
+            mod = getattr(mod, item)
+            if not isinstance(mod, Module):
+                raise AttributeError("`" + item + "` is not an nn.Module")
+        return mod
+
+    def get_parameter(self, target):
+        """The Parameter at the dotted path ``target`` (AttributeError otherwise)."""
+        path, _, name = target.rpartition(".")
+        mod = self.get_submodule(path)
+        if not hasattr(mod, name):
+            raise AttributeError(type(mod).__name__ + " has no attribute `" + name + "`")
+        p = getattr(mod, name)
+        if not isinstance(p, Parameter):
+            raise AttributeError("`" + name + "` is not an nn.Parameter")
+        return p
+
+    def get_buffer(self, target):
+        """The buffer at the dotted path ``target`` (AttributeError otherwise)."""
+        path, _, name = target.rpartition(".")
+        mod = self.get_submodule(path)
+        if not hasattr(mod, name):
+            raise AttributeError(type(mod).__name__ + " has no attribute `" + name + "`")
+        if name not in mod._buffers:
+            raise AttributeError("`" + name + "` is not a buffer")
+        return getattr(mod, name)
 
     def float(self):
         return self.to(_tp.float32)
@@ -353,7 +429,7 @@ class Module:
         return self.to(_tp.float16)
 
     def cpu(self):
-        return self
+        return self.to("cpu")
 
     def apply(self, fn):
         for m in self.children():
