@@ -429,9 +429,10 @@ def test_constant_mutated_in_place_is_restored():
 
 
 def test_constants_met_after_the_function_returned_are_not_copied():
-    # a constant used while fn runs is copied (a write of the trace is
-    # undone from the copy); creations demoted to constants at the output
-    # and tensors returned as they are meet no write any more: no copy
+    # a constant is held by reference and never copied for being read; the
+    # write journal copies a storage only when the trace writes it (and
+    # undoes the write); creations demoted to constants at the output and
+    # tensors returned as they are are not copied either
     used = tp.ones(32, 32)
     kept = tp.ones(64, 64)
 
@@ -451,7 +452,18 @@ def test_constants_met_after_the_function_returned_are_not_copied():
     np.testing.assert_array_equal(a.numpy(), 2.0)
     assert b is kept
     _C.trace(g, (tp.ones(32, 32),))
+    assert _C._trace_snapshot_bytes() == before
+
+    def h(x):
+        used.add_(x)              # a recorded write of the constant
+        return x * used
+
+    r = _C.trace(h, (tp.ones(32, 32),))
     assert _C._trace_snapshot_bytes() == before + 32 * 32 * 4
+    np.testing.assert_array_equal(used.numpy(), 1.0)     # undone
+    out = r.graph_module(tp.ones(32, 32))
+    np.testing.assert_array_equal(out.numpy(), 2.0)
+    np.testing.assert_array_equal(used.numpy(), 2.0)     # the graph writes it
 
 
 def test_generator_function_rejected():

@@ -389,9 +389,26 @@ source_read_pc(PyObject *src, prefix_t *pc)
     }
     int keep = pc != NULL;
     for (; i < n; i++) {
-        PyObject *next = module_child(cur, PyTuple_GET_ITEM(attrs, i));
+        PyObject *step = PyTuple_GET_ITEM(attrs, i), *next;
+        if (PyTuple_Check(step)) {
+            /* (key,): an item step (L[0], cfg['k']) */
+            next = PyTuple_GET_SIZE(step) == 1
+                ? PyObject_GetItem(cur, PyTuple_GET_ITEM(step, 0)) : NULL;
+            keep = 0;
+            prefix_clear(pc);      /* Python code may have run */
+            if (next == NULL && !PyErr_Occurred()) {
+                PyErr_SetString(PyExc_KeyError, "malformed item step");
+            }
+            Py_DECREF(cur);
+            if (next == NULL) {
+                return NULL;
+            }
+            cur = next;
+            continue;
+        }
+        next = module_child(cur, step);
         if (next == NULL) {
-            next = PyObject_GetAttr(cur, PyTuple_GET_ITEM(attrs, i));
+            next = PyObject_GetAttr(cur, step);
             keep = 0;
             prefix_clear(pc);      /* Python code may have run */
         }

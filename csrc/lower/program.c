@@ -1096,6 +1096,11 @@ lw_program_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
         }
         switch (s->kind) {
         case ST_KERNEL:
+            for (int q = 0; q < s->nbump; q++) {
+                if (StaxTensor_Check(args[s->bump[q]])) {
+                    stax_tensor_will_write((StaxTensor *)args[s->bump[q]]);
+                }
+            }
             if (run_kernel(p, s, slots, syms) < 0) {
                 goto done;
             }

@@ -597,6 +597,7 @@ binary_impl(const stax_op_info *op, PyObject *a, PyObject *b,
         }
     }
     if (inplace_out != NULL) {
+        stax_tensor_will_write(inplace_out);
         out = (StaxTensor *)Py_NewRef(inplace_out);
     }
     else {
@@ -780,6 +781,7 @@ stax_ops_unary(const stax_op_info *op, PyObject *a, StaxTensor *inplace_out)
         if (check_inplace_cast(ot, inplace_out->dtype) < 0) {
             return NULL;
         }
+        stax_tensor_will_write(inplace_out);
         out = (StaxTensor *)Py_NewRef(inplace_out);
     }
     else {

@@ -1824,6 +1824,20 @@ py_bump(PyObject *m, PyObject *t)
     Py_RETURN_NONE;
 }
 
+/* before a Python-level in-place write (then _ops_bump_version): the
+ * tracer's journal keeps the caller's tensors restorable */
+static PyObject *
+py_will_write(PyObject *m, PyObject *t)
+{
+    (void)m;
+    if (!StaxTensor_Check(t)) {
+        PyErr_SetString(PyExc_TypeError, "expected a Tensor");
+        return NULL;
+    }
+    stax_tensor_will_write((StaxTensor *)t);
+    Py_RETURN_NONE;
+}
+
 static PyObject *
 py_functions(PyObject *m, PyObject *unused)
 {
@@ -1985,6 +1999,8 @@ static PyMethodDef ops_methods[] = {
     {"_ops_wrap", py_wrap, METH_O, "ndarray -> Tensor (no copy if contiguous)"},
     {"_ops_array", py_array, METH_O, "Tensor -> ndarray view"},
     {"_ops_bump_version", py_bump, METH_O, "bump a tensor's version"},
+    {"_ops_will_write", py_will_write, METH_O,
+     "announce an in-place write of a tensor (before it; then _ops_bump_version)"},
     {"_ops_fma", py_fma, METH_VARARGS, "x + y * alpha rounded once (eager add/sub with alpha)"},
     {"_ops_topk_last", py_topk_last, METH_VARARGS,
      "topk along the last dim for small k, or None (the Python path decides)"},

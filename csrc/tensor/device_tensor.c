@@ -427,7 +427,9 @@ stax_tensor_cuda_setitem(StaxTensor *t, PyObject *key, PyObject *value)
     StaxTensor *h;
     PyObject *k = NULL, *v = NULL;
     int rc = -1;
-    PyObject *r = on_device("setitem", t, key, value);
+    PyObject *r;
+    stax_tensor_will_write(t);
+    r = on_device("setitem", t, key, value);
     if (r == NULL) {
         return -1;
     }

@@ -479,6 +479,7 @@ stax_tensor_setitem(StaxTensor *t, PyObject *key, PyObject *value)
                         "deletion");
         return -1;
     }
+    stax_tensor_will_write(t);
     k = as_key_tuple(key);
     if (k == NULL) {
         return -1;

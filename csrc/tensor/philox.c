@@ -274,6 +274,7 @@ fill(StaxTensor *t, StaxGenerator *g, int dist, double a, double b,
     if (n == 0) {
         return 0;
     }
+    stax_tensor_will_write(t);
     if (stax_tensor_is_cuda(t) || (p != NULL && stax_tensor_is_cuda(p))) {
         /* the same words as on the host: draw there, copy in */
         StaxTensor *h = stax_tensor_is_cuda(t) ? stax_tensor_host_span(t)

@@ -35,6 +35,8 @@ typedef struct {
     int device;           /* STAX_DEV_CPU: owner is a NumPy array;
                              STAX_DEV_CUDA: owner is a device block of the
                              caching allocator and data a device address */
+    uint64_t serial;      /* creation order (stax_storage_serial_now): the
+                             tracer tells the caller's storages from its own */
 } StaxStorage;
 
 #define STAX_DEV_CPU 0
@@ -196,6 +198,16 @@ StaxTensor *stax_tensor_from_storage_array(PyObject *ndarray, stax_dtype_t dt);
 int stax_tensor_is_contiguous(StaxTensor *t);
 int64_t stax_tensor_numel(StaxTensor *t);
 void stax_tensor_bump_version(StaxTensor *t);
+/* Write hook (the tracer's journal of writes to the caller's tensors):
+ * stax_tensor_will_write(t) runs hook(t, 0) before an in-place write of
+ * t's storage, stax_tensor_bump_version(t) runs hook(t, 1) after it. One
+ * hook at a time; NULL removes it. The hook must not raise. */
+typedef void (*stax_write_hook_fn)(StaxTensor *t, int after);
+void stax_tensor_set_write_hook(stax_write_hook_fn fn);
+void stax_tensor_will_write(StaxTensor *t);
+/* the serial the next storage gets: storages created from now on have a
+ * serial >= this value */
+uint64_t stax_storage_serial_now(void);
 
 /* grad mode (rho of the specialization key) */
 int stax_grad_enabled(void);

@@ -54,6 +54,30 @@ stax_double_to_half(double d)
     return (uint16_t)(sign | ((E + 15) << 10) | ((uint16_t)m - 1024));
 }
 
+/* creation order of storages (StaxStorage.serial) */
+static uint64_t storage_serial = 1;
+static stax_write_hook_fn write_hook = NULL;
+
+uint64_t
+stax_storage_serial_now(void)
+{
+    return storage_serial;
+}
+
+void
+stax_tensor_set_write_hook(stax_write_hook_fn fn)
+{
+    write_hook = fn;
+}
+
+void
+stax_tensor_will_write(StaxTensor *t)
+{
+    if (write_hook != NULL) {
+        write_hook(t, 0);
+    }
+}
+
 StaxStorage *
 stax_storage_new(PyObject *owner, char *data, int64_t nbytes, int device)
 {
@@ -67,6 +91,7 @@ stax_storage_new(PyObject *owner, char *data, int64_t nbytes, int device)
     s->nbytes = nbytes;
     s->version = 0;
     s->device = device;
+    s->serial = storage_serial++;
     return s;
 }
 
@@ -148,6 +173,9 @@ void
 stax_tensor_bump_version(StaxTensor *t)
 {
     t->storage->version++;
+    if (write_hook != NULL) {
+        write_hook(t, 1);
+    }
 }
 
 StaxTensor *
@@ -448,6 +476,7 @@ stax_tensor_copy_into(StaxTensor *dst, PyObject *src)
     PyObject *darr = NULL, *sarr = NULL, *res = NULL, *tmp = NULL, *target;
     int sbf = StaxTensor_Check(src)
               && ((StaxTensor *)src)->dtype == STAX_BFLOAT16;
+    stax_tensor_will_write(dst);
     if (stax_tensor_is_cuda(dst) || (StaxTensor_Check(src)
                                      && stax_tensor_is_cuda((StaxTensor *)src))) {
         return stax_tensor_cuda_copy_into(dst, src);

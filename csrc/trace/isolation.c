@@ -258,53 +258,114 @@ stax_trace_snapshot_restore(PyObject *snap)
     }
 }
 
-/* Module state (seed 3.7 item 2): the tensors of fn when it is an
- * nn.Module or a bound method of one. New list or NULL. */
-PyObject *
-stax_trace_module_snapshot(PyObject *fn)
+/* ------------------------------------------------------------------ */
+/* the write journal                                                   */
+
+int stax_trace_sampling = 0;
+static StaxTracer *journal_tr = NULL;   /* the trace whose fn is running */
+
+/* the hook is the tensor room's, which has no error path: a failure here
+ * leaves the write unrestorable (reported), never a pending exception */
+static void
+journal_unrecorded(StaxTracer *tr, StaxTensor *t)
 {
-    PyObject *snap = PyList_New(0), *owner = NULL;
-    const char *lists[] = {"buffers", "parameters", NULL};
-    if (snap == NULL) {
-        return NULL;
-    }
-    if (PyObject_HasAttrString(fn, "buffers")) {
-        owner = Py_NewRef(fn);
-    }
-    else if (PyMethod_Check(fn)
-             && PyObject_HasAttrString(PyMethod_GET_SELF(fn), "buffers")) {
-        owner = Py_NewRef(PyMethod_GET_SELF(fn));
-    }
-    if (owner == NULL) {
-        return snap;
-    }
-    for (int k = 0; lists[k]; k++) {
-        PyObject *it = PyObject_CallMethod(owner, lists[k], NULL), *x, *i2;
-        if (it == NULL) {
-            PyErr_Clear();
-            continue;
+    PyObject *where = stax_trace_user_stack(), *sizes = NULL, *e = NULL;
+    sizes = PyList_New(t->ndim);
+    for (int d = 0; sizes != NULL && d < t->ndim; d++) {
+        PyObject *v = PyLong_FromLongLong((long long)t->sizes[d]);
+        if (v == NULL) {
+            Py_CLEAR(sizes);
+            break;
         }
-        i2 = PyObject_GetIter(it);
-        Py_DECREF(it);
-        if (i2 == NULL) {
-            PyErr_Clear();
-            continue;
+        PyList_SET_ITEM(sizes, d, v);
+    }
+    if (where != NULL && sizes != NULL) {
+        e = PyUnicode_FromFormat("a tensor of shape %S (%s) at %S", sizes,
+                                 stax_dtype_name(t->dtype), where);
+    }
+    if (e == NULL || PyList_Append(tr->unrecorded, e) < 0) {
+        PyErr_Clear();
+        tr->unrestorable = 1;
+    }
+    Py_XDECREF(e);
+    Py_XDECREF(where);
+    Py_XDECREF(sizes);
+}
+
+static void
+journal_hook(StaxTensor *t, int after)
+{
+    StaxTracer *tr = journal_tr;
+    PyObject *key, *et, *ev, *tb;
+    int has;
+    if (tr == NULL || t->storage->serial >= tr->serial0) {
+        return;     /* not tracing, or a storage of the trace's own */
+    }
+    PyErr_Fetch(&et, &ev, &tb);
+    key = PyLong_FromVoidPtr(t->storage);
+    has = key ? PySet_Contains(tr->journaled, key) : -1;
+    if (has == 0 && !after) {
+        /* the whole storage, once: every view of it is restored with it */
+        int isz = stax_dtype_itemsize(t->dtype), rc = -1;
+        int64_t n = t->storage->nbytes / isz, one = 1;
+        StaxTensor *all = stax_tensor_view(t, 1, &n, &one, 0);
+        if (all != NULL) {
+            rc = stax_trace_snapshot_add(tr->journal, (PyObject *)all);
+            Py_DECREF(all);
         }
-        while ((x = PyIter_Next(i2)) != NULL) {
-            if (is_tensor(x) && stax_trace_snapshot_add(snap, x) < 0) {
-                Py_DECREF(x);
-                Py_DECREF(i2);
-                Py_DECREF(owner);
-                Py_DECREF(snap);
-                return NULL;
-            }
-            Py_DECREF(x);
+        if (rc < 0 || PySet_Add(tr->journaled, key) < 0) {
+            has = -1;
         }
-        Py_DECREF(i2);
+        else if (stax_trace_sampling == 0) {
+            journal_unrecorded(tr, t);
+        }
+    }
+    else if (has == 0 && after) {
+        /* written without the announcement (a writer the tensor room does
+         * not know): the old bytes are gone */
+        tr->unrestorable = 1;
+        if (stax_trace_sampling == 0) {
+            journal_unrecorded(tr, t);
+        }
+        if (key != NULL && PySet_Add(tr->journaled, key) < 0) {
+            has = -1;
+        }
+    }
+    if (has < 0) {
+        PyErr_Clear();
+        tr->unrestorable = 1;
+    }
+    Py_XDECREF(key);
+    PyErr_Restore(et, ev, tb);
+}
+
+void
+stax_trace_journal_begin(StaxTracer *tr, StaxTracer **saved)
+{
+    *saved = journal_tr;
+    journal_tr = tr;
+    stax_tensor_set_write_hook(journal_hook);
+}
+
+void
+stax_trace_journal_end(StaxTracer *tr, StaxTracer *saved)
+{
+    PyObject *et, *ev, *tb;
+    journal_tr = saved;
+    /* the restore writes: with the hook off (an outer trace's journal
+     * already holds what it needs of these storages) */
+    stax_tensor_set_write_hook(NULL);
+    PyErr_Fetch(&et, &ev, &tb);
+    stax_trace_snapshot_restore(tr->journal);
+    PyErr_Restore(et, ev, tb);
+    Py_CLEAR(tr->journal);
+    tr->journal = PyList_New(0);
+    if (tr->journal == NULL) {
         PyErr_Clear();
     }
-    Py_DECREF(owner);
-    return snap;
+    if (saved != NULL) {
+        stax_tensor_set_write_hook(journal_hook);
+    }
 }
 
 /* RNG fork: returns the saved state (new ref) or None */

@@ -14,7 +14,20 @@ struct StaxTracer {
     PyObject *ph_index;      /* dict placeholder node -> index */
     PyObject *const_nodes;   /* dict id(tensor) -> get_attr node */
     PyObject *constants;     /* dict attr name -> tensor (by reference) */
-    PyObject *const_snap;    /* snapshots of the constants, restored at end */
+    PyObject *journal;       /* the write journal (isolation.c): snapshots
+                                of the caller's storages taken just before
+                                the trace first wrote them, restored when fn
+                                returns; nothing the trace only reads is
+                                copied */
+    PyObject *journaled;     /* set: storage addresses in the journal */
+    PyObject *unrecorded;    /* list: "what, where" of each of the caller's
+                                tensors that fn wrote outside the graph (an
+                                eager in-place op on a tensor it did not
+                                lift: no node replays it) */
+    uint64_t serial0;        /* storages with a serial below it existed
+                                before the trace: the caller's */
+    int unrestorable;        /* a write of the caller's storage bypassed
+                                the journal: it could not be undone */
     PyObject *mutations;     /* dict node -> frozenset of the addresses of
                                 the storages its sample run wrote (version
                                 moved): in-place methods, setitem, copy_,
@@ -80,10 +93,19 @@ int stax_trace_collect_extents(PyObject *o, PyObject *extents);
 PyObject *stax_trace_stand_in(StaxTensor *t, PyObject *extents,
                               PyObject *bases, StaxTracer *lazy);
 int stax_trace_snapshot_add(PyObject *snap, PyObject *o);
+/* The write journal: while fn runs, every in-place write of a storage that
+ * existed before the trace is announced by the tensor room
+ * (stax_tensor_will_write); its bytes are kept first, and restored by
+ * stax_trace_journal_end. A write announced while no recorded node runs
+ * (tr->sampling == 0) is an eager write the graph does not hold. */
+void stax_trace_journal_begin(StaxTracer *tr, StaxTracer **saved);
+/* > 0 while a recorded node runs on sample values (its writes are the
+ * graph's: journaled, not reported as eager writes) */
+extern int stax_trace_sampling;
+void stax_trace_journal_end(StaxTracer *tr, StaxTracer *saved);
 /* bytes copied by stax_trace_snapshot_add in this process */
 unsigned long long stax_trace_snapshot_bytes(void);
 void stax_trace_snapshot_restore(PyObject *snap);
-PyObject *stax_trace_module_snapshot(PyObject *fn);
 PyObject *stax_trace_rng_save(void);
 void stax_trace_rng_restore(PyObject *st);
 PyObject *stax_trace_hooks_install(StaxTracer *tr);

@@ -201,6 +201,7 @@ stax_trace_call_node(StaxNode *n, PyObject *va, PyObject *vk)
     gen_save(&gs, va, vk);
     int grad = stax_grad_enabled();
     stax_set_grad_enabled(0);
+    stax_trace_sampling++;
     if (n->op == STAX_NODE_CALL_METHOD) {
         PyObject *m = NULL, *rest = NULL;
         if (PyTuple_GET_SIZE(va) < 1) {
@@ -217,6 +218,7 @@ stax_trace_call_node(StaxNode *n, PyObject *va, PyObject *vk)
     else {
         res = PyObject_Call(n->target, va, vk);
     }
+    stax_trace_sampling--;
     stax_set_grad_enabled(grad);
     gen_restore(&gs);
     return res;

@@ -12,11 +12,8 @@
 /* recording                                                           */
 
 /* A real tensor used by the graph becomes a get_attr constant held by
- * reference.  While fn runs, its bytes are kept (const_snap) so that a
- * write of the trace can be undone; once fn has returned and the writes are
- * undone (run_isolated), nothing writes it any more: the constants met
- * after that (creations demoted at the output, tensors returned as they
- * are) are not copied. */
+ * reference, never copied: a node whose sample run writes it is undone by
+ * the write journal (isolation.c), which copies only what is written. */
 PyObject *
 stax_trace_const_node(StaxTracer *tr, PyObject *t)
 {
@@ -39,8 +36,7 @@ stax_trace_const_node(StaxTracer *tr, PyObject *t)
                                            name, NULL, NULL, NULL);
     if (n == NULL || PyDict_SetItemString(((StaxNode *)n)->meta, "val", t) < 0
         || PyDict_SetItem(tr->constants, name, t) < 0
-        || PyDict_SetItem(tr->const_nodes, key, n) < 0
-        || (tr->const_snap != NULL && stax_trace_snapshot_add(tr->const_snap, t) < 0)) {
+        || PyDict_SetItem(tr->const_nodes, key, n) < 0) {
         Py_XDECREF(n);
         n = NULL;
     }
@@ -148,6 +144,7 @@ run_shadow(StaxTracer *tr, StaxNode *n, PyObject *args, PyObject *kwargs,
     }
     int grad = stax_grad_enabled();
     stax_set_grad_enabled(0);
+    stax_trace_sampling++;
     /* only the shadow's sizes are read: an op of the table runs in meta
      * mode (eager's checks and metadata, no elements computed) */
     if (n->op == STAX_NODE_CALL_METHOD) {
@@ -172,6 +169,7 @@ run_shadow(StaxTracer *tr, StaxNode *n, PyObject *args, PyObject *kwargs,
     else {
         res = PyObject_Call(n->target, va, vk);
     }
+    stax_trace_sampling--;
     stax_set_grad_enabled(grad);
     PyErr_Clear();
     stax_trace_rng_restore(rng);

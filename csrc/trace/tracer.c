@@ -40,7 +40,9 @@ tracer_traverse(StaxTracer *self, visitproc visit, void *arg)
     Py_VISIT(self->ph_index);
     Py_VISIT(self->const_nodes);
     Py_VISIT(self->constants);
-    Py_VISIT(self->const_snap);
+    Py_VISIT(self->journal);
+    Py_VISIT(self->journaled);
+    Py_VISIT(self->unrecorded);
     Py_VISIT(self->mutations);
     Py_VISIT(self->lazy);
     Py_VISIT(self->symenv);
@@ -57,7 +59,9 @@ tracer_clear(StaxTracer *self)
     Py_CLEAR(self->ph_index);
     Py_CLEAR(self->const_nodes);
     Py_CLEAR(self->constants);
-    Py_CLEAR(self->const_snap);
+    Py_CLEAR(self->journal);
+    Py_CLEAR(self->journaled);
+    Py_CLEAR(self->unrecorded);
     Py_CLEAR(self->mutations);
     Py_CLEAR(self->lazy);
     Py_CLEAR(self->symenv);
@@ -114,15 +118,19 @@ tracer_new(void)
     tr->ph_index = PyDict_New();
     tr->const_nodes = PyDict_New();
     tr->constants = PyDict_New();
-    tr->const_snap = PyList_New(0);
+    tr->journal = PyList_New(0);
+    tr->journaled = PySet_New(NULL);
+    tr->unrecorded = PyList_New(0);
+    tr->serial0 = stax_storage_serial_now();
+    tr->unrestorable = 0;
     tr->mutations = PyDict_New();
     tr->lazy = NULL;
     tr->symenv = NULL;
     tr->active = 0;
     PyObject_GC_Track(tr);
     if (!tr->graph || !tr->gates || !tr->shape_reads || !tr->shape_seen
-        || !tr->ph_index || !tr->const_nodes || !tr->constants || !tr->const_snap
-        || !tr->mutations) {
+        || !tr->ph_index || !tr->const_nodes || !tr->constants || !tr->journal
+        || !tr->journaled || !tr->unrecorded || !tr->mutations) {
         Py_DECREF(tr);
         return NULL;
     }
@@ -408,7 +416,9 @@ typedef struct {
     PyObject *replay;
     PyObject *mutated_inputs;
     PyObject *constants;
+    PyObject *unrecorded_writes;
     int replay_copies_inputs;
+    char writes_unrestorable;
     Py_ssize_t deferred_samples;
 } TraceResult;
 
@@ -422,6 +432,7 @@ tres_traverse(TraceResult *self, visitproc visit, void *arg)
     Py_VISIT(self->replay);
     Py_VISIT(self->mutated_inputs);
     Py_VISIT(self->constants);
+    Py_VISIT(self->unrecorded_writes);
     return 0;
 }
 
@@ -434,6 +445,7 @@ tres_clear(TraceResult *self)
     Py_CLEAR(self->replay);
     Py_CLEAR(self->mutated_inputs);
     Py_CLEAR(self->constants);
+    Py_CLEAR(self->unrecorded_writes);
     return 0;
 }
 
@@ -464,6 +476,13 @@ static PyMemberDef tres_members[] = {
                                                replay_copies_inputs),
      READONLY, "True: the replay writes inputs that alias each other; run "
      "it on _C._trace_stand_ins(inputs) (copies keeping the aliasing)"},
+    {"unrecorded_writes", T_OBJECT, offsetof(TraceResult, unrecorded_writes),
+     READONLY, "[str]: the caller's tensors fn wrote in place outside the "
+     "graph (eager ops on tensors it did not lift), each 'a tensor of shape "
+     "... at file:line'; the trace undid them, no node replays them"},
+    {"writes_unrestorable", T_BOOL, offsetof(TraceResult, writes_unrestorable),
+     READONLY, "True: some such write bypassed the journal and could not be "
+     "undone"},
     {"deferred_samples", T_PYSSIZET, offsetof(TraceResult, deferred_samples),
      READONLY, "storages of sample values (stand-ins' copies included) that "
      "trace(lazy=True) never had to compute"},
@@ -576,21 +595,19 @@ static PyObject *
 run_isolated(StaxTracer *tr, PyObject *fn, PyObject *pargs, PyObject *pkw)
 {
     StaxTracer *prev = current;
-    PyObject *rng = stax_trace_rng_save(), *snap = NULL, *hooks = NULL, *out = NULL;
-    snap = stax_trace_module_snapshot(fn);
-    hooks = snap ? stax_trace_hooks_install(tr) : NULL;
+    PyObject *rng = stax_trace_rng_save(), *hooks = NULL, *out = NULL;
+    StaxTracer *jsaved = NULL;
+    hooks = stax_trace_hooks_install(tr);
     if (hooks == NULL) {
         goto done;
     }
     current = tr;
+    stax_trace_journal_begin(tr, &jsaved);
     out = PyObject_Call(fn, pargs, pkw);
+    stax_trace_journal_end(tr, jsaved);
     current = prev;
     stax_trace_hooks_remove(hooks);
     Py_CLEAR(hooks);
-    stax_trace_snapshot_restore(snap);
-    stax_trace_snapshot_restore(tr->const_snap);
-    /* fn is done: later constants need no copy (stax_trace_const_node) */
-    Py_CLEAR(tr->const_snap);
     if (out == NULL) {
         /* the user's exception, unchanged */
         PyObject *et, *ev, *tb;
@@ -619,7 +636,6 @@ done:
     stax_trace_hooks_remove(hooks);
     Py_XDECREF(hooks);
     Py_XDECREF(rng);
-    Py_XDECREF(snap);
     return out;
 }
 
@@ -690,8 +706,11 @@ trace_result(StaxTracer *tr, PyObject *versions)
     tres->constants = PyDict_Copy(tr->constants);
     tres->replay_copies_inputs = (char)copies_inputs;
     tres->deferred_samples = tr->lazy != NULL ? PyDict_GET_SIZE(tr->lazy) : 0;
+    tres->unrecorded_writes = PyList_AsTuple(tr->unrecorded);
+    tres->writes_unrestorable = (char)tr->unrestorable;
     PyObject_GC_Track(tres);
-    if (tres->shape_reads == NULL || tres->constants == NULL) {
+    if (tres->shape_reads == NULL || tres->constants == NULL
+        || tres->unrecorded_writes == NULL) {
         Py_CLEAR(tres);
         goto done;
     }

@@ -140,6 +140,7 @@ def _inplace_into(self, res):
     if tuple(np.shape(ra)) != sa.shape:
         raise RuntimeError(f"output with shape {list(sa.shape)} doesn't match "
                            f"the broadcast shape {list(np.shape(ra))}")
+    _C._ops_will_write(self)
     sa[...] = ra
     _C._ops_bump_version(self)
     return self
@@ -647,6 +648,7 @@ def _act_out(input, r, inplace):
     a = _arr(input)
     r = np.asarray(r, a.dtype)
     if inplace:
+        _C._ops_will_write(input)
         a[...] = r
         _C._ops_bump_version(input)
         return input
@@ -1220,10 +1222,12 @@ def _batch_norm(input, running_mean, running_var, weight=None, bias=None,
         var = np.mean(np.square(x - mean.reshape(shape)), axis=axes)
         if running_mean is not None:
             rm = _arr(running_mean)
+            _C._ops_will_write(running_mean)
             rm[...] = (1 - momentum) * rm + momentum * mean
             _C._ops_bump_version(running_mean)
         if running_var is not None:
             rv = _arr(running_var)
+            _C._ops_will_write(running_var)
             rv[...] = (1 - momentum) * rv + momentum * var * (n / (n - 1))
             _C._ops_bump_version(running_var)
     else:
@@ -1789,6 +1793,7 @@ def _copy_(self, src, non_blocking=False):
     if _b.any(st == 0 and sz > 1 for st, sz in _b.zip(self.stride(), self.shape)):
         raise RuntimeError(_OVERLAP_MSG)
     sa = _arr(self)
+    _C._ops_will_write(self)
     sa[...] = np.broadcast_to(_arr(src), sa.shape)
     _C._ops_bump_version(self)
     return self

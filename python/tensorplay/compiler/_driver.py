@@ -1546,6 +1546,23 @@ class Driver:
                 f"{eff.where or self._fn_line()}; that call cannot be compiled (the function "
                 "would run eagerly on every call)")
         v.stores, v.n_extras = call.stores, call.n_extras
+        written = getattr(tr, "unrecorded_writes", ())
+        if written:
+            # an eager in-place op on a tensor the function reaches without
+            # lifting it (not an argument, global, closure value or module
+            # attribute of its own code): no node of the graph replays it,
+            # so a compiled call would lose the write. The trace undid it
+            # (its write journal); every call runs eagerly, as torch.compile
+            # does at a graph break, and strict_native refuses
+            msg = (f"tensorplay.compile: '{self.name}' writes {written[0]} in place outside the "
+                   "graph (a tensor it reaches through a path the compiler does not lift)")
+            if getattr(tr, "writes_unrestorable", False):
+                msg += "; the trace could not undo that write"
+            if self.strict_native:
+                raise _C.NativeCompileError("strict_native: " + msg)
+            if config.warn_on_fallback:
+                warnings.warn(msg + "; this version runs eagerly", RuntimeWarning, stacklevel=5)
+            v.effects_eager = True
         if call.unsafe_store is not None:
             where = call.unsafe_store
             msg = (f"tensorplay.compile: '{self.name}' stores a traced tensor into {where}, "

@@ -37,10 +37,23 @@ What becomes a source:
   version run eagerly). An item store with a constant key
   (``d['last'] = y``) counts as such a call (``__setitem__``). Any read (``len(calls)``, ``calls[-1]``,
   ``x in calls``, passing it to a function) keeps the contents in the key.
-Not covered: values read by other Python functions the traced code calls
-(helpers in other code objects, the bodies of library functions), items of
-global containers (a global list of tensors), attributes read through
-``getattr`` with a computed name.
+- a constant subscript of a global or closure container (``L[0]``,
+  ``cfg['scale']``): an item step in the chain (``globals['L'][0]``), read
+  again at every call like an attribute.
+- what the user's own helper functions read (a global function or closure
+  value called by the code, and the helpers it calls in turn, up to
+  ``_HELPER_DEPTH`` levels): their globals and closure values, as sources
+  of their own globals dict or cell; and what a method of ``self`` called
+  as ``self.helper()`` reads of ``self``. While tracing, a lifted tensor
+  read by a helper is swapped into the helper's own globals dict, cell or
+  owner, and put back after. Library code (tensorplay, the standard
+  library, numpy, torch) is not looked into.
+Not covered: helpers reached any other way (through a module attribute,
+an object's method, a returned function), the bodies of library functions,
+attributes read through ``getattr`` with a computed name. A tensor such a
+path reaches is a constant of the graph held by reference; an eager write
+to it is caught by the trace's write journal, and that version runs
+eagerly (strict_native: an error).
 """
 import collections
 import dis
@@ -58,6 +71,11 @@ _WRITE_ONLY = frozenset(("append", "extend", "insert", "add", "update", "clear",
                          "appendleft", "extendleft"))
 _CONTAINERS = (list, dict, set, collections.deque)
 _CONST = (type(None), bool, int, float, complex, str, bytes)
+_HELPER_DEPTH = 3
+# library code the analysis does not look into (its reads are not the
+# user's state); a helper defined in one of these modules is opaque
+_LIBRARY = frozenset(("tensorplay", "numpy", "torch", "builtins")) | frozenset(
+    getattr(sys, "stdlib_module_names", ()))
 
 
 def _effect_only_names(code):
@@ -198,9 +216,18 @@ def _chains(code, self_name):
                 continue
             attrs = []
             j = i + 1
-            while j < len(ins) and ins[j].opname in _LOAD_ATTR:
-                attrs.append(ins[j].argval)
-                j += 1
+            while j < len(ins):
+                if ins[j].opname in _LOAD_ATTR:
+                    attrs.append(ins[j].argval)
+                    j += 1
+                elif (ins[j].opname == "LOAD_CONST" and j + 1 < len(ins)
+                      and ins[j + 1].opname == "BINARY_SUBSCR"
+                      and type(ins[j].argval) in (int, str)):
+                    # an item step: a 1-tuple, as _C's source reader takes it
+                    attrs.append((ins[j].argval,))
+                    j += 2
+                else:
+                    break
             out.setdefault((root[0], root[1], ()), None)
             if attrs:
                 out.setdefault((root[0], root[1], tuple(attrs)), None)
@@ -208,12 +235,13 @@ def _chains(code, self_name):
 
 
 class Source:
-    __slots__ = ("kind", "root", "attrs", "path", "name", "lifted", "effect_only")
+    __slots__ = ("kind", "root", "attrs", "path", "name", "lifted", "effect_only", "helper")
 
     def __init__(self, kind, root, attrs, path, name):
         self.kind, self.root, self.attrs, self.path, self.name = kind, root, attrs, path, name
         self.lifted = False
         self.effect_only = False
+        self.helper = False     # read by a helper: swapped in its own place
 
     def read(self):
         if self.kind == 0:
@@ -226,7 +254,7 @@ class Source:
             cur = self.root
             rest = self.attrs
         for a in rest:
-            cur = getattr(cur, a)
+            cur = _step(cur, a)
         return cur
 
     def as_tuple(self, lifted):
@@ -284,6 +312,21 @@ class Plan:
             cells = list(target.__closure__ or ())
             restore = []
             try:
+                # a helper's reads first, in their own places (its globals
+                # dict, its cell): the target's copied globals then see them
+                for p, i in zip(proxies, lifted_idx):
+                    s = sources[i]
+                    if not s.helper:
+                        continue
+                    if s.kind == 1 and not s.attrs:
+                        restore.append((s.root, None, True, s.root.cell_contents))
+                        s.root.cell_contents = p
+                    else:
+                        if s.kind == 0 and len(s.attrs) == 1:
+                            d, name = s.root, s.attrs[0]
+                        else:
+                            d, name = _place(s)
+                        restore.append(_swap(d, name, p))
                 for i, p in effects:
                     s = sources[i]
                     if s.kind == 0:
@@ -295,6 +338,8 @@ class Plan:
                         cells[k] = types.CellType(p)
                 for p, i in zip(proxies, lifted_idx):
                     s = sources[i]
+                    if s.helper:
+                        continue
                     if s.kind == 0 and len(s.attrs) == 1:
                         if new_globals is None:
                             new_globals = dict(target.__globals__)
@@ -303,11 +348,7 @@ class Plan:
                         k = freevars.index(s.name)
                         cells[k] = types.CellType(p)
                     else:
-                        owner = _owner(s)
-                        name = s.attrs[-1]
-                        d = owner.__dict__
-                        restore.append((d, name, name in d, d.get(name)))
-                        d[name] = p
+                        restore.append(_swap(*_place(s), p))
                 fn = types.FunctionType(code, new_globals if new_globals is not None else target.__globals__,
                                         target.__name__, target.__defaults__, tuple(cells) or None)
                 fn.__kwdefaults__ = target.__kwdefaults__
@@ -316,7 +357,9 @@ class Plan:
                 return fn(*rest, **kw)
             finally:
                 for d, name, had, old in reversed(restore):
-                    if had:
+                    if name is None:
+                        d.cell_contents = old       # a helper's cell
+                    elif had:
                         d[name] = old
                     else:
                         d.pop(name, None)
@@ -337,8 +380,36 @@ def _owner(s):
         cur = s.root
         rest = s.attrs[:-1]
     for a in rest:
-        cur = getattr(cur, a)
+        cur = _step(cur, a)
     return cur
+
+
+def _place(s):
+    """(container, key) where the end of a chain is stored: the owner's
+    instance dict for an attribute, the list or dict for an item step"""
+    owner, last = _owner(s), s.attrs[-1]
+    if type(last) is tuple:
+        return owner, last[0]
+    return owner.__dict__, last
+
+
+def _swap(d, name, value):
+    """d[name] = value; the entry that undoes it"""
+    if isinstance(d, list):
+        entry = (d, name, True, d[name])
+    else:
+        entry = (d, name, name in d, d.get(name))
+    d[name] = value
+    return entry
+
+
+def _step(cur, a):
+    """one step of a chain: an attribute name, or (key,) an item"""
+    return cur[a[0]] if type(a) is tuple else getattr(cur, a)
+
+
+def _path_step(a):
+    return f"[{a[0]!r}]" if type(a) is tuple else "." + a
 
 
 def _ident(path):
@@ -389,6 +460,121 @@ def _module_sources(kind, root, attrs, path, mod, out, seen):
             out.append(Source(kind, root, attrs + q + (k,), p, _ident(p)))
 
 
+def _user_function(v):
+    """a plain Python function of the user's own code (not library code)"""
+    if not isinstance(v, types.FunctionType):
+        return False
+    mod = (getattr(v, "__module__", None) or "").partition(".")[0]
+    return mod not in _LIBRARY
+
+
+class _Collector:
+    """The sources of one plan: the target's reads, then its helpers'."""
+
+    def __init__(self, target, self_obj):
+        self.target = target
+        self.self_obj = self_obj
+        self.out, self.seen = [], set()
+        self.visited = set()     # code objects looked into
+
+    def add_code(self, func, self_name, helper, depth):
+        code = func.__code__
+        if code in self.visited:
+            return
+        self.visited.add(code)
+        cells = dict(zip(code.co_freevars, func.__closure__ or ()))
+        g = func.__globals__
+        own = g is self.target.__globals__
+        effect_only = _effect_only_names(code) if not helper else set()
+        helpers = []
+        for kind_name, root_name, attrs in _chains(code, self_name):
+            if kind_name == "global":
+                if root_name not in g:
+                    continue          # a builtin: not guarded
+                kind, root, base_attrs = 0, g, (root_name,)
+                base_path = (f"globals[{root_name!r}]" if own
+                             else f"{func.__qualname__}.__globals__[{root_name!r}]")
+                value = g[root_name]
+            elif kind_name == "closure":
+                if root_name not in cells:
+                    continue
+                kind, root, base_attrs = 1, cells[root_name], ()
+                base_path = (f"closure[{root_name!r}]" if not helper
+                             else f"{func.__qualname__}.closure[{root_name!r}]")
+                try:
+                    value = root.cell_contents
+                except ValueError:
+                    continue
+            else:
+                kind, root, base_attrs, base_path, value = 2, self.self_obj, (), "self", self.self_obj
+            if not attrs and kind != 2 and _user_function(value) and depth < _HELPER_DEPTH:
+                helpers.append((value, None))
+            if attrs and kind == 2 and depth < _HELPER_DEPTH:
+                m = _bound_method_of(self.self_obj, attrs)
+                if m is not None:
+                    helpers.append(m)
+            self.add_chain(kind, root, base_attrs, base_path, value, attrs, helper,
+                           (kind_name, root_name) in effect_only, root_name)
+        for h, sname in helpers:
+            self.add_code(h, sname, True, depth + 1)
+
+    def add_chain(self, kind, root, base_attrs, base_path, value, attrs, helper, effect_only,
+                  name):
+        out, seen = self.out, self.seen
+        if not attrs:
+            if kind == 2:
+                if _is_module(value) and base_path not in seen:
+                    seen.add(base_path)
+                    _module_sources(kind, root, base_attrs, base_path, value, out, seen)
+                return
+            if isinstance(value, types.ModuleType) or base_path in seen:
+                return
+            seen.add(base_path)
+            src = Source(kind, root, base_attrs, base_path, _ident(base_path if helper else name))
+            src.helper = helper
+            src.effect_only = effect_only and isinstance(value, _CONTAINERS)
+            out.append(src)
+            if _is_module(value):
+                _module_sources(kind, root, base_attrs, base_path, value, out, seen)
+            return
+        # attribute chain: the longest prefix ending at a tensor or scalar;
+        # an item step only into a list or dict (swapped in place while
+        # tracing)
+        cur, best = value, None
+        for k, a in enumerate(attrs):
+            if type(a) is tuple and not isinstance(cur, (list, dict)):
+                break
+            try:
+                cur = _step(cur, a)
+            except Exception:  # noqa: BLE001
+                break
+            if _is_tensor(cur) or isinstance(cur, _SCALARS):
+                best = k + 1
+            if callable(cur) and not _is_tensor(cur):
+                break
+        if best is None:
+            return
+        chain = attrs[:best]
+        p = base_path + "".join(_path_step(x) for x in chain)
+        if p in seen:
+            return
+        seen.add(p)
+        src = Source(kind, root, base_attrs + chain, p, _ident(p))
+        src.helper = helper
+        out.append(src)
+
+
+def _bound_method_of(obj, attrs):
+    """(function, self name) of self.<attrs[0]>() when it is a method of
+    obj's class in the user's code"""
+    if type(attrs[0]) is tuple:
+        return None
+    f = getattr(type(obj), attrs[0], None)
+    if not _user_function(f) or not f.__code__.co_argcount:
+        return None
+    return f, f.__code__.co_varnames[0]
+
+
 def analyze(fn, self_arg=None):
     """Build the Plan of a function, bound method or nn.Module.
 
@@ -413,60 +599,7 @@ def analyze(fn, self_arg=None):
         return Plan(fn, None, None, [])
     code = target.__code__
     self_name = code.co_varnames[0] if self_obj is not None and code.co_argcount else None
-    cells = dict(zip(code.co_freevars, target.__closure__ or ()))
-    g = target.__globals__
-    effect_only = _effect_only_names(code)
-    out, seen = [], set()
-    for kind_name, root_name, attrs in _chains(code, self_name):
-        if kind_name == "global":
-            if root_name not in g:
-                continue          # a builtin: not guarded
-            kind, root, base_attrs = 0, g, (root_name,)
-            base_path = f"globals[{root_name!r}]"
-            value = g[root_name]
-        elif kind_name == "closure":
-            if root_name not in cells:
-                continue
-            kind, root, base_attrs = 1, cells[root_name], ()
-            base_path = f"closure[{root_name!r}]"
-            try:
-                value = root.cell_contents
-            except ValueError:
-                continue
-        else:
-            kind, root, base_attrs, base_path, value = 2, self_obj, (), "self", self_obj
-        if not attrs:
-            if kind == 2:
-                if _is_module(value) and base_path not in seen:
-                    seen.add(base_path)
-                    _module_sources(kind, root, base_attrs, base_path, value, out, seen)
-                continue
-            if isinstance(value, types.ModuleType) or base_path in seen:
-                continue
-            seen.add(base_path)
-            src = Source(kind, root, base_attrs, base_path, _ident(root_name))
-            src.effect_only = (kind_name, root_name) in effect_only and isinstance(value, _CONTAINERS)
-            out.append(src)
-            if _is_module(value):
-                _module_sources(kind, root, base_attrs, base_path, value, out, seen)
-            continue
-        # attribute chain: the longest prefix ending at a tensor or scalar
-        cur, best = value, None
-        for k, a in enumerate(attrs):
-            try:
-                cur = getattr(cur, a)
-            except Exception:  # noqa: BLE001
-                break
-            if _is_tensor(cur) or isinstance(cur, _SCALARS):
-                best = k + 1
-            if callable(cur) and not _is_tensor(cur):
-                break
-        if best is None:
-            continue
-        chain = attrs[:best]
-        p = base_path + "".join("." + x for x in chain)
-        if p in seen:
-            continue
-        seen.add(p)
-        out.append(Source(kind, root, base_attrs + chain, p, _ident(p)))
+    col = _Collector(target, self_obj)
+    col.add_code(target, self_name, False, 0)
+    out = col.out
     return Plan(fn, target, self_obj, out)

@@ -188,6 +188,7 @@ def _host(name, func, args, kwargs, inplace):
     finally:
         _C._set_grad_enabled(prev)
     if inplace and spans and isinstance(args[0], _Tensor()) and args[0].is_cuda:
+        _C._ops_will_write(args[0])
         _C._upload_span(args[0], spans[0][1])
         _C._ops_bump_version(args[0])
         if r is spans[0][1]:
