@@ -116,3 +116,69 @@ def test_first_run_output_pages_are_touched_while_compiling(tmp_path):
     assert a["again"] == a["first"]        # a compiled call prefaults nothing
     b = _run(_PREFAULT, {"TENSORPLAY_CACHE": "0", "STAX_NO_PREFAULT": "1"})
     assert b["ok"] and b["first"] == 0
+
+
+_FORK = textwrap.dedent("""
+    import json, os, numpy as np, tensorplay as tp
+    def chain(x, w):
+        y = x * w + 1.0
+        y = tp.tanh(y) * 0.5 + x
+        return y * y + x
+    def check(tag, rows):
+        # a compile in this process: its helper prefaults (a size the pool
+        # holds no block of), its result is right
+        x, w = tp.randn(rows, 2048), tp.randn(rows, 2048)
+        with tp.no_grad():
+            before = tp._C._prefault_pages()
+            r = tp.compile(chain, strict_native=True)(x, w)
+        a, b = x.numpy(), w.numpy()
+        y = np.tanh(a * b + 1.0) * 0.5 + a
+        return {tag + "_ok": bool(np.allclose(r.numpy(), y * y + a, rtol=1e-5, atol=1e-5)),
+                tag + "_pages": tp._C._prefault_pages() - before}
+    out = {}
+    if MODE == "during":
+        # the helper runs (as while a compile waits for it) when fork() comes
+        out["running"] = tp._C._prefault_helper(256 << 20)
+    else:
+        out.update(check("parent", 1024))
+    r, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        res = {"child_running": tp._C._prefault_helper(-1)}
+        tp._C._prefault_helper(0)      # no thread to join in the child
+        res.update(check("child", 1536))
+        os.write(wfd, json.dumps(res).encode())
+        os._exit(0)
+    os.close(wfd)
+    data = b""
+    while True:
+        chunk = os.read(r, 65536)
+        if not chunk:
+            break
+        data += chunk
+    _, status = os.waitpid(pid, 0)
+    out.update(json.loads(data or b"{}"))
+    out["child_status"] = status
+    out["parent_running_after"] = tp._C._prefault_helper(0)
+    out.update(check("parent2", 2048))
+    print(json.dumps(out))
+""")
+
+
+@pytest.mark.skipif(not hasattr(tp._C, "_prefault_helper") or not hasattr(os, "fork"),
+                    reason="no prefaulting or no fork")
+@pytest.mark.parametrize("mode", ["during", "after"])
+def test_fork_during_or_after_a_compile_leaves_a_working_child(mode):
+    # fork() while the prefault helper runs: the child has no helper thread,
+    # its state is cleared (pthread_atfork), so it neither joins a thread it
+    # does not have nor stays without prefaulting; the parent's helper is
+    # stopped and its block pooled as usual
+    a = _run(f"MODE = {mode!r}\n" + _FORK, {"TENSORPLAY_CACHE": "0"})
+    assert a["child_status"] == 0
+    if mode == "during":
+        assert a["running"] is True
+    assert a["child_running"] is False
+    assert a["child_ok"] and a["child_pages"] > 0
+    assert a["parent_running_after"] is False
+    assert a["parent2_ok"] and a["parent2_pages"] > 0

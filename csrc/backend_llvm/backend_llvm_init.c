@@ -355,7 +355,9 @@ llvm_compile_kernel(stax_backend *be, const stax_kernel *k, PyObject **source)
     char sym[128];
     snprintf(sym, sizeof(sym), "%s_%lu", k->name, ++kernel_counter);
     LLVMOrcThreadSafeContextRef tsc = NULL;
-    LLVMModuleRef mod = optimized_module(k, sym, &tsc, source);
+    /* no IR text: llvm_kernel_source prints it when asked */
+    (void)source;
+    LLVMModuleRef mod = optimized_module(k, sym, &tsc, NULL);
     if (mod == NULL) {
         return NULL;
     }
@@ -367,6 +369,13 @@ llvm_compile_kernel(stax_backend *be, const stax_kernel *k, PyObject **source)
         goto error;
     }
     h->refs = 1;
+    /* its name, for the IR printed on demand (not in the loaded table:
+     * that holds cached kernels only, looked up by symbol) */
+    h->sym = strdup(sym);
+    if (h->sym == NULL) {
+        PyErr_NoMemory();
+        goto error;
+    }
     LLVMOrcJITDylibRef jd = LLVMOrcLLJITGetMainJITDylib(jit);
     h->rt = LLVMOrcJITDylibCreateResourceTracker(jd);
     LLVMOrcThreadSafeModuleRef tsm = LLVMOrcCreateNewThreadSafeModule(mod, tsc);
@@ -399,6 +408,7 @@ error:
         if (h->rt != NULL) {
             drop_tracker(h->rt);
         }
+        free(h->sym);
         free(h);
     }
     return NULL;
@@ -461,7 +471,7 @@ llvm_compile_object(stax_backend *be, const stax_kernel *k, const char *sym, PyO
         return h;
     }
     LLVMOrcThreadSafeContextRef tsc = NULL;
-    LLVMModuleRef mod = optimized_module(k, sym, &tsc, source);
+    LLVMModuleRef mod = optimized_module(k, sym, &tsc, NULL);
     if (mod == NULL) {
         return NULL;
     }
@@ -631,6 +641,32 @@ llvm_free(stax_backend *be, void *handle)
     free(h);
 }
 
+/* the kernel's IR after O3, built and printed again from its loop IR (a
+ * compile prints none): the same text a compile would have printed, under
+ * the kernel's own symbol */
+static PyObject *
+llvm_kernel_source(stax_backend *be, void *handle, const stax_kernel *k)
+{
+    llvm_handle *h = handle;
+    LLVMOrcThreadSafeContextRef tsc = NULL;
+    PyObject *src = NULL;
+    (void)be;
+    if (timing < 0) {
+        timing = getenv("STAX_LLVM_TIMING") != NULL;
+    }
+    if (ensure_codegen() < 0) {
+        return NULL;
+    }
+    LLVMModuleRef mod = optimized_module(k, h != NULL && h->sym != NULL ? h->sym : k->name,
+                                         &tsc, &src);
+    if (mod == NULL) {
+        return NULL;
+    }
+    LLVMDisposeModule(mod);
+    LLVMOrcDisposeThreadSafeContext(tsc);
+    return src;
+}
+
 static stax_backend llvm_backend = {
     .name = "llvm",
     .compile_kernel = llvm_compile_kernel,
@@ -641,6 +677,7 @@ static stax_backend llvm_backend = {
     .cache_tag = llvm_cache_tag,
     .compile_object = llvm_compile_object,
     .load_object = llvm_load_object,
+    .kernel_source = llvm_kernel_source,
 };
 
 int

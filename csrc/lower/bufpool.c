@@ -213,6 +213,27 @@ static struct {
     size_t size[PREFAULT_MAX_BLOCKS];
 } pf;
 static unsigned long long pf_touched;    /* pages, since start */
+static pthread_once_t pf_atfork_once = PTHREAD_ONCE_INIT;
+
+/* fork() while the helper runs (another thread forks in the window where
+ * the compiling thread waits for it without the GIL): the child has
+ * neither the helper nor the compile that owns the blocks. Its state is
+ * cleared, so the child prefaults its own compiles and never joins a
+ * thread it does not have; the blocks are the child's copies of memory
+ * no one will use, left alone (no malloc call in a fork handler). */
+static void
+prefault_atfork_child(void)
+{
+    pf.running = 0;
+    pf.n = 0;
+    atomic_store(&pf.stop, 0);
+}
+
+static void
+prefault_atfork_register(void)
+{
+    pthread_atfork(NULL, NULL, prefault_atfork_child);
+}
 
 static void *
 prefault_main(void *arg)
@@ -289,6 +310,8 @@ prefault_plan(lw_ctx *c)
     return pf.n;
 }
 
+static void prefault_start(void);
+
 void
 lw_prefault_begin(lw_ctx *c)
 {
@@ -298,6 +321,14 @@ lw_prefault_begin(lw_ctx *c)
     if (prefault_plan(c) == 0) {
         return;
     }
+    prefault_start();
+}
+
+/* the helper on the planned blocks pf.size[0 .. pf.n) */
+static void
+prefault_start(void)
+{
+    pthread_once(&pf_atfork_once, prefault_atfork_register);
     for (int i = 0; i < pf.n; i++) {
         if (posix_memalign(&pf.mem[i], 64, pf.size[i]) != 0) {
             pf.mem[i] = NULL;
@@ -331,6 +362,26 @@ lw_prefault_end(void)
         pool_put(pf.mem[i], pf.size[i]);
     }
     pf.n = 0;
+}
+
+/* the helper on one block of nbytes, as a compile starts it (a test's
+ * handle on the fork window); 1 when it runs */
+int
+lw_prefault_start_bytes(size_t nbytes)
+{
+    if (pf.running || nbytes == 0) {
+        return pf.running;
+    }
+    pf.n = 1;
+    pf.size[0] = block_size(nbytes);
+    prefault_start();
+    return pf.running;
+}
+
+int
+lw_prefault_running(void)
+{
+    return pf.running;
 }
 
 /* pages the prefault helper has touched since start (a test's witness) */

@@ -314,6 +314,12 @@ typedef struct stax_backend {
      * on the device, and reads flags back with a synchronizing copy. */
     const char *device;
     unsigned caps;               /* STAX_BE_* below */
+    /* Optional: the source of a compiled kernel, made when asked (a new
+     * str, or NULL + exception). A back end whose compile gives no source
+     * (LLVM: printing each module's IR cost 1-2.5 ms of a compile that no
+     * one reads) builds it here again from the loop IR: kernels[i].source
+     * and the kernels log ask for it. */
+    PyObject *(*kernel_source)(struct stax_backend *be, void *handle, const stax_kernel *k);
 } stax_backend;
 
 /* stax_backend.caps: how the back end's kernels behave where the lowering

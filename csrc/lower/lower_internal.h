@@ -422,6 +422,10 @@ PyObject *lw_new_buffer(Program *p, pbuf_t *b);
 void lw_prefault_begin(lw_ctx *c);
 void lw_prefault_end(void);
 unsigned long long lw_prefault_pages(void);
+/* the helper on one block of nbytes without a compile, and whether it
+ * runs (the fork tests' handles; lw_prefault_end stops it) */
+int lw_prefault_start_bytes(size_t nbytes);
+int lw_prefault_running(void);
 /* run the graph eagerly on ex: node -> value (new dict) */
 PyObject *lw_shape_prop(PyObject *gm, PyObject *ex);
 /* the same over clones of ex's tensors, the generator left as it was

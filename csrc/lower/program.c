@@ -1283,10 +1283,41 @@ program_get_op_graph(Program *p, void *closure)
     return Py_NewRef(p->gm);     /* what was lowered: always the op graph */
 }
 
+/* kernels whose back end gave no source at compile time get it now, on
+ * the first look (stax_backend.kernel_source) */
 static PyObject *
 program_get_kernels(Program *p, void *closure)
 {
+    lw_ctx *c = &p->c;
+    Py_ssize_t j = 0;
     (void)closure;
+    if (c->be == NULL || c->be->kernel_source == NULL) {
+        return Py_NewRef(p->kernels);
+    }
+    for (int i = 0; i < c->nsteps && j < PyList_GET_SIZE(p->kernels); i++) {
+        step_t *s = &c->steps[i];
+        if (s->kind != ST_KERNEL) {
+            continue;
+        }
+        PyObject *ki = PyList_GET_ITEM(p->kernels, j++);
+        if (PyStructSequence_GET_ITEM(ki, 1) != Py_None || s->handle == NULL) {
+            continue;
+        }
+        PyObject *src = c->be->kernel_source(c->be, s->handle, s->k);
+        if (src == NULL) {
+            return NULL;
+        }
+        PyObject *nk = PyStructSequence_New(lw_kernel_info_type);
+        if (nk == NULL) {
+            Py_DECREF(src);
+            return NULL;
+        }
+        for (int f = 0; f < 5; f++) {
+            PyStructSequence_SET_ITEM(nk, f, f == 1 ? src
+                                      : Py_NewRef(PyStructSequence_GET_ITEM(ki, f)));
+        }
+        PyList_SetItem(p->kernels, j - 1, nk);   /* steals nk, drops ki */
+    }
     return Py_NewRef(p->kernels);
 }
 
@@ -1457,6 +1488,26 @@ prefault_pages_fn(PyObject *mod, PyObject *noargs)
     return PyLong_FromUnsignedLongLong(lw_prefault_pages());
 }
 
+/* _prefault_helper(nbytes): start the helper on one block of nbytes, as a
+ * compile does (0: stop it and pool its block; < 0: neither); returns
+ * whether it runs */
+static PyObject *
+prefault_helper_fn(PyObject *mod, PyObject *arg)
+{
+    long long n = PyLong_AsLongLong(arg);
+    (void)mod;
+    if (n == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (n == 0) {
+        lw_prefault_end();
+    }
+    else if (n > 0) {
+        lw_prefault_start_bytes((size_t)n);
+    }
+    return PyBool_FromLong(lw_prefault_running());
+}
+
 static PyMethodDef program_methods[] = {
     {"stax_backend", (PyCFunction)(void (*)(void))lw_stax_backend_fn,
      METH_VARARGS | METH_KEYWORDS,
@@ -1467,6 +1518,9 @@ static PyMethodDef program_methods[] = {
     {"_prefault_pages", prefault_pages_fn, METH_NOARGS,
      "pages of first-run output blocks a helper thread touched while kernels "
      "compiled (since start)"},
+    {"_prefault_helper", prefault_helper_fn, METH_O,
+     "_prefault_helper(nbytes) -> running: start the first-run prefault helper on "
+     "one block as a compile does (0 stops it, < 0 only asks); the fork tests' handle"},
     {NULL, NULL, 0, NULL},
 };
 
