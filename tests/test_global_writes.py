@@ -301,3 +301,24 @@ def test_a_written_constant_is_journaled_once_and_restored():
     np.testing.assert_array_equal(h.get().numpy(), 6.0)   # once, by the program
     cf(tp.full((64,), 2.0))
     np.testing.assert_array_equal(h.get().numpy(), 16.0)
+
+
+@pytest.mark.parametrize("how", ["raise", "sample_error"])
+def test_unlifted_write_before_an_error_is_made_as_eager_makes_it(how):
+    # eager writes, then raises; the trace undid its write, so the call
+    # runs eagerly and raises there, after the write
+    h = _Holder(tp.zeros(3))
+    holders = {"h": h}
+
+    def f(x):
+        holders["h"].get().add_(1)
+        if how == "raise":
+            raise ValueError("boom")
+        return x.reshape(7)
+    err = ValueError if how == "raise" else RuntimeError
+    with pytest.raises(err):
+        f(tp.ones(3))
+    np.testing.assert_array_equal(h.get().numpy(), 1.0)
+    with pytest.raises(err):
+        tp.compile(f)(tp.ones(3))
+    np.testing.assert_array_equal(h.get().numpy(), 2.0)

@@ -778,6 +778,19 @@ done:
     if (tr != NULL) {
         tr->active = 0;
     }
+    if (res == NULL && tr != NULL && tr->unrecorded != NULL
+        && PyList_GET_SIZE(tr->unrecorded) > 0 && PyErr_Occurred()) {
+        /* fn wrote the caller's tensors eagerly before the error: the
+         * journal undid that, so the driver's eager call makes the writes
+         * and raises after them, as eager does */
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        PyErr_NormalizeException(&et, &ev, &tb);
+        if (ev != NULL && PyObject_SetAttrString(ev, "_stax_unrecorded_writes", Py_True) < 0) {
+            PyErr_Clear();
+        }
+        PyErr_Restore(et, ev, tb);
+    }
     Py_XDECREF(targs);
     Py_XDECREF(tkw);
     Py_XDECREF(pargs);

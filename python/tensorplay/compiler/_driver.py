@@ -11,6 +11,7 @@ whose artifact depends on the layout or that runs eagerly
 the first call, calls while tracing, values its key bytes cannot encode
 exactly, methods compiled on a class)."""
 import re
+import sys
 import threading
 import types
 import warnings
@@ -1326,7 +1327,9 @@ class Driver:
                 _check_no_backward(tr.graph_module.graph)
                 _raise_sample_error(tr.graph_module.graph)
             except BaseException:
-                call.effects_before_error = bool(slog.entries or getattr(wrapper, "effects", None))
+                # (an eager write the journal undid: eager makes it, then raises)
+                call.effects_before_error = bool(slog.entries or getattr(wrapper, "effects", None)
+                                                 or getattr(tr, "unrecorded_writes", None))
                 raise
             finally:
                 restore()
@@ -1371,7 +1374,9 @@ class Driver:
                              call.alias)
         except BaseException:
             if tracing[0]:      # the trace itself failed
-                call.effects_before_error = bool(slog.entries or getattr(wrapper, "effects", None))
+                call.effects_before_error = bool(
+                    slog.entries or getattr(wrapper, "effects", None)
+                    or getattr(sys.exc_info()[1], "_stax_unrecorded_writes", False))
             raise
         finally:
             restore()
