@@ -322,3 +322,21 @@ def test_unlifted_write_before_an_error_is_made_as_eager_makes_it(how):
     with pytest.raises(err):
         tp.compile(f)(tp.ones(3))
     np.testing.assert_array_equal(h.get().numpy(), 2.0)
+
+
+def test_a_helpers_effect_only_container_is_replayed_every_call():
+    # the helper only appends to its global list: a side effect replayed by
+    # every call of one version (it ran at trace time only, before helpers
+    # were looked into)
+    ns = _module_ns()
+    exec("calls = []\n"
+         "def log(v):\n"
+         "    calls.append(v)\n"
+         "def f(x):\n"
+         "    log(1)\n"
+         "    return x * 2\n", ns)
+    cf = tp.compile(ns["f"], strict_native=True)
+    for _ in range(4):
+        np.testing.assert_array_equal(cf(tp.ones(3)).numpy(), 2.0)
+    assert ns["calls"] == [1, 1, 1, 1]
+    assert cf.stats()["versions"] == 1

@@ -329,7 +329,14 @@ class Plan:
                         restore.append(_swap(d, name, p))
                 for i, p in effects:
                     s = sources[i]
-                    if s.kind == 0:
+                    if s.helper:
+                        # a helper's container: its recorder in the helper's place
+                        if s.kind == 0:
+                            restore.append(_swap(s.root, s.attrs[0], p))
+                        else:
+                            restore.append((s.root, None, True, s.root.cell_contents))
+                            s.root.cell_contents = p
+                    elif s.kind == 0:
                         if new_globals is None:
                             new_globals = dict(target.__globals__)
                         new_globals[s.attrs[0]] = p
@@ -485,7 +492,7 @@ class _Collector:
         cells = dict(zip(code.co_freevars, func.__closure__ or ()))
         g = func.__globals__
         own = g is self.target.__globals__
-        effect_only = _effect_only_names(code) if not helper else set()
+        effect_only = _effect_only_names(code)
         helpers = []
         for kind_name, root_name, attrs in _chains(code, self_name):
             if kind_name == "global":
