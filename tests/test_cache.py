@@ -95,6 +95,17 @@ def test_miss_then_hit_counts_and_entry_on_disk(cdir):
     assert info["dir"] == str(cdir) and info["enabled"]
 
 
+def test_a_compile_prints_no_ir_until_the_source_is_read(cdir):
+    # printing a module's IR cost 1-2.5 ms of a compile that no one read:
+    # the entry holds object code only, and .source builds the IR when read
+    cf = _compile_run()
+    raw = _entries(cdir)[0].read_bytes()
+    assert b"define " not in raw and b"target triple" not in raw
+    src = cf.versions[0].kernels[0].source
+    assert "define" in src and "stax_k_" in src
+    assert cf.versions[0].kernels[0].source is src       # built once
+
+
 def test_two_functions_that_lower_to_the_same_kernel_share_an_entry(cdir):
     def g(a, b):
         t = a + b
