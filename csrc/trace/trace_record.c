@@ -83,6 +83,15 @@ trace_leaf(PyObject *o, void *vctx)
     if (c->mode == 0 && stax_trace_is_tensor(o)) {
         return stax_trace_const_node(c->tr, o);
     }
+    if (PyTuple_Check(o) && !PyTuple_CheckExact(o) && PyObject_HasAttrString(o, "_fields")) {
+        /* a named tuple of proxies (return_types.kthvalue of a trace-time
+         * decomposition): walked as the plain tuple of its items, as a
+         * multi-output node's result is */
+        PyObject *t = PySequence_Tuple(o);
+        PyObject *r = t != NULL ? stax_graph_map_leaves(t, 1, trace_leaf, c) : NULL;
+        Py_XDECREF(t);
+        return r;
+    }
     if (c->mode == 0 && (PyArray_IsScalar(o, Number) || PyArray_IsScalar(o, Bool))) {
         /* np.float64(2.0), np.int64, np.bool_: eager treats them as Python
          * scalars; the graph holds the Python value (op overloads, back

@@ -759,3 +759,41 @@ def _composite_grad(name, grad, inputs, args, which):
         g, = tp.autograd.grad([out], [leaves[which]], [grad], allow_unused=True,
                               create_graph=create)
     return g
+
+
+def _polygamma_grad(grad, n, self):
+    """polygamma(n, x)' = polygamma(n + 1, x) (lgamma's and digamma's rows
+    say digamma / polygamma(1, .) directly)."""
+    return grad * _tp().polygamma(int(n) + 1, self)
+
+
+def _logcumsumexp_grad(grad, self, result, dim):
+    """torch's logcumsumexp backward, in log space: the positive and the
+    negative parts of grad each through a reversed logcumsumexp."""
+    tp = _tp()
+    if self.dim() == 0 or self.numel() == 0:
+        return grad
+    d = dim % self.dim()
+    lowest = tp.finfo(grad.dtype).min
+
+    def rlcse(t):
+        return tp.logcumsumexp(t.flip([d]), d).flip([d])
+    pos = tp.where(grad > 0, grad.clamp(min=0).log(), lowest)
+    neg = tp.where(grad < 0, (-grad).clamp(min=0).log(), lowest)
+    return (rlcse(pos - result) + self).exp() - (rlcse(neg - result) + self).exp()
+
+
+def _cummaxmin_grad(grad, self, dim, indices):
+    """cummax/cummin: each gradient added at the index its value came from."""
+    if self.dim() == 0:
+        return grad
+    return _tp().zeros_like(grad).scatter_add(dim % self.dim(), indices, grad)
+
+
+def _evenly_distribute(grad, self, result):
+    """torch's evenly_distribute_backward (median()/nanmedian() without
+    dim): grad shared by the elements equal to the result (the NaNs when
+    the result is NaN)."""
+    tp = _tp()
+    mask = (self == result).logical_or(self.isnan().logical_and(result.isnan()))
+    return tp.where(mask, grad / mask.sum(), tp.zeros((), dtype=grad.dtype, **_on(grad)))
