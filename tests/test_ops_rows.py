@@ -63,6 +63,9 @@ def sample_args(name):
         "one_hot": (tp.tensor([0, 2, 1]),), "unfold": (x.reshape(1, 1, 3, 4), 2),
         "bitwise_left_shift": (i, 2), "bitwise_right_shift": (i, 1),
         "multinomial": (x.abs() + 0.1, 2),
+        "polygamma": (1, x.abs() + 0.1), "gcd": (i, i * 3 + 1), "lcm": (i, i * 3 + 1),
+        "logcumsumexp": (x, 1), "cummax": (x, 1), "cummin": (x, 0), "kthvalue": (x, 2),
+        "searchsorted": (tp.tensor([-1.0, 0.0, 1.0]), x), "bucketize": (x, tp.tensor([0.0, 1.0])),
     }
     if name in special:
         return special[name]
