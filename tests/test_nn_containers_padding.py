@@ -148,11 +148,32 @@ def test_padding_module_like_torch(name, args, rank):
     out.backward(tp.tensor(g))
     ref.backward(torch.tensor(g))
     np.testing.assert_allclose(X.grad.numpy(), TX.grad.numpy(), rtol=1e-6, atol=1e-6)
-    # constant padding compiles natively; the other modes are F.pad's
-    # business (a fallback kernel under compile today), still equal
-    strict = name.startswith(("Zero", "Constant"))
-    cm = tp.compile(m, strict_native=strict)
+    # every mode compiles natively: constant is pad's own lowering, reflect
+    # / replicate / circular a trace-time index_select per dim
+    cm = tp.compile(m, strict_native=True)
     np.testing.assert_array_equal(cm(tp.tensor(x)).numpy(), ref.detach().numpy())
+    X2 = tp.tensor(x, requires_grad=True)
+    cg = tp.compile(lambda a: (m(a) * tp.tensor(g)).sum(), strict_native=True)
+    cg(X2).backward()
+    np.testing.assert_allclose(X2.grad.numpy(), TX.grad.numpy(), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode,pad,shape", [("reflect", (3, 0), (1, 2, 3)),
+                                            ("circular", (0, 4), (1, 2, 3)),
+                                            ("replicate", (1, 1), (2, 3, 4, 5)),
+                                            ("reflect", (-1, 2), (1, 2, 5))])
+def test_non_constant_pad_outside_torchs_rules_stays_eagers(mode, pad, shape):
+    # cases the trace-time decomposition does not take are recorded as the
+    # op itself: the compiled call gives eager's result, or eager's error
+    x = tp.tensor(r(*shape))
+    f = tp.compile(lambda a: tp.nn.functional.pad(a, pad, mode=mode) * 1.0)
+    try:
+        ref = tp.nn.functional.pad(x, pad, mode=mode) * 1.0
+    except Exception as e:                    # noqa: BLE001 - compared below
+        with pytest.raises(type(e)):
+            f(x)
+        return
+    np.testing.assert_array_equal(f(x).numpy(), ref.numpy())
 
 
 @pytest.mark.parametrize("name,rank", [("CircularPad1d", 4), ("CircularPad2d", 2),

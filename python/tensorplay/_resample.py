@@ -306,3 +306,51 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
     if bias is not None:
         y = y + bias.reshape(shape)
     return y
+
+
+def _pad_taps(n, lo, hi, mode):
+    p = np.arange(-lo, n + hi)
+    if mode == "reflect":
+        p = np.abs(p)
+        return np.where(p > n - 1, 2 * (n - 1) - p, p)
+    if mode == "replicate":
+        return np.clip(p, 0, n - 1)
+    return p % n                     # circular
+
+
+def _pad_traced(input, pad, mode="constant", value=None):
+    """F.pad while tracing, for mode reflect/replicate/circular: one
+    index_select per padded dim with constant source indices (native, and
+    so is its backward); F.pad's pad lowering is mode 'constant' only.
+    Only the cases torch and eager both accept are taken (k padded dims of
+    a (k+1)- or (k+2)-d input, widths >= 0, below the size for reflect, up
+    to it for circular); anything else is recorded as the op itself, so
+    its errors stay eager's."""
+    if mode not in ("reflect", "replicate", "circular") or value is not None:
+        return NotImplemented
+    try:
+        pad = [int(p) for p in pad]
+    except (TypeError, ValueError):
+        return NotImplemented
+    k = len(pad) // 2
+    if len(pad) % 2 or not 1 <= k <= 3 or input.dim() not in (k + 1, k + 2) \
+            or min(pad) < 0 or not input.is_floating_point():
+        return NotImplemented
+    x = input
+    for i in range(k):
+        d = x.dim() - 1 - i
+        n, lo, hi = int(x.shape[d]), pad[2 * i], pad[2 * i + 1]
+        if n < 1 or (mode == "reflect" and max(lo, hi) >= n) \
+                or (mode == "circular" and max(lo, hi) > n):
+            return NotImplemented
+        if lo or hi:
+            x = x.index_select(d, _tp().tensor(_pad_taps(n, lo, hi, mode)))
+    return x if x is not input else input.clone()
+
+
+def _install():
+    F = _F()
+    _C._set_trace_decomposition(F.pad, _pad_traced)
+
+
+_install()
