@@ -139,6 +139,34 @@ lw_const(lw_ctx *c, stax_dtype_t dt, double f)
     return v;
 }
 
+/* An integral constant, exact: i is its int64 bits wrapped to dt's width
+ * (two's complement, as a C cast), f its value as a float operand reads it
+ * (an int64 constant from a uint64 Python int keeps its positive value
+ * there: int64 / 2**63 is positive in torch). A double would
+ * round an int64 beyond 2^53. */
+const stax_lval *
+lw_const_int(lw_ctx *c, stax_dtype_t dt, int64_t i, double f)
+{
+    stax_lval *v;
+    if (lw_is_float(dt)) {
+        return lw_const(c, dt, f);
+    }
+    v = lv_new(c, STAX_LV_CONST, dt);
+    if (v) {
+        switch (dt) {
+        case STAX_BOOL: i = i != 0; break;
+        case STAX_UINT8: i = (uint8_t)i; break;
+        case STAX_INT8: i = (int8_t)i; break;
+        case STAX_INT16: i = (int16_t)i; break;
+        case STAX_INT32: i = (int32_t)i; break;
+        default: break;
+        }
+        v->i = i;
+        v->f = dt == STAX_INT64 ? f : (double)i;
+    }
+    return v;
+}
+
 const stax_lval *
 lw_load(lw_ctx *c, int pbuf, const stax_ix *ix, const stax_lval *mask)
 {
@@ -164,8 +192,11 @@ lw_cast(lw_ctx *c, const stax_lval *a, stax_dtype_t dt)
         return a;
     }
     if (a->kind == STAX_LV_CONST) {
-        double f = lw_is_float(a->dtype) ? a->f : (double)a->i;
-        return lw_const(c, dt, f);
+        if (!lw_is_float(a->dtype) && !lw_is_float(dt)) {
+            /* integer to integer: the bits wrap, as eager's cast */
+            return lw_const_int(c, dt, a->i, (double)a->i);
+        }
+        return lw_const(c, dt, a->f);
     }
     stax_lval *v = lv_new(c, STAX_LV_CAST, dt);
     if (v) {

@@ -83,10 +83,27 @@ f_operand(fctx *f, PyObject *o)
         return r;
     }
     if (is_number(o)) {
-        double x = PyFloat_Check(o) ? PyFloat_AS_DOUBLE(o) : (double)PyLong_AsLongLong(o);
-        stax_dtype_t dt = PyBool_Check(o) ? STAX_BOOL
-                          : PyFloat_Check(o) ? STAX_FLOAT64 : STAX_INT64;
-        r.v = lw_const(f->c, dt, x);
+        if (PyLong_Check(o) && !PyBool_Check(o)) {
+            /* exact: an int beyond 2^53 is not a double; one in [2^63,
+             * 2^64) is torch's uint64 Scalar, wrapped to int64 */
+            int ovf = 0;
+            long long iv = PyLong_AsLongLongAndOverflow(o, &ovf);
+            double x = (double)iv;
+            if (ovf > 0) {
+                iv = (long long)PyLong_AsUnsignedLongLongMask(o);
+                x = PyLong_AsDouble(o);
+            }
+            if (PyErr_Occurred() || ovf < 0) {
+                PyErr_Clear();
+                f->why = "an int beyond 64 bits";
+                return r;
+            }
+            r.v = lw_const_int(f->c, STAX_INT64, iv, x);
+        }
+        else {
+            double x = PyFloat_Check(o) ? PyFloat_AS_DOUBLE(o) : (double)PyLong_AsLongLong(o);
+            r.v = lw_const(f->c, PyBool_Check(o) ? STAX_BOOL : STAX_FLOAT64, x);
+        }
         r.weak = 1;
         return r;
     }
@@ -221,8 +238,7 @@ f_prim(fctx *f, int prim, fval *x, int n)
                 a[i] = lw_cast(c, v, f->cd);
             }
             else if (v->kind == STAX_LV_CONST) {
-                a[i] = lw_const(c, f->cd, round_to_od(f->od, lw_is_float(v->dtype) ? v->f
-                                                                                 : (double)v->i));
+                a[i] = lw_const(c, f->cd, round_to_od(f->od, v->f));
             }
             else {
                 a[i] = lw_cast(c, lw_cast(c, v, f->od), f->cd);
@@ -257,7 +273,9 @@ f_prim(fctx *f, int prim, fval *x, int n)
         break;
     }
     if (p == STAX_PRIM_NEG && a[0]->kind == STAX_LV_CONST) {
-        r.v = lw_const(c, rt, lw_is_float(rt) ? -a[0]->f : (double)-a[0]->i);
+        r.v = lw_is_float(rt) ? lw_const(c, rt, -a[0]->f)
+                              : lw_const_int(c, rt, (int64_t)(0 - (uint64_t)a[0]->i),
+                                             -a[0]->f);
         return r;
     }
     if (p == STAX_PRIM_POW && a[0]->kind == STAX_LV_CONST && a[1]->kind == STAX_LV_CONST) {
@@ -272,7 +290,7 @@ f_prim(fctx *f, int prim, fval *x, int n)
             for (int64_t k = 0; k < a[1]->i; k++) {
                 acc = (int64_t)((uint64_t)acc * (uint64_t)a[0]->i);
             }
-            r.v = lw_const(c, rt, (double)acc);
+            r.v = lw_const_int(c, rt, acc, (double)acc);
             return r;
         }
     }
@@ -336,7 +354,7 @@ f_atom(fctx *f, const char *tok)
              * x + 0.1 adds half(0.1)), then computes in float32: mul, div
              * and floor_divide keep the scalar at float32 */
             if (r.v->kind == STAX_LV_CONST) {
-                double d = lw_is_float(r.v->dtype) ? r.v->f : (double)r.v->i;
+                double d = r.v->f;
                 r.v = lw_const(f->c, STAX_FLOAT64, round_to_od(f->od, d));
             }
             else if (r.v->dtype != f->od) {

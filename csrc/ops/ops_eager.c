@@ -177,19 +177,30 @@ operand_array(PyObject *o, stax_dtype_t dt, int cast)
         if (PyArray_SETITEM((PyArrayObject *)arr,
                             PyArray_DATA((PyArrayObject *)arr), o) < 0) {
             /* out of range for dt (int8 + 1000): wrap around as torch
-             * does, through an int64 0-d array cast unsafely */
+             * does, through an int64 0-d array cast unsafely; an int in
+             * [2^63, 2^64) is torch's uint64 Scalar, which wraps to int64
+             * too (int64 + 2**63 == int64 - 2**63) */
             PyObject *w;
+            long long v;
+            int ovf = 0;
             PyErr_Clear();
             Py_DECREF(arr);
             if (!PyLong_Check(o) || stax_dtype_is_floating(dt)) {
                 return Py_NewRef(o);
             }
-            w = PyArray_FromAny(o, PyArray_DescrFromType(NPY_INT64), 0, 0,
-                                NPY_ARRAY_ENSUREARRAY, NULL);
-            if (w == NULL) {
+            v = PyLong_AsLongLongAndOverflow(o, &ovf);
+            if (ovf > 0) {
+                v = (long long)PyLong_AsUnsignedLongLongMask(o);
+            }
+            if (PyErr_Occurred() || ovf < 0) {
                 PyErr_Clear();
                 return Py_NewRef(o);
             }
+            w = PyArray_Zeros(0, NULL, PyArray_DescrFromType(NPY_INT64), 0);
+            if (w == NULL) {
+                return NULL;
+            }
+            *(long long *)PyArray_DATA((PyArrayObject *)w) = v;
             arr = PyArray_CastToType((PyArrayObject *)w,
                                      PyArray_DescrFromType(
                                          stax_dtype_to_npy(dt)), 0);
@@ -326,8 +337,9 @@ stax_ops_binary(const stax_op_info *op, PyObject *a, PyObject *b,
     for (int k = 0; k < 2; k++) {
         PyObject *o = k ? b2 : a2;
         if (PyLong_Check(o) && !PyBool_Check(o)) {
-            int over = 0;
+            int over = 0, neg;
             (void)PyLong_AsLongLongAndOverflow(o, &over);
+            neg = over < 0;
             if (over > 0) {
                 (void)PyLong_AsUnsignedLongLong(o);
                 over = PyErr_Occurred() != NULL;
@@ -336,7 +348,10 @@ stax_ops_binary(const stax_op_info *op, PyObject *a, PyObject *b,
             if (over) {
                 Py_DECREF(a2);
                 Py_DECREF(b2);
-                PyErr_SetString(PyExc_OverflowError, "int too big to convert");
+                PyErr_SetString(PyExc_OverflowError,
+                                neg
+                                    ? "can't convert negative int to unsigned"
+                                    : "int too big to convert");
                 return NULL;
             }
         }

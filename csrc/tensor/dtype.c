@@ -308,6 +308,14 @@ stax_result_type(PyObject *const *ops, Py_ssize_t n, stax_dtype_t *out)
             continue;
         }
         int sd = stax_scalar_dtype(o);
+        if (sd == STAX_INT64 && PyLong_Check(o)
+            && stax_dtype_check_scalar(STAX_FLOAT64, o) < 0) {
+            /* beyond torch's int64/uint64 Scalar */
+            if (d != small) {
+                PyMem_Free(d);
+            }
+            return -1;
+        }
         if (sd < 0) {
             PyErr_Format(PyExc_TypeError,
                          "result_type(): expected Tensor or Number, "
@@ -323,6 +331,29 @@ stax_result_type(PyObject *const *ops, Py_ssize_t n, stax_dtype_t *out)
     *out = stax_result_type_of(d, n);
     if (d != small) {
         PyMem_Free(d);
+    }
+    if (!stax_dtype_is_floating(*out)) {
+        /* a Python int in [2^63, 2^64) is torch's uint64 Scalar: it wraps
+         * into an integral tensor's dtype, but meeting only bool it needs
+         * a uint64 promotion, which torch refuses */
+        int u64 = 0, integral = 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *o = ops[i];
+            if (StaxTensor_Check(o)) {
+                integral |= ((StaxTensor *)o)->dtype != STAX_BOOL;
+            }
+            else if (PyLong_Check(o) && !PyBool_Check(o)) {
+                int ovf = 0;
+                (void)PyLong_AsLongLongAndOverflow(o, &ovf);
+                u64 |= ovf > 0;
+            }
+        }
+        if (u64 && !integral) {
+            PyErr_SetString(PyExc_RuntimeError,
+                            "Promotion for uint16, uint32, uint64 types is not "
+                            "supported, attempted to promote Bool and UInt64");
+            return -1;
+        }
     }
     return 0;
 }
@@ -824,6 +855,25 @@ stax_dtype_check_scalar(stax_dtype_t dt, PyObject *v)
         "c10::Half", "float", "double", "c10::BFloat16"};
     double lo, hi, f;
     int over = 0;
+    if (PyLong_Check(v) && !PyBool_Check(v)) {
+        /* torch's Python-int -> Scalar step, before any dtype: int64, or
+         * uint64 for [2^63, 2^64), else OverflowError */
+        int ovf = 0;
+        (void)PyLong_AsLongLongAndOverflow(v, &ovf);
+        if (ovf > 0) {
+            (void)PyLong_AsUnsignedLongLong(v);
+            if (PyErr_Occurred()) {
+                PyErr_Clear();
+                ovf = 2;
+            }
+        }
+        if (ovf < 0 || ovf == 2) {
+            PyErr_SetString(PyExc_OverflowError,
+                            ovf < 0 ? "can't convert negative int to unsigned"
+                                    : "int too big to convert");
+            return -1;
+        }
+    }
     if (dt == STAX_BOOL || dt == STAX_FLOAT64 || PyBool_Check(v)
         || !(PyLong_Check(v) || PyFloat_Check(v))) {
         return 0;
@@ -860,8 +910,9 @@ stax_dtype_check_scalar(stax_dtype_t dt, PyObject *v)
         }
     }
     else {
+        /* inf and nan fit only a floating dtype */
         f = PyFloat_AS_DOUBLE(v);
-        over = isfinite(f) && (f < lo || f > hi);
+        over = isfinite(f) ? (f < lo || f > hi) : !stax_dtype_is_floating(dt);
     }
     if (over) {
         PyErr_Format(PyExc_RuntimeError,

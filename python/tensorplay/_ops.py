@@ -205,6 +205,8 @@ def _bf16_operands(args, kwargs):
 
 _BF16_MAX = (2.0 - 2.0 ** -7) * 2.0 ** 127
 _BF16_OPERANDS = frozenset(("add", "sub", "rsub", "fmod", "remainder", "pow"))
+_BF16_CHECKED = frozenset(("masked_fill", "clamp", "clip", "clamp_min",
+                           "clamp_max", "index_fill"))
 
 
 def _bf16_round(v):
@@ -270,6 +272,17 @@ def _bf16_dispatch(name, func, args, kwargs, mutates):
         for i, (k, v) in enumerate((("posinf", _BF16_MAX), ("neginf", -_BF16_MAX))):
             if len(args) <= 2 + i and kwargs.get(k) is None:
                 kwargs[k] = v
+    if want is _C.bfloat16 and name.rstrip("_") in _BF16_CHECKED:
+        # torch checks these ops' Python scalars against bfloat16's range
+        # (not the float32 they are computed in)
+        for v in list(args[1:]) + list(kwargs.values()):
+            if isinstance(v, (float, int)) and not isinstance(v, bool):
+                _C._check_scalar(v, _C.bfloat16)
+    if want is _C.bfloat16 and name == "where":
+        # a scalar lands in the bfloat16 result as its rounded value
+        # (1e300 -> inf, unchecked as in torch)
+        args = tuple(_bf16_round(a) if i and isinstance(a, float) else a
+                     for i, a in _b.enumerate(args))
     if want is _C.bfloat16 and name.rstrip("_") in _BF16_OPERANDS:
         # torch casts the operands of a reduced-precision add/sub/rsub/fmod/
         # remainder/pow (and alpha) to bfloat16 first, a Python scalar
@@ -527,9 +540,15 @@ def _where(condition, input=None, other=None):
         dt = _title(c.dtype) if _is_t(condition) else type(condition).__name__
         raise RuntimeError(f"where expected condition to be a boolean tensor, "
                            f"but got a tensor with dtype {dt}")
-    rt = _result_np(input, other)
+    tdt = _C.result_type(input, other)
+    rt = _np_dtype(tdt)
+    for v in (input, other):
+        if not _is_t(v):
+            # torch leaves float16/bfloat16 unchecked here (70000 -> inf)
+            _C._check_scalar(v, "float64" if tdt in (_C.float16, _C.bfloat16)
+                             else tdt)
     _bshape(c, _arr(input), _arr(other))
-    r = np.where(c, np.asarray(_arr(input), rt), np.asarray(_arr(other), rt))
+    r = np.where(c, _as_np(input, rt), _as_np(other, rt))
     return _wrap(np.asarray(r, rt), input, other)
 
 
@@ -589,8 +608,16 @@ def _masked_fill(input, mask, value):
     return _wrap(np.asarray(r, a.dtype), input)
 
 
-def _scalar_bound(v):
-    return _arr(v) if _is_t(v) else v
+def _as_np(v, rt):
+    """A tensor or Python scalar operand as an array of dtype rt; a Python
+    int wraps into an integral dtype as torch's Scalar does (uint8 -5 ->
+    251, int64 2**63 -> -2**63)."""
+    if _is_t(v):
+        return np.asarray(_arr(v), rt)
+    if isinstance(v, int) and not isinstance(v, bool) and rt.kind in "iu":
+        w = np.asarray(v & 0xFFFFFFFFFFFFFFFF, np.uint64).astype(np.int64)
+        return w.astype(rt)
+    return np.asarray(v, rt)
 
 
 @_impl("clamp", "clip")
@@ -600,15 +627,16 @@ def _clamp(input, min=None, max=None):
         raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must "
                            "not be None")
     ops = [input] + [v for v in (min, max) if v is not None]
-    rt = _result_np(*ops)
+    tdt = _C.result_type(*ops)
+    rt = _np_dtype(tdt)
     for v in (min, max):
         if v is not None and not _is_t(v):
-            _C._check_scalar(v, np.dtype(rt).name)
+            _C._check_scalar(v, tdt)
     r = np.asarray(_arr(input), rt)
     if min is not None:
-        r = np.maximum(r, np.asarray(_scalar_bound(min), rt))
+        r = np.maximum(r, _as_np(min, rt))
     if max is not None:
-        r = np.minimum(r, np.asarray(_scalar_bound(max), rt))
+        r = np.minimum(r, _as_np(max, rt))
     return _wrap(np.asarray(r, rt), input)
 
 

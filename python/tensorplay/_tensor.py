@@ -463,10 +463,11 @@ def full(size, fill_value, dtype=None, device=None, requires_grad=False, out=Non
         fill_value = fill_value.item()
     else:
         _C._check_scalar(fill_value, dt)
-    if type(fill_value) is _int and fill_value < 0 \
-            and np.dtype(_NP[dt]).kind == "u":
-        # torch wraps a negative int into an unsigned dtype (-1 -> 255)
-        fill_value = np.asarray(fill_value, np.int64).astype(_NP[dt])
+    if type(fill_value) is _int and np.dtype(_NP[dt]).kind in "ub":
+        # torch wraps a negative int into an unsigned dtype (-1 -> 255);
+        # bool takes any int (2**64 - 1 -> True)
+        fill_value = (np.asarray(fill_value, np.int64).astype(_NP[dt])
+                      if -2**63 <= fill_value < 2**63 else fill_value != 0)
     arr = np.full(_sizes((tuple(size),)), fill_value, dtype=_NP[dt])
     return _finish(_from_np(arr, dt), requires_grad, device)
 
