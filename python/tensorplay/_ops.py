@@ -1509,32 +1509,185 @@ def _bce_logits(input, target, weight=None, size_average=None, reduce=None,
 
 @_impl("pad")
 def _pad(input, pad, mode="constant", value=None):
+    """torch.nn.functional.pad with torch 2.13's acceptance rules: constant
+    pads any trailing dims (a negative pad narrows); reflect/replicate/
+    circular pad the last 1, 2 or 3 dims of a (batched) 2-D/3-D, 3-D/4-D or
+    4-D/5-D input only, each with its kernel's checks and messages."""
     _check_tensor(input, "pad")
     a = _arr(input)
-    pad = [int(p) for p in pad]
-    if len(pad) % 2 or len(pad) // 2 > a.ndim:
-        raise RuntimeError(f"Padding length must be divisible by 2 and at most"
-                           f" twice the number of dimensions of the input "
-                           f"(got {len(pad)} for {a.ndim} dimensions)")
-    widths = [(0, 0)] * a.ndim
-    crop = [slice(None)] * a.ndim
-    for i in range(len(pad) // 2):
-        d = a.ndim - 1 - i
-        lo, hi = pad[2 * i], pad[2 * i + 1]
-        widths[d] = (_b.max(lo, 0), _b.max(hi, 0))
-        crop[d] = slice(-lo if lo < 0 else None,
-                        hi if hi < 0 else None)
-    a = a[tuple(crop)]
-    np_mode = {"constant": "constant", "reflect": "reflect",
-               "replicate": "edge", "circular": "wrap"}.get(mode)
-    if np_mode is None:
+    if mode not in ("constant", "reflect", "replicate", "circular"):
         raise NotImplementedError(f"Unrecognised padding mode {mode}")
-    if np_mode == "constant":
-        r = np.pad(a, widths, mode="constant",
-                   constant_values=0 if value is None else value)
+    for i, p in _b.enumerate(pad):
+        if not isinstance(p, (int, np.integer)) or isinstance(p, bool):
+            raise TypeError(f"pad(): argument 'pad' (position 2) must be tuple of ints, "
+                            f"but found element of type {type(p).__name__} at pos {i}")
+    pad = [int(p) for p in pad]
+    nd = a.ndim
+    if len(pad) % 2:
+        raise RuntimeError("Padding length must be divisible by 2")
+    if len(pad) > 2 * nd:
+        raise RuntimeError(f"Padding length should be less than or equal to two times "
+                           f"the input dimension but got padding length {len(pad)} and "
+                           f"input of dimension {nd}")
+    if mode == "constant":
+        return _wrap(_pad_constant(a, pad, 0 if value is None else value), input)
+    if value is not None and value != 0:
+        raise RuntimeError(f"Padding mode \"{mode}\" doesn't take in value argument")
+    k = len(pad) // 2
+    if k not in (1, 2, 3) or nd not in (k + 1, k + 2):
+        raise NotImplementedError(
+            f"Padding size {len(pad)} is not supported for {nd}D input tensor.\n"
+            "Supported combinations for non-constant padding:\n"
+            "  - 2D or 3D input: padding size = 2 (pads last dimension)\n"
+            "  - 3D or 4D input: padding size = 4 (pads last 2 dimensions)\n"
+            "  - 4D or 5D input: padding size = 6 (pads last 3 dimensions)")
+    if mode == "circular":
+        return _wrap(_pad_circular(a, pad), input)
+    # the reflection/replication kernels: non-empty dims but a batch's
+    sizes = list(a.shape)
+    if 0 in (sizes[1:] if nd == k + 2 else sizes):
+        raise RuntimeError(f"Expected {k + 1}D or {k + 2}D (batch mode) tensor with possibly 0 "
+                           f"batch size and other non-zero dimensions for input, but got: "
+                           f"{sizes}")
+    dims = [nd - 1 - i for i in range(k)]           # W, H, D
+    pairs = [(pad[2 * i], pad[2 * i + 1]) for i in range(k)]
+    if mode == "reflect":
+        for i, (d, (lo, hi)) in _b.enumerate(_b.zip(dims, pairs)):
+            if not (lo < sizes[d] and hi < sizes[d]):
+                raise RuntimeError(f"Argument #{4 + 2 * i}: Padding size should be less "
+                                   f"than the corresponding input dimension, but got: "
+                                   f"padding ({lo}, {hi}) at dimension {d} of input {sizes}")
+    outs = [sizes[d] + lo + hi for d, (lo, hi) in _b.zip(dims, pairs)]
+    if not _b.any(o >= 1 for o in outs):
+        names = "WHD"[:k][::-1]
+        ins = [sizes[dims[names[::-1].index(n)]] for n in names]
+        os_ = [outs[names[::-1].index(n)] for n in names]
+        if k == 1:
+            msg = f"input (W: {ins[0]}) is too small. Calculated output W: {os_[0]}"
+        elif k == 2:
+            gap = " " if mode == "replicate" else ""
+            msg = (f"input (H: {ins[0]}, W: {ins[1]}{gap}) is too small. Calculated output "
+                   f"H: {os_[0]} W: {os_[1]}")
+        else:
+            msg = (f"input (D: {ins[0]} H: {ins[1]}, W: {ins[2]}) is too small. Calculated "
+                   f"output D: {os_[0]} H: {os_[1]} W: {os_[2]}")
+        raise RuntimeError(msg)
+    full = list(sizes)
+    for d, o in _b.zip(dims, outs):
+        full[d] = o
+    for o in full:
+        if o < 0:
+            raise RuntimeError(f"Trying to create tensor with negative dimension {o}: {full}")
+    r = a
+    for d, (lo, hi), o in _b.zip(dims, pairs, outs):
+        r = np.take(r, _pad_source_index(sizes[d], lo, hi, o, mode), axis=d)
+    return _wrap(np.ascontiguousarray(r), input)
+
+
+def _pad_constant(a, pad, value):
+    """constant_pad_nd: each negative pad narrows (left first, torch's
+    narrow error when nothing is left), then value fills the positive ones."""
+    nd = a.ndim
+    crop = [slice(None)] * nd
+    widths = [(0, 0)] * nd
+    for i in range(len(pad) // 2):
+        d = nd - 1 - i
+        lo, hi = pad[2 * i], pad[2 * i + 1]
+        n = a.shape[d]
+        start = 0
+        if lo < 0:
+            if n + lo < 0:
+                raise RuntimeError("narrow(): length must be non-negative.")
+            start, n = -lo, n + lo
+        if hi < 0:
+            if n + hi < 0:
+                raise RuntimeError("narrow(): length must be non-negative.")
+            n += hi
+        crop[d] = slice(start, start + n)
+        widths[d] = (_b.max(lo, 0), _b.max(hi, 0))
+    a = a[tuple(crop)]
+    if nd == 0:
+        return a.copy()
+    return np.asarray(np.pad(a, widths, mode="constant", constant_values=value), a.dtype)
+
+
+def _pad_source_index(n, lo, hi, out, mode):
+    """For each output position along a padded dim, the input position the
+    reflection/replication kernels read (their index formula, valid for
+    negative pads too)."""
+    j = np.arange(out)
+    if mode == "reflect":
+        src = np.where(j < lo, 2 * lo - j, np.where(j < n + lo, j, 2 * (n + lo - 1) - j))
     else:
-        r = np.pad(a, widths, mode=np_mode)
-    return _wrap(np.asarray(r, a.dtype), input)
+        src = np.where(j < lo, lo, np.where(j < n + lo, j, n + lo - 1))
+    src = src - _b.max(lo, 0) + _b.max(-lo, 0)
+    return np.clip(src, 0, n - 1)
+
+
+def _pad_circular(a, pad):
+    """torch's _pad_circular: the input (narrowed by negative pads) copied
+    into the middle, then each positive pad copied from the other end of the
+    output itself, dim by dim; torch's checks, and its overlap error where a
+    wrap copy would read what it writes."""
+    nd, k = a.ndim, len(pad) // 2
+    lead = nd - k
+    out_shape = list(a.shape)
+    for i in range(k):
+        lo, hi = pad[2 * (k - i - 1)], pad[2 * (k - i - 1) + 1]
+        size = a.shape[lead + i]
+        out_shape[lead + i] = size + lo + hi
+        if not (lo <= size and hi <= size):
+            raise RuntimeError("Padding value causes wrapping around more than once.")
+        if out_shape[lead + i] < 0:
+            raise RuntimeError("Negative padding value is resulting in an empty dimension")
+    out = np.zeros(out_shape, a.dtype)
+    osl, isl = [slice(None)] * nd, [slice(None)] * nd
+    for i in range(k):
+        d = k - i + lead - 1
+        lo, hi = pad[2 * i], pad[2 * i + 1]
+        osl[d] = slice(_b.max(lo, 0), out_shape[d] - _b.max(hi, 0))
+        isl[d] = slice(_b.max(-lo, 0), a.shape[d] - _b.max(-hi, 0))
+    _copy_into(out[tuple(osl)], a[tuple(isl)])
+    for i in range(k):
+        d = k - i + lead - 1
+        lo, hi = pad[2 * i], pad[2 * i + 1]
+        n = out_shape[d]
+        copies = []
+        if lo > 0:
+            copies.append(((0, lo), (n - lo - _b.max(hi, 0), n - _b.max(hi, 0))))
+        if hi > 0:
+            copies.append(((n - hi, n), (_b.max(lo, 0), _b.max(lo, 0) + hi)))
+        for (w0, w1), (r0, r1) in copies:
+            ws, rs = range(*slice(w0, w1).indices(n)), range(*slice(r0, r1).indices(n))
+            wsl, rsl = [slice(None)] * nd, [slice(None)] * nd
+            wsl[d], rsl[d] = slice(w0, w1), slice(r0, r1)
+            if not (len(ws) and len(rs) and ws != rs and set(ws) & set(rs)):
+                _copy_into(out[tuple(wsl)], out[tuple(rsl)])
+                continue
+            # a wrap that reads what it writes (pads beyond what negative
+            # pads left): torch's copy_ refuses it between dense slices,
+            # else copies forward element by element
+            dense = _b.all(e == 1 for e in out_shape[:d])
+            if dense or (len(ws) == n and len(rs) == n):
+                raise RuntimeError("unsupported operation: some elements of the input tensor "
+                                   "and the written-to tensor refer to a single memory "
+                                   "location. Please clone() the tensor before performing "
+                                   "the operation.")
+            _copy_into(out[tuple(wsl)], out[tuple(rsl)])   # shapes: torch's error
+            for w, r in _b.zip(ws, rs):
+                wsl[d], rsl[d] = w, r
+                out[tuple(wsl)] = out[tuple(rsl)]
+    return out
+
+
+def _copy_into(dst, src):
+    """dst.copy_(src) of same-rank arrays: src broadcasts, else torch's
+    size-mismatch error."""
+    for i, (p, q) in _b.enumerate(_b.zip(dst.shape, src.shape)):
+        if p != q and q != 1:
+            raise RuntimeError(f"The size of tensor a ({p}) must match the size of tensor b "
+                               f"({q}) at non-singleton dimension {i}")
+    dst[...] = src
 
 
 # ------------------------------------------------------------------ extern
@@ -2118,20 +2271,156 @@ def _unique(input, sorted=True, return_inverse=False, return_counts=False,
     _check_tensor(input, "unique")
     a = _arr(input)
     if dim is None:
-        u, inv, cnt = np.unique(a.reshape(-1), return_inverse=True,
-                                return_counts=True)
+        u, inv, cnt = _unique_sorted(a.reshape(-1))
         inv = inv.reshape(a.shape)
     else:
         d = _wrap_dim(dim, a.ndim)
-        u, inv, cnt = np.unique(a, return_inverse=True, return_counts=True,
-                                axis=d)
-        inv = inv.reshape(-1)
+        u, inv, cnt = _unique_sorted(np.moveaxis(a, d, 0), dim_mode=True)
+        u = np.moveaxis(u, 0, d)
     out = [_wrap(u, input)]
     if return_inverse:
         out.append(_wrap(inv.astype(np.int64)))
     if return_counts:
         out.append(_wrap(cnt.astype(np.int64)))
     return out[0] if len(out) == 1 else tuple(out)
+
+
+def _unique_sorted(a, dim_mode=False):
+    """Unique slices of a along axis 0, as torch's CPU unique: sorted (a
+    stable sort, NaN last; with dim=, torch's std::sort of the slices, whose
+    comparison skips NaN elements), then a slice starts a new group unless
+    it equals the previous one elementwise, so every NaN stays its own entry
+    (NumPy merges them) and -0.0 meets 0.0. -> (unique, inverse, counts)."""
+    n = a.shape[0]
+    if n == 0:
+        return a, np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if dim_mode and a.dtype.kind == "f" and np.isnan(a).any():
+        order = _std_sort_order(a.reshape(n, -1))
+    elif a.ndim == 1:
+        order = np.argsort(a, kind="stable")
+    else:
+        rows = a.reshape(n, -1)
+        # lexicographic: the last key of lexsort is the primary one
+        order = np.lexsort(rows.T[::-1]) if rows.shape[1] else np.arange(n)
+    sv = a[order]
+    new = np.ones(n, bool)
+    if n > 1:
+        eq = sv[1:] == sv[:-1]
+        new[1:] = ~eq.reshape(n - 1, -1).all(axis=1) if a.ndim > 1 else ~eq
+    starts = np.flatnonzero(new)
+    inv = np.empty(n, np.int64)
+    inv[order] = np.cumsum(new) - 1
+    cnt = np.diff(np.append(starts, n)).astype(np.int64)
+    return sv[starts], inv, cnt
+
+
+def _std_sort_order(rows):
+    """The permutation libstdc++'s std::sort (introsort: median-of-three
+    quicksort down to runs of 16, heapsort past 2*log2(n) levels, a final
+    insertion sort) leaves for torch's unique(dim=) comparator: row a < row
+    b at the first element where a < b or a > b holds; NaN elements compare
+    neither way, so the order is not a sort's and only this algorithm gives
+    torch's result."""
+    vals = rows.tolist()
+
+    def less(i, j):
+        for x, y in zip(vals[i], vals[j]):
+            if x < y:
+                return True
+            if x > y:
+                return False
+        return False
+
+    idx = list(range(len(vals)))
+
+    def insertion(lo, hi, guarded=True):
+        for i in range(lo + 1 if guarded else lo, hi):
+            v = idx[i]
+            if guarded and less(v, idx[lo]):
+                idx[lo + 1:i + 1] = idx[lo:i]
+                idx[lo] = v
+                continue
+            j = i
+            while j > 0 and less(v, idx[j - 1]):
+                idx[j] = idx[j - 1]
+                j -= 1
+            idx[j] = v
+
+    def sift(base, hole, n, v):
+        top = hole
+        child = hole
+        while child < (n - 1) // 2:
+            child = 2 * (child + 1)
+            if less(idx[base + child], idx[base + child - 1]):
+                child -= 1
+            idx[base + hole] = idx[base + child]
+            hole = child
+        if n % 2 == 0 and child == (n - 2) // 2:
+            child = 2 * (child + 1)
+            idx[base + hole] = idx[base + child - 1]
+            hole = child - 1
+        parent = (hole - 1) // 2
+        while hole > top and less(idx[base + parent], v):
+            idx[base + hole] = idx[base + parent]
+            hole = parent
+            parent = (hole - 1) // 2
+        idx[base + hole] = v
+
+    def heapsort(lo, hi):
+        n = hi - lo
+        for p in range((n - 2) // 2, -1, -1):
+            sift(lo, p, n, idx[lo + p])
+        for end in range(n - 1, 0, -1):
+            v = idx[lo + end]
+            idx[lo + end] = idx[lo]
+            sift(lo, 0, end, v)
+
+    def median_to_first(r, a, b, c):
+        if less(idx[a], idx[b]):
+            if less(idx[b], idx[c]):
+                m = b
+            elif less(idx[a], idx[c]):
+                m = c
+            else:
+                m = a
+        elif less(idx[a], idx[c]):
+            m = a
+        elif less(idx[b], idx[c]):
+            m = c
+        else:
+            m = b
+        idx[r], idx[m] = idx[m], idx[r]
+
+    def introsort(lo, hi, depth):
+        while hi - lo > 16:
+            if depth == 0:
+                heapsort(lo, hi)
+                return
+            depth -= 1
+            median_to_first(lo, lo + 1, lo + (hi - lo) // 2, hi - 1)
+            first, last, piv = lo + 1, hi, idx[lo]
+            while True:
+                while less(idx[first], piv):
+                    first += 1
+                last -= 1
+                while less(piv, idx[last]):
+                    last -= 1
+                if first >= last:
+                    break
+                idx[first], idx[last] = idx[last], idx[first]
+                first += 1
+            introsort(first, hi, depth)
+            hi = first
+
+    n = len(idx)
+    if n > 1:
+        introsort(0, n, 2 * (n.bit_length() - 1))
+        if n > 16:
+            insertion(0, 16)
+            insertion(16, n, guarded=False)
+        else:
+            insertion(0, n)
+    return np.asarray(idx, np.int64)
 
 
 @_impl("cumprod")

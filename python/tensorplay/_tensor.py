@@ -1012,7 +1012,9 @@ def _tensor_repr(self, prefix="tensor("):
     if a.size == 0:
         if self.dim() != 1:
             suffixes.append("size=" + str(tuple(self.shape)))
-        if not has_default:
+        # torch: an empty tensor omits only the default float dtype (an
+        # empty int64/bool tensor still says its dtype)
+        if dt != get_default_dtype():
             suffixes.append("dtype=" + str(dt))
         body = "[]"
     else:
