@@ -347,6 +347,25 @@ run_op_kernel(const stax_op_info *op, PyObject *func, PyObject *const *args,
         && check_no_internal_overlap(args[0]) < 0) {
         return NULL;
     }
+    if (((inplace && op->kind == STAX_OPK_POINTWISE) || op->id == STAX_OP_COPY_)
+        && nargs >= 1) {
+        for (Py_ssize_t i = 1; i < nall; i++) {
+            if (stax_tensor_check_no_overlap(args[0], args[i], 0) < 0) {
+                return NULL;
+            }
+        }
+    }
+    if (inplace && nargs >= 1
+        && (op->id == STAX_OP_INDEX_ADD || op->id == STAX_OP_INDEX_COPY
+            || op->id == STAX_OP_INDEX_FILL || op->id == STAX_OP_SCATTER
+            || op->id == STAX_OP_SCATTER_ADD || op->id == STAX_OP_SCATTER_REDUCE)) {
+        /* torch's assert_no_overlap between self and its index/source */
+        for (Py_ssize_t i = 1; i < nall; i++) {
+            if (stax_tensor_check_no_overlap(args[0], args[i], 1) < 0) {
+                return NULL;
+            }
+        }
+    }
     if (!cuda_native(op)) {
         for (Py_ssize_t i = 0; i < nall; i++) {
             if (has_cuda(args[i])) {

@@ -935,7 +935,23 @@ py_check_scalar(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+static PyObject *
+py_check_no_overlap(PyObject *self, PyObject *args)
+{
+    PyObject *a, *b;
+    int full;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOp:_check_no_overlap", &a, &b, &full)
+        || stax_tensor_check_no_overlap(a, b, full) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef dtype_module_methods[] = {
+    {"_check_no_overlap", py_check_no_overlap, METH_VARARGS,
+     "_check_no_overlap(out, src, full): torch's RuntimeError when writing out "
+     "would read src's memory (full: the same memory in the same layout too)"},
     {"_check_scalar", py_check_scalar, METH_VARARGS,
      "_check_scalar(value, dtype): RuntimeError as torch when the Python number "
      "overflows dtype (torch's checked scalar conversion)"},

@@ -493,12 +493,25 @@ stax_tensor_setitem(StaxTensor *t, PyObject *key, PyObject *value)
         if (v == NULL) {
             goto done;
         }
-        rc = stax_tensor_copy_from(v, value);   /* bumps the shared version */
+        rc = stax_tensor_check_no_overlap((PyObject *)v, value, 0);
+        if (rc == 0) {
+            rc = stax_tensor_copy_from(v, value);   /* bumps the shared version */
+        }
         Py_DECREF(v);
         goto done;
     }
     if (stax_tensor_is_cuda(t)) {
         rc = stax_tensor_cuda_setitem(t, key, value);
+        goto done;
+    }
+    /* torch's index_put_: the value may not share memory with the
+     * tensor written */
+    if (stax_tensor_check_no_overlap((PyObject *)t, value, 1) < 0) {
+        goto done;
+    }
+    /* torch's index_put_: the value may not share memory with the
+     * tensor written */
+    if (stax_tensor_check_no_overlap((PyObject *)t, value, 1) < 0) {
         goto done;
     }
     nk = numpy_key(k);

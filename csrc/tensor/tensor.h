@@ -98,6 +98,7 @@ int stax_dtype_is_half_like(stax_dtype_t dt);
  * full, masked_fill): 0, or -1 + RuntimeError "value cannot be converted
  * to type ... without overflow" */
 int stax_dtype_check_scalar(stax_dtype_t dt, PyObject *v);
+int stax_tensor_check_no_overlap(PyObject *out, PyObject *o, int full);
 double stax_half_like_to_double(stax_dtype_t dt, uint16_t bits);
 /* float16 rounds directly from the double; bfloat16 goes through float32
  * first, as c10::BFloat16(float(d)) does */

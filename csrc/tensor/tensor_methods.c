@@ -630,6 +630,88 @@ m_requires_grad_(PyObject *self, PyObject *args, PyObject *kw)
     return Py_NewRef(self);
 }
 
+/* torch's is_non_overlapping_and_dense: the elements fill one block of
+ * memory without gaps, in some order of the dims */
+static int
+dense_block(const StaxTensor *t)
+{
+    int perm[STAX_MAX_DIMS], n = 0;
+    int64_t need = 1;
+    if (t->ndim == 1) {
+        return t->sizes[0] < 2 || t->strides[0] == 1;
+    }
+    for (int d = 0; d < t->ndim; d++) {
+        if (t->sizes[d] >= 2) {       /* size 0/1 dims place nothing */
+            int k = n++;
+            while (k > 0 && t->strides[perm[k - 1]] > t->strides[d]) {
+                perm[k] = perm[k - 1];
+                k--;
+            }
+            perm[k] = d;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        if (t->strides[perm[i]] != need) {
+            return 0;
+        }
+        need *= t->sizes[perm[i]];
+    }
+    return 1;
+}
+
+/* torch's assert_no_partial_overlap (TensorIterator's check between the
+ * written tensor and each input): a dense input that shares some but not
+ * all of the written bytes, or all of them in another layout (x += x.t()),
+ * would read elements already written. The same tensor, disjoint memory,
+ * or a layout too hard to tell (not dense) pass, as in torch. With full,
+ * torch's assert_no_overlap of the index ops (index_add_, index_put_, ...):
+ * the same memory in the same layout is refused too. 0, or -1 with torch's
+ * RuntimeError. */
+int
+stax_tensor_check_no_overlap(PyObject *out, PyObject *o, int full)
+{
+    const StaxTensor *a, *b;
+    int64_t na = 1, nb = 1;
+    const char *a0, *a1, *b0, *b1;
+    int partial;
+    if (!StaxTensor_Check(out) || !StaxTensor_Check(o) || (out == o && !full)) {
+        return 0;
+    }
+    a = (const StaxTensor *)out;
+    b = (const StaxTensor *)o;
+    if (a->storage == NULL || b->storage == NULL || a->storage->data != b->storage->data) {
+        return 0;
+    }
+    for (int d = 0; d < a->ndim; d++) {
+        na *= a->sizes[d];
+    }
+    for (int d = 0; d < b->ndim; d++) {
+        nb *= b->sizes[d];
+    }
+    if (na == 0 || nb == 0 || !dense_block(a) || !dense_block(b)) {
+        return 0;
+    }
+    a0 = a->storage->data + a->offset * stax_dtype_itemsize(a->dtype);
+    a1 = a0 + na * stax_dtype_itemsize(a->dtype);
+    b0 = b->storage->data + b->offset * stax_dtype_itemsize(b->dtype);
+    b1 = b0 + nb * stax_dtype_itemsize(b->dtype);
+    if (a0 == b0 && a1 == b1) {
+        partial = full || a->ndim != b->ndim
+                  || memcmp(a->strides, b->strides, sizeof(int64_t) * (size_t)a->ndim) != 0;
+    }
+    else {
+        partial = a0 < b1 && b0 < a1;
+    }
+    if (partial) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "unsupported operation: some elements of the input tensor and "
+                        "the written-to tensor refer to a single memory location. "
+                        "Please clone() the tensor before performing the operation.");
+        return -1;
+    }
+    return 0;
+}
+
 /* copy_(src) / fill_(value) once the argument is checked: write it into
  * self, bump self's version, return self */
 static PyObject *
@@ -664,6 +746,9 @@ m_copy_(PyObject *self, PyObject *args, PyObject *kw)
         PyErr_Format(PyExc_TypeError,
                      "copy_(): argument 'src' (position 1) must be Tensor, "
                      "not %.100s", Py_TYPE(src)->tp_name);
+        return NULL;
+    }
+    if (stax_tensor_check_no_overlap(self, src, 0) < 0) {
         return NULL;
     }
     /* torch: copy_ into a tensor with an expanded dim (two elements at one

@@ -569,6 +569,12 @@ def _setitem_mask(input, key, value):
     n = int(m.sum())
     if _bshape(_ints(value.shape), [n] + rest) != tuple([n] + rest):
         return NotImplemented       # eager's shape error
+    si, sv = _sample_of(input), _sample_of(value)
+    if si is not None and sv is not None:
+        try:
+            _C._check_no_overlap(si, sv, True)
+        except RuntimeError:
+            return NotImplemented   # recorded as itself: eager's overlap error
     if n == 0:
         return None
     idx = (_prefix_sum_int(m.to(tp.int64)) - 1).clamp(min=0)
