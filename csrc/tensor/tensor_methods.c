@@ -379,6 +379,14 @@ m_array(PyObject *self, PyObject *args, PyObject *kw)
                                      &dtype, &copy)) {
         return NULL;
     }
+    if (SELF->requires_grad) {
+        /* torch's __array__ is numpy(): np.asarray(w) of a parameter
+         * raises, as w.numpy() does */
+        PyErr_SetString(PyExc_RuntimeError,
+                        "Can't call numpy() on Tensor that requires grad. Use "
+                        "tensor.detach().numpy() instead.");
+        return NULL;
+    }
     arr = stax_tensor_as_array(SELF);
     if (arr == NULL) {
         return NULL;

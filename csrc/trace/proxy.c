@@ -431,7 +431,28 @@ static PyObject *
 pm_numpy(PyObject *self, PyObject *args, PyObject *kw)
 {
     StaxProxy *p = (StaxProxy *)self;
-    PyObject *v = stax_trace_need_data(p), *arr, *lst;
+    PyObject *v, *arr, *lst, *rg, *force = NULL;
+    int grad;
+    /* eager's check on the traced tensor (its sample runs without grad):
+     * numpy() of a tensor that requires grad raises, unless force=True */
+    if (kw != NULL) {
+        force = PyDict_GetItemString(kw, "force");
+    }
+    if (force == NULL || !PyObject_IsTrue(force)) {
+        rg = PyObject_GetAttrString(self, "requires_grad");
+        grad = rg != NULL ? PyObject_IsTrue(rg) : -1;
+        Py_XDECREF(rg);
+        if (grad < 0) {
+            return NULL;
+        }
+        if (grad) {
+            PyErr_SetString(PyExc_RuntimeError,
+                            "Can't call numpy() on Tensor that requires grad. Use "
+                            "tensor.detach().numpy() instead.");
+            return NULL;
+        }
+    }
+    v = stax_trace_need_data(p);
     if (v == NULL) {
         return NULL;
     }
@@ -756,10 +777,18 @@ g_nbytes(PyObject *self, void *c)
     return meta_attr(self, "nbytes");
 }
 
+static int node_requires_grad(PyObject *o, int depth);
+
+/* eager's flag: the sample says it for an input; a computed value's sample
+ * ran without grad, so its history says it (x.requires_grad_().mul(2)) */
 static PyObject *
 g_requires_grad(PyObject *self, void *c)
 {
-    return meta_attr(self, "requires_grad");
+    PyObject *r = meta_attr(self, "requires_grad");
+    if (r == Py_False && node_requires_grad((PyObject *)((StaxProxy *)self)->node, 0)) {
+        Py_SETREF(r, Py_NewRef(Py_True));
+    }
+    return r;
 }
 
 static PyObject *
@@ -972,6 +1001,18 @@ node_requires_grad(PyObject *o, int depth)
     }
     if (n->op == STAX_NODE_PLACEHOLDER || n->op == STAX_NODE_GET_ATTR) {
         return ((StaxTensor *)v)->requires_grad;
+    }
+    if (PyUnicode_Check(n->target)
+        && PyUnicode_CompareWithASCIIString(n->target, "requires_grad_") == 0) {
+        /* x.requires_grad_() / (True): a leaf that requires grad from here */
+        PyObject *flag = PyTuple_Check(n->args) && PyTuple_GET_SIZE(n->args) > 1
+                         ? PyTuple_GET_ITEM(n->args, 1) : NULL;
+        PyObject *kw = n->kwargs != NULL && PyDict_Check(n->kwargs)
+                       ? PyDict_GetItemString(n->kwargs, "requires_grad") : NULL;
+        if (kw != NULL) {
+            flag = kw;
+        }
+        return flag == NULL || PyObject_IsTrue(flag) == 1;
     }
     stax_dtype_t dt = ((StaxTensor *)v)->dtype;
     if (!(dt == STAX_FLOAT16 || dt == STAX_FLOAT32 || dt == STAX_FLOAT64)
