@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+static int half_operands(const stax_op_info *op);
+
 static int
 is_number(PyObject *o)
 {
@@ -234,7 +236,8 @@ f_prim(fctx *f, int prim, fval *x, int n)
          * reduced-precision kernels) */
         for (int i = 0; i < 3; i++) {
             const stax_lval *v = x[i].v;
-            if (!stax_dtype_is_half_like(f->od)) {
+            if (!stax_dtype_is_half_like(f->od) || !half_operands(f->op)) {
+                /* lerp's fma (torch's lerp_vec) reads float32 operands */
                 a[i] = lw_cast(c, v, f->cd);
             }
             else if (v->kind == STAX_LV_CONST) {
@@ -308,7 +311,10 @@ f_case(fctx *f, const stax_sexp *t)
     for (int k = 2; k + 1 < t->n; k += 2) {
         const char *key = t->items[k]->is_list ? "" : t->items[k]->atom;
         int match = 0;
-        if (strcmp(key, "None") == 0) {
+        if (strcmp(key, "_") == 0) {
+            match = 1;      /* any value */
+        }
+        else if (strcmp(key, "None") == 0) {
             match = sel.none;
         }
         else if (sel.str != NULL) {
@@ -361,6 +367,21 @@ f_atom(fctx *f, const char *tok)
                 r.v = lw_cast(f->c, r.v, f->od);
             }
         }
+        return r;
+    }
+    if (strcmp(tok, "$$dtype") == 0) {
+        /* the result dtype's name, for a (case ...) on it: an op whose
+         * torch kernel computes another form in float64 */
+        static PyObject *names[STAX_NUM_DTYPES];
+        if (names[f->od] == NULL) {
+            names[f->od] = PyUnicode_InternFromString(stax_dtype_name(f->od));
+            if (names[f->od] == NULL) {
+                PyErr_Clear();
+                f->why = "no memory for a dtype name";
+                return r;
+            }
+        }
+        r.str = names[f->od];
         return r;
     }
     if (tok[0] == '$') {

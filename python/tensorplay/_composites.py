@@ -920,6 +920,10 @@ def _cumsum_traced(input, dim, *, dtype=None):
         # accumulated in float32 and rounded once, as eager and PyTorch do
         # (a float16 running sum of ones stops at 2048)
         return _cumsum_traced(input.float(), dim).to(input.dtype)
+    if input.dtype == tp.float32:
+        # torch's CPU cumsum accumulates a float32 tensor in double
+        # (at::acc_type): summed in float64, rounded once
+        return _cumsum_traced(input.double(), dim).to(input.dtype)
     nd = input.dim()
     d = dim + nd if dim < 0 else dim
     if d < 0 or d >= nd:

@@ -577,11 +577,23 @@ def _lerp(input, end, weight):
     if rt.kind != "f":
         raise NotImplementedError(f"\"lerp_kernel_scalar\" not implemented for "
                            f"'{_title(rt)}'")
-    a, b = np.asarray(_arr(input), rt), np.asarray(_arr(end), rt)
-    w = np.asarray(_arr(weight), rt)
+    # torch's lerp_vec: in the opmath dtype (float32 for float16), with
+    # c = w (|w| < 0.5) or w - 1 and base = self or end, one fused
+    # multiply-add c * (end - self) + base: float32's fma is exact in
+    # float64 up to the final rounding
+    op = np.dtype(np.float32) if rt == np.float16 else rt
+    a, b = np.asarray(_arr(input), op), np.asarray(_arr(end), op)
+    w = np.asarray(_arr(weight), op)
     _bshape(a, b, w)
-    r = np.where(np.abs(w) < 0.5, a + w * (b - a), b - (b - a) * (1 - w))
-    return _wrap(np.asarray(r, rt), input, end, weight)
+    small = np.abs(w) < 0.5
+    coeff = np.where(small, w, w - np.asarray(1, op))
+    base = np.where(small, a, b)
+    d = b - a
+    if op == np.float32:
+        r = coeff.astype(np.float64) * d.astype(np.float64) + base.astype(np.float64)
+    else:
+        r = coeff * d + base
+    return _wrap(np.asarray(np.asarray(r, op), rt), input, end, weight)
 
 
 @_impl("masked_fill")
@@ -721,12 +733,24 @@ def _erf_np(a):
 
 @_impl("gelu")
 def _gelu(input, *, approximate="none"):
+    # 1 + erf(z) and 1 + tanh(z) cancel for x << 0 (torch's float32 tail
+    # is off by up to 2x there): erfc(-z) and 2 * sigmoid(2z) are the same
+    # values without the cancellation, in float64, rounded once (the
+    # compiled formula computes the same forms)
     a = _act_arr(input, "gelu")
-    if approximate == "none":
-        wide = a.astype(np.float64)
-        r = 0.5 * wide * (1.0 + _erf_np(wide * 0.7071067811865476))
+    wide = a.astype(np.float64)
+    if a.dtype == np.float64 and approximate in ("none", "tanh"):
+        # float64: torch's own form (its tail cancels below ~1e-16 only)
+        if approximate == "none":
+            r = 0.5 * wide * (1.0 + _erf_np(wide * 0.7071067811865476))
+        else:
+            r = 0.5 * wide * (1 + np.tanh(0.7978845608028654
+                                          * (wide + 0.044715 * wide * wide * wide)))
+    elif approximate == "none":
+        r = 0.5 * wide * _arr(_FUNCS["erfc"](_C._ops_wrap(wide * -0.7071067811865476)))
     elif approximate == "tanh":
-        r = 0.5 * a * (1 + np.tanh(0.7978845608028654 * (a + 0.044715 * a * a * a)))
+        z = 1.5957691216057308 * (wide + 0.044715 * wide * wide * wide)
+        r = wide / (1.0 + np.exp(-z))
     else:
         raise RuntimeError(f"approximate argument must be either none or tanh.")
     return _wrap(np.asarray(r, _arr(input).dtype), input)
@@ -1093,11 +1117,13 @@ def _any(input, dim=None, keepdim=False):
 
 
 def _cum_acc(fn, a, d, out):
-    """fn (np.cumsum / np.cumprod) along d with a float16 result accumulated
-    in float32, as PyTorch does: a float16 running sum stops growing at 2048
-    when adding ones (its spacing there is 2)."""
-    if np.dtype(out) == np.float16:
-        return fn(a, axis=d, dtype=np.float32).astype(np.float16)
+    """fn (np.cumsum / np.cumprod) along d accumulated as torch's CPU kernel
+    does (at::acc_type): a float16 result in float32 (a float16 running sum
+    stops growing at 2048 when adding ones), a float32 one in float64, each
+    running value rounded once to the result dtype."""
+    if np.dtype(out) in (np.float16, np.float32):
+        acc = np.float32 if np.dtype(out) == np.float16 else np.float64
+        return fn(a, axis=d, dtype=acc).astype(out)
     return fn(a, axis=d, dtype=out)
 
 

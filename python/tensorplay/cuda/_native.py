@@ -255,8 +255,8 @@ def nonzero(input, *, as_tuple=False):
 # ----------------------------------------------------------------- unique
 
 def unique(input, sorted=True, return_inverse=False, return_counts=False, dim=None):
-    """eager's np.unique of the flattened input: sorted values (NaNs one
-    value, last), the inverse (input's shape), the counts. The sort's
+    """eager's unique of the flattened input: sorted values (each NaN its
+    own value, last, as torch), the inverse (input's shape), the counts. The sort's
     permutation, a "new value" flag per sorted element, its scan (group
     ids, one synchronization for their number), the group starts by
     nonzero, values gathered at the starts, the inverse scattered back."""
@@ -275,9 +275,7 @@ def unique(input, sorted=True, return_inverse=False, return_counts=False, dim=No
             out.append(_empty((0,), tp.int64, input))
         return out[0] if len(out) == 1 else tuple(out)
     sv, perm = _sort_impl(f, 0, False)
-    new = sv[1:] != sv[:-1]
-    if sv.dtype.is_floating_point:
-        new = new & ~(sv[1:].isnan() & sv[:-1].isnan())
+    new = sv[1:] != sv[:-1]         # NaN != NaN: each NaN its own entry
     flag = tp.cat([tp.ones(1, dtype=tp.bool, device=f.device), new])
     starts = nonzero(flag)[:, 0].contiguous()
     out = [sv.index_select(0, starts)]
