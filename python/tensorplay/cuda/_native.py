@@ -295,19 +295,21 @@ _UNIQUE_DIM_MAX_COLUMNS = 1024
 
 def _unique_dim(input, return_inverse, return_counts, dim):
     """eager's np.unique(axis=dim): the slices along dim as rows, sorted
-    lexicographically (one stable sort per column, last column first; NaN
-    greatest), a row unequal to the one before starts a group (NaN equals
-    nothing, so rows holding NaN stay apart, as NumPy's), then as unique's
-    flat path. float16/bfloat16 rows (NumPy orders their NaNs, or bits, its
-    own way), empty input and rows of more than _UNIQUE_DIM_MAX_COLUMNS
-    elements: the host. 1-D input: the flat path (NumPy's, where NaNs are
-    one value)."""
+    lexicographically (one stable sort per column, last column first), a
+    row unequal to the one before starts a group, then as unique's flat
+    path. Input holding NaN (torch's order of such slices is its
+    std::sort's), float16/bfloat16 rows, empty input and rows of more than
+    _UNIQUE_DIM_MAX_COLUMNS elements: the host. 1-D input: the flat path."""
     tp = _tp()
     nd = input.dim()
     d = _wrap_dim(dim, nd)
     if nd == 0 or input.numel() == 0:
         raise _Skip
-    if nd == 1:                          # NumPy's flat path: NaNs are one value
+    if input.is_floating_point() and bool(input.isnan().any()):
+        # slices holding NaN: torch orders them by its std::sort, whose
+        # comparison skips NaN elements (eager emulates it): the host
+        raise _Skip
+    if nd == 1:                          # no NaN: the flat path's order
         return unique(input, True, return_inverse, return_counts)
     if _dt(input) in ("float16", "bfloat16"):
         raise _Skip                      # NumPy orders their NaNs (bits) its own way
