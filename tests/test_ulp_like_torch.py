@@ -16,10 +16,10 @@ units in the last place of the result dtype:
   eager within 0.5 ulp of float64 (asserted <= 1), compiled within 2e-5
   relative in the tail and 16 ulp where |x| <= 3 (the float32 argument's
   rounding); float16 within 1 ulp of torch.
-- prod is left: torch rounds a float16 product to float16 at every step in
-  its vector lanes' order (up to ~7 ulp from the true product); eager is
-  within 0.5 ulp of float64 and compiled rounds per step, both within 10
-  ulp of torch (asserted)."""
+- float16 prod: torch rounds the product to float16 at every step (so
+  65504 * 65504 * 0 is NaN), in its vector lanes' order (up to ~7 ulp from
+  the true product); eager (a pairwise tree) and compiled round per step
+  too: within 12 ulp of torch (asserted), not bit-exact (the order)."""
 import math
 import warnings
 
@@ -136,6 +136,8 @@ def test_float16_prod_within_torchs_rounding():
     x = RNG.uniform(0.5, 1.5, (8, 64)).astype(np.float16)
     want = _torch(lambda x: x.prod(-1), x)
     e, c = _both(lambda x: x.prod(-1), x)
-    ref = np.prod(x.astype(np.float64), -1).astype(np.float16)
-    assert _ulp(e, ref) <= 1
-    assert _ulp(e, want) <= 10 and _ulp(c, want) <= 10
+    assert _ulp(e, want) <= 12 and _ulp(c, want) <= 12
+    big = np.array([[65504, 65504, 0], [0, 3, 0]], np.float16)
+    want = _torch(lambda x: x.prod(-1), big)
+    e, c = _both(lambda x: x.prod(-1), big)
+    assert repr(e.tolist()) == repr(want.tolist()) == repr(c.tolist())   # [nan, 0.0]

@@ -63,6 +63,17 @@ typedef struct {
 
 static fval f_eval(fctx *f, const stax_sexp *t);
 
+/* the rank of a tensor operand (-1: not a tensor) */
+static int
+operand_ndim(fctx *f, PyObject *o)
+{
+    vbuf *v = lw_arg_vb(f->in, o);
+    if (v != NULL) {
+        return v->kind == VB_TENSOR ? v->ndim : -1;
+    }
+    return StaxTensor_Type != NULL && StaxTensor_Check(o) ? ((StaxTensor *)o)->ndim : -1;
+}
+
 static fval
 f_operand(fctx *f, PyObject *o)
 {
@@ -366,6 +377,15 @@ f_atom(fctx *f, const char *tok)
             else if (r.v->dtype != f->od) {
                 r.v = lw_cast(f->c, r.v, f->od);
             }
+        }
+        else if (r.v != NULL && stax_dtype_is_half_like(f->od) && !r.weak
+                 && r.v->kind != STAX_LV_CONST && r.v->dtype != f->od
+                 && !lw_is_float(r.v->dtype) && f->cd != f->od
+                 && !(i == 1 && operand_ndim(f, PyTuple_GET_ITEM(f->bound, i)) == 0)) {
+            /* an integer/bool tensor operand of a float16 result: torch
+             * casts it to float16 first (int32 2**31 - 1 is inf there),
+             * but for a 0-d second operand (its CPU scalar) */
+            r.v = lw_cast(f->c, r.v, f->od);
         }
         return r;
     }

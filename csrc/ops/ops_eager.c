@@ -590,19 +590,31 @@ binary_impl(const stax_op_info *op, PyObject *a, PyObject *b,
     if (half_in && op->id == STAX_OP_POW) {
         half_in = 2;
     }
-    xa = half_in ? half_operand(a, half_in == 2) : operand_array(a, ct, 1);
+    /* a float16 result: torch's TensorIterator casts tensor operands of
+     * other dtypes to float16 first (int32 2**31 - 1 becomes inf, and
+     * inf * 0 NaN), then its kernel computes in float32; a 0-d second
+     * operand is its CPU scalar, read at float32 without the cast */
+    xa = half_in || (ot == STAX_FLOAT16 && StaxTensor_Check(a))
+         ? half_operand(a, half_in == 2) : operand_array(a, ct, 1);
     if (xa == NULL) {
         goto done;
     }
-    xb = half_in ? half_operand(b, half_in == 2) : operand_array(b, ct, 1);
+    xb = half_in || (ot == STAX_FLOAT16 && StaxTensor_Check(b)
+                     && ((StaxTensor *)b)->ndim > 0)
+         ? half_operand(b, half_in == 2) : operand_array(b, ct, 1);
     if (xb == NULL) {
         goto done;
     }
     if (!stax_dtype_is_floating(ct) && (op->id == STAX_OP_FLOOR_DIVIDE
                                         || op->id == STAX_OP_REMAINDER
                                         || op->id == STAX_OP_FMOD)) {
-        /* integer division by zero raises, as in torch */
-        int z = has_zero(xb);
+        /* integer division by zero raises, as in torch (an empty result
+         * divides nothing) */
+        int64_t numel = 1;
+        for (int i = 0; i < nd; i++) {
+            numel *= shape[i];
+        }
+        int z = numel == 0 ? 0 : has_zero(xb);
         if (z < 0) {
             goto done;
         }
@@ -749,6 +761,19 @@ stax_ops_unary(const stax_op_info *op, PyObject *a, StaxTensor *inplace_out)
                         "Negation, the `-` operator, on a bool tensor is not "
                         "supported. If you are trying to invert a mask, use "
                         "the `~` or `logical_not()` operator instead.");
+        return NULL;
+    }
+    else if (x->dtype == STAX_BOOL
+             && (op->id == STAX_OP_ABS || op->id == STAX_OP_CEIL
+                 || op->id == STAX_OP_FLOOR || op->id == STAX_OP_ROUND
+                 || op->id == STAX_OP_TRUNC)) {
+        /* torch has no bool kernel for these */
+        PyErr_Format(PyExc_NotImplementedError, "\"%s%s\" not implemented for 'Bool'",
+                     op->name, op->id == STAX_OP_ABS ? "_cpu" : "_vml_cpu");
+        return NULL;
+    }
+    else if (x->dtype == STAX_BOOL && op->id == STAX_OP_RELU) {
+        PyErr_SetString(PyExc_RuntimeError, "Boolean inputs not supported for relu");
         return NULL;
     }
     else if (op->id == STAX_OP_BITWISE_NOT
@@ -989,6 +1014,9 @@ stax_ops_reduce(const stax_op_info *op, PyObject *const *args,
             odt = acc = STAX_INT64;
         }
         else if (x->dtype == STAX_FLOAT16) {
+            if (op->id == STAX_OP_PROD) {
+                goto notimpl;   /* rounded at every step: the Python path */
+            }
             acc = STAX_FLOAT32;
         }
     }

@@ -874,6 +874,22 @@ def _prod(input, dim=None, keepdim=False, *, dtype=None):
                         f"not {type(dim).__name__}")
     axes = _dims(dim, a.ndim)
     out = _acc_dtype(a, dtype, "prod")
+    if a.dtype == np.float16 and np.dtype(out) == np.float16:
+        # a float16 product rounds to float16 at every step, as torch's
+        # kernel: 65504 * 65504 * 0 is inf * 0 = nan, not 0 (a pairwise
+        # tree: log2(n) rounded products)
+        r = np.moveaxis(a, axes, tuple(range(len(axes)))) if axes else a[None]
+        r = r.reshape((-1,) + r.shape[len(axes) if axes else 1:])
+        if r.shape[0] == 0:
+            r = np.ones((1,) + r.shape[1:], np.float16)
+        while r.shape[0] > 1:
+            h = r.shape[0] // 2
+            p = (r[:h].astype(np.float32) * r[h:2 * h].astype(np.float32)).astype(np.float16)
+            r = np.concatenate([p, r[2 * h:]]) if r.shape[0] % 2 else p
+        r = r[0]
+        if keepdim:
+            r = np.expand_dims(r, axes)
+        return _wrap(np.asarray(r, out), input)
     r = np.prod(a, axis=axes, keepdims=keepdim, dtype=out)
     return _wrap(np.asarray(r, out), input)
 
@@ -1123,7 +1139,10 @@ def _cum_acc(fn, a, d, out):
     running value rounded once to the result dtype."""
     if np.dtype(out) in (np.float16, np.float32):
         acc = np.float32 if np.dtype(out) == np.float16 else np.float64
-        return fn(a, axis=d, dtype=acc).astype(out)
+        r = fn(a, axis=d, dtype=acc)
+        if fn is np.cumsum:
+            r = r + acc(0.0)    # torch's running sum starts at +0: -0.0 + 0 = 0
+        return r.astype(out)
     return fn(a, axis=d, dtype=out)
 
 
