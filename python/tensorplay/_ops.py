@@ -879,7 +879,8 @@ def _prod(input, dim=None, keepdim=False, *, dtype=None):
         # kernel: 65504 * 65504 * 0 is inf * 0 = nan, not 0 (a pairwise
         # tree: log2(n) rounded products)
         r = np.moveaxis(a, axes, tuple(range(len(axes)))) if axes else a[None]
-        r = r.reshape((-1,) + r.shape[len(axes) if axes else 1:])
+        k = len(axes) if axes else 1
+        r = r.reshape((int(np.prod(r.shape[:k], dtype=np.int64)),) + r.shape[k:])
         if r.shape[0] == 0:
             r = np.ones((1,) + r.shape[1:], np.float16)
         while r.shape[0] > 1:
