@@ -472,10 +472,12 @@ def test_store_that_cannot_be_replayed_falls_back_or_raises_under_strict():
 def test_python_int_beyond_64_bits_operand_raises_like_torch():
     # x1.add_(int(1e30)) (an int gate of a huge float): torch raises
     # OverflowError("int too big to convert") instead of computing
-    for f in (lambda: tp.ones(2) + 10 ** 30, lambda: tp.ones(2).add_(10 ** 30),
-              lambda: tp.ones(2) * -(10 ** 30)):
+    for f in (lambda: tp.ones(2) + 10 ** 30, lambda: tp.ones(2).add_(10 ** 30)):
         with pytest.raises(OverflowError, match="int too big to convert"):
             f()
+    # torch 2.13's message for a negative one
+    with pytest.raises(OverflowError, match="can't convert negative int to unsigned"):
+        tp.ones(2) * -(10 ** 30)
     assert _same(tp.ones(2) * (2 ** 62), tp.full((2,), float(2 ** 62)))
 
 
