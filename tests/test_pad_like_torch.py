@@ -2,8 +2,7 @@
 with a length-2 replicate pad was accepted). Every mode over 0-D..5-D
 inputs and pad lengths 0..8, with negative pads: the same shape and values,
 or the same exception type and message; eager, compiled and strict_native
-(non-constant modes are not lowered natively: strict refuses them, the
-error cases raise torch's error in every mode)."""
+(the error cases raise torch's error in every mode)."""
 import warnings
 
 import numpy as np
@@ -90,9 +89,6 @@ def test_pad_errors_compiled_like_torch(strict):
         want = _outcome(lambda x: TF.pad(x, pad, mode=mode), torch.tensor(a))
         f = tp.compile(lambda x: F.pad(x, pad, mode=mode), strict_native=strict)
         got = _outcome(f, tp.tensor(a))
-        if strict and want[0] == "ok" and mode != "constant":
-            assert got[0] == "NativeCompileError"
-            continue
-        assert got == want, (shape, pad, mode)
+        assert got == want, (shape, pad, mode, strict)
     with pytest.raises(RuntimeError, match="doesn't take in value argument"):
         F.pad(tp.ones(2, 3), (1, 1), mode="reflect", value=2.0)
