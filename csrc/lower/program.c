@@ -366,6 +366,27 @@ normalize_result(Program *p, PyObject *r, pbuf_t *b)
     if (!lw_val_info(r, &nd, sz, st, &dt)) {
         return r;   /* not a tensor: kept as an object */
     }
+    int prog_cuda = p->c.be != NULL && p->c.be->device != NULL;
+    if (StaxTensor_Check(r) && stax_tensor_is_cuda((StaxTensor *)r) != prog_cuda) {
+        /* the program's kernels read its buffers on its own device: a host
+         * 0-d tensor (PyTorch lets it meet CUDA tensors) moves there; any
+         * other (a transfer the lowering refuses) is an error, never a
+         * pointer of the other device handed to a kernel */
+        if (prog_cuda && ((StaxTensor *)r)->ndim == 0) {
+            Py_SETREF(r, (PyObject *)stax_tensor_to_device((StaxTensor *)r, STAX_DEV_CUDA));
+            if (r == NULL) {
+                return NULL;
+            }
+        }
+        else {
+            PyErr_Format(PyExc_RuntimeError,
+                         "stax: a fallback step returned a tensor on device '%s' in a "
+                         "program whose kernels run on '%s'",
+                         stax_tensor_device_type((StaxTensor *)r), prog_cuda ? "cuda" : "cpu");
+            Py_DECREF(r);
+            return NULL;
+        }
+    }
     int ok = nd == b->ndim && dt == b->dtype;
     int64_t e = 1;
     for (int d = nd - 1; ok && d >= 0; d--) {

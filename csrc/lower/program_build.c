@@ -1776,6 +1776,108 @@ lower_rule(lw_build *b, PyObject *node, const char *base, const stax_op_info *op
     return rc;
 }
 
+/* the device type of a tensor in val (a tensor, or a tuple/list of them)
+ * that is not the program's own (cuda: be->device set; else the host), or
+ * NULL. host0d: a host 0-d tensor in a device program is not foreign when
+ * it was made on the host (tp.tensor(2.5) and arithmetic on such): PyTorch
+ * lets 0-d CPU tensors meet CUDA tensors, and the program keeps it on the
+ * device (a constant's device copy; program.c moves a fallback's there) */
+static const char *
+foreign_device(PyObject *val, int prog_cuda, int host0d)
+{
+    if (StaxTensor_Check(val)) {
+        StaxTensor *t = (StaxTensor *)val;
+        int cuda = stax_tensor_is_cuda(t);
+        if (cuda == prog_cuda || (prog_cuda && host0d && t->ndim == 0)) {
+            return NULL;
+        }
+        return stax_tensor_device_type(t);
+    }
+    if (PyArray_Check(val)) {
+        return prog_cuda && !(host0d && PyArray_NDIM((PyArrayObject *)val) == 0) ? "cpu" : NULL;
+    }
+    if (PyTuple_Check(val) || PyList_Check(val)) {
+        for (Py_ssize_t k = 0; k < PySequence_Fast_GET_SIZE(val); k++) {
+            const char *d = foreign_device(PySequence_Fast_GET_ITEM(val, k), prog_cuda, host0d);
+            if (d != NULL) {
+                return d;
+            }
+        }
+    }
+    return NULL;
+}
+
+/* A call whose value lives on another device than the program's (y.cpu(),
+ * y.to("cpu"), x.cuda() inside the function): a program runs the kernels of
+ * one device and its buffers live there, so such a value would reach a
+ * kernel as a pointer of the other device (on a GPU: an illegal address
+ * that poisons the CUDA context; on the host: a segfault) or come back on
+ * the wrong device. The whole version is refused natively: it runs eagerly,
+ * and strict_native raises this NativeCompileError naming the transfer. */
+/* 1 when an argument of node (a Node, or one in a tuple/list argument)
+ * has a CUDA tensor value */
+static int
+reads_cuda_value(lw_build *b, PyObject *o, int depth)
+{
+    if (StaxNode_Type != NULL && PyObject_TypeCheck(o, StaxNode_Type)) {
+        PyObject *v = node_val(o, b->vals);
+        int r = v != NULL && StaxTensor_Check(v) && stax_tensor_is_cuda((StaxTensor *)v);
+        Py_XDECREF(v);
+        return r;
+    }
+    if (depth < 2 && (PyTuple_Check(o) || PyList_Check(o))) {
+        for (Py_ssize_t k = 0; k < PySequence_Fast_GET_SIZE(o); k++) {
+            if (reads_cuda_value(b, PySequence_Fast_GET_ITEM(o, k), depth + 1)) {
+                return 1;
+            }
+        }
+    }
+    if (depth < 2 && PyDict_Check(o)) {
+        PyObject *k, *v;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(o, &pos, &k, &v)) {
+            if (reads_cuda_value(b, v, depth + 1)) {
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+static int
+refuse_foreign_device(lw_build *b, PyObject *node, const char *opname, PyObject *val)
+{
+    int prog_cuda = b->c->be->device != NULL;
+    int host0d = 1;
+    if (prog_cuda && val != NULL) {
+        /* a host 0-d value computed from a CUDA one is a transfer
+         * (loss.cpu()): eager gives a CPU tensor */
+        PyObject *a = PyObject_GetAttrString(node, "args");
+        PyObject *kw = a ? PyObject_GetAttrString(node, "kwargs") : NULL;
+        PyErr_Clear();
+        host0d = !((a && reads_cuda_value(b, a, 0)) || (kw && reads_cuda_value(b, kw, 0)));
+        Py_XDECREF(a);
+        Py_XDECREF(kw);
+    }
+    const char *dev = val != NULL ? foreign_device(val, prog_cuda, host0d) : NULL;
+    if (dev == NULL) {
+        return 0;
+    }
+    PyObject *call = user_call(node, opname);
+    PyObject *stack = node_stack(node);
+    PyErr_Clear();
+    PyErr_Format(stax_lower_NativeCompileError,
+                 "%U gives a tensor on device '%s' inside a function compiled for "
+                 "'%s' inputs: a native program runs the kernels of one device, "
+                 "so a device transfer inside the compiled function cannot be "
+                 "compiled natively (move tensors across devices outside it); at %U",
+                 call ? call : Py_None, dev, prog_cuda ? "cuda" : "cpu",
+                 stack ? stack : Py_None);
+    Py_XDECREF(call);
+    Py_XDECREF(stack);
+    return -1;
+}
+
 /* a call node: its op's rule, else (not strict) an eager fallback step */
 static int
 lower_call(lw_build *b, Py_ssize_t i, PyObject *node, vbuf **v)
@@ -1792,6 +1894,9 @@ lower_call(lw_build *b, Py_ssize_t i, PyObject *node, vbuf **v)
         goto done;
     }
     val = node_val(node, b->vals);
+    if (refuse_foreign_device(b, node, opname, val) < 0) {
+        goto done;
+    }
     switch (sym_node_const(b->c, node, call, val, b->vb, b->index, v)) {
     case -1:
         goto done;

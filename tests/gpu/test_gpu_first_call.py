@@ -100,6 +100,81 @@ def f(x):
 x = X(8, 64)
 check(tp.compile(f)(x.cuda()).cpu(), f(x))
 """,
+    # device transfers inside the compiled function (the first scenario's
+    # cause: y.cpu() ran as an eager step of the CUDA program and its host
+    # buffer reached the next kernel): refused natively, so they run
+    # eagerly with eager's values and devices; strict_native names them
+    "to_cpu_inside": """
+def f(x):
+    y = x * 3 + 1
+    return y.to("cpu").sum(0), (y * 2).to(device="cpu")
+x = X(8, 64)
+import warnings
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    a, b = tp.compile(f)(x.cuda())
+wa, wb = f(x)
+assert not a.is_cuda and not b.is_cuda, (a.device, b.device)
+check(a, wa)
+check(b, wb)
+""",
+    "cuda_of_a_cpu_input_inside": """
+def f(x):
+    y = x.cuda() * 2
+    return y + 1, y.sum()
+x = X(8, 64)
+import warnings
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    a, b = tp.compile(f)(x)
+assert a.is_cuda and b.is_cuda
+check(a.cpu(), x * 2 + 1)
+check(b.cpu(), (x * 2).sum())
+""",
+    "cpu_and_cuda_outputs": """
+def f(x):
+    y = tp.relu(x) - 0.5
+    return y, y.cpu() * 2
+x = X(8, 64)
+import warnings
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    for _ in range(2):
+        a, b = tp.compile(f)(x.cuda())
+        assert a.is_cuda and not b.is_cuda
+        check(a.cpu(), tp.relu(x) - 0.5)
+        check(b, (tp.relu(x) - 0.5) * 2)
+""",
+    "strict_names_the_transfer": """
+g = tp.compile(lambda x: (x * 2).cpu().sum(), strict_native=True)
+try:
+    g(X(8, 64).cuda())
+    raise SystemExit("no error")
+except tp._C.NativeCompileError as e:
+    assert "Tensor.cpu()" in str(e) and "device 'cpu'" in str(e), str(e)
+""",
+    "cpu_scalar_tensor_with_cuda": """
+def f(x, s):
+    return x * s + s
+x, s = X(8, 64), tp.tensor(2.5)
+try:
+    want = f(x.cuda(), s)
+except RuntimeError as e:
+    want = e
+import warnings
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    try:
+        got = tp.compile(f)(x.cuda(), s)
+    except RuntimeError as e:
+        got = e
+if isinstance(want, Exception):
+    assert isinstance(got, Exception), got
+else:
+    assert not isinstance(got, Exception), got
+    assert got.is_cuda == want.is_cuda
+    check(got.cpu(), want.cpu())
+""",
     "mixed_devices": """
 f = tp.compile(lambda a, b: a + b)
 try:
