@@ -953,6 +953,8 @@ typedef struct {
     int copy_nodes[64], ncopies;         /* copy_ into a placeholder / constant */
     PyObject *output_t;                  /* owned until moved to p */
     int nph;                             /* placeholders seen */
+    int trace_dev;                       /* the placeholders' sample values: 0
+                                          * none seen, 1 host, 2 cuda */
     /* attention (bs_attention): per node 0, or ATT_SCORES / ATT_PROBS /
      * ATT_ROOT of attention att_of[i] */
     signed char *att_role;
@@ -1847,7 +1849,13 @@ reads_cuda_value(lw_build *b, PyObject *o, int depth)
 static int
 refuse_foreign_device(lw_build *b, PyObject *node, const char *opname, PyObject *val)
 {
-    int prog_cuda = b->c->be->device != NULL;
+    /* against the device the function was traced on (its tensor inputs'
+     * samples), not the back end's: eager CUDA kernels lower a trace over
+     * host stand-ins of their CUDA operands (tensorplay.cuda._eager) */
+    if (b->trace_dev == 0) {
+        return 0;
+    }
+    int prog_cuda = b->trace_dev == 2;
     int host0d = 1;
     if (prog_cuda && val != NULL) {
         /* a host 0-d value computed from a CUDA one is a transfer
@@ -1944,6 +1952,13 @@ bs_lower_nodes(lw_build *b)
         int rc = 0;
         switch (opc) {
         case STAX_NODE_PLACEHOLDER:
+            if (b->trace_dev == 0) {
+                PyObject *pv = node_val(node, b->vals);
+                if (pv != NULL && StaxTensor_Check(pv)) {
+                    b->trace_dev = stax_tensor_is_cuda((StaxTensor *)pv) ? 2 : 1;
+                }
+                Py_XDECREF(pv);
+            }
             v = lower_placeholder(b);
             rc = v == NULL ? -1 : 0;
             break;
