@@ -76,9 +76,12 @@ def test_a_gate_on_a_deferred_cuda_sample_fills_it():
 # computed (TENSORPLAY_CUDA_META=0): on the H200 (02:26 UTC, 2026-12-02) the
 # first one ended in CUDA_ERROR_ILLEGAL_ADDRESS, which leaves the process's
 # CUDA context unusable, so in this process it would fail every later test.
-# The fault came after the trace's last host read, in the compiled call of a
-# function that moves an intermediate to the host (not yet known whether
-# deferred samples play a part: the computed run says).
+# The cause (not the deferred samples: computed ones faulted too): y.cpu()
+# ran as an eager fallback step of the CUDA program, and the next kernel
+# (the sum) read its host buffer as a device pointer. A device transfer
+# inside a compiled function is now refused natively (csrc/lower/
+# program_build.c, refuse_foreign_device): the version runs eagerly, and
+# strict_native raises NativeCompileError naming the call.
 ISOLATED = {
     "item_and_host_copy": """
 def f(x):
