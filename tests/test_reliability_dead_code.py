@@ -107,6 +107,30 @@ def test_first_failing_statement_wins_over_a_later_gate():
         assert str(ei.value) == _outcome(f, [tp.ones(0, 4)])[1]
 
 
+def test_first_failing_statement_wins_over_a_later_raising_write():
+    # fuzz N=20000 (program found at 994a830): layer_norm fails on the size-0
+    # sample, then a setitem on an input raises at once during the trace;
+    # eager stops at layer_norm, so its error is the one raised
+    ln = tp.nn.LayerNorm(3).requires_grad_(False)   # strict: no backward to refuse
+
+    def f(x):
+        v = ln(x.float())
+        x[0] = 2.0
+        return tp.relu(v)
+    for kw in ({}, {"strict_native": True}):
+        _same_as_eager(f, [[tp.randn(3)]], [tp.zeros(0)], **kw)
+    with pytest.raises(RuntimeError, match="normalized_shape"):
+        tp.compile(f)(tp.zeros(0))
+
+
+def test_first_failing_statement_wins_over_a_later_python_raise():
+    def f(x):
+        x.amax((0, 1))                  # dead, fails first
+        raise ValueError("the user's own error, after it")
+    with pytest.raises(IndexError):
+        tp.compile(f)(tp.ones(0, 4))
+
+
 def test_dead_integer_division_is_only_a_check():
     """Keeping the dead division costs its zero-divisor check, not a result:
     a valid call still returns the live value."""

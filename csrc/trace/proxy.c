@@ -101,6 +101,19 @@ first_failure(StaxNode *n)
     return o;
 }
 
+StaxNode *
+stax_trace_first_failed(StaxGraph *g)
+{
+    for (Py_ssize_t i = 0; g != NULL && i < PyList_GET_SIZE(g->nodes); i++) {
+        StaxNode *m = (StaxNode *)PyList_GET_ITEM(g->nodes, i);
+        if (PyDict_GetItemString(m->meta, "sample_error") != NULL
+            && PyDict_GetItemString(m->meta, "sample_error_origin") == NULL) {
+            return m;
+        }
+    }
+    return NULL;
+}
+
 PyObject *
 stax_trace_raise_deferred(StaxNode *n)
 {

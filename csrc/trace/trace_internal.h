@@ -62,6 +62,9 @@ int stax_trace_frame_depth(void);
 /* Raise node n's original sample error (same type and message as eager),
  * with a note naming the node and its source line; returns NULL. */
 PyObject *stax_trace_raise_original(StaxNode *n);
+/* the first node of g whose call failed on the sample (eager stops at it;
+ * a failure inside a try block leaves no node), or NULL; borrowed */
+StaxNode *stax_trace_first_failed(StaxGraph *g);
 /* Set the deferred error of node n (meta['sample_error']); returns NULL. */
 PyObject *stax_trace_raise_deferred(StaxNode *n);
 /* Record a data gate. */

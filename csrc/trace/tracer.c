@@ -609,11 +609,22 @@ run_isolated(StaxTracer *tr, PyObject *fn, PyObject *pargs, PyObject *pkw)
     stax_trace_hooks_remove(hooks);
     Py_CLEAR(hooks);
     if (out == NULL) {
-        /* the user's exception, unchanged */
+        /* the user's exception, unchanged, unless a call before it failed
+         * on the sample: eager stops there (a deferred error the trace
+         * went past), so that error is the one fn raises */
         PyObject *et, *ev, *tb;
+        StaxNode *first = stax_trace_first_failed(tr->graph);
         PyErr_Fetch(&et, &ev, &tb);
         stax_trace_rng_restore(rng);
-        PyErr_Restore(et, ev, tb);
+        if (first != NULL && PyErr_GivenExceptionMatches(et, PyExc_Exception)) {
+            Py_XDECREF(et);
+            Py_XDECREF(ev);
+            Py_XDECREF(tb);
+            stax_trace_raise_original(first);
+        }
+        else {
+            PyErr_Restore(et, ev, tb);
+        }
         goto done;
     }
     stax_trace_rng_restore(rng);
