@@ -1,7 +1,6 @@
 """nn.init, tp.optim (SGD, Adam, AdamW) and lr_scheduler against torch 2.13,
 step for step; and a small MLP trained on scikit-learn's digits with AdamW."""
 import math
-import time
 
 import numpy as np
 import pytest
@@ -214,7 +213,6 @@ def test_mlp_trains_on_digits_with_adamw():
     opt = tp.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=1e-2)
     sched = tp.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=8)
     Xtr, ytr = tp.tensor(X[tr]), tp.tensor(y[tr])
-    t0 = time.perf_counter()
     losses = []
     for epoch in range(8):
         order = rng.permutation(len(tr))
@@ -226,10 +224,8 @@ def test_mlp_trains_on_digits_with_adamw():
             opt.step()
             losses.append(loss.item())
         sched.step()
-    elapsed = time.perf_counter() - t0
     with tp.no_grad():
         pred = model(tp.tensor(X[te])).argmax(1).numpy()
     acc = (pred == y[te]).mean()
     assert losses[-1] < losses[0] / 5
     assert acc >= 0.95, acc
-    assert elapsed < 30, elapsed
