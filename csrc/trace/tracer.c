@@ -615,7 +615,18 @@ run_isolated(StaxTracer *tr, PyObject *fn, PyObject *pargs, PyObject *pkw)
         PyObject *et, *ev, *tb;
         StaxNode *first = stax_trace_first_failed(tr->graph);
         PyErr_Fetch(&et, &ev, &tb);
+        PyErr_NormalizeException(&et, &ev, &tb);
         stax_trace_rng_restore(rng);
+        if (first != NULL && ev != NULL) {
+            /* already that error (raised as itself, or as the cause of the
+             * tracer's "value is needed" wording): keep it */
+            PyObject *se = PyDict_GetItemString(first->meta, "sample_error");
+            PyObject *cause = PyException_GetCause(ev);
+            if (ev == se || cause == se) {
+                first = NULL;
+            }
+            Py_XDECREF(cause);
+        }
         if (first != NULL && PyErr_GivenExceptionMatches(et, PyExc_Exception)) {
             Py_XDECREF(et);
             Py_XDECREF(ev);
