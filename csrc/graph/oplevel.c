@@ -880,6 +880,57 @@ p_any_tensor_arg(PyObject *args, PyObject *mapped)
 /* a view op of the table (or a call that aliased its input on the samples)
  * of the value x: a view step, view.default becoming reshape (a view of a
  * functional value: values, not layout); 0, or -1 with an exception */
+/* the (size, stride, offset) tail of a user's as_strided(x, ...) with the
+ * offset made relative to x's value: the op graph and its lowering read
+ * x's values in C order, which are its storage from x's own offset only
+ * when x is contiguous. Eager's offset is into the storage (None: x's
+ * own), so a non-contiguous x (x.t(), a computed value's transpose) gets
+ * offset -1, which lowering refuses (eager's result then, never C-order
+ * values read as storage). New reference, or NULL with an exception. */
+static PyObject *
+p_as_strided_relative(p_op_ctx *c, PyObject *x, PyObject *tail)
+{
+    PyObject *vx = stax_graph_p_is_node(x) ? stax_graph_p_val(stax_graph_fz_resolve(c, x)) : NULL;
+    PyObject *cont = NULL, *ox = NULL, *rel = NULL, *r = NULL;
+    Py_ssize_t nt = PyTuple_GET_SIZE(tail);
+    if (nt < 2) {
+        Py_INCREF(tail);
+        return tail;
+    }
+    PyObject *off = nt > 2 ? PyTuple_GET_ITEM(tail, 2) : Py_None;
+    int ok = 0;
+    if (p_is_tensor_val(vx) && (off == Py_None || PyLong_Check(off))) {
+        cont = PyObject_CallMethod(vx, "is_contiguous", NULL);
+        ox = cont != NULL ? PyObject_CallMethod(vx, "storage_offset", NULL) : NULL;
+        if (ox == NULL) {
+            goto done;
+        }
+        ok = PyObject_IsTrue(cont) == 1 && PyLong_Check(ox);
+    }
+    if (ok) {
+        rel = off == Py_None ? PyLong_FromLong(0) : PyNumber_Subtract(off, ox);
+        if (rel != NULL && PyLong_AsLongLong(rel) < 0 && !PyErr_Occurred()) {
+            Py_SETREF(rel, PyLong_FromLong(-1));
+        }
+    }
+    else if (off != Py_None && !PyLong_Check(off)) {
+        Py_INCREF(tail);
+        r = tail;
+        goto done;
+    }
+    else {
+        rel = PyLong_FromLong(-1);
+    }
+    if (rel != NULL) {
+        r = PyTuple_Pack(3, PyTuple_GET_ITEM(tail, 0), PyTuple_GET_ITEM(tail, 1), rel);
+    }
+done:
+    Py_XDECREF(cont);
+    Py_XDECREF(ox);
+    Py_XDECREF(rel);
+    return r;
+}
+
 static int
 p_table_view(p_op_ctx *c, PyObject *n, const stax_op_info *info, PyObject *x,
              PyObject *bound)
@@ -895,6 +946,14 @@ p_table_view(p_op_ctx *c, PyObject *n, const stax_op_info *info, PyObject *x,
     Py_DECREF(ckw);
     if (tail == NULL) {
         return -1;
+    }
+    if (info->id == STAX_OP_AS_STRIDED) {
+        PyObject *rt = p_as_strided_relative(c, x, tail);
+        Py_DECREF(tail);
+        if (rt == NULL) {
+            return -1;
+        }
+        tail = rt;
     }
     const char *vname = info->name;
     if (info->id == STAX_OP_VIEW && !strcmp(ovl, "default")) {

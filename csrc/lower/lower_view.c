@@ -544,8 +544,14 @@ view_as_strided(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x, vbuf
     int64_t off = oo != NULL && PyLong_Check(oo) ? PyLong_AsLongLong(oo) : 0;
     PyErr_Clear();
     if (n < 0 || ns != n || n != out->ndim || (oo != NULL && oo != Py_None && !PyLong_Check(oo))
-        || off < 0) {
+        ) {
         UNSUPPORTED("as_strided sizes/strides not understood");
+    }
+    if (off < 0) {
+        /* the op graph's mark (oplevel.c): x is not contiguous, so its
+         * C-order values are not its storage, or the offset lies before
+         * x's first element */
+        UNSUPPORTED("as_strided of a non-contiguous view, or before its input's start (reads storage)");
     }
     int64_t numel = 1, last = off, empty = 0;
     for (int d = 0; d < x->ndim; d++) {

@@ -1915,7 +1915,10 @@ lower_call(lw_build *b, Py_ssize_t i, PyObject *node, vbuf **v)
         break;
     }
     if (lower_rule(b, node, base, op, call, val, v, &why) == 0) {
-        if (b->strict) {
+        if (b->strict || (op != NULL && op->id == STAX_OP_AS_STRIDED)) {
+            /* an eager as_strided step would read its input's C-order
+             * values (a fresh buffer), not the storage eager reads: the
+             * whole version runs eagerly instead (the driver's fallback) */
             strict_error(node, opname ? opname : "?", why ? why : "unsupported");
             goto done;
         }
