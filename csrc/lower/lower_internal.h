@@ -178,6 +178,7 @@ const stax_ix *lw_ix_bin(lw_ctx *c, stax_ix_kind_t k, const stax_ix *a,
 const stax_ix *lw_ix_value(lw_ctx *c, const stax_lval *v);
 const stax_lval *lw_const(lw_ctx *c, stax_dtype_t dt, double f);
 const stax_lval *lw_const_int(lw_ctx *c, stax_dtype_t dt, int64_t i, double f);
+const stax_lval *lw_num_const(lw_ctx *c, stax_dtype_t dt, PyObject *o, double dflt);
 const stax_lval *lw_load(lw_ctx *c, int pbuf, const stax_ix *ix,
                          const stax_lval *mask);
 const stax_lval *lw_cast(lw_ctx *c, const stax_lval *v, stax_dtype_t dt);

@@ -176,7 +176,7 @@ lw_lower_pad(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
     if (np < 0 || np % 2 || np / 2 > x->ndim) {
         UNSUPPORTED("pad widths");
     }
-    double val = lw_num(lw_bound_arg(bound, in->op, "value"), 0.0);
+    PyObject *valo = lw_bound_arg(bound, in->op, "value");
     int64_t numel = 1;
     for (int d = 0; d < x->ndim; d++) {
         numel *= x->sizes[d];
@@ -184,7 +184,7 @@ lw_lower_pad(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
     if (numel == 0) {
         /* nothing to read: all padding (a masked load still needs a
          * readable element 0) */
-        out->body = lw_const(c, out->dtype, val);
+        out->body = lw_num_const(c, out->dtype, valo, 0.0);
         return out->body ? 1 : -1;
     }
     const stax_ix *map[STAX_MAX_DIMS];
@@ -211,7 +211,7 @@ lw_lower_pad(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
         return -1;
     }
     if (m != NULL) {
-        b = lw_prim(c, STAX_PRIM_WHERE, out->dtype, m, masked(c, b, m), lw_const(c, out->dtype, val));
+        b = lw_prim(c, STAX_PRIM_WHERE, out->dtype, m, masked(c, b, m), lw_num_const(c, out->dtype, valo, 0.0));
     }
     out->body = lw_cast(c, b, out->dtype);
     return out->body ? 1 : -1;

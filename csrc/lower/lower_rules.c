@@ -155,6 +155,23 @@ lw_num(PyObject *o, double dflt)
     return v;
 }
 
+/* the constant of dtype dt for Python number o (dflt when absent): an int
+ * into an integral dtype stays exact (not through double) and wraps as
+ * eager's conversion does */
+const stax_lval *
+lw_num_const(lw_ctx *c, stax_dtype_t dt, PyObject *o, double dflt)
+{
+    if (o != NULL && PyLong_Check(o) && !lw_is_float(dt)) {
+        int ovf = 0;
+        long long iv = PyLong_AsLongLongAndOverflow(o, &ovf);
+        if (!ovf && !(iv == -1 && PyErr_Occurred())) {
+            return lw_const_int(c, dt, (int64_t)iv, (double)iv);
+        }
+        PyErr_Clear();
+    }
+    return lw_const(c, dt, lw_num(o, dflt));
+}
+
 /* tril / triu: x where (col - row) <= k (tril) or >= k (triu) over the
  * last two dims, else 0 (the causal mask of attention) */
 static int
@@ -424,9 +441,9 @@ lw_lower_node(lw_ctx *c, struct lw_node_in *in, vbuf **outp, const char **why)
         rc = lw_lower_gather(c, in, bound, out, why);
         break;
     case STAX_LOWER_FILL_LIKE: {
-        double v = id == STAX_OP_ZEROS_LIKE ? 0.0 : id == STAX_OP_ONES_LIKE ? 1.0
-                   : lw_num(lw_bound_arg(bound, op, "fill_value"), 0.0);
-        out->body = lw_const(c, out->dtype, v);
+        out->body = id == STAX_OP_ZEROS_LIKE  ? lw_const(c, out->dtype, 0.0)
+                    : id == STAX_OP_ONES_LIKE ? lw_const(c, out->dtype, 1.0)
+                    : lw_num_const(c, out->dtype, lw_bound_arg(bound, op, "fill_value"), 0.0);
         rc = out->body ? 1 : -1;
         break;
     }
