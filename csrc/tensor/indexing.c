@@ -190,6 +190,41 @@ numpy_key(PyObject *key)
     return r;
 }
 
+/* nk (as numpy_key made it) without an Ellipsis that stands for no dims:
+ * torch counts advanced indices on either side of it as adjacent
+ * (x[:2, i, j, ..., m] keeps the broadcast dims in place), NumPy as
+ * separated (it moves them first). A new reference; NULL with an error. */
+static PyObject *
+drop_empty_ellipsis(StaxTensor *t, PyObject *nk)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(nk), used = 0, ell = -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = PyTuple_GET_ITEM(nk, i);
+        if (o == Py_Ellipsis) {
+            ell = i;
+        }
+        else if (PyArray_Check(o) && PyArray_ISBOOL((PyArrayObject *)o)) {
+            used += PyArray_NDIM((PyArrayObject *)o);
+        }
+        else if (o != Py_None) {
+            used += 1;
+        }
+    }
+    if (ell < 0 || used != t->ndim) {
+        return Py_NewRef(nk);
+    }
+    PyObject *r = PyTuple_New(n - 1);
+    if (r == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0, j = 0; i < n; i++) {
+        if (i != ell) {
+            PyTuple_SET_ITEM(r, j++, Py_NewRef(PyTuple_GET_ITEM(nk, i)));
+        }
+    }
+    return r;
+}
+
 /* torch's bounds error for the integer arrays of an advanced key (nk, as
  * numpy_key made it): "index i is out of bounds for dimension j with size
  * n", j counting the advanced indices before it (torch indexes the
@@ -416,6 +451,9 @@ stax_tensor_getitem(StaxTensor *t, PyObject *key)
         }
     }
     nk = numpy_key(k);
+    if (nk != NULL) {
+        Py_SETREF(nk, drop_empty_ellipsis(t, nk));
+    }
     if (nk != NULL && adv_bounds(t, nk) < 0) {
         goto done;
     }
@@ -509,12 +547,26 @@ stax_tensor_setitem(StaxTensor *t, PyObject *key, PyObject *value)
     if (stax_tensor_check_no_overlap((PyObject *)t, value, 1) < 0) {
         goto done;
     }
-    /* torch's index_put_: the value may not share memory with the
-     * tensor written */
-    if (stax_tensor_check_no_overlap((PyObject *)t, value, 1) < 0) {
-        goto done;
+    {
+        /* the ints select first, as in getitem: x[0, :, i] = v writes the
+         * (3, len(i)) block getitem reads, not NumPy's (len(i), 3) */
+        StaxTensor *t1 = NULL;
+        PyObject *k2 = NULL;
+        int s = select_ints_first(t, k, &t1, &k2);
+        if (s < 0) {
+            goto done;
+        }
+        if (s == 0) {
+            rc = stax_tensor_setitem(t1, k2, value);
+            Py_DECREF(t1);
+            Py_DECREF(k2);
+            goto done;
+        }
     }
     nk = numpy_key(k);
+    if (nk != NULL) {
+        Py_SETREF(nk, drop_empty_ellipsis(t, nk));
+    }
     if (nk != NULL && adv_bounds(t, nk) < 0) {
         goto done;
     }
