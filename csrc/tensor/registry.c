@@ -10,6 +10,7 @@ static const char *const py_names[STAX_PY_COUNT] = {
     [STAX_PY_FUNCTIONAL] = "tensorplay.functional",
     [STAX_PY_OPS] = "tensorplay.ops",
     [STAX_PY_REBUILD_TENSOR] = "tensorplay._tensor._rebuild_tensor",
+    [STAX_PY_REBUILD_ON_DEVICE] = "tensorplay.serialization._rebuild_on_device",
     [STAX_PY_CUDA_DISPATCH] = "tensorplay.cuda._dispatch",
     [STAX_PY_BF16_DISPATCH] = "tensorplay._ops._bf16_dispatch",
     [STAX_PY_CUDA_DEVICE_OP] = "tensorplay.cuda._device_op",

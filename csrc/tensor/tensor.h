@@ -331,6 +331,8 @@ typedef enum {
     STAX_PY_FUNCTIONAL,       /* tensorplay.functional (decompositions) */
     STAX_PY_OPS,              /* tensorplay.ops: tp.ops.<name>.<overload> */
     STAX_PY_REBUILD_TENSOR,   /* tensorplay._tensor._rebuild_tensor (pickle) */
+    STAX_PY_REBUILD_ON_DEVICE, /* tensorplay.serialization._rebuild_on_device
+                                  (pickle of a CUDA tensor) */
     STAX_PY_CUDA_DISPATCH,    /* tensorplay.cuda._dispatch: eager ops on CUDA
                                  tensors (kernels, cuBLAS, host fallback) */
     STAX_PY_BF16_DISPATCH,    /* tensorplay._ops._bf16_dispatch: eager ops

@@ -843,6 +843,36 @@ m_make_subclass(PyObject *unused, PyObject *args, PyObject *kw)
 static PyObject *
 m_reduce_ex(PyObject *self, PyObject *proto)
 {
+    if (stax_tensor_is_cuda(SELF)) {
+        /* a CUDA tensor travels as a host copy and its device name, rebuilt
+         * by tensorplay.serialization._rebuild_on_device: it comes back on
+         * that device, or where the running tp.load's map_location says
+         * (plain pickle and copy.deepcopy take this path too) */
+        PyObject *fn = NULL, *dev = NULL, *res = NULL;
+        StaxTensor *host = stax_tensor_to_device(SELF, STAX_DEV_CPU);
+        if (host != NULL && host->requires_grad) {
+            /* the host copy carries values only; requires_grad travels
+             * separately, as for a CPU tensor */
+            stax_tensor_set_result_requires_grad(host, 0);
+        }
+        fn = host ? Py_XNewRef(stax_py_registered(STAX_PY_REBUILD_ON_DEVICE)) : NULL;
+        dev = fn ? PyUnicode_FromString(stax_tensor_device_str(SELF)) : NULL;
+        if (dev != NULL) {
+            PyObject *rg = SELF->requires_grad ? Py_True : Py_False;
+            if (SELF->dict != NULL && PyDict_GET_SIZE(SELF->dict) > 0) {
+                res = Py_BuildValue("(O(OOOO)O)", fn, (PyObject *)host, dev, rg,
+                                    (PyObject *)Py_TYPE(self), SELF->dict);
+            }
+            else {
+                res = Py_BuildValue("(O(OOOO))", fn, (PyObject *)host, dev, rg,
+                                    (PyObject *)Py_TYPE(self));
+            }
+        }
+        Py_XDECREF(host);
+        Py_XDECREF(fn);
+        Py_XDECREF(dev);
+        return res;
+    }
     /* bfloat16 travels as its (exact) float32 values and the dtype */
     int bf = SELF->dtype == STAX_BFLOAT16;
     StaxTensor *vals = bf ? stax_tensor_to_dtype(SELF, STAX_FLOAT32, 1)

@@ -381,8 +381,9 @@ class Module:
         return self.to(f"cuda:{device}" if isinstance(device, int) else device)
 
     def type(self, dst_type):
-        """Cast every floating parameter and buffer to ``dst_type`` (a dtype)."""
-        return self.to(dst_type)
+        """Cast every parameter and buffer to ``dst_type`` (a dtype), integer
+        buffers too (torch's Module.type, unlike .to(dtype)). Returns self."""
+        return self._apply(lambda t: t if t.dtype == dst_type else t.to(dst_type))
 
     def get_submodule(self, target):
         """The submodule at the dotted path ``target`` ('' is self).
@@ -427,6 +428,10 @@ class Module:
 
     def half(self):
         return self.to(_tp.float16)
+
+    def bfloat16(self):
+        """Cast the floating parameters and buffers to bfloat16. Returns self."""
+        return self.to(_tp.bfloat16)
 
     def cpu(self):
         return self.to("cpu")

@@ -95,7 +95,7 @@ class Adam(Optimizer):
                         continue
                     st = self._state(p)
                     if len(st) == 0:
-                        st["step"] = _tp.tensor(0.0)
+                        st["step"] = _tp.tensor(0.0, device=p.device)  # fused: read on the device
                         st["exp_avg"] = _tp.zeros_like(p)
                         st["exp_avg_sq"] = _tp.zeros_like(p)
                         if ams:
@@ -111,7 +111,7 @@ class Adam(Optimizer):
                 if t is None:
                     continue
                 s = _tp.tensor([1 - lr * wd, (1 - b2 ** t) ** 0.5, -(lr / (1 - b1 ** t))],
-                               dtype=ts[0].dtype)
+                               dtype=ts[0].dtype, device=ts[0].device)
                 fn(s, b1, b2, eps, wd, decoupled, ams, maxim, len(ts) // (6 if ams else 5), *ts)
         return loss
 

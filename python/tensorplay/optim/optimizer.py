@@ -114,7 +114,8 @@ class Optimizer:
 
     def load_state_dict(self, state_dict):
         """Restore state_dict(): groups must match in number and sizes
-        (ValueError otherwise); tensors are copied in the parameters' dtype."""
+        (ValueError otherwise); tensors are copied to the parameters' device and
+        dtype (a "step" keeps its own, except for fused/capturable groups)."""
         groups = state_dict["param_groups"]
         if len(groups) != len(self.param_groups):
             raise ValueError("loaded state dict has a different number of parameter groups")
@@ -129,9 +130,16 @@ class Optimizer:
                 if st is None:
                     continue
                 new = {}
+                fused = g.get("fused") or g.get("capturable")
                 for k, v in st.items():
+                    # torch's policy: state follows its parameter's device (a
+                    # step counter only for fused/capturable steps, which
+                    # read it on the device), values also its dtype
                     if isinstance(v, _C.Tensor):
-                        v = v.clone() if k == "step" else v.to(p.dtype).clone()
+                        if k == "step":
+                            v = (v.to(device=p.device) if fused else v).clone()
+                        else:
+                            v = v.to(device=p.device, dtype=p.dtype).clone()
                     else:
                         v = copy.deepcopy(v)
                     new[k] = v

@@ -83,6 +83,6 @@ class SGD(Optimizer):
                         ts.append(st["momentum_buffer"])
                 if not ts:
                     continue
-                s = _tp.tensor([-lr], dtype=ts[0].dtype)
+                s = _tp.tensor([-lr], dtype=ts[0].dtype, device=ts[0].device)
                 fn(s, mom, damp, wd, nest, maxim, bool(first), len(ts) // (3 if mom != 0 else 2), *ts)
         return loss
