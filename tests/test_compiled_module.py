@@ -75,11 +75,11 @@ def test_compiled_module_forward_matches_and_is_compiled():
     cm = tp.compile(m)
     x = tp.randn(5, 4)
     with tp.no_grad():
-        np.testing.assert_allclose(cm(x).numpy(), m.forward(x).numpy(), rtol=1e-6)
+        np.testing.assert_allclose(cm(x).numpy(), m.forward(x).numpy(), rtol=1e-5, atol=1e-6)  # float32: compiled GEMM sums in another order
         assert len(cm.versions) == 1
         assert cm.stats()["fallbacks"] == 0
         m.scale = 1.0        # a guarded attribute of the original: a new version
-        np.testing.assert_allclose(cm(x).numpy(), m.forward(x).numpy(), rtol=1e-6)
+        np.testing.assert_allclose(cm(x).numpy(), m.forward(x).numpy(), rtol=1e-5, atol=1e-6)  # float32: compiled GEMM sums in another order
         assert len(cm.versions) == 2
 
 
@@ -111,7 +111,7 @@ def test_forward_hooks_match_torch():
     handles[0].remove()
     with tp.no_grad(), torch.no_grad():
         r = m(tp.tensor(x)).numpy()
-    np.testing.assert_allclose(r, (m.forward(tp.tensor(x) * 2)).detach().numpy(), rtol=1e-6)
+    np.testing.assert_allclose(r, (m.forward(tp.tensor(x) * 2)).detach().numpy(), rtol=1e-5, atol=1e-6)  # float32: compiled GEMM sums in another order
 
 
 def test_pre_hook_with_kwargs_and_errors():
@@ -145,7 +145,7 @@ def test_module_compile_in_place():
         ref = x
         for _ in range(3):
             ref = tp.cat([m.forward(ref), ref[:, :1]], 1)
-        np.testing.assert_allclose(y.numpy(), ref.numpy(), rtol=1e-6)
+        np.testing.assert_allclose(y.numpy(), ref.numpy(), rtol=1e-5, atol=1e-6)  # float32: compiled GEMM sums in another order
     cf = m._compiled_call_impl
     assert cf.stats()["eager_calls"] == 0 and len(cf.versions) >= 1
     assert list(m.state_dict()) == ["fc.weight", "fc.bias"]
@@ -159,4 +159,4 @@ def test_compiled_module_gradients():
     g = m.weight.grad.numpy().copy()
     m.zero_grad()
     m(x).sum().backward()
-    np.testing.assert_allclose(g, m.weight.grad.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(g, m.weight.grad.numpy(), rtol=1e-5, atol=1e-6)  # float32: compiled GEMM sums in another order
