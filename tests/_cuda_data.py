@@ -1,6 +1,7 @@
-"""Test inputs shared by the CUDA kernels' host-run tests (tests/test_cuda_kernels_host.py,
-tests/test_cuda_gpuops_host.py) and their GPU twins (tests/gpu/test_cuda_native_ops.py,
-tests/gpu/test_cuda_gpuops.py): the same values and rules on both sides."""
+"""Test inputs and checks shared by the CUDA kernels' host-run tests
+(tests/test_cuda_kernels_host.py, tests/test_cuda_gpuops_host.py) and their GPU
+twins (tests/gpu/test_cuda_native_ops.py, tests/gpu/test_cuda_gpuops.py): the
+same values and rules on both sides."""
 import numpy as np
 
 import tensorplay as tp
@@ -84,3 +85,54 @@ def index_keys():
         (slice(None, None, 2), tp.tensor([], dtype=tp.int64)),
         (tp.tensor([[0], [4]]), tp.tensor([1, 2, 3]), tp.tensor([0])),
     ]
+
+
+def same_host(got, want):
+    """got equals want exactly (shape, dtype, values, NaN where NaN)"""
+    assert tuple(got.shape) == tuple(want.shape), (got.shape, want.shape)
+    assert got.dtype == want.dtype, (got.dtype, want.dtype)
+    g, w = got, want
+    if str(got.dtype).endswith("bfloat16"):
+        g, w = got.float(), want.float()
+    assert np.array_equal(g.numpy(), w.numpy(), equal_nan=True), (g, w)
+
+
+def same_on_cuda(got, want, tol=None):
+    """got (CUDA) equals want (CPU): exactly, or within tol for floats;
+    tuples and lists element by element"""
+    if isinstance(want, (tuple, list)):
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            same_on_cuda(g, w, tol)
+        return
+    assert got.is_cuda, "result left the device"
+    assert tuple(got.shape) == tuple(want.shape), (got.shape, want.shape)
+    assert got.dtype == want.dtype, (got.dtype, want.dtype)
+    g, w = got.cpu(), want
+    if str(w.dtype).endswith("bfloat16"):
+        g, w = g.float(), w.float()
+    g, w = g.numpy(), w.numpy()
+    if tol is None or g.dtype.kind in "biu":
+        assert np.array_equal(g, w, equal_nan=True), (g, w)
+    else:
+        np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64),
+                                   rtol=tol, atol=tol, equal_nan=True)
+
+
+class on_device:
+    """asserts the ops named ran without a host fallback (tp.cuda.host_fallbacks()
+    counts them) inside the block"""
+
+    def __init__(self, *names):
+        self.names = names
+
+    def __enter__(self):
+        self.before = dict(tp.cuda.host_fallbacks())
+        return self
+
+    def __exit__(self, *exc):
+        if exc[0] is None:
+            tp.cuda.synchronize()
+            after = tp.cuda.host_fallbacks()
+            for n in self.names:
+                assert after.get(n, 0) == self.before.get(n, 0), f"{n} ran on the host"

@@ -22,6 +22,8 @@ import shutil
 import subprocess
 import tempfile
 
+import pytest
+
 import tensorplay as tp
 from tensorplay.cuda import _kernels as K
 
@@ -132,3 +134,10 @@ def emulated():
         yield
     finally:
         K.set_launcher(prev)
+
+
+@pytest.fixture
+def emu():
+    """a test's body runs with the kernels emulated on the host"""
+    with emulated():
+        yield

@@ -13,24 +13,11 @@ from tensorplay import _C
 from tensorplay.cuda import _eager, _kernels as K, _native as N
 
 import _cuda_emu as E
+from _cuda_emu import emu  # noqa: F401  (the fixture)
 from _cuda_data import SPECIAL, cuda_int_rule, data, index_keys, tricky_doubles
+from _cuda_data import same_host as same
 
 needs_gxx = pytest.mark.skipif(not E.needs_gxx, reason="g++ runs the kernels on the host")
-
-
-@pytest.fixture
-def emu():
-    with E.emulated():
-        yield
-
-
-def same(got, want):
-    assert tuple(got.shape) == tuple(want.shape), (got.shape, want.shape)
-    assert got.dtype == want.dtype, (got.dtype, want.dtype)
-    g, w = got, want
-    if K.dtype_name(got.dtype) == "bfloat16":
-        g, w = got.float(), want.float()
-    assert np.array_equal(g.numpy(), w.numpy(), equal_nan=True), (g, w)
 
 
 # ------------------------------------------------------------ cuBLAS GemmEx

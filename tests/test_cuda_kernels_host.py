@@ -29,23 +29,8 @@ needs_nvrtc = pytest.mark.skipif(not _C.nvrtc_available(),
                                  reason="libnvrtc not found (pip install nvidia-cuda-nvrtc-cu12)")
 needs_gxx = pytest.mark.skipif(not E.needs_gxx, reason="g++ runs the kernels on the host")
 
-
-@pytest.fixture
-def emu():
-    with E.emulated():
-        yield
-
-
-from _cuda_data import data  # noqa: E402  (shared with the other side)
-
-
-def same(got, want):
-    assert tuple(got.shape) == tuple(want.shape), (got.shape, want.shape)
-    assert got.dtype == want.dtype, (got.dtype, want.dtype)
-    g, w = got, want
-    if K.dtype_name(got.dtype) == "bfloat16":
-        g, w = got.float(), want.float()
-    assert np.array_equal(g.numpy(), w.numpy(), equal_nan=True), (g, w)
+from _cuda_emu import emu  # noqa: E402,F401  (the fixture)
+from _cuda_data import data, same_host as same  # noqa: E402  (shared with the other side)
 
 
 ALL = [tp.float32, tp.float64, tp.float16, tp.bfloat16, tp.int8, tp.uint8, tp.int16,

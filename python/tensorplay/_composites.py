@@ -59,15 +59,21 @@ def _check_t(x, fname, argname, pos):
                         f"Tensor, not {type(x).__name__}")
 
 
-def _convnd(input, weight, bias, stride, padding, dilation, groups, nd):
-    """conv1d (nd=1, as a conv2d of height 1), conv2d and conv3d."""
-    name = f"conv{nd}d"
-    F = _F()
+def _check_conv_args(input, weight, name, nd):
+    """torch's TypeErrors for a non-tensor input/weight and its RuntimeError
+    for an input that is neither (C, *sp) nor (N, C, *sp) with nd spatial dims."""
     _check_t(input, name, "input", 1)
     _check_t(weight, name, "weight", 2)
     if input.dim() not in (nd + 1, nd + 2):
         raise RuntimeError(f"Expected {nd + 1}D (unbatched) or {nd + 2}D (batched) input "
                            f"to {name}, but got input of size: {list(input.shape)}")
+
+
+def _convnd(input, weight, bias, stride, padding, dilation, groups, nd):
+    """conv1d (nd=1, as a conv2d of height 1), conv2d and conv3d."""
+    name = f"conv{nd}d"
+    F = _F()
+    _check_conv_args(input, weight, name, nd)
     if weight.dim() != nd + 2:
         raise RuntimeError(f"weight should have at least three dimensions" if nd == 1 else
                            f"Expected {nd + 2}-dimensional weight for "
@@ -246,11 +252,7 @@ def _conv_transposend(input, weight, bias, stride, padding, output_padding, grou
     and its in/out channels swapped per group."""
     name = f"conv_transpose{nd}d"
     F = _F()
-    _check_t(input, name, "input", 1)
-    _check_t(weight, name, "weight", 2)
-    if input.dim() not in (nd + 1, nd + 2):
-        raise RuntimeError(f"Expected {nd + 1}D (unbatched) or {nd + 2}D (batched) input "
-                           f"to {name}, but got input of size: {list(input.shape)}")
+    _check_conv_args(input, weight, name, nd)
     if weight.dim() != nd + 2:
         raise RuntimeError(f"Expected {nd + 2}-dimensional weight for {name}, but got "
                            f"{weight.dim()}-dimensional weight of size "

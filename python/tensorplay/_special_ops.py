@@ -899,12 +899,9 @@ def _bucketize_traced(self, boundaries, *, out_int32=False, right=False):
 
 # ================================================================ Tensor.unfold
 
-def unfold(self, dimension, size, step):
-    """Tensor.unfold(dimension, size, step) -> a view with dim `dimension`
-    of size (n - size) // step + 1 and a new last dim of `size`: the
-    windows self[..., i*step : i*step + size, ...]. RuntimeError: size
-    above the dim's size, size < 0, step <= 0; IndexError: dim out of
-    range."""
+def _unfold_check(self, dimension, size, step):
+    """(the wrapped dim, its size) for Tensor.unfold, with torch's
+    RuntimeErrors for a size above the dim's, size < 0 and step <= 0."""
     nd = self.dim()
     d = _wrap_dim(dimension, nd)
     n = int(self.shape[d]) if nd else 1
@@ -915,6 +912,17 @@ def unfold(self, dimension, size, step):
         raise RuntimeError(f"size is {size} but must be >= 0")
     if step <= 0:
         raise RuntimeError(f"step is {step} but must be > 0")
+    return d, n
+
+
+def unfold(self, dimension, size, step):
+    """Tensor.unfold(dimension, size, step) -> a view with dim `dimension`
+    of size (n - size) // step + 1 and a new last dim of `size`: the
+    windows self[..., i*step : i*step + size, ...]. RuntimeError: size
+    above the dim's size, size < 0, step <= 0; IndexError: dim out of
+    range."""
+    nd = self.dim()
+    d, n = _unfold_check(self, dimension, size, step)
     st = list(self.stride()) if nd else []
     sh = [int(s) for s in self.shape]
     if nd == 0:
@@ -944,15 +952,7 @@ def _unfold_traced(self, dimension, size, step):
     elements in C order (not the storage), so the windows are taken from
     the contiguous layout of self's shape."""
     nd = self.dim()
-    d = _wrap_dim(dimension, nd)
-    n = int(self.shape[d]) if nd else 1
-    if size > n:
-        raise RuntimeError(f"maximum size for tensor at dimension {d} is {n} but size is "
-                           f"{size}")
-    if size < 0:
-        raise RuntimeError(f"size is {size} but must be >= 0")
-    if step <= 0:
-        raise RuntimeError(f"step is {step} but must be > 0")
+    d, n = _unfold_check(self, dimension, size, step)
     sh = [int(v) for v in self.shape]
     if nd == 0:
         return self.reshape(1)

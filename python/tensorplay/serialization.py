@@ -60,10 +60,9 @@ def safe_globals(safe_globals):
         del _user_safe[n:]
 
 
-def _rebuild_on_device(cpu, device, requires_grad, cls):
-    """Unpickle a tensor saved from ``device``: move it there (or where the
-    running load's map_location sends it)."""
-    t = cpu.to(_map_device(device))
+def _as_class(t, requires_grad, cls):
+    """t (a fresh tensor object) as a ``cls`` (Tensor, Parameter or another
+    Tensor subclass) that requires grad as saved."""
     if cls is not _tp.Tensor:
         from tensorplay.nn import Parameter
         if cls is Parameter:
@@ -74,6 +73,13 @@ def _rebuild_on_device(cpu, device, requires_grad, cls):
     return t
 
 
+def _rebuild_on_device(cpu, device, requires_grad, cls):
+    """Unpickle a tensor saved from ``device``: move it there (or where the
+    running load's map_location sends it)."""
+    t = cpu.to(_map_device(device))
+    return _as_class(t, requires_grad, cls)
+
+
 def _rebuild_cpu(*args):
     """_tensor._rebuild_tensor, then map_location (a CPU tensor's saved device is 'cpu')."""
     from tensorplay._tensor import _rebuild_tensor
@@ -81,14 +87,7 @@ def _rebuild_cpu(*args):
     dev = _map_device("cpu")
     if str(dev) == "cpu":
         return t
-    from tensorplay.nn import Parameter
-    rg = t.requires_grad
-    moved = t.detach().to(dev)
-    if type(t) is Parameter:
-        return Parameter(moved, rg)
-    if type(t) is not _tp.Tensor:
-        return _tp.Tensor._make_subclass(type(t), moved, rg)
-    return moved.requires_grad_(rg) if rg else moved
+    return _as_class(t.detach().to(dev), t.requires_grad, type(t))
 
 
 _map_stack = []
@@ -118,14 +117,7 @@ def _alias(base, requires_grad, cls):
     ``base`` when saved (state_dict()'s detached tied weights): a new
     tensor object sharing base's memory, as torch's shared storages load."""
     t = base.detach()
-    if cls is not _tp.Tensor:
-        from tensorplay.nn import Parameter
-        if cls is Parameter:
-            return Parameter(t, requires_grad)
-        return _tp.Tensor._make_subclass(cls, t, requires_grad)
-    if requires_grad:
-        t.requires_grad_(True)
-    return t
+    return _as_class(t, requires_grad, cls)
 
 
 class _Pickler(pickle.Pickler):

@@ -16,45 +16,7 @@ pytestmark = pytest.mark.skipif(not tp.cuda.is_available(),
                                 reason="needs an NVIDIA GPU and its driver (libcuda)")
 
 from _cuda_data import SPECIAL, cuda_int_rule, data, index_keys, tricky_doubles  # noqa: E402
-
-
-def same(got, want, tol=None):
-    if isinstance(want, (tuple, list)):
-        assert len(got) == len(want)
-        for g, w in zip(got, want):
-            same(g, w, tol)
-        return
-    assert got.is_cuda, "result left the device"
-    assert tuple(got.shape) == tuple(want.shape), (got.shape, want.shape)
-    assert got.dtype == want.dtype, (got.dtype, want.dtype)
-    g, w = got.cpu(), want
-    if str(w.dtype).endswith("bfloat16"):
-        g, w = g.float(), w.float()
-    g, w = g.numpy(), w.numpy()
-    if tol is None or g.dtype.kind in "biu":
-        assert np.array_equal(g, w, equal_nan=True), (g, w)
-    else:
-        np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64),
-                                   rtol=tol, atol=tol, equal_nan=True)
-
-
-class on_device:
-    """no host fallback for the ops named, and nothing new served by the
-    host through the tensor room's hook"""
-
-    def __init__(self, *names):
-        self.names = names
-
-    def __enter__(self):
-        self.before = dict(tp.cuda.host_fallbacks())
-        return self
-
-    def __exit__(self, *exc):
-        if exc[0] is None:
-            tp.cuda.synchronize()
-            after = tp.cuda.host_fallbacks()
-            for n in self.names:
-                assert after.get(n, 0) == self.before.get(n, 0), f"{n} ran on the host"
+from _cuda_data import on_device, same_on_cuda as same  # noqa: E402
 
 
 # ------------------------------------------------------------ cuBLAS GemmEx

@@ -19,50 +19,11 @@ pytestmark = pytest.mark.skipif(not tp.cuda.is_available(),
                                 reason="needs an NVIDIA GPU and its driver (libcuda)")
 
 
-from _cuda_data import data  # noqa: E402  (shared with the other side)
-
-
-def same(got, want, tol=None):
-    """got (CUDA) equals want (CPU): exactly, or within tol for floats"""
-    if isinstance(want, (tuple, list)):
-        assert len(got) == len(want)
-        for g, w in zip(got, want):
-            same(g, w, tol)
-        return
-    assert got.is_cuda, "result left the device"
-    assert tuple(got.shape) == tuple(want.shape), (got.shape, want.shape)
-    assert got.dtype == want.dtype, (got.dtype, want.dtype)
-    g, w = got.cpu(), want
-    if str(w.dtype).endswith("bfloat16"):
-        g, w = g.float(), w.float()
-    g, w = g.numpy(), w.numpy()
-    if tol is None or g.dtype.kind in "biu":
-        assert np.array_equal(g, w, equal_nan=True), (g, w)
-    else:
-        np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64),
-                                   rtol=tol, atol=tol, equal_nan=True)
+from _cuda_data import data, on_device, same_on_cuda as same  # noqa: E402  (shared)
 
 
 def cu(t):
     return t.cuda()
-
-
-class on_device:
-    """asserts the ops named ran without a host fallback"""
-
-    def __init__(self, *names):
-        self.names = names
-
-    def __enter__(self):
-        self.before = dict(tp.cuda.host_fallbacks())
-        return self
-
-    def __exit__(self, *exc):
-        if exc[0] is None:
-            tp.cuda.synchronize()
-            after = tp.cuda.host_fallbacks()
-            for n in self.names:
-                assert after.get(n, 0) == self.before.get(n, 0), f"{n} ran on the host"
 
 
 ALL = [tp.float32, tp.float64, tp.float16, tp.bfloat16, tp.int8, tp.uint8, tp.int16,

@@ -1,11 +1,9 @@
 """nn.Conv3d and nn.ConvTranspose1d/2d/3d, with torch's parameters
 (weight (C_out, C_in/groups, k...) for Conv3d, (C_in, C_out/groups, k...)
 for the transposed ones; bias (C_out,)), init and state_dict keys."""
-import math
-
 import tensorplay as _tp
 import tensorplay.functional as F
-from tensorplay.nn.modules import Parameter, _ConvNd, _ntuple
+from tensorplay.nn.modules import _ConvNd, _check_conv_groups, _ntuple
 
 __all__ = ["Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"]
 
@@ -26,12 +24,7 @@ class _ConvTransposeNd(_ConvNd):
             raise ValueError(f'Only "zeros" padding mode is supported for '
                              f'{type(self).__name__}')
         nd = self._nd
-        if groups <= 0:
-            raise ValueError("groups must be a positive integer")
-        if in_channels % groups != 0:
-            raise ValueError("in_channels must be divisible by groups")
-        if out_channels % groups != 0:
-            raise ValueError("out_channels must be divisible by groups")
+        _check_conv_groups(in_channels, out_channels, groups)
         # _ConvNd builds (out, in/g, k...); the transposed weight is
         # (in, out/g, k...): build it here and skip the base's parameters
         _tp.nn.Module.__init__(self)
@@ -45,25 +38,7 @@ class _ConvTransposeNd(_ConvNd):
         self.groups = groups
         self.padding_mode = padding_mode
         self.transposed = True
-        kw = {} if dtype is None else {"dtype": dtype}
-        self.weight = Parameter(_tp.empty(in_channels, out_channels // groups,
-                                          *self.kernel_size, **kw))
-        if bias:
-            self.bias = Parameter(_tp.empty(out_channels, **kw))
-        else:
-            self.register_parameter("bias", None)
-        self.reset_parameters()
-
-    def reset_parameters(self):
-        """torch's default: weight kaiming_uniform_(a=sqrt(5)); bias
-        U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with the weight's fan_in, which
-        for (C_in, C_out/groups, k...) is C_out/groups * prod(k)."""
-        from tensorplay.nn import init
-        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
-        if self.bias is not None:
-            fan_in = (self.out_channels // self.groups) * math.prod(self.kernel_size)
-            bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
-            init.uniform_(self.bias, -bound, bound)
+        self._make_parameters((in_channels, out_channels // groups), bias, dtype)
 
     def _output_padding(self, input, output_size):
         nd = self._nd
@@ -98,21 +73,6 @@ class _ConvTransposeNd(_ConvNd):
         fn = (F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d)[self._nd - 1]
         return fn(input, self.weight, self.bias, self.stride, self.padding, op, self.groups,
                   self.dilation)
-
-    def extra_repr(self):
-        s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
-             f"stride={self.stride}")
-        if self.padding != (0,) * self._nd:
-            s += f", padding={self.padding}"
-        if self.dilation != (1,) * self._nd:
-            s += f", dilation={self.dilation}"
-        if self.output_padding != (0,) * self._nd:
-            s += f", output_padding={self.output_padding}"
-        if self.groups != 1:
-            s += f", groups={self.groups}"
-        if self.bias is None:
-            s += ", bias=False"
-        return s
 
 
 class ConvTranspose1d(_ConvTransposeNd):

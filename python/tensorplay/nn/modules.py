@@ -399,12 +399,18 @@ class Module:
                 raise AttributeError("`" + item + "` is not an nn.Module")
         return mod
 
-    def get_parameter(self, target):
-        """The Parameter at the dotted path ``target`` (AttributeError otherwise)."""
+    def _owner_of(self, target):
+        """(the submodule holding the dotted path ``target``, the last name),
+        AttributeError when the submodule lacks that attribute."""
         path, _, name = target.rpartition(".")
         mod = self.get_submodule(path)
         if not hasattr(mod, name):
             raise AttributeError(type(mod).__name__ + " has no attribute `" + name + "`")
+        return mod, name
+
+    def get_parameter(self, target):
+        """The Parameter at the dotted path ``target`` (AttributeError otherwise)."""
+        mod, name = self._owner_of(target)
         p = getattr(mod, name)
         if not isinstance(p, Parameter):
             raise AttributeError("`" + name + "` is not an nn.Parameter")
@@ -412,10 +418,7 @@ class Module:
 
     def get_buffer(self, target):
         """The buffer at the dotted path ``target`` (AttributeError otherwise)."""
-        path, _, name = target.rpartition(".")
-        mod = self.get_submodule(path)
-        if not hasattr(mod, name):
-            raise AttributeError(type(mod).__name__ + " has no attribute `" + name + "`")
+        mod, name = self._owner_of(target)
         if name not in mod._buffers:
             raise AttributeError("`" + name + "` is not a buffer")
         return getattr(mod, name)
@@ -1046,12 +1049,7 @@ class _ConvNd(Module):
                  dtype=None):
         super().__init__()
         nd = self._nd
-        if groups <= 0:
-            raise ValueError("groups must be a positive integer")
-        if in_channels % groups != 0:
-            raise ValueError("in_channels must be divisible by groups")
-        if out_channels % groups != 0:
-            raise ValueError("out_channels must be divisible by groups")
+        _check_conv_groups(in_channels, out_channels, groups)
         if isinstance(padding, str):
             if padding not in ("same", "valid"):
                 raise ValueError(f"Invalid padding string {padding!r}, should be one of "
@@ -1070,22 +1068,28 @@ class _ConvNd(Module):
         self.dilation = _ntuple(dilation, nd)
         self.groups = groups
         self.padding_mode = padding_mode
+        self._make_parameters((out_channels, in_channels // groups), bias, dtype)
+
+    def _make_parameters(self, weight_channels, bias, dtype):
+        """weight (*weight_channels, *kernel_size), bias (out_channels,) or
+        None, then torch's initialization."""
         kw = {} if dtype is None else {"dtype": dtype}
-        self.weight = Parameter(_tp.empty(out_channels, in_channels // groups,
-                                          *self.kernel_size, **kw))
+        self.weight = Parameter(_tp.empty(*weight_channels, *self.kernel_size, **kw))
         if bias:
-            self.bias = Parameter(_tp.empty(out_channels, **kw))
+            self.bias = Parameter(_tp.empty(self.out_channels, **kw))
         else:
             self.register_parameter("bias", None)
         self.reset_parameters()
 
     def reset_parameters(self):
         """torch's default: weight kaiming_uniform_(a=sqrt(5)), bias
-        U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = in/groups * prod(kernel)."""
+        U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with the weight's fan_in =
+        weight.shape[1] * prod(kernel): in/groups * prod(kernel) for a
+        convolution, out/groups * prod(kernel) for a transposed one."""
         from tensorplay.nn import init
         init.kaiming_uniform_(self.weight, a=math.sqrt(5))
         if self.bias is not None:
-            fan_in = (self.in_channels // self.groups) * math.prod(self.kernel_size)
+            fan_in = int(self.weight.shape[1]) * math.prod(self.kernel_size)
             bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
             init.uniform_(self.bias, -bound, bound)
 
@@ -1106,11 +1110,23 @@ class _ConvNd(Module):
             s += f", padding={self.padding}"
         if self.dilation != (1,) * self._nd:
             s += f", dilation={self.dilation}"
+        if getattr(self, "output_padding", (0,) * self._nd) != (0,) * self._nd:
+            s += f", output_padding={self.output_padding}"
         if self.groups != 1:
             s += f", groups={self.groups}"
         if self.bias is None:
             s += ", bias=False"
         return s
+
+
+def _check_conv_groups(in_channels, out_channels, groups):
+    """torch's _ConvNd checks of groups against the channel counts."""
+    if groups <= 0:
+        raise ValueError("groups must be a positive integer")
+    if in_channels % groups != 0:
+        raise ValueError("in_channels must be divisible by groups")
+    if out_channels % groups != 0:
+        raise ValueError("out_channels must be divisible by groups")
 
 
 def _ntuple(v, n):

@@ -38,6 +38,32 @@ def generate_square_subsequent_mask(sz, device=None, dtype=None):
     return _tp.triu(_tp.full((sz, sz), float("-inf"), **kw), diagonal=1)
 
 
+def _build_layer(layer, cross, d_model, nhead, dim_feedforward, dropout, activation,
+                 layer_norm_eps, batch_first, norm_first, bias, dtype):
+    """The submodules of an encoder layer, or with cross=True a decoder
+    layer (multihead_attn, norm3, dropout3), made in torch's order: the
+    same random initialization and state_dict key order."""
+    n = 3 if cross else 2
+
+    def attention():
+        return MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
+                                  batch_first=batch_first, dtype=dtype)
+
+    layer.self_attn = attention()
+    if cross:
+        layer.multihead_attn = attention()
+    layer.linear1 = Linear(d_model, dim_feedforward, bias=bias, dtype=dtype)
+    layer.dropout = Dropout(dropout)
+    layer.linear2 = Linear(dim_feedforward, d_model, bias=bias, dtype=dtype)
+    layer.norm_first = norm_first
+    for i in range(1, n + 1):
+        setattr(layer, f"norm{i}", LayerNorm(d_model, eps=layer_norm_eps, bias=bias,
+                                             dtype=dtype))
+    for i in range(1, n + 1):
+        setattr(layer, f"dropout{i}", Dropout(dropout))
+    layer.activation = _activation(activation)
+
+
 class TransformerEncoderLayer(Module):
     """torch.nn.TransformerEncoderLayer(d_model, nhead, dim_feedforward=2048,
     dropout=0.1, activation=relu, layer_norm_eps=1e-5, batch_first=False,
@@ -50,17 +76,8 @@ class TransformerEncoderLayer(Module):
                  layer_norm_eps=1e-05, batch_first=False, norm_first=False, bias=True,
                  device=None, dtype=None):
         super().__init__()
-        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
-                                            batch_first=batch_first, dtype=dtype)
-        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, dtype=dtype)
-        self.dropout = Dropout(dropout)
-        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, dtype=dtype)
-        self.norm_first = norm_first
-        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype)
-        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype)
-        self.dropout1 = Dropout(dropout)
-        self.dropout2 = Dropout(dropout)
-        self.activation = _activation(activation)
+        _build_layer(self, False, d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps,
+                     batch_first, norm_first, bias, dtype)
 
     def forward(self, src, src_mask=None, src_key_padding_mask=None, is_causal=False):
         x = src
@@ -93,21 +110,8 @@ class TransformerDecoderLayer(Module):
                  layer_norm_eps=1e-05, batch_first=False, norm_first=False, bias=True,
                  device=None, dtype=None):
         super().__init__()
-        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
-                                            batch_first=batch_first, dtype=dtype)
-        self.multihead_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
-                                                 batch_first=batch_first, dtype=dtype)
-        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, dtype=dtype)
-        self.dropout = Dropout(dropout)
-        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, dtype=dtype)
-        self.norm_first = norm_first
-        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype)
-        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype)
-        self.norm3 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype)
-        self.dropout1 = Dropout(dropout)
-        self.dropout2 = Dropout(dropout)
-        self.dropout3 = Dropout(dropout)
-        self.activation = _activation(activation)
+        _build_layer(self, True, d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps,
+                     batch_first, norm_first, bias, dtype)
 
     def forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
                 memory_key_padding_mask=None, tgt_is_causal=False, memory_is_causal=False):
