@@ -298,6 +298,9 @@ journal_hook(StaxTensor *t, int after)
     StaxTracer *tr = journal_tr;
     PyObject *key, *et, *ev, *tb;
     int has;
+    if (tr != NULL && !after) {
+        stax_trace_lazy_before_write(tr, t);
+    }
     if (tr == NULL || t->storage->serial >= tr->serial0) {
         return;     /* not tracing, or a storage of the trace's own */
     }

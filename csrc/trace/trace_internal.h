@@ -35,6 +35,15 @@ struct StaxTracer {
     PyObject *lazy;          /* deferred samples (trace_lazy.c), NULL when
                                 every node runs on the sample at once:
                                 storage address -> how to fill it */
+    PyObject *lazy_args;     /* deferred nodes that read tensors held by
+                                reference: node -> (args, kwargs) as sample
+                                values, each tensor an alias of what it
+                                viewed when the node was recorded */
+    PyObject *lazy_reads;    /* set: storage addresses those nodes read; a
+                                write to one first fills every deferred
+                                sample (isolation.c's write hook) */
+    PyObject *lazy_error;    /* a fill the write hook could not make (the
+                                hook cannot raise): raised when fn returns */
     PyObject *symenv;        /* dynamic shapes: the driver's ShapeEnv
                                 (compiler/_symbolic.py), or NULL */
     int active;
@@ -149,6 +158,16 @@ int stax_trace_lazy_any(StaxTracer *tr, PyObject *o);
  * backward slice of what is asked: Algorithm 3.1's slice), or all. */
 int stax_trace_force(StaxTracer *tr, PyObject *o);
 int stax_trace_force_all(StaxTracer *tr);
+/* Node n, deferred, reads tensors held by reference (constants) among its
+ * sample arguments va/vk: keep aliases of every tensor leaf (a later
+ * `.data =` cannot change what the fill reads) and note their storages
+ * (a write to one fills every deferred sample first). */
+int stax_trace_lazy_reads(StaxTracer *tr, StaxNode *n, PyObject *va,
+                          PyObject *vk);
+/* The write hook's part: t's storage is about to be written outside the
+ * graph; when a deferred node reads it, fill every deferred sample now.
+ * Never raises (a failure is kept in tr->lazy_error). */
+void stax_trace_lazy_before_write(StaxTracer *tr, StaxTensor *t);
 /* Run node n's call on `va`/`vk` (sample values) under no_grad: new
  * reference or NULL. */
 PyObject *stax_trace_call_node(StaxNode *n, PyObject *va, PyObject *vk);

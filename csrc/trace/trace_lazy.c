@@ -261,13 +261,21 @@ static int
 fill_from_node(StaxTracer *tr, StaxNode *n, Py_ssize_t leaf, StaxTensor *dst)
 {
     PyObject *va = NULL, *vk = NULL, *res = NULL, *src, *da = NULL,
-             *sa = NULL;
+             *sa = NULL, *kept;
     Py_ssize_t i = leaf;
     int rc = -1;
-    va = stax_graph_map_arg(n->args, node_val, NULL);
-    vk = va ? (n->kwargs ? stax_graph_map_arg(n->kwargs, node_val, NULL)
-                         : PyDict_New())
-            : NULL;
+    kept = tr->lazy_args != NULL
+               ? PyDict_GetItemWithError(tr->lazy_args, (PyObject *)n) : NULL;
+    if (kept != NULL) {
+        va = Py_NewRef(PyTuple_GET_ITEM(kept, 0));
+        vk = Py_NewRef(PyTuple_GET_ITEM(kept, 1));
+    }
+    else if (!PyErr_Occurred()) {
+        va = stax_graph_map_arg(n->args, node_val, NULL);
+        vk = va ? (n->kwargs ? stax_graph_map_arg(n->kwargs, node_val, NULL)
+                             : PyDict_New())
+                : NULL;
+    }
     if (vk == NULL || stax_trace_force(tr, va) < 0
         || stax_trace_force(tr, vk) < 0) {
         goto done;
@@ -350,4 +358,78 @@ done:
     Py_DECREF(e);
     Py_DECREF(key);
     return rc;
+}
+
+/* an alias of tensor leaf o: the same storage and geometry, whatever the
+ * tensor object o views later (`o.data = ...` swaps its storage) */
+static PyObject *
+alias_leaf(PyObject *o, void *ctx)
+{
+    StaxTensor *t = (StaxTensor *)o;
+    (void)ctx;
+    if (!stax_trace_is_tensor(o)) {
+        return NULL;
+    }
+    return (PyObject *)stax_tensor_view(t, t->ndim, t->sizes, t->strides,
+                                        t->offset);
+}
+
+int
+stax_trace_lazy_reads(StaxTracer *tr, StaxNode *n, PyObject *va, PyObject *vk)
+{
+    PyObject *a = NULL, *k = NULL, *pair = NULL;
+    int rc = -1, grad = stax_grad_enabled();
+    if (tr->lazy_args == NULL || tr->lazy_reads == NULL) {
+        return 0;
+    }
+    stax_set_grad_enabled(0);
+    a = stax_graph_map_leaves(va, 1, alias_leaf, NULL);
+    k = a ? stax_graph_map_leaves(vk, 1, alias_leaf, NULL) : NULL;
+    stax_set_grad_enabled(grad);
+    pair = k ? PyTuple_Pack(2, a, k) : NULL;
+    if (pair != NULL && PyDict_SetItem(tr->lazy_args, (PyObject *)n, pair) == 0
+        && stax_trace_storage_keys(va, tr->lazy_reads) == 0
+        && stax_trace_storage_keys(vk, tr->lazy_reads) == 0) {
+        rc = 0;
+    }
+    Py_XDECREF(a);
+    Py_XDECREF(k);
+    Py_XDECREF(pair);
+    return rc;
+}
+
+void
+stax_trace_lazy_before_write(StaxTracer *tr, StaxTensor *t)
+{
+    PyObject *key, *et, *ev, *tb;
+    int has;
+    if (tr == NULL || tr->lazy == NULL || tr->lazy_reads == NULL
+        || PySet_GET_SIZE(tr->lazy_reads) == 0 || PyDict_GET_SIZE(tr->lazy) == 0) {
+        return;
+    }
+    PyErr_Fetch(&et, &ev, &tb);
+    key = PyLong_FromVoidPtr(t->storage);
+    has = key != NULL ? PySet_Contains(tr->lazy_reads, key) : -1;
+    Py_XDECREF(key);
+    if (has > 0) {
+        /* every deferred node reads what its operands held when it was
+         * recorded: fill them all before the write (the set is emptied
+         * first: the fills' own writes land in new storages) */
+        if (PySet_Clear(tr->lazy_reads) < 0 || stax_trace_force_all(tr) < 0) {
+            has = -1;
+        }
+    }
+    if (has < 0 && tr->lazy_error == NULL) {
+        PyObject *ft, *fv, *ftb;
+        PyErr_Fetch(&ft, &fv, &ftb);
+        PyErr_NormalizeException(&ft, &fv, &ftb);
+        if (fv != NULL && ftb != NULL) {
+            PyException_SetTraceback(fv, ftb);
+        }
+        tr->lazy_error = fv;
+        Py_XDECREF(ft);
+        Py_XDECREF(ftb);
+    }
+    PyErr_Clear();
+    PyErr_Restore(et, ev, tb);
 }

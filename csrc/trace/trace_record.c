@@ -412,11 +412,10 @@ sample_deferred(StaxTracer *tr, StaxNode *n, PyObject *args,
 {
     PyObject *callable = NULL, *cargs = NULL, *res;
     int grad, ok;
+    /* a constant held by reference may change behind the tracer: the fill
+     * reads aliases of it, and a write to it fills first */
+    int consts = has_tensor_leaf(args) || (kwargs != NULL && has_tensor_leaf(kwargs));
     *keep_first = 0;
-    if (has_tensor_leaf(args) || (kwargs != NULL && has_tensor_leaf(kwargs))) {
-        /* a constant held by reference may change behind the tracer */
-        return 0;
-    }
     if (n->op == STAX_NODE_CALL_METHOD) {
         PyObject *self = PyTuple_GET_SIZE(va) > 0 ? PyTuple_GET_ITEM(va, 0) : NULL;
         ok = self != NULL && stax_trace_is_tensor(self) && PyUnicode_Check(n->target)
@@ -449,13 +448,16 @@ sample_deferred(StaxTracer *tr, StaxNode *n, PyObject *args,
         }
         if (res != Py_NotImplemented) {
             int rc = PyDict_SetItemString(n->meta, "val", res) < 0
-                     || stax_trace_lazy_result(tr, n, res, NULL) < 0 ? -1 : 1;
+                     || stax_trace_lazy_result(tr, n, res, NULL) < 0
+                     || (consts && stax_trace_lazy_reads(tr, n, va, vk) < 0) ? -1 : 1;
             Py_DECREF(res);
             return rc;
         }
         Py_DECREF(res);
     }
-    *keep_first = copies_first_operand(n);
+    /* run now: filling a view of a deferred operand runs the node again,
+     * on its constants' values of that later time */
+    *keep_first = !consts && copies_first_operand(n);
     return 0;
 }
 

@@ -45,6 +45,9 @@ tracer_traverse(StaxTracer *self, visitproc visit, void *arg)
     Py_VISIT(self->unrecorded);
     Py_VISIT(self->mutations);
     Py_VISIT(self->lazy);
+    Py_VISIT(self->lazy_args);
+    Py_VISIT(self->lazy_reads);
+    Py_VISIT(self->lazy_error);
     Py_VISIT(self->symenv);
     return 0;
 }
@@ -64,6 +67,9 @@ tracer_clear(StaxTracer *self)
     Py_CLEAR(self->unrecorded);
     Py_CLEAR(self->mutations);
     Py_CLEAR(self->lazy);
+    Py_CLEAR(self->lazy_args);
+    Py_CLEAR(self->lazy_reads);
+    Py_CLEAR(self->lazy_error);
     Py_CLEAR(self->symenv);
     return 0;
 }
@@ -125,6 +131,9 @@ tracer_new(void)
     tr->unrestorable = 0;
     tr->mutations = PyDict_New();
     tr->lazy = NULL;
+    tr->lazy_args = NULL;
+    tr->lazy_reads = NULL;
+    tr->lazy_error = NULL;
     tr->symenv = NULL;
     tr->active = 0;
     PyObject_GC_Track(tr);
@@ -605,6 +614,14 @@ run_isolated(StaxTracer *tr, PyObject *fn, PyObject *pargs, PyObject *pkw)
     stax_trace_journal_begin(tr, &jsaved);
     out = PyObject_Call(fn, pargs, pkw);
     stax_trace_journal_end(tr, jsaved);
+    if (tr->lazy_error != NULL) {
+        /* a deferred sample the write hook had to fill failed: eager
+         * raised that error where the node ran */
+        Py_CLEAR(out);
+        PyErr_Clear();
+        PyErr_SetObject((PyObject *)Py_TYPE(tr->lazy_error), tr->lazy_error);
+        Py_CLEAR(tr->lazy_error);
+    }
     current = prev;
     stax_trace_hooks_remove(hooks);
     Py_CLEAR(hooks);
@@ -769,7 +786,9 @@ stax_trace_run(PyObject *fn, PyObject *a, PyObject *kw, PyObject *names, int laz
     tr = tracer_new();
     versions = PyList_New(0);
     if (tkw == NULL || tr == NULL || versions == NULL
-        || (lazy && (tr->lazy = PyDict_New()) == NULL)) {
+        || (lazy && ((tr->lazy = PyDict_New()) == NULL
+                     || (tr->lazy_args = PyDict_New()) == NULL
+                     || (tr->lazy_reads = PySet_New(NULL)) == NULL))) {
         goto done;
     }
     if (symenv != NULL && symenv != Py_None) {
