@@ -551,3 +551,32 @@ def test_stores_update_the_size_index_instead_of_scanning(cdir):
     info = tp.compiler.cache_info()
     assert info["store_scans"] == scans0 + 1
     assert int(idx.read_text()) == info["bytes"]
+
+
+_NVRTC = textwrap.dedent("""
+    import json, sys
+    sys.path.insert(0, TESTS)
+    import tensorplay as tp
+    from _nvrtc import nvrtc_compile
+    def f(x, w):
+        return (tp.relu(x + w) * 2).sum(-1)
+    _, progs = nvrtc_compile(f, tp.ones(64, 128), tp.ones(64, 128))
+    h, m, c = tp.compiler._cache.counters()
+    ks = [k for p in progs for k in p.kernels]
+    print(json.dumps({"hits": h, "misses": m, "compiles": c,
+                      "ptx": [k.ptx if hasattr(k, "ptx") else None for k in ks],
+                      "source": [k.source for k in ks]}))
+""")
+
+
+@pytest.mark.skipif(not tp._C.nvrtc_available(), reason="libnvrtc not found")
+def test_nvrtc_kernels_are_cached_across_processes(tmp_path):
+    # the NVRTC back end's object (PTX here, the device's CUBIN for CUDA
+    # tensors: tests/gpu/test_gpu_cache.py) is stored and loaded like LLVM's
+    env = {"TENSORPLAY_CACHE_DIR": str(tmp_path / "c")}
+    script = f"TESTS = {os.path.dirname(os.path.abspath(__file__))!r}\n" + _NVRTC
+    a, _ = _run(env, script=script)
+    b, err = _run(dict(env, TENSORPLAY_LOGS="cache"), script=script)
+    assert a["misses"] >= 1 and a["compiles"] == a["misses"]
+    assert (b["hits"], b["misses"], b["compiles"]) == (a["misses"], 0, 0)
+    assert "hit " in err and b["source"] == a["source"]

@@ -306,8 +306,10 @@ handle_new(stax_backend *be, const stax_kernel *k, const char *entry,
         if (stax_nvrtc_device_arch(arch, sizeof(arch)) < 0) {
             goto error;
         }
-        h->cubin = stax_nvrtc_compile_source(PyUnicode_AsUTF8(h->source),
-                                             h->name, arch, NULL);
+        h->cubin = image != NULL && PyBytes_Check(image)
+                       ? Py_NewRef(image)    /* the compile cache's CUBIN */
+                       : stax_nvrtc_compile_source(PyUnicode_AsUTF8(h->source),
+                                                   h->name, arch, NULL);
         if (h->cubin == NULL
             || stax_cuda_module_function(PyBytes_AS_STRING(h->cubin), h->name,
                                          &h->module, &h->fn) < 0) {
@@ -387,10 +389,14 @@ nvrtc_compile_kernel(stax_backend *be, const stax_kernel *k,
 }
 
 /* The compile cache (lower_cache.c): the object is "PTX1", the entry
- * point's name and a NUL, then the PTX. The entry point is the name the
- * kernel had when it was compiled: a kernel with the same loop IR under
- * another name (another function) launches it by that name. */
+ * point's name and a NUL, then the PTX; for the resident back end (CUDA
+ * tensors) "CBN1", the name, a NUL, then the CUBIN NVRTC built for the
+ * device's arch (the tag names it: another GPU is another key). The entry
+ * point is the name the kernel had when it was compiled: a kernel with the
+ * same loop IR under another name (another function) launches it by that
+ * name. */
 static const char ptx_magic[4] = {'P', 'T', 'X', '1'};
+static const char cubin_magic[4] = {'C', 'B', 'N', '1'};
 
 static const char *
 nvrtc_cache_tag(stax_backend *be)
@@ -404,6 +410,15 @@ nvrtc_cache_tag(stax_backend *be)
         return NULL;
     }
     Py_DECREF(v);
+    if (cfg->resident) {
+        char arch[32];
+        if (stax_nvrtc_device_arch(arch, sizeof(arch)) < 0) {
+            return NULL;
+        }
+        snprintf(tag, sizeof tag, "NVRTC %d.%d; arch %s; CUBIN; row unroll %s%s", major,
+                 minor, arch, stax_nvrtc_unroll_tag(), stax_nvrtc_knob_tag());
+        return tag;
+    }
     snprintf(tag, sizeof tag, "NVRTC %d.%d; arch %s; PTX; row unroll %s%s", major,
              minor, cfg->arch, stax_nvrtc_unroll_tag(), stax_nvrtc_knob_tag());
     return tag;
@@ -415,12 +430,20 @@ nvrtc_compile_object(stax_backend *be, const stax_kernel *k, const char *sym,
 {
     nvrtc_handle *h = handle_new(be, k, NULL, NULL, source);
     Py_ssize_t n = 0;
-    const char *ptx;
+    const char *ptx, *magic = ptx_magic;
     (void)sym;
     if (h == NULL) {
         return NULL;
     }
-    ptx = h->ptx != NULL && PyUnicode_Check(h->ptx) ? PyUnicode_AsUTF8AndSize(h->ptx, &n) : NULL;
+    if (h->cubin != NULL && PyBytes_Check(h->cubin)) {
+        ptx = PyBytes_AS_STRING(h->cubin);
+        n = PyBytes_GET_SIZE(h->cubin);
+        magic = cubin_magic;
+    }
+    else {
+        ptx = h->ptx != NULL && PyUnicode_Check(h->ptx)
+                  ? PyUnicode_AsUTF8AndSize(h->ptx, &n) : NULL;
+    }
     if (ptx == NULL) {
         PyErr_Clear();
         return h;     /* nothing to store (no PTX): *object stays NULL */
@@ -432,7 +455,7 @@ nvrtc_compile_object(stax_backend *be, const stax_kernel *k, const char *sym,
         return NULL;
     }
     char *p = PyBytes_AS_STRING(*object);
-    memcpy(p, ptx_magic, 4);
+    memcpy(p, magic, 4);
     memcpy(p + 4, h->name, ln + 1);
     memcpy(p + 4 + ln + 1, ptx, (size_t)n);
     return h;
@@ -443,16 +466,20 @@ nvrtc_load_object(stax_backend *be, const stax_kernel *k, const char *sym,
                   const char *data, size_t n)
 {
     const char *end = data + n, *name = data + 4, *nul;
+    const nvrtc_config *cfg = be->state;
     PyObject *image;
     void *h;
     (void)sym;
     nul = n > 4 ? memchr(name, 0, (size_t)(end - name)) : NULL;
-    if (n < 5 || memcmp(data, ptx_magic, 4) != 0 || nul == NULL
-        || (size_t)(nul - name) >= sizeof(((nvrtc_handle *)0)->name)) {
-        PyErr_SetString(PyExc_ValueError, "not a PTX object of the NVRTC back end");
+    if (n < 5 || memcmp(data, cfg->resident ? cubin_magic : ptx_magic, 4) != 0
+        || nul == NULL || (size_t)(nul - name) >= sizeof(((nvrtc_handle *)0)->name)) {
+        PyErr_Format(PyExc_ValueError, "not a %s object of the NVRTC back end",
+                     cfg->resident ? "CUBIN" : "PTX");
         return NULL;
     }
-    image = PyUnicode_DecodeUTF8(nul + 1, (Py_ssize_t)(end - nul - 1), "strict");
+    image = cfg->resident
+                ? PyBytes_FromStringAndSize(nul + 1, (Py_ssize_t)(end - nul - 1))
+                : PyUnicode_DecodeUTF8(nul + 1, (Py_ssize_t)(end - nul - 1), "strict");
     if (image == NULL) {
         return NULL;
     }
@@ -709,6 +736,9 @@ static stax_backend nvrtc_cuda_backend = {
     .free = nvrtc_free,
     .supports_op = nvrtc_supports_op,
     .kernel_fn = NULL,
+    .cache_tag = nvrtc_cache_tag,
+    .compile_object = nvrtc_compile_object,
+    .load_object = nvrtc_load_object,
     .state = &resident_config,
     .caps = STAX_BE_NO_ZERO_DIV_CHECK | STAX_BE_DEVICE_INDEX_CHECK,
     .device = "cuda",
