@@ -171,8 +171,29 @@ p_is_const_tensor_node(PyObject *o, double v)
     if (opc == P_GET_ATTR) {
         /* a captured constant tensor: every element equal to v */
         PyObject *val = stax_graph_p_val(o), *num = PyFloat_FromDouble(v);
-        PyObject *eq = val && num ? PyObject_RichCompare(val, num, Py_EQ)
-                                  : NULL;
+        PyObject *eq = NULL, *nd = NULL, *ix = NULL, *e0 = NULL, *c0 = NULL;
+        /* its first element first: almost every constant is answered
+         * without comparing all of it (a full-size compare of a weight
+         * held by reference was O(data) on the first call) */
+        nd = val && num ? PyObject_GetAttrString(val, "ndim") : NULL;
+        Py_ssize_t d = nd && PyLong_Check(nd) ? PyLong_AsSsize_t(nd) : -1;
+        ix = d >= 0 ? PyTuple_New(d) : NULL;
+        for (Py_ssize_t i = 0; ix != NULL && i < d; i++) {
+            PyTuple_SET_ITEM(ix, i, PyLong_FromLong(0));
+        }
+        e0 = ix ? PyObject_GetItem(val, ix) : NULL;
+        c0 = e0 ? PyObject_RichCompare(e0, num, Py_EQ) : NULL;
+        int first = c0 ? PyObject_IsTrue(c0) : 1;   /* empty: the full check */
+        Py_XDECREF(nd);
+        Py_XDECREF(ix);
+        Py_XDECREF(e0);
+        Py_XDECREF(c0);
+        PyErr_Clear();
+        if (first == 0) {
+            Py_XDECREF(num);
+            return 0;
+        }
+        eq = val && num ? PyObject_RichCompare(val, num, Py_EQ) : NULL;
         PyObject *all = eq ? PyObject_CallMethod(eq, "all", NULL) : NULL;
         int r = all ? PyObject_IsTrue(all) : 0;
         Py_XDECREF(num);
