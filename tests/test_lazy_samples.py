@@ -55,6 +55,17 @@ FNS = {
                                                             w[:2].reshape(2, 6)[0].expand(2, 6),
                                                             1e-5),
                                        tp.native_layer_norm(x.half(), [6], None, None, 1e-5)),
+    "safe_softmax": lambda x, w: (tp._safe_softmax(x, -1), tp._safe_softmax(x.t(), 0),
+                                  tp._safe_softmax(x.masked_fill(w > 0, float("-inf")), 1)),
+    "batch_norm": lambda x, w: (F.batch_norm(x, w[0], w[1].abs()),
+                                F.batch_norm(x.reshape(2, 6, 2), w[0], w[1].abs(), w[2], w[3]),
+                                F.batch_norm(x.t().reshape(2, 3, 4), w[0, :3], w[1, :3].abs(),
+                                             eps=1e-3),
+                                F.batch_norm(x.t(), w[0, :4], w[1, :4].abs())),
+    "unfold": lambda x, w: (F.unfold(x.reshape(1, 2, 3, 4), 2),
+                            F.unfold(x.reshape(2, 3, 4), (2, 1), padding=1, stride=(1, 2)),
+                            F.unfold(x.reshape(1, 1, 4, 6), 3, dilation=[1, 2]),
+                            F.unfold(x.t().reshape(1, 2, 3, 4), 2)),
 }
 
 
@@ -234,7 +245,13 @@ def test_config_lazy_samples_off_computes_every_sample():
     "F.linear(x, w)", "F.linear(x, w.t(), w[0])", "x @ w", "F.layer_norm(x, (4,))",
     "F.layer_norm(x, (6,), w[:, 0])", "F.softmax(x, 2)", "F.gelu(x, approximate='bogus')",
     "F.linear(x.long(), w.t().long())", "F.softmax(x)", "x.masked_fill(w, 1.0)",
-    "x[:1].masked_fill(w > 0, 1.0)", "x.masked_fill(w > 0, w[0, 0])"])
+    "x[:1].masked_fill(w > 0, 1.0)", "x.masked_fill(w > 0, w[0, 0])",
+    "tp._safe_softmax(x, 2)", "tp._safe_softmax(x, 0, tp.float64)",
+    "F.batch_norm(x, w[0, :3], w[1])", "F.batch_norm(x, None, None)",
+    "F.batch_norm(x[0], w[0], w[1])",
+    "F.unfold(x, 2)", "F.unfold(x.reshape(1, 1, 4, 6), 5)", "F.unfold(x.reshape(1, 1, 4, 6), 0)",
+    "F.unfold(x.reshape(1, 1, 4, 6), 2, padding=-1)", "F.unfold(x.reshape(1, 1, 4, 6), 2.0)",
+    "F.unfold(x.reshape(0, 4, 6), 2)"])
 def test_composite_errors_and_warnings_are_eagers(expr):
     """A meta rule only vouches for calls eager runs cleanly; anything else
     runs eagerly, so the error (or warning) is eager's own."""
@@ -383,3 +400,39 @@ def test_identity_check_of_a_constant_compares_one_element_unless_it_matches(fil
         assert full == []
     else:
         assert len(full) >= 1           # a match is still checked in full
+
+
+def test_a_conv_net_computes_no_sample_when_traced():
+    # the ResNet pattern (conv through unfold, batch_norm in eval, relu,
+    # pooling by mean, linear): every node's sample is deferred but views'
+    # (issue 17 item 2: unfold and batch_norm ran at full size)
+    nn = tp.nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.b1 = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8)
+            self.c2, self.b2 = nn.Conv2d(8, 8, 3, stride=2, padding=1), nn.BatchNorm2d(8)
+            self.fc = nn.Linear(8, 10)
+
+        def forward(self, x):
+            y = F.relu(self.b1(self.c1(x)))
+            y = F.relu(self.b2(self.c2(y)))
+            return self.fc(y.mean((2, 3)))
+
+    m = Net().eval()
+    x = tp.randn(4, 3, 16, 16)
+    with tp.no_grad():
+        tr = _trace(m, (x,), True)
+        want = m(x)
+        got = tp.compile(m)(x)
+    nodes = {n.name: n for n in tr.graph_module.graph.nodes}
+    computed = [e for e in tr.eager_samples
+                if not isinstance(nodes[e].meta.get("val"), tp.Tensor)
+                or nodes[e].meta["val"].untyped_storage().data_ptr()
+                not in {a.meta["val"].untyped_storage().data_ptr()
+                        for a in nodes[e].all_input_nodes
+                        if isinstance(a.meta.get("val"), tp.Tensor)}]
+    assert computed == []
+    assert _trace(m, (x,), False).eager_samples == ()
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-5)

@@ -600,6 +600,105 @@ meta_matmul_shape(PyObject *b, const StaxTensor *x, int64_t *shape)
 }
 
 static int
+meta_safe_softmax_ok(PyObject *b, const StaxTensor *x)
+{
+    /* (self, dim, dtype) */
+    PyObject *d = PyTuple_GET_ITEM(b, 1);
+    long dim;
+    if (!PyLong_CheckExact(d) || PyTuple_GET_ITEM(b, 2) != Py_None || x->ndim < 1) {
+        return 0;
+    }
+    dim = PyLong_AsLong(d);
+    if (dim == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return dim >= -x->ndim && dim < x->ndim;
+}
+
+/* batch_norm in evaluation mode (training=False: no running statistics
+ * written): x's shape and dtype, every per-channel tensor given with C
+ * elements (eager's checks); a strided x keeps NumPy's layout in eager */
+static int
+meta_batch_norm_ok(PyObject *b, const StaxTensor *x)
+{
+    /* (input, running_mean, running_var, weight, bias, training, momentum, eps) */
+    PyObject *tr = PyTuple_GET_ITEM(b, 5), *eps = PyTuple_GET_ITEM(b, 7);
+    if (x->ndim < 2 || tr != Py_False || !stax_tensor_is_contiguous((StaxTensor *)x)
+        || !(PyFloat_CheckExact(eps) || PyLong_CheckExact(eps))) {
+        return 0;
+    }
+    for (int j = 1; j <= 4; j++) {
+        PyObject *p = PyTuple_GET_ITEM(b, j);
+        if (p == Py_None && j >= 3) {
+            continue;
+        }
+        if (!float_tensor(p) || stax_tensor_numel((StaxTensor *)p) != x->sizes[1]) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* an int or a pair of ints (nn's _pair), exact Python ints only */
+static int
+meta_pair(PyObject *o, int64_t v[2])
+{
+    if (PyLong_CheckExact(o)) {
+        v[0] = v[1] = PyLong_AsLongLong(o);
+    }
+    else if ((PyTuple_CheckExact(o) || PyList_CheckExact(o))
+             && PySequence_Fast_GET_SIZE(o) == 2
+             && PyLong_CheckExact(PySequence_Fast_GET_ITEM(o, 0))
+             && PyLong_CheckExact(PySequence_Fast_GET_ITEM(o, 1))) {
+        v[0] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(o, 0));
+        v[1] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(o, 1));
+    }
+    else {
+        return 0;
+    }
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
+}
+
+/* F.unfold (im2col, what conv2d decomposes into): (N, C*kh*kw, oh*ow), or
+ * without N for a 3-d input; every argument valid as eager checks it */
+static int
+meta_unfold_shape(PyObject *b, const StaxTensor *x, int64_t *shape)
+{
+    /* (input, kernel_size, dilation, padding, stride) */
+    int64_t k[2], dl[2], p[2], st[2], o[2];
+    int nd = x->ndim;
+    if ((nd != 3 && nd != 4) || !meta_pair(PyTuple_GET_ITEM(b, 1), k)
+        || !meta_pair(PyTuple_GET_ITEM(b, 2), dl) || !meta_pair(PyTuple_GET_ITEM(b, 3), p)
+        || !meta_pair(PyTuple_GET_ITEM(b, 4), st)) {
+        return 0;
+    }
+    if (nd == 3 && (x->sizes[0] == 0 || x->sizes[1] == 0)) {
+        return 0;
+    }
+    for (int i = 0; i < 2; i++) {
+        if (k[i] <= 0 || dl[i] <= 0 || st[i] <= 0 || p[i] < 0 || k[i] > (1 << 20)
+            || dl[i] > (1 << 20) || p[i] > (1 << 20)) {
+            return 0;
+        }
+        o[i] = (x->sizes[nd - 2 + i] + 2 * p[i] - dl[i] * (k[i] - 1) - 1) / st[i] + 1;
+        if (x->sizes[nd - 2 + i] + 2 * p[i] - dl[i] * (k[i] - 1) - 1 < 0 || o[i] < 1) {
+            return 0;
+        }
+    }
+    if (nd == 4) {
+        shape[0] = x->sizes[0];
+    }
+    shape[nd - 3] = x->sizes[nd - 3] * k[0] * k[1];
+    shape[nd - 2] = o[0] * o[1];
+    return nd - 1;
+}
+
+static int
 meta_masked_fill_ok(PyObject *b, const StaxTensor *x)
 {
     /* (self, mask, value): mask broadcasts to self */
@@ -701,6 +800,16 @@ meta_composite(const stax_op_info *op, PyObject *const *args, Py_ssize_t nargs,
     case STAX_OP_MASKED_FILL:
         ok = meta_masked_fill_ok(b, x);
         break;
+    case STAX_OP__SAFE_SOFTMAX:
+        ok = meta_safe_softmax_ok(b, x);
+        break;
+    case STAX_OP_BATCH_NORM:
+        ok = meta_batch_norm_ok(b, x);
+        break;
+    case STAX_OP_UNFOLD:
+        ok = (nd = meta_unfold_shape(b, x, shape)) > 0;
+        sizes = shape;
+        break;
     default:
         ok = 0;
         break;
@@ -728,6 +837,9 @@ has_meta_composite(const stax_op_info *op)
     case STAX_OP_LINEAR:
     case STAX_OP_MATMUL:
     case STAX_OP_MASKED_FILL:
+    case STAX_OP__SAFE_SOFTMAX:
+    case STAX_OP_BATCH_NORM:
+    case STAX_OP_UNFOLD:
         return 1;
     default:
         return 0;

@@ -44,6 +44,8 @@ struct StaxTracer {
                                 sample (isolation.c's write hook) */
     PyObject *lazy_error;    /* a fill the write hook could not make (the
                                 hook cannot raise): raised when fn returns */
+    PyObject *eager_runs;    /* list: names of the nodes whose sample ran
+                                when recorded (TraceResult.eager_samples) */
     PyObject *symenv;        /* dynamic shapes: the driver's ShapeEnv
                                 (compiler/_symbolic.py), or NULL */
     int active;

@@ -527,6 +527,9 @@ run_sample(StaxTracer *tr, StaxNode *n, PyObject *args, PyObject *kwargs)
     for (Py_ssize_t i = 0; i < nl; i++) {
         vers[i] = ((StaxTensor *)PyList_GET_ITEM(leaves, i))->storage->version;
     }
+    if (tr->eager_runs != NULL && PyList_Append(tr->eager_runs, n->name) < 0) {
+        goto done;
+    }
     res = stax_trace_call_node(n, va, vk);
     if (nl > 0) {
         PyObject *et, *ev, *tb, *wrote = PySet_New(NULL);

@@ -48,6 +48,7 @@ tracer_traverse(StaxTracer *self, visitproc visit, void *arg)
     Py_VISIT(self->lazy_args);
     Py_VISIT(self->lazy_reads);
     Py_VISIT(self->lazy_error);
+    Py_VISIT(self->eager_runs);
     Py_VISIT(self->symenv);
     return 0;
 }
@@ -70,6 +71,7 @@ tracer_clear(StaxTracer *self)
     Py_CLEAR(self->lazy_args);
     Py_CLEAR(self->lazy_reads);
     Py_CLEAR(self->lazy_error);
+    Py_CLEAR(self->eager_runs);
     Py_CLEAR(self->symenv);
     return 0;
 }
@@ -134,6 +136,7 @@ tracer_new(void)
     tr->lazy_args = NULL;
     tr->lazy_reads = NULL;
     tr->lazy_error = NULL;
+    tr->eager_runs = NULL;
     tr->symenv = NULL;
     tr->active = 0;
     PyObject_GC_Track(tr);
@@ -426,6 +429,7 @@ typedef struct {
     PyObject *mutated_inputs;
     PyObject *constants;
     PyObject *unrecorded_writes;
+    PyObject *eager_samples;
     int replay_copies_inputs;
     char writes_unrestorable;
     Py_ssize_t deferred_samples;
@@ -442,6 +446,7 @@ tres_traverse(TraceResult *self, visitproc visit, void *arg)
     Py_VISIT(self->mutated_inputs);
     Py_VISIT(self->constants);
     Py_VISIT(self->unrecorded_writes);
+    Py_VISIT(self->eager_samples);
     return 0;
 }
 
@@ -455,6 +460,7 @@ tres_clear(TraceResult *self)
     Py_CLEAR(self->mutated_inputs);
     Py_CLEAR(self->constants);
     Py_CLEAR(self->unrecorded_writes);
+    Py_CLEAR(self->eager_samples);
     return 0;
 }
 
@@ -495,6 +501,10 @@ static PyMemberDef tres_members[] = {
     {"deferred_samples", T_PYSSIZET, offsetof(TraceResult, deferred_samples),
      READONLY, "storages of sample values (stand-ins' copies included) that "
      "trace(lazy=True) never had to compute"},
+    {"eager_samples", T_OBJECT, offsetof(TraceResult, eager_samples), READONLY,
+     "trace(lazy=True): the names of the nodes whose sample was computed "
+     "when they were recorded (no metadata rule, a write, a constant view), "
+     "in order; () without lazy"},
     {NULL},
 };
 
@@ -746,10 +756,12 @@ trace_result(StaxTracer *tr, PyObject *versions)
     tres->replay_copies_inputs = (char)copies_inputs;
     tres->deferred_samples = tr->lazy != NULL ? PyDict_GET_SIZE(tr->lazy) : 0;
     tres->unrecorded_writes = PyList_AsTuple(tr->unrecorded);
+    tres->eager_samples = tr->eager_runs != NULL ? PyList_AsTuple(tr->eager_runs)
+                                                 : PyTuple_New(0);
     tres->writes_unrestorable = (char)tr->unrestorable;
     PyObject_GC_Track(tres);
     if (tres->shape_reads == NULL || tres->constants == NULL
-        || tres->unrecorded_writes == NULL) {
+        || tres->unrecorded_writes == NULL || tres->eager_samples == NULL) {
         Py_CLEAR(tres);
         goto done;
     }
@@ -788,7 +800,8 @@ stax_trace_run(PyObject *fn, PyObject *a, PyObject *kw, PyObject *names, int laz
     if (tkw == NULL || tr == NULL || versions == NULL
         || (lazy && ((tr->lazy = PyDict_New()) == NULL
                      || (tr->lazy_args = PyDict_New()) == NULL
-                     || (tr->lazy_reads = PySet_New(NULL)) == NULL))) {
+                     || (tr->lazy_reads = PySet_New(NULL)) == NULL
+                     || (tr->eager_runs = PyList_New(0)) == NULL))) {
         goto done;
     }
     if (symenv != NULL && symenv != Py_None) {
