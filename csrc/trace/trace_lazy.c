@@ -18,6 +18,11 @@
 
 static int force_key(StaxTracer *tr, PyObject *key);
 
+/* > 0 while a deferred sample is being filled: the fill's own writes (its
+ * copy into the sample, a CUDA copy announcing its write) are no writes
+ * of the traced code that must fill readers first */
+static int lazy_filling = 0;
+
 static int
 lazy_put(StaxTracer *tr, void *storage, PyObject *entry)
 {
@@ -333,6 +338,7 @@ force_key(StaxTracer *tr, PyObject *key)
     if (PyDict_DelItem(tr->lazy, key) < 0) {
         goto done;
     }
+    lazy_filling++;
     if (PyTuple_GET_SIZE(e) == 4) {
         /* a stand-in: copy the input's extent (the prefix is never read) */
         StaxTensor *base = (StaxTensor *)PyTuple_GET_ITEM(e, 0);
@@ -354,6 +360,7 @@ force_key(StaxTracer *tr, PyObject *key)
                             PyLong_AsSsize_t(PyTuple_GET_ITEM(e, 1)),
                             (StaxTensor *)PyTuple_GET_ITEM(e, 2));
     }
+    lazy_filling--;
 done:
     Py_DECREF(e);
     Py_DECREF(key);
@@ -403,7 +410,7 @@ stax_trace_lazy_before_write(StaxTracer *tr, StaxTensor *t)
 {
     PyObject *key, *et, *ev, *tb;
     int has;
-    if (tr == NULL || tr->lazy == NULL || tr->lazy_reads == NULL
+    if (tr == NULL || lazy_filling > 0 || tr->lazy == NULL || tr->lazy_reads == NULL
         || PySet_GET_SIZE(tr->lazy_reads) == 0 || PyDict_GET_SIZE(tr->lazy) == 0) {
         return;
     }
