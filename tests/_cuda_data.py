@@ -26,20 +26,23 @@ def data(shape, dtype=tp.float32, seed=0, special=True, lo=-5, hi=5):
     return tp.tensor(a.tolist(), dtype=dtype)
 
 
-def cuda_int_rule(v, dst):
-    """torch's CUDA float -> integer: NaN 0, truncation toward zero,
-    saturation (int8 at int16's range, then its low byte; uint8 through
-    int64, then its low byte)"""
+def cuda_int_rule(v, dst, src="float32"):
+    """torch's CUDA float -> integer, as read off torch 2.11 on an H200:
+    truncation toward zero; int64 and int32 saturate; int16 and int8 keep
+    the low bits of the saturated int32, uint8 the low byte of the
+    saturated int64. NaN: int64's minimum through int64; through int32 0
+    from a float computed in float (float32/float16/bfloat16) and int32's
+    minimum from a float64."""
+    via = "int64" if dst in ("int64", "uint8") else "int32"
+    lo, hi = (-2 ** 63, 2 ** 63 - 1) if via == "int64" else (-2 ** 31, 2 ** 31 - 1)
     if v != v:
-        return 0
-    lim = {"int64": (-2 ** 63, 2 ** 63 - 1), "int32": (-2 ** 31, 2 ** 31 - 1),
-           "int16": (-2 ** 15, 2 ** 15 - 1), "int8": (-2 ** 15, 2 ** 15 - 1),
-           "uint8": (-2 ** 63, 2 ** 63 - 1)}[dst]
-    i = lim[0] if v <= lim[0] else lim[1] if v >= lim[1] else int(v)
-    if dst in ("int8", "uint8"):
-        i &= 0xFF
-        if dst == "int8" and i >= 128:
-            i -= 256
+        i = lo if via == "int64" or src == "float64" else 0
+    else:
+        i = lo if v <= lo else hi if v >= hi else int(v)
+    bits = {"int64": 64, "int32": 32, "int16": 16, "int8": 8, "uint8": 8}[dst]
+    i &= (1 << bits) - 1
+    if dst != "uint8" and i >= 1 << (bits - 1):
+        i -= 1 << bits
     return i
 
 

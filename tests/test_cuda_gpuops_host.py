@@ -77,7 +77,7 @@ def test_float_to_integer_follows_torchs_cuda_rule(emu, src, dst):
     x = tp.tensor(SPECIAL, dtype=tp.float64).to(src)
     got = N.device_op("to", x, dst)
     assert got.dtype == dst
-    want = [cuda_int_rule(v, K.dtype_name(dst)) for v in x.double().tolist()]
+    want = [cuda_int_rule(v, K.dtype_name(dst), K.dtype_name(src)) for v in x.double().tolist()]
     assert got.tolist() == want
     # where the value fits, the host's truncation
     fits = tp.tensor([-9.99, -1.5, -0.25, 0.0, 0.75, 3.5, 99.9, 100.0], dtype=src)

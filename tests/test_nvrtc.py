@@ -394,3 +394,36 @@ def test_ptx_goes_through_the_compile_cache(tmp_path, monkeypatch):
     C.nvrtc_render(gm, [x, w])
     c3 = C._cache_counters()
     assert (c3[0] - c2[0], c3[2] - c2[2]) == (0, 1)
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("right", [False, True])
+def test_kernel_of_more_than_512_values_compiles(right):
+    """searchsorted's unrolled binary search (tp.searchsorted over 11
+    elements: ~900 values in one kernel) compiles: the renderer's memo of
+    values held in tmps had 512 slots and dropped the rest, whose uses then
+    read an undefined "tmp-1" (NVRTC_ERROR_COMPILATION on the GPU)"""
+    s = tp.tensor(np.sort(np.random.default_rng(5).standard_normal(11)).astype(np.float32))
+    v = tp.tensor(np.random.default_rng(6).standard_normal((4, 9)).astype(np.float32))
+    cf, progs = nvrtc_compile(lambda s, v: tp.searchsorted(s, v, right=right), s, v)
+    assert progs and all(p.backend == "nvrtc" and p.fallbacks == 0 for p in progs)
+    src = "".join(k.source for p in progs for k in p.kernels)
+    assert "tmp-" not in src and src.count("const ") > 512
+
+
+def test_searchsorted_traces_no_host_constant():
+    """the traced searchsorted of tensor values makes its bounds from the
+    values (zeros_like/full_like), not as constants: the eager CUDA kernel
+    (cuda/_eager.py) traces over host stand-ins, where a constant is a host
+    tensor that the CUDA program refuses, so the op went to the host"""
+    s, v = tp.randn(11).sort()[0], tp.randn(4, 9)
+    for fn in (lambda s, v: tp.searchsorted(s, v), lambda s, v: tp.bucketize(v, s, right=True)):
+        prev = C.is_grad_enabled()
+        C._set_grad_enabled(False)
+        try:
+            tr = C.trace(fn, (s, v), {}, None, True)
+        finally:
+            C._set_grad_enabled(prev)
+        assert "_tensor_constant" not in tr.graph_module.code
+        np.testing.assert_array_equal(tp.compile(fn, strict_native=True)(s, v).numpy(),
+                                      fn(s, v).numpy())

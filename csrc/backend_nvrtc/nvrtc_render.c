@@ -167,6 +167,7 @@ literal(sbuf *b, double f, int64_t i, stax_dtype_t dt)
 
 /* ------------------------------------------------------------ emitter */
 
+/* the values the analyses (row cache, vector loops) look through */
 #define MEMO_CAP 512
 
 /* Row cache of a multi-stage reduction (softmax, layer_norm, var): a load
@@ -197,9 +198,12 @@ typedef struct {
     const stax_kernel *k;
     int ntmp;
     const char *indent;
-    int nmemo;
-    const stax_lval *memo_v[MEMO_CAP];
-    int memo_t[MEMO_CAP];
+    /* the values already in a tmp: as many as the kernel has (a fixed
+     * 512 silently dropped the rest, whose references then read "tmp-1":
+     * searchsorted's unrolled binary search over 11 elements has ~900) */
+    int nmemo, memo_cap;
+    const stax_lval **memo_v;
+    int *memo_t;
     int nrc;                     /* row cache candidates */
     rc_entry rc[RC_SCAN_CAP];
     int64_t rc_bytes;            /* cached bytes per row element, 0: none */
@@ -239,13 +243,36 @@ memo_get(emitter *m, const stax_lval *v)
     return -1;
 }
 
-static void
+static int
 memo_put(emitter *m, const stax_lval *v, int t)
 {
-    if (m->nmemo < MEMO_CAP) {
-        m->memo_v[m->nmemo] = v;
-        m->memo_t[m->nmemo] = t;
-        m->nmemo++;
+    if (m->nmemo == m->memo_cap) {
+        int cap = m->memo_cap ? 2 * m->memo_cap : 256;
+        const stax_lval **nv = PyMem_Realloc(m->memo_v, sizeof(*nv) * (size_t)cap);
+        if (nv != NULL) {
+            m->memo_v = nv;
+        }
+        int *nt = nv != NULL ? PyMem_Realloc(m->memo_t, sizeof(*nt) * (size_t)cap) : NULL;
+        if (nt == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        m->memo_t = nt;
+        m->memo_cap = cap;
+    }
+    m->memo_v[m->nmemo] = v;
+    m->memo_t[m->nmemo] = t;
+    m->nmemo++;
+    return 0;
+}
+
+static void
+emitter_free(emitter *m)
+{
+    if (m != NULL) {
+        PyMem_Free(m->memo_v);
+        PyMem_Free(m->memo_t);
+        PyMem_Free(m);
     }
 }
 
@@ -453,7 +480,7 @@ stax_nvrtc_row_cache_bytes(const stax_kernel *k)
     m->k = k;
     rc_analyze(m);
     n = m->rc_bytes;
-    PyMem_Free(m);
+    emitter_free(m);
     return n;
 }
 
@@ -972,8 +999,7 @@ emit_val(emitter *m, const stax_lval *v)
     case STAX_LV_ACC: put(b, ";  // acc%d\n", v->acc); break;
     default: put(b, ";\n"); break;
     }
-    memo_put(m, v, t);
-    return 0;
+    return memo_put(m, v, t);
 }
 
 static int
@@ -1644,8 +1670,8 @@ row_body_online(emitter *m, const stax_stage *st0, const stax_stage *st1)
     if (emit_val(m, am->value) < 0) {
         return -1;
     }
-    if (v2 != am->value) {
-        memo_put(m, v2, memo_get(m, am->value));
+    if (v2 != am->value && memo_put(m, v2, memo_get(m, am->value)) < 0) {
+        return -1;
     }
     put(m->b, "%s{\n%s    const %s mn = stax_maxnan(acc%d, (%s)", m->indent,
         m->indent, T, im, T);
@@ -2507,7 +2533,7 @@ stax_nvrtc_render_kernel(const stax_kernel *k, int nsizes)
     res = PyUnicode_FromStringAndSize(b.buf, (Py_ssize_t)b.len);
 done:
     PyMem_Free(b.buf);
-    PyMem_Free(m);
+    emitter_free(m);
     return res;
 }
 

@@ -373,6 +373,54 @@ p_val_of(PyObject *node, void *ctx)
     return Py_NewRef(v);
 }
 
+static int
+p_has_cuda_val(PyObject *o)
+{
+    if (StaxTensor_Check(o)) {
+        return stax_tensor_is_cuda((StaxTensor *)o);
+    }
+    if (PyList_Check(o) || PyTuple_Check(o)) {
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); i++) {
+            if (p_has_cuda_val(PySequence_Fast_GET_ITEM(o, i))) {
+                return 1;
+            }
+        }
+    }
+    else if (PyDict_Check(o)) {
+        PyObject *k, *v;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(o, &pos, &k, &v)) {
+            if (p_has_cuda_val(v)) {
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* An op of the table on CUDA values: its metadata only (the tracer's
+ * deferred samples, stax_ops_meta_call), as the trace itself does; the
+ * op-level graph needs no element of a value, and computing one on the
+ * device built and ran an eager NVRTC kernel (the native_layer_norm that
+ * layer_norm decomposes into: 2.3 s of a 16384^2 first call). Where the
+ * metadata rules need values, the op runs as before. */
+static PyObject *
+run_op_on_vals(const stax_op_info *info, PyObject *a, PyObject *k)
+{
+    PyObject *fn = stax_op_function(info), *r;
+    if (fn != NULL && (p_has_cuda_val(a) || (k != NULL && p_has_cuda_val(k)))) {
+        r = stax_ops_meta_call(fn, a, k);
+        if (r != NULL && r != Py_NotImplemented) {
+            return r;
+        }
+        if (r == NULL) {
+            PyErr_Clear();
+        }
+        Py_XDECREF(r);
+    }
+    return stax_op_call(info, a, k);
+}
+
 static PyObject *
 run_on_vals(p_opcode_t op, const stax_op_info *info, PyObject *target,
             PyObject *args, PyObject *kwargs)
@@ -389,7 +437,7 @@ run_on_vals(p_opcode_t op, const stax_op_info *info, PyObject *target,
         }
     }
     if (op == P_CALL_FUNCTION && info != NULL) {
-        r = stax_op_call(info, a, k);
+        r = run_op_on_vals(info, a, k);
     }
     else if (op == P_CALL_FUNCTION) {
         r = PyObject_Call(target, a, k);

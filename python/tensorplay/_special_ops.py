@@ -861,11 +861,18 @@ def _searchsorted_traced(sorted_sequence, self, *, out_int32=False, right=False,
     v = tp.tensor(self, dtype=s.dtype if isinstance(self, float) and s.is_floating_point()
                   else None) if scalar else self
     n = int(s.shape[-1])
-    kw = {"device": _dev(s)} if _dev(s) is not None and _dev(s).type != "cpu" else {}
-    lo = tp.zeros(tuple(v.shape), dtype=tp.int64, **kw)
+    if scalar:
+        kw = {"device": _dev(s)} if _dev(s) is not None and _dev(s).type != "cpu" else {}
+        lo = tp.zeros(tuple(v.shape), dtype=tp.int64, **kw)
+        hi = tp.full(tuple(v.shape), n, dtype=tp.int64, **kw)
+    else:
+        # made from the values, not as constants: traced over host stand-ins
+        # (the eager CUDA kernel, cuda/_eager.py) a constant is a host
+        # tensor, which the CUDA program refuses (the op went to the host)
+        lo = tp.zeros_like(v, dtype=tp.int64)
+        hi = tp.full_like(v, n, dtype=tp.int64)
     if n == 0:
         return lo.to(odt)
-    hi = tp.full(tuple(v.shape), n, dtype=tp.int64, **kw)
     for _ in range(_bisect_steps(n)):
         act = lo < hi
         mid = (lo + hi) // 2

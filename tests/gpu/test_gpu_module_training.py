@@ -33,6 +33,13 @@ pytestmark = pytest.mark.skipif(DEV == "cuda" and not tp.cuda.is_available(),
 RTOL, ATOL = 1e-4, 1e-5
 
 
+def on(d):
+    """the device a tensor moved to `d` reports: "cuda" means the current
+    device, and a CUDA tensor's .device names its index ("cuda:0"), which
+    tp.device("cuda") does not equal (as in torch)"""
+    return tp.device("cuda", tp.cuda.current_device()) if d == "cuda" else tp.device(d)
+
+
 def mlp():
     return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
 
@@ -64,7 +71,7 @@ def train(kind, opt_name, device, compiled, steps=3):
     sched = tp.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
     assert model.to(device) is model
     assert all(p is q for p, q in zip(params, model.parameters()))
-    assert all(p.device == tp.device(device) for p in model.parameters())
+    assert all(p.device == on(device) for p in model.parameters())
     fwd = tp.compile(model) if compiled else model
     x, y = batch(kind)
     x, y = x.to(device), y.to(device)
@@ -73,14 +80,14 @@ def train(kind, opt_name, device, compiled, steps=3):
         opt.zero_grad()
         loss = F.cross_entropy(fwd(x), y)
         loss.backward()
-        assert all(p.grad.device == tp.device(device) for p in params)
+        assert all(p.grad.device == on(device) for p in params)
         opt.step()
         sched.step()
         losses.append(loss.item())
     for st in opt.state.values():
         for k, v in st.items():
             if isinstance(v, tp.Tensor) and k != "step":
-                assert v.device == tp.device(device), k
+                assert v.device == on(device), k
     return losses, [p.detach().cpu().numpy() for p in params]
 
 
@@ -99,24 +106,24 @@ def test_state_dict_save_load_across_devices():
     tp.manual_seed(0)
     m = mlp().to(DEV)
     sd = m.state_dict()
-    assert all(v.device == tp.device(DEV) for v in sd.values())
+    assert all(v.device == on(DEV) for v in sd.values())
     buf = io.BytesIO()
     tp.save(sd, buf)
     buf.seek(0)
     back = tp.load(buf)
-    assert all(v.device == tp.device(DEV) for v in back.values())
+    assert all(v.device == on(DEV) for v in back.values())
     buf.seek(0)
     on_cpu = tp.load(buf, map_location="cpu")
-    assert all(v.device == tp.device("cpu") for v in on_cpu.values())
+    assert all(v.device == on("cpu") for v in on_cpu.values())
     cpu_model = mlp()
     cpu_model.load_state_dict(sd)              # device -> cpu copy_
     m2 = mlp().to(DEV)
     m2.load_state_dict(on_cpu)                 # cpu -> device copy_
     for a, b, c in zip(m.parameters(), cpu_model.parameters(), m2.parameters()):
-        assert b.device == tp.device("cpu") and c.device == tp.device(DEV)
+        assert b.device == on("cpu") and c.device == on(DEV)
         np.testing.assert_array_equal(a.detach().cpu().numpy(), b.detach().numpy())
         np.testing.assert_array_equal(a.detach().cpu().numpy(), c.detach().cpu().numpy())
-    assert m.cpu() is m and all(p.device == tp.device("cpu") for p in m.parameters())
+    assert m.cpu() is m and all(p.device == on("cpu") for p in m.parameters())
 
 
 def test_optimizer_load_state_dict_moves_state_to_the_parameters_device():
@@ -133,9 +140,9 @@ def test_optimizer_load_state_dict_moves_state_to_the_parameters_device():
         opt2.load_state_dict(sd)
         for p in m.parameters():
             st = opt2.state[p]
-            assert st["exp_avg"].device == tp.device(DEV)
-            assert st["exp_avg_sq"].device == tp.device(DEV)
-            assert st["step"].device == tp.device(DEV if fused else "cpu")
+            assert st["exp_avg"].device == on(DEV)
+            assert st["exp_avg_sq"].device == on(DEV)
+            assert st["step"].device == on(DEV if fused else "cpu")
         opt2.zero_grad()
         F.cross_entropy(m(x.to(DEV)), y.to(DEV)).backward()
         opt2.step()                                # runs on the device
@@ -147,16 +154,16 @@ def test_pickle_and_deepcopy_of_device_tensors():
     t = tp.arange(6, dtype=tp.float32).reshape(2, 3).to(DEV).bfloat16()
     for back in (pickle.loads(pickle.dumps({"w": w, "t": t})), copy.deepcopy({"w": w, "t": t})):
         assert isinstance(back["w"], nn.Parameter) and back["w"].requires_grad
-        assert back["w"].device == tp.device(DEV) and back["t"].device == tp.device(DEV)
+        assert back["w"].device == on(DEV) and back["t"].device == on(DEV)
         assert back["t"].dtype == tp.bfloat16
         assert back["w"].detach().cpu().tolist() == w.detach().cpu().tolist()
         assert back["t"].float().cpu().tolist() == t.float().cpu().tolist()
     m = mlp().to(DEV)
     m2 = copy.deepcopy(m)
-    assert all(p.device == tp.device(DEV) for p in m2.parameters())
+    assert all(p.device == on(DEV) for p in m2.parameters())
     buf = io.BytesIO()
     tp.save({"w": w}, buf)
     for ml in ("cpu", {str(w.device): "cpu"}, lambda s, loc: s):
         buf.seek(0)
         got = tp.load(buf, map_location=ml)["w"]
-        assert got.device == tp.device("cpu") and isinstance(got, nn.Parameter)
+        assert got.device == on("cpu") and isinstance(got, nn.Parameter)

@@ -308,26 +308,29 @@ extern "C" __global__ void put_last_@(S *__restrict__ out, const i64 *__restrict
 # two exceptions written out so that the GPU and the host emulation agree:
 #
 # * float -> integer truncates toward zero (the host's result wherever the
-#   value fits); NaN gives 0 and out-of-range values saturate, as torch's
-#   CUDA casts do (PTX cvt.rzi): int16/int32/int64 clamp to their range,
-#   int8 clamps to int16's and keeps the low byte (the compiler widens it),
-#   uint8 goes through int64 and keeps the low byte (torch's TypeCast);
+#   value fits); out of range, torch's CUDA casts (PTX cvt.rzi, as read off
+#   torch 2.11 on an H200): int64 and int32 saturate; int16 and int8 go
+#   through int32 (saturated) and keep its low bits; uint8 goes through
+#   int64 and keeps the low byte (torch's TypeCast). NaN gives int64's
+#   minimum through int64 (so 0 in uint8), and through int32 0 from a
+#   float32/float16/bfloat16 (converted in float) but int32's minimum from a
+#   float64 (so 0 in int16/int8 either way);
 # * float64 -> float16 rounds once, to nearest even, from the double (the
 #   host's stax_double_to_half; through float it would round twice).
 #   float64/int -> bfloat16 round through float32 as the host does.
 CAST_CONV = r"""
 STAX_D i64 stax_f2i64(double v)
 {
-    if (v != v) return 0;
+    if (v != v) return -0x7fffffffffffffffLL - 1;
     if (v >= 9223372036854775808.0) return 0x7fffffffffffffffLL;
     if (v <= -9223372036854775808.0) return -0x7fffffffffffffffLL - 1;
     return (i64)v;
 }
-STAX_D i64 stax_f2sat(double v, double lo, double hi)
+STAX_D i64 stax_f2i32(double v, i64 nan)
 {
-    if (v != v) return 0;
-    if (v <= lo) return (i64)lo;
-    if (v >= hi) return (i64)hi;
+    if (v != v) return nan;
+    if (v <= -2147483648.0) return -2147483647LL - 1;
+    if (v >= 2147483647.0) return 2147483647LL;
     return (i64)v;
 }
 STAX_D u16 stax_d2h(double d)
@@ -386,11 +389,12 @@ def _conv(src, dst):
         return "(S)(LDI(x[i]) != 0)"
     if src in FLOATS and dst in _INTS:
         v = "(double)LDI(x[i])"
+        i32 = f"stax_f2i32({v}, {'-2147483647LL - 1' if src == 'float64' else '0'})"
         return {"int64": f"(S)stax_f2i64({v})",
-                "uint8": f"(S)(u64)stax_f2i64({v})",
-                "int32": f"(S)stax_f2sat({v}, -2147483648.0, 2147483647.0)",
-                "int16": f"(S)stax_f2sat({v}, -32768.0, 32767.0)",
-                "int8": f"(S)(unsigned char)stax_f2sat({v}, -32768.0, 32767.0)"}[dst]
+                "uint8": f"(S)(unsigned char)(u64)stax_f2i64({v})",
+                "int32": f"(S){i32}",
+                "int16": f"(S)(unsigned short){i32}",
+                "int8": f"(S)(unsigned char){i32}"}[dst]
     if src == "float64" and dst == "float16":
         return "stax_d2h(LDI(x[i]))"
     return "ST((A)LDI(x[i]))"
