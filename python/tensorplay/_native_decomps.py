@@ -33,6 +33,9 @@ length along it):
   key's rank in a stable descending sort as a count (O(n^2) per row).
 * nll_loss / cross_entropy: class weights, ignore_index, label_smoothing,
   every reduction, class-probability targets.
+* mse_loss / l1_loss / smooth_l1_loss / binary_cross_entropy_with_logits:
+  every reduction, beta, weight, pos_weight and the legacy size_average /
+  reduce arguments (the op-table composites decompose the defaults only).
 
 Index range errors keep eager's wording: the index goes through an
 index_select of arange(n) (the identity for valid indices) whose runtime
@@ -773,6 +776,9 @@ def _loss_args_ok(input, target, weight, size_average, reduce, reduction, ignore
 
 def _nll_loss(input, target, weight=None, size_average=None, ignore_index=-100,
               reduce=None, reduction="mean"):
+    from tensorplay._ops import _legacy_reduction
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    size_average = reduce = None
     if not _loss_args_ok(input, target, weight, size_average, reduce, reduction, ignore_index):
         return NotImplemented
     if target.is_floating_point():
@@ -783,6 +789,9 @@ def _nll_loss(input, target, weight=None, size_average=None, ignore_index=-100,
 def _cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100,
                    reduce=None, reduction="mean", label_smoothing=0.0):
     tp = _tp()
+    from tensorplay._ops import _legacy_reduction
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    size_average = reduce = None
     if not _loss_args_ok(input, target, weight, size_average, reduce, reduction, ignore_index):
         return NotImplemented
     ls = float(label_smoothing)
@@ -831,6 +840,73 @@ def _cross_entropy(input, target, weight=None, size_average=None, ignore_index=-
     else:
         s = smooth if input.dim() > 1 else smooth.reshape(())
     return (1 - ls) * r + ls * s / c
+
+
+def _reduced(r, reduction):
+    if reduction == "none":
+        return r
+    return r.sum() if reduction == "sum" else r.mean()
+
+
+def _pointwise_loss_ok(input, target, reduction, *extra):
+    if reduction not in _RED or not _is_t(input) or not _is_t(target):
+        return False
+    if not input.is_floating_point() or not target.is_floating_point():
+        return False      # eager's dtype errors: the op recorded whole
+    return all(t is None or (_is_t(t) and t.is_floating_point()) for t in extra)
+
+
+def _mse_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    from tensorplay._ops import _legacy_reduction, _warn_target_size
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    if not _pointwise_loss_ok(input, target, reduction):
+        return NotImplemented
+    _warn_target_size(input, target)
+    d = input - target
+    return _reduced(d * d, reduction)
+
+
+def _l1_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    from tensorplay._ops import _legacy_reduction, _warn_target_size
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    if not _pointwise_loss_ok(input, target, reduction):
+        return NotImplemented
+    _warn_target_size(input, target)
+    return _reduced((input - target).abs(), reduction)
+
+
+def _smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean",
+                    beta=1.0):
+    from tensorplay._ops import _legacy_reduction, _warn_target_size
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    if not _pointwise_loss_ok(input, target, reduction) or beta < 0:
+        return NotImplemented
+    _warn_target_size(input, target)
+    d = (input - target).abs()
+    if beta == 0:
+        return _reduced(d, reduction)
+    return _reduced(_tp().where(d < beta, (0.5 / beta) * d * d, d - 0.5 * beta), reduction)
+
+
+def _bce_with_logits(input, target, weight=None, size_average=None, reduce=None,
+                     reduction="mean", pos_weight=None):
+    """(1 - t) x + lw softplus(-x), lw = 1 + (pos_weight - 1) t: torch's
+    value, and its gradient is sigmoid(x) - t (times the weights)
+    everywhere, as torch's fused backward."""
+    from tensorplay._ops import _legacy_reduction
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    if not _pointwise_loss_ok(input, target, reduction, weight, pos_weight):
+        return NotImplemented
+    if _ints(input.shape) != _ints(target.shape):
+        raise ValueError(f"Target size ({target.shape}) must be the same as "
+                         f"input size ({input.shape})")
+    sp = _F().softplus(-input)
+    if pos_weight is not None:
+        sp = (1 + (pos_weight - 1) * target) * sp
+    r = (1 - target) * input + sp
+    if weight is not None:
+        r = r * weight
+    return _reduced(r, reduction)
 
 
 def embedding_renorm_(weight, input, max_norm, norm_type=2.0):
@@ -898,3 +974,7 @@ def install():
     reg(F.embedding, _embedding)
     reg(F.nll_loss, _nll_loss)
     reg(F.cross_entropy, _cross_entropy)
+    for fn, decomp in ((F.mse_loss, _mse_loss), (F.l1_loss, _l1_loss),
+                       (F.smooth_l1_loss, _smooth_l1_loss),
+                       (F.binary_cross_entropy_with_logits, _bce_with_logits)):
+        reg(fn, decomp)

@@ -1365,6 +1365,22 @@ def _embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
     return _wrap(np.take(w, idx, axis=0), weight)
 
 
+def _legacy_reduction(size_average, reduce, reduction):
+    """torch's pre-0.4 loss arguments: size_average / reduce given (either
+    one) decide the reduction and override ``reduction``, with torch's
+    deprecation warning ("please use reduction='sum' instead")."""
+    if size_average is None and reduce is None:
+        return reduction
+    if reduce is None or reduce:
+        r = "mean" if (size_average is None or size_average) else "sum"
+    else:
+        r = "none"
+    import warnings
+    warnings.warn(f"size_average and reduce args will be deprecated, please use "
+                  f"reduction='{r}' instead.", UserWarning, stacklevel=3)
+    return r
+
+
 def _reduce_loss(r, reduction, *inputs):
     if reduction == "none":
         return _wrap(r, *inputs)
@@ -1409,6 +1425,7 @@ def _loss_pair(input, target, name):
 
 @_impl("mse_loss")
 def _mse_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    reduction = _legacy_reduction(size_average, reduce, reduction)
     a, b, rt = _loss_pair(input, target, "mse_loss")
     d = a - b
     return _reduce_loss(np.asarray(d * d, rt), reduction, input, target)
@@ -1416,6 +1433,7 @@ def _mse_loss(input, target, size_average=None, reduce=None, reduction="mean"):
 
 @_impl("l1_loss")
 def _l1_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    reduction = _legacy_reduction(size_average, reduce, reduction)
     a, b, rt = _loss_pair(input, target, "l1_loss")
     return _reduce_loss(np.abs(a - b), reduction, input, target)
 
@@ -1423,6 +1441,7 @@ def _l1_loss(input, target, size_average=None, reduce=None, reduction="mean"):
 @_impl("smooth_l1_loss")
 def _smooth_l1_loss(input, target, size_average=None, reduce=None,
                     reduction="mean", beta=1.0):
+    reduction = _legacy_reduction(size_average, reduce, reduction)
     a, b, rt = _loss_pair(input, target, "smooth_l1_loss")
     d = np.abs(a - b)
     if beta == 0:
@@ -1478,6 +1497,7 @@ def _nll_np(logp, tgt, weight, ignore_index, reduction):
 @_impl("nll_loss")
 def _nll_loss(input, target, weight=None, size_average=None, ignore_index=-100,
               reduce=None, reduction="mean"):
+    reduction = _legacy_reduction(size_average, reduce, reduction)
     _check_tensor(input, "nll_loss")
     r = _nll_np(_arr(input), _arr(target), weight, ignore_index, reduction)
     return _wrap(np.asarray(r, _arr(input).dtype), input)
@@ -1487,6 +1507,7 @@ def _nll_loss(input, target, weight=None, size_average=None, ignore_index=-100,
 def _cross_entropy(input, target, weight=None, size_average=None,
                    ignore_index=-100, reduce=None, reduction="mean",
                    label_smoothing=0.0):
+    reduction = _legacy_reduction(size_average, reduce, reduction)
     _check_tensor(input, "cross_entropy")
     a = _arr(input)
     if a.dtype.kind != "f":
@@ -1538,6 +1559,7 @@ def _cross_entropy(input, target, weight=None, size_average=None,
 @_impl("binary_cross_entropy_with_logits")
 def _bce_logits(input, target, weight=None, size_average=None, reduce=None,
                 reduction="mean", pos_weight=None):
+    reduction = _legacy_reduction(size_average, reduce, reduction)
     a, b, rt = _loss_pair(input, target, "binary_cross_entropy_with_logits")
     if a.shape != b.shape:
         raise ValueError(f"Target size ({target.shape}) must be the same as "

@@ -519,12 +519,14 @@ def flipud(input):
 # ------------------------------------------------------------ nn.functional
 
 def logsigmoid(input):
-    """log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)) (stable)."""
+    """log(sigmoid(x)) = -softplus(-x): stable, and its gradient is
+    sigmoid(-x) everywhere (min(x, 0) - log1p(exp(-|x|)) has the same
+    values but differentiates to 1 instead of 0.5 at x = 0)."""
     _check_t(input, "logsigmoid", "input", 1)
     if not input.is_floating_point():
         raise NotImplementedError(f"\"log_sigmoid_forward\" not implemented for "
                                   f"'{_title(input.dtype)}'")
-    return input.clamp(max=0) - (-input.abs()).exp().log1p()
+    return -_tp().nn.functional.softplus(-input)
 
 
 def softsign(input):
@@ -580,6 +582,8 @@ def _reduce(r, reduction):
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,
                          reduction="mean"):
     """-(t log x + (1 - t) log(1 - x)), each log clamped at -100 (torch's)."""
+    from tensorplay._ops import _legacy_reduction
+    reduction = _legacy_reduction(size_average, reduce, reduction)
     _check_t(input, "binary_cross_entropy", "input", 1)
     if tuple(target.shape) != tuple(input.shape):
         raise ValueError(f"Using a target size ({_tp().Size(target.shape)}) that is different "
@@ -609,6 +613,8 @@ def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
 def kl_div(input, target, size_average=None, reduce=None, reduction="mean",
            log_target=False):
     """target * (log target - input) pointwise (input holds log-probs)."""
+    from tensorplay._ops import _legacy_reduction
+    reduction = _legacy_reduction(size_average, reduce, reduction)
     if log_target:
         r = target.exp() * (target - input)
     else:

@@ -5,6 +5,7 @@ import math
 import tensorplay as _tp
 from tensorplay import _C
 import tensorplay.functional as F
+from tensorplay._ops import _legacy_reduction
 
 __all__ = ["Parameter", "Module", "RemovableHandle", "Linear", "LayerNorm", "BatchNorm1d",
            "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout",
@@ -844,7 +845,7 @@ class LogSoftmax(Softmax):
 class MSELoss(Module):
     def __init__(self, size_average=None, reduce=None, reduction="mean"):
         super().__init__()
-        self.reduction = reduction
+        self.reduction = _legacy_reduction(size_average, reduce, reduction)
 
     def forward(self, input, target):
         return F.mse_loss(input, target, reduction=self.reduction)
@@ -856,7 +857,7 @@ class CrossEntropyLoss(Module):
         super().__init__()
         self.register_buffer("weight", weight)
         self.ignore_index = ignore_index
-        self.reduction = reduction
+        self.reduction = _legacy_reduction(size_average, reduce, reduction)
         self.label_smoothing = label_smoothing
 
     def forward(self, input, target):
@@ -1008,7 +1009,7 @@ class Unflatten(Module):
 class _Loss(Module):
     def __init__(self, size_average=None, reduce=None, reduction="mean"):
         super().__init__()
-        self.reduction = reduction
+        self.reduction = _legacy_reduction(size_average, reduce, reduction)
 
 
 class L1Loss(_Loss):
