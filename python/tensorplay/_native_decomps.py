@@ -974,6 +974,8 @@ def install():
     reg(F.embedding, _embedding)
     reg(F.nll_loss, _nll_loss)
     reg(F.cross_entropy, _cross_entropy)
+    from tensorplay import _einsum
+    reg(tp.einsum, _einsum.traced)
     for fn, decomp in ((F.mse_loss, _mse_loss), (F.l1_loss, _l1_loss),
                        (F.smooth_l1_loss, _smooth_l1_loss),
                        (F.binary_cross_entropy_with_logits, _bce_with_logits)):

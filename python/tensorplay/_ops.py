@@ -2553,20 +2553,30 @@ def _index_add(input, dim, index, source, *, alpha=1):
 
 @_impl("einsum")
 def _einsum(equation, *operands):
-    if not isinstance(equation, str):
-        raise TypeError(f"einsum(): argument 'equation' must be str, not "
-                        f"{type(equation).__name__}")
-    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
-        operands = tuple(operands[0])
+    """torch.einsum: the equation (or torch's sublist form) checked with
+    torch's rules and messages (tensorplay/_einsum.py), size-1 dims
+    broadcast, then NumPy's einsum."""
+    from tensorplay import _einsum as es
+    equation, operands = es.normalize_args(equation, operands)
     for i, t in enumerate(operands):
         _check_tensor(t, "einsum", "operands", i + 2)
-    arrs = [_arr(t) for t in operands]
-    eq = equation.replace(" ", "")
-    try:
-        r = np.einsum(eq, *arrs, optimize=len(arrs) > 2)
-    except ValueError as e:
-        raise RuntimeError(f"einsum(): {e}") from None
-    return _wrap(np.asarray(r), *operands)
+    labels, out, sizes = es.plan(equation, [t.shape for t in operands])
+    es.check_dtypes(operands)
+    arrs = []
+    for t, lab in zip(operands, labels):
+        a = _arr(t)
+        want = tuple(sizes[l] for l in lab)
+        if a.shape != want:
+            a = np.broadcast_to(a, want)
+        arrs.append(a)
+    # NumPy's equation on the resolved labels (ellipsis dims named too)
+    pool = iter(c for c in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                if c not in sizes)
+    names = {l: (l if isinstance(l, str) else next(pool)) for l in sizes}
+    eq = ",".join("".join(names[l] for l in lab) for lab in labels)
+    eq += "->" + "".join(names[l] for l in out)
+    r = np.einsum(eq, *arrs, optimize=len(arrs) > 2)
+    return _wrap(np.asarray(r, arrs[0].dtype if arrs else None), *operands)
 
 
 # --------------------------------------------------- dropout variants

@@ -577,6 +577,77 @@ def _rank_stable(x):
     return less.sum(-1) + eq.logical_and(before).sum(-1)
 
 
+def _rank_stable_desc(x):
+    """Each element's position in a stable descending sort along the last
+    dim (eager's order: NaN the largest, so first; ties by index):
+    #{j: x_j > x_i} + #{j < i: x_j == x_i}; (..., n)."""
+    n = int(x.shape[-1])
+    xi = x.unsqueeze(-1)
+    xj = x.unsqueeze(-2)
+    greater = xj > xi
+    eq = xj == xi
+    if x.is_floating_point():
+        ni, nj = xi.isnan(), xj.isnan()
+        greater = greater.logical_or(nj.logical_and(ni.logical_not()))
+        eq = eq.logical_or(ni.logical_and(nj))
+    before = _tri(n, strict=True, device=_dev(x))
+    return greater.sum(-1) + eq.logical_and(before).sum(-1)
+
+
+def _order_by_rank(x, k, descending):
+    """Indices (int64, (..., k)) of the elements of ranks 0..k-1: for
+    position p the one index whose rank is p, a masked sum over n."""
+    tp = _tp()
+    n = int(x.shape[-1])
+    kw = {"device": _dev(x)} if _dev(x) is not None and _dev(x).type != "cpu" else {}
+    xx = x.to(tp.uint8) if x.dtype == tp.bool else x
+    r = _rank_stable_desc(xx) if descending else _rank_stable(xx)     # (..., n)
+    p = tp.arange(k, **kw).reshape(k, 1)
+    pos = tp.arange(n, **kw)
+    return tp.where(r.unsqueeze(-2) == p, pos, 0).sum(-1)              # (..., k)
+
+
+def _sort_check(name, input, dim):
+    _check_t(input, name)
+    return _wrap_dim(dim, input.dim())
+
+
+def _sort_traced(input, dim=-1, descending=False, *, stable=False):
+    d = _sort_check("sort", input, dim)
+    if input.dim() == 0 or int(input.shape[d]) <= 1:
+        return _trivial("sort", input)
+    n = int(input.shape[d])
+    if _too_long(n):
+        return NotImplemented
+    x = _to_last(input, d)
+    idx = _order_by_rank(x, n, bool(descending))
+    nd = input.dim()
+    return _rt("sort")(_from_last(x.gather(-1, idx), d, nd), _from_last(idx, d, nd))
+
+
+def _argsort_traced(input, dim=-1, descending=False, *, stable=False):
+    r = _sort_traced(input, dim, descending, stable=stable)
+    return r if r is NotImplemented else r.indices
+
+
+def _topk_traced(input, k, dim=-1, largest=True, sorted=True):
+    if type(k) is not int or type(dim) is not int:
+        return NotImplemented
+    d = _sort_check("topk", input, dim)
+    n = int(input.shape[d]) if input.dim() else 1
+    if k < 0 or k > n:
+        raise RuntimeError("selected index k out of range")
+    if input.dim() == 0:
+        return _trivial("topk", input)
+    if _too_long(n):
+        return NotImplemented
+    x = _to_last(input, d)
+    # sorted=False: torch leaves the order unspecified; eager's is sorted
+    idx = _order_by_rank(x, k, bool(largest))
+    nd = input.dim()
+    return _rt("topk")(_from_last(x.gather(-1, idx), d, nd), _from_last(idx, d, nd))
+
+
 def _select_rank(x, k):
     """Index (int64, (...,)) of the element of stable rank k along the last
     dim (k an int or a (...,) tensor)."""
@@ -1050,6 +1121,7 @@ def install():
         "cummin": lambda input, dim: _cummaxmin_traced("cummin", input, dim),
         "kthvalue": _kthvalue_traced, "mode": _mode_traced, "nanmedian": _nanmedian_traced,
         "searchsorted": _searchsorted_traced, "bucketize": _bucketize_traced,
+        "sort": _sort_traced, "argsort": _argsort_traced, "topk": _topk_traced,
     })
     for name, fn in traced.items():
         f = getattr(tp, name, None)
