@@ -28,10 +28,13 @@ _C._register("tensorplay._ops._bf16_dispatch", _ops_mod._bf16_dispatch)
 # torch's aliases and small composites (tp.dot, tp.divide, F.logsigmoid, ...)
 from tensorplay import _torch_names as _torch_names_mod  # noqa: E402
 _torch_names_mod.install(_sys.modules[__name__], functional)
+# the remaining losses, prelu, pixel/channel shuffle, bilinear, asinh/acosh/atanh
+from tensorplay import _torch_names_nn as _torch_names_nn_mod  # noqa: E402
+_torch_names_nn_mod.install(_sys.modules[__name__], functional)
 # torch's special functions, scans, order statistics, searches, Tensor.unfold
 from tensorplay import _special_ops as _special_ops_mod  # noqa: E402
 _special_ops_mod.install()
 _ops_mod._finish_return_types()   # torch's repr for every return_types namedtuple
-del _sys, _tensor_mod, _ops_mod, _torch_names_mod, _special_ops_mod
+del _sys, _tensor_mod, _ops_mod, _torch_names_mod, _torch_names_nn_mod, _special_ops_mod
 
 __version__ = "0.1.0"
