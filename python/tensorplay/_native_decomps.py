@@ -936,6 +936,105 @@ def _embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
                           sparse)
 
 
+# ------------------------------------------------------------ flip / roll / repeat / where(cond)
+
+def _int_seq(args, kw, name):
+    """dims / shifts / sizes given as varargs ints, one list/tuple, or the
+    keyword `name`; None where the form is not plain ints."""
+    if name in kw:
+        if args:
+            return None
+        v = kw.pop(name)
+        args = (v,)
+    if kw:
+        return None
+    if len(args) == 1 and isinstance(args[0], (list, tuple)):
+        args = tuple(args[0])
+    if any(type(a) is not int for a in args):
+        return None
+    return tuple(args)
+
+
+def _arange_on(n, x, *a):
+    tp = _tp()
+    dev = getattr(x, "device", None)
+    kw = {"device": dev} if dev is not None and dev.type != "cpu" else {}
+    return tp.arange(*a, **kw) if a else tp.arange(n, **kw)
+
+
+def _flip(input, *dims, **kw):
+    """index_select with a reversed arange per flipped dim (native,
+    differentiable)."""
+    if not _is_t(input):
+        return NotImplemented
+    d = _int_seq(dims, dict(kw), "dims")
+    nd = input.dim()
+    if d is None or any(not -max(nd, 1) <= k < max(nd, 1) for k in d):
+        return NotImplemented
+    d = [k % max(nd, 1) for k in d]
+    if len(set(d)) != len(d):
+        return NotImplemented                  # eager's "dim appears multiple times"
+    x = input
+    for k in d:
+        n = int(x.shape[k]) if nd else 1
+        if nd and n > 1:
+            x = x.index_select(k, _arange_on(n, x, n - 1, -1, -1))
+    return x.clone() if x is input else x
+
+
+def _roll(input, shifts, dims=None):
+    """one cat of two narrows per rolled dim (the flattened tensor when dims
+    is None)."""
+    tp = _tp()
+    if not _is_t(input):
+        return NotImplemented
+    sh = (shifts,) if type(shifts) is int else shifts
+    if not isinstance(sh, (list, tuple)) or any(type(v) is not int for v in sh):
+        return NotImplemented
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        if len(sh) != 1:
+            return NotImplemented
+        if input.dim() == 0:
+            return input.clone()
+        return _roll(input.reshape(-1), sh[0], 0).reshape(tuple(input.shape))
+    dl = (dims,) if type(dims) is int else dims
+    if not isinstance(dl, (list, tuple)) or any(type(v) is not int for v in dl) \
+            or len(dl) != len(sh):
+        return NotImplemented
+    nd = input.dim()
+    if nd == 0 or any(not -nd <= k < nd for k in dl):
+        return NotImplemented
+    x = input
+    for s, k in zip(sh, dl):
+        k %= nd
+        n = int(x.shape[k])
+        if n == 0 or s % n == 0:
+            continue
+        s %= n
+        x = tp.cat([x.narrow(k, n - s, s), x.narrow(k, 0, n - s)], k)
+    return x.clone() if x is input else x
+
+
+def _repeat(input, *sizes, **kw):
+    """torch's Tensor.repeat as tile's view + expand + reshape (native)."""
+    if not _is_t(input):
+        return NotImplemented
+    reps = _int_seq(sizes, dict(kw), "repeats")
+    if reps is None or len(reps) < input.dim() or any(r < 0 for r in reps):
+        return NotImplemented
+    if not reps:
+        return input.clone()
+    return _tp().tile(input, reps)
+
+
+def _where_cond(condition, input=None, other=None, **kw):
+    """where(condition) alone is nonzero(condition, as_tuple=True) (torch's
+    definition): recorded as that op, so strict_native names it."""
+    if input is not None or other is not None or kw or not _is_t(condition):
+        return NotImplemented
+    return _tp().nonzero(condition, as_tuple=True)
+
+
 def _stepping_aside(fn):
     def decomp(*args, **kwargs):
         if _SEQ_INNER[0]:
@@ -960,7 +1059,8 @@ def install():
                     ("index_copy", _index_copy), ("index_fill", _index_fill),
                     ("masked_select", _masked_select),
                     ("repeat_interleave", _repeat_interleave),
-                    ("multinomial", _multinomial)):
+                    ("multinomial", _multinomial),
+                    ("flip", _flip), ("roll", _roll), ("repeat", _repeat)):
         reg(key, fn)
         f = getattr(F, key, None)
         if f is not None:
@@ -976,6 +1076,7 @@ def install():
     reg(F.cross_entropy, _cross_entropy)
     from tensorplay import _einsum
     reg(tp.einsum, _einsum.traced)
+    reg(tp.where, _where_cond)
     for fn, decomp in ((F.mse_loss, _mse_loss), (F.l1_loss, _l1_loss),
                        (F.smooth_l1_loss, _smooth_l1_loss),
                        (F.binary_cross_entropy_with_logits, _bce_with_logits)):

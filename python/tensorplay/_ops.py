@@ -2175,10 +2175,10 @@ def _flip(input, *dims, **kw):
         raise TypeError(f"flip() got an unexpected keyword argument "
                         f"'{next(iter(kw))}'")
     a = _arr(input)
-    axes = _dims(_int_list(dims, "flip", "dims"), a.ndim) if dims else ()
-    if not dims:
-        axes = ()
-    return _wrap(np.flip(a, axes).copy() if axes else a.copy(), input)
+    d = _int_list(dims, "flip", "dims") if dims else []
+    # dims=() / [] flips nothing (torch); np.flip's axis=() would flip all
+    axes = _dims(d, a.ndim) if len(d) else ()
+    return _wrap(np.flip(a, axes).copy() if len(axes) else a.copy(), input)
 
 
 @_impl("roll")
