@@ -34,7 +34,11 @@ _torch_names_nn_mod.install(_sys.modules[__name__], functional)
 # torch's special functions, scans, order statistics, searches, Tensor.unfold
 from tensorplay import _special_ops as _special_ops_mod  # noqa: E402
 _special_ops_mod.install()
-_ops_mod._finish_return_types()   # torch's repr for every return_types namedtuple
-del _sys, _tensor_mod, _ops_mod, _torch_names_mod, _torch_names_nn_mod, _special_ops_mod
+_ops_mod._finish_return_types()
+# tp.inf/pi, set_float32_matmul_precision, tp.backends, meshgrid, tensordot, kron, cross,
+# isin, tp.special, nn.utils.rnn.pad_sequence, utils.checkpoint, torch.nn's module paths
+from tensorplay import _torch_api_extra as _api_extra_mod  # noqa: E402
+_api_extra_mod.install(_sys.modules[__name__])   # torch's repr for every return_types namedtuple
+del _sys, _tensor_mod, _ops_mod, _torch_names_mod, _torch_names_nn_mod, _special_ops_mod, _api_extra_mod
 
 __version__ = "0.1.0"
