@@ -1114,8 +1114,8 @@ def flip(input, *dims, **kw):
         raise _Skip
     nd = input.dim()
     if len(dims) == 1 and isinstance(dims[0], (list, tuple)):
-        # eager: an empty list flips every dim (no dims at all: none)
-        dims = tuple(dims[0]) if len(dims[0]) else tuple(range(nd))
+        # an empty list flips nothing (torch's flip(x, []))
+        dims = tuple(dims[0])
     ds = [_wrap_dim(d, nd) for d in dims]
     if len(set(ds)) != len(ds):
         raise _Skip                      # eager's error
