@@ -402,6 +402,65 @@ copies_first_operand(StaxNode *n)
     return r;
 }
 
+/* Conversions that copy a host tensor into a new one of another dtype
+ * (x.float() of a float64 x, x.to(tp.int32)) or layout (x.contiguous() of
+ * a strided x): eager's result is a contiguous tensor of x's shape, and no
+ * value can make it raise or warn, so its metadata needs no elements (the
+ * audit of issue 17: the commonest sample still computed at full size).
+ * New reference, or NULL without an exception when n is no such call (the
+ * same dtype, or a contiguous x, gives x itself: run as before). */
+static PyObject *
+conversion_meta(StaxNode *n, PyObject *va, PyObject *vk)
+{
+    static const struct {
+        const char *name;
+        stax_dtype_t dt;
+    } conv[] = {{"float", STAX_FLOAT32}, {"double", STAX_FLOAT64}, {"half", STAX_FLOAT16},
+                {"int", STAX_INT32},     {"long", STAX_INT64},     {"short", STAX_INT16},
+                {"char", STAX_INT8},     {"byte", STAX_UINT8},     {"bool", STAX_BOOL}};
+    StaxTensor *x;
+    stax_dtype_t dt;
+    const char *nm;
+    int found = 0;
+    Py_ssize_t na = PyTuple_GET_SIZE(va);
+    if (n->op != STAX_NODE_CALL_METHOD || !PyUnicode_Check(n->target) || na < 1 || na > 2
+        || (vk != NULL && PyDict_GET_SIZE(vk) > 0)
+        || !Py_IS_TYPE(PyTuple_GET_ITEM(va, 0), StaxTensor_Type)) {
+        return NULL;
+    }
+    x = (StaxTensor *)PyTuple_GET_ITEM(va, 0);
+    nm = PyUnicode_AsUTF8(n->target);
+    if (nm == NULL || stax_tensor_is_cuda(x) || x->dtype == STAX_BFLOAT16) {
+        PyErr_Clear();
+        return NULL;
+    }
+    dt = x->dtype;
+    if (na == 1 && strcmp(nm, "contiguous") == 0) {
+        found = !stax_tensor_is_contiguous(x);
+    }
+    else if (na == 2 && strcmp(nm, "to") == 0) {
+        PyObject *d = PyTuple_GET_ITEM(va, 1);
+        /* to(dtype) with a tensorplay dtype object only (to(other),
+         * to(device), strings: eager's own parsing) */
+        found = strcmp(Py_TYPE(d)->tp_name, "tensorplay.dtype") == 0
+                && stax_dtype_from_object(d, &dt) == 0 && dt != x->dtype
+                && dt != STAX_BFLOAT16;
+        PyErr_Clear();
+    }
+    else if (na == 1) {
+        for (size_t i = 0; i < sizeof(conv) / sizeof(conv[0]) && !found; i++) {
+            if (strcmp(nm, conv[i].name) == 0) {
+                dt = conv[i].dt;
+                found = dt != x->dtype;
+            }
+        }
+    }
+    if (!found) {
+        return NULL;
+    }
+    return (PyObject *)stax_tensor_empty(x->ndim, x->sizes, dt);
+}
+
 /* Deferred sampling of node n (trace_lazy.c): 1 when done (meta 'val'
  * holds eager's metadata, or 'sample_error' eager's error), 0 when n runs
  * on the sample now (*keep_first: its first operand may stay deferred),
@@ -454,6 +513,18 @@ sample_deferred(StaxTracer *tr, StaxNode *n, PyObject *args,
             return rc;
         }
         Py_DECREF(res);
+    }
+    if (!consts) {
+        res = conversion_meta(n, va, vk);
+        if (res != NULL) {
+            int rc = PyDict_SetItemString(n->meta, "val", res) < 0
+                     || stax_trace_lazy_result(tr, n, res, NULL) < 0 ? -1 : 1;
+            Py_DECREF(res);
+            return rc;
+        }
+        if (PyErr_Occurred()) {
+            return -1;
+        }
     }
     /* run now: filling a view of a deferred operand runs the node again,
      * on its constants' values of that later time */
