@@ -390,6 +390,15 @@ lw_lower_node(lw_ctx *c, struct lw_node_in *in, vbuf **outp, const char **why)
                                               : "composite of a non-tensor";
         rule = (stax_lower_rule_t)-1;
     }
+    /* the normalizations' templates compute in floating point only; eager
+     * raises for integer inputs (torch's NotImplementedError), so a version
+     * reaching here with one must not be lowered */
+    if ((rule == STAX_LOWER_SOFTMAX || rule == STAX_LOWER_LAYER_NORM
+         || rule == STAX_LOWER_BATCH_NORM)
+        && !lw_is_float(x->dtype)) {
+        *why = "normalization of an integer or bool tensor";
+        rule = (stax_lower_rule_t)-1;
+    }
     switch ((int)rule) {
     case -1:
         break;

@@ -853,6 +853,8 @@ def _batch_norm_training(input, running_mean=None, running_var=None, weight=None
     native. training=False is recorded whole (a fused kernel)."""
     if not training:
         return NotImplemented
+    if not input.dtype.is_floating_point:
+        return NotImplemented       # eager raises torch's NotImplementedError
     nd = input.dim()
     if nd < 2:
         return NotImplemented

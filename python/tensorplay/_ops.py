@@ -1189,7 +1189,7 @@ def _softmax_common(name, input, dim, dtype, log):
     if dtype is not None:
         a = a.astype(_np_dtype(dtype))
     if a.dtype.kind != "f":
-        raise RuntimeError(f"\"{name}_lastdim_kernel_impl\" not implemented "
+        raise NotImplementedError(f"\"{name}_lastdim_kernel_impl\" not implemented "
                            f"for '{_title(a.dtype)}'")
     d = _wrap_dim(_softmax_dim(dim, a.ndim, name), a.ndim)
     if a.ndim == 0:
@@ -1236,7 +1236,7 @@ def _ln_np(input, normalized_shape, weight, bias, eps):
                            f"with shape [*, {', '.join(map(str, ns))}], but got "
                            f"input of size{list(a.shape)}")
     if a.dtype.kind != "f":
-        raise RuntimeError(f"\"LayerNormKernelImpl\" not implemented for "
+        raise NotImplementedError(f"\"LayerNormKernelImpl\" not implemented for "
                            f"'{_title(a.dtype)}'")
     axes = tuple(range(a.ndim - k, a.ndim))
     work = np.float32 if a.dtype == np.float16 else a.dtype
@@ -1275,6 +1275,8 @@ def _batch_norm(input, running_mean, running_var, weight=None, bias=None,
                 training=False, momentum=0.1, eps=1e-05):
     _check_tensor(input, "batch_norm")
     a = _arr(input)
+    if a.dtype.kind != "f":
+        raise NotImplementedError(f"\"batch_norm\" not implemented for '{_title(a.dtype)}'")
     if a.ndim < 2:
         raise ValueError(f"Expected 2D or 3D input (got {a.ndim}D input)")
     c = a.shape[1]
@@ -1511,7 +1513,7 @@ def _cross_entropy(input, target, weight=None, size_average=None,
     _check_tensor(input, "cross_entropy")
     a = _arr(input)
     if a.dtype.kind != "f":
-        raise RuntimeError(f"\"log_softmax_lastdim_kernel_impl\" not "
+        raise NotImplementedError(f"\"log_softmax_lastdim_kernel_impl\" not "
                            f"implemented for '{_title(a.dtype)}'")
     d = 0 if a.ndim == 1 else 1
     work = np.float32 if a.dtype == np.float16 else a.dtype

@@ -11,6 +11,7 @@ import math
 import numpy as np
 
 from tensorplay import _C
+from tensorplay import _tensor as _tensor_mod
 
 __all__ = ["interpolate", "upsample", "upsample_nearest", "upsample_bilinear",
            "instance_norm"]
@@ -274,6 +275,9 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
         raise TypeError(f"instance_norm(): argument 'input' must be Tensor, not "
                         f"{type(input).__name__}")
     nd = input.dim()
+    if not input.dtype.is_floating_point:
+        raise NotImplementedError(f"\"batch_norm\" not implemented for "
+                                  f"'{_tensor_mod._TYPE_NAMES[input.dtype]}'")
     if nd < 2:
         raise ValueError(f"Expected 2D or more input (got {nd}D input)")
     c = input.shape[1]

@@ -16,6 +16,7 @@ import builtins as _b
 import math
 
 from tensorplay import _C
+from tensorplay import _tensor as _tensor_mod
 
 _TENSORS = (_C.Tensor, _C.Proxy) if hasattr(_C, "Proxy") else (_C.Tensor,)
 
@@ -632,6 +633,9 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-05):
         raise RuntimeError(f"Expected at least 2 dimensions for input tensor but received "
                            f"{input.dim()}")
     N, C = int(input.shape[0]), int(input.shape[1])
+    if not input.dtype.is_floating_point:
+        raise NotImplementedError(f"\"GroupNormKernelImpl\" not implemented for "
+                                  f"'{_tensor_mod._TYPE_NAMES[input.dtype]}'")
     if C % num_groups:
         raise RuntimeError(f"Expected number of channels in input to be divisible by "
                            f"num_groups, but got input of shape {list(input.shape)} and "
