@@ -427,3 +427,25 @@ def test_searchsorted_traces_no_host_constant():
         assert "_tensor_constant" not in tr.graph_module.code
         np.testing.assert_array_equal(tp.compile(fn, strict_native=True)(s, v).numpy(),
                                       fn(s, v).numpy())
+
+
+@needs_nvrtc
+def test_kernel_whose_values_share_subtrees_compiles_in_seconds():
+    """polygamma(2, x) lowers to one kernel whose values are a DAG sharing
+    subtrees (the zeta series); the back end walked it as a tree in three
+    places (size symbols, accesses, reads-its-output), which took hours
+    (tests/gpu's polygamma case never finished); each node once: ~1 s"""
+    import subprocess
+    import sys
+    code = ("import numpy as np, tensorplay as tp\n"
+            "from _nvrtc import nvrtc_compile\n"
+            "x = tp.tensor(np.linspace(-2, 2, 36, dtype=np.float32).reshape(4, 9))\n"
+            "cf, progs = nvrtc_compile(lambda a: tp.polygamma(2, a.abs() + 0.3), x)\n"
+            "assert progs and all(p.backend == 'nvrtc' and p.fallbacks == 0 for p in progs)\n")
+    import os
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [here] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]

@@ -173,27 +173,29 @@ add_access(nvrtc_handle *h, int *cap, int buf, const stax_ix *ix)
     return 0;
 }
 
-static int collect_ix(nvrtc_handle *h, int *cap, const stax_ix *ix);
+static int collect_ix(nvrtc_handle *h, int *cap, const stax_ix *ix, lv_seen *seen);
 
 static int
-collect_lval(nvrtc_handle *h, int *cap, const stax_lval *v)
+collect_lval(nvrtc_handle *h, int *cap, const stax_lval *v, lv_seen *seen)
 {
-    if (v == NULL) {
+    /* the value DAG's nodes once each: walked as a tree, a kernel whose
+     * values share subtrees (polygamma's series) took hours here */
+    if (v == NULL || !stax_nvrtc_seen_add(seen, v)) {
         return 0;
     }
     if (v->kind == STAX_LV_LOAD) {
         if (add_access(h, cap, v->buf, v->index) < 0
-            || collect_ix(h, cap, v->index) < 0
-            || collect_lval(h, cap, v->mask) < 0) {
+            || collect_ix(h, cap, v->index, seen) < 0
+            || collect_lval(h, cap, v->mask, seen) < 0) {
             return -1;
         }
         return 0;
     }
-    if (v->kind == STAX_LV_INDEX && collect_ix(h, cap, v->index) < 0) {
+    if (v->kind == STAX_LV_INDEX && collect_ix(h, cap, v->index, seen) < 0) {
         return -1;
     }
     for (int i = 0; i < v->nargs; i++) {
-        if (collect_lval(h, cap, v->args[i]) < 0) {
+        if (collect_lval(h, cap, v->args[i], seen) < 0) {
             return -1;
         }
     }
@@ -201,52 +203,53 @@ collect_lval(nvrtc_handle *h, int *cap, const stax_lval *v)
 }
 
 static int
-collect_ix(nvrtc_handle *h, int *cap, const stax_ix *ix)
+collect_ix(nvrtc_handle *h, int *cap, const stax_ix *ix, lv_seen *seen)
 {
     if (ix == NULL) {
         return 0;
     }
     if (ix->kind == STAX_IX_VALUE) {
-        return collect_lval(h, cap, ix->val);
+        return collect_lval(h, cap, ix->val, seen);
     }
     if (ix->kind >= STAX_IX_ADD && ix->kind <= STAX_IX_MOD) {
-        return collect_ix(h, cap, ix->a) < 0 ? -1 : collect_ix(h, cap, ix->b);
+        return collect_ix(h, cap, ix->a, seen) < 0 ? -1 : collect_ix(h, cap, ix->b, seen);
     }
     return 0;
 }
 
-static int lval_reads_output(const stax_kernel *k, const stax_lval *v);
+static int lval_reads_output(const stax_kernel *k, const stax_lval *v, lv_seen *seen);
 
 static int
-ix_reads_output(const stax_kernel *k, const stax_ix *ix)
+ix_reads_output_s(const stax_kernel *k, const stax_ix *ix, lv_seen *seen)
 {
     if (ix == NULL) {
         return 0;
     }
     if (ix->kind == STAX_IX_VALUE) {
-        return lval_reads_output(k, ix->val);
+        return lval_reads_output(k, ix->val, seen);
     }
     if (ix->kind >= STAX_IX_ADD && ix->kind <= STAX_IX_MOD) {
-        return ix_reads_output(k, ix->a) || ix_reads_output(k, ix->b);
+        return ix_reads_output_s(k, ix->a, seen) || ix_reads_output_s(k, ix->b, seen);
     }
     return 0;
 }
 
 static int
-lval_reads_output(const stax_kernel *k, const stax_lval *v)
+lval_reads_output(const stax_kernel *k, const stax_lval *v, lv_seen *seen)
 {
-    if (v == NULL) {
+    /* a DAG: a value already walked answered 0 there (a 1 ends the walk) */
+    if (v == NULL || !stax_nvrtc_seen_add(seen, v)) {
         return 0;
     }
     if (v->kind == STAX_LV_LOAD) {
-        return k->bufs[v->buf].is_output || ix_reads_output(k, v->index)
-               || lval_reads_output(k, v->mask);
+        return k->bufs[v->buf].is_output || ix_reads_output_s(k, v->index, seen)
+               || lval_reads_output(k, v->mask, seen);
     }
-    if (v->kind == STAX_LV_INDEX && ix_reads_output(k, v->index)) {
+    if (v->kind == STAX_LV_INDEX && ix_reads_output_s(k, v->index, seen)) {
         return 1;
     }
     for (int i = 0; i < v->nargs; i++) {
-        if (lval_reads_output(k, v->args[i])) {
+        if (lval_reads_output(k, v->args[i], seen)) {
             return 1;
         }
     }
@@ -326,13 +329,17 @@ handle_new(stax_backend *be, const stax_kernel *k, const char *entry,
             goto error;
         }
     }
-    for (int i = 0; i < k->nstores && !h->reads_output; i++) {
-        h->reads_output = lval_reads_output(k, k->stores[i].value)
-                          || ix_reads_output(k, k->stores[i].index);
-    }
-    for (int i = 0; i < k->naccs && !h->reads_output; i++) {
-        h->reads_output = lval_reads_output(k, k->accs[i].value)
-                          || ix_reads_output(k, k->accs[i].index);
+    {
+        lv_seen seen = {NULL, 0, 0};
+        for (int i = 0; i < k->nstores && !h->reads_output; i++) {
+            h->reads_output = lval_reads_output(k, k->stores[i].value, &seen)
+                              || ix_reads_output_s(k, k->stores[i].index, &seen);
+        }
+        for (int i = 0; i < k->naccs && !h->reads_output; i++) {
+            h->reads_output = lval_reads_output(k, k->accs[i].value, &seen)
+                              || ix_reads_output_s(k, k->accs[i].index, &seen);
+        }
+        PyMem_Free(seen.slot);
     }
     h->nbufs = k->nbufs;
     for (int i = 0; i < k->nbufs; i++) {
@@ -359,16 +366,20 @@ handle_new(stax_backend *be, const stax_kernel *k, const char *entry,
             goto error;
         }
     }
-    for (int i = 0; i < k->nstores; i++) {
-        if (add_access(h, &cap, k->stores[i].buf, k->stores[i].index) < 0
-            || collect_ix(h, &cap, k->stores[i].index) < 0
-            || collect_lval(h, &cap, k->stores[i].value) < 0) {
-            goto error;
+    {
+        lv_seen seen = {NULL, 0, 0};
+        int bad = 0;
+        for (int i = 0; i < k->nstores && !bad; i++) {
+            bad = add_access(h, &cap, k->stores[i].buf, k->stores[i].index) < 0
+                  || collect_ix(h, &cap, k->stores[i].index, &seen) < 0
+                  || collect_lval(h, &cap, k->stores[i].value, &seen) < 0;
         }
-    }
-    for (int i = 0; i < k->naccs; i++) {
-        if (collect_lval(h, &cap, k->accs[i].value) < 0
-            || collect_ix(h, &cap, k->accs[i].index) < 0) {
+        for (int i = 0; i < k->naccs && !bad; i++) {
+            bad = collect_lval(h, &cap, k->accs[i].value, &seen) < 0
+                  || collect_ix(h, &cap, k->accs[i].index, &seen) < 0;
+        }
+        PyMem_Free(seen.slot);
+        if (bad) {
             goto error;
         }
     }

@@ -28,6 +28,14 @@ int stax_nvrtc_is_float(stax_dtype_t dt);
 /* ---- renderer (nvrtc_render.c) ---- */
 /* number of size arguments the kernel reads (1 + largest STAX_IX_SYM) */
 int stax_nvrtc_kernel_nsizes(const stax_kernel *k);
+/* a set of the values a walk of a kernel's value DAG has been through
+ * (nvrtc_render.c): add returns 1 when v is new (or memory ran out: walk
+ * it again), 0 when already there; free slot with PyMem_Free */
+typedef struct {
+    const void **slot;
+    size_t cap, n;
+} lv_seen;
+int stax_nvrtc_seen_add(lv_seen *s, const void *v);
 int stax_nvrtc_max_sym(const stax_ix *ix);
 /* CUDA C of one kernel: new str, or NULL + exception (NotImplementedError
  * for what the renderer cannot do). Signature of the rendered kernel:

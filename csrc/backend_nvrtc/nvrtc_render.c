@@ -2353,10 +2353,49 @@ render_attention(emitter *m)
     return 0;
 }
 
-static int max_sym_lval(const stax_lval *v);
-
+/* The values a walk has been through: a kernel's values are a DAG whose
+ * shared subtrees a tree walk visits once per path (polygamma's series: a
+ * walk of hours); each is looked at once. A pointer hash set, open
+ * addressing; out of memory it forgets nothing it holds and walks on. */
 int
-stax_nvrtc_max_sym(const stax_ix *ix)
+stax_nvrtc_seen_add(lv_seen *s, const void *v)
+{
+    size_t h;
+    if (2 * (s->n + 1) > s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 1024;
+        const void **ns = PyMem_Calloc(cap, sizeof(*ns));
+        if (ns == NULL) {
+            return 1;                    /* walk it again: slower, same result */
+        }
+        for (size_t i = 0; i < s->cap; i++) {
+            if (s->slot[i] != NULL) {
+                h = ((uintptr_t)s->slot[i] >> 4) & (cap - 1);
+                while (ns[h] != NULL) {
+                    h = (h + 1) & (cap - 1);
+                }
+                ns[h] = s->slot[i];
+            }
+        }
+        PyMem_Free(s->slot);
+        s->slot = ns;
+        s->cap = cap;
+    }
+    h = ((uintptr_t)v >> 4) & (s->cap - 1);
+    while (s->slot[h] != NULL) {
+        if (s->slot[h] == v) {
+            return 0;
+        }
+        h = (h + 1) & (s->cap - 1);
+    }
+    s->slot[h] = v;
+    s->n++;
+    return 1;
+}
+
+static int max_sym_lval(const stax_lval *v, lv_seen *seen);
+
+static int
+max_sym_ix(const stax_ix *ix, lv_seen *seen)
 {
     int m = -1, a, b;
     if (ix == NULL) {
@@ -2366,30 +2405,40 @@ stax_nvrtc_max_sym(const stax_ix *ix)
     case STAX_IX_SYM:
         return (int)ix->v;
     case STAX_IX_VALUE:
-        return max_sym_lval(ix->val);
+        return max_sym_lval(ix->val, seen);
     case STAX_IX_ADD: case STAX_IX_MUL: case STAX_IX_DIV: case STAX_IX_MOD:
-        a = stax_nvrtc_max_sym(ix->a);
-        b = stax_nvrtc_max_sym(ix->b);
+        a = max_sym_ix(ix->a, seen);
+        b = max_sym_ix(ix->b, seen);
         return a > b ? a : b;
     default:
         return m;
     }
 }
 
+int
+stax_nvrtc_max_sym(const stax_ix *ix)
+{
+    lv_seen seen = {NULL, 0, 0};
+    int m = max_sym_ix(ix, &seen);
+    PyMem_Free(seen.slot);
+    return m;
+}
+
+/* the largest size symbol under v, -1 if none (or v already walked) */
 static int
-max_sym_lval(const stax_lval *v)
+max_sym_lval(const stax_lval *v, lv_seen *seen)
 {
     int m = -1, s;
-    if (v == NULL) {
+    if (v == NULL || !stax_nvrtc_seen_add(seen, v)) {
         return -1;
     }
     if (v->kind == STAX_LV_LOAD || v->kind == STAX_LV_INDEX) {
-        m = stax_nvrtc_max_sym(v->index);
-        s = max_sym_lval(v->mask);
+        m = max_sym_ix(v->index, seen);
+        s = max_sym_lval(v->mask, seen);
         m = s > m ? s : m;
     }
     for (int i = 0; i < v->nargs && v->kind != STAX_LV_LOAD; i++) {
-        s = max_sym_lval(v->args[i]);
+        s = max_sym_lval(v->args[i], seen);
         m = s > m ? s : m;
     }
     return m;
@@ -2398,23 +2447,25 @@ max_sym_lval(const stax_lval *v)
 int
 stax_nvrtc_kernel_nsizes(const stax_kernel *k)
 {
+    lv_seen seen = {NULL, 0, 0};
     int m = -1, s;
     for (int d = 0; d < k->nouter + k->ninner; d++) {
-        s = stax_nvrtc_max_sym(k->dims[d]);
+        s = max_sym_ix(k->dims[d], &seen);
         m = s > m ? s : m;
     }
     for (int i = 0; i < k->nstores; i++) {
-        s = stax_nvrtc_max_sym(k->stores[i].index);
+        s = max_sym_ix(k->stores[i].index, &seen);
         m = s > m ? s : m;
-        s = max_sym_lval(k->stores[i].value);
+        s = max_sym_lval(k->stores[i].value, &seen);
         m = s > m ? s : m;
     }
     for (int i = 0; i < k->naccs; i++) {
-        s = max_sym_lval(k->accs[i].value);
+        s = max_sym_lval(k->accs[i].value, &seen);
         m = s > m ? s : m;
-        s = stax_nvrtc_max_sym(k->accs[i].index);
+        s = max_sym_ix(k->accs[i].index, &seen);
         m = s > m ? s : m;
     }
+    PyMem_Free(seen.slot);
     return m + 1;
 }
 
