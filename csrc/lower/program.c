@@ -1435,6 +1435,30 @@ program_get_buffer_plan(Program *p, void *closure)
     return l;
 }
 
+/* a SlotRef of the output template as (buffer kind, slot) */
+static PyObject *
+slot_kind_leaf(PyObject *t, void *ctx)
+{
+    static const char *kinds[] = {"input", "temp", "extern", "const"};
+    Program *p = ctx;
+    int i = stax_lower_slotref_index(t);
+    if (i < 0) {
+        return NULL;
+    }
+    if (i >= p->c.npbufs) {
+        PyErr_SetString(PyExc_RuntimeError, "stax: output slot out of range");
+        return NULL;
+    }
+    return Py_BuildValue("(si)", kinds[p->c.pbufs[i].kind], i);
+}
+
+static PyObject *
+program_get_output_slots(Program *p, void *closure)
+{
+    (void)closure;
+    return stax_graph_map_leaves(p->out_template, 1, slot_kind_leaf, p);
+}
+
 static PyObject *
 program_get_backend(Program *p, void *closure)
 {
@@ -1460,6 +1484,12 @@ static PyGetSetDef program_getset[] = {
     {"buffer_plan", (getter)program_get_buffer_plan, NULL,
      "the buffers that exist at run time: (kind, sizes, dtype, first step, "
      "last step) of inputs, constants and every buffer a step writes", NULL},
+    {"output_slots", (getter)program_get_output_slots, NULL,
+     "the output pytree with each returned buffer as (kind, slot): kind "
+     "'input' (the input object itself), 'const' (a tensor the program "
+     "holds: the same object on every call), 'extern' (a library call's or "
+     "eager step's result, possibly a view) or 'temp' (memory the program "
+     "allocates for this call); one slot at two places is one tensor", NULL},
     {NULL},
 };
 

@@ -34,6 +34,15 @@ stax_trace_const_node(StaxTracer *tr, PyObject *t)
     }
     n = (PyObject *)stax_graph_create_node(tr->graph, STAX_NODE_GET_ATTR,
                                            name, NULL, NULL, NULL);
+    /* made by the traced code itself (tp.ones(3), arange(n) * 2): eager
+     * makes a new one on every call, so an output that is this constant is
+     * copied per call (compiler/_aliasing.py); a tensor the call found
+     * (older storage) is returned as itself */
+    if (n != NULL && stax_trace_is_tensor(t)
+        && ((StaxTensor *)t)->storage->serial >= tr->serial0
+        && PyDict_SetItemString(((StaxNode *)n)->meta, "made_in_trace", Py_True) < 0) {
+        Py_CLEAR(n);
+    }
     if (n == NULL || PyDict_SetItemString(((StaxNode *)n)->meta, "val", t) < 0
         || PyDict_SetItem(tr->constants, name, t) < 0
         || PyDict_SetItem(tr->const_nodes, key, n) < 0) {

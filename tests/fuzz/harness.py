@@ -560,9 +560,24 @@ class Runner:
 
     def compare_aliasing(self, j, out_e, out_c, e_args, c_args, rec):
         """an output that is a view of an input in eager is one compiled
-        (same storage) and a write through it reaches the input alike"""
+        (same storage) and a write through it reaches the input alike; two
+        outputs share a storage compiled exactly when they do in eager; an
+        output of fresh memory (a view of no input) is the caller's own: a
+        write into it reaches no other output and no later call"""
         api = self.api
         oe, oc = _flat(out_e), _flat(out_c)
+        for k in range(len(oe)):
+            for m in range(k + 1, min(len(oe), len(oc))):
+                a, b, x, y = oe[k], oc[k], oe[m], oc[m]
+                if not all(api.is_tensor(t) and hasattr(t, "_storage") for t in (a, b, x, y)):
+                    continue
+                ae, ac = a._storage is x._storage, b._storage is y._storage
+                if ae and not ac and "views_of_intermediate" in self.avoid:
+                    continue      # known: two views of an intermediate that is no output
+                if ae != ac:
+                    self.fail(j, f"call {j}: outputs {k} and {m} {'share' if ae else 'do not share'} "
+                                 f"memory in eager but {'do' if ac else 'do not'} compiled")
+        self.write_fresh_outputs(j, oe, oc, e_args, rec)
         for k, (a, b) in enumerate(zip(oe, oc)):
             if not (api.is_tensor(a) and api.is_tensor(b)) or not hasattr(a, "_storage"):
                 continue
@@ -590,6 +605,34 @@ class Runner:
                     self.compare_tensor(j, f"input {self.prog.params[i].name} after writing through "
                                            f"output {k}", api.to_numpy(x), api.to_numpy(y),
                                         api.dtype_name(x), api.dtype_name(y), rec)
+
+    def write_fresh_outputs(self, j, oe, oc, e_args, rec):
+        """write into each output that is a view of no input, eager and
+        compiled alike; the outputs must still agree (a compiled output
+        sharing memory eager's does not changes with it), and the next
+        call's compare sees a constant the program hands out on every call"""
+        api = self.api
+        wrote = False
+        for k, (a, b) in enumerate(zip(oe, oc)):
+            if not (api.is_tensor(a) and api.is_tensor(b)) or not hasattr(a, "_storage"):
+                continue
+            if any(api.is_tensor(x) and a._storage is x._storage for x in e_args):
+                continue
+            if api.dtype_name(a) == "bool" or any(st == 0 and n > 1 for st, n in zip(a.stride(), a.shape)) \
+                    or any(st == 0 and n > 1 for st, n in zip(b.stride(), b.shape)):
+                continue
+            if any(api.is_tensor(o) and a._storage is o._storage for o in oe[:k]):
+                continue      # written through an earlier output already
+            with api.tp.no_grad():
+                a.add_(1)
+                b.add_(1)
+            wrote = True
+        if wrote:
+            for k, (a, b) in enumerate(zip(oe, oc)):
+                if api.is_tensor(a) and api.is_tensor(b):
+                    self.compare_tensor(j, f"output {k} after writing into the outputs of fresh memory",
+                                        api.to_numpy(a), api.to_numpy(b), api.dtype_name(a),
+                                        api.dtype_name(b), rec)
 
     # -- comparison
     def compare(self, j, sig, out_e, out_c, rec):

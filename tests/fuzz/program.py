@@ -960,9 +960,57 @@ class Gen:
         self.stores = True
         return True
 
+    def st_ident(self):
+        """an identity the passes may fold (x + 0, x * 1, x / 1, clone):
+        eager makes a new tensor, so must the compiled call (its output,
+        and views of it, must not come back as the input's memory)"""
+        d = self.d
+        v = self.pick()
+        if v.cat == "b":
+            form = f"{v.name}.clone()"
+        else:
+            zero, one = ("0", "1") if v.cat == "i" else (d.choice(["0", "0.0"]), d.choice(["1", "1.0"]))
+            forms = [f"({v.name} + {zero})", f"({v.name} - {zero})", f"({v.name} * {one})",
+                     f"({one} * {v.name})", f"{v.name}.add({zero})", f"tp.mul({v.name}, {one})",
+                     f"{v.name}.clone()"]
+            if v.cat == "f":
+                forms.append(f"({v.name} / 1)")
+            form = d.choice(forms)
+        self.add(form, v.shape, v.dt if not ("0.0" in form or "1.0" in form) or v.cat == "f"
+                 else "float32")
+        return True
+
+    def st_dup(self):
+        """an earlier assignment again: CSE may merge the two; eager's are
+        two tensors (or two views of one base)"""
+        d = self.d
+        byname = {v.name: v for v in self.vars}
+        cands = [a for a in self.body if isinstance(a, Assign) and a.red_src is None
+                 and a.name in byname]
+        if not cands:
+            return False
+        a = cands[d.int(0, len(cands) - 1)]
+        v = byname[a.name]
+        shared = any(u is not v and u.base == v.base for u in self.vars)
+        w = self.add(a.expr, v.shape, v.dt, base=v.base if shared else None, zstride=v.zstride)
+        w.inexact = w.inexact or v.inexact
+        return True
+
+    def st_const(self):
+        """a tensor made inside the function from constants: a new one on
+        every eager call, never a constant the compiled call hands out again"""
+        d = self.d
+        shape = self.base_shape[d.int(0, len(self.base_shape)):]
+        sh = ", ".join(map(str, shape))
+        form, dt = d.choice([(f"tp.ones({sh or '()'})", "float32"),
+                             (f"tp.zeros({sh or '()'}, dtype=tp.int64)", "int64"),
+                             (f"tp.full(({sh}{',' if len(shape) == 1 else ''}), 2.0)", "float32")])
+        self.add(form, shape, dt)
+        return True
+
     KINDS = [("unary", 10), ("binary", 14), ("reduce", 8), ("view", 9), ("inplace", 6), ("compare", 4),
              ("where", 4), ("clamp", 3), ("cast", 3), ("if", 3), ("intgate", 2), ("module", 2), ("logic", 1),
-             ("lowp", 6), ("kwargs", 6), ("store", 2)]
+             ("lowp", 6), ("kwargs", 6), ("store", 2), ("ident", 5), ("dup", 4), ("const", 3)]
 
     def program(self):
         d = self.d

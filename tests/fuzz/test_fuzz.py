@@ -21,6 +21,11 @@ N = int(os.environ.get("TENSORPLAY_FUZZ_N", "300"))
 # XPASS the bug is fixed and the entry must go (`python3 -m fuzz` sweeps with
 # --avoid '' to fuzz everything).
 KNOWN = {
+    # two outputs that are views of one intermediate no output is (v = relu(x);
+    # return v.t(), v[0]) come back as two copies (compiler/_aliasing.py
+    # regenerates views of inputs and of outputs only): test_regressions.py,
+    # test_outputs_viewing_one_intermediate_share_memory
+    "views_of_intermediate",
 }
 
 

@@ -106,6 +106,7 @@ class CompiledAutograd:
     def __init__(self):
         self.forward_graph = self.backward_graph = self.joint_graph = None
         self.fwd = self.bwd = None
+        self.alias_fix = None    # _aliasing.OutputFix of the outputs, set by the driver
         self.saved = []
         self.saved_bytes = self.save_all_bytes = 0
         self.recomputed = []

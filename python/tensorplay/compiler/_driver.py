@@ -23,7 +23,7 @@ from ._config import config
 from ._guards import GATE_TEXT, Guard, diff_sig
 from . import _lift
 from ._lift import analyze
-from ._aliasing import with_view_outputs
+from ._aliasing import output_aliasing, output_fix, unwrap as _unwrap_art, with_view_outputs
 from . import _stores
 from ._symbolic import ShapeEnv, eval_guards, compile_guards
 from . import _backends, _cache
@@ -231,7 +231,8 @@ class _Call:
     """The parts of one call's key that the slow path computes."""
     __slots__ = ("args", "kwargs", "free", "sig_args", "sig_kwargs", "sig_free", "effects_before_error",
                  "rho", "dtype", "flat", "paths", "gkey", "alias", "effects", "stores",
-                 "n_extras", "unsafe_store", "seeds", "symenv", "dyn", "effect", "_static", "ver")
+                 "n_extras", "unsafe_store", "seeds", "symenv", "dyn", "effect", "_static", "ver",
+                 "alias_spec")
 
     def sigs(self):
         """sigma of the call as keyed (a call rekeyed for a function that
@@ -275,7 +276,7 @@ class Version:
         self.artifact = artifact
         # dynamic mode over a back end whose artifacts are fixed-shape: one
         # artifact per concrete layout inside this version (same trace/graph)
-        self.shape_polymorphic = (not dynamic or artifact is gm
+        self.shape_polymorphic = (not dynamic or _unwrap_art(artifact) is gm
                                   or bool(getattr(artifact, "dynamic", False)))
         self.artifacts = {}
         if not self.shape_polymorphic:
@@ -492,7 +493,9 @@ class _ForwardOnly:
         self.autograd = ag
 
     def __call__(self, *flat):
-        return self.autograd.fwd(*flat)[0]
+        out = self.autograd.fwd(*flat)[0]
+        fix = getattr(self.autograd, "alias_fix", None)
+        return fix(out, flat) if fix is not None else out
 
     @property
     def kernels(self):
@@ -711,7 +714,11 @@ class Driver:
                 log = lg.info
             try:
                 lower = (lambda g, ex: self._lower(g, ex, static=True)) if static else self._lower
-                return _autograd.build(gm, call.flat, lower, self.name, log)
+                ag = _autograd.build(gm, call.flat, lower, self.name, log)
+                # its forward program comes from the joint graph: every
+                # output is brought to eager's aliasing after it ran
+                ag.alias_fix = output_fix(gm, getattr(call, "alias_spec", None), check_all=True)
+                return ag
             except (_C.NativeCompileError, _autograd.NoGradOutputs) as e:
                 if isinstance(e, _autograd.NoGradOutputs):
                     return None          # the forward alone: nothing to differentiate
@@ -782,7 +789,8 @@ class Driver:
             return [None if k is None else res[k] for k in slots]
 
         _C._autograd_attach(diff, ins, backward, "CompiledFunctionBackward", saved)
-        return out
+        fix = getattr(ag, "alias_fix", None)
+        return fix(out, flat) if fix is not None else out
 
     def _eager_backward(self, args, kwargs, pos, ins):
         """backward(*grads of outputs pos) that recomputes the function
@@ -1024,7 +1032,7 @@ class Driver:
             # fixed-shape back ends read sizes from the graph's sample
             # values: retrace for this layout (same key, same guards)
             _, gm, lowered = self._trace(c, plan, lower=True)
-            return self._lower(gm, flat, lowered)[0]
+            return self._lower(gm, flat, lowered, spec=getattr(c, "alias_spec", None))[0]
         return self._per_layout(v.artifacts, flat, args, kwargs, free, build)
 
     def _run(self, v, flat, args, kwargs, plan, free):
@@ -1335,6 +1343,9 @@ class Driver:
                 restore()
             call.effects = getattr(wrapper, "effects", None)
             self._collect_stores(call, plan, tr, slog)
+            # eager's aliasing of the outputs, read before the passes
+            # change which value each output is (_aliasing)
+            call.alias_spec = output_aliasing(tr.graph_module)
             return prepare(tr) if prepare is not None else True
 
         passes_log = None
@@ -1419,9 +1430,19 @@ class Driver:
         call.unsafe_store = _stores.find_proxy(roots)
         if extras:
             gm = tr.graph_module
-            outn = [n for n in gm.graph.nodes if n.op == "output"][0]
+            nodes = list(gm.graph.nodes)
+            outn = [n for n in nodes if n.op == "output"][0]
             orig = outn.args[0] if outn.args else None
-            outn.args = ((orig, tuple(p.node for p in extras)),)
+            live = set(nodes)
+            # a creation the trace turned into a constant (tp.ones(3)
+            # stored): its proxy's node left the graph for a get_attr
+            # holding the same value
+            consts = {id(n.meta.get("val")): n for n in nodes if n.op == "get_attr"}
+
+            def node_of(p):
+                n = p.node
+                return n if n in live else consts.get(id(n.meta.get("val")), n)
+            outn.args = ((orig, tuple(node_of(p) for p in extras)),)
             gm.recompile()
 
     def _backend_options(self, static=False):
@@ -1433,10 +1454,12 @@ class Driver:
             opts.setdefault("dynamic", True)
         return opts
 
-    def _lower(self, gm, flat, lowered=None, static=False):
+    def _lower(self, gm, flat, lowered=None, static=False, spec=None):
         """backend(gm, example_inputs, **options) -> (artifact, eager_fallback);
         lowered: what _C.stax_compile's lowering gave, (artifact, error,
-        cache counter deltas), or None to call the back end here."""
+        cache counter deltas), or None to call the back end here. spec:
+        the outputs' aliasing as traced (_aliasing.output_aliasing); the
+        artifact (or gm, run eagerly) is wrapped to follow it."""
         before = _C._cache_counters() if lowered is None else None
         try:
             if lowered is None:
@@ -1458,7 +1481,7 @@ class Driver:
                 warnings.warn(f"tensorplay.compile: back end {self.backend_name!r} failed on "
                               f"'{self.name}' ({type(e).__name__}: {e}); this version runs eagerly",
                               RuntimeWarning, stacklevel=6)
-            return gm, True
+            return with_view_outputs(gm, gm, spec), True
         finally:
             if lowered is None:
                 after = _C._cache_counters()
@@ -1469,9 +1492,9 @@ class Driver:
             raise TypeError(f"tensorplay.compile: back end {self.backend_name!r} returned "
                             f"{type(art).__name__!s}, not a callable; a back end is "
                             "backend(gm, example_inputs, **options) -> callable")
-        return with_view_outputs(gm, art), False
+        return with_view_outputs(gm, art, spec), False
 
-    def _aliased_writes(self, gm, tr):
+    def _aliased_writes(self, gm, tr, spec=None):
         """Tensor inputs that share a storage, one of them written in place
         (f(x, x) with `a.add_(1); return b * 2`): back ends lower each input
         as its own buffer, so a read through one alias would miss a write
@@ -1484,7 +1507,7 @@ class Driver:
             raise _C.NativeCompileError(msg)
         if config.warn_on_fallback:
             warnings.warn(msg + "; this version runs eagerly", RuntimeWarning, stacklevel=6)
-        return gm, True
+        return with_view_outputs(gm, gm, spec), True
 
     def _build(self, call, plan):
         def aliased(tr):
@@ -1512,7 +1535,7 @@ class Driver:
                           RuntimeWarning, stacklevel=5)
         ag = None
         if aliased(tr):
-            artifact, eager_fallback = self._aliased_writes(gm, tr)
+            artifact, eager_fallback = self._aliased_writes(gm, tr, getattr(call, "alias_spec", None))
         else:
             # a dynamic version's backward: per concrete layout, at its
             # first call with grad (_layout_autograd)
@@ -1520,7 +1543,8 @@ class Driver:
             if ag is not None:
                 artifact, eager_fallback = _ForwardOnly(ag), False
             else:
-                artifact, eager_fallback = self._lower(gm, call.flat, lowered)
+                artifact, eager_fallback = self._lower(gm, call.flat, lowered,
+                                                            spec=getattr(call, "alias_spec", None))
         v = Version(len(self.versions), call, gm, artifact, ver, eager_fallback, plan.paths,
                     self.dynamic, getattr(call, "symenv", None))
         v.autograd = ag
