@@ -398,7 +398,9 @@ class OutputFix:
     def __init__(self, plan, checks):
         self.plan, self.checks = plan, checks
 
-    def __call__(self, out, flat):
+    def __call__(self, out, flat, rg_before=None):
+        """rg_before: the inputs' requires_grad before a call with compiled
+        autograd"""
         if self.checks:
             T = _C.Tensor
             seen = {_storage_id(t) for t in flat if isinstance(t, T)}
@@ -414,6 +416,12 @@ class OutputFix:
                 seen.add(s)
         for path, base, steps in self.plan:
             v = flat[base[1]] if base[0] == "in" else _get(out, base[1])
+            if rg_before is not None and base[0] == "in" and not rg_before[base[1]] \
+                    and getattr(_get(out, path), "requires_grad", False):
+                # an input the function overwrote from values that require
+                # grad (x.copy_(w * 2); return x): the program's output
+                # carries that history, the input object cannot
+                continue
             for is_method, target, a, k in steps:
                 a, k = _fill(a, flat), _fill(k, flat)
                 v = getattr(v, target)(*a, **k) if is_method else target(v, *a, **k)

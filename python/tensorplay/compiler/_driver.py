@@ -752,6 +752,7 @@ class Driver:
         cf = self._cf() if self._cf is not None else None
         if cf is not None:
             cf._clear_level1()       # every call must come back here
+        rg_before = [t.requires_grad for t in flat]
         out, saved = ag.fwd(*flat)
         T = _tensor_type()
         outs = []
@@ -790,7 +791,7 @@ class Driver:
 
         _C._autograd_attach(diff, ins, backward, "CompiledFunctionBackward", saved)
         fix = getattr(ag, "alias_fix", None)
-        return fix(out, flat) if fix is not None else out
+        return fix(out, flat, rg_before) if fix is not None else out
 
     def _eager_backward(self, args, kwargs, pos, ins):
         """backward(*grads of outputs pos) that recomputes the function
