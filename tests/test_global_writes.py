@@ -277,9 +277,10 @@ def test_unlifted_write_is_a_strict_error():
 
 def test_a_constant_only_read_is_not_copied():
     h = _Holder(tp.ones(256, 256))
+    holders = {"h": h}      # (h.get() itself is looked into and lifted)
 
     def f(x):
-        return x + h.get()          # a constant held by reference
+        return x + holders["h"].get()          # a constant held by reference
     before = _C._trace_snapshot_bytes()
     out = tp.compile(f)(tp.ones(256, 256))
     np.testing.assert_array_equal(out.numpy(), 2.0)
@@ -288,9 +289,10 @@ def test_a_constant_only_read_is_not_copied():
 
 def test_a_written_constant_is_journaled_once_and_restored():
     h = _Holder(tp.ones(64))
+    holders = {"h": h}      # (h.get() itself is looked into and lifted)
 
     def f(x):
-        t = h.get()
+        t = holders["h"].get()
         t.add_(x)                     # recorded: x is traced
         t.mul_(x)
         return x + 1

@@ -810,10 +810,15 @@ g_is_leaf(PyObject *self, void *c)
     return meta_attr(self, "is_leaf");
 }
 
+/* x.grad: the gradient the compile driver lifted for this parameter
+ * (compiler/_lift.py puts its proxy in the placeholder's meta while the
+ * trace runs); a traced value has none */
 static PyObject *
 g_grad(PyObject *self, void *c)
 {
-    Py_RETURN_NONE;
+    PyObject *g = PyDict_GetItemString(((StaxProxy *)self)->node->meta, "lifted_grad");
+    (void)c;
+    return Py_NewRef(g != NULL ? g : Py_None);
 }
 
 static PyObject *

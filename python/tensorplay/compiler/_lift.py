@@ -235,13 +235,15 @@ def _chains(code, self_name):
 
 
 class Source:
-    __slots__ = ("kind", "root", "attrs", "path", "name", "lifted", "effect_only", "helper")
+    __slots__ = ("kind", "root", "attrs", "path", "name", "lifted", "effect_only", "helper",
+                 "grad_of")
 
     def __init__(self, kind, root, attrs, path, name):
         self.kind, self.root, self.attrs, self.path, self.name = kind, root, attrs, path, name
         self.lifted = False
         self.effect_only = False
         self.helper = False     # read by a helper: swapped in its own place
+        self.grad_of = None     # the .grad of source grad_of (an index)
 
     def read(self):
         if self.kind == 0:
@@ -316,7 +318,7 @@ class Plan:
                 # dict, its cell): the target's copied globals then see them
                 for p, i in zip(proxies, lifted_idx):
                     s = sources[i]
-                    if not s.helper:
+                    if not s.helper or s.grad_of is not None:
                         continue
                     if s.kind == 1 and not s.attrs:
                         restore.append((s.root, None, True, s.root.cell_contents))
@@ -343,8 +345,18 @@ class Plan:
                     else:
                         k = next(j for j, c in enumerate(cells) if c is s.root)
                         cells[k] = types.CellType(p)
+                by_index = dict(zip(lifted_idx, proxies))
                 for p, i in zip(proxies, lifted_idx):
                     s = sources[i]
+                    if s.grad_of is not None:
+                        # read as <parameter proxy>.grad (the Proxy's grad)
+                        owner = by_index.get(s.grad_of)
+                        if owner is not None:
+                            meta = owner.node.meta
+                            restore.append((meta, "lifted_grad", "lifted_grad" in meta,
+                                            meta.get("lifted_grad")))
+                            meta["lifted_grad"] = p
+                        continue
                     if s.helper:
                         continue
                     if s.kind == 0 and len(s.attrs) == 1:
@@ -393,10 +405,18 @@ def _owner(s):
 
 def _place(s):
     """(container, key) where the end of a chain is stored: the owner's
-    instance dict for an attribute, the list or dict for an item step"""
+    instance dict for an attribute, the list or dict for an item step, a
+    module's parameter or buffer dict for its parameters and buffers (so
+    that m.parameters(), m.buffers() and their named_ forms yield the
+    lifted tensors as m.weight does)"""
     owner, last = _owner(s), s.attrs[-1]
     if type(last) is tuple:
         return owner, last[0]
+    if _is_module(owner):
+        for k in ("_parameters", "_buffers"):
+            d = owner.__dict__.get(k)
+            if isinstance(d, dict) and last in d:
+                return d, last
     return owner.__dict__, last
 
 
@@ -448,6 +468,7 @@ def _module_sources(kind, root, attrs, path, mod, out, seen):
         seen.add(p)
         s = Source(kind, root, attrs + parts, p, _ident(p.replace("globals", "").replace("closure", "")))
         out.append(s)
+        out.append(_GradOf(s))
     # scalar state of every submodule (training, eps, p, ...)
     mods = [((), mod)]
     nm = getattr(mod, "named_modules", None)
@@ -467,6 +488,24 @@ def _module_sources(kind, root, attrs, path, mod, out, seen):
             out.append(Source(kind, root, attrs + q + (k,), p, _ident(p)))
 
 
+class _GradOf:
+    """Placeholder in a collector's list for the .grad of a parameter or
+    buffer source: kept (a Source of its own) only when the code reads an
+    attribute named grad (analyze)."""
+    __slots__ = ("of",)
+
+    def __init__(self, of):
+        self.of = of
+
+
+def _reads_grad(codes):
+    for co in codes:
+        for x in dis.get_instructions(co):
+            if x.opname in _LOAD_ATTR and x.argval == "grad":
+                return True
+    return False
+
+
 def _user_function(v):
     """a plain Python function of the user's own code (not library code)"""
     if not isinstance(v, types.FunctionType):
@@ -484,7 +523,10 @@ class _Collector:
         self.out, self.seen = [], set()
         self.visited = set()     # code objects looked into
 
-    def add_code(self, func, self_name, helper, depth):
+    def add_code(self, func, self_name, helper, depth, self_place=None):
+        """self_place: (kind, root, attrs, path, object) where a helper
+        method's self is found (a user object's method called through a
+        global or closure: h.get()); None: the plan's self"""
         code = func.__code__
         if code in self.visited:
             return
@@ -512,18 +554,38 @@ class _Collector:
                     value = root.cell_contents
                 except ValueError:
                     continue
+            elif self_place is not None:
+                kind, root, base_attrs, base_path, value = self_place
             else:
                 kind, root, base_attrs, base_path, value = 2, self.self_obj, (), "self", self.self_obj
             if not attrs and kind != 2 and _user_function(value) and depth < _HELPER_DEPTH:
-                helpers.append((value, None))
-            if attrs and kind == 2 and depth < _HELPER_DEPTH:
-                m = _bound_method_of(self.self_obj, attrs)
-                if m is not None:
-                    helpers.append(m)
+                helpers.append((value, None, None))
+            if attrs and depth < _HELPER_DEPTH:
+                # obj.helper() / obj.a.helper(): a method of a user class,
+                # looked into with its self read where obj is read (so a
+                # tensor it reads of self is lifted, at every call)
+                cur, k = value, 0
+                while True:
+                    m = _bound_method_of(cur, attrs[k:])
+                    if m is not None:
+                        if kind == 2 and self_place is None and k == 0:
+                            helpers.append(m + (None,))
+                        else:
+                            helpers.append(m + ((kind, root, base_attrs + attrs[:k], base_path
+                                                 + "".join(_path_step(x) for x in attrs[:k]),
+                                                 cur),))
+                        break
+                    if k + 1 >= len(attrs) or type(attrs[k]) is tuple or _is_tensor(cur):
+                        break
+                    try:
+                        cur = _step(cur, attrs[k])
+                    except Exception:  # noqa: BLE001
+                        break
+                    k += 1
             self.add_chain(kind, root, base_attrs, base_path, value, attrs, helper,
                            (kind_name, root_name) in effect_only, root_name)
-        for h, sname in helpers:
-            self.add_code(h, sname, True, depth + 1)
+        for h, sname, place in helpers:
+            self.add_code(h, sname, True, depth + 1, place)
 
     def add_chain(self, kind, root, base_attrs, base_path, value, attrs, helper, effect_only,
                   name):
@@ -574,7 +636,8 @@ class _Collector:
 def _bound_method_of(obj, attrs):
     """(function, self name) of self.<attrs[0]>() when it is a method of
     obj's class in the user's code"""
-    if type(attrs[0]) is tuple:
+    if not attrs or type(attrs[0]) is tuple or isinstance(obj, (type, types.ModuleType)) \
+            or _is_tensor(obj):
         return None
     f = getattr(type(obj), attrs[0], None)
     if not _user_function(f) or not f.__code__.co_argcount:
@@ -608,5 +671,23 @@ def analyze(fn, self_arg=None):
     self_name = code.co_varnames[0] if self_obj is not None and code.co_argcount else None
     col = _Collector(target, self_obj)
     col.add_code(target, self_name, False, 0)
-    out = col.out
+    # p.grad of a module's parameter (m.parameters() in a grad-norm or
+    # clipping loop): the gradient is read where the parameter is, at every
+    # call (a tensor: lifted; None: guarded), never a constant of the trace
+    grads = _reads_grad(c for code in col.visited for c in _code_objects(code))
+    out = []
+    for s in col.out:
+        if type(s) is not _GradOf:
+            out.append(s)
+        elif grads and s.of in out:
+            g = Source(s.of.kind, s.of.root, s.of.attrs + ("grad",), s.of.path + ".grad",
+                       s.of.name + "_grad")
+            g.helper = s.of.helper
+            out.append(g)
+    # x.grad read in the code (globals['w'].grad): the Proxy standing for
+    # x gives it while tracing
+    where = {(s.kind, id(s.root), s.attrs): i for i, s in enumerate(out)}
+    for s in out:
+        if s.attrs and s.attrs[-1] == "grad":
+            s.grad_of = where.get((s.kind, id(s.root), s.attrs[:-1]))
     return Plan(fn, target, self_obj, out)
