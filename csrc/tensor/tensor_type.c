@@ -421,6 +421,23 @@ py_from_numpy(PyObject *self, PyObject *arr)
     return (PyObject *)stax_tensor_from_array(arr);
 }
 
+/* _external_memory(t) -> t: t's storage wraps memory that existed before
+ * it (tp.from_numpy, tp.as_tensor of an array): it counts as older than
+ * any trace, so a trace that writes it through a tensor it wrapped while
+ * tracing journals the write and undoes it (trace/isolation.c), as it does
+ * for the caller's tensors */
+static PyObject *
+py_external_memory(PyObject *self, PyObject *t)
+{
+    (void)self;
+    if (!StaxTensor_Check(t)) {
+        PyErr_SetString(PyExc_TypeError, "_external_memory(t): t must be a Tensor");
+        return NULL;
+    }
+    ((StaxTensor *)t)->storage->serial = 0;
+    return Py_NewRef(t);
+}
+
 static PyObject *
 py_set_repr_hook(PyObject *self, PyObject *fn)
 {
@@ -487,6 +504,8 @@ py_empty_strided(PyObject *self, PyObject *args)
 
 static PyMethodDef tensor_module_methods[] = {
     {"from_numpy", py_from_numpy, METH_O, NULL},
+    {"_external_memory", py_external_memory, METH_O,
+     "_external_memory(t) -> t: mark t's storage as memory older than any trace"},
     {"_set_repr_hook", py_set_repr_hook, METH_O, NULL},
     {"_tensor_install", py_tensor_install, METH_VARARGS, NULL},
     {"is_tensor", py_is_tensor, METH_O, NULL},

@@ -406,7 +406,7 @@ def as_tensor(data, dtype=None, device=None):
         return data if dtype is None else data.to(dtype)
     if isinstance(data, np.ndarray):
         try:
-            t = _C.from_numpy(data)
+            t = _C._external_memory(_C.from_numpy(data))
         except (TypeError, ValueError):
             return tensor(data, dtype=dtype)
         return t if dtype is None else t.to(dtype)
@@ -418,7 +418,9 @@ from_dlpack = _C.from_dlpack
 
 def from_numpy(ndarray):
     """A tensor sharing the array's memory (no copy)."""
-    return _C.from_numpy(ndarray)
+    # (the array's memory is the caller's: a compiled function's trace that
+    # writes it undoes its write, as for any tensor it did not make)
+    return _C._external_memory(_C.from_numpy(ndarray))
 
 
 def _make(fn, size, dtype, device, requires_grad, default=None):
