@@ -1346,7 +1346,10 @@ class Driver:
             self._collect_stores(call, plan, tr, slog)
             # eager's aliasing of the outputs, read before the passes
             # change which value each output is (_aliasing)
-            call.alias_spec = output_aliasing(tr.graph_module)
+            # (an intermediate two outputs view becomes a hidden output
+            # when no autograd reads the output structure)
+            call.alias_spec = output_aliasing(
+                tr.graph_module, hidden_ok=not any(t.requires_grad for t in call.flat))
             return prepare(tr) if prepare is not None else True
 
         passes_log = None
@@ -1548,6 +1551,9 @@ class Driver:
                                                             spec=getattr(call, "alias_spec", None))
         v = Version(len(self.versions), call, gm, artifact, ver, eager_fallback, plan.paths,
                     self.dynamic, getattr(call, "symenv", None))
+        spec = getattr(call, "alias_spec", None)
+        if spec is not None and spec.hidden and isinstance(v.detach_masks, (tuple, list)):
+            v.detach_masks = v.detach_masks[0]      # the outputs', not the hidden bases
         v.autograd = ag
         if (self.dynamic and call.rho and any(t.requires_grad for t in call.flat)
                 and self._autograd_blocker(call, tr, gm) is None):
