@@ -1,7 +1,8 @@
 """NormalizeOperators: dropout that does not train (training=False, or
 p == 0) is the identity and leaves the graph (no random op, no fallback);
-the aliasing rule holds (a graph output never aliases a graph input: a copy
-is made). getattr(t, 'values') of a named-tuple result becomes t[0]."""
+the compiled output aliases the input exactly as eager's (torch's dropout
+returns its input object: so does the compiled call, issue 13).
+getattr(t, 'values') of a named-tuple result becomes t[0]."""
 import numpy as np
 import pytest
 
@@ -47,16 +48,19 @@ def test_functional_dropout_training_false_strict_native():
     lambda x: F.alpha_dropout(x, 0.5),
     lambda x: F.feature_alpha_dropout(x, 0.5, training=False),
 ])
-def test_identity_dropout_output_does_not_alias_input(call):
+def test_identity_dropout_output_aliases_input_as_eager(call):
     x = _x()
     before = x.numpy().copy()
+    assert call(x) is x             # eager (and torch) return the input itself
     cf = tp.compile(call, strict_native=True)
     y = cf(x)
     assert cf.stats()["fallbacks"] == 0
     np.testing.assert_array_equal(y.numpy(), before)
-    assert y is not x
-    y.add_(1)                       # a copy: the input is untouched
-    np.testing.assert_array_equal(x.numpy(), before)
+    assert y is x
+    y.add_(1)                       # the input itself: written as eager writes it
+    np.testing.assert_array_equal(x.numpy(), before + 1)
+    z = cf(x)
+    assert z is x
 
 
 def test_identity_inplace_dropout_output_is_the_input():
