@@ -1024,7 +1024,10 @@ def _repeat(input, *sizes, **kw):
         return NotImplemented
     if not reps:
         return input.clone()
-    return _tp().tile(input, reps)
+    out = _tp().tile(input, reps)
+    # all ones: tile's reshape is a view of input, eager's repeat a new
+    # tensor (outputs alias as eager's, issue 13)
+    return out.clone() if all(r == 1 for r in reps) else out
 
 
 def _where_cond(condition, input=None, other=None, **kw):
