@@ -231,18 +231,101 @@ def logaddexp2(input, other):
     return tp.where(m.isinf().logical_and(input == other), m, r)
 
 
-def xlogy(input, other):
-    """input * log(other), 0 where input is 0 (unless other is NaN)."""
+def _float_result(input, other):
+    """torch's result dtype of xlogy/copysign: the operands' promotion, the
+    default float dtype when that is integral or bool (Python scalars take
+    part as torch's wrapped numbers)."""
     tp = _tp()
-    if not _is_t(input):
-        input = tp.tensor(input, dtype=other.dtype if other.is_floating_point()
-                          else tp.get_default_dtype())
-    if not _is_t(other):
-        other = tp.tensor(other, dtype=input.dtype if input.is_floating_point()
-                          else tp.get_default_dtype())
+    dt = _result_type(input, other)
+    return dt if dt.is_floating_point else tp.get_default_dtype()
+
+
+def _result_type(*xs):
+    """tp.result_type, also of proxies (a traced tensor stands in as an
+    empty tensor of its dtype and rank: promotion reads only those)."""
+    tp = _tp()
+    return tp.result_type(*[tp.empty([0] * x.dim() if x.dim() else [], dtype=x.dtype)
+                            if _is_t(x) and not isinstance(x, _C.Tensor) else x for x in xs])
+
+
+def _as_tensor_of(x, dt):
+    tp = _tp()
+    return x.to(dt) if _is_t(x) else tp.tensor(x, dtype=dt)
+
+
+def xlogy(input, other):
+    """input * log(other), 0 where input is 0 (unless other is NaN). The
+    result dtype is the operands' promoted dtype (the default float dtype
+    for integers), as torch's."""
+    tp = _tp()
+    dt = _float_result(input, other)
+    input, other = _as_tensor_of(input, dt), _as_tensor_of(other, dt)
     r = input * other.log()
     r = tp.where(input == 0, tp.zeros((), dtype=r.dtype), r)
-    return tp.where(other.isnan(), other.to(r.dtype), r)
+    return tp.where(other.isnan(), other, r)
+
+
+def copysign(input, other):
+    """|input| with the sign bit of other (a NaN's sign bit too); the result
+    dtype is the operands' promoted dtype, the default float dtype for
+    integers and bool, as torch's."""
+    tp = _tp()
+    if not _is_t(input):
+        raise TypeError("copysign(): argument 'input' (position 1) must be Tensor, not "
+                        f"{type(input).__name__}")
+    dt = _float_result(input, other)
+    a, b = _as_tensor_of(input, dt), _as_tensor_of(other, dt)
+    m = a.abs()
+    return tp.where(b.signbit(), -m, m)
+
+
+def unique_consecutive(input, return_inverse=False, return_counts=False, dim=None):
+    """Drop all but the first of each run of equal consecutive elements
+    (dim=None: of the flattened input; dim=d: of consecutive equal slices
+    along d). NaN never equals NaN, so each NaN stays; -0.0 equals 0.0.
+    Returns output, or a tuple (output, inverse?, counts?): inverse (int64)
+    maps each element (dim=None: input's shape) or slice (dim: (size,)) to
+    its run, counts (int64) is each run's length. The output's length
+    depends on the values (a traced call is not native)."""
+    tp = _tp()
+    if not _is_t(input):
+        raise TypeError("unique_consecutive(): argument 'input' (position 1) must be Tensor, "
+                        f"not {type(input).__name__}")
+    if dim is None:
+        x = input.reshape(-1)
+        n = x.shape[0]
+        new = x[1:] != x[:-1] if n > 1 else None
+    else:
+        if input.dim() == 0:
+            raise IndexError("Dimension specified as " + str(dim) + " but tensor has no "
+                             "dimensions")
+        d = dim + input.dim() if dim < 0 else dim
+        if not 0 <= d < input.dim():
+            raise IndexError(f"Dimension out of range (expected to be in range of "
+                             f"[{-input.dim()}, {input.dim() - 1}], but got {dim})")
+        x = input.movedim(d, 0)
+        n = x.shape[0]
+        new = None
+        if n > 1:
+            ne = (x[1:] != x[:-1]).reshape(n - 1, -1)
+            new = ne.any(1) if ne.shape[1] else tp.zeros(n - 1, dtype=tp.bool)
+    if n == 0:
+        keep = tp.zeros(0, dtype=tp.bool)
+    else:
+        first = tp.ones(1, dtype=tp.bool)
+        keep = first if new is None else tp.cat([first, new])
+    out = x[keep]
+    if dim is not None:
+        out = out.movedim(0, d)
+    res = [out]
+    if return_inverse:
+        inv = keep.to(tp.int64).cumsum(0) - 1
+        res.append(inv.reshape(tuple(input.shape)) if dim is None else inv)
+    if return_counts:
+        starts = keep.nonzero().reshape(-1)
+        ends = tp.cat([starts[1:], tp.tensor([n], dtype=tp.int64)])
+        res.append(ends - starts)
+    return res[0] if len(res) == 1 else tuple(res)
 
 
 def logit(input, eps=None):
@@ -254,14 +337,24 @@ def logit(input, eps=None):
 
 
 def hypot(input, other):
-    """sqrt(input**2 + other**2) without overflow; an infinity gives inf."""
+    """sqrt(input**2 + other**2) without overflow; an infinity gives inf.
+    Integer/bool operands of an integral promotion raise torch's
+    NotImplementedError."""
     tp = _tp()
+    dt = _result_type(input, other)
+    if not dt.is_floating_point:
+        raise NotImplementedError(f'"hypot_cpu" not implemented for '
+                                  f"'{_TITLE_NAMES.get(str(dt).split('.')[-1], str(dt))}'")
     a, b = input.abs(), other.abs()
     hi = tp.maximum(a, b).detach()
     # a constant scale (detached: the gradient stays input / result)
     s = tp.where(hi == 0, tp.ones((), dtype=hi.dtype), hi)
     r = s * ((input / s) ** 2 + (other / s) ** 2).sqrt()
     return tp.where(a.isinf().logical_or(b.isinf()), math.inf, r)
+
+
+_TITLE_NAMES = {"bool": "Bool", "uint8": "Byte", "int8": "Char", "int16": "Short",
+                "int32": "Int", "int64": "Long"}
 
 
 def deg2rad(input):
@@ -709,7 +802,7 @@ FUNCTIONS = [
     "sinc", "float_power", "nansum", "nanmean", "count_nonzero", "aminmax", "msort",
     "take_along_dim", "ravel", "broadcast_shapes", "broadcast_to", "broadcast_tensors",
     "tile", "atleast_1d", "atleast_2d", "atleast_3d", "hstack", "vstack", "row_stack",
-    "dstack", "column_stack", "fliplr", "flipud",
+    "dstack", "column_stack", "fliplr", "flipud", "copysign", "unique_consecutive",
 ]
 
 # Tensor methods: name -> function(self, *args)
@@ -718,7 +811,8 @@ METHODS = [
     "trace", "diag", "addcmul", "addcdiv", "logaddexp", "logaddexp2", "xlogy", "logit",
     "hypot", "deg2rad", "rad2deg", "fmax", "fmin", "isposinf", "isneginf", "signbit", "sgn",
     "sinc", "float_power", "nansum", "nanmean", "count_nonzero", "aminmax", "msort",
-    "take_along_dim", "ravel", "broadcast_to", "tile", "fliplr", "flipud",
+    "take_along_dim", "ravel", "broadcast_to", "tile", "fliplr", "flipud", "copysign",
+    "unique_consecutive",
 ]
 
 # nn.functional

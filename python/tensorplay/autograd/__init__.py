@@ -17,9 +17,11 @@ import weakref
 from tensorplay import _C
 from tensorplay.autograd import _helpers
 from tensorplay.autograd import graph  # noqa: F401
+from tensorplay.autograd import function  # noqa: F401
+from tensorplay.autograd.function import Function, FunctionCtx, once_differentiable  # noqa: F401
 from tensorplay._tensor import no_grad, enable_grad, set_grad_enabled, inference_mode  # noqa: F401
 
-__all__ = ["backward", "grad", "graph", "no_grad", "enable_grad", "set_grad_enabled",
+__all__ = ["backward", "grad", "graph", "function", "Function", "FunctionCtx", "no_grad", "enable_grad", "set_grad_enabled",
            "inference_mode"]
 
 _C._autograd_set_helpers(_helpers.helpers())

@@ -1155,12 +1155,17 @@ class Driver:
         try:
             v = self._build(call, plan)
         except _BackwardInGraph as e:
-            msg = (f"tensorplay.compile: '{self.name}' calls {e.args[0]} at {e.args[1]}; a backward "
-                   "cannot be traced into a compiled program (the compiled backward belongs to "
-                   "the grad_fn of the compiled function's outputs). Compile the loss function "
-                   "instead and call backward() and the optimizer outside it: loss = "
-                   "tp.compile(loss_fn)(x, y); loss.backward(); tp.compile(opt.step)() "
-                   "(docs/autograd.md, 'Compiled training')")
+            if len(e.args) > 2 and e.args[2] == "custom":
+                msg = (f"tensorplay.compile: '{self.name}' calls the autograd.Function "
+                       f"{e.args[0]}; its backward is the user's code, which a compiled "
+                       "backward (derived from forward's ops) would not call")
+            else:
+                msg = (f"tensorplay.compile: '{self.name}' calls {e.args[0]} at {e.args[1]}; a "
+                       "backward cannot be traced into a compiled program (the compiled backward "
+                       "belongs to the grad_fn of the compiled function's outputs). Compile the "
+                       "loss function instead and call backward() and the optimizer outside it: "
+                       "loss = tp.compile(loss_fn)(x, y); loss.backward(); "
+                       "tp.compile(opt.step)() (docs/autograd.md, 'Compiled training')")
             if self.strict_native:
                 raise _C.NativeCompileError("strict_native: " + msg) from None
             if config.warn_on_fallback:
@@ -1315,6 +1320,9 @@ class Driver:
         seeds = _random._trace_seeds
         sprev = getattr(seeds, "log", None), getattr(seeds, "state0", None)
         seeds.log = []      # stax_compile sets seeds.state0
+        from tensorplay.autograd import function as _agf
+        fprev = getattr(_agf._trace_log, "log", None)
+        _agf._trace_log.log = []
         env = None
         if self.dynamic and getattr(call, "paths", None) is not None:
             dyn = self._dyn_map(call)
@@ -1330,9 +1338,14 @@ class Driver:
                 slog.undo()
                 call.seeds = seeds.log
                 seeds.log, seeds.state0 = sprev
+                _agf._trace_log.log = fprev
 
         def after_trace(tr):
             try:
+                custom = _agf._trace_log.log
+                if custom:
+                    raise _BackwardInGraph(f"{custom[0]}.apply() with an input requiring grad",
+                                           None, "custom")
                 _check_no_backward(tr.graph_module.graph)
                 _raise_sample_error(tr.graph_module.graph)
             except BaseException:

@@ -12,7 +12,7 @@ import tensorplay as _tp
 
 __all__ = ["calculate_gain", "uniform_", "normal_", "trunc_normal_", "constant_", "ones_",
            "zeros_", "eye_", "xavier_uniform_", "xavier_normal_", "kaiming_uniform_",
-           "kaiming_normal_"]
+           "kaiming_normal_", "orthogonal_"]
 
 
 def calculate_gain(nonlinearity, param=None):
@@ -146,3 +146,33 @@ def kaiming_normal_(tensor, a=0, mode="fan_in", nonlinearity="leaky_relu", gener
         return tensor
     fan = _fan(tensor, mode)
     return normal_(tensor, 0.0, calculate_gain(nonlinearity, a) / math.sqrt(fan))
+
+
+def orthogonal_(tensor, gain=1, generator=None):
+    """Fill a tensor of >= 2 dims with a (semi-)orthogonal matrix (torch's
+    algorithm: QR of a standard normal (rows, numel // rows) matrix, the
+    transposed one when rows < cols, Q's columns signed by diag(R)), times
+    gain. Zero elements: no-op. Raises ValueError for fewer than 2 dims.
+    The QR runs in float64 (NumPy) and is rounded to tensor's dtype."""
+    if tensor.dim() < 2:
+        raise ValueError("Only tensors with 2 or more dimensions are supported")
+    if tensor.numel() == 0:
+        return tensor
+    rows = tensor.shape[0]
+    cols = tensor.numel() // rows
+    with _tp.no_grad():
+        flat = _tp.empty(rows, cols, dtype=_tp.float32)
+        if generator is not None:
+            flat.normal_(0.0, 1.0, generator=generator)
+        else:
+            flat.normal_(0.0, 1.0)
+        a = np.asarray(flat.tolist(), dtype=np.float64)
+        if rows < cols:
+            a = a.T
+        q, r = np.linalg.qr(a)
+        q = q * np.sign(np.diag(r))
+        if rows < cols:
+            q = q.T
+        q = q * float(gain)
+        tensor.copy_(_tp.tensor(q.reshape(tuple(tensor.shape)).tolist(), dtype=tensor.dtype))
+    return tensor

@@ -454,7 +454,8 @@ class Module:
     def __call__(self, *args, **kwargs):
         d = self.__dict__
         fwd = d.get("_compiled_call_impl") or self.forward
-        if not d.get("_forward_hooks") and not d.get("_forward_pre_hooks"):
+        if not d.get("_forward_hooks") and not d.get("_forward_pre_hooks") \
+                and not d.get("_backward_hooks") and not d.get("_backward_pre_hooks"):
             return fwd(*args, **kwargs)
         return self._call_with_hooks(fwd, args, kwargs)
 
@@ -480,6 +481,12 @@ class Module:
                     args = res if isinstance(res, tuple) else (res,)
         fw_kw = d["_forward_hooks_with_kwargs"]
         always = d["_forward_hooks_always_called"]
+        bw = None
+        if (d.get("_backward_hooks") or d.get("_backward_pre_hooks")) and _C.is_grad_enabled():
+            from tensorplay.nn._backward_hooks import BackwardHook
+            bw = BackwardHook(self, d.get("_backward_hooks") or {},
+                              d.get("_backward_pre_hooks") or {})
+            args = bw.setup_input_hook(args)
         try:
             result = fwd(*args, **kwargs)
         except BaseException:
@@ -498,6 +505,8 @@ class Module:
                 else hook(self, args, result)
             if res is not None:
                 result = res
+        if bw is not None:
+            result = bw.setup_output_hook(result)
         return result
 
     def _hook_dicts(self):
@@ -540,6 +549,33 @@ class Module:
             d["_forward_hooks_always_called"][h.id] = True
         if prepend:
             d["_forward_hooks"].move_to_end(h.id, last=False)
+        return h
+
+    def register_full_backward_hook(self, hook, prepend=False):
+        """hook(module, grad_input, grad_output) -> None | new grad_input,
+        called when the gradients w.r.t. the module's positional inputs
+        are computed: grad_input has one entry per positional argument
+        (None for a non-tensor or one not requiring grad), grad_output one
+        per tensor output. Inputs and outputs pass through identity
+        autograd Functions (torch's BackwardHook), so a compiled function
+        calling the module with grad needed runs eagerly. Returns a
+        RemovableHandle."""
+        return self._add_backward_hook("_backward_hooks", hook, prepend)
+
+    def register_full_backward_pre_hook(self, hook, prepend=False):
+        """hook(module, grad_output) -> None | new grad_output, called
+        when the gradients w.r.t. the module's outputs are computed, before
+        the module's own backward. Returns a RemovableHandle."""
+        return self._add_backward_hook("_backward_pre_hooks", hook, prepend)
+
+    def _add_backward_hook(self, key, hook, prepend):
+        d = self._hook_dicts()
+        if key not in d:
+            d[key] = collections.OrderedDict()
+        h = RemovableHandle(d[key])
+        d[key][h.id] = hook
+        if prepend:
+            d[key].move_to_end(h.id, last=False)
         return h
 
     def compile(self, *args, **kwargs):
