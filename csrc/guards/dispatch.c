@@ -1403,7 +1403,7 @@ levels23(CFObject *self, PyObject *const *args, size_t nargsf,
     c.argt = c.kwd = c.free = NULL;
     c.nflat = 0;
     if (plan == NULL || stax_trace_active() || c.nkw > MAX_FAST_ARGS
-        || c.nargs > MAX_FAST_ARGS) {
+        || c.nargs > MAX_FAST_ARGS || stax_ops_autocast_active()) {
         return slow_call(self, args, nargsf, kwnames);
     }
     stax_kb_init(&kb);

@@ -326,6 +326,13 @@ red_variance(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x, redk *r
     double n = (double)r->n;
     stax_dtype_t fd = acc_float(x->dtype);
     double corr = 1.0;
+    if (x->dtype == STAX_FLOAT32 && c->be != NULL && c->be->name != NULL
+        && strcmp(c->be->name, "llvm") == 0) {
+        /* torch's CPU var/std accumulate float32 in double (std of 1e30s
+         * is 1.15e30, not inf or NaN; a denormal spread stays denormal),
+         * as eager does; its CUDA kernels keep float */
+        fd = STAX_FLOAT64;
+    }
     PyObject *unb = lw_bound_arg(bound, in->op, "unbiased");
     PyObject *co = lw_bound_arg(bound, in->op, "correction");
     if (unb != NULL && unb != Py_None) {

@@ -305,6 +305,12 @@ PyObject *stax_ops_meta_call(PyObject *callable, PyObject *args,
                              PyObject *kwargs);
 int stax_ops_meta_target(PyObject *target);
 
+/* tp.autocast: 1 while a Python autocast hook is installed (some thread
+ * is inside an enabled autocast region). Compiled functions take their
+ * Python dispatch path then (csrc/guards/dispatch.c), which runs such
+ * calls eagerly. */
+int stax_ops_autocast_active(void);
+
 int stax_ops_module_init(PyObject *m);
 
 #endif

@@ -543,6 +543,27 @@ binary_impl(const stax_op_info *op, PyObject *a, PyObject *b,
              && !stax_dtype_is_floating(rt)) {
         Py_RETURN_NOTIMPLEMENTED;   /* integer ** tensor: _ops.py */
     }
+    if (op->id == STAX_OP_POW && StaxTensor_Check(a) && !StaxTensor_Check(b)
+        && !PyBool_Check(b) && (PyLong_Check(b) || PyFloat_Check(b))) {
+        /* torch checks a Python exponent before looking at the elements
+         * (an empty tensor raises too): a negative integer power of an
+         * integer tensor, and an exponent the result dtype cannot hold */
+        if (!stax_dtype_is_floating(rt) && PyLong_Check(b)) {
+            int ov = 0;
+            long long e = PyLong_AsLongLongAndOverflow(b, &ov);
+            if (e == -1 && PyErr_Occurred()) {
+                return NULL;
+            }
+            if (e < 0 || ov < 0) {
+                PyErr_SetString(PyExc_RuntimeError,
+                                "Integers to negative integer powers are not allowed.");
+                return NULL;
+            }
+        }
+        if (stax_dtype_check_scalar(rt, b) < 0) {
+            return NULL;
+        }
+    }
     na = StaxTensor_Check(a) ? ((StaxTensor *)a)->ndim : 0;
     nb = StaxTensor_Check(b) ? ((StaxTensor *)b)->ndim : 0;
     sa = StaxTensor_Check(a) ? ((StaxTensor *)a)->sizes : NULL;
@@ -775,6 +796,10 @@ stax_ops_unary(const stax_op_info *op, PyObject *a, StaxTensor *inplace_out)
     else if (x->dtype == STAX_BOOL && op->id == STAX_OP_RELU) {
         PyErr_SetString(PyExc_RuntimeError, "Boolean inputs not supported for relu");
         return NULL;
+    }
+    else if (x->dtype == STAX_BOOL && op->id == STAX_OP_SQUARE) {
+        /* torch's square is pow(x, 2): bool promotes to int64 */
+        ct = ot = STAX_INT64;
     }
     else if (op->id == STAX_OP_BITWISE_NOT
              && stax_dtype_is_floating(x->dtype)) {

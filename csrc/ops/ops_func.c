@@ -1153,6 +1153,64 @@ stax_ops_meta_call(PyObject *callable, PyObject *args, PyObject *kwargs)
     return res;
 }
 
+/* tp.autocast (tensorplay/amp): hook(name, func, args, kwargs) -> the
+ * op's result with its operands cast, or NotImplemented (the op runs as
+ * is). Called for every op outside meta evaluation and overrides while
+ * installed; not re-entered from the op it calls (autocast_busy), as
+ * torch's autocast kernels call the op with autocast excluded. */
+static PyObject *autocast_hook;
+static int autocast_busy;
+
+int
+stax_ops_autocast_active(void)
+{
+    return autocast_hook != NULL;
+}
+
+static PyObject *
+py_set_autocast_hook(PyObject *m, PyObject *fn)
+{
+    if (fn != Py_None && !PyCallable_Check(fn)) {
+        PyErr_SetString(PyExc_TypeError, "_set_autocast_hook: a callable or None");
+        return NULL;
+    }
+    Py_XSETREF(autocast_hook, fn == Py_None ? NULL : Py_NewRef(fn));
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+run_autocast(const stax_op_info *op, PyObject *func, PyObject *const *args,
+             size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    Py_ssize_t nkw = kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0;
+    PyObject *t = PyTuple_New(nargs), *kw = PyDict_New(), *name = NULL, *res = NULL;
+    PyObject *hook = Py_XNewRef(autocast_hook);
+    if (t == NULL || kw == NULL || hook == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        PyTuple_SET_ITEM(t, i, Py_NewRef(args[i]));
+    }
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        if (PyDict_SetItem(kw, PyTuple_GET_ITEM(kwnames, i), args[nargs + i]) < 0) {
+            goto done;
+        }
+    }
+    name = PyUnicode_FromString(op->name);
+    if (name != NULL) {
+        autocast_busy++;
+        res = PyObject_CallFunctionObjArgs(hook, name, func, t, kw, NULL);
+        autocast_busy--;
+    }
+done:
+    Py_XDECREF(t);
+    Py_XDECREF(kw);
+    Py_XDECREF(name);
+    Py_XDECREF(hook);
+    return res;
+}
+
 static PyObject *
 run_op(const stax_op_info *op, PyObject *func, PyObject *const *args,
        size_t nargsf, PyObject *kwnames)
@@ -1172,6 +1230,13 @@ run_op(const stax_op_info *op, PyObject *func, PyObject *const *args,
         res = dispatch_override(func, types, args, nargs, kwnames);
         Py_DECREF(types);
         return res;
+    }
+    if (autocast_hook != NULL && !autocast_busy) {
+        res = run_autocast(op, func, args, nargsf, kwnames);
+        if (res != Py_NotImplemented) {
+            return res;
+        }
+        Py_DECREF(res);
     }
     if (autograd_hook != NULL && stax_grad_enabled()) {
         return autograd_hook(op, func, args, nargsf, kwnames, run_op_kernel);
@@ -2118,6 +2183,8 @@ static PyMethodDef ops_methods[] = {
     {"_pyop_table", py_pyop_table, METH_NOARGS,
      "the Python operator rows of ops.def as dicts"},
     {"_ops_set_impl", py_set_impl, METH_VARARGS, "register an eager impl"},
+    {"_set_autocast_hook", py_set_autocast_hook, METH_O,
+     "tp.autocast's hook(name, func, args, kwargs), or None"},
     {"_op_table", py_op_table, METH_NOARGS, "the op table as dicts"},
     {"_op_info", py_op_info, METH_O, "one op's row as a dict"},
     {"_op_trees", py_op_trees, METH_O,

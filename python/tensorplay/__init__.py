@@ -39,6 +39,10 @@ _ops_mod._finish_return_types()
 # isin, tp.special, nn.utils.rnn.pad_sequence, utils.checkpoint, torch.nn's module paths
 from tensorplay import _torch_api_extra as _api_extra_mod  # noqa: E402
 _api_extra_mod.install(_sys.modules[__name__])   # torch's repr for every return_types namedtuple
+# mixed precision: tp.autocast, tp.amp.GradScaler (composites wrapped last)
+from tensorplay import amp  # noqa: E402
+from tensorplay.amp import autocast, is_autocast_enabled, get_autocast_dtype  # noqa: E402,F401
+amp._install_composites()
 del _sys, _tensor_mod, _ops_mod, _torch_names_mod, _torch_names_nn_mod, _special_ops_mod, _api_extra_mod
 
 __version__ = "0.1.0"

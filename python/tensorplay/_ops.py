@@ -257,6 +257,8 @@ def _bf16_dispatch(name, func, args, kwargs, mutates):
     r = _bf16_native(name, args, kwargs)
     if r is not NotImplemented:
         return r
+    if name == "logsumexp":
+        return _logsumexp_steps(*args, **kwargs)
     want = kwargs.get("dtype", None)
     if want is _C.bfloat16:
         kwargs = dict(kwargs, dtype=_C.float32)
@@ -1013,7 +1015,10 @@ def _correction(dim, unbiased, correction):
     return dim, 1.0
 
 
-def _var_np(name, input, dim, unbiased, keepdim, correction):
+def _var_np(name, input, dim, unbiased, keepdim, correction, sqrt=False):
+    """sqrt=True: the standard deviation, its root taken at the accumulate
+    precision as torch does (std of float32 1e30s is 1.15e30, not inf, and
+    of a denormal spread a denormal, not 0)."""
     a = _red_prep(input, name)
     if a.dtype.kind != "f":
         raise RuntimeError(f"{name}(): input dtype should be either floating "
@@ -1037,6 +1042,8 @@ def _var_np(name, input, dim, unbiased, keepdim, correction):
         ss = np.sum(np.square(w - mean), axis=axes, keepdims=keepdim)
     with np.errstate(all="ignore"):
         var = ss / np.asarray(_b.max(n - c, 0), work)
+        if sqrt:
+            var = np.sqrt(var)
     if not keepdim:
         mean = np.squeeze(mean, axis=axes) if a.ndim else mean.reshape(())
     out = np.float32 if a.dtype.itemsize < 4 else a.dtype
@@ -1051,8 +1058,8 @@ def _var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
 
 @_impl("std")
 def _std(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
-    dt, v, _ = _var_np("std", input, dim, unbiased, keepdim, correction)
-    return _wrap(np.sqrt(v), input, dtype=dt)
+    dt, v, _ = _var_np("std", input, dim, unbiased, keepdim, correction, sqrt=True)
+    return _wrap(v, input, dtype=dt)
 
 
 @_impl("var_mean")
@@ -1063,8 +1070,25 @@ def _var_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None)
 
 @_impl("std_mean")
 def _std_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
-    dt, v, m = _var_np("std_mean", input, dim, unbiased, keepdim, correction)
-    return (_wrap(np.sqrt(v), input, dtype=dt), _wrap(m, input, dtype=dt))
+    dt, v, m = _var_np("std_mean", input, dim, unbiased, keepdim, correction, sqrt=True)
+    return (_wrap(v, input, dtype=dt), _wrap(m, input, dtype=dt))
+
+
+def _logsumexp_steps(input, dim, keepdim=False):
+    """bfloat16 logsumexp as torch's CPU computes it: its decomposition
+    amax, x - max, exp, sum, log, + max with every step's result rounded
+    to bfloat16 (the sum accumulates in float32), so log(1 + e**-2.5) is
+    0.0752, not the correctly rounded 0.0791."""
+    x = input
+    if x.dim() == 0 or x.numel() == 0:
+        return _logsumexp(x.float(), dim, keepdim).to(x.dtype)
+    axes = _dims(dim, x.dim())
+    m = x.amax(dim=axes, keepdim=True)
+    m = m.masked_fill(m.abs() == math.inf, 0)
+    s = (x - m).exp().sum(dim=axes, keepdim=keepdim)
+    if not keepdim:
+        m = m.reshape(tuple(s.shape))
+    return s.log() + m
 
 
 @_impl("logsumexp")
@@ -1073,6 +1097,19 @@ def _logsumexp(input, dim, keepdim=False):
     if a.dtype.kind != "f":
         a = a.astype(_default_np())
     axes = _dims(dim, a.ndim)
+    if a.dtype == np.float16 and a.size:
+        # torch's float16 logsumexp: its decomposition, each step rounded
+        # to float16 (the sum accumulates in float32), as for bfloat16
+        m = np.max(a, axis=axes, keepdims=True)
+        m = np.where(np.isinf(m), np.float16(0), m)
+        d = (a.astype(np.float32) - m).astype(np.float16)
+        e = np.exp(d.astype(np.float32)).astype(np.float16)
+        sm = np.sum(e, axis=axes, keepdims=True, dtype=np.float32).astype(np.float16)
+        r = (np.log(sm.astype(np.float32)).astype(np.float16).astype(np.float32)
+             + m).astype(np.float16)
+        if not keepdim:
+            r = np.squeeze(r, axis=axes) if a.ndim else r.reshape(())
+        return _wrap(np.asarray(r, a.dtype), input)
     if a.size == 0:
         r = np.log(np.sum(np.exp(a), axis=axes, keepdims=keepdim))
         return _wrap(np.asarray(r, a.dtype), input)
@@ -2292,11 +2329,18 @@ def _median(input, dim=None, keepdim=False):
     """The lower of the two middle values (as torch); NaN if any."""
     _check_tensor(input, "median")
     a = _arr(input)
+    if a.dtype == np.bool_:
+        raise NotImplementedError(f"\"{'median_cpu' if dim is None else 'median_out'}\" not "
+                                  "implemented for 'Bool'")
     if dim is None:
         f = a.reshape(-1)
         if f.size == 0:
+            # torch's NaN converted to the integer type as x86 does: the
+            # 32/64-bit "integer indefinite" (INT_MIN), whose low bits (0)
+            # are what the narrower types keep
             return _wrap(np.asarray(np.nan, a.dtype) if a.dtype.kind == "f"
-                         else np.zeros((), a.dtype), input)
+                         else np.asarray(np.iinfo(a.dtype).min if a.dtype in (np.int32, np.int64)
+                                         else 0, a.dtype), input)
         idx = _sort_idx(f, 0, False)
         nnan = int(np.sum(np.isnan(f))) if f.dtype.kind == "f" else 0
         k = f.size - nnan if nnan else (f.size - 1) // 2
@@ -2953,7 +2997,12 @@ def _shift(input, other, left):
     _binary_scalar_args(name, input, other)
     rt = _result_np(input, other)
     a = np.asarray(_arr(input), rt)
-    b = np.asarray(_arr(other), rt)
+    if isinstance(other, int) and not isinstance(other, bool) and rt.kind in "iu":
+        # torch converts a Python shift to the tensor's dtype as C does
+        # (2**31 on int8 is 0: no shift; -1 on uint8 is 255: all out)
+        b = np.asarray(np.uint64(other % 2**64)).astype(rt)
+    else:
+        b = np.asarray(_arr(other), rt)
     if rt.kind == "f" or rt == np.bool_:
         raise NotImplementedError(f"\"{'lshift' if left else 'rshift'}_cpu\" not "
                                   f"implemented for '{_title(rt)}'")

@@ -707,6 +707,9 @@ def _kthvalue_traced(input, k, dim=-1, keepdim=False):
 
 def _nanmedian_check(input, dim):
     _check_t(input, "nanmedian")
+    if input.dtype is _C.bool:
+        raise NotImplementedError(f"\"{'median_cpu' if dim is None else 'median_out'}\" not "
+                                  "implemented for 'Bool'")
     if dim is None:
         return None
     d = _wrap_dim(dim, input.dim())

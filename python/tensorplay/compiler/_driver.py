@@ -884,6 +884,18 @@ class Driver:
         if _C.is_tracing():
             # called from inside another function being traced: inline it
             return self._eager_fn()(*args, **kwargs)
+        from tensorplay import amp as _amp
+        if _amp.autocast_active():
+            # compiled programs have no autocast casts: eager runs them
+            msg = (f"tensorplay.compile: '{self.name}' was called inside an enabled "
+                   "tp.autocast region; its compiled programs do not cast, so the call runs "
+                   "eagerly")
+            if self.strict_native:
+                raise _C.NativeCompileError("strict_native: " + msg)
+            if config.warn_on_fallback and not getattr(self, "_autocast_warned", False):
+                self._autocast_warned = True
+                warnings.warn(msg, RuntimeWarning, stacklevel=3)
+            return self._eager(args, kwargs)
         plan = self._plan_now(args)
         try:
             free = _C._guard_read_sources(plan.read_tuples())
