@@ -136,7 +136,10 @@ def median(input, dim=None, keepdim=False):
         raise _Skip
     if dim is None:
         if input.numel() == 0:
-            fill = float("nan") if input.dtype.is_floating_point else 0
+            # eager's (torch CPU's) NaN converted to the integer dtype:
+            # INT_MIN for int32/int64, 0 for the narrower ones
+            fill = float("nan") if input.dtype.is_floating_point else (
+                -2**31 if input.dtype is tp.int32 else -2**63 if input.dtype is tp.int64 else 0)
             return tp.full((), fill, dtype=input.dtype, device=input.device)
         return _median_rows(input.reshape(1, -1))[0].reshape(())
     nd = input.dim()
