@@ -539,9 +539,9 @@ binary_impl(const stax_op_info *op, PyObject *a, PyObject *b,
                      op->id == STAX_OP_FLOOR_DIVIDE ? "div_floor" : op->name);
         return NULL;
     }
-    else if (op->id == STAX_OP_POW && StaxTensor_Check(b)
+    else if (op->id == STAX_OP_POW && (StaxTensor_Check(b) || rt == STAX_BOOL)
              && !stax_dtype_is_floating(rt)) {
-        Py_RETURN_NOTIMPLEMENTED;   /* integer ** tensor: _ops.py */
+        Py_RETURN_NOTIMPLEMENTED;   /* integer ** tensor, bool ** bool: _ops.py */
     }
     if (op->id == STAX_OP_POW && StaxTensor_Check(a) && !StaxTensor_Check(b)
         && !PyBool_Check(b) && (PyLong_Check(b) || PyFloat_Check(b))) {

@@ -394,7 +394,13 @@ def _rsub(input, other, alpha=1):
     scaled = input if alpha == 1 else _FUNCS["mul"](input, alpha)
     if _is_t(other):
         return _FUNCS["sub"](other, scaled)
-    return _FUNCS["add"](_FUNCS["neg"](scaled), other)
+    if isinstance(other, bool) or (_is_t(input) and input.dtype is _C.bool):
+        raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not supported. "
+                           "If you are trying to invert a mask, use the `~` or `logical_not()` "
+                           "operator instead.")
+    # other - input with other as torch's wrapped number (2.5 - uint8 is
+    # float32; -input first would wrap in uint8)
+    return scaled.__rsub__(other)
 
 
 @_impl("div")
@@ -489,6 +495,14 @@ def _sign(input):
     return _wrap(r, input)
 
 
+def _int_scalar_as(x, rt):
+    """x (a tensor or Python number) as an array of rt; a Python int
+    wraps into an integer rt (C's conversion) instead of overflowing."""
+    if isinstance(x, int) and not isinstance(x, bool) and rt.kind in "iu":
+        return np.asarray(np.uint64(x % 2**64)).astype(rt)
+    return np.asarray(_arr(x), rt)
+
+
 @_impl("pow")
 def _pow(input, exponent):
     """Integer ** integer tensor (the C path covers the rest): torch gives
@@ -497,7 +511,13 @@ def _pow(input, exponent):
     if not _is_t(input) and not _is_t(exponent):
         raise TypeError("pow(): at least one argument must be a Tensor")
     rt = _result_np(input, exponent)
-    a, e = np.asarray(_arr(input), rt), np.asarray(_arr(exponent), rt)
+    if rt == np.bool_ and _is_t(input) and isinstance(exponent, bool):
+        # torch: a bool tensor to a bool power stays bool (x ** True is x)
+        a = _arr(input)
+        return _wrap(a.copy() if exponent else np.ones(a.shape, np.bool_), input)
+    # a Python int base/exponent converts to the integer dtype as C does
+    # (300 ** int8 is 44 ** int8, as torch's)
+    a, e = _int_scalar_as(input, rt), _int_scalar_as(exponent, rt)
     if rt == np.bool_:
         raise NotImplementedError("\"pow\" not implemented for 'Bool'")
     neg = e < 0
@@ -642,6 +662,11 @@ def _clamp(input, min=None, max=None):
                            "not be None")
     ops = [input] + [v for v in (min, max) if v is not None]
     tdt = _C.result_type(*ops)
+    if tdt is _C.bool and not _is_t(min) and not _is_t(max):
+        # torch has no bool kernel for the scalar-bound clamps
+        which = "clamp" if min is not None and max is not None else \
+            ("clamp_min" if min is not None else "clamp_max")
+        raise NotImplementedError(f"\"{which}_scalar_cpu\" not implemented for 'Bool'")
     rt = _np_dtype(tdt)
     for v in (min, max):
         if v is not None and not _is_t(v):
