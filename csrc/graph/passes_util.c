@@ -409,7 +409,13 @@ run_op_on_vals(const stax_op_info *info, PyObject *a, PyObject *k)
 {
     PyObject *fn = stax_op_function(info), *r;
     if (fn != NULL && (p_has_cuda_val(a) || (k != NULL && p_has_cuda_val(k)))) {
+        /* these values feed the op graph, never autograd; the metadata path
+         * declines under grad mode, which made layer_norm's decomposition
+         * build an eager CUDA kernel over a host stand-in (as the tracer) */
+        int grad = stax_grad_enabled();
+        stax_set_grad_enabled(0);
         r = stax_ops_meta_call(fn, a, k);
+        stax_set_grad_enabled(grad);
         if (r != NULL && r != Py_NotImplemented) {
             return r;
         }
