@@ -832,11 +832,14 @@ done:
     if (tr != NULL) {
         tr->active = 0;
     }
-    if (res == NULL && tr != NULL && tr->unrecorded != NULL
-        && PyList_GET_SIZE(tr->unrecorded) > 0 && PyErr_Occurred()) {
-        /* fn wrote the caller's tensors eagerly before the error: the
-         * journal undid that, so the driver's eager call makes the writes
-         * and raises after them, as eager does */
+    if (res == NULL && tr != NULL && tr->unrecorded != NULL && tr->journaled != NULL
+        && (PyList_GET_SIZE(tr->unrecorded) > 0 || PySet_GET_SIZE(tr->journaled) > 0
+            || PyDict_GET_SIZE(tr->mutations) > 0)
+        && PyErr_Occurred()) {
+        /* fn wrote the caller's tensors before the error (eagerly, or a
+         * recorded in-place op on a lifted global or an input, sampled):
+         * the journal undid that, so the driver's eager call makes the
+         * writes and raises after them, as eager does */
         PyObject *et, *ev, *tb;
         PyErr_Fetch(&et, &ev, &tb);
         PyErr_NormalizeException(&et, &ev, &tb);
