@@ -321,13 +321,53 @@ translate_numpy_error(PyObject *as_type)
     Py_XDECREF(m3);
 }
 
+/* torch reads a 0-d integer tensor in a key (any integer dtype but uint8,
+ * which is a mask as bool is) as the int it holds: a select, so x[t0] is a
+ * view and x[t0, :, i] has the select's placement, not an advanced
+ * index's. */
+static int
+is_int_scalar_tensor(PyObject *o)
+{
+    if (!StaxTensor_Check(o)) {
+        return 0;
+    }
+    StaxTensor *it = (StaxTensor *)o;
+    return it->ndim == 0 && !stax_dtype_is_floating(it->dtype)
+           && it->dtype != STAX_BOOL && it->dtype != STAX_UINT8;
+}
+
+/* the key as a tuple, 0-d integer tensors replaced by their ints */
 static PyObject *
 as_key_tuple(PyObject *key)
 {
-    if (PyTuple_Check(key)) {
-        return Py_NewRef(key);
+    PyObject *k = PyTuple_Check(key) ? Py_NewRef(key) : PyTuple_Pack(1, key);
+    if (k == NULL) {
+        return NULL;
     }
-    return PyTuple_Pack(1, key);
+    Py_ssize_t n = PyTuple_GET_SIZE(k);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!is_int_scalar_tensor(PyTuple_GET_ITEM(k, i))) {
+            continue;
+        }
+        PyObject *r = PyTuple_New(n);
+        if (r == NULL) {
+            Py_DECREF(k);
+            return NULL;
+        }
+        for (Py_ssize_t j = 0; j < n; j++) {
+            PyObject *o = PyTuple_GET_ITEM(k, j);
+            PyObject *c = is_int_scalar_tensor(o) ? PyNumber_Index(o) : Py_NewRef(o);
+            if (c == NULL) {
+                Py_DECREF(r);
+                Py_DECREF(k);
+                return NULL;
+            }
+            PyTuple_SET_ITEM(r, j, c);
+        }
+        Py_DECREF(k);
+        return r;
+    }
+    return k;
 }
 
 /* torch applies the ints of an advanced key as selects first (x[0, :, i]
@@ -430,7 +470,7 @@ stax_tensor_getitem(StaxTensor *t, PyObject *key)
         goto done;
     }
     if (stax_tensor_is_cuda(t)) {
-        out = stax_tensor_cuda_getitem(t, key);
+        out = stax_tensor_cuda_getitem(t, k);
         goto done;
     }
     {
@@ -539,7 +579,7 @@ stax_tensor_setitem(StaxTensor *t, PyObject *key, PyObject *value)
         goto done;
     }
     if (stax_tensor_is_cuda(t)) {
-        rc = stax_tensor_cuda_setitem(t, key, value);
+        rc = stax_tensor_cuda_setitem(t, k, value);
         goto done;
     }
     /* torch's index_put_: the value may not share memory with the

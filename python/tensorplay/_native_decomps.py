@@ -536,6 +536,73 @@ def _is_bool_t(o):
     return _is_t(o) and getattr(o, "dtype", None) is _tp().bool
 
 
+def _is_int_scalar_t(o):
+    """o is a 0-d integer tensor (or proxy) that a key reads as an int:
+    torch's rule (a 0-d uint8 or bool tensor is a mask instead)"""
+    tp = _tp()
+    # the dtype first: a size proxy (x.size(0) - 2) is no tensor and has none
+    return (_is_t(o) and getattr(o, "dtype", None) in (tp.int8, tp.int16, tp.int32, tp.int64)
+            and o.dim() == 0)
+
+
+def _key_dims(o):
+    """how many dims of the indexed tensor a key item (not None/Ellipsis) takes"""
+    tp = _tp()
+    if _is_t(o) and getattr(o, "dtype", None) in (tp.bool, tp.uint8):
+        return o.dim()
+    if isinstance(o, (list, tuple)):
+        import numpy as np
+        a = np.asarray(o)
+        return a.ndim if a.dtype == np.bool_ else 1
+    return 1
+
+
+def _getitem_scalar_tensors(input, key):
+    """x[key] whose key holds 0-d integer tensors: torch reads each as the
+    int it holds, a select applied before the rest of the key (x[i, :, j]
+    has the selected dim gone, not broadcast with j). Traced as a one-row
+    gather along that dim (the index stays a graph value: any value, no
+    recompilation), then the rest of the key. NotImplemented for other
+    keys."""
+    items = key if isinstance(key, tuple) else (key,)
+    if not _is_t(input) or not any(_is_int_scalar_t(o) for o in items):
+        return NotImplemented
+    first, rest = [], []
+    for o in items:
+        if _is_int_scalar_t(o) or (isinstance(o, int) and not isinstance(o, bool)):
+            first.append(o)
+            continue
+        rest.append(o)
+        if o is Ellipsis:
+            first.append(o)
+        elif o is not None:
+            first += [slice(None)] * _key_dims(o)
+    nd = input.dim()
+    used = sum(1 for o in first if o is not Ellipsis)
+    if used > nd:
+        return NotImplemented           # eager's "too many indices"
+    picks, d = [], 0
+    for o in first:
+        if o is Ellipsis:
+            d += nd - used
+            continue
+        if not isinstance(o, slice):
+            picks.append((d, o))
+        d += 1
+    y = input
+    for d, o in reversed(picks):         # later dims first: earlier ones keep their place
+        if isinstance(o, int):
+            y = y.select(d, o)
+        else:
+            y = y[(slice(None),) * d + (o.reshape(1),)].squeeze(d)
+    return y[tuple(rest)] if rest else y
+
+
+def _getitem(input, key):
+    r = _getitem_scalar_tensors(input, key)
+    return _getitem_mask(input, key) if r is NotImplemented else r
+
+
 def _getitem_mask(input, key):
     """x[mask], mask a bool tensor of x's leading shape: the rows of
     x.reshape(-1, *rest) at the mask's True positions (their count a value
@@ -1071,7 +1138,7 @@ def install():
         f = getattr(tp, key, None)
         if f is not None:
             reg(f, fn)
-    reg("__getitem__", _getitem_mask)
+    reg("__getitem__", _getitem)
     reg("__setitem__", _setitem_mask)
     reg(F.one_hot, _one_hot)
     reg(F.embedding, _embedding)
