@@ -910,8 +910,12 @@ stax_dtype_check_scalar(stax_dtype_t dt, PyObject *v)
         }
     }
     else {
-        /* inf and nan fit only a floating dtype */
+        /* inf and nan fit only a floating dtype; a negative float does
+         * not fit uint8 (torch wraps negative ints only) */
         f = PyFloat_AS_DOUBLE(v);
+        if (dt == STAX_UINT8) {
+            lo = 0.0;
+        }
         over = isfinite(f) ? (f < lo || f > hi) : !stax_dtype_is_floating(dt);
     }
     if (over) {

@@ -391,6 +391,17 @@ def _index_copy(self, dim, index, source):
     return _from_last(tp.where(pos >= 0, v, _to_last(self, d)), d)
 
 
+def _masked_fill_value(input, mask, value):
+    """masked_fill with a Python number: eager's overflow check of the
+    value against input's dtype (torch's "value cannot be converted to type
+    ... without overflow"), which the recorded op would not make; then
+    recorded as itself."""
+    if _is_t(input) and isinstance(value, (int, float)) and not isinstance(value, bool) \
+            and getattr(input, "dtype", None) is not None:
+        _C._check_scalar(value, input.dtype)
+    return NotImplemented
+
+
 def _index_fill(self, dim, index, value):
     tp = _tp()
     d = _index_args(self, dim, index)
@@ -402,6 +413,8 @@ def _index_fill(self, dim, index, value):
         value = value.to(self.dtype)
     elif not isinstance(value, (int, float, bool)):
         return NotImplemented
+    else:
+        _C._check_scalar(value, self.dtype)     # eager's overflow error
     n = int(self.shape[d])
     if index.numel() == 0:
         return self.clone()
@@ -1138,6 +1151,8 @@ def install():
         f = getattr(tp, key, None)
         if f is not None:
             reg(f, fn)
+    reg("masked_fill", _masked_fill_value)
+    reg(tp.masked_fill, _masked_fill_value)
     reg("__getitem__", _getitem)
     reg("__setitem__", _setitem_mask)
     reg(F.one_hot, _one_hot)
