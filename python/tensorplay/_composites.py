@@ -829,7 +829,10 @@ def multi_head_attention_forward(query, key, value, num_heads, in_proj_weight, i
     scores = q.matmul(k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
     if mask is not None:
         scores = scores + mask
-    attn = scores.softmax(-1)
+    # need_weights=False is torch's scaled_dot_product_attention, whose
+    # _safe_softmax makes a row with every key masked (a causal mask over
+    # left padding) 0; the weights' explicit softmax leaves it NaN
+    attn = scores.softmax(-1) if need_weights else tp._safe_softmax(scores, -1)
     if p > 0.0:
         attn = F.dropout(attn, p, True)
     out = attn.matmul(v)                                # (N, H, L, hd)
