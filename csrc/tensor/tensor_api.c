@@ -56,7 +56,8 @@ stax_double_to_half(double d)
 
 /* creation order of storages (StaxStorage.serial) */
 static uint64_t storage_serial = 1;
-static stax_write_hook_fn write_hook = NULL;
+/* per thread: the trace room journals its own thread's writes */
+static _Thread_local stax_write_hook_fn write_hook = NULL;
 
 uint64_t
 stax_storage_serial_now(void)

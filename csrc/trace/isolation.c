@@ -261,8 +261,10 @@ stax_trace_snapshot_restore(PyObject *snap)
 /* ------------------------------------------------------------------ */
 /* the write journal                                                   */
 
-int stax_trace_sampling = 0;
-static StaxTracer *journal_tr = NULL;   /* the trace whose fn is running */
+/* per thread: a trace journals the writes of its own thread's code, never
+ * another thread's (which it would undo when it ends) */
+_Thread_local int stax_trace_sampling = 0;
+static _Thread_local StaxTracer *journal_tr = NULL;   /* the trace whose fn is running */
 
 /* the hook is the tensor room's, which has no error path: a failure here
  * leaves the write unrestorable (reported), never a pending exception */
@@ -484,9 +486,10 @@ hook_call(CreationHook *self, PyObject *args, PyObject *kwds)
 {
     PyObject *p, *v, *mark;
     StaxNode *n;
-    if (!self->tracer->active || called_from_package()) {
+    if (!self->tracer->active || !stax_trace_active() || called_from_package()) {
         /* library code (nn.Module constructors, initializers) gets real
-         * tensors: only the user's own calls are recorded */
+         * tensors: only the user's own calls are recorded; so does
+         * another thread, which is not tracing */
         return PyObject_Call(self->original, args, kwds);
     }
     p = stax_trace_record(self->tracer, STAX_NODE_CALL_FUNCTION,

@@ -115,7 +115,7 @@ int stax_trace_snapshot_add(PyObject *snap, PyObject *o);
 void stax_trace_journal_begin(StaxTracer *tr, StaxTracer **saved);
 /* > 0 while a recorded node runs on sample values (its writes are the
  * graph's: journaled, not reported as eager writes) */
-extern int stax_trace_sampling;
+extern _Thread_local int stax_trace_sampling;
 void stax_trace_journal_end(StaxTracer *tr, StaxTracer *saved);
 /* bytes copied by stax_trace_snapshot_add in this process */
 unsigned long long stax_trace_snapshot_bytes(void);

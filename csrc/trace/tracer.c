@@ -10,7 +10,9 @@
 
 PyTypeObject *StaxTracer_Type = NULL;
 static PyTypeObject *TraceResult_Type = NULL;
-static StaxTracer *current = NULL;     /* innermost running trace */
+/* innermost running trace of this thread: another thread's tensor code
+ * (run between the tracing thread's bytecodes) is not traced */
+static _Thread_local StaxTracer *current = NULL;
 PyObject *stax_trace_pkg_dir = NULL;       /* ".../tensorplay/" */
 static PyObject *linecache_getline = NULL;
 
