@@ -54,8 +54,9 @@ def test_bool_and_uint8_scalars_stay_masks():
 
 @pytest.mark.parametrize("key", ["i", "i,:,j", ":,i", "i,1:", "j[:1],:,i"])
 def test_compiled_follows_the_index_value(key):
-    """the index is a value of the graph: each call's own value, no
-    recompilation, no eager fallback"""
+    """each call's own index value, natively: the value is guarded (a view
+    of the indexed tensor as eager's, so writes through it land), one
+    version per distinct value, no eager fallback"""
     fn = eval(f"lambda x, i, j: x[{key}] * 2")
     c = tp.compile(fn, strict_native=True)
     x, j = tp.tensor(BASE), tp.tensor([0, 2])
@@ -65,4 +66,22 @@ def test_compiled_follows_the_index_value(key):
         got = c(x, i, j)
         assert tuple(got.shape) == tuple(want.shape)
         assert np.array_equal(got.numpy(), want.numpy()), v
-    assert c.stats()["versions"] == 1
+    assert c.stats()["versions"] == 3
+
+
+@pytest.mark.parametrize("write", ["x[i].add_(1)", "x[i].zero_()", "x[:, i].mul_(3)",
+                                   "x[i][0].fill_(7)", "x[..., i].mul_(-2)"])
+def test_compiled_writes_through_a_scalar_tensor_key_reach_the_tensor(write):
+    """x[t0] is a view in eager (and torch): an in-place op on it writes x;
+    compiled code wrote a gathered copy and lost the write"""
+    src = f"def fn(x, i):\n    {write}\n    return x * 1\n"
+    ns = {}
+    exec(src, ns)
+    fn = ns["fn"]
+    c = tp.compile(fn, strict_native=True)
+    for v in (1, 0, 1, -1):
+        xe, xc = tp.tensor(BASE), tp.tensor(BASE)
+        want = fn(xe, tp.tensor(v))
+        got = c(xc, tp.tensor(v))
+        assert np.array_equal(got.numpy(), want.numpy()), (write, v)
+        assert np.array_equal(xc.numpy(), xe.numpy()), (write, v)

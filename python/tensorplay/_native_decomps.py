@@ -604,10 +604,10 @@ def _getitem_scalar_tensors(input, key):
         d += 1
     y = input
     for d, o in reversed(picks):         # later dims first: earlier ones keep their place
-        if isinstance(o, int):
-            y = y.select(d, o)
-        else:
-            y = y[(slice(None),) * d + (o.reshape(1),)].squeeze(d)
+        # eager's result is a view (a select): a gather of the one row would
+        # lose a later in-place write through it, so the index's value is
+        # read (a value guard: one version per index value)
+        y = y.select(d, o if isinstance(o, int) else int(o))
     return y[tuple(rest)] if rest else y
 
 
