@@ -372,8 +372,11 @@ def _signature_key(api, args):
     key = []
     for a in args:
         if api.is_tensor(a):
+            # requires_grad is keyed (torch's guards too): an eager in-place
+            # op of a grad-requiring value makes an input require grad
             key.append(("T", tuple(a.shape), api.dtype_name(a),
-                        _canon_strides(tuple(a.shape), tuple(a.stride()))))
+                        _canon_strides(tuple(a.shape), tuple(a.stride())),
+                        bool(getattr(a, "requires_grad", False))))
         else:
             key.append((type(a).__name__, repr(a)))
     return tuple(key)
