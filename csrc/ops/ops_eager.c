@@ -883,7 +883,11 @@ stax_ops_unary(const stax_op_info *op, PyObject *a, StaxTensor *inplace_out)
             tmp = PyObject_Vectorcall(uf, args, 2, out_kwnames);
         }
     }
-    else if (inplace_out != NULL && ot != ct) {
+    else if (inplace_out != NULL
+             && (ot != ct || !PyArray_IS_C_CONTIGUOUS((PyArrayObject *)oarr))) {
+        /* a strided in-place unary computes into a temporary: NumPy 2.4's
+         * SIMD negative with in == out strided float32/int32 views reads
+         * them as contiguous (np.negative(a[:, 1], out=a[:, 1])) */
         PyObject *args[1] = {xa};
         PyObject *t2 = ufunc_array(uf, args, 1);
         if (t2 != NULL && PyArray_CopyInto((PyArrayObject *)oarr,
