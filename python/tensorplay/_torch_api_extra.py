@@ -86,6 +86,8 @@ def meshgrid(*tensors, indexing=None):
         if t.dim() > 1:
             raise RuntimeError(f"torch.meshgrid: Expected 0D or 1D tensor in the tensor list but "
                                f"got: {t}")
+    if any(t.dtype != tensors[0].dtype for t in tensors):
+        raise RuntimeError("meshgrid expects all tensors to have the same dtype")
     ts = [t.reshape(-1) for t in tensors]
     swap = indexing == "xy" and len(ts) >= 2
     order = list(range(len(ts)))
@@ -160,8 +162,11 @@ def kron(input, other):
 
 def cross(input, other, dim=None):
     """The cross product of 3-vectors along dim (None: the first dim of
-    size 3, with torch's warning; linalg.cross: -1). Inputs broadcast."""
+    size 3, with torch's warning; linalg.cross: -1). Inputs of the same
+    number of dims broadcast (different numbers: RuntimeError, as torch)."""
     tp = _tp()
+    if input.dim() != other.dim():
+        raise RuntimeError("linalg.cross: inputs must have the same number of dimensions.")
     a, b = tp.broadcast_tensors(input, other)
     nd = a.dim()
     if dim is None:
@@ -310,8 +315,13 @@ def install(tp):
         tp.special = _special(tp)
         sys.modules["tensorplay.special"] = tp.special
     if not hasattr(tp, "linalg"):
-        la = types.ModuleType("tensorplay.linalg", "torch.linalg's cross (more to come).")
+        from tensorplay import _linalg_norms
+        la = types.ModuleType("tensorplay.linalg", "torch.linalg's cross, vector_norm, "
+                              "matrix_norm, norm, vecdot, matmul, multi_dot, diagonal "
+                              "(no decompositions).")
         la.cross = linalg_cross
+        for name in _linalg_norms.__all__:
+            setattr(la, name, getattr(_linalg_norms, name))
         tp.linalg = la
         sys.modules["tensorplay.linalg"] = la
     # nn paths

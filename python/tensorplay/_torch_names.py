@@ -353,6 +353,284 @@ def hypot(input, other):
     return tp.where(a.isinf().logical_or(b.isinf()), math.inf, r)
 
 
+def _title_of(dt):
+    n = str(dt).split(".")[-1]
+    return {"float32": "Float", "float64": "Double", "float16": "Half",
+            "bfloat16": "BFloat16"}.get(n, _TITLE_NAMES.get(n, n))
+
+
+def _wdim(d, n, name=None):
+    if not -_b.max(n, 1) <= d < _b.max(n, 1):
+        raise IndexError(f"Dimension out of range (expected to be in range of "
+                         f"[{-_b.max(n, 1)}, {_b.max(n, 1) - 1}], but got {d})")
+    return d % _b.max(n, 1)
+
+
+def tensor_split(input, indices_or_sections, dim=0):
+    """Split into n nearly equal parts (the first size % n get one more)
+    or at the given indices, along dim; views."""
+    _check_t(input, "tensor_split", "input", 1)
+    d = _wdim(dim, input.dim())
+    size = int(input.shape[d])
+    if _is_t(indices_or_sections):
+        ios = indices_or_sections
+        if ios.dim() == 0:
+            indices_or_sections = int(ios.item())
+        else:
+            indices_or_sections = [int(v) for v in ios.tolist()]
+    if isinstance(indices_or_sections, int):
+        n = indices_or_sections
+        if n <= 0:
+            raise RuntimeError(f"number of sections must be larger than 0, got {n}")
+        q, r = divmod(size, n)
+        bounds, start = [], 0
+        for k in range(n):
+            stop = start + q + (1 if k < r else 0)
+            bounds.append((start, stop))
+            start = stop
+    else:
+        idx = [int(i) for i in indices_or_sections]
+        bounds, start = [], 0
+        for i in idx + [size]:
+            a = _b.min(_b.max(start, 0), size)
+            b = _b.min(_b.max(i if i >= 0 else i + size, a), size)
+            bounds.append((a, b))
+            start = i if i >= 0 else i + size
+    return tuple(input.narrow(d, a, b - a) for a, b in bounds)
+
+
+def take(input, index):
+    """input.flatten()[index] with negative indices counted from the end;
+    the result has index's shape."""
+    _check_t(input, "take", "input", 1)
+    n = input.numel()
+    flat = input.reshape(-1)
+    i = index.reshape(-1)
+    if i.numel() and n == 0:
+        raise IndexError("take(): tried to take from an empty tensor")
+    return flat[i].reshape(tuple(index.shape))
+
+
+def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
+    """p-norm distances between the rows of x1 (..., P, M) and x2 (..., R,
+    M): (..., P, R)."""
+    if x1.dim() < 2 or x2.dim() < 2:
+        raise RuntimeError(f"cdist only supports at least 2D tensors, X1 got: {x1.dim()}D")
+    if int(x1.shape[-1]) != int(x2.shape[-1]):
+        raise RuntimeError(f"X1 and X2 must have the same number of columns. X1: "
+                           f"{int(x1.shape[-1])} X2: {int(x2.shape[-1])}")
+    if p < 0:
+        raise RuntimeError(f"cdist only supports non-negative p values")
+    d = (x1.unsqueeze(-2) - x2.unsqueeze(-3)).abs()
+    if p == 0:
+        return (d != 0).to(d.dtype).sum(-1)
+    if p == float("inf"):
+        return d.amax(-1) if int(d.shape[-1]) else d.sum(-1)
+    if p == 1:
+        return d.sum(-1)
+    if p == 2:
+        return (d * d).sum(-1).sqrt()
+    return (d ** p).sum(-1) ** (1.0 / p)
+
+
+def bincount(input, weights=None, minlength=0):
+    """Counts of each value 0..max(input) in a 1-D non-negative integer
+    tensor (at least minlength bins); with weights, their sums (float)."""
+    tp = _tp()
+    if input.dim() != 1:
+        raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
+    if input.is_floating_point():
+        raise NotImplementedError(f"\"bincount_cpu\" not implemented for "
+                                  f"'{_title_of(input.dtype)}'")
+    if input.dtype is tp.bool:
+        raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
+    if minlength < 0:
+        raise RuntimeError("minlength should be >= 0")
+    if input.numel() and int(input.min()) < 0:
+        raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
+    n = _b.max(int(input.max()) + 1 if input.numel() else 0, int(minlength))
+    idx = input.to(tp.int64)
+    if weights is None:
+        return tp.zeros(n, dtype=tp.int64).index_add(0, idx, tp.ones(int(input.shape[0]),
+                                                                      dtype=tp.int64))
+    wdt = weights.dtype if weights.is_floating_point() else tp.float64
+    if weights.dtype is tp.float32:
+        wdt = tp.float32
+    return tp.zeros(n, dtype=wdt).index_add(0, idx, weights.to(wdt))
+
+
+def histc(input, bins=100, min=0, max=0):
+    """Histogram of input in `bins` equal bins over [min, max] (both 0:
+    the data's range); values outside are ignored, NaN ignored."""
+    tp = _tp()
+    if not input.is_floating_point():
+        raise NotImplementedError(f"\"histogram_cpu\" not implemented for "
+                                  f"'{_title_of(input.dtype)}'")
+    if bins <= 0:
+        raise RuntimeError(f"torch.histc: bins must be > 0, but got {bins} for bins")
+    lo, hi = float(min), float(max)
+    x = input.reshape(-1)
+    if lo == hi and x.numel():
+        fin = x[x.isfinite()]
+        if fin.numel():
+            lo, hi = float(fin.min()), float(fin.max())
+    if lo == hi:
+        lo, hi = lo - 1, hi + 1
+    if lo > hi:
+        raise RuntimeError(f"torch.histc: min {lo} must be less than or equal to max {hi}")
+    keep = (x >= lo).logical_and(x <= hi)
+    v = x[keep].to(tp.float64)
+    i = ((v - lo) * bins / (hi - lo)).floor().to(tp.int64).clamp(0, bins - 1)
+    return tp.zeros(bins, dtype=input.dtype).index_add(
+        0, i, tp.ones(int(i.shape[0]), dtype=input.dtype))
+
+
+def argwhere(input):
+    """(n, ndim) int64 indices of the nonzero elements (torch.nonzero)."""
+    return _tp().nonzero(input)
+
+
+def diag_embed(input, offset=0, dim1=-2, dim2=-1):
+    """Tensors whose diagonals (offset, between dims dim1 and dim2 of the
+    result) are input's last dim."""
+    tp = _tp()
+    n = int(input.shape[-1]) + _b.abs(int(offset))
+    nd = input.dim() + 1
+    d1, d2 = _wdim(dim1, nd), _wdim(dim2, nd)
+    if d1 == d2:
+        raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
+    rows = tp.arange(n).reshape(n, 1)
+    cols = tp.arange(n).reshape(1, n)
+    hit = (cols - rows) == int(offset)
+    k = int(offset)
+    src = (tp.arange(n) if k >= 0 else tp.arange(n) + k).clamp(0, _b.max(int(input.shape[-1]) - 1, 0))
+    vals = input.index_select(-1, src) if int(input.shape[-1]) else \
+        tp.zeros(tuple(input.shape[:-1]) + (n,), dtype=input.dtype)
+    # value of (row i, col j) on the diagonal: input[..., i] (k >= 0) or [..., i + k]
+    out = tp.where(hit, vals.unsqueeze(-1), tp.zeros((), dtype=input.dtype))
+    # out has (..., n_rows, n_cols); move them to d1, d2
+    return out.movedim((-2, -1), (d1, d2)) if (d1, d2) != (nd - 2, nd - 1) else out
+
+
+def rot90(input, k=1, dims=(0, 1)):
+    """Rotate by 90 degrees k times in the plane of dims (from the first
+    towards the second)."""
+    dims = list(dims)
+    if len(dims) != 2:
+        raise RuntimeError(f"expected total rotation dims == 2, but got dims = {len(dims)}")
+    if input.dim() < 2:
+        raise RuntimeError(f"expected total dims >= 2, but got total dims = {input.dim()}")
+    a, b = _wdim(dims[0], input.dim()), _wdim(dims[1], input.dim())
+    if a == b:
+        raise RuntimeError(f"expected rotation dims to be different, but got dim0 = {a} and "
+                           f"dim1 = {b}")
+    k = k % 4
+    if k == 1:
+        return input.flip([b]).transpose(a, b)
+    if k == 2:
+        return input.flip([a, b])
+    if k == 3:
+        return input.flip([a]).transpose(a, b)
+    return input.clone()
+
+
+def heaviside(input, values):
+    """0 where input < 0, values where input == 0, 1 where input > 0
+    (NaN gives 0); input and values of one dtype, as torch requires."""
+    tp = _tp()
+    if _is_t(values) and values.dtype != input.dtype:
+        raise RuntimeError(f"heaviside is not yet implemented for tensors with different "
+                           f"dtypes")
+    z = tp.zeros((), dtype=input.dtype)
+    r = tp.where(input > 0, tp.ones((), dtype=input.dtype), z)
+    return tp.where(input == 0, values, r)
+
+
+def equal(input, other):
+    """True when both have the same shape and equal elements (NaN is never
+    equal); dtypes may differ (values are compared)."""
+    if tuple(input.shape) != tuple(other.shape):
+        return False
+    return bool((input == other).all())
+
+
+def mv(input, vec):
+    """Matrix (n, m) times vector (m,): (n,)."""
+    if input.dim() != 2 or vec.dim() != 1:
+        raise RuntimeError(f"vector + matrix @ vector expected, got 1, {input.dim()}, "
+                           f"{vec.dim()}")
+    return _tp().matmul(input, vec)
+
+
+def cartesian_prod(*tensors):
+    """Cartesian product of 1-D tensors: (prod(n_i), len(tensors)) (1 tensor: itself)."""
+    tp = _tp()
+    if len(tensors) == 1:
+        return tensors[0]
+    grids = tp.meshgrid(*tensors, indexing="ij")
+    return tp.stack([g.reshape(-1) for g in grids], 1)
+
+
+def trapezoid(y, x=None, *, dx=None, dim=-1):
+    """Trapezoid-rule integral of y along dim (spacing dx, default 1, or
+    sample points x)."""
+    d = _wdim(dim, y.dim())
+    n = int(y.shape[d])
+    if n == 0:
+        return y.sum(d)
+    left, right = y.narrow(d, 0, n - 1), y.narrow(d, 1, n - 1)
+    if x is not None:
+        xd = x if x.dim() == 1 else x
+        if x.dim() == 1:
+            dxs = (x[1:] - x[:-1]).reshape(tuple(-1 if i == d else 1 for i in range(y.dim())))
+        else:
+            dxs = x.narrow(d, 1, n - 1) - xd.narrow(d, 0, n - 1)
+        return ((left + right) * dxs).sum(d) / 2
+    h = 1.0 if dx is None else dx
+    return (left + right).sum(d) * (h / 2)
+
+
+trapz = trapezoid
+
+
+def cumulative_trapezoid(y, x=None, *, dx=None, dim=-1):
+    """Running trapezoid-rule integrals of y along dim (one fewer element)."""
+    d = _wdim(dim, y.dim())
+    n = int(y.shape[d])
+    if n == 0:
+        return y.narrow(d, 0, 0)
+    left, right = y.narrow(d, 0, n - 1), y.narrow(d, 1, n - 1)
+    if x is not None:
+        if x.dim() == 1:
+            dxs = (x[1:] - x[:-1]).reshape(tuple(-1 if i == d else 1 for i in range(y.dim())))
+        else:
+            dxs = x.narrow(d, 1, n - 1) - x.narrow(d, 0, n - 1)
+        return ((left + right) * dxs / 2).cumsum(d)
+    h = 1.0 if dx is None else dx
+    return ((left + right) * (h / 2)).cumsum(d)
+
+
+def vander(x, N=None, increasing=False):
+    """Vandermonde matrix of 1-D x: columns x**(N-1) ... x**0 (increasing:
+    x**0 first); N defaults to len(x)."""
+    tp = _tp()
+    if x.dim() != 1:
+        raise RuntimeError("x must be a one-dimensional tensor.")
+    n = int(x.shape[0]) if N is None else int(N)
+    if n < 0:
+        raise RuntimeError("N must be non-negative.")
+    dt = x.dtype if x.is_floating_point() or x.dtype is not tp.bool else tp.int64
+    if not x.is_floating_point():
+        dt = tp.int64
+    if n == 0:
+        return tp.zeros(int(x.shape[0]), 0, dtype=dt)
+    cols = [tp.ones(int(x.shape[0]), dtype=dt)]
+    for _ in range(n - 1):
+        cols.append(cols[-1] * x.to(dt))
+    out = tp.stack(cols, 1)
+    return out if increasing else out.flip([1])
+
+
 _TITLE_NAMES = {"bool": "Bool", "uint8": "Byte", "int8": "Char", "int16": "Short",
                 "int32": "Int", "int64": "Long"}
 
@@ -803,6 +1081,9 @@ FUNCTIONS = [
     "take_along_dim", "ravel", "broadcast_shapes", "broadcast_to", "broadcast_tensors",
     "tile", "atleast_1d", "atleast_2d", "atleast_3d", "hstack", "vstack", "row_stack",
     "dstack", "column_stack", "fliplr", "flipud", "copysign", "unique_consecutive",
+    "tensor_split", "take", "cdist", "bincount", "histc", "argwhere",
+    "diag_embed", "rot90", "heaviside", "equal", "mv", "cartesian_prod", "trapezoid",
+    "trapz", "cumulative_trapezoid", "vander",
 ]
 
 # Tensor methods: name -> function(self, *args)
@@ -812,7 +1093,8 @@ METHODS = [
     "hypot", "deg2rad", "rad2deg", "fmax", "fmin", "isposinf", "isneginf", "signbit", "sgn",
     "sinc", "float_power", "nansum", "nanmean", "count_nonzero", "aminmax", "msort",
     "take_along_dim", "ravel", "broadcast_to", "tile", "fliplr", "flipud", "copysign",
-    "unique_consecutive",
+    "unique_consecutive", "tensor_split", "take", "bincount", "histc", "argwhere",
+    "diag_embed", "rot90", "heaviside", "equal", "mv",
 ]
 
 # nn.functional

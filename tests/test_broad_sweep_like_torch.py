@@ -1,0 +1,154 @@
+"""A broader sweep of commonly used torch functions against torch 2.13 CPU
+(issue 13): names a model file uses that tensorplay lacked (meshgrid,
+tensor_split, take, kron, cdist, bincount, histc, argwhere, diag_embed,
+rot90, heaviside, equal, cross, mv, cartesian_prod, trapezoid,
+cumulative_trapezoid, vander) with their edge cases and errors, and the
+divergences the sweep found in existing ones (rsub of a Python float on
+unsigned ints, bool subtraction, bool ** bool, a Python int base wrapping
+into the integer dtype, clamp of bool by bool bounds, softmax of
+integers). Each case compares dtype, shape, values (NaN and zero signs)
+or the exception type."""
+import warnings
+
+import numpy as np
+import pytest
+
+import tensorplay as tp
+
+torch = pytest.importorskip("torch")
+
+
+def outcome(m, f):
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            r = f(m)
+    except Exception as e:  # noqa: BLE001
+        return ("exc", type(e).__name__)
+    if isinstance(r, (tuple, list)):
+        return tuple(outcome(m, lambda m, x=x: x) for x in r)
+    if isinstance(r, (bool, int, float)):
+        return ("py", r)
+    dt = str(r.dtype).split(".")[-1]
+    v = r.float() if dt == "bfloat16" else r
+    return ("t", dt, tuple(r.shape), np.asarray(v.tolist(), dtype=np.float64 if dt != "int64" else np.int64))
+
+
+def same(a, b):
+    if a and isinstance(a[0], tuple):
+        return bool(b) and isinstance(b[0], tuple) and len(a) == len(b) and all(
+            same(p, q) for p, q in zip(a, b))
+    if a[0] != b[0]:
+        return False
+    if a[0] in ("exc", "py"):
+        return a == b
+    if a[1:3] != b[1:3]:
+        return False
+    x, y = a[3], b[3]
+    if x.dtype.kind == "i" or y.dtype.kind == "i":
+        return np.array_equal(x, y)
+    with np.errstate(all="ignore"):
+        return bool(np.all((np.isnan(x) & np.isnan(y)) | (x == y)
+                           | (np.abs(x - y) <= 1e-5 * np.abs(y) + 1e-6)))
+
+
+cases = {}
+
+
+def C(n, f):
+    cases[n] = f
+
+
+nan, inf = float("nan"), float("inf")
+R = np.random.default_rng(0)
+A = R.standard_normal((3, 4)).astype(np.float32)
+C("meshgrid 3 xy", lambda m: m.meshgrid(m.tensor([1, 2]), m.tensor([3, 4, 5]), m.tensor([7]), indexing="xy"))
+C("meshgrid 0d", lambda m: m.meshgrid(m.tensor(1), m.tensor([3, 4]), indexing="ij"))
+C("meshgrid list", lambda m: m.meshgrid([m.tensor([1, 2]), m.tensor([3.])], indexing="ij"))
+for ios in [1, 2, 3, 5, [1, 3], [0, 0, 2], [-1], [2, 1], [10]]:
+    for d in [0, 1, -1]:
+        C(f"tensor_split {ios} {d}", lambda m, ios=ios, d=d: m.tensor_split(m.tensor(A), ios, dim=d))
+C("tensor_split tensor idx", lambda m: m.tensor_split(m.tensor(A), m.tensor([1, 2]), 1))
+C("take neg", lambda m: m.take(m.tensor(A), m.tensor([[-1, 0], [3, 11]])))
+C("take oob", lambda m: m.take(m.tensor(A), m.tensor([12])))
+C("kron 3d", lambda m: m.kron(m.tensor(A).reshape(2, 3, 2), m.tensor([[1., 2], [3, 4]])))
+C("kron int", lambda m: m.kron(m.tensor([1, 2]), m.tensor([3, 4])))
+for p in [0, 1, 2, 3, inf, 0.5]:
+    C(f"cdist p{p}", lambda m, p=p: m.cdist(m.tensor(A), m.tensor(A[:2] + 1), p=p))
+C("cdist batch", lambda m: m.cdist(m.tensor(A).reshape(1, 3, 4), m.tensor(A).reshape(1, 3, 4)))
+C("bincount neg", lambda m: m.bincount(m.tensor([-1, 2])))
+C("bincount float", lambda m: m.bincount(m.tensor([1.0])))
+C("bincount int weights", lambda m: m.bincount(m.tensor([0, 1, 1]), weights=m.tensor([1, 2, 3])))
+C("bincount f64 weights", lambda m: m.bincount(m.tensor([0, 1, 1]), weights=m.tensor([1., 2, 3], dtype=m.float64)))
+C("histc range", lambda m: m.histc(m.tensor([0., 1, 2, 3, 4, 5]), bins=3, min=1, max=4))
+C("histc int", lambda m: m.histc(m.tensor([1, 2]), bins=3))
+C("histc same", lambda m: m.histc(m.tensor([2., 2]), bins=4))
+C("histc empty", lambda m: m.histc(m.zeros(0), bins=4))
+for off in [0, 1, -2]:
+    for d1, d2 in [(-2, -1), (0, 2), (2, 0), (1, 2)]:
+        C(f"diag_embed {off} {d1} {d2}", lambda m, o=off, a=d1, b=d2: m.diag_embed(m.tensor(A[:2, :3]), o, a, b))
+for k in [0, 1, 2, 3, -1, 5]:
+    for dims in [(0, 1), (1, 0), (-1, 0)]:
+        C(f"rot90 {k} {dims}", lambda m, k=k, dims=dims: m.rot90(m.tensor(A).reshape(3, 2, 2), k, dims))
+C("heaviside int", lambda m: m.heaviside(m.tensor([-1, 0, 3]), m.tensor([7])))
+C("heaviside mixed", lambda m: m.heaviside(m.tensor([-1., 0, 3]), m.tensor([7])))
+C("heaviside nan", lambda m: m.heaviside(m.tensor([nan, 0., -0.0]), m.tensor([2.])))
+C("equal shape", lambda m: m.equal(m.tensor([1, 2]), m.tensor([[1, 2]])))
+C("equal nan", lambda m: m.equal(m.tensor([nan]), m.tensor([nan])))
+C("cross default dim", lambda m: m.cross(m.tensor(A[:, :3]), m.tensor(A[:, 1:])))
+C("cross bcast", lambda m: m.cross(m.tensor(A[:, :3]), m.tensor([1., 0, 0]), dim=1))
+C("cross bad", lambda m: m.cross(m.tensor(A), m.tensor(A), dim=1))
+C("mv bad", lambda m: m.mv(m.tensor(A), m.tensor(A)))
+C("cartesian 3", lambda m: m.cartesian_prod(m.tensor([1, 2]), m.tensor([3]), m.tensor([4, 5])))
+C("cartesian 1", lambda m: m.cartesian_prod(m.tensor([1, 2])))
+C("trapz x", lambda m: m.trapezoid(m.tensor(A), m.tensor([0., 1, 3, 6])))
+C("trapz dx", lambda m: m.trapezoid(m.tensor(A), dx=0.5, dim=0))
+C("trapz int", lambda m: m.trapezoid(m.tensor([1, 2, 4])))
+C("ctrapz x", lambda m: m.cumulative_trapezoid(m.tensor(A), m.tensor([0., 1, 3, 6])))
+C("ctrapz dx", lambda m: m.cumulative_trapezoid(m.tensor(A), dx=2, dim=0))
+C("vander N inc", lambda m: m.vander(m.tensor([1., 2, 3]), N=4, increasing=True))
+C("vander int", lambda m: m.vander(m.tensor([1, 2, 3], dtype=m.int32)))
+C("vander 0", lambda m: m.vander(m.tensor([1., 2]), N=0))
+C("copysign int scalar", lambda m: m.tensor([1, -2]).copysign(-0.0))
+
+X8 = [1, 0, 3]
+for dt in ["uint8", "int8", "int32", "int64"]:
+    C(f"rsub {dt} float", lambda m, dt=dt: m.rsub(m.tensor(X8, dtype=getattr(m, dt)), 2.5))
+    C(f"rsub {dt} alpha", lambda m, dt=dt: m.rsub(m.tensor(X8, dtype=getattr(m, dt)), 2, alpha=2))
+    C(f"rsub {dt} True", lambda m, dt=dt: m.rsub(m.tensor(X8, dtype=getattr(m, dt)), True))
+    C(f"sub {dt} True", lambda m, dt=dt: m.tensor(X8, dtype=getattr(m, dt)) - True)
+    for base in [300, -1, 2, -129]:
+        C(f"rpow {dt} {base}", lambda m, dt=dt, b=base: b ** m.tensor([1, 2], dtype=getattr(m, dt)))
+for e in [True, False]:
+    C(f"bool pow {e}", lambda m, e=e: m.tensor([True, False]) ** e)
+C("bool pow bool tensor", lambda m: m.tensor([True, False]) ** m.tensor([True, True]))
+C("bool rpow", lambda m: True ** m.tensor([True, False]))
+for lo, hi in [(True, None), (None, True), (False, True), (2, None), (2.5, None), (-1, 3)]:
+    C(f"clamp bool {lo} {hi}", lambda m, lo=lo, hi=hi: m.clamp(m.tensor([True, False]), lo, hi))
+for fn in ["softmax", "log_softmax"]:
+    C(f"{fn} int", lambda m, fn=fn: getattr(m, fn)(m.tensor([1, 2]), 0))
+C("cross_entropy int", lambda m: m.nn.functional.cross_entropy(m.tensor([[1, 2]]), m.tensor([0])))
+
+
+@pytest.mark.parametrize("name", sorted(cases))
+def test_matches_torch(name):
+    want, got = outcome(torch, cases[name]), outcome(tp, cases[name])
+    assert same(got, want), (got, want)
+
+
+@pytest.mark.parametrize("name,f", [
+    ("meshgrid", lambda a, b: tp.meshgrid(a[0], b[0], indexing="xy")[0] * 1),
+    ("kron", lambda a, b: tp.kron(a, b)), ("cdist", lambda a, b: tp.cdist(a, b)),
+    ("cross", lambda a, b: tp.cross(a[:, :3], a[:, 1:], dim=1)),
+    ("diag_embed", lambda a, b: tp.diag_embed(a, 1)),
+    ("tensor_split", lambda a, b: tp.tensor_split(a, 3, 1)[2] * 1),
+    ("heaviside", lambda a, b: tp.heaviside(a, b[0, :1])), ("trapezoid", lambda a, b: tp.trapezoid(a)),
+    ("cumulative_trapezoid", lambda a, b: tp.cumulative_trapezoid(a)),
+    ("take", lambda a, b: tp.take(a, tp.tensor([0, -1]))),
+    ("cartesian_prod", lambda a, b: tp.cartesian_prod(a[0], b[0])),
+    ("rsub", lambda a, b: tp.rsub(a, 2.5))])
+def test_compiled_strict_native(name, f):
+    x, y = tp.randn(3, 4), tp.randn(2, 4)
+    c = tp.compile(f, strict_native=True)(x, y)
+    np.testing.assert_allclose(np.asarray(c.tolist()), np.asarray(f(x, y).tolist()), rtol=1e-5,
+                               atol=1e-6)
