@@ -43,6 +43,7 @@ _api_extra_mod.install(_sys.modules[__name__])   # torch's repr for every return
 from tensorplay import amp  # noqa: E402
 from tensorplay.amp import autocast, is_autocast_enabled, get_autocast_dtype  # noqa: E402,F401
 amp._install_composites()
+amp._install_aliases()
 del _sys, _tensor_mod, _ops_mod, _torch_names_mod, _torch_names_nn_mod, _special_ops_mod, _api_extra_mod
 
 __version__ = "0.1.0"

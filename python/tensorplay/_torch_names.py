@@ -631,6 +631,56 @@ def vander(x, N=None, increasing=False):
     return out if increasing else out.flip([1])
 
 
+def rrelu(input, lower=1.0 / 8, upper=1.0 / 3, training=False, inplace=False):
+    """Randomized leaky ReLU: negative inputs times a slope drawn from
+    U(lower, upper) per element when training, (lower + upper) / 2 in eval."""
+    tp = _tp()
+    if training:
+        slope = tp.empty(tuple(input.shape), dtype=input.dtype).uniform_(lower, upper)
+    else:
+        slope = (lower + upper) / 2
+    r = tp.where(input >= 0, input, input * slope)
+    if inplace:
+        with tp.no_grad():
+            input.copy_(r)
+        return input
+    return r
+
+
+def index_put(self, indices, values, accumulate=False):
+    """A copy of self with self[indices] = values (indices: a tuple of
+    index tensors, as advanced indexing); accumulate=True adds, duplicate
+    indices adding up."""
+    return index_put_(self.clone(), indices, values, accumulate)
+
+
+def index_put_(self, indices, values, accumulate=False):
+    """In place: self[indices] = values, or += with accumulate=True
+    (duplicates accumulate, as torch's). Returns self."""
+    tp = _tp()
+    indices = tuple(indices)
+    if not accumulate:
+        self[indices] = values
+        return self
+    if any(i is None for i in indices) or len(indices) > self.dim():
+        raise IndexError("too many indices for tensor of dimension " + str(self.dim()))
+    idx = [i.nonzero(as_tuple=True) if i.dtype is tp.bool else (i,) for i in indices]
+    idx = [t for group in idx for t in group]
+    idx = [t.to(tp.int64) for t in tp.broadcast_tensors(*idx)]
+    k = len(idx)
+    lead = tuple(int(s) for s in self.shape[:k])
+    lin = tp.zeros(tuple(idx[0].shape), dtype=tp.int64)
+    for j, t in enumerate(idx):
+        lin = lin * lead[j] + tp.where(t < 0, t + lead[j], t)
+    rest = tuple(self.shape[k:])
+    flat_vals = tp.broadcast_to(values.to(self.dtype) if _is_t(values) else
+                                tp.tensor(values, dtype=self.dtype),
+                                tuple(lin.shape) + rest).reshape((-1,) + rest)
+    view = self.view((-1,) + rest)
+    view.index_add_(0, lin.reshape(-1), flat_vals)
+    return self
+
+
 _TITLE_NAMES = {"bool": "Bool", "uint8": "Byte", "int8": "Char", "int16": "Short",
                 "int32": "Int", "int64": "Long"}
 
@@ -1094,14 +1144,14 @@ METHODS = [
     "sinc", "float_power", "nansum", "nanmean", "count_nonzero", "aminmax", "msort",
     "take_along_dim", "ravel", "broadcast_to", "tile", "fliplr", "flipud", "copysign",
     "unique_consecutive", "tensor_split", "take", "bincount", "histc", "argwhere",
-    "diag_embed", "rot90", "heaviside", "equal", "mv",
+    "diag_embed", "rot90", "heaviside", "equal", "mv", "index_put", "index_put_",
 ]
 
 # nn.functional
 FUNCTIONAL = [
     "logsigmoid", "softsign", "softmin", "tanhshrink", "softshrink", "hardshrink", "glu",
     "binary_cross_entropy", "huber_loss", "kl_div", "group_norm", "rms_norm",
-    "pairwise_distance",
+    "pairwise_distance", "rrelu",
 ]
 
 

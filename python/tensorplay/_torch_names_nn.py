@@ -207,15 +207,16 @@ def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=
 
 def prelu(input, weight):
     """max(0, x) + weight * min(0, x); weight of 1 element, or one per
-    channel (dim 1, dim 0 of a 1-D input)."""
+    channel (dim 1; a 0-D or 1-D input has one channel, as torch 2.13, so
+    a weight of more elements raises RuntimeError there)."""
     _check_t(input, "prelu", "input", 1)
     _check_t(weight, "prelu", "weight", 2)
     n = int(weight.numel())
     if n != 1:
         if input.dim() == 0:
             raise RuntimeError("Not allow zero-dim input tensor.")
-        cd = 1 if input.dim() >= 2 else 0
-        c = int(input.shape[cd])
+        cd = 1
+        c = int(input.shape[1]) if input.dim() >= 2 else 1
         if n != c:
             raise RuntimeError(f"Mismatch of parameter numbers and input channel size. Found "
                                f"parameter numbers = {n} and channel size = {c}.")

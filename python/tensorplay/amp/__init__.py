@@ -176,6 +176,37 @@ def _wrap_composite(name, fn):
     return wrapper
 
 
+def _install_aliases():
+    """torch.cuda.amp / torch.cpu.amp (the older spellings): autocast with
+    the device fixed, and GradScaler."""
+    import sys
+    import types
+    import tensorplay
+    from tensorplay import cuda
+
+    def make(device, default):
+        class _Autocast(autocast):
+            def __init__(self, enabled=True, dtype=default, cache_enabled=True):
+                super().__init__(device, dtype=dtype, enabled=enabled,
+                                 cache_enabled=cache_enabled)
+
+            def __call__(self, fn):
+                return autocast.__call__(self, fn)
+        _Autocast.__name__ = _Autocast.__qualname__ = "autocast"
+        mod = types.ModuleType(f"tensorplay.{device}.amp")
+        mod.autocast = _Autocast
+        mod.GradScaler = GradScaler
+        return mod
+    cuda.amp = make("cuda", _C.float16)
+    sys.modules["tensorplay.cuda.amp"] = cuda.amp
+    if not hasattr(tensorplay, "cpu"):
+        cpu = types.ModuleType("tensorplay.cpu")
+        tensorplay.cpu = cpu
+        sys.modules["tensorplay.cpu"] = cpu
+    tensorplay.cpu.amp = make("cpu", _C.bfloat16)
+    sys.modules["tensorplay.cpu.amp"] = tensorplay.cpu.amp
+
+
 def _install_composites():
     import tensorplay
     from tensorplay import _composites, _torch_names, functional

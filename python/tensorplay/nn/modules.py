@@ -1769,3 +1769,21 @@ __all__ += ["SoftMarginLoss", "MarginRankingLoss", "HingeEmbeddingLoss", "Cosine
             "GaussianNLLLoss", "PoissonNLLLoss", "MultiLabelSoftMarginLoss",
             "TripletMarginLoss", "MultiMarginLoss", "PReLU", "PixelShuffle", "PixelUnshuffle",
             "ChannelShuffle", "Bilinear", "CosineSimilarity", "Softmax2d"]
+
+
+class RReLU(Module):
+    """Randomized leaky ReLU (F.rrelu): slopes from U(lower, upper) when
+    training, their mean in eval."""
+
+    def __init__(self, lower=1.0 / 8, upper=1.0 / 3, inplace=False):
+        super().__init__()
+        self.lower, self.upper, self.inplace = lower, upper, inplace
+
+    def forward(self, input):
+        return F.rrelu(input, self.lower, self.upper, self.training, self.inplace)
+
+    def extra_repr(self):
+        return f"lower={self.lower}, upper={self.upper}{', inplace=True' if self.inplace else ''}"
+
+
+__all__ += ["RReLU"]
