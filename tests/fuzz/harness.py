@@ -446,6 +446,7 @@ class Runner:
                 e_args, c_args = inp.build(), inp.build(api.c_device)
             ev0 = [api.version(a) if api.is_tensor(a) else None for a in e_args]
             cv0 = [api.version(a) if api.is_tensor(a) else None for a in c_args]
+            key0 = _signature_key(api, e_args)    # before the call may write its inputs
             rec.reset()
             exc_e = exc_c = None
             try:
@@ -498,7 +499,7 @@ class Runner:
                     self.eager_exc = f"{type(exc_e).__name__}: {str(exc_e)[:150]}"
                     return "eager-raises"
                 continue
-            keys.append((_signature_key(api, e_args), tuple(rec.gates)))
+            keys.append((key0, tuple(rec.gates)))
             self.compare(j, sig, out_e, out_c, rec)
             if getattr(prog, "stores", False):
                 self.compare_stores(j, ns, ns_c, rec)
