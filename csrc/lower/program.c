@@ -577,7 +577,7 @@ own_matmul(PyArrayObject *a, PyArrayObject *b, int threaded)
         if (ea != eb && ea != 1 && eb != 1) {
             return NULL;
         }
-        dims[d] = ea > eb ? ea : eb;
+        dims[d] = ea == 1 ? eb : ea;     /* torch: 0 vs 1 broadcasts to 0 */
         sa[d] = da >= 0 && ea != 1 ? PyArray_STRIDE(a, da) / 4 : 0;
         sb[d] = db >= 0 && eb != 1 ? PyArray_STRIDE(b, db) / 4 : 0;
     }
