@@ -1,16 +1,8 @@
 """(second part) PReLU/F.prelu, RReLU/F.rrelu, Tensor.index_put(_)
 with accumulate=True, tp.cuda.amp / tp.cpu.amp against torch 2.13 CPU.
 
-A broader sweep of commonly used torch functions against torch 2.13 CPU
-(issue 13): names a model file uses that tensorplay lacked (meshgrid,
-tensor_split, take, kron, cdist, bincount, histc, argwhere, diag_embed,
-rot90, heaviside, equal, cross, mv, cartesian_prod, trapezoid,
-cumulative_trapezoid, vander) with their edge cases and errors, and the
-divergences the sweep found in existing ones (rsub of a Python float on
-unsigned ints, bool subtraction, bool ** bool, a Python int base wrapping
-into the integer dtype, clamp of bool by bool bounds, softmax of
-integers). Each case compares dtype, shape, values (NaN and zero signs)
-or the exception type."""
+Each case compares dtype, shape, values (NaN and zero signs) or the
+exception type (the first part: test_broad_sweep_like_torch.py)."""
 
 import numpy as np
 import pytest

@@ -467,13 +467,15 @@ meta_gelu_ok(PyObject *b)
                                    || PyUnicode_CompareWithASCIIString(ap, "tanh") == 0);
 }
 
+/* softmax-like rules: dim an in-range int, the dtype argument (at index
+ * dtype_at: softmax (self, dim, _stacklevel, dtype), _safe_softmax (self,
+ * dim, dtype)) left None */
 static int
-meta_softmax_ok(PyObject *b, const StaxTensor *x)
+meta_dim_ok(PyObject *b, const StaxTensor *x, Py_ssize_t dtype_at)
 {
-    /* (self, dim, _stacklevel, dtype) */
     PyObject *d = PyTuple_GET_ITEM(b, 1);
     long dim;
-    if (!PyLong_CheckExact(d) || PyTuple_GET_ITEM(b, 3) != Py_None || x->ndim < 1) {
+    if (!PyLong_CheckExact(d) || PyTuple_GET_ITEM(b, dtype_at) != Py_None || x->ndim < 1) {
         return 0;
     }
     dim = PyLong_AsLong(d);
@@ -597,23 +599,6 @@ meta_matmul_shape(PyObject *b, const StaxTensor *x, int64_t *shape)
     shape[no - 2] = x->sizes[na - 2];
     shape[no - 1] = w->sizes[nb - 1];
     return no;
-}
-
-static int
-meta_safe_softmax_ok(PyObject *b, const StaxTensor *x)
-{
-    /* (self, dim, dtype) */
-    PyObject *d = PyTuple_GET_ITEM(b, 1);
-    long dim;
-    if (!PyLong_CheckExact(d) || PyTuple_GET_ITEM(b, 2) != Py_None || x->ndim < 1) {
-        return 0;
-    }
-    dim = PyLong_AsLong(d);
-    if (dim == -1 && PyErr_Occurred()) {
-        PyErr_Clear();
-        return 0;
-    }
-    return dim >= -x->ndim && dim < x->ndim;
 }
 
 /* batch_norm in evaluation mode (training=False: no running statistics
@@ -784,7 +769,7 @@ meta_composite(const stax_op_info *op, PyObject *const *args, Py_ssize_t nargs,
         break;
     case STAX_OP_SOFTMAX:
     case STAX_OP_LOG_SOFTMAX:
-        ok = meta_softmax_ok(b, x);
+        ok = meta_dim_ok(b, x, 3);
         break;
     case STAX_OP_LAYER_NORM:
         ok = meta_layer_norm_ok(b, x);
@@ -801,7 +786,7 @@ meta_composite(const stax_op_info *op, PyObject *const *args, Py_ssize_t nargs,
         ok = meta_masked_fill_ok(b, x);
         break;
     case STAX_OP__SAFE_SOFTMAX:
-        ok = meta_safe_softmax_ok(b, x);
+        ok = meta_dim_ok(b, x, 2);
         break;
     case STAX_OP_BATCH_NORM:
         ok = meta_batch_norm_ok(b, x);
