@@ -291,6 +291,14 @@ typedef PyObject *(*stax_autograd_hook_t)(const stax_op_info *op,
                                           stax_op_kernel_t kernel);
 void stax_ops_set_autograd_hook(stax_autograd_hook_t hook);
 
+/* Read hook (the tracer's check of eager reads of tensors it holds as
+ * constants): while set on this thread, every op call that runs its kernel
+ * (no __tensor_function__ override among its operands) first passes each
+ * tensor operand (also those in a list or tuple argument) to hook(t). The
+ * hook must not raise. NULL removes it. */
+typedef void (*stax_ops_read_hook_t)(StaxTensor *t);
+void stax_ops_set_read_hook(stax_ops_read_hook_t hook);
+
 /* Meta evaluation (the tracer's deferred samples): calls
  * callable(*args, **kwargs) when the call goes straight to an op of the
  * table whose eager C kernel can give its result's metadata without

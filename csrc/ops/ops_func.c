@@ -210,6 +210,33 @@ check_no_internal_overlap(PyObject *o)
 }
 
 static stax_autograd_hook_t autograd_hook;
+static _Thread_local stax_ops_read_hook_t read_hook;
+
+void
+stax_ops_set_read_hook(stax_ops_read_hook_t hook)
+{
+    read_hook = hook;
+}
+
+static void
+announce_reads(PyObject *const *args, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = args[i];
+        if (StaxTensor_Check(o)) {
+            read_hook((StaxTensor *)o);
+        }
+        else if (PyList_CheckExact(o) || PyTuple_CheckExact(o)) {
+            Py_ssize_t k = PySequence_Fast_GET_SIZE(o);
+            PyObject **items = PySequence_Fast_ITEMS(o);
+            for (Py_ssize_t j = 0; j < k; j++) {
+                if (StaxTensor_Check(items[j])) {
+                    read_hook((StaxTensor *)items[j]);
+                }
+            }
+        }
+    }
+}
 
 void
 stax_ops_set_autograd_hook(stax_autograd_hook_t hook)
@@ -1216,6 +1243,9 @@ run_op(const stax_op_info *op, PyObject *func, PyObject *const *args,
         Py_DECREF(types);
         return res;
     }
+    if (read_hook != NULL) {
+        announce_reads(args, nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0));
+    }
     if (autocast_hook != NULL && !autocast_busy) {
         res = run_autocast(op, func, args, nargsf, kwnames);
         if (res != Py_NotImplemented) {
@@ -1640,7 +1670,26 @@ inplace_slot(stax_pyop_key_t key, PyObject *a, PyObject *b)
     PyObject *args[2] = {a, b};
     stax_op_id_t id = stax_pyop_table[key].op;
     if (!slot_operand(b)) {
-        Py_RETURN_NOTIMPLEMENTED;
+        /* a traced operand (x += proxy, x a tensor the trace holds as a
+         * constant) or another override: the in-place operator through
+         * it, and x itself as the result, as eager's x += y keeps x. The
+         * fallback to x + y bound x's name, list item or attribute to the
+         * override's value (a proxy left in the caller's objects). */
+        PyObject *types = NULL, *r;
+        PyObject *fn = stax_pyop_function(&stax_pyop_table[key], 1);
+        if (fn == NULL || find_overrides(args, 2, NULL, &types) < 0) {
+            return fn == NULL ? Py_NewRef(Py_NotImplemented) : NULL;
+        }
+        if (types == NULL) {
+            Py_RETURN_NOTIMPLEMENTED;
+        }
+        r = dispatch_override(fn, types, args, 2, NULL);
+        Py_DECREF(types);
+        if (r == NULL || r == Py_NotImplemented) {
+            return r;
+        }
+        Py_DECREF(r);
+        return Py_NewRef(a);
     }
     return run_op(stax_ops_inplace_of(&stax_op_table[id]),
                   inplace_methods[id], args, 2, NULL);

@@ -268,8 +268,9 @@ static _Thread_local StaxTracer *journal_tr = NULL;   /* the trace whose fn is r
 
 /* the hook is the tensor room's, which has no error path: a failure here
  * leaves the write unrestorable (reported), never a pending exception */
-static void
-journal_unrecorded(StaxTracer *tr, StaxTensor *t)
+/* "a tensor of shape [..] (dtype) at <the user's line>", new reference */
+static PyObject *
+note_text(StaxTensor *t)
 {
     PyObject *where = stax_trace_user_stack(), *sizes = NULL, *e = NULL;
     sizes = PyList_New(t->ndim);
@@ -285,13 +286,92 @@ journal_unrecorded(StaxTracer *tr, StaxTensor *t)
         e = PyUnicode_FromFormat("a tensor of shape %S (%s) at %S", sizes,
                                  stax_dtype_name(t->dtype), where);
     }
-    if (e == NULL || PyList_Append(tr->unrecorded, e) < 0) {
+    Py_XDECREF(where);
+    Py_XDECREF(sizes);
+    return e;
+}
+
+static void
+journal_note(StaxTracer *tr, StaxTensor *t, PyObject *list)
+{
+    PyObject *e = note_text(t);
+    if (e == NULL || PyList_Append(list, e) < 0) {
         PyErr_Clear();
         tr->unrestorable = 1;
     }
     Py_XDECREF(e);
-    Py_XDECREF(where);
-    Py_XDECREF(sizes);
+}
+
+static void
+journal_unrecorded(StaxTracer *tr, StaxTensor *t)
+{
+    journal_note(tr, t, tr->unrecorded);
+}
+
+/* A recorded in-place op writes one of the caller's tensors the trace holds
+ * as a constant: the program makes that write on every call, so a value an
+ * untraced (eager) op computed from that tensor while tracing, before or
+ * after the write, is a constant of the version that the next call's write
+ * makes stale. Such a read is noted in tr->stale_reads (the version runs
+ * eagerly, as eager reads the new value); a recorded write with no untraced
+ * read of its tensor stays native. const_read maps each storage an
+ * untraced op read to where it was first read. Errors are dropped: the
+ * hooks have no error path. */
+static void
+note_const_read(StaxTracer *tr, StaxTensor *t)
+{
+    PyObject *et, *ev, *tb, *key, *e = NULL;
+    int has;
+    PyErr_Fetch(&et, &ev, &tb);
+    key = PyLong_FromVoidPtr(t->storage);
+    has = key != NULL ? PySet_Contains(tr->const_written, key) : -1;
+    if (has > 0) {
+        journal_note(tr, t, tr->stale_reads);
+    }
+    else if (has == 0 && PyDict_GetItemWithError(tr->const_read, key) == NULL
+             && !PyErr_Occurred()) {
+        e = note_text(t);
+        if (e != NULL) {
+            PyDict_SetItem(tr->const_read, key, e);
+        }
+    }
+    Py_XDECREF(e);
+    Py_XDECREF(key);
+    PyErr_Clear();
+    PyErr_Restore(et, ev, tb);
+}
+
+static void
+note_const_write(StaxTracer *tr, StaxTensor *t)
+{
+    PyObject *et, *ev, *tb, *key, *read;
+    PyErr_Fetch(&et, &ev, &tb);
+    key = PyLong_FromVoidPtr(t->storage);
+    read = key != NULL ? PyDict_GetItemWithError(tr->const_read, key) : NULL;
+    if (read != NULL) {
+        Py_INCREF(read);
+        if (PyList_Append(tr->stale_reads, read) == 0) {
+            PyDict_DelItem(tr->const_read, key);
+        }
+        Py_DECREF(read);
+    }
+    else if (key != NULL && !PyErr_Occurred()) {
+        PySet_Add(tr->const_written, key);
+    }
+    Py_XDECREF(key);
+    PyErr_Clear();
+    PyErr_Restore(et, ev, tb);
+}
+
+static void
+read_hook(StaxTensor *t)
+{
+    StaxTracer *tr = journal_tr;
+    if (tr == NULL || stax_trace_sampling > 0
+        || t->storage->serial >= tr->serial0) {
+        return;     /* not tracing, a recorded op's own run, or the trace's */
+    }
+    note_const_read(tr, t);
 }
 
 static void
@@ -305,6 +385,9 @@ journal_hook(StaxTensor *t, int after)
     }
     if (tr == NULL || t->storage->serial >= tr->serial0) {
         return;     /* not tracing, or a storage of the trace's own */
+    }
+    if (!after && stax_trace_sampling > 0) {
+        note_const_write(tr, t);
     }
     PyErr_Fetch(&et, &ev, &tb);
     key = PyLong_FromVoidPtr(t->storage);
@@ -350,6 +433,7 @@ stax_trace_journal_begin(StaxTracer *tr, StaxTracer **saved)
     *saved = journal_tr;
     journal_tr = tr;
     stax_tensor_set_write_hook(journal_hook);
+    stax_ops_set_read_hook(read_hook);
 }
 
 void
@@ -360,6 +444,7 @@ stax_trace_journal_end(StaxTracer *tr, StaxTracer *saved)
     /* the restore writes: with the hook off (an outer trace's journal
      * already holds what it needs of these storages) */
     stax_tensor_set_write_hook(NULL);
+    stax_ops_set_read_hook(NULL);
     PyErr_Fetch(&et, &ev, &tb);
     stax_trace_snapshot_restore(tr->journal);
     PyErr_Restore(et, ev, tb);
@@ -370,6 +455,7 @@ stax_trace_journal_end(StaxTracer *tr, StaxTracer *saved)
     }
     if (saved != NULL) {
         stax_tensor_set_write_hook(journal_hook);
+        stax_ops_set_read_hook(read_hook);
     }
 }
 

@@ -24,6 +24,14 @@ struct StaxTracer {
                                 tensors that fn wrote outside the graph (an
                                 eager in-place op on a tensor it did not
                                 lift: no node replays it) */
+    PyObject *const_written; /* set: storage addresses of the caller's
+                                tensors held as constants that recorded
+                                in-place ops wrote (isolation.c) */
+    PyObject *const_read;    /* dict: storage address of the caller's
+                                tensors untraced ops read -> where first */
+    PyObject *stale_reads;   /* list: "what, where" of each untraced read of
+                                a tensor a recorded op writes (its value
+                                would be the trace's, every call) */
     uint64_t serial0;        /* storages with a serial below it existed
                                 before the trace: the caller's */
     int unrestorable;        /* a write of the caller's storage bypassed

@@ -45,6 +45,9 @@ tracer_traverse(StaxTracer *self, visitproc visit, void *arg)
     Py_VISIT(self->journal);
     Py_VISIT(self->journaled);
     Py_VISIT(self->unrecorded);
+    Py_VISIT(self->const_written);
+    Py_VISIT(self->const_read);
+    Py_VISIT(self->stale_reads);
     Py_VISIT(self->mutations);
     Py_VISIT(self->lazy);
     Py_VISIT(self->lazy_args);
@@ -68,6 +71,9 @@ tracer_clear(StaxTracer *self)
     Py_CLEAR(self->journal);
     Py_CLEAR(self->journaled);
     Py_CLEAR(self->unrecorded);
+    Py_CLEAR(self->const_written);
+    Py_CLEAR(self->const_read);
+    Py_CLEAR(self->stale_reads);
     Py_CLEAR(self->mutations);
     Py_CLEAR(self->lazy);
     Py_CLEAR(self->lazy_args);
@@ -131,6 +137,9 @@ tracer_new(void)
     tr->journal = PyList_New(0);
     tr->journaled = PySet_New(NULL);
     tr->unrecorded = PyList_New(0);
+    tr->const_written = PySet_New(NULL);
+    tr->const_read = PyDict_New();
+    tr->stale_reads = PyList_New(0);
     tr->serial0 = stax_storage_serial_now();
     tr->unrestorable = 0;
     tr->mutations = PyDict_New();
@@ -144,7 +153,8 @@ tracer_new(void)
     PyObject_GC_Track(tr);
     if (!tr->graph || !tr->gates || !tr->shape_reads || !tr->shape_seen
         || !tr->ph_index || !tr->const_nodes || !tr->constants || !tr->journal
-        || !tr->journaled || !tr->unrecorded || !tr->mutations) {
+        || !tr->journaled || !tr->unrecorded || !tr->mutations
+        || !tr->const_written || !tr->const_read || !tr->stale_reads) {
         Py_DECREF(tr);
         return NULL;
     }
@@ -431,6 +441,7 @@ typedef struct {
     PyObject *mutated_inputs;
     PyObject *constants;
     PyObject *unrecorded_writes;
+    PyObject *stale_reads;
     PyObject *eager_samples;
     int replay_copies_inputs;
     char writes_unrestorable;
@@ -448,6 +459,7 @@ tres_traverse(TraceResult *self, visitproc visit, void *arg)
     Py_VISIT(self->mutated_inputs);
     Py_VISIT(self->constants);
     Py_VISIT(self->unrecorded_writes);
+    Py_VISIT(self->stale_reads);
     Py_VISIT(self->eager_samples);
     return 0;
 }
@@ -462,6 +474,7 @@ tres_clear(TraceResult *self)
     Py_CLEAR(self->mutated_inputs);
     Py_CLEAR(self->constants);
     Py_CLEAR(self->unrecorded_writes);
+    Py_CLEAR(self->stale_reads);
     Py_CLEAR(self->eager_samples);
     return 0;
 }
@@ -497,6 +510,11 @@ static PyMemberDef tres_members[] = {
      READONLY, "[str]: the caller's tensors fn wrote in place outside the "
      "graph (eager ops on tensors it did not lift), each 'a tensor of shape "
      "... at file:line'; the trace undid them, no node replays them"},
+    {"stale_reads", T_OBJECT, offsetof(TraceResult, stale_reads), READONLY,
+     "[str]: the caller's tensors held as constants that fn read with an "
+     "untraced (eager) op and that a recorded in-place op writes, each 'a "
+     "tensor of shape ... at file:line': the value read is the trace's, "
+     "stale once a call's write changes the tensor"},
     {"writes_unrestorable", T_BOOL, offsetof(TraceResult, writes_unrestorable),
      READONLY, "True: some such write bypassed the journal and could not be "
      "undone"},
@@ -758,12 +776,14 @@ trace_result(StaxTracer *tr, PyObject *versions)
     tres->replay_copies_inputs = (char)copies_inputs;
     tres->deferred_samples = tr->lazy != NULL ? PyDict_GET_SIZE(tr->lazy) : 0;
     tres->unrecorded_writes = PyList_AsTuple(tr->unrecorded);
+    tres->stale_reads = PyList_AsTuple(tr->stale_reads);
     tres->eager_samples = tr->eager_runs != NULL ? PyList_AsTuple(tr->eager_runs)
                                                  : PyTuple_New(0);
     tres->writes_unrestorable = (char)tr->unrestorable;
     PyObject_GC_Track(tres);
     if (tres->shape_reads == NULL || tres->constants == NULL
-        || tres->unrecorded_writes == NULL || tres->eager_samples == NULL) {
+        || tres->unrecorded_writes == NULL || tres->stale_reads == NULL
+        || tres->eager_samples == NULL) {
         Py_CLEAR(tres);
         goto done;
     }

@@ -1624,6 +1624,23 @@ class Driver:
             if config.warn_on_fallback:
                 warnings.warn(msg + "; this version runs eagerly", RuntimeWarning, stacklevel=5)
             v.effects_eager = True
+        stale = getattr(tr, "stale_reads", ())
+        if stale and not v.effects_eager:
+            # an eager op read a tensor held as a constant (reached through
+            # a path the compiler does not lift) that a recorded in-place op
+            # of the graph writes: the program makes the write on every
+            # call, but what the eager op computed from the tensor is a
+            # constant of the trace, stale from the next call on. Eager
+            # reads the new value: the version runs eagerly (strict refuses)
+            msg = (f"tensorplay.compile: '{self.name}' reads {stale[0]} with an op outside the "
+                   "graph, and the graph writes that tensor in place (a tensor it reaches "
+                   "through a path the compiler does not lift: the value read would be the "
+                   "trace's on every call)")
+            if self.strict_native:
+                raise _C.NativeCompileError("strict_native: " + msg)
+            if config.warn_on_fallback:
+                warnings.warn(msg + "; this version runs eagerly", RuntimeWarning, stacklevel=5)
+            v.effects_eager = True
         if call.unsafe_store is not None:
             where = call.unsafe_store
             msg = (f"tensorplay.compile: '{self.name}' stores a traced tensor into {where}, "
