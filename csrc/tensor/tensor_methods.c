@@ -179,6 +179,19 @@ get_data(PyObject *self, void *c)
 static int
 set_data(PyObject *self, PyObject *v, void *c)
 {
+    if (v != NULL && !StaxTensor_Check(v)) {
+        /* a stand-in (the tracer's proxy) says what t.data = v means */
+        PyObject *m = PyObject_GetAttrString(v, "__tensor_set_data__"), *r;
+        if (m == NULL) {
+            PyErr_Clear();
+        }
+        else {
+            r = PyObject_CallOneArg(m, self);
+            Py_DECREF(m);
+            Py_XDECREF(r);
+            return r == NULL ? -1 : 0;
+        }
+    }
     if (v == NULL || !StaxTensor_Check(v)) {
         PyErr_SetString(PyExc_TypeError, "data must be a Tensor");
         return -1;

@@ -892,6 +892,87 @@ g_data(PyObject *self, void *c)
     return record_method(self, "detach", NULL);
 }
 
+/* p.data = v: p becomes v's values, detached (eager's set_data: the
+ * Python object now shows another tensor). For an intermediate that does
+ * not require grad the proxy's node is rebound to a detach node of v (an
+ * earlier view of p keeps the old values, as eager's). An input, a lifted
+ * or held tensor (the caller's object would change) or one requiring grad
+ * (it keeps its history in eager) is rebound too, for the rest of the
+ * trace, and the version runs eagerly (a graph break; strict raises). */
+static int
+s_data(PyObject *self, PyObject *v, void *c)
+{
+    StaxProxy *p = (StaxProxy *)self;
+    PyObject *d, *val;
+    StaxNode *n = p->node;
+    int brk;
+    if (v == NULL) {
+        PyErr_SetString(PyExc_TypeError, "can't delete data");
+        return -1;
+    }
+    if (!StaxProxy_Check(v) && !stax_trace_is_tensor(v)) {
+        PyErr_SetString(PyExc_TypeError, "data must be a Tensor");
+        return -1;
+    }
+    val = PyDict_GetItemString(n->meta, "val");
+    brk = !(n->op == STAX_NODE_CALL_FUNCTION || n->op == STAX_NODE_CALL_METHOD);
+    if (brk && stax_trace_graph_break(p->tracer, "assigns the .data of a tensor it did not "
+                                      "make (an input, or one it reads from outside)") < 0) {
+        return -1;
+    }
+    if (!brk && stax_grad_enabled()
+        && ((val != NULL && stax_trace_is_tensor(val) && ((StaxTensor *)val)->requires_grad)
+            || node_requires_grad((PyObject *)n, 0))
+        && stax_trace_graph_break(p->tracer, "assigns the .data of a tensor that requires "
+                                  "grad (it keeps its history)") < 0) {
+        return -1;
+    }
+    {
+        PyObject *nm = PyUnicode_InternFromString("detach");
+        PyObject *args = nm != NULL ? PyTuple_Pack(1, v) : NULL;
+        d = args != NULL ? stax_trace_record(p->tracer, STAX_NODE_CALL_METHOD, nm, args, NULL)
+                         : NULL;
+        Py_XDECREF(nm);
+        Py_XDECREF(args);
+    }
+    if (d == NULL) {
+        return -1;
+    }
+    if (!StaxProxy_Check(d)) {
+        Py_DECREF(d);
+        PyErr_SetString(PyExc_RuntimeError, "tracing: detach gave no proxy");
+        return -1;
+    }
+    Py_SETREF(p->node, (StaxNode *)Py_NewRef(((StaxProxy *)d)->node));
+    Py_DECREF(d);
+    return 0;
+}
+
+/* t.data = p with t a real tensor (one the trace holds as a constant):
+ * that tensor object cannot follow a traced value; the function runs
+ * eagerly (strict raises NativeCompileError naming the line) */
+static PyObject *
+pm_tensor_set_data(PyObject *self, PyObject *target)
+{
+    StaxProxy *p = (StaxProxy *)self;
+    PyObject *where = stax_trace_user_stack(), *msg, *err;
+    (void)target;
+    if (where == NULL) {
+        return NULL;
+    }
+    msg = PyUnicode_FromFormat("assigns a traced value to the .data of a tensor it reaches "
+                               "through a path the compiler does not lift, at %S", where);
+    Py_DECREF(where);
+    err = msg != NULL ? PyObject_CallOneArg(PyExc_RuntimeError, msg) : NULL;
+    if (err != NULL && PyObject_SetAttrString(err, "_stax_graph_break", msg) == 0) {
+        PyErr_SetObject(PyExc_RuntimeError, err);
+    }
+    (void)p;
+    Py_XDECREF(err);
+    Py_XDECREF(msg);
+    return NULL;
+}
+
 static PyObject *
 g_node(PyObject *self, void *c)
 {
@@ -1459,6 +1540,8 @@ static PyMethodDef proxy_methods[] = {
      "x.type(): the dtype's name (no node); x.type(dtype): a conversion"},
     {"ndimension", (PyCFunction)pm_dim, METH_NOARGS, NULL},
     {"item", (PyCFunction)pm_item, METH_NOARGS, "value gate 'item'"},
+    {"__tensor_set_data__", (PyCFunction)pm_tensor_set_data, METH_O,
+     "t.data = proxy (the tensor room's set_data): raises (a graph break)"},
     {"tolist", (PyCFunction)pm_tolist, METH_NOARGS, "value gate 'tolist'"},
     {"numpy", (PyCFunction)(void (*)(void))pm_numpy,
      METH_VARARGS | METH_KEYWORDS, "value gate 'tolist' (a copy)"},
@@ -1490,7 +1573,7 @@ static PyGetSetDef proxy_getset[] = {
     {"grad", g_grad, NULL, NULL, NULL},
     {"T", g_T, NULL, NULL, NULL},
     {"mT", g_mT, NULL, NULL, NULL},
-    {"data", g_data, NULL, NULL, NULL},
+    {"data", g_data, s_data, NULL, NULL},
     {"node", g_node, NULL, "the graph node", NULL},
     {"tracer", g_tracer, NULL, NULL, NULL},
     {NULL},

@@ -32,6 +32,12 @@ struct StaxTracer {
     PyObject *stale_reads;   /* list: "what, where" of each untraced read of
                                 a tensor a recorded op writes (its value
                                 would be the trace's, every call) */
+    PyObject *graph_breaks;  /* list: "what at where" of each statement the
+                                graph cannot replay (t.data = v of an input
+                                or a tensor requiring grad): the version
+                                runs eagerly, strict raises */
+    PyObject *out_named;     /* the named tuples of fn's output (tracer.c
+                                named_spec), or NULL */
     uint64_t serial0;        /* storages with a serial below it existed
                                 before the trace: the caller's */
     int unrestorable;        /* a write of the caller's storage bypassed
@@ -103,6 +109,10 @@ int stax_trace_is_sym(StaxNode *n);
 /* New reference: "file:line in func: code" of the first frame outside the
  * tensorplay package, or None. */
 PyObject *stax_trace_user_stack(void);
+/* Note a statement the compiled program cannot replay ("what" names it; the
+ * user's line is added): TraceResult.graph_breaks, the version then runs
+ * eagerly (strict_native: NativeCompileError). 0, or -1 with an error. */
+int stax_trace_graph_break(StaxTracer *tr, const char *what);
 
 /* New reference: the get_attr node holding tensor t by reference. */
 PyObject *stax_trace_const_node(StaxTracer *tr, PyObject *t);

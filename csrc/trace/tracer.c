@@ -48,6 +48,8 @@ tracer_traverse(StaxTracer *self, visitproc visit, void *arg)
     Py_VISIT(self->const_written);
     Py_VISIT(self->const_read);
     Py_VISIT(self->stale_reads);
+    Py_VISIT(self->out_named);
+    Py_VISIT(self->graph_breaks);
     Py_VISIT(self->mutations);
     Py_VISIT(self->lazy);
     Py_VISIT(self->lazy_args);
@@ -74,6 +76,8 @@ tracer_clear(StaxTracer *self)
     Py_CLEAR(self->const_written);
     Py_CLEAR(self->const_read);
     Py_CLEAR(self->stale_reads);
+    Py_CLEAR(self->out_named);
+    Py_CLEAR(self->graph_breaks);
     Py_CLEAR(self->mutations);
     Py_CLEAR(self->lazy);
     Py_CLEAR(self->lazy_args);
@@ -140,6 +144,8 @@ tracer_new(void)
     tr->const_written = PySet_New(NULL);
     tr->const_read = PyDict_New();
     tr->stale_reads = PyList_New(0);
+    tr->out_named = NULL;
+    tr->graph_breaks = PyList_New(0);
     tr->serial0 = stax_storage_serial_now();
     tr->unrestorable = 0;
     tr->mutations = PyDict_New();
@@ -154,7 +160,8 @@ tracer_new(void)
     if (!tr->graph || !tr->gates || !tr->shape_reads || !tr->shape_seen
         || !tr->ph_index || !tr->const_nodes || !tr->constants || !tr->journal
         || !tr->journaled || !tr->unrecorded || !tr->mutations
-        || !tr->const_written || !tr->const_read || !tr->stale_reads) {
+        || !tr->const_written || !tr->const_read || !tr->stale_reads
+        || !tr->graph_breaks) {
         Py_DECREF(tr);
         return NULL;
     }
@@ -442,6 +449,8 @@ typedef struct {
     PyObject *constants;
     PyObject *unrecorded_writes;
     PyObject *stale_reads;
+    PyObject *output_named;
+    PyObject *graph_breaks;
     PyObject *eager_samples;
     int replay_copies_inputs;
     char writes_unrestorable;
@@ -460,6 +469,8 @@ tres_traverse(TraceResult *self, visitproc visit, void *arg)
     Py_VISIT(self->constants);
     Py_VISIT(self->unrecorded_writes);
     Py_VISIT(self->stale_reads);
+    Py_VISIT(self->output_named);
+    Py_VISIT(self->graph_breaks);
     Py_VISIT(self->eager_samples);
     return 0;
 }
@@ -475,6 +486,8 @@ tres_clear(TraceResult *self)
     Py_CLEAR(self->constants);
     Py_CLEAR(self->unrecorded_writes);
     Py_CLEAR(self->stale_reads);
+    Py_CLEAR(self->output_named);
+    Py_CLEAR(self->graph_breaks);
     Py_CLEAR(self->eager_samples);
     return 0;
 }
@@ -515,6 +528,16 @@ static PyMemberDef tres_members[] = {
      "untraced (eager) op and that a recorded in-place op writes, each 'a "
      "tensor of shape ... at file:line': the value read is the trace's, "
      "stale once a call's write changes the tensor"},
+    {"output_named", T_OBJECT, offsetof(TraceResult, output_named), READONLY,
+     "None, or where fn's output holds named tuples (torch.return_types "
+     "of topk, sort, max(dim)...): (type, (spec of each item)) for a tuple "
+     "or list, (dict, {key: spec}) for a dict, None for a part without "
+     "one. The graph's output flattens them to tuples; the driver rebuilds "
+     "them (compiler/_aliasing.py, with_named_outputs)"},
+    {"graph_breaks", T_OBJECT, offsetof(TraceResult, graph_breaks), READONLY,
+     "[str]: statements of fn the compiled program cannot replay (t.data = "
+     "v of an input, a lifted tensor or one requiring grad), each 'what at "
+     "file:line': the version runs eagerly, as torch.compile's graph break"},
     {"writes_unrestorable", T_BOOL, offsetof(TraceResult, writes_unrestorable),
      READONLY, "True: some such write bypassed the journal and could not be "
      "undone"},
@@ -708,6 +731,107 @@ done:
     return out;
 }
 
+int
+stax_trace_graph_break(StaxTracer *tr, const char *what)
+{
+    PyObject *where = stax_trace_user_stack(), *e;
+    int rc;
+    if (where == NULL) {
+        return -1;
+    }
+    e = PyUnicode_FromFormat("%s at %S", what, where);
+    Py_DECREF(where);
+    if (e == NULL) {
+        return -1;
+    }
+    rc = PyList_Append(tr->graph_breaks, e);
+    Py_DECREF(e);
+    return rc;
+}
+
+static int
+is_named_tuple(PyObject *o)
+{
+    PyObject *f;
+    if (!PyTuple_Check(o) || PyTuple_CheckExact(o)) {
+        return 0;
+    }
+    f = PyObject_GetAttrString((PyObject *)Py_TYPE(o), "_fields");
+    if (f == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    Py_DECREF(f);
+    return 1;
+}
+
+/* where o holds named tuples (TraceResult.output_named), new reference;
+ * None for a part without one, NULL on error. The walk is the graph
+ * room's (exact tuples, lists and dicts) plus named tuples. */
+static PyObject *
+named_spec(PyObject *o, int depth)
+{
+    int nt = is_named_tuple(o), any = nt;
+    if (depth > 64) {
+        Py_RETURN_NONE;
+    }
+    if (StaxProxy_Check(o)) {
+        /* one node giving a named tuple (x.max(1), x.median(1)) */
+        PyObject *v = PyDict_GetItemString(((StaxProxy *)o)->node->meta, "val");
+        PyObject *kids;
+        if (v == NULL || !is_named_tuple(v)) {
+            Py_RETURN_NONE;
+        }
+        kids = PyTuple_New(PyTuple_GET_SIZE(v));
+        for (Py_ssize_t i = 0; kids != NULL && i < PyTuple_GET_SIZE(v); i++) {
+            PyTuple_SET_ITEM(kids, i, Py_NewRef(Py_None));
+        }
+        return kids != NULL ? Py_BuildValue("(ON)", (PyObject *)Py_TYPE(v), kids) : NULL;
+    }
+    if (nt || PyTuple_CheckExact(o) || PyList_CheckExact(o)) {
+        PyObject *seq = PySequence_Fast(o, "output");
+        Py_ssize_t n = seq != NULL ? PySequence_Fast_GET_SIZE(seq) : 0;
+        PyObject *kids = seq != NULL ? PyTuple_New(n) : NULL;
+        for (Py_ssize_t i = 0; kids != NULL && i < n; i++) {
+            PyObject *c = named_spec(PySequence_Fast_GET_ITEM(seq, i), depth + 1);
+            if (c == NULL) {
+                Py_CLEAR(kids);
+                break;
+            }
+            any |= c != Py_None;
+            PyTuple_SET_ITEM(kids, i, c);
+        }
+        Py_XDECREF(seq);
+        if (kids == NULL) {
+            return NULL;
+        }
+        if (!any) {
+            Py_DECREF(kids);
+            Py_RETURN_NONE;
+        }
+        return Py_BuildValue("(ON)", (PyObject *)Py_TYPE(o), kids);
+    }
+    if (PyDict_CheckExact(o)) {
+        PyObject *d = PyDict_New(), *k, *v;
+        Py_ssize_t pos = 0;
+        while (d != NULL && PyDict_Next(o, &pos, &k, &v)) {
+            PyObject *c = named_spec(v, depth + 1);
+            if (c == NULL || (c != Py_None && PyDict_SetItem(d, k, c) < 0)) {
+                Py_XDECREF(c);
+                Py_CLEAR(d);
+                break;
+            }
+            Py_DECREF(c);
+        }
+        if (d == NULL || PyDict_GET_SIZE(d) == 0) {
+            Py_XDECREF(d);
+            return d == NULL ? NULL : Py_NewRef(Py_None);
+        }
+        return Py_BuildValue("(ON)", (PyObject *)&PyDict_Type, d);
+    }
+    Py_RETURN_NONE;
+}
+
 /* the output node over fn's result; a value that failed on the sample and
  * reaches the output raises the sample's error */
 static int
@@ -724,6 +848,11 @@ record_output(StaxTracer *tr, PyObject *out)
     }
     bad = failed_output_input(tr->graph, (StaxNode *)on);
     Py_DECREF(on);
+    Py_CLEAR(tr->out_named);
+    tr->out_named = named_spec(out, 0);
+    if (tr->out_named == NULL) {
+        return -1;
+    }
     if (bad != NULL) {
         stax_trace_raise_original(bad);
         return -1;
@@ -777,13 +906,15 @@ trace_result(StaxTracer *tr, PyObject *versions)
     tres->deferred_samples = tr->lazy != NULL ? PyDict_GET_SIZE(tr->lazy) : 0;
     tres->unrecorded_writes = PyList_AsTuple(tr->unrecorded);
     tres->stale_reads = PyList_AsTuple(tr->stale_reads);
+    tres->output_named = Py_NewRef(tr->out_named != NULL ? tr->out_named : Py_None);
+    tres->graph_breaks = PyList_AsTuple(tr->graph_breaks);
     tres->eager_samples = tr->eager_runs != NULL ? PyList_AsTuple(tr->eager_runs)
                                                  : PyTuple_New(0);
     tres->writes_unrestorable = (char)tr->unrestorable;
     PyObject_GC_Track(tres);
     if (tres->shape_reads == NULL || tres->constants == NULL
         || tres->unrecorded_writes == NULL || tres->stale_reads == NULL
-        || tres->eager_samples == NULL) {
+        || tres->graph_breaks == NULL || tres->eager_samples == NULL) {
         Py_CLEAR(tres);
         goto done;
     }

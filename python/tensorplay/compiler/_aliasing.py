@@ -553,8 +553,63 @@ class _ViewOutputs:
 
 
 def unwrap(art):
-    """the back end's artifact under with_view_outputs' wrapper"""
-    return art._art if type(art) is _ViewOutputs else art
+    """the back end's artifact under with_view_outputs' and
+    with_named_outputs' wrappers"""
+    while type(art) in (_ViewOutputs, _NamedOutputs):
+        art = art._art
+    return art
+
+
+def rebuild_named(out, spec):
+    """out with the named tuples of fn's output as traced
+    (TraceResult.output_named: (type, (item specs)) for a tuple or list,
+    (dict, {key: spec}) for a dict, None for a part without one) made
+    again: a graph's output flattens torch.return_types.topk(values,
+    indices) to a plain tuple. A part already of its type is kept."""
+    if spec is None:
+        return out
+    typ, kids = spec
+    if typ is dict:
+        if not isinstance(out, dict):
+            return out
+        got = {k: rebuild_named(out[k], ks) for k, ks in kids.items() if k in out}
+        if all(got[k] is out[k] for k in got):
+            return out
+        new = dict(out)
+        new.update(got)
+        return new
+    if not isinstance(out, (tuple, list)) or len(out) != len(kids):
+        return out
+    items = [rebuild_named(o, k) for o, k in zip(out, kids)]
+    if type(out) is typ and all(a is b for a, b in zip(items, out)):
+        return out
+    if typ is list or typ is tuple:
+        return typ(items)
+    return typ(*items)
+
+
+class _NamedOutputs:
+    """The artifact, the named tuples of its outputs made again
+    (rebuild_named)."""
+
+    def __init__(self, art, spec):
+        self._art = art
+        self._spec = spec
+
+    def __call__(self, *flat):
+        return rebuild_named(self._art(*flat), self._spec)
+
+    def __getattr__(self, name):
+        return getattr(self._art, name)
+
+    def __repr__(self):
+        return repr(self._art)
+
+
+def with_named_outputs(art, spec):
+    """art, wrapped so that its outputs hold fn's named tuples (spec:
+    TraceResult.output_named); art itself when there are none"""
+    return art if spec is None or art is None else _NamedOutputs(art, spec)
 
 
 def with_view_outputs(gm, art, spec=None):

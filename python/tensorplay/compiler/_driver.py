@@ -23,7 +23,8 @@ from ._config import config
 from ._guards import GATE_TEXT, Guard, diff_sig
 from . import _lift
 from ._lift import analyze
-from ._aliasing import output_aliasing, output_fix, unwrap as _unwrap_art, with_view_outputs
+from ._aliasing import (output_aliasing, output_fix, rebuild_named, unwrap as _unwrap_art,
+                        with_named_outputs, with_view_outputs)
 from . import _stores
 from ._symbolic import ShapeEnv, eval_guards, compile_guards
 from . import _backends, _cache
@@ -232,7 +233,7 @@ class _Call:
     __slots__ = ("args", "kwargs", "free", "sig_args", "sig_kwargs", "sig_free", "effects_before_error",
                  "rho", "dtype", "flat", "paths", "gkey", "alias", "effects", "stores",
                  "n_extras", "unsafe_store", "seeds", "symenv", "dyn", "effect", "_static", "ver",
-                 "alias_spec")
+                 "alias_spec", "out_named")
 
     def sigs(self):
         """sigma of the call as keyed (a call rekeyed for a function that
@@ -274,6 +275,7 @@ class Version:
         self.index = index
         self.graph_module = gm
         self.artifact = artifact
+        self.out_named = None       # TraceResult.output_named, set by _build
         # dynamic mode over a back end whose artifacts are fixed-shape: one
         # artifact per concrete layout inside this version (same trace/graph)
         self.shape_polymorphic = (not dynamic or _unwrap_art(artifact) is gm
@@ -639,11 +641,13 @@ class Driver:
         instead. Under strict_native both eager paths raise
         NativeCompileError (docs/autograd.md)."""
         if v.autograd is not None:
-            return self._run_compiled_autograd(v.autograd, flat, args, kwargs)
+            return rebuild_named(self._run_compiled_autograd(v.autograd, flat, args, kwargs),
+                                 v.out_named)
         if v.autograd_layouts is not None:
             ag = self._layout_autograd(v, flat, args, kwargs, plan, free)
             if ag is not None:
-                return self._run_compiled_autograd(ag, flat, args, kwargs)
+                return rebuild_named(self._run_compiled_autograd(ag, flat, args, kwargs),
+                                     v.out_named)
         if v.effects or v.effects_eager or v.mutates_inputs or v.n_extras:
             if self.strict_native:
                 raise _C.NativeCompileError(
@@ -972,6 +976,17 @@ class Driver:
         trace isolation rolled the traced ones back, so when the failed trace
         had recorded any, the call runs eagerly and raises there, after them.
         Otherwise (or when eager returns under strict) the compile's error stands."""
+        brk = getattr(sys.exc_info()[1], "_stax_graph_break", None)
+        if brk is not None:
+            # t.data = traced value on a tensor the trace holds: the
+            # function runs eagerly from now on (strict: an error)
+            msg = f"tensorplay.compile: '{self.name}' {brk}"
+            if self.strict_native:
+                raise _C.NativeCompileError("strict_native: " + msg) from None
+            if config.warn_on_fallback:
+                warnings.warn(msg + "; it runs eagerly", RuntimeWarning, stacklevel=4)
+            self._eager_only = msg
+            return self._eager(args, kwargs)
         if not getattr(call, "effects_before_error", False):
             raise
         try:
@@ -1094,10 +1109,12 @@ class Driver:
                     and v.detach_masks is None and not v.seeds
                     and all(type(a) in _SCALARS or isinstance(a, _tensor_type()) for a in args)
                     and all(not isinstance(x, (list, dict, tuple)) for x in free)):
-                cf._set_level1(art, tuple(args), plan.tuples(free), tuple(free))
+                cf._set_level1(with_named_outputs(art, v.out_named), tuple(args),
+                               plan.tuples(free), tuple(free))
             else:
                 cf._clear_level1()
-        return out
+        # (torch.return_types of topk, sort, max(dim)... as eager's)
+        return rebuild_named(out, v.out_named)
 
     def _make_call(self, args, kwargs, free, rho, dtype, plan, T, sig=None):
         c = _Call()
@@ -1186,7 +1203,8 @@ class Driver:
             return None
         self._check_constraints(call, v)
         v._entry = _C._DispatchEntry(
-            v.index, (v.artifact if v.shape_polymorphic and not v.effects_eager
+            v.index, (with_named_outputs(v.artifact, v.out_named)
+                      if v.shape_polymorphic and not v.effects_eager
                       and not v.n_extras and not v.seeds and v.detach_masks is None else None),
             tuple((i, d, s) for i, d, s, _ in v.shape_reads),
             bool(v.gate_kinds) or (bool(v.sym_guards) and v.shape_prog is None), v.effects,
@@ -1368,6 +1386,7 @@ class Driver:
             finally:
                 restore()
             call.effects = getattr(wrapper, "effects", None)
+            call.out_named = getattr(tr, "output_named", None)
             self._collect_stores(call, plan, tr, slog)
             # eager's aliasing of the outputs, read before the passes
             # change which value each output is (_aliasing)
@@ -1576,6 +1595,7 @@ class Driver:
                                                             spec=getattr(call, "alias_spec", None))
         v = Version(len(self.versions), call, gm, artifact, ver, eager_fallback, plan.paths,
                     self.dynamic, getattr(call, "symenv", None))
+        v.out_named = getattr(call, "out_named", None)
         spec = getattr(call, "alias_spec", None)
         if spec is not None and spec.hidden and isinstance(v.detach_masks, (tuple, list)):
             v.detach_masks = v.detach_masks[0]      # the outputs', not the hidden bases
@@ -1619,6 +1639,16 @@ class Driver:
                    "graph (a tensor it reaches through a path the compiler does not lift)")
             if getattr(tr, "writes_unrestorable", False):
                 msg += "; the trace could not undo that write"
+            if self.strict_native:
+                raise _C.NativeCompileError("strict_native: " + msg)
+            if config.warn_on_fallback:
+                warnings.warn(msg + "; this version runs eagerly", RuntimeWarning, stacklevel=5)
+            v.effects_eager = True
+        breaks = getattr(tr, "graph_breaks", ())
+        if breaks and not v.effects_eager:
+            # a statement the program cannot replay (t.data = v of an
+            # input): every call runs eagerly, as torch.compile's graph break
+            msg = f"tensorplay.compile: '{self.name}' {breaks[0]}"
             if self.strict_native:
                 raise _C.NativeCompileError("strict_native: " + msg)
             if config.warn_on_fallback:
