@@ -391,15 +391,80 @@ def _index_copy(self, dim, index, source):
     return _from_last(tp.where(pos >= 0, v, _to_last(self, d)), d)
 
 
-def _masked_fill_value(input, mask, value):
-    """masked_fill with a Python number: eager's overflow check of the
-    value against input's dtype (torch's "value cannot be converted to type
-    ... without overflow"), which the recorded op would not make; then
-    recorded as itself."""
-    if _is_t(input) and isinstance(value, (int, float)) and not isinstance(value, bool) \
-            and getattr(input, "dtype", None) is not None:
+# the finite range of each dtype a fill value must lie in (torch's
+# c10::overflows, csrc/tensor/dtype.c stax_dtype_check_scalar)
+_FILL_RANGE = {"uint8": (-255, 255), "int8": (-128, 127), "int16": (-32768, 32767),
+               "int32": (-2 ** 31, 2 ** 31 - 1), "int64": (-2 ** 63, 2 ** 63 - 1),
+               "float16": (-65504.0, 65504.0), "float32": (-3.4028234663852886e38, 3.4028234663852886e38),
+               "bfloat16": (-3.3895313892515355e38, 3.3895313892515355e38)}
+
+
+def _fill_value_bad(value, dt):
+    """a 0-d bool proxy: the 0-d tensor value overflows dtype dt as eager's
+    check of value.item() says, or None when no value of value's dtype
+    can (the same dtype, a narrower one, bool)"""
+    tp = _tp()
+    vd = value.dtype
+    if dt in (tp.bool, tp.float64) or vd == tp.bool or vd == dt:
+        return None
+    rng = _FILL_RANGE.get(str(dt).rsplit(".", 1)[-1])
+    if rng is None:
+        return None
+    lo, hi = rng
+    if vd.is_floating_point:
+        if dt == tp.uint8:
+            lo = 0                      # a negative float does not wrap
+        fits = {tp.float16: (tp.float32, tp.bfloat16), tp.bfloat16: (tp.float32,)}
+        if vd in fits and dt in fits[vd]:
+            return None
+        v = value.to(tp.float64)
+        bad = (v < float(lo)) | (v > float(hi))
+        if not dt.is_floating_point:
+            bad = bad | ~tp.isfinite(v)     # inf and nan fit only a float
+        return bad
+    vlo, vhi = _FILL_RANGE[str(vd).rsplit(".", 1)[-1]]
+    if dt.is_floating_point or (lo <= vlo and vhi <= hi):
+        return None                     # every integer of vd fits
+    return (value < lo) | (value > hi)
+
+
+def _masked_fill_value(input, mask, value, _inplace=False):
+    """masked_fill with a Python number or a 0-d tensor: eager's overflow
+    check of the value against input's dtype (torch's "value cannot be
+    converted to type ... without overflow"), which the recorded op would
+    not make. A number is checked now; a traced 0-d tensor gets a runtime
+    check (an index check that reruns the call eagerly, so eager's error
+    is raised) folded into the value the recorded op reads."""
+    if not _is_t(input) or getattr(input, "dtype", None) is None:
+        return NotImplemented
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
         _C._check_scalar(value, input.dtype)
-    return NotImplemented
+        return NotImplemented
+    if not _is_t(value) or value.dim() != 0:
+        return NotImplemented
+    s = _sample_of(value)
+    if s is not None:
+        if isinstance(value, _C.Tensor) or s.dim() != 0:
+            if s.dim() == 0:
+                _C._check_scalar(s.item(), input.dtype)
+            return NotImplemented
+        try:
+            _C._check_scalar(s.item(), input.dtype)
+        except RuntimeError:
+            raise _BadSample from None      # recorded as itself: eager's error
+    bad = _fill_value_bad(value, input.dtype)
+    if bad is None:
+        return NotImplemented
+    tp = _tp()
+    ok = _checked_index(bad.to(tp.int64).reshape(1), 1)        # [0], or a rerun
+    checked = value - ok.reshape(()).to(value.dtype)           # value itself (-0.0 kept)
+    if _inplace:
+        return _record(lambda: input.masked_fill_(mask, checked))
+    return _record(lambda: input.masked_fill(mask, checked))
+
+
+def _masked_fill_value_(input, mask, value):
+    return _masked_fill_value(input, mask, value, _inplace=True)
 
 
 def _index_fill(self, dim, index, value):
@@ -1153,6 +1218,7 @@ def install():
             reg(f, fn)
     reg("masked_fill", _masked_fill_value)
     reg(tp.masked_fill, _masked_fill_value)
+    reg("masked_fill_", _masked_fill_value_)
     reg("__getitem__", _getitem)
     reg("__setitem__", _setitem_mask)
     reg(F.one_hot, _one_hot)

@@ -631,8 +631,9 @@ def _masked_fill(input, mask, value):
                                f"value tensor, but got tensor with "
                                f"{value.dim()} dimension(s).")
         value = value.item()
-    else:
-        _C._check_scalar(value, input.dtype)
+    # torch converts a 0-d value tensor to a Scalar too: the same overflow
+    # check ("value cannot be converted to type int8_t without overflow")
+    _C._check_scalar(value, input.dtype)
     a = _arr(input)
     shape = _bshape(a, m)
     if shape != a.shape:
