@@ -1083,7 +1083,34 @@ py_snapshot_bytes(PyObject *mod, PyObject *noargs)
     return PyLong_FromUnsignedLongLong(stax_trace_snapshot_bytes());
 }
 
+/* _trace_external(t) -> t, or its proxy: t wraps memory that exists
+ * outside the trace (tp.from_numpy(arr), tp.as_tensor(arr) without a copy),
+ * which the user may write between calls. While this thread traces, its
+ * proxy is t held by reference (a get_attr), so what the function computes
+ * from it is recorded and reads the memory on every call (it ran at trace
+ * time, and its result was a stale constant of the version). */
+static PyObject *
+py_trace_external(PyObject *mod, PyObject *t)
+{
+    PyObject *node, *p;
+    (void)mod;
+    if (current == NULL || !current->active || stax_trace_sampling > 0
+        || !stax_trace_is_tensor(t)) {
+        return Py_NewRef(t);    /* (a recorded op's own run: the real tensor) */
+    }
+    node = stax_trace_const_node(current, t);
+    if (node == NULL) {
+        return NULL;
+    }
+    p = stax_trace_proxy_new(current, (StaxNode *)node);
+    Py_DECREF(node);
+    return p;
+}
+
 static PyMethodDef trace_functions[] = {
+    {"_trace_external", (PyCFunction)py_trace_external, METH_O,
+     "_trace_external(t) -> t, or while tracing the proxy of t held by reference "
+     "(memory that exists outside the trace: tp.from_numpy)"},
     {"_trace_stand_ins", (PyCFunction)py_stand_ins, METH_O,
      "_trace_stand_ins(tensors) -> copies keeping layout and aliasing"},
     {"trace", (PyCFunction)(void (*)(void))py_trace,

@@ -406,7 +406,7 @@ def as_tensor(data, dtype=None, device=None):
         return data if dtype is None else data.to(dtype)
     if isinstance(data, np.ndarray):
         try:
-            t = _C._external_memory(_C.from_numpy(data))
+            t = _C._trace_external(_C._external_memory(_C.from_numpy(data)))
         except (TypeError, ValueError):
             return tensor(data, dtype=dtype)
         return t if dtype is None else t.to(dtype)
@@ -420,7 +420,9 @@ def from_numpy(ndarray):
     """A tensor sharing the array's memory (no copy)."""
     # (the array's memory is the caller's: a compiled function's trace that
     # writes it undoes its write, as for any tensor it did not make)
-    return _C._external_memory(_C.from_numpy(ndarray))
+    # (while tracing: the proxy of that memory held by reference, so what
+    # the function computes from it reads the array on every call)
+    return _C._trace_external(_C._external_memory(_C.from_numpy(ndarray)))
 
 
 def _make(fn, size, dtype, device, requires_grad, default=None):

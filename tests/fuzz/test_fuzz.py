@@ -20,14 +20,7 @@ N = int(os.environ.get("TENSORPLAY_FUZZ_N", "300"))
 # Each has xfail(strict=True) minimal repros in test_regressions.py: when they
 # XPASS the bug is fixed and the entry must go (`python3 -m fuzz` sweeps with
 # --avoid '' to fuzz everything).
-KNOWN = {
-    # two outputs that are views of one intermediate no output is (v = relu(x);
-    # return v.t(), v[0]), with compiled autograd: two copies (the
-    # intermediate is a hidden output of the program only without autograd,
-    # compiler/_aliasing.py): test_regressions.py,
-    # test_outputs_viewing_one_intermediate_share_memory_with_grad
-    "views_of_intermediate_grad",
-}
+KNOWN = set()
 
 
 def _api():

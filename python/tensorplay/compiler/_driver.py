@@ -721,7 +721,12 @@ class Driver:
                 ag = _autograd.build(gm, call.flat, lower, self.name, log)
                 # its forward program comes from the joint graph: every
                 # output is brought to eager's aliasing after it ran
-                ag.alias_fix = output_fix(gm, getattr(call, "alias_spec", None), check_all=True)
+                spec = getattr(call, "alias_spec", None)
+                ag.alias_fix = output_fix(gm, spec, check_all=True)
+                # outputs viewing one intermediate: gm also returns it (a
+                # hidden output, _aliasing); a create_graph backward
+                # recomputes gm itself, which gives its gradient's place
+                ag.recompute = gm if spec is not None and spec.hidden else None
                 return ag
             except (_C.NativeCompileError, _autograd.NoGradOutputs) as e:
                 if isinstance(e, _autograd.NoGradOutputs):
@@ -770,7 +775,9 @@ class Driver:
         saved = [contiguous_saved(s.detach() if id(s) in held or s.requires_grad else s)
                  for s in saved]
         saved += [flat[i].detach() for i in ag.saved_primals]
-        eager = self._eager_backward(args, kwargs, range(len(outs)), ins)
+        gm = getattr(ag, "recompute", None)
+        eager = self._eager_backward(args, kwargs, range(len(outs)), ins,
+                                     None if gm is None else (lambda: gm(*flat)))
         strict, name = self.strict_native, self.name
         tmeta, slots, bwd = ag.tangent_meta, ag.grad_slots, ag.bwd
         diff_pos = ag.diff_pos
@@ -797,10 +804,12 @@ class Driver:
         fix = getattr(ag, "alias_fix", None)
         return fix(out, flat, rg_before) if fix is not None else out
 
-    def _eager_backward(self, args, kwargs, pos, ins):
+    def _eager_backward(self, args, kwargs, pos, ins, recompute=None):
         """backward(*grads of outputs pos) that recomputes the function
         eagerly from the same inputs and random state and differentiates
-        that (create_graph=True, versions without compiled autograd)."""
+        that (create_graph=True, versions without compiled autograd).
+        recompute: () -> the outputs, instead of the function (the graph,
+        when its outputs hold hidden intermediates)."""
         from tensorplay import random as _random
         rng = _random.get_rng_state()
         versions = [x._version for x in ins]
@@ -821,7 +830,7 @@ class Driver:
             _random.set_rng_state(rng)
             try:
                 with _tp.enable_grad():
-                    eo = fn(*args, **kwargs)
+                    eo = fn(*args, **kwargs) if recompute is None else recompute()
             finally:
                 _random.set_rng_state(now)
             eflat = []
@@ -1393,7 +1402,7 @@ class Driver:
             # (an intermediate two outputs view becomes a hidden output
             # when no autograd reads the output structure)
             call.alias_spec = output_aliasing(
-                tr.graph_module, hidden_ok=not any(t.requires_grad for t in call.flat))
+                tr.graph_module, hidden_ok=True)
             return prepare(tr) if prepare is not None else True
 
         passes_log = None
