@@ -356,9 +356,14 @@ from_array(Program *p, PyObject *a, stax_dtype_t dt)
     return t;
 }
 
-/* a fallback/extract result as a contiguous tensor of the planned dtype */
+/* a fallback/extract result as a contiguous tensor of the planned dtype.
+ * A result of another shape than the planned buffer's (an op whose output
+ * size depends on the values: nonzero, unique, masked_select) is kept as
+ * it is when no later step reads it (an output); when `fixed` (a later
+ * kernel reads it with the traced sizes) it is an error marked for the
+ * driver to rerun the call eagerly (the kernels would read out of bounds). */
 static PyObject *
-normalize_result(Program *p, PyObject *r, pbuf_t *b)
+normalize_result(Program *p, PyObject *r, pbuf_t *b, int fixed)
 {
     int nd;
     int64_t sz[STAX_MAX_DIMS], st[STAX_MAX_DIMS];
@@ -395,6 +400,23 @@ normalize_result(Program *p, PyObject *r, pbuf_t *b)
     }
     if (ok) {
         return r;
+    }
+    int same_shape = nd == b->ndim;
+    for (int d = 0; same_shape && d < nd; d++) {
+        same_shape = sz[d] == b->sizes[d];
+    }
+    if (!same_shape && fixed && dt == b->dtype) {
+        PyObject *e = PyObject_CallFunction(
+            PyExc_RuntimeError, "s",
+            "stax: a fallback step gave a result of another shape than at compile time "
+            "(an output size that depends on the values), which later kernels read with "
+            "the traced sizes: the call runs eagerly");
+        Py_DECREF(r);
+        if (e != NULL && PyObject_SetAttrString(e, "_stax_rerun", Py_True) == 0) {
+            PyErr_SetObject(PyExc_RuntimeError, e);
+        }
+        Py_XDECREF(e);
+        return NULL;
     }
     if (!(nd == b->ndim && dt == b->dtype)) {
         Py_DECREF(r);
@@ -681,7 +703,7 @@ device_matmul(Program *p, step_t *s, PyObject **slots)
     }
     r = stax_op_call(mm, args, NULL);
     if (r != NULL) {
-        r = normalize_result(p, r, &p->c.pbufs[s->out]);
+        r = normalize_result(p, r, &p->c.pbufs[s->out], 0);
     }
 done:
     Py_XDECREF(ops[0]);
@@ -1024,6 +1046,54 @@ check_failed(lw_ctx *c, int kind, PyObject *const *args, PyObject *snaps,
     Py_DECREF(e);
 }
 
+/* 1 when a fallback step's result is read by a later step (its shape,
+ * if it depends on the values, is checked: normalize_result) */
+static int
+has_sized_fallback(const lw_ctx *c)
+{
+    for (int i = 0; i < c->nsteps; i++) {
+        const step_t *s = &c->steps[i];
+        if ((s->kind == ST_FALLBACK || s->kind == ST_EXTRACT) && s->out >= 0
+            && s->out < c->npbufs && c->pbufs[s->out].last > i) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* a step failed with normalize_result's rerun mark: the inputs and
+ * generators back as the call found them, the error kept */
+static void
+shape_rerun_undo(lw_ctx *c, PyObject *const *args, PyObject *snaps, const uint64_t *gen_offs)
+{
+    PyObject *et, *ev, *tb;
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    if (!PyErr_Occurred()) {
+        return;
+    }
+    PyErr_Fetch(&et, &ev, &tb);
+    PyErr_NormalizeException(&et, &ev, &tb);
+    if (ev == NULL || !PyObject_HasAttrString(ev, "_stax_rerun")) {
+        PyErr_Restore(et, ev, tb);
+        return;
+    }
+    while (snaps != NULL && PyDict_Next(snaps, &pos, &k, &v)) {
+        Py_ssize_t a = PyLong_AsSsize_t(k);
+        if (stax_tensor_copy_from((StaxTensor *)args[a], v) < 0) {
+            PyErr_Clear();
+        }
+    }
+    for (int r = c->nrand - 1; gen_offs != NULL && r >= 0; r--) {
+        StaxGenerator *g = c->rand_gen[r] != NULL ? (StaxGenerator *)c->rand_gen[r]
+                                                  : stax_default_generator();
+        if (g != NULL) {
+            g->offset = gen_offs[r];
+        }
+    }
+    PyErr_Restore(et, ev, tb);
+}
+
 PyObject *
 lw_program_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
                       PyObject *kwnames)
@@ -1100,7 +1170,7 @@ lw_program_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
         syms = local_syms;
         gen_undo = gen_offs;
     }
-    if (c->nzchecks > 0) {
+    if (c->nzchecks > 0 || has_sized_fallback(c)) {
         snaps = snapshot_inputs(c, args, nargs);
         if (snaps == NULL) {
             goto done;
@@ -1195,9 +1265,10 @@ lw_program_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
             Py_XDECREF(a);
             Py_XDECREF(kw);
             if (r != NULL) {
-                r = normalize_result(p, r, &c->pbufs[s->out]);
+                r = normalize_result(p, r, &c->pbufs[s->out], c->pbufs[s->out].last > i);
             }
             if (r == NULL) {
+                shape_rerun_undo(c, args, snaps, gen_undo);
                 goto done;
             }
             slots[s->out] = r;
@@ -1214,9 +1285,10 @@ lw_program_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
         case ST_EXTRACT: {
             PyObject *r = PySequence_GetItem(slots[s->src], s->index);
             if (r != NULL) {
-                r = normalize_result(p, r, &c->pbufs[s->out]);
+                r = normalize_result(p, r, &c->pbufs[s->out], c->pbufs[s->out].last > i);
             }
             if (r == NULL) {
+                shape_rerun_undo(c, args, snaps, gen_undo);
                 goto done;
             }
             slots[s->out] = r;

@@ -438,9 +438,37 @@ strict_raise(PyObject *node, PyObject *call, const char *why)
     return -1;
 }
 
+/* ops whose result's size depends on the input's values: no kernel can
+ * plan their buffers (torch.compile graph-breaks at them by default) */
+static int
+data_dependent_size(const char *name)
+{
+    static const char *const names[] = {
+        "nonzero", "nonzero_static", "argwhere", "unique", "unique_consecutive",
+        "_unique", "_unique2", "unique_dim", "bincount", "histc", NULL};
+    size_t n;
+    const char *dot;
+    if (name == NULL) {
+        return 0;
+    }
+    dot = strchr(name, '.');
+    n = dot != NULL ? (size_t)(dot - name) : strlen(name);
+    for (int i = 0; names[i]; i++) {
+        if (strlen(names[i]) == n && !strncmp(name, names[i], n)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static int
 strict_error(PyObject *node, const char *opname, const char *why)
 {
+    if (why != NULL && !strcmp(why, "op without a lowering rule") && data_dependent_size(opname)) {
+        why = "the size of its result depends on the input's values (a data-dependent "
+              "shape: the call runs eagerly outside strict_native, as torch.compile's "
+              "graph break)";
+    }
     return strict_raise(node, user_call(node, opname), why);
 }
 
