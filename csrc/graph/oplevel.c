@@ -237,22 +237,6 @@ p_is_tensor_val(PyObject *v)
         && PyObject_HasAttrString(v, "shape");
 }
 
-/* 1 if the two sample tensors share storage, 0 if not, -1 unknown */
-static int
-p_shares_storage(PyObject *a, PyObject *b)
-{
-    if (a == NULL || b == NULL) {
-        return -1;
-    }
-    PyObject *sa = PyObject_GetAttrString(a, "_storage");
-    PyObject *sb = sa ? PyObject_GetAttrString(b, "_storage") : NULL;
-    int r = (sa && sb) ? (sa == sb) : -1;
-    Py_XDECREF(sa);
-    Py_XDECREF(sb);
-    PyErr_Clear();
-    return r;
-}
-
 static int
 p_attr_shape_eq(PyObject *a, PyObject *b)
 {
@@ -574,7 +558,7 @@ p_opaque_view(p_op_ctx *c, PyObject *m)
         PyObject *x = stax_graph_fz_resolve(c, PyTuple_GET_ITEM(a, 0));
         PyObject *vx = stax_graph_p_val(x), *vm = stax_graph_p_val(mr);
         r = p_is_tensor_val(vx) && p_is_tensor_val(vm)
-            && p_shares_storage(vm, vx) == 1;
+            && stax_graph_p_shares_storage(vm, vx) == 1;
     }
     Py_XDECREF(a);
     PyErr_Clear();
@@ -775,7 +759,7 @@ p_generic_view_tail(p_op_ctx *c, PyObject *n, PyObject *x)
     PyObject *size = NULL, *stride = NULL, *on = NULL, *ox = NULL;
     PyObject *rel = NULL, *cont = NULL, *r = NULL;
     if (!p_is_tensor_val(vn) || !p_is_tensor_val(vx)
-        || p_shares_storage(vn, vx) != 1) {
+        || stax_graph_p_shares_storage(vn, vx) != 1) {
         return NULL;
     }
     cont = PyObject_CallMethod(vx, "is_contiguous", NULL);
@@ -809,7 +793,7 @@ static int
 p_returned_itself(PyObject *n, PyObject *base0)
 {
     PyObject *vn = stax_graph_p_val(n), *va = stax_graph_p_val(base0);
-    if (p_shares_storage(vn, va) != 1 || !stax_graph_p_same_meta(vn, va)) {
+    if (stax_graph_p_shares_storage(vn, va) != 1 || !stax_graph_p_same_meta(vn, va)) {
         return 0;
     }
     PyObject *s1 = PyObject_CallMethod(vn, "stride", NULL);
@@ -1034,7 +1018,7 @@ p_lower_call(p_op_ctx *c, PyObject *n, p_opcode_t opc)
         int alias = -1;
         if (PyTuple_GET_SIZE(args) > 0
             && stax_graph_p_is_node(PyTuple_GET_ITEM(args, 0))) {
-            alias = p_shares_storage(
+            alias = stax_graph_p_shares_storage(
                 stax_graph_p_val(n),
                 stax_graph_p_val(stax_graph_fz_resolve(
                     c, PyTuple_GET_ITEM(args, 0))));

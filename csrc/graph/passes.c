@@ -123,24 +123,31 @@ p_is_fresh(PyObject *node)
         && r.info->kind != STAX_OPK_VIEW;
 }
 
-/* node has a user that mutates it or takes a view of it */
+/* node has a user that mutates it or takes a view of it: a view op of the
+ * table, or any call whose sample shares the node's sample storage (views
+ * outside the table: diagonal, movedim, unfold, as_strided ...) */
 static int
 p_has_mutating_or_view_user(PyObject *node)
 {
     PyObject *l = p_users(node);
+    PyObject *vn = stax_graph_p_val(node);
     int r = 0;
     if (l == NULL) {
         PyErr_Clear();
         return 1;
     }
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(l) && !r; i++) {
+        PyObject *u = PyList_GET_ITEM(l, i);
         p_opref o;
-        if (stax_graph_p_node_opref(PyList_GET_ITEM(l, i), &o)) {
+        if (stax_graph_p_node_opref(u, &o)) {
             r = o.inplace || o.getitem
                 || (o.info && o.info->kind == STAX_OPK_VIEW);
         }
         else {
             r = o.inplace;
+        }
+        if (!r && vn != NULL) {
+            r = stax_graph_p_shares_storage(vn, stax_graph_p_val(u)) == 1;
         }
     }
     Py_DECREF(l);

@@ -190,6 +190,19 @@ stax_graph_p_decompose_pass(p_pass_ctx *c)
             Py_DECREF(lst);
         }
         total_new += (int)PyList_GET_SIZE(ec.created);
+        /* the expansion's result takes over n's sample itself: a view of n
+         * (n.t()) shares n's sample storage, and functionalization tells a
+         * view (a write through it reaches n) from a copy by that sharing;
+         * the freshly computed sample is another storage, and a
+         * `v.t().zero_()` would write a copy */
+        if (vn != NULL && StaxNode_Check(res)
+            && PySequence_Contains(ec.created, res) == 1
+            && PyDict_SetItemString(((StaxNode *)res)->meta, "val", vn) < 0) {
+            Py_DECREF(nm);
+            Py_DECREF(res);
+            Py_DECREF(ec.created);
+            goto error;
+        }
         if (PyList_Append(lst, nm) < 0
             || stax_graph_p_replace_uses(n, res) < 0
             || stax_graph_p_erase(c->graph, n) < 0) {

@@ -74,6 +74,8 @@ PyObject *stax_graph_p_run_op_on_vals(const stax_op_info *op, PyObject *args,
 /* fn(node) for graph.h's stax_graph_map_arg */
 typedef PyObject *(*p_map_fn)(PyObject *node, void *ctx);  /* new ref */
 int stax_graph_p_same_meta(PyObject *a, PyObject *b); /* dtype&shape eq */
+/* 1 if two sample tensors share storage, 0 if not, -1 unknown */
+int stax_graph_p_shares_storage(PyObject *a, PyObject *b);
 
 /* ---- edits ----------------------------------------------------------- */
 /* Create a node before `before` (NULL = at the current insert point). */

@@ -731,3 +731,19 @@ stax_graph_p_symbolic_operand(PyObject *node)
     PyErr_Clear();
     return r;
 }
+
+/* 1 if the two sample tensors share storage, 0 if not, -1 unknown */
+int
+stax_graph_p_shares_storage(PyObject *a, PyObject *b)
+{
+    if (a == NULL || b == NULL) {
+        return -1;
+    }
+    PyObject *sa = PyObject_GetAttrString(a, "_storage");
+    PyObject *sb = sa ? PyObject_GetAttrString(b, "_storage") : NULL;
+    int r = (sa && sb) ? (sa == sb) : -1;
+    Py_XDECREF(sa);
+    Py_XDECREF(sb);
+    PyErr_Clear();
+    return r;
+}
