@@ -91,6 +91,50 @@ p_create(p_op_ctx *c, const char *opcode, PyObject *target, PyObject *args,
     return node;
 }
 
+/* The arguments an emitted node's sample is computed from. The op graph's
+ * as_strided / as_strided_scatter offset counts from the base's first
+ * element (a functional value is a fresh buffer in the program); eager's
+ * counts from the storage's start, as torch's: on a base sample that is a
+ * view (a slice at offset 5) the offset is shifted by the sample's own. */
+static PyObject *
+p_sample_args(const stax_op_info *row, PyObject *args)
+{
+    Py_ssize_t at = row == NULL ? -1
+                    : row->id == STAX_OP_AS_STRIDED ? 3
+                    : row->id == STAX_OP_AS_STRIDED_SCATTER ? 4 : -1;
+    PyObject *base = at > 0 && PyTuple_GET_SIZE(args) > 0
+                     ? stax_graph_p_val(PyTuple_GET_ITEM(args, 0)) : NULL;
+    if (base == NULL || !StaxTensor_Check(base)) {
+        return Py_NewRef(args);
+    }
+    PyObject *bo = PyObject_CallMethod(base, "storage_offset", NULL);
+    if (bo == NULL) {
+        return NULL;
+    }
+    PyObject *r = NULL;
+    if (PyLong_Check(bo) && PyLong_AsLongLong(bo) == 0) {
+        r = Py_NewRef(args);
+        goto done;
+    }
+    r = PyTuple_New(PyTuple_GET_SIZE(args) > at ? PyTuple_GET_SIZE(args) : at + 1);
+    if (r == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(r); i++) {
+        PyObject *a = i < PyTuple_GET_SIZE(args) ? PyTuple_GET_ITEM(args, i) : Py_None;
+        PyObject *v = i != at ? Py_NewRef(a)
+                      : a == Py_None ? Py_NewRef(bo) : PyNumber_Add(a, bo);
+        if (v == NULL) {
+            Py_CLEAR(r);
+            goto done;
+        }
+        PyTuple_SET_ITEM(r, i, v);
+    }
+done:
+    Py_DECREF(bo);
+    return r;
+}
+
 PyObject *
 stax_graph_p_emit(p_op_ctx *c, const char *opname, const char *ovl,
                   PyObject *args, PyObject *kwargs, int mutating)
@@ -148,10 +192,13 @@ stax_graph_p_emit(p_op_ctx *c, const char *opname, const char *ovl,
          * again at every compile) */
         PyObject *kv = c->known_val;
         c->known_val = NULL;
-        PyObject *val = kv != NULL ? Py_NewRef(kv)
+        PyObject *sargs = kv == NULL ? p_sample_args(row, args) : Py_NewRef(args);
+        PyObject *val = sargs == NULL ? NULL
+                        : kv != NULL ? Py_NewRef(kv)
                         : row != NULL && !is_getitem
-                        ? stax_graph_p_run_op_on_vals(row, args, kwargs)
-                        : stax_graph_p_run_on_vals(P_CALL_FUNCTION, target, args, kwargs);
+                        ? stax_graph_p_run_op_on_vals(row, sargs, kwargs)
+                        : stax_graph_p_run_on_vals(P_CALL_FUNCTION, target, sargs, kwargs);
+        Py_XDECREF(sargs);
         if (val != NULL) {
             if (p_meta_set(node, "val", val) < 0) {
                 Py_CLEAR(node);

@@ -290,12 +290,125 @@ lw_lower_gather(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *out,
     return lw_view_map(c, x, out, map);
 }
 
-/* functionalized writes into views: slice_scatter / select_scatter */
+/* as_strided_scatter(x, src, size, stride, offset): x's values laid out
+ * row-major (the op graph's as_strided of a contiguous base, as
+ * view_as_strided reads it) with the view's elements replaced by src. The
+ * write through diagonal, unfold, movedim ... of an intermediate. Output
+ * element at flat position p takes src[i] when p = offset + sum_k i_k s_k
+ * for some i inside size: with the view's dims ordered by stride, largest
+ * first, and each stride above the span of the smaller ones (the view does
+ * not overlap itself), i is found greedily: i_0 = (p - offset) / s_0, the
+ * rest from the remainder, and p is in the view when the last remainder is
+ * 0 and every i_k < size_k. */
+static int
+lower_as_strided_scatter(lw_ctx *c, struct lw_node_in *in, PyObject *bound,
+                         vbuf *x, vbuf *out, const char **why)
+{
+    int64_t size[STAX_MAX_DIMS], stride[STAX_MAX_DIMS], span = 0, numel = 1;
+    int ord[STAX_MAX_DIMS], m = 0, empty = 0;
+    const stax_ix *ov[STAX_MAX_DIMS], *map[STAX_MAX_DIMS];
+    vbuf *src = lw_arg_vb(in, PyTuple_GET_ITEM(bound, 1));
+    PyObject *so = lw_bound_arg(bound, in->op, "size");
+    PyObject *sto = lw_bound_arg(bound, in->op, "stride");
+    PyObject *oo = lw_bound_arg(bound, in->op, "storage_offset");
+    int n = so != NULL ? lw_int_list(so, size, STAX_MAX_DIMS) : -1;
+    int ns = sto != NULL ? lw_int_list(sto, stride, STAX_MAX_DIMS) : -1;
+    int64_t off = oo != NULL && PyLong_Check(oo) ? PyLong_AsLongLong(oo) : 0;
+    PyErr_Clear();
+    if (src == NULL || src->kind != VB_TENSOR || n < 0 || ns != n
+        || src->ndim != n || out->ndim != x->ndim
+        || (oo != NULL && oo != Py_None && !PyLong_Check(oo))) {
+        UNSUPPORTED("as_strided_scatter operands");
+    }
+    if (off < 0) {
+        UNSUPPORTED("as_strided_scatter into a non-contiguous view (writes storage)");
+    }
+    for (int d = 0; d < out->ndim; d++) {
+        numel *= out->sizes[d];
+    }
+    for (int k = 0; k < n; k++) {
+        if (size[k] != src->sizes[k] || stride[k] < 0) {
+            UNSUPPORTED("as_strided_scatter sizes/strides not understood");
+        }
+        empty |= size[k] == 0;
+        if (size[k] > 1) {
+            if (stride[k] == 0) {
+                UNSUPPORTED("as_strided_scatter through an overlapping view");
+            }
+            int i = m++;
+            while (i > 0 && stride[ord[i - 1]] < stride[k]) {
+                ord[i] = ord[i - 1];
+                i--;
+            }
+            ord[i] = k;
+        }
+    }
+    lw_ident_vars(c, out->ndim, ov);
+    if (empty) {
+        out->body = lw_cast(c, x->body, out->dtype);
+        return out->body ? 1 : -1;
+    }
+    for (int i = m - 1; i >= 0; i--) {
+        if (stride[ord[i]] <= span) {
+            UNSUPPORTED("as_strided_scatter through an overlapping view");
+        }
+        span += (size[ord[i]] - 1) * stride[ord[i]];
+    }
+    if (off + span >= numel) {
+        UNSUPPORTED("as_strided_scatter beyond its input's elements (eager raises)");
+    }
+    const stax_ix *flat = lw_ix_const(c, 0);
+    int64_t inner = 1;
+    for (int d = out->ndim - 1; d >= 0; d--) {
+        if (out->sizes[d] != 1) {
+            flat = lw_ix_bin(c, STAX_IX_ADD, flat,
+                             inner == 1 ? ov[d] : lw_ix_bin(c, STAX_IX_MUL, ov[d], lw_ix_const(c, inner)));
+        }
+        inner *= out->sizes[d];
+    }
+    /* shift p - offset up by a multiple of s_0 so the index arithmetic
+     * divides non-negative numbers (floor division, as the IR defines it) */
+    int64_t s0 = m > 0 ? stride[ord[0]] : 1, t0 = (off + s0 - 1) / s0;
+    const stax_ix *rem = lw_ix_bin(c, STAX_IX_ADD, flat, lw_ix_const(c, t0 * s0 - off));
+    const stax_lval *mask = NULL;
+    for (int k = 0; k < n; k++) {
+        map[k] = lw_ix_const(c, 0);
+    }
+    for (int i = 0; i < m; i++) {
+        int k = ord[i];
+        const stax_ix *q = lw_ix_bin(c, STAX_IX_DIV, rem, lw_ix_const(c, stride[k]));
+        int64_t lo = i == 0 ? t0 : 0;
+        const stax_lval *ok = in_range(c, q, lo, lo + size[k]);
+        mask = mask ? lw_prim(c, STAX_PRIM_AND, STAX_BOOL, mask, ok, NULL) : ok;
+        map[k] = lo ? lw_ix_bin(c, STAX_IX_ADD, q, lw_ix_const(c, -lo)) : q;
+        rem = lw_ix_bin(c, STAX_IX_MOD, rem, lw_ix_const(c, stride[k]));
+    }
+    const stax_lval *hit = lw_prim(c, STAX_PRIM_EQ, STAX_BOOL, lw_index(c, rem, STAX_INT64),
+                                   lw_const(c, STAX_INT64, m > 0 ? 0.0 : (double)t0), NULL);
+    mask = mask ? lw_prim(c, STAX_PRIM_AND, STAX_BOOL, mask, hit, NULL) : hit;
+    lw_rw rw = {0};
+    rw.vars = map;
+    rw.nvars = n;
+    const stax_lval *sb = lw_rewrite(c, &rw, src->body);
+    lw_rw_done(&rw);
+    if (sb == NULL || mask == NULL) {
+        return -1;
+    }
+    sb = masked(c, lw_cast(c, sb, out->dtype), mask);
+    out->body = lw_prim(c, STAX_PRIM_WHERE, out->dtype, mask, sb, lw_cast(c, x->body, out->dtype));
+    return out->body ? 1 : -1;
+}
+
+/* functionalized writes into views: slice_scatter / select_scatter /
+ * as_strided_scatter */
 int
 lw_lower_scatter(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
                  vbuf *out, const char **why)
 {
     stax_op_id_t id = in->op->id;
+    if (id == STAX_OP_AS_STRIDED_SCATTER) {
+        return lower_as_strided_scatter(c, in, bound, x, out, why);
+    }
     if (id != STAX_OP_SELECT_SCATTER && id != STAX_OP_SLICE_SCATTER) {
         return lw_lower_scatter_seq(c, in, bound, x, out, why);
     }

@@ -1943,10 +1943,13 @@ lower_call(lw_build *b, Py_ssize_t i, PyObject *node, vbuf **v)
         break;
     }
     if (lower_rule(b, node, base, op, call, val, v, &why) == 0) {
-        if (b->strict || (op != NULL && op->id == STAX_OP_AS_STRIDED)) {
-            /* an eager as_strided step would read its input's C-order
-             * values (a fresh buffer), not the storage eager reads: the
-             * whole version runs eagerly instead (the driver's fallback) */
+        if (b->strict || (op != NULL && (op->id == STAX_OP_AS_STRIDED
+                                         || op->id == STAX_OP_AS_STRIDED_SCATTER))) {
+            /* an eager as_strided(_scatter) step would count its offset
+             * from the storage's start, the op graph's counts from its
+             * input's first element (a fresh buffer, or an input view at an
+             * offset): the whole version runs eagerly instead (the driver's
+             * fallback) */
             strict_error(node, opname ? opname : "?", why ? why : "unsupported");
             goto done;
         }

@@ -2135,13 +2135,36 @@ def _slice_scatter(input, src, dim=0, start=None, end=None, step=1):
 
 @_impl("as_strided_scatter")
 def _as_strided_scatter(input, src, size, stride, storage_offset=None):
+    """torch's: a copy of input whose elements at input.as_strided(size,
+    stride, storage_offset) are src's; the offset counts from the storage's
+    start (None: input's own). Out-of-storage views and negative strides
+    raise as as_strided does (NumPy's as_strided checks nothing)."""
+    input.as_strided(size, stride, storage_offset)
     a = np.array(_arr(input), copy=True, order="C")
-    flat = a.reshape(-1)
-    off = 0 if storage_offset is None else storage_offset - input.storage_offset()
-    it = flat.itemsize
-    view = np.lib.stride_tricks.as_strided(flat[off:], shape=tuple(size),
-                                           strides=tuple(s * it for s in stride))
-    view[...] = _arr(src)
+    base = input.storage_offset()
+    so = base if storage_offset is None else int(storage_offset)
+    size = tuple(int(n) for n in size)
+    it = a.itemsize
+    if input.is_contiguous():
+        # the write lands in the storage; the result is input's part of it
+        full = np.zeros(input.untyped_storage().nbytes() // it, a.dtype)
+        full[base:base + a.size] = a.reshape(-1)
+        view = np.lib.stride_tricks.as_strided(full[so:], shape=size,
+                                               strides=tuple(int(s) * it for s in stride))
+        view[...] = _arr(src)
+        a = full[base:base + a.size].reshape(a.shape)
+    else:
+        # a non-contiguous input's copy is C-ordered: the offset counts from its first element
+        off = so - base
+        last = off + sum((n - 1) * int(s) for n, s in zip(size, stride)) if 0 not in size else off
+        if off < 0 or last >= max(a.size, 1):
+            raise RuntimeError(
+                f"as_strided_scatter: sizes {list(size)}, strides {list(stride)} and storage offset "
+                f"{so} reach outside the non-contiguous input of {a.size} elements at offset {base}")
+        flat = a.reshape(-1)
+        view = np.lib.stride_tricks.as_strided(flat[off:], shape=size,
+                                               strides=tuple(int(s) * it for s in stride))
+        view[...] = _arr(src)
     return _wrap(a, input, src)
 
 
