@@ -117,3 +117,9 @@ def test_eager_as_strided_scatter_out_of_the_storage_raises():
         tp.as_strided_scatter(x, tp.ones(3), (3,), (7,), 10)
     with pytest.raises(RuntimeError, match="Negative strides"):
         tp.as_strided_scatter(x, tp.ones(3), (3,), (-1,), 10)
+
+
+def test_eager_as_strided_scatter_outside_a_non_contiguous_input_raises():
+    x = tp.arange(20.).reshape(4, 5).t()
+    with pytest.raises(RuntimeError, match="reach outside the non-contiguous input"):
+        tp.as_strided_scatter(x, tp.ones(3), (3,), (7,), 10)

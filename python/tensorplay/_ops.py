@@ -2156,8 +2156,8 @@ def _as_strided_scatter(input, src, size, stride, storage_offset=None):
     else:
         # a non-contiguous input's copy is C-ordered: the offset counts from its first element
         off = so - base
-        last = off + sum((n - 1) * int(s) for n, s in zip(size, stride)) if 0 not in size else off
-        if off < 0 or last >= max(a.size, 1):
+        last = off + _b.sum((n - 1) * int(s) for n, s in zip(size, stride)) if 0 not in size else off
+        if off < 0 or last >= _b.max(a.size, 1):
             raise RuntimeError(
                 f"as_strided_scatter: sizes {list(size)}, strides {list(stride)} and storage offset "
                 f"{so} reach outside the non-contiguous input of {a.size} elements at offset {base}")
