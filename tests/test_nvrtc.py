@@ -449,3 +449,24 @@ def test_kernel_whose_values_share_subtrees_compiles_in_seconds():
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("src", [tp.float32, tp.float64, tp.float16, tp.bfloat16])
+def test_float_to_small_integer_casts_go_through_int32_or_int64(src):
+    """C's (unsigned char)-1.5f saturates to 0 on the GPU and (short)7e4f to
+    32767; torch's CUDA (and the eager CUDA kernels) keep the low byte of the
+    int64 and the low bits of the saturated int32: the compiled kernel spells
+    those conversions (the GPU's values: tests/gpu/test_gpu_compiled_casts.py)"""
+    x = tp.randn(4, 8).to(src)
+    for dst, helper in [(tp.uint8, "stax_f2i64((double)"), (tp.int8, "stax_f2i32((double)"),
+                        (tp.int16, "stax_f2i32((double)"), (tp.int32, "stax_f2i32((double)"),
+                        (tp.int64, "stax_f2i64((double)")]:
+        ks = nvrtc_kernels(lambda a: (a * 2).to(dst), x)
+        body = ks[0].source[ks[0].source.index('extern "C" __global__'):]
+        assert helper in body, (dst, body)
+    ks = nvrtc_kernels(lambda a: a.to(tp.int64).to(tp.uint8), tp.randn(4, 8))
+    body = ks[0].source[ks[0].source.index('extern "C" __global__'):]
+    # float -> int64 through the helper, then int64 -> uint8 is C's (modular)
+    assert "(long long)stax_f2i64((double)" in body
+    assert "(unsigned char)stax_f2i64" not in body

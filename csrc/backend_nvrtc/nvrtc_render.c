@@ -973,6 +973,27 @@ emit_val(emitter *m, const stax_lval *v)
             ref(m, v->args[0]);
             put(b, ")");
         }
+        else if (stax_nvrtc_is_float(v->args[0]->dtype)
+                 && !stax_nvrtc_is_float(v->dtype)) {
+            /* C's float -> small integer saturates to the small type;
+             * torch's CUDA goes through int32 / int64 */
+            const char *nan = v->args[0]->dtype == STAX_FLOAT64
+                ? "-2147483647 - 1" : "0";
+            put(b, "(%s)", reg_ctypes[v->dtype]);
+            if (v->dtype == STAX_INT64 || v->dtype == STAX_UINT8) {
+                put(b, "stax_f2i64((double)");
+            }
+            else {
+                put(b, "stax_f2i32((double)");
+            }
+            ref(m, v->args[0]);
+            if (v->dtype == STAX_INT64 || v->dtype == STAX_UINT8) {
+                put(b, ")");
+            }
+            else {
+                put(b, ", %s)", nan);
+            }
+        }
         else {
             put(b, "(%s)", reg_ctypes[v->dtype]);
             ref(m, v->args[0]);
@@ -1050,6 +1071,20 @@ static const char preamble[] =
 "{ unsigned u = __float_as_uint(f); if ((u & 0x7fffffffu) > 0x7f800000u) "
 "return 0x7fc0; return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }\n"
 "STAX_D float stax_rb(float f) { return stax_b2f(stax_f2b(f)); }\n"
+"/* float -> integer as torch's CUDA casts and the eager kernels\n"
+" * (tensorplay/cuda/_kernels.py CAST_CONV): int64 saturates, NaN its\n"
+" * minimum; int32 saturates, NaN `nan`; int16/int8 keep the low bits of\n"
+" * the int32, uint8 the low byte of the int64 (C's (unsigned char)-1.5f\n"
+" * would saturate to 0) */\n"
+"STAX_D long long stax_f2i64(double v)\n"
+"{ if (v != v || v <= -9223372036854775808.0) return -0x7fffffffffffffffLL - 1;\n"
+"  if (v >= 9223372036854775808.0) return 0x7fffffffffffffffLL;\n"
+"  return (long long)v; }\n"
+"STAX_D int stax_f2i32(double v, int nan)\n"
+"{ if (v != v) return nan;\n"
+"  if (v <= -2147483648.0) return -2147483647 - 1;\n"
+"  if (v >= 2147483647.0) return 2147483647;\n"
+"  return (int)v; }\n"
 "template <typename T> STAX_D bool stax_isnan(T a) { return a != a; }\n"
 "template <typename T> STAX_D T stax_maxnan(T a, T b)\n"
 "{ return a != a ? a : (b != b ? b : (a > b ? a : b)); }\n"

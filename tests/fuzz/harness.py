@@ -475,6 +475,15 @@ class Runner:
                         exc_c = ex2
             if exc_e is not None or exc_c is not None:
                 raised = True
+                if exc_e is None and api.c_device and self.eager_on_device_raises(prog, ns, inp, exc_c):
+                    # the program itself mixes devices (a tensor it makes
+                    # lands on the CPU, its inputs on the device): eager on
+                    # the compiled call's device raises the same, as torch
+                    self.events["device_raises"] += 1
+                    if j == 0:
+                        self.eager_exc = f"on {api.c_device}: {type(exc_c).__name__}: {str(exc_c)[:150]}"
+                        return "device-raises"
+                    continue
                 if exc_e is None:
                     self.fail(j, f"call {j} ({_sigtxt(sig)}): compiled raised {type(exc_c).__name__}: "
                                  f"{str(exc_c)[:300]}; eager returned normally")
@@ -542,6 +551,24 @@ class Runner:
                           f"cf.stats()['compiles'] == {got} but the calls had {want} distinct specialization keys "
                           f"(signature + gate outcomes): {_keys_txt(keys)}")
         return "ok"
+
+    def eager_on_device_raises(self, prog, ns, inp, exc_c):
+        """whether the eager call on fresh inputs on the compiled call's
+        device raises an exception of exc_c's type (eager on the CPU is the
+        reference for values, eager on the device for whether a call raises:
+        a tensor the function makes with no device= meets device inputs)"""
+        api = self.api
+        ns_d = dict(ns)
+        if getattr(prog, "stores", False):
+            ns_d["_store"], ns_d["_log"] = {}, []
+        api.prepare_compiled(prog, ns_d)        # the modules on the device too
+        exec(prog.fn_source(instrument=True, name="f_inst"), ns_d)
+        try:
+            with np.errstate(all="ignore"):
+                ns_d["f_inst"](*inp.build(api.c_device))
+        except Exception as ex:  # noqa: BLE001
+            return type(ex) is type(exc_c) or isinstance(exc_c, type(ex))
+        return False
 
     def compare_stores(self, j, ns_e, ns_c, rec):
         """the Python containers the program stores tensors into hold the

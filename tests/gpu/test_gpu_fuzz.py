@@ -60,3 +60,16 @@ def test_fuzz_cpu_eager_vs_compiled_cuda():
           f"host fallbacks during the run: {grew}")
     assert not failures, f"{len(failures)} of {ran} programs differ:\n\n" + "\n\n".join(failures[:3])
     assert results.get("ok", 0) >= 1
+
+
+def test_a_program_making_a_cpu_tensor_raises_as_cuda_eager():
+    """seed 1 makes `tp.full((5, 3), 2.0)` inside the function (on the CPU)
+    and subtracts it from a CUDA input: eager CUDA raises torch's device
+    error, so the compiled CUDA call must raise the same, not be compared
+    with the CPU eager call that succeeds"""
+    from fuzz.__main__ import run_one
+    from fuzz.program import RandomDrawer, generate
+    src = generate(RandomDrawer(1)).fn_source()
+    assert "tp.full(" in src or "tp.ones(" in src or "tp.zeros(" in src, src
+    _, res = run_one(_cuda_api(), 1)
+    assert res == "device-raises", res
