@@ -310,3 +310,46 @@ def test_vec_kernels_use_vector_instructions(knobs):
     ptx = C.nvrtc_compile(src, "kernel0_fused_softmax")
     assert "ld.global.nc.v4.f32" in ptx and "st.global.v4.f32" in ptx
     assert "ld.shared.v4.f32" in ptx and "st.shared.v4.f32" in ptx
+
+
+def test_register_row_paths_for_long_static_rows():
+    """softmax/layer_norm rows of a length known when rendering, a multiple
+    of 4 * BX: a path per block size BX that loads each thread's vectors of
+    the row once into registers (all V loads at once), the later row loops
+    reading them back; 32 floats a thread at most (16384: BX 512 and 1024,
+    not 256)"""
+    src = _one(lambda a: F.softmax(a, -1), _x(4, 16384))
+    assert "blockDim.x == 512 && blockDim.y == 1" in src
+    assert "blockDim.x == 1024 && blockDim.y == 1" in src
+    assert "blockDim.x == 256 &&" not in src
+    assert "stax_v4<float> stax_rr0[8];" in src and "stax_v4<float> stax_rr0[4];" in src
+    assert "STAX_LB kernel0_fused_softmax(" in src
+    # filled in the first row loop, read back (not from memory) in the others
+    assert src.count("stax_rr0[vu] = stax_vl0;") == 2
+    assert src.count("stax_vl0 = stax_rr0[vu];") == 4
+    src = _one(lambda a: F.layer_norm(a, (a.shape[-1],)), _x(4, 4096))
+    assert "blockDim.x == 256 &&" in src and "stax_rr0[4];" in src
+    assert "blockDim.x == 1024 &&" in src and "stax_rr0[1];" in src
+    # no shared row (one row loop), a row length not a multiple of 4 * 256,
+    # short rows, and a row length that is a size argument: no such path
+    for fn, x, kw in [(lambda a: a.sum(-1), _x(4, 16384), {}),
+                      (lambda a: F.softmax(a, -1), _x(4, 16383), {}),
+                      (lambda a: F.softmax(a, -1), _x(4, 1024), {}),
+                      (lambda a: F.softmax(a, -1), _x(4, 16384), {"dynamic": True})]:
+        src = "".join(k.source for k in nvrtc_kernels(fn, x, compile=False, **kw))
+        assert "stax_rr" not in src
+
+
+@needs_nvrtc
+def test_register_row_kernels_keep_the_row_in_registers():
+    """the unrolled path holds its row in registers: no local memory (a
+    stack array) in the PTX, 16-byte loads and stores, at most 1024 threads
+    a block declared (so ptxas keeps to 64 registers a thread)"""
+    for fn, name, x in [(lambda a: F.softmax(a, -1), "kernel0_fused_softmax", _x(4, 16384)),
+                        (lambda a: F.layer_norm(a, (a.shape[-1],)), "kernel0_fused_layer_norm",
+                         _x(4, 16384))]:
+        src = _one(fn, x)
+        ptx = C.nvrtc_compile(src, name)
+        assert ".local" not in ptx and "ld.local" not in ptx, name
+        assert ".maxntid 1024" in ptx
+        assert "ld.global.nc.v4.f32" in ptx and "st.global.v4.f32" in ptx

@@ -49,6 +49,10 @@ typedef struct {
     int tuned;                 /* launch configuration searched */
     int64_t best_block;        /* threads per row found best, 0: default */
     int64_t rc_bytes;          /* row cache bytes per row element, 0: none */
+    int64_t max_threads;       /* most threads a block of fn can have, 0:
+                                * not asked yet */
+    int rr_blocks;             /* block sizes of the register row path (bit
+                                * BX set), whose launches need no row cache */
     int64_t rc_limit;          /* most dynamic shared memory a launch may
                                   pass; -1: not asked yet */
     int nbufs;
@@ -298,6 +302,7 @@ handle_new(stax_backend *be, const stax_kernel *k, const char *entry,
     snprintf(h->name, sizeof(h->name), "%s", entry != NULL ? entry : k->name);
     h->nsizes = stax_nvrtc_kernel_nsizes(k);
     h->rc_bytes = stax_nvrtc_row_cache_bytes(k);
+    h->rr_blocks = stax_nvrtc_reg_row_blocks(k);
     h->rc_limit = -1;
     h->source = stax_nvrtc_render_kernel(k, h->nsizes);
     if (h->source == NULL) {
@@ -615,8 +620,8 @@ row_cache_smem(nvrtc_handle *h, const int64_t *sizes, const int64_t block[3],
 {
     int64_t rn;
     *smem = 0;
-    if (h->rc_bytes <= 0 || block[1] != 1) {
-        return 0;
+    if (h->rc_bytes <= 0 || block[1] != 1 || (h->rr_blocks & block[0])) {
+        return 0;                /* no cache, or the row in registers */
     }
     if (h->rc_limit < 0) {
         const char *e = getenv("TENSORPLAY_NVRTC_ROW_CACHE");
@@ -630,6 +635,23 @@ row_cache_smem(nvrtc_handle *h, const int64_t *sizes, const int64_t block[3],
         *smem = rn * h->rc_bytes;
     }
     return 0;
+}
+
+/* Halve the block until the kernel can run it: a kernel whose registers
+ * leave fewer than block[0] * block[1] threads a block (ptxas's count,
+ * read once from the driver) fails to launch (out of resources: a float64
+ * softmax at the 1024 threads the search or TENSORPLAY_NVRTC_THREADS asks
+ * for). Every kernel steps its rows and points by the block's size, so a
+ * smaller block computes the same. */
+static void
+fit_block(const nvrtc_handle *h, int64_t block[3])
+{
+    while (block[0] * block[1] > h->max_threads && block[1] > 1) {
+        block[1] /= 2;
+    }
+    while (block[0] * block[1] > h->max_threads && block[0] > 32) {
+        block[0] /= 2;
+    }
 }
 
 /* buffers are device addresses already: launch on the stream and return
@@ -666,6 +688,10 @@ nvrtc_launch_resident(stax_backend *be, void *handle, char **bufs,
     params[h->nbufs] = sz;
     params[h->nbufs + 1] = &st;
     params[h->nbufs + 2] = &en;
+    if (h->max_threads == 0) {
+        h->max_threads = stax_nvrtc_max_threads(h->fn);
+    }
+    fit_block(h, block);
     if (row_cache_smem(h, sizes, block, &smem) < 0) {
         return -1;
     }
@@ -677,9 +703,10 @@ nvrtc_launch_resident(stax_backend *be, void *handle, char **bufs,
         static const int64_t cand[] = {128, 256, 512, 1024};
         double best = 1e30;
         h->tuned = 1;
-        for (int c = 0; c < 4; c++) {
+        for (int c = 0; c < 4 && cand[c] <= h->max_threads; c++) {
             block[0] = cand[c];
-            if (stax_nvrtc_launch_fn(h->fn, params, grid, block, smem, 1)
+            if (row_cache_smem(h, sizes, block, &smem) < 0
+                || stax_nvrtc_launch_fn(h->fn, params, grid, block, smem, 1)
                 < 0) {
                 return -1;
             }
@@ -691,6 +718,10 @@ nvrtc_launch_resident(stax_backend *be, void *handle, char **bufs,
     }
     if (h->best_block > 0 && block[1] == 1) {
         block[0] = h->best_block;
+        fit_block(h, block);
+        if (row_cache_smem(h, sizes, block, &smem) < 0) {
+            return -1;
+        }
     }
     return stax_nvrtc_launch_fn(h->fn, params, grid, block, smem, timed);
 }

@@ -49,6 +49,11 @@ PyObject *stax_nvrtc_render_kernel(const stax_kernel *k, int nsizes);
  * row per block) turns the cache on; with less the kernel reads global
  * memory in every row loop. */
 int64_t stax_nvrtc_row_cache_bytes(const stax_kernel *k);
+/* the block sizes (bit BX set for BX threads) at which the kernel runs
+ * its register row path (nvrtc_render.c: the shared row read once into
+ * registers), taken when the row is aligned; 0: none. Such a launch needs
+ * no row cache (dynamic shared memory 0). */
+int stax_nvrtc_reg_row_blocks(const stax_kernel *k);
 /* the unroll factors of the row loops (TENSORPLAY_NVRTC_UNROLL, default
  * "4"), as the compile cache's tag names them */
 const char *stax_nvrtc_unroll_tag(void);
@@ -93,6 +98,9 @@ int stax_nvrtc_launch_fn(void *fn, void **params, const int64_t grid[3],
  * pass: asks the driver for more than the default 48 KiB where the device
  * allows it (cuFuncSetAttribute) */
 int64_t stax_nvrtc_smem_optin(void *fn, int64_t want);
+/* the most threads a block of kernel fn may have (the driver's
+ * CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK; 1024 if it cannot say) */
+int64_t stax_nvrtc_max_threads(void *fn);
 
 /* the event time (ms) of the last timed launch */
 double stax_nvrtc_last_ms(void);

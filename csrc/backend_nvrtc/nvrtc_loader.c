@@ -514,6 +514,20 @@ stax_nvrtc_smem_optin(void *fn, int64_t want)
     return want;
 }
 
+int64_t
+stax_nvrtc_max_threads(void *fn)
+{
+    typedef int (*fget_t)(int *, int, void *);
+    fget_t fn_get = (fget_t)stax_cuda_symbol("cuFuncGetAttribute");
+    int n = 0;
+    /* CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK (0): what the kernel's
+     * registers and launch bounds allow */
+    if (fn_get == NULL || fn_get(&n, 0, fn) != 0 || n < 32) {
+        return 1024;
+    }
+    return n;
+}
+
 int
 stax_nvrtc_launch_fn(void *fn, void **params, const int64_t grid[3],
                      const int64_t block[3], int64_t smem, int timed)

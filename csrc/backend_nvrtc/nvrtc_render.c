@@ -217,6 +217,8 @@ typedef struct {
     int vec_stage;               /* stage whose loads vec_ld[] marks */
     unsigned char vec_ld[VEC_CAP];  /* load i is vector-read in vec_stage */
     int vec_auto;                /* vector loops only for rows >= VEC_MIN_ROW */
+    int rr_v;                    /* register row path being written: vectors
+                                  * per thread per cached row, 0: none */
 } emitter;
 
 static int
@@ -1058,6 +1060,10 @@ emit_store(emitter *m, const stax_lstore *s)
 static const char preamble[] =
 "typedef long long int64_t;\n"
 "#define STAX_D static __device__ __forceinline__\n"
+"/* kernels with register rows: at most 64 registers a thread, so that\n"
+" * two blocks of 512 threads share a multiprocessor and blocks of 1024\n"
+" * launch */\n"
+"#define STAX_LB __launch_bounds__(1024)\n"
 "STAX_D float stax_h2f(unsigned short h)\n"
 "{ float f; asm(\"{ cvt.f32.f16 %0, %1; }\" : \"=f\"(f) : \"h\"(h)); "
 "return f; }\n"
@@ -1985,13 +1991,21 @@ emit_vec_step(emitter *m, const stax_stage *st, int fuse, const char *ind)
             const char *mt = mem_ctypes[k->bufs[m->vec_buf[i]].dtype];
             int slot = vec_rc_slot(m, i);
             put(b, "%sconst stax_v4<%s> stax_vl%d = ", ind, mt, i);
+            if (m->rr_v > 0 && m->vec_ld[i] == 2) {
+                /* the register row the first row loop filled */
+                put(b, "stax_rr%d[vu];\n", slot);
+                continue;
+            }
             if (m->vec_ld[i] == 2) {
                 put(b, "stax_rc_on ? *(const stax_v4<%s> *)&stax_rc%d[rw] : ", mt, slot);
             }
             put(b, "*(const stax_v4<%s> *)&buf%d[", mt, m->vec_buf[i]);
             render_ix(m, m->vec_ix[i]);
             put(b, "];\n");
-            if (m->vec_ld[i] == 1 && slot >= 0) {
+            if (m->rr_v > 0 && m->vec_ld[i] == 1 && slot >= 0) {
+                put(b, "%sstax_rr%d[vu] = stax_vl%d;\n", ind, slot, i);
+            }
+            else if (m->vec_ld[i] == 1 && slot >= 0) {
                 put(b, "%sif (stax_rc_on) { *(stax_v4<%s> *)&stax_rc%d[rw] = stax_vl%d; }\n",
                     ind, mt, slot, i);
             }
@@ -2083,6 +2097,112 @@ emit_vec_loops(emitter *m, int s, int fuse, const int *ru, int nru)
     return 0;
 }
 
+/* Register rows: a reduction kernel whose row loops share a row (the row
+ * cache's float32/int32 vector loads) and whose row length R is known at
+ * render time gets, besides its loops, one path per block size BX with R
+ * = 4 * V * BX: each thread loads its V vectors of the row once, in the
+ * first row loop, all at once (V 16-byte loads in flight per thread), and
+ * every later row loop reads them back from registers (fully unrolled, so
+ * the array stays in registers): one pass over global memory, no shared
+ * memory traffic and no shared memory limit on the blocks per
+ * multiprocessor. Taken when blockDim.x == BX and the row is aligned
+ * (stax_vok); the launch's block-size search (backend_nvrtc_init.c) times
+ * these sizes against the loops. At most RR_MAX_FLOATS values of cached
+ * rows per thread. */
+#define RR_MAX_FLOATS 32
+
+/* the vectors (loads) held in register rows: those of a row cache slot */
+static int
+rr_nvecs(emitter *m)
+{
+    int n = 0;
+    for (int i = 0; i < m->nvec; i++) {
+        if (!m->vec_store[i] && vec_rc_slot(m, i) >= 0) {
+            n++;
+        }
+    }
+    return n;
+}
+
+/* bit BX set for each block size BX with a register row path (the
+ * emitter's rc_analyze and vec_analyze done), 0: none */
+static int
+rr_blocks(emitter *m)
+{
+    const stax_kernel *k = m->k;
+    const stax_ix *d;
+    int nv, mask = 0;
+    int64_t R;
+    if (k->ninner != 1 || m->nvec == 0 || m->rc_bytes == 0) {
+        return 0;
+    }
+    d = k->dims[k->nouter];
+    if (d == NULL || d->kind != STAX_IX_CONST || d->v < VEC_MIN_ROW) {
+        return 0;
+    }
+    for (int s = 0; s < k->nstages; s++) {
+        if (k->stages[s].kind != STAX_STAGE_REDUCE
+            && k->stages[s].kind != STAX_STAGE_INNER
+            && k->stages[s].kind != STAX_STAGE_OUTER) {
+            return 0;
+        }
+    }
+    nv = rr_nvecs(m);
+    R = d->v;
+    for (int bx = 256; bx <= 1024 && nv > 0; bx *= 2) {
+        if (R % (4 * bx) == 0 && nv * (R / bx) <= RR_MAX_FLOATS) {
+            mask |= bx;
+        }
+    }
+    return mask;
+}
+
+int
+stax_nvrtc_reg_row_blocks(const stax_kernel *k)
+{
+    emitter *m = PyMem_Calloc(1, sizeof(*m));
+    int mask;
+    if (m == NULL) {
+        return 0;
+    }
+    m->k = k;
+    m->vec_j = -1;
+    vec_analyze(m);
+    rc_analyze(m);
+    mask = rr_blocks(m);
+    emitter_free(m);
+    return mask;
+}
+
+/* the register row loop of stage s: V vectors per thread, unrolled */
+static int
+emit_rr_loop(emitter *m, int s, int fuse, int bx)
+{
+    const stax_kernel *k = m->k;
+    const stax_stage *st = &k->stages[s];
+    const stax_lval **seen = PyMem_Malloc(sizeof(*seen) * MEMO_CAP);
+    int nseen = 0, bad = 0;
+    if (seen == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memset(m->vec_ld, 0, sizeof(m->vec_ld));
+    vec_stage_scan(m, st, 1, seen, &nseen, &bad);
+    if (fuse) {
+        vec_stage_scan(m, st + 1, 1, seen, &nseen, &bad);
+    }
+    PyMem_Free(seen);
+    put(m->b, "#pragma unroll\n"
+        "            for (int vu = 0; vu < %d; vu++) {\n"
+        "                const int64_t rw = 4 * ((int64_t)threadIdx.x + vu * %d);\n",
+        m->rr_v, bx);
+    if (emit_vec_step(m, st, fuse, "                ") < 0) {
+        return -1;
+    }
+    put(m->b, "            }\n");
+    return 0;
+}
+
 const char *
 stax_nvrtc_knob_tag(void)
 {
@@ -2148,13 +2268,105 @@ kernel_has_online(const stax_kernel *k)
     return 0;
 }
 
+/* the row loops of every stage and the block reductions between them:
+ * the generic loops (bx 0) or the register row path of block size bx */
+static int
+emit_stages(emitter *m, int bx, const int *ru, int nru)
+{
+    const stax_kernel *k = m->k;
+    sbuf *b = m->b;
+    int keep, fuse = 0;
+    for (int s = 0; s < k->nstages; s++) {
+        const stax_stage *st = &k->stages[s];
+        m->indent = "        ";
+        keep = m->nmemo;
+        if (st->kind == STAX_STAGE_REDUCE) {
+            acc_init(m, st);
+        }
+        if (st->kind == STAX_STAGE_OUTER) {
+            put(b, "        if (threadIdx.x == 0) {\n");
+            m->indent = "            ";
+            if (emit_stores(m, st) < 0) {
+                return -1;
+            }
+            put(b, "        }\n");
+            scope_reset(m, keep);
+            continue;
+        }
+        fuse = st->kind == STAX_STAGE_REDUCE && online_pair(k, s);
+        if (fuse) {
+            acc_init(m, &k->stages[s + 1]);
+        }
+        m->stage = s;
+        if (bx > 0) {
+            if (emit_rr_loop(m, s, fuse, bx) < 0) {
+                return -1;
+            }
+            goto stage_end;
+        }
+        put(b, "        int64_t rbase%d = threadIdx.x;\n", s);
+        if (m->nvec > 0 && emit_vec_loops(m, s, fuse, ru, nru) < 0) {
+            return -1;
+        }
+        for (int g = 0; g < nru; g++) {
+            put(b, "        for (; rbase%d + %d * (int64_t)blockDim.x < rnumel; "
+                "rbase%d += %d * (int64_t)blockDim.x) {\n"
+                "#pragma unroll\n"
+                "            for (int ru = 0; ru < %d; ru++) {\n"
+                "                const int64_t rindex = rbase%d + ru * "
+                "(int64_t)blockDim.x;\n", s, ru[g] - 1, s, ru[g], ru[g], s);
+            m->indent = "                ";
+            if ((fuse ? row_body_online(m, st, &k->stages[s + 1])
+                 : row_body(m, st)) < 0) {
+                return -1;
+            }
+            put(b, "            }\n        }\n");
+            scope_reset(m, keep);
+        }
+        put(b, "        for (int64_t rindex = rbase%d; rindex < rnumel; "
+            "rindex += blockDim.x) {\n", s);
+        m->indent = "            ";
+        if ((fuse ? row_body_online(m, st, &k->stages[s + 1])
+             : row_body(m, st)) < 0) {
+            return -1;
+        }
+        put(b, "        }\n");
+    stage_end:
+        m->stage = -1;
+        scope_reset(m, keep);
+        m->indent = "        ";
+        if (fuse) {
+            const char *T = acc_ctype(k->accs[st->first].dtype);
+            int im = st->first, is = k->stages[s + 1].first;
+            put(b, "        if (blockDim.y > 1) {\n"
+                "            stax_warp_online(acc%d, acc%d);\n"
+                "        } else {\n"
+                "            stax_block_online(acc%d, acc%d, (%s *)stax_shv, "
+                "(%s *)stax_shi);\n        }\n"
+                "        if (rnumel > 0 && acc%d == (%s)", im, is, im, is, T, T,
+                im, T);
+            literal(b, -INFINITY, 0, strcmp(T, "double") == 0 ? STAX_FLOAT64
+                    : STAX_FLOAT32);
+            put(b, ") {\n            acc%d = (%s)", is, T);
+            literal(b, NAN, 0, strcmp(T, "double") == 0 ? STAX_FLOAT64
+                    : STAX_FLOAT32);
+            put(b, ";  // sum of exp(-inf - -inf)\n        }\n");
+            s++;
+        }
+        else if (st->kind == STAX_STAGE_REDUCE) {
+            acc_block_reduce(m, st);
+        }
+    }
+    return 0;
+}
+
 static int
 render_body(emitter *m, int *has_red)
 {
     const stax_kernel *k = m->k;
     sbuf *b = m->b;
     const int *ru = NULL;
-    int keep, fuse = 0, nru = row_unrolls(&ru);
+    int keep, rr, nru = row_unrolls(&ru);
     *has_red = 0;
     if (k->ninner == 0) {
         keep = m->nmemo;
@@ -2206,79 +2418,31 @@ render_body(emitter *m, int *has_red)
         }
         put(b, "        }\n");
     }
-    for (int s = 0; s < k->nstages; s++) {
-        const stax_stage *st = &k->stages[s];
-        m->indent = "        ";
-        keep = m->nmemo;
-        if (st->kind == STAX_STAGE_REDUCE) {
-            acc_init(m, st);
-        }
-        if (st->kind == STAX_STAGE_OUTER) {
-            put(b, "        if (threadIdx.x == 0) {\n");
-            m->indent = "            ";
-            if (emit_stores(m, st) < 0) {
-                return -1;
-            }
-            put(b, "        }\n");
-            scope_reset(m, keep);
+    rr = rr_blocks(m);
+    for (int bx = 256; bx <= 1024; bx *= 2) {
+        if (!(rr & bx)) {
             continue;
         }
-        fuse = st->kind == STAX_STAGE_REDUCE && online_pair(k, s);
-        if (fuse) {
-            acc_init(m, &k->stages[s + 1]);
-        }
-        m->stage = s;
-        put(b, "        int64_t rbase%d = threadIdx.x;\n", s);
-        if (m->nvec > 0 && emit_vec_loops(m, s, fuse, ru, nru) < 0) {
-            return -1;
-        }
-        for (int g = 0; g < nru; g++) {
-            put(b, "        for (; rbase%d + %d * (int64_t)blockDim.x < rnumel; "
-                "rbase%d += %d * (int64_t)blockDim.x) {\n"
-                "#pragma unroll\n"
-                "            for (int ru = 0; ru < %d; ru++) {\n"
-                "                const int64_t rindex = rbase%d + ru * "
-                "(int64_t)blockDim.x;\n", s, ru[g] - 1, s, ru[g], ru[g], s);
-            m->indent = "                ";
-            if ((fuse ? row_body_online(m, st, &k->stages[s + 1])
-                 : row_body(m, st)) < 0) {
-                return -1;
+        keep = m->nmemo;
+        m->rr_v = (int)(k->dims[k->nouter]->v / (4 * bx));
+        put(b, "        if (stax_vok && blockDim.x == %d && blockDim.y == 1) {\n", bx);
+        for (int i = 0; i < m->nvec; i++) {
+            int slot = vec_rc_slot(m, i);
+            if (!m->vec_store[i] && slot >= 0) {
+                put(b, "            stax_v4<%s> stax_rr%d[%d];  // buf%d\n",
+                    mem_ctypes[k->bufs[m->vec_buf[i]].dtype], slot, m->rr_v,
+                    m->vec_buf[i]);
             }
-            put(b, "            }\n        }\n");
-            scope_reset(m, keep);
         }
-        put(b, "        for (int64_t rindex = rbase%d; rindex < rnumel; "
-            "rindex += blockDim.x) {\n", s);
-        m->indent = "            ";
-        if ((fuse ? row_body_online(m, st, &k->stages[s + 1])
-             : row_body(m, st)) < 0) {
+        if (emit_stages(m, bx, ru, nru) < 0) {
             return -1;
         }
-        put(b, "        }\n");
-        m->stage = -1;
+        put(b, "            continue;\n        }\n");
+        m->rr_v = 0;
         scope_reset(m, keep);
-        m->indent = "        ";
-        if (fuse) {
-            const char *T = acc_ctype(k->accs[st->first].dtype);
-            int im = st->first, is = k->stages[s + 1].first;
-            put(b, "        if (blockDim.y > 1) {\n"
-                "            stax_warp_online(acc%d, acc%d);\n"
-                "        } else {\n"
-                "            stax_block_online(acc%d, acc%d, (%s *)stax_shv, "
-                "(%s *)stax_shi);\n        }\n"
-                "        if (rnumel > 0 && acc%d == (%s)", im, is, im, is, T, T,
-                im, T);
-            literal(b, -INFINITY, 0, strcmp(T, "double") == 0 ? STAX_FLOAT64
-                    : STAX_FLOAT32);
-            put(b, ") {\n            acc%d = (%s)", is, T);
-            literal(b, NAN, 0, strcmp(T, "double") == 0 ? STAX_FLOAT64
-                    : STAX_FLOAT32);
-            put(b, ";  // sum of exp(-inf - -inf)\n        }\n");
-            s++;
-        }
-        else if (st->kind == STAX_STAGE_REDUCE) {
-            acc_block_reduce(m, st);
-        }
+    }
+    if (emit_stages(m, 0, ru, nru) < 0) {
+        return -1;
     }
     put(b, "    }\n");
     return 0;
@@ -2542,7 +2706,8 @@ stax_nvrtc_render_kernel(const stax_kernel *k, int nsizes)
     }
     put(&b, "struct stax_sizes { int64_t v[%d]; };\n\n",
         nsizes > 0 ? nsizes : 1);
-    put(&b, "extern \"C\" __global__ void %s(", k->name);
+    put(&b, "extern \"C\" __global__ void %s%s(",
+        k->ninner > 0 && stax_nvrtc_reg_row_blocks(k) ? "STAX_LB " : "", k->name);
     for (int i = 0; i < k->nbufs; i++) {
         put(&b, "%s%s *%sbuf%d, ", k->bufs[i].is_output ? "" : "const ",
             mem_ctypes[k->bufs[i].dtype],

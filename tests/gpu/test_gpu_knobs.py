@@ -7,7 +7,9 @@ PTX without one):
   its last whole vector, run the scalar loops);
 - TENSORPLAY_NVRTC_ONEPASS=1: softmax/log_softmax's max and sum of exp in
   one row loop (online rescaling), NaN/inf rows as the two loops give;
-- TENSORPLAY_NVRTC_WARP_ROW=1024: rows of up to 1024 points one warp each.
+- TENSORPLAY_NVRTC_WARP_ROW=1024: rows of up to 1024 points one warp each;
+- TENSORPLAY_NVRTC_THREADS=512/1024: blocks that size, where rows whose
+  length is a multiple of 4 * the block size keep their row in registers.
 
 The knobs are read when a kernel is rendered, so each test sets them and
 compiles a new function (the compile cache off: its tag names the knobs,
@@ -31,6 +33,10 @@ SETTINGS = {
     "onepass": {"TENSORPLAY_NVRTC_ONEPASS": "1"},
     "vec_onepass_warprow": {"TENSORPLAY_NVRTC_VEC": "1", "TENSORPLAY_NVRTC_ONEPASS": "1",
                             "TENSORPLAY_NVRTC_WARP_ROW": "1024"},
+    # blocks of 512 / 1024 threads: rows of 2048, 8192 and 16384 float32
+    # points (aligned) take the register row path (nvrtc_render.c)
+    "threads512": {"TENSORPLAY_NVRTC_THREADS": "512"},
+    "threads1024_onepass": {"TENSORPLAY_NVRTC_THREADS": "1024", "TENSORPLAY_NVRTC_ONEPASS": "1"},
 }
 
 OPS = {
@@ -43,7 +49,7 @@ OPS = {
 }
 
 SUMS = ("var_std_lse", "sum_amax")   # reductions: error grows with the row
-ROWS = [1, 3, 31, 32, 33, 127, 128, 1000, 4097, 16384]
+ROWS = [1, 3, 31, 32, 33, 127, 128, 1000, 2048, 4097, 8192, 16384]
 TOL = {np.float16: (2e-2, 2e-2), np.float32: (1e-4, 1e-5), np.float64: (1e-10, 1e-12)}
 
 
@@ -83,7 +89,7 @@ def _set(monkeypatch, setting):
     # a new compiled version per case: none may fall back to eager
     monkeypatch.setattr(tp.compiler.config, "accumulated_cache_size_limit", 1 << 30)
     monkeypatch.setattr(tp.compiler.config, "cache", False)
-    for k in ("VEC", "ONEPASS", "WARP_ROW"):
+    for k in ("VEC", "ONEPASS", "WARP_ROW", "THREADS"):
         monkeypatch.delenv("TENSORPLAY_NVRTC_" + k, raising=False)
     for k, v in SETTINGS[setting].items():
         monkeypatch.setenv(k, v)
@@ -125,3 +131,27 @@ def test_softmax_special_rows_exactly_as_cpu_eager(setting, monkeypatch):
             assert np.array_equal(np.isnan(got), np.isnan(want)), (setting, n)
             assert np.array_equal(np.isinf(got), np.isinf(want)), (setting, n)
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "layer_norm"])
+def test_tuned_long_rows_match_cpu(op, dtype, monkeypatch):
+    """600 rows of 16384: enough rows that the launch searches its block
+    size (128..1024 threads; for float32 512 and 1024 the register row
+    path), then keeps the fastest; every size gives the CPU's rows. A
+    float64 kernel needing more registers than 1024 threads a block allow
+    runs smaller blocks (it failed: CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES)"""
+    monkeypatch.setattr(tp.compiler.config, "cache", False)
+    rng = np.random.default_rng(3)
+    h = (rng.standard_normal((600, 16384)) * 4).astype(dtype)
+    h[7, 5] = np.nan
+    h[9] = -np.inf
+    x = tp.from_numpy(h)
+    fn = OPS[op]
+    want = tp.compile(lambda p: fn(p, None, None))(x).numpy()
+    cf = tp.compile(lambda p: fn(p, None, None))
+    xc = x.cuda()
+    for _ in range(2):                       # the searching call, then the kept size
+        got = cf(xc).cpu().numpy()
+        assert np.array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
