@@ -429,6 +429,49 @@ def test_searchsorted_traces_no_host_constant():
                                       fn(s, v).numpy())
 
 
+@pytest.mark.parametrize("value", [0.3, 2, -1e9, float("nan"), float("inf"), True])
+@pytest.mark.parametrize("seq_dtype", [tp.float32, tp.int64])
+def test_searchsorted_of_a_python_scalar_traces_no_host_constant(value, seq_dtype):
+    """a Python scalar value is made a 0-d value from the sequence
+    (full_like), not a constant: the constant, and the bounds and midpoints
+    folded from it, were host tensors that a CUDA program refuses (the op
+    went to the host); eager's index and dtype either way"""
+    s = tp.tensor([-3.0, 0.0, 0.3, 0.3, 2.0, 2.0, 7.5, 1e9]).to(seq_dtype)
+    fns = (lambda s: tp.searchsorted(s, value),
+           lambda s: tp.searchsorted(s, value, right=True, out_int32=True),
+           lambda s: tp.bucketize(value, s, right=True))
+    for fn in fns:
+        prev = C.is_grad_enabled()
+        C._set_grad_enabled(False)
+        try:
+            tr = C.trace(fn, (s,), {}, None, True)
+        finally:
+            C._set_grad_enabled(prev)
+        assert "_tensor_constant" not in tr.graph_module.code
+        got, want = tp.compile(fn, strict_native=True)(s), fn(s)
+        assert got.dtype == want.dtype and tuple(got.shape) == ()
+        assert got.item() == want.item()
+    # an empty sequence: index 0
+    e = tp.zeros(0, dtype=seq_dtype)
+    assert tp.compile(fns[0], strict_native=True)(e).item() == 0
+
+
+def test_searchsorted_compares_a_python_scalar_in_the_result_type():
+    """torch wraps the scalar and compares in the result type: 0.3 against
+    float32 values is float32's 0.3, equal to the stored 0.3s (right: 4;
+    eager compared float64's 0.3 and said 2), and -1e9 against float16 is
+    -inf; eager, compiled and torch agree"""
+    s = tp.tensor([-3.0, 0.0, 0.3, 0.3, 2.0, 2.0, 7.5, 1e9])
+    h = tp.tensor([1.0, 2.0, 3.0], dtype=tp.float16)
+    i = tp.tensor([1, 2, 3], dtype=tp.int32)
+    for seq, val, right, want in [(s, 0.3, True, 4), (s, 0.3, False, 2), (h, -1e9, False, 0),
+                                  (h, 1e9, True, 3), (i, 2.5, False, 2), (i, 2, True, 2)]:
+        fn = lambda q, val=val, right=right: tp.searchsorted(q, val, right=right)  # noqa: E731
+        assert fn(seq).item() == want, (seq, val, right)
+        assert tp.compile(fn, strict_native=True)(seq).item() == want, (seq, val, right)
+        assert tp.bucketize(val, seq, right=right).item() == want
+
+
 @needs_nvrtc
 def test_kernel_whose_values_share_subtrees_compiles_in_seconds():
     """polygamma(2, x) lowers to one kernel whose values are a DAG sharing

@@ -886,7 +886,16 @@ def _searchsorted_np(sorted_sequence, self, *, out_int32=False, right=False, sid
                      sorter=None):
     right, scalar, odt = _ss_check(sorted_sequence, self, out_int32, right, side, sorter)
     s = _np(sorted_sequence)
-    v = np.asarray(self) if scalar else _np(self)
+    if scalar:
+        # torch compares in the result type of the sequence and the scalar
+        # (a wrapped number): 0.3 against float32 values is 0.3 in float32
+        tp = _tp()
+        ct = tp.result_type(sorted_sequence, self)
+        if ct != sorted_sequence.dtype:
+            s = _np(sorted_sequence.to(ct))
+        v = _np(tp.tensor(self, dtype=ct))
+    else:
+        v = _np(self)
     n = s.shape[-1] if s.ndim else 1
     if sorter is not None:
         so = _np(sorter)
@@ -932,19 +941,30 @@ def _searchsorted_traced(sorted_sequence, self, *, out_int32=False, right=False,
     s = sorted_sequence
     if sorter is not None:
         s = s.gather(-1, sorter)
-    v = tp.tensor(self, dtype=s.dtype if isinstance(self, float) and s.is_floating_point()
-                  else None) if scalar else self
     n = int(s.shape[-1])
     if scalar:
-        kw = {"device": _dev(s)} if _dev(s) is not None and _dev(s).type != "cpu" else {}
-        lo = tp.zeros(tuple(v.shape), dtype=tp.int64, **kw)
-        hi = tp.full(tuple(v.shape), n, dtype=tp.int64, **kw)
+        if n == 0:
+            return tp.zeros_like(s.sum(), dtype=odt)
+        # the scalar as a 0-d value made from the sequence (full_like), not
+        # a constant: a constant is a host tensor (and every bound and
+        # midpoint computed from it folds into more of them), which a CUDA
+        # program refuses, so the op went to the host
+        dt = (s.dtype if isinstance(self, float) and s.is_floating_point()
+              else tp.tensor(self).dtype)
+        base = s.narrow(0, 0, 1).reshape(())
+        if dt.is_floating_point:
+            # rounded as tp.tensor(self, dtype=dt) rounds (-1e9 in float16 is
+            # -inf; full_like itself refuses a value past the dtype's range)
+            v = tp.full_like(base, self, dtype=tp.float64).to(dt)
+        else:
+            v = tp.full_like(base, self, dtype=dt)
     else:
-        # made from the values, not as constants: traced over host stand-ins
-        # (the eager CUDA kernel, cuda/_eager.py) a constant is a host
-        # tensor, which the CUDA program refuses (the op went to the host)
-        lo = tp.zeros_like(v, dtype=tp.int64)
-        hi = tp.full_like(v, n, dtype=tp.int64)
+        v = self
+    # made from the values, not as constants: traced over host stand-ins
+    # (the eager CUDA kernel, cuda/_eager.py) a constant is a host tensor,
+    # which the CUDA program refuses (the op went to the host)
+    lo = tp.zeros_like(v, dtype=tp.int64)
+    hi = tp.full_like(v, n, dtype=tp.int64)
     if n == 0:
         return lo.to(odt)
     for _ in range(_bisect_steps(n)):
