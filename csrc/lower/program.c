@@ -776,10 +776,15 @@ lw_input_ok(Program *p, int i, PyObject *o)
             return -1;     /* kernels of one device only */
         }
         if (t->ndim == nd && t->dtype == p->in_dtype[i]) {
-            int ok = 1;
+            int ok = 1, empty = 0;
             for (int d = 0; d < nd; d++) {
-                ok &= t->sizes[d] == sz[d]
-                      && (t->sizes[d] == 1 || t->strides[d] == sz[STAX_MAX_DIMS + d]);
+                ok &= t->sizes[d] == sz[d];
+                empty |= t->sizes[d] == 0;
+            }
+            /* no element is read from a tensor of no elements: its strides
+             * (0 for a broadcast grad, anything for a view) are no layout */
+            for (int d = 0; ok && !empty && d < nd; d++) {
+                ok &= t->sizes[d] == 1 || t->strides[d] == sz[STAX_MAX_DIMS + d];
             }
             if (ok) {
                 return 0;
@@ -791,9 +796,13 @@ lw_input_ok(Program *p, int i, PyObject *o)
         int64_t s2[STAX_MAX_DIMS], st2[STAX_MAX_DIMS];
         stax_dtype_t dt;
         if (lw_val_info(o, &n2, s2, st2, &dt) && n2 == nd && dt == p->in_dtype[i]) {
-            int ok = 1;
+            int ok = 1, empty = 0;
             for (int d = 0; d < nd; d++) {
-                ok &= s2[d] == sz[d] && (s2[d] == 1 || st2[d] == sz[STAX_MAX_DIMS + d]);
+                ok &= s2[d] == sz[d];
+                empty |= s2[d] == 0;
+            }
+            for (int d = 0; ok && !empty && d < nd; d++) {
+                ok &= s2[d] == 1 || st2[d] == sz[STAX_MAX_DIMS + d];
             }
             if (ok) {
                 return 0;

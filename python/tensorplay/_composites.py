@@ -6,6 +6,7 @@ softmax + matmul. Eager runs the same ops (NumPy strided views, BLAS), and
 under tp.compile every piece is native, so a compiled CNN or transformer
 has no fallback kernel. docs/ops.md says why (measured)."""
 import math
+import operator
 
 import numpy as np
 
@@ -921,7 +922,13 @@ def _cumsum_traced(input, dim, *, dtype=None):
         input = input.to(dtype)
     if not input.is_floating_point():
         return _native_decomps.cumsum_int(input, dim, dtype)
-    if input.dim() == 0:
+    nd = input.dim()
+    try:
+        d = operator.index(dim)
+    except TypeError:
+        return NotImplemented      # the eager error, from the recorded call
+    d = d + nd if d < 0 else d
+    if nd == 0 or d < 0 or d >= nd:
         return NotImplemented
     if input.dtype == tp.float16 or str(input.dtype).endswith("bfloat16"):
         # accumulated in float32 and rounded once, as eager and PyTorch do
@@ -931,12 +938,12 @@ def _cumsum_traced(input, dim, *, dtype=None):
         # torch's CPU cumsum accumulates a float32 tensor in double
         # (at::acc_type): summed in float64, rounded once
         return _cumsum_traced(input.double(), dim).to(input.dtype)
-    nd = input.dim()
-    d = dim + nd if dim < 0 else dim
-    if d < 0 or d >= nd:
-        return NotImplemented      # the eager error, from the recorded call
     x = input.transpose(d, -1) if d != nd - 1 else input
     n = int(x.shape[-1])
+    if n == 0:
+        # nothing to sum (and the first-inf search below would reduce an
+        # empty dim): torch's result is an empty tensor of the input's shape
+        return input.clone()
     if input.requires_grad and tp.is_grad_enabled():
         # masked sums: NaN/inf stay in place and the joint graph's gradient
         # reaches every element (the matmul path's where() below cuts it at
