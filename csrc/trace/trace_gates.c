@@ -11,8 +11,10 @@
 
 /* 1 when n depends on an input (placeholder), a constant held by reference
  * (get_attr) or a random draw; 0 when it is a function of literals only */
+static int writes_meet(StaxTracer *tr, StaxNode *m, PyObject *writes, StaxNode *n);
+
 static int
-depends_on_inputs(StaxNode *n)
+depends_on_inputs(StaxTracer *tr, StaxNode *n)
 {
     PyObject *seen = PySet_New(NULL), *stack = PyList_New(0);
     int res = -1;
@@ -47,6 +49,15 @@ depends_on_inputs(StaxNode *n)
                 res = -1;
             }
         }
+        /* a write into m's storage (t = tp.zeros(()); t.add_(x.sum())):
+         * what it wrote is part of m's value too */
+        pos = 0;
+        while (res == 0 && PyDict_Next(tr->mutations, &pos, &k, &v)) {
+            int meets = k != (PyObject *)m ? writes_meet(tr, (StaxNode *)k, v, m) : 0;
+            if (meets < 0 || (meets && PyList_Append(stack, k) < 0)) {
+                res = -1;
+            }
+        }
         Py_XDECREF(ins);
         Py_DECREF(m);
     }
@@ -56,16 +67,96 @@ done:
     return res;
 }
 
+/* 1 when the storages in `writes` (a mutation node m's, tr->mutations)
+ * meet those of node n's sample value */
+static int
+writes_meet(StaxTracer *tr, StaxNode *m, PyObject *writes, StaxNode *n)
+{
+    PyObject *val = PyDict_GetItemString(n->meta, "val"), *mine, *k;
+    Py_ssize_t pos = 0;
+    Py_hash_t h;
+    int r = 0;
+    (void)tr;
+    (void)m;
+    if (val == NULL) {
+        return 0;
+    }
+    mine = PySet_New(NULL);
+    if (mine == NULL || stax_trace_storage_keys(val, mine) < 0) {
+        Py_XDECREF(mine);
+        return -1;
+    }
+    while (r == 0 && _PySet_NextEntry(writes, &pos, &k, &h)) {
+        r = PySet_Contains(mine, k);
+    }
+    Py_DECREF(mine);
+    return r;
+}
+
+/* 1 when a node recorded after n wrote n's storage: a gate reading n now
+ * reads the written value, not the one n had when it was recorded
+ * (v = y[0]; y.mul_(2); v.item()) */
+static int
+written_since(StaxTracer *tr, StaxNode *n)
+{
+    PyObject *nodes = tr->graph->nodes;
+    if (PyDict_GET_SIZE(tr->mutations) == 0) {
+        return 0;
+    }
+    for (Py_ssize_t i = PyList_GET_SIZE(nodes) - 1; i >= 0; i--) {
+        PyObject *m = PyList_GET_ITEM(nodes, i), *w;
+        int r;
+        if (m == (PyObject *)n) {
+            return 0;
+        }
+        w = PyDict_GetItemWithError(tr->mutations, m);
+        if (w == NULL) {
+            if (PyErr_Occurred()) {
+                return -1;
+            }
+            continue;
+        }
+        r = writes_meet(tr, (StaxNode *)m, w, n);
+        if (r != 0) {
+            return r;
+        }
+    }
+    return 0;
+}
+
 int
 stax_trace_add_gate(StaxTracer *tr, StaxNode *n, const char *kind,
                     PyObject *value)
 {
-    PyObject *t;
-    int rc = depends_on_inputs(n);
+    PyObject *t, *read = NULL;
+    int rc = written_since(tr, n);
+    if (rc < 0) {
+        return -1;
+    }
+    if (rc) {
+        /* the gate reads n as it is now: a clone recorded here is what
+         * the replay must compute (after the writes, which the replay's
+         * slice then takes in since a later node of it reads them) */
+        PyObject *p = stax_trace_proxy_new(tr, n), *args;
+        args = p != NULL ? PyTuple_Pack(1, p) : NULL;
+        Py_XDECREF(p);
+        t = args != NULL ? PyUnicode_FromString("clone") : NULL;
+        read = t != NULL ? stax_trace_record(tr, STAX_NODE_CALL_METHOD, t, args, NULL)
+                         : NULL;
+        Py_XDECREF(t);
+        Py_XDECREF(args);
+        if (read == NULL) {
+            return -1;
+        }
+        n = ((StaxProxy *)read)->node;
+    }
+    rc = depends_on_inputs(tr, n);
     if (rc <= 0) {
+        Py_XDECREF(read);
         return rc;    /* a value of literals only: no gate needed */
     }
     t = Py_BuildValue("(OsO)", n, kind, value);
+    Py_XDECREF(read);
     if (t == NULL) {
         return -1;
     }

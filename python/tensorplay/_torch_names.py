@@ -636,7 +636,10 @@ def rrelu(input, lower=1.0 / 8, upper=1.0 / 3, training=False, inplace=False):
     U(lower, upper) per element when training, (lower + upper) / 2 in eval."""
     tp = _tp()
     if training:
-        slope = tp.empty(tuple(input.shape), dtype=input.dtype).uniform_(lower, upper)
+        # empty_like of the input: traced, it is a node of the graph, so the
+        # compiled function draws new slopes on every call (a tp.empty made
+        # inside the package is not recorded: its draw froze into a constant)
+        slope = tp.empty_like(input).uniform_(lower, upper)
     else:
         slope = (lower + upper) / 2
     r = tp.where(input >= 0, input, input * slope)
