@@ -154,3 +154,37 @@ def test_rrelu_training_draws_new_slopes_every_compiled_call(inplace):
         assert c == e
         seen.append(tuple(c))
     assert len(set(seen)) == 3
+
+
+def _isinstance_branch(x):
+    # a user helper that accepts tensors or numbers
+    if isinstance(x, tp.Tensor):
+        return x * 2
+    return x * 3
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_isinstance_of_a_traced_tensor_is_a_tensor(strict):
+    # the proxy failed isinstance(x, tp.Tensor): the compiled function took
+    # the other branch and returned x * 3
+    x = tp.arange(4.)
+    cf = tp.compile(_isinstance_branch, strict_native=strict)
+    assert cf(x).tolist() == _isinstance_branch(x).tolist() == [0., 2., 4., 6.]
+    g = lambda x: x * 2 if isinstance(x * 1, (tp.Tensor, float)) and x.__class__ is tp.Tensor else x
+    assert tp.compile(g)(x).tolist() == g(x).tolist()
+
+
+@pytest.mark.parametrize("rg", [False, True])
+def test_grad_fn_and_is_leaf_of_traced_values(rg):
+    # x.grad_fn of a traced tensor was a recorded getattr (never None), so
+    # `x.grad_fn is None` took the wrong branch; computed values said
+    # is_leaf True (their sample ran without grad)
+    def f(x):
+        y = x * 2
+        z = y.detach()
+        flags = [x.grad_fn is None, x.is_leaf, y.grad_fn is None, y.is_leaf,
+                 z.grad_fn is None, z.is_leaf]
+        return y * sum(2 ** i for i, b in enumerate(flags) if b)
+    x = tp.arange(3.).requires_grad_(rg)
+    x2 = tp.arange(3.).requires_grad_(rg)
+    assert tp.compile(f)(x2).tolist() == f(x).tolist()

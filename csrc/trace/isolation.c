@@ -543,8 +543,8 @@ hook_dealloc(CreationHook *self)
 }
 
 /* 1 when the innermost Python frame is inside the tensorplay package */
-static int
-called_from_package(void)
+int
+stax_trace_called_from_package(void)
 {
     PyFrameObject *f = PyEval_GetFrame();
     PyCodeObject *co;
@@ -572,7 +572,7 @@ hook_call(CreationHook *self, PyObject *args, PyObject *kwds)
 {
     PyObject *p, *v, *mark;
     StaxNode *n;
-    if (!self->tracer->active || !stax_trace_active() || called_from_package()) {
+    if (!self->tracer->active || !stax_trace_active() || stax_trace_called_from_package()) {
         /* library code (nn.Module constructors, initializers) gets real
          * tensors: only the user's own calls are recorded; so does
          * another thread, which is not tracing */
@@ -626,7 +626,7 @@ static PyType_Spec hook_spec = {
 static PyObject *
 len_hook(PyObject *orig, PyObject *arg)
 {
-    if (!called_from_package()) {
+    if (!stax_trace_called_from_package()) {
         PyObject *r = stax_trace_sym_len(arg);
         if (r != NULL || PyErr_Occurred()) {
             return r;

@@ -804,10 +804,60 @@ g_requires_grad(PyObject *self, void *c)
     return r;
 }
 
+/* eager's is_leaf: an input's (or constant's) as its sample says; a
+ * computed value is a leaf when it does not require grad (its sample ran
+ * without grad and says True for every value), or when requires_grad_()
+ * made it one */
 static PyObject *
 g_is_leaf(PyObject *self, void *c)
 {
-    return meta_attr(self, "is_leaf");
+    StaxNode *n = ((StaxProxy *)self)->node;
+    PyObject *rg;
+    int leaf;
+    if (n->op == STAX_NODE_PLACEHOLDER || n->op == STAX_NODE_GET_ATTR
+        || (n->op == STAX_NODE_CALL_METHOD && PyUnicode_Check(n->target)
+            && PyUnicode_CompareWithASCIIString(n->target, "requires_grad_") == 0)) {
+        return meta_attr(self, "is_leaf");
+    }
+    rg = g_requires_grad(self, c);
+    if (rg == NULL) {
+        return NULL;
+    }
+    leaf = rg != Py_True;
+    Py_DECREF(rg);
+    return PyBool_FromLong(leaf);
+}
+
+/* x.grad_fn: None for a leaf (which includes every value that does not
+ * require grad), as eager's; otherwise the traced attribute read */
+static PyObject *
+g_grad_fn(PyObject *self, void *c)
+{
+    PyObject *leaf = g_is_leaf(self, c);
+    if (leaf == NULL) {
+        return NULL;
+    }
+    if (leaf == Py_True) {
+        Py_DECREF(leaf);
+        Py_RETURN_NONE;
+    }
+    Py_DECREF(leaf);
+    return record_fn(((StaxProxy *)self)->tracer, builtin_getattr,
+                     Py_BuildValue("(Os)", self, "grad_fn"));
+}
+
+/* x.__class__: Tensor for the user's code, so that isinstance(x,
+ * tp.Tensor) holds while tracing as it does eagerly (isinstance consults
+ * __class__ once the real type does not match); the package's own code
+ * tells a proxy from a tensor and sees the real type. type(x) stays Proxy. */
+static PyObject *
+g_class(PyObject *self, void *c)
+{
+    (void)c;
+    if (StaxTensor_Type != NULL && !stax_trace_called_from_package()) {
+        return Py_NewRef((PyObject *)StaxTensor_Type);
+    }
+    return Py_NewRef((PyObject *)Py_TYPE(self));
 }
 
 /* x.grad: the gradient the compile driver lifted for this parameter
@@ -1570,6 +1620,8 @@ static PyGetSetDef proxy_getset[] = {
     {"is_sparse", g_meta, NULL, NULL, "is_sparse"},
     {"is_quantized", g_meta, NULL, NULL, "is_quantized"},
     {"is_leaf", g_is_leaf, NULL, NULL, NULL},
+    {"grad_fn", g_grad_fn, NULL, NULL, NULL},
+    {"__class__", g_class, NULL, NULL, NULL},
     {"grad", g_grad, NULL, NULL, NULL},
     {"T", g_T, NULL, NULL, NULL},
     {"mT", g_mT, NULL, NULL, NULL},

@@ -117,6 +117,8 @@ int stax_trace_graph_break(StaxTracer *tr, const char *what);
 /* New reference: the get_attr node holding tensor t by reference. */
 PyObject *stax_trace_const_node(StaxTracer *tr, PyObject *t);
 extern PyObject *stax_trace_pkg_dir;    /* ".../tensorplay/" */
+/* 1 when the innermost Python frame is inside the tensorplay package */
+int stax_trace_called_from_package(void);
 
 /* isolation.c: stand-ins, snapshots, RNG fork, creation hooks */
 int stax_trace_collect_extents(PyObject *o, PyObject *extents);
