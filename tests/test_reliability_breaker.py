@@ -188,3 +188,129 @@ def test_grad_fn_and_is_leaf_of_traced_values(rg):
     x = tp.arange(3.).requires_grad_(rg)
     x2 = tp.arange(3.).requires_grad_(rg)
     assert tp.compile(f)(x2).tolist() == f(x).tolist()
+
+
+_G = tp.zeros(2)
+_W = tp.ones(2)
+_STEP = 0
+
+
+def _assign_global_tensor(a):
+    global _G
+    _G = _G + a
+    return _G * 1
+
+
+def _count_steps_with_a_lifted_global(a):
+    global _STEP
+    _STEP += 1
+    return a * _W * _STEP
+
+
+def _make_nonlocal():
+    t = tp.zeros(2)
+
+    def f(a):
+        nonlocal t
+        t = t + a
+        return t * 1
+    return f, lambda: t
+
+
+class _Acc:
+    def __init__(self):
+        self.t = tp.zeros(2)
+
+    def step(self, a):
+        self.t = self.t + a
+        return self.t * 1
+
+
+def test_assignments_to_places_the_compiler_lifts_are_made():
+    # the lifting ran the function on a copied globals dict, new closure
+    # cells and stand-ins in an object's attributes: `global g; g = ...`,
+    # `nonlocal t; t = ...` and `self.t = ...` went there and were lost
+    # (the results kept reading the first value; a counter stayed 0)
+    global _G, _STEP
+    import warnings
+    x = tp.ones(2)
+    f, read_t = _make_nonlocal()
+    acc = _Acc()
+    cases = [(_assign_global_tensor, lambda: _G.tolist()),
+             (_count_steps_with_a_lifted_global, lambda: _STEP),
+             (f, lambda: read_t().tolist()),
+             (acc.step, lambda: acc.t.tolist())]
+    for fn, state in cases:
+        cf = tp.compile(fn)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            outs = [(cf(x).tolist(), state()) for _ in range(3)]
+        assert [o[0] for o in outs] == [[1., 1.], [2., 2.], [3., 3.]], fn
+        assert [o[1] for o in outs] in ([[1., 1.], [2., 2.], [3., 3.]], [1, 2, 3]), fn
+    _G, _STEP = tp.zeros(2), 0
+
+
+def test_lost_assignment_is_a_strict_error_naming_the_place():
+    global _G
+    with pytest.raises(tp._C.NativeCompileError,
+                       match=r"assigns globals\(\)\['_G'\].*test_reliability_breaker.py:\d+ in "
+                             r"_assign_global_tensor: _G = _G \+ a"):
+        tp.compile(_assign_global_tensor, strict_native=True)(tp.ones(2))
+    assert _G.tolist() == [0., 0.]
+
+
+def test_module_attribute_assignment_stays_native():
+    # a module's stores are logged by its __setattr__ and replayed: no
+    # fallback for them
+    import warnings
+
+    class M(tp.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("s", tp.zeros(3))
+
+        def forward(self, x):
+            self.s = self.s + x
+            self.last = x * 2
+            return self.s * 2
+    m = M()
+    cm = tp.compile(m, strict_native=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        for i in range(3):
+            assert cm(tp.ones(3)).tolist() == [2. * (i + 1)] * 3
+    assert m.s.tolist() == [3.] * 3 and m.last.tolist() == [2.] * 3
+
+
+def _enable_grad_inside(x):
+    with tp.enable_grad():
+        y = x * 2
+    return y, x * 3
+
+
+def test_enable_grad_inside_a_call_made_under_no_grad():
+    # the version compiled for grad off dropped the enable_grad block: y
+    # came back without requires_grad (and without a graph to backward)
+    import warnings
+    x = tp.ones(3, requires_grad=True)
+    with tp.no_grad():
+        ye, ze = _enable_grad_inside(x)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            yc, zc = tp.compile(_enable_grad_inside)(x)
+    assert (yc.requires_grad, zc.requires_grad) == (ye.requires_grad, ze.requires_grad) == (True, False)
+    yc.sum().backward()
+    assert x.grad.tolist() == [2., 2., 2.]
+    with tp.no_grad(), pytest.raises(tp._C.NativeCompileError,
+                                     match=r"turns grad mode on.*in _enable_grad_inside: y = x \* 2"):
+        tp.compile(_enable_grad_inside, strict_native=True)(x)
+
+
+def test_requires_grad_of_a_traced_bfloat16_value():
+    # a bfloat16 value computed from a grad-requiring input read
+    # requires_grad False while tracing (only float16/32/64 counted)
+    def g(x):
+        y = x.bfloat16()
+        return y * (2 if y.requires_grad else 3)
+    x = tp.ones(3, requires_grad=True)
+    assert tp.compile(g)(x).tolist() == g(x).tolist() == [2., 2., 2.]

@@ -1164,11 +1164,17 @@ node_requires_grad(PyObject *o, int depth)
         return flag == NULL || PyObject_IsTrue(flag) == 1;
     }
     stax_dtype_t dt = ((StaxTensor *)v)->dtype;
-    if (!(dt == STAX_FLOAT16 || dt == STAX_FLOAT32 || dt == STAX_FLOAT64)
+    if (!(dt == STAX_FLOAT16 || dt == STAX_BFLOAT16 || dt == STAX_FLOAT32 || dt == STAX_FLOAT64)
         || (PyUnicode_Check(n->target) && PyUnicode_CompareWithASCIIString(n->target, "detach") == 0)) {
         return 0;
     }
     return node_requires_grad(n->args, depth + 1);
+}
+
+int
+stax_trace_node_requires_grad(PyObject *o)
+{
+    return node_requires_grad(o, 0);
 }
 
 /* y.requires_grad_(False) on a computed y: eager clears y's flag, so y and

@@ -65,6 +65,9 @@ struct StaxTracer {
     int active;
     int entry_depth;         /* Python frames below fn's when tracing began */
     int grad_at_start;       /* grad mode when the trace began (rho) */
+    PyObject *grad_inside;   /* trace begun with grad off: where the function
+                                turned it on and computed a value that
+                                requires grad (file:line), or NULL */
 };
 
 extern PyTypeObject *StaxTracer_Type;
@@ -119,6 +122,8 @@ PyObject *stax_trace_const_node(StaxTracer *tr, PyObject *t);
 extern PyObject *stax_trace_pkg_dir;    /* ".../tensorplay/" */
 /* 1 when the innermost Python frame is inside the tensorplay package */
 int stax_trace_called_from_package(void);
+/* 1 when eager's value of node n (or a list/tuple of nodes) requires grad */
+int stax_trace_node_requires_grad(PyObject *o);
 
 /* isolation.c: stand-ins, snapshots, RNG fork, creation hooks */
 int stax_trace_collect_extents(PyObject *o, PyObject *extents);

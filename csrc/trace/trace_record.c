@@ -883,6 +883,12 @@ stax_trace_record(StaxTracer *tr, stax_node_op_t op, PyObject *target,
         goto done;
     }
     res = stax_trace_proxy_new(tr, n);
+    if (res != NULL && !tr->grad_at_start && tr->grad_inside == NULL && stax_grad_enabled()
+        && stax_trace_node_requires_grad((PyObject *)n)) {
+        /* `with tp.enable_grad():` in a function called under no_grad: this
+         * value requires grad in eager, which the graph cannot say */
+        tr->grad_inside = Py_NewRef(stack);
+    }
     if (res != NULL && tr->grad_at_start && !stax_grad_enabled() && !node_writes(n)
         && !(PyUnicode_Check(target) && PyUnicode_CompareWithASCIIString(target, "detach") == 0)) {
         /* recorded inside `with tp.no_grad():` of a function called with

@@ -56,6 +56,7 @@ tracer_traverse(StaxTracer *self, visitproc visit, void *arg)
     Py_VISIT(self->lazy_reads);
     Py_VISIT(self->lazy_error);
     Py_VISIT(self->eager_runs);
+    Py_VISIT(self->grad_inside);
     Py_VISIT(self->symenv);
     return 0;
 }
@@ -84,6 +85,7 @@ tracer_clear(StaxTracer *self)
     Py_CLEAR(self->lazy_reads);
     Py_CLEAR(self->lazy_error);
     Py_CLEAR(self->eager_runs);
+    Py_CLEAR(self->grad_inside);
     Py_CLEAR(self->symenv);
     return 0;
 }
@@ -154,6 +156,7 @@ tracer_new(void)
     tr->lazy_reads = NULL;
     tr->lazy_error = NULL;
     tr->eager_runs = NULL;
+    tr->grad_inside = NULL;
     tr->symenv = NULL;
     tr->active = 0;
     PyObject_GC_Track(tr);
@@ -452,6 +455,7 @@ typedef struct {
     PyObject *output_named;
     PyObject *graph_breaks;
     PyObject *eager_samples;
+    PyObject *grad_enabled_at;
     int replay_copies_inputs;
     char writes_unrestorable;
     Py_ssize_t deferred_samples;
@@ -472,6 +476,7 @@ tres_traverse(TraceResult *self, visitproc visit, void *arg)
     Py_VISIT(self->output_named);
     Py_VISIT(self->graph_breaks);
     Py_VISIT(self->eager_samples);
+    Py_VISIT(self->grad_enabled_at);
     return 0;
 }
 
@@ -489,6 +494,7 @@ tres_clear(TraceResult *self)
     Py_CLEAR(self->output_named);
     Py_CLEAR(self->graph_breaks);
     Py_CLEAR(self->eager_samples);
+    Py_CLEAR(self->grad_enabled_at);
     return 0;
 }
 
@@ -544,6 +550,10 @@ static PyMemberDef tres_members[] = {
     {"deferred_samples", T_PYSSIZET, offsetof(TraceResult, deferred_samples),
      READONLY, "storages of sample values (stand-ins' copies included) that "
      "trace(lazy=True) never had to compute"},
+    {"grad_enabled_at", T_OBJECT, offsetof(TraceResult, grad_enabled_at), READONLY,
+     "None, or for a trace begun with grad off: 'file:line in fn: source' of the "
+     "first value the function computed with grad turned on (enable_grad) that "
+     "requires grad; the graph does not say which values do"},
     {"eager_samples", T_OBJECT, offsetof(TraceResult, eager_samples), READONLY,
      "trace(lazy=True): the names of the nodes whose sample was computed "
      "when they were recorded (no metadata rule, a write, a constant view), "
@@ -911,6 +921,7 @@ trace_result(StaxTracer *tr, PyObject *versions)
     tres->eager_samples = tr->eager_runs != NULL ? PyList_AsTuple(tr->eager_runs)
                                                  : PyTuple_New(0);
     tres->writes_unrestorable = (char)tr->unrestorable;
+    tres->grad_enabled_at = Py_NewRef(tr->grad_inside != NULL ? tr->grad_inside : Py_None);
     PyObject_GC_Track(tres);
     if (tres->shape_reads == NULL || tres->constants == NULL
         || tres->unrecorded_writes == NULL || tres->stale_reads == NULL

@@ -232,8 +232,8 @@ class _Call:
     """The parts of one call's key that the slow path computes."""
     __slots__ = ("args", "kwargs", "free", "sig_args", "sig_kwargs", "sig_free", "effects_before_error",
                  "rho", "dtype", "flat", "paths", "gkey", "alias", "effects", "stores",
-                 "n_extras", "unsafe_store", "seeds", "symenv", "dyn", "effect", "_static", "ver",
-                 "alias_spec", "out_named")
+                 "n_extras", "unsafe_store", "lost_store", "seeds", "symenv", "dyn", "effect",
+                 "_static", "ver", "alias_spec", "out_named")
 
     def sigs(self):
         """sigma of the call as keyed (a call rekeyed for a function that
@@ -857,6 +857,29 @@ class Driver:
         fn = self.fn
         return fn.forward if _lift._is_module(fn) else fn
 
+    def _assign_line(self, where):
+        """The source line of the function's assignment to `where` (a path
+        of _lift._lost_store: globals()['g'], the closure variable 't',
+        self.t): its STORE_GLOBAL / STORE_DEREF / STORE_ATTR of that name;
+        else the function's first line."""
+        import dis
+        import re
+        fn = self.fn
+        if _lift._is_module(fn):
+            fn = type(fn).forward
+        co = getattr(getattr(fn, "__func__", fn), "__code__", None)
+        m = re.search(r"(?:\['([^']*)'\]|'([^']*)'|\.(\w+))$", where)
+        if co is None or m is None:
+            return self._fn_line()
+        name = next(g for g in m.groups() if g is not None)
+        ops = {"STORE_GLOBAL", "STORE_DEREF", "STORE_ATTR", "STORE_NAME"}
+        for x in dis.get_instructions(co):
+            if x.opname in ops and x.argval == name and x.positions.lineno:
+                import linecache
+                src = linecache.getline(co.co_filename, x.positions.lineno).strip()
+                return f"{co.co_filename}:{x.positions.lineno} in {co.co_name}: {src}"
+        return self._fn_line()
+
     def _store_line(self, where):
         """The source line of the store that left a traced tensor at `where`
         (a path as _stores.find_proxy writes it: globals['d']['k'],
@@ -1396,6 +1419,7 @@ class Driver:
                 restore()
             call.effects = getattr(wrapper, "effects", None)
             call.out_named = getattr(tr, "output_named", None)
+            call.lost_store = getattr(wrapper, "lost_store", None)
             self._collect_stores(call, plan, tr, slog)
             # eager's aliasing of the outputs, read before the passes
             # change which value each output is (_aliasing)
@@ -1677,6 +1701,32 @@ class Driver:
                    "trace's on every call)")
             if self.strict_native:
                 raise _C.NativeCompileError("strict_native: " + msg)
+            if config.warn_on_fallback:
+                warnings.warn(msg + "; this version runs eagerly", RuntimeWarning, stacklevel=5)
+            v.effects_eager = True
+        grad_at = getattr(tr, "grad_enabled_at", None)
+        if grad_at is not None:
+            # `with tp.enable_grad():` inside a call made under no_grad:
+            # eager's values made there require grad and carry a graph,
+            # which a version compiled for grad off does not build
+            msg = (f"tensorplay.compile: '{self.name}' turns grad mode on inside a call made "
+                   "with grad off and computes a value that requires grad")
+            if self.strict_native:
+                raise _C.NativeCompileError(f"strict_native: {msg}; at {grad_at}")
+            if config.warn_on_fallback:
+                warnings.warn(msg + "; this version runs eagerly", RuntimeWarning, stacklevel=5)
+            v.effects_eager = True
+        lost = getattr(call, "lost_store", None)
+        if lost is not None:
+            # `global g; g = ...` (or nonlocal, or obj.t = ...) where the
+            # lifting put a stand-in: the trace's store went to its copy;
+            # every call runs eagerly and makes it, as torch.compile does
+            # at a graph break
+            msg = (f"tensorplay.compile: '{self.name}' assigns {lost}, a place the compiler "
+                   "swaps its lifted values into while tracing; the compiled program cannot "
+                   "make that assignment")
+            if self.strict_native:
+                raise _C.NativeCompileError("strict_native: " + msg + f"; at {self._assign_line(lost)}")
             if config.warn_on_fallback:
                 warnings.warn(msg + "; this version runs eagerly", RuntimeWarning, stacklevel=5)
             v.effects_eager = True

@@ -313,6 +313,11 @@ class Plan:
             new_globals = None
             cells = list(target.__closure__ or ())
             restore = []
+            # what the lifting put where, to tell the function's own stores
+            # from it when it returns: globals name -> value, closure cell
+            # index -> value, restore index -> (path, value)
+            gput, cput, sput = {}, {}, {}
+            wrapper.lost_store = None
             try:
                 # a helper's reads first, in their own places (its globals
                 # dict, its cell): the target's copied globals then see them
@@ -329,6 +334,8 @@ class Plan:
                         else:
                             d, name = _place(s)
                         restore.append(_swap(d, name, p))
+                        if not _is_module(_owner(s)):
+                            sput[len(restore) - 1] = (s.path, p)
                 for i, p in effects:
                     s = sources[i]
                     if s.helper:
@@ -341,10 +348,11 @@ class Plan:
                     elif s.kind == 0:
                         if new_globals is None:
                             new_globals = dict(target.__globals__)
-                        new_globals[s.attrs[0]] = p
+                        new_globals[s.attrs[0]] = gput[s.attrs[0]] = p
                     else:
                         k = next(j for j, c in enumerate(cells) if c is s.root)
                         cells[k] = types.CellType(p)
+                        cput[k] = p
                 by_index = dict(zip(lifted_idx, proxies))
                 for p, i in zip(proxies, lifted_idx):
                     s = sources[i]
@@ -362,12 +370,17 @@ class Plan:
                     if s.kind == 0 and len(s.attrs) == 1:
                         if new_globals is None:
                             new_globals = dict(target.__globals__)
-                        new_globals[s.attrs[0]] = p
+                        new_globals[s.attrs[0]] = gput[s.attrs[0]] = p
                     elif s.kind == 1 and not s.attrs:
                         k = freevars.index(s.name)
                         cells[k] = types.CellType(p)
+                        cput[k] = p
                     else:
                         restore.append(_swap(*_place(s), p))
+                        if not _is_module(_owner(s)):
+                            # (a module's attribute stores are logged by its
+                            # __setattr__ and replayed: _stores)
+                            sput[len(restore) - 1] = (s.path, p)
                 fn = types.FunctionType(code, new_globals if new_globals is not None else target.__globals__,
                                         target.__name__, target.__defaults__, tuple(cells) or None)
                 fn.__kwdefaults__ = target.__kwdefaults__
@@ -375,6 +388,12 @@ class Plan:
                     return fn(self_obj, *rest, **kw)
                 return fn(*rest, **kw)
             finally:
+                # a store (`global g; g = ...`, `nonlocal t; t = ...`,
+                # `obj.t = ...`) into a place the lifting took over went to
+                # the copied globals, the new cell or the stand-in's place:
+                # nothing would make it (the restore below undoes the last)
+                wrapper.lost_store = _lost_store(target, new_globals, gput, cells,
+                                                 cput, restore, sput)
                 for d, name, had, old in reversed(restore):
                     if name is None:
                         d.cell_contents = old       # a helper's cell
@@ -386,6 +405,38 @@ class Plan:
         names = [sources[i].name for i in lifted_idx]
         wrapper.effects = log
         return wrapper, names
+
+
+_GONE = object()
+
+
+def _lost_store(target, new_globals, gput, cells, cput, restore, sput):
+    """Where the traced function stored a value into a place the lifting
+    wrapper took over (a path for the messages), or None: a name of the
+    copied globals dict that no longer holds what the wrapper put there (or
+    the real dict's value), a new closure cell that no longer holds its
+    lifted value, a swapped place that no longer holds its stand-in."""
+    if new_globals is not None:
+        real = target.__globals__
+        for k, v in new_globals.items():
+            if v is not (gput[k] if k in gput else real.get(k, _GONE)):
+                return f"globals()[{k!r}]"
+    for k, put in cput.items():
+        try:
+            cur = cells[k].cell_contents
+        except ValueError:
+            cur = _GONE
+        if cur is not put:
+            return f"the closure variable {target.__code__.co_freevars[k]!r}"
+    for i, (path, put) in sput.items():
+        d, name = restore[i][0], restore[i][1]
+        try:
+            cur = d[name]
+        except (KeyError, IndexError, TypeError):
+            cur = _GONE
+        if cur is not put:
+            return path
+    return None
 
 
 def _owner(s):
