@@ -314,3 +314,51 @@ def test_requires_grad_of_a_traced_bfloat16_value():
         return y * (2 if y.requires_grad else 3)
     x = tp.ones(3, requires_grad=True)
     assert tp.compile(g)(x).tolist() == g(x).tolist() == [2., 2., 2.]
+
+
+@pytest.mark.parametrize("fn", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_softmax_of_a_long_row_computes_in_float32(fn, dtype):
+    # the compiled float16 softmax summed exp in float16: a row of 70000
+    # equal values summed to inf and every output was 1 / inf = 0 (eager
+    # and torch: 1.43e-05)
+    x = tp.ones(2, 70000).to(getattr(tp, dtype))
+    f = lambda x: getattr(x, fn)(-1)
+    e, c = _np(f(x)), _np(tp.compile(f)(x))
+    np.testing.assert_allclose(c, e, rtol=1e-2)
+    if fn == "softmax":
+        assert abs(float(c.sum(-1)[0]) - 1) < 2e-2
+
+
+_DYN = {
+    "split": lambda x: tp.stack([t.sum() for t in x.split(3)]),
+    "chunk": lambda x: tp.stack([t.sum() for t in x.chunk(3)]),
+    "unbind": lambda x: tp.stack([t * 2 for t in x.unbind(0)]),
+    "len_split": lambda x: x * len(x.split(2)),
+    "str": lambda x: x * len(str(x.shape[0])),
+    "repr": lambda x: x * len(repr(x.size(0))),
+    "format": lambda x: x * len(f"{x.shape[0]:d}"),
+    "dict_key": lambda x: x * {7: 1, 8: 2, 9: 3, 12: 4, 1: 5, 30: 6}[x.shape[0]],
+}
+
+
+@pytest.mark.parametrize("name", sorted(_DYN))
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_python_values_of_symbolic_sizes(name, dynamic):
+    # automatic dynamic shapes (the default after a size changes): the
+    # number of pieces of x.split(3) / unbind / chunk came from the first
+    # dynamic trace (size 12 gave 3 pieces, not 4); str/repr/format of a
+    # size gave 'Proxy(size)', a size as a dict key hashed by identity
+    f = _DYN[name]
+    cf = tp.compile(f, dynamic=dynamic)
+    for n in [7, 8, 9, 12, 1, 30]:
+        x = tp.arange(float(n)) + 1
+        e, c = f(x), cf(x)
+        assert c.shape == e.shape and c.tolist() == e.tolist(), n
+
+
+def test_is_tensor_of_a_traced_tensor():
+    # tp.is_tensor(x) was False while tracing (isinstance inside the
+    # package sees the proxy's own type): the other branch was compiled
+    f = lambda x: x * (2 if tp.is_tensor(x) else 3)
+    assert tp.compile(f)(tp.ones(2)).tolist() == f(tp.ones(2)).tolist() == [2., 2.]

@@ -571,7 +571,10 @@ lw_lower_softmax(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
     if (red_begin(c, x, mask, logsm ? "log_softmax" : "softmax", &r) < 0) {
         return -1;
     }
-    stax_dtype_t fd = out->dtype == STAX_BFLOAT16 ? STAX_FLOAT32 : out->dtype;
+    /* float16 and bfloat16 rows are computed in float32 and rounded once,
+     * as eager and PyTorch do (a float16 sum of exp passes 65504 once a row
+     * holds more than 65504 near-max values: 1 / inf made every output 0) */
+    stax_dtype_t fd = acc_float(out->dtype);
     const stax_lval *xv = lw_cast(c, red_value(c, x, &r), fd);
     int a0 = add_acc(r.k, STAX_RED_MAX, fd, xv, NULL);
     if (a0 < 0) {

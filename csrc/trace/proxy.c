@@ -55,15 +55,40 @@ proxy_dealloc(StaxProxy *self)
     Py_DECREF(tp);
 }
 
+static PyObject *sym_value(PyObject *self);
+
 static PyObject *
 proxy_repr(StaxProxy *self)
 {
+    if (self->tracer != NULL && self->tracer->symenv != NULL && stax_trace_is_sym(self->node)) {
+        /* str(x.shape[0]) under dynamic shapes: the size's digits, which
+         * the version then depends on (specialized, as int() does) */
+        PyObject *v = sym_value((PyObject *)self), *r;
+        if (v == NULL) {
+            return NULL;
+        }
+        r = PyObject_Repr(v);
+        Py_DECREF(v);
+        return r;
+    }
     return PyUnicode_FromFormat("Proxy(%U)", self->node->name);
 }
 
 static Py_hash_t
 proxy_hash(PyObject *self)
 {
+    StaxProxy *p = (StaxProxy *)self;
+    if (p->tracer != NULL && p->tracer->symenv != NULL && stax_trace_is_sym(p->node)) {
+        /* a size as a dict key (cache[x.shape[0]]): an int's hash */
+        PyObject *v = sym_value(self);
+        Py_hash_t hv;
+        if (v == NULL) {
+            return -1;
+        }
+        hv = PyObject_Hash(v);
+        Py_DECREF(v);
+        return hv;
+    }
     Py_hash_t h = (Py_hash_t)((uintptr_t)self >> 4);
     return h == -1 ? -2 : h;
 }
@@ -402,6 +427,13 @@ p_index(PyObject *self)
     return value_gate(self, "index", PyNumber_Index);
 }
 
+/* the int a symbolic size stands for, specialized (int(size)) */
+static PyObject *
+sym_value(PyObject *self)
+{
+    return value_gate(self, "int", PyNumber_Long);
+}
+
 static PyObject *
 call_item(PyObject *v)
 {
@@ -540,6 +572,91 @@ p_setitem(PyObject *self, PyObject *key, PyObject *value)
     return 0;
 }
 
+/* Node n is a call whose number of results follows one size of its input
+ * (x.split(3), x.chunk(2, 1), x.unbind(0), ...): specialize that size, so
+ * the version is used only where the count is the traced one. 0, or -1. */
+static int
+specialize_count_dim(StaxProxy *p)
+{
+    static const struct { const char *name; int dim_at; int dflt; } ops[] = {
+        {"split", 2, 0}, {"unsafe_split", 2, 0}, {"chunk", 2, 0}, {"unsafe_chunk", 2, 0},
+        {"tensor_split", 2, 0}, {"unbind", 1, 0}, {"hsplit", -1, 1}, {"vsplit", -1, 0},
+        {"dsplit", -1, 2}, {NULL, 0, 0}};
+    StaxNode *n = p->node;
+    PyObject *name = NULL, *in, *dimo = NULL, *q = NULL, *sz = NULL, *v = NULL;
+    const char *s = NULL;
+    int k = -1, rc = 0;
+    if (n->op == STAX_NODE_CALL_METHOD && PyUnicode_Check(n->target)) {
+        name = Py_NewRef(n->target);
+    }
+    else if (n->op == STAX_NODE_CALL_FUNCTION) {
+        name = PyObject_GetAttrString(n->target, "__name__");
+        if (name == NULL || !PyUnicode_Check(name)) {
+            PyErr_Clear();
+            Py_CLEAR(name);
+        }
+    }
+    s = name != NULL ? PyUnicode_AsUTF8(name) : NULL;
+    if (s == NULL) {
+        PyErr_Clear();
+    }
+    for (int i = 0; s != NULL && ops[i].name != NULL; i++) {
+        if (strcmp(s, ops[i].name) == 0) {
+            k = i;
+        }
+    }
+    Py_XDECREF(name);
+    if (k < 0 || !PyTuple_Check(n->args) || PyTuple_GET_SIZE(n->args) < 1
+        || !StaxNode_Check(PyTuple_GET_ITEM(n->args, 0))) {
+        return 0;
+    }
+    in = PyTuple_GET_ITEM(n->args, 0);
+    if (ops[k].dim_at == 2 && PyTuple_GET_SIZE(n->args) > 1
+        && (PyList_Check(PyTuple_GET_ITEM(n->args, 1)) || PyTuple_Check(PyTuple_GET_ITEM(n->args, 1)))) {
+        return 0;      /* split([2, 3]): as many pieces as sizes listed */
+    }
+    v = PyDict_GetItemString(((StaxNode *)in)->meta, "val");
+    if (v == NULL || !is_tensor(v)) {
+        return 0;
+    }
+    int nd = ((StaxTensor *)v)->ndim;
+    long d = ops[k].dflt;
+    if (ops[k].dim_at < 0) {
+        d = (strcmp(ops[k].name, "hsplit") == 0 && nd == 1) ? 0 : ops[k].dflt;
+    }
+    else {
+        if (n->kwargs != NULL && PyDict_Check(n->kwargs)) {
+            dimo = PyDict_GetItemString(n->kwargs, "dim");
+        }
+        if (dimo == NULL && PyTuple_GET_SIZE(n->args) > ops[k].dim_at) {
+            dimo = PyTuple_GET_ITEM(n->args, ops[k].dim_at);
+        }
+        if (dimo != NULL && PyLong_Check(dimo)) {
+            d = PyLong_AsLong(dimo);
+        }
+    }
+    if (d < 0) {
+        d += nd;
+    }
+    if (d < 0 || d >= nd) {
+        PyErr_Clear();
+        return 0;
+    }
+    q = stax_trace_proxy_new(p->tracer, (StaxNode *)in);
+    sz = q != NULL ? stax_trace_sym_dim((StaxProxy *)q, (int)d) : NULL;
+    if (sz == NULL) {
+        rc = -1;
+    }
+    else if (StaxProxy_Check(sz)) {
+        PyObject *iv = PyNumber_Long(sz);       /* specializes the size */
+        rc = iv != NULL ? 0 : -1;
+        Py_XDECREF(iv);
+    }
+    Py_XDECREF(q);
+    Py_XDECREF(sz);
+    return rc;
+}
+
 /* number of entries along dim 0 (a shape read); -1 + error */
 static Py_ssize_t
 first_dim(StaxProxy *p, const char *what)
@@ -558,6 +675,11 @@ first_dim(StaxProxy *p, const char *what)
             return -1;
         }
         return (Py_ssize_t)t->sizes[0];
+    }
+    if (p->tracer->symenv != NULL && specialize_count_dim(p) < 0) {
+        /* x.split(3), x.unbind(0) under dynamic shapes: how many pieces
+         * there are follows a size, which the version then depends on */
+        return -1;
     }
     return PyObject_Length(v);
 }
@@ -1553,6 +1675,14 @@ static PyObject *
 pm_format(PyObject *self, PyObject *spec)
 {
     PyObject *v, *item, *r;
+    if (((StaxProxy *)self)->tracer->symenv != NULL
+        && stax_trace_is_sym(((StaxProxy *)self)->node)) {
+        /* f"{x.shape[0]:d}": the size's digits, specialized */
+        item = sym_value(self);
+        r = item != NULL ? PyObject_Format(item, spec) : NULL;
+        Py_XDECREF(item);
+        return r;
+    }
     if (!PyUnicode_Check(spec) || PyUnicode_GET_LENGTH(spec) == 0) {
         return PyObject_Repr(self);
     }

@@ -225,7 +225,8 @@ def is_inference_mode_enabled():
 # ---- small predicates --------------------------------------------------------
 
 def is_tensor(obj):
-    return isinstance(obj, Tensor)
+    # a traced tensor (compiled function) is a tensor to the user's code
+    return isinstance(obj, Tensor) or type(obj) is getattr(_C, "Proxy", None)
 
 
 def is_floating_point(input):
