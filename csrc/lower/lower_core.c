@@ -128,10 +128,19 @@ lw_const(lw_ctx *c, stax_dtype_t dt, double f)
 {
     stax_lval *v = lv_new(c, STAX_LV_CONST, dt);
     if (v) {
-        /* a bfloat16 constant holds its rounded value (through float32, as
-         * eager converts): a cast of it to float32 folds to that value */
-        v->f = dt == STAX_BFLOAT16 ? (double)stax_bf16_to_float(stax_float_to_bf16((float)f))
-                                   : f;
+        /* a constant of a narrower float dtype holds its rounded value (as
+         * eager converts: bfloat16 through float32, float16 from the
+         * double): a cast of it to a wider dtype folds to that value
+         * (x.fill_(0.001) of float32 read as float64 is 0.0010000000475) */
+        if (dt == STAX_FLOAT32) {
+            v->f = (double)(float)f;
+        }
+        else if (stax_dtype_is_half_like(dt)) {
+            v->f = stax_half_like_to_double(dt, stax_double_to_half_like(dt, f));
+        }
+        else {
+            v->f = f;
+        }
         if (!lw_is_float(dt)) {
             v->i = dt == STAX_BOOL ? (f != 0) : (int64_t)f;
         }

@@ -383,3 +383,45 @@ def test_outputs_viewing_one_intermediate_share_memory_with_grad():
     g.sum().backward()
     g2.sum().backward()
     assert x.grad.tolist() == x2.grad.tolist()
+
+
+# ------------------------------------------------------------------ seed sweep finds (issue 13)
+
+
+@pytest.mark.parametrize("dt", ["float32", "float16", "bfloat16"])
+def test_constant_of_narrow_float_dtype_holds_its_rounded_value(dt):
+    # sweep seed 200875: x.transpose(0, 1).fill_(0.001) of a float32 x read
+    # as float64 gave the double 0.001 compiled (eager: float32(0.001))
+    dtype = getattr(tp, dt)
+
+    def f(x):
+        y = x * 2
+        y.fill_(0.001)
+        return y.to(tp.float64), tp.full((2,), 0.1, dtype=dtype).to(tp.float64)
+    cf = tp.compile(f, strict_native=True)
+    for got, want in zip(cf(tp.zeros(3, dtype=dtype)), f(tp.zeros(3, dtype=dtype))):
+        assert got.tolist() == want.tolist()
+    assert f(tp.zeros(1, dtype=dtype))[0].item() != 0.001
+
+
+@pytest.mark.parametrize("dt", ["float32", "float64", "float16"])
+def test_where_on_abs_compared_with_zero(dt):
+    # sweep seed 201330: leaky_relu(where(x.abs() > 0.0, x, 1e30)) compiled
+    # was x (LLVM 19 took x for positive where |x| > 0: the kernel became
+    # a memset of True for where(x.abs() > 0.0, x, 1e30) > 0)
+    import itertools
+    import operator as O
+
+    def f(x):
+        out = []
+        for cmp1, cmp2, k, swap in itertools.product([O.gt, O.ge, O.lt, O.le, O.eq, O.ne],
+                                                     [O.gt, O.lt], [7.0, -7.0], [False, True]):
+            c = cmp1(0.0, x.abs()) if swap else cmp1(x.abs(), 0.0)
+            out += [cmp2(tp.where(c, x, k), 0), cmp2(tp.where(c, k, x), 0)]
+        out.append(tp.nn.functional.leaky_relu(tp.where(x.abs() > 0.0, x, 1e30), negative_slope=0.2))
+        return out
+    x = tp.tensor([-2.0, -0.4, -0.0, 0.0, 0.3, float("nan"), float("inf"), float("-inf")],
+                  dtype=getattr(tp, dt))
+    got, want = tp.compile(f, strict_native=True)(x), f(x)
+    for i, (a, b) in enumerate(zip(got, want)):
+        np.testing.assert_array_equal(a.float().numpy(), b.float().numpy(), err_msg=str(i))
