@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from .program import numel
+from .program import inexact_text, numel
 
 FILLER = {"float32": 7777.0, "float64": 7777.0, "int64": 7777, "bool": True}
 NP_DT = {"float32": np.float32, "float64": np.float64, "int64": np.int64, "bool": np.bool_}
@@ -388,9 +388,13 @@ class Runner:
         self.avoid = set(avoid)   # checks left out while their bug is open
         self.exact = "exact" not in self.avoid and prog.bit_exact()
         src = prog.fn_source()
-        self.has_f32 = bool(prog.modules) or any(w in src for w in ("float32", ".float()", "exp", "tanh", "sigmoid",
-                                                                      "/")) or any(
+        self.has_f32 = bool(prog.modules) or inexact_text(src) or any(w in src for w in ("float32", ".float()",
+                                                                                       "/")) or any(
             sig[p.name].dt == "float32" for sig in plan.sigs for p in prog.params if p.kind == "tensor")
+        # a libm-style function of a float16/bfloat16 value: computed in
+        # float32 and rounded once, eager and compiled alike, but a 1-ulp
+        # float32 difference may round to neighbouring 16-bit values
+        self.lowp_inexact = inexact_text(src) and ("float16" in src or "bfloat16" in src)
         self.strict = strict
         self.check_compiles = check_compiles
         self.events = collections.Counter()   # fallbacks etc. for the summary
@@ -701,6 +705,8 @@ class Runner:
             rtol, atol = TOL["float32"]   # float32 values promoted into a float64 result
         if self.exact and rec is not None:
             rtol, atol = 0.0, 0.0   # documented bit-exact ops only (±0 still compare equal)
+        if self.lowp_inexact:
+            rtol, atol = max(rtol, 2e-2), max(atol, 1e-4)
         strict_special = True
         if rec is not None and rec.red > 0:
             rtol += 4 * rec.red_n * EPS32
