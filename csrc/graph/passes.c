@@ -514,6 +514,12 @@ p_norm_identity(p_pass_ctx *c, PyObject *n, const p_opref *r, PyObject *args,
     int ident = p_scalar_equals(k, unit) || p_is_const_tensor_node(k, unit);
     /* dtype and shape unchanged, judged on the sample values */
     ident = ident && stax_graph_p_same_meta(stax_graph_p_val(n), stax_graph_p_val(x));
+    /* a tensor k broadcasts: at another size of a dynamic x the shapes may
+     * differ or not broadcast at all, which eager raises (fuzz sweep seed
+     * 400927, dynamic: x + tp.zeros(3) of a size-4 x returned x) */
+    if (ident && !p_scalar_equals(k, unit) && stax_graph_p_symbolic_operand(n)) {
+        ident = 0;
+    }
     /* no graph output may come to alias a graph input (or x) */
     if (ident && p_used_by_output(n) && (!p_is_fresh(x) || p_used_by_output(x))) {
         ident = 0;

@@ -425,3 +425,20 @@ def test_where_on_abs_compared_with_zero(dt):
     got, want = tp.compile(f, strict_native=True)(x), f(x)
     for i, (a, b) in enumerate(zip(got, want)):
         np.testing.assert_array_equal(a.float().numpy(), b.float().numpy(), err_msg=str(i))
+
+
+def test_dynamic_add_of_constant_zeros_still_broadcasts():
+    # dynamic sweep seed 400927: NormalizeOperators took x + tp.zeros(3)
+    # for x (same shape on the samples); at size 4 the compiled call
+    # returned where eager raises
+    def f(x):
+        z = tp.zeros(3)
+        _ = x + z
+        return z * 2
+    cf = tp.compile(f, dynamic=True, strict_native=True)
+    cf(tp.ones(3))
+    cf(tp.ones(3))
+    with pytest.raises(RuntimeError, match="must match the size of tensor b"):
+        f(tp.ones(4))
+    with pytest.raises(RuntimeError, match="must match the size of tensor b"):
+        cf(tp.ones(4))
