@@ -442,3 +442,19 @@ def test_dynamic_add_of_constant_zeros_still_broadcasts():
         f(tp.ones(4))
     with pytest.raises(RuntimeError, match="must match the size of tensor b"):
         cf(tp.ones(4))
+
+
+@pytest.mark.xfail(strict=True, reason="open: under dynamic=True the write-back of an in-place write "
+                   "through a reshape/view of an input reshapes to the input's traced sizes "
+                   "(functionalize.c: S_PSHAPE is the sample's shape), so every new size raises "
+                   "\"shape '[2]' is invalid for input of size 4\"; fuzz --dynamic seed 401597")
+def test_dynamic_write_through_reshape_of_input():
+    def f(x):
+        x.view(2, -1).zero_()
+        return x + 1
+    cf = tp.compile(f, dynamic=True)
+    cf(tp.ones(2))
+    cf(tp.ones(2))
+    a, b = tp.ones(4), tp.ones(4)
+    assert cf(b).tolist() == f(a).tolist()
+    assert b.tolist() == a.tolist()
