@@ -850,7 +850,6 @@ typedef struct {
 } WrapMethod;
 
 static PyTypeObject *WrapMethod_Type;
-static PyObject *view_names;     /* ("self",) */
 
 static PyObject *
 call_orig(WrapMethod *w, PyObject *self, PyObject *rest, PyObject *kw)
@@ -1330,8 +1329,7 @@ stax_ag_record_init(PyObject *m)
         return -1;
     }
     WrapMethod_Type = (PyTypeObject *)tp;
-    view_names = Py_BuildValue("(s)", "self");
-    if (view_names == NULL || wrap_methods() < 0 || wrap_indexing() < 0) {
+    if (wrap_methods() < 0 || wrap_indexing() < 0) {
         return -1;
     }
     stax_ops_set_autograd_hook(hook);
