@@ -14,12 +14,13 @@ del _F
 
 
 def threshold(input, threshold, value, inplace=False):
-    """y = input where input > threshold, else value (torch.nn.functional.threshold).
+    """y = value where input <= threshold, else input (torch.nn.functional.threshold:
+    a NaN input stays NaN).
 
     input: a tensor of any shape and dtype; threshold, value: Python numbers.
     Returns a tensor of input's shape and dtype; with inplace=True the result
     is written into input, which is returned."""
-    out = _F_where(input > threshold, input, value)
+    out = _F_where(input <= threshold, value, input)
     if out.dtype != input.dtype:
         out = out.to(input.dtype)
     if inplace:

@@ -458,3 +458,16 @@ def test_dynamic_write_through_reshape_of_input():
     a, b = tp.ones(4), tp.ones(4)
     assert cf(b).tolist() == f(a).tolist()
     assert b.tolist() == a.tolist()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_threshold_keeps_nan(backend):
+    # torch-oracle sweep seed 500243: F.threshold(x, 0.1, 20.0) gave 20.0 for
+    # a NaN (torch: value where x <= threshold, so NaN stays)
+    F = tp.nn.functional
+    x = tp.tensor([float("nan"), -1.0, 0.1, 0.2, float("inf"), float("-inf")])
+    want = [20.0, 20.0, 0.2, float("inf"), 20.0]
+    for got in (_compile(lambda a: F.threshold(a, 0.1, 20.0), backend)(x),
+                F.threshold(x.clone(), 0.1, 20.0, inplace=True)):
+        assert np.isnan(got[0].item())
+        np.testing.assert_allclose(got[1:].numpy(), want, rtol=1e-6)
