@@ -703,6 +703,10 @@ nvrtc_launch_resident(stax_backend *be, void *handle, char **bufs,
         static const int64_t cand[] = {128, 256, 512, 1024};
         double best = 1e30;
         h->tuned = 1;
+        /* timed launches synchronize: not inside a recording */
+        if (stax_cuda_record_break() < 0) {
+            return -1;
+        }
         for (int c = 0; c < 4 && cand[c] <= h->max_threads; c++) {
             block[0] = cand[c];
             if (row_cache_smem(h, sizes, block, &smem) < 0
@@ -721,6 +725,22 @@ nvrtc_launch_resident(stax_backend *be, void *handle, char **bufs,
         fit_block(h, block);
         if (row_cache_smem(h, sizes, block, &smem) < 0) {
             return -1;
+        }
+    }
+    if (stax_cuda_recording() && !timed && grid[0] > 0 && grid[1] > 0
+        && grid[2] > 0) {
+        /* a CUDA graph's program (lower/program.c): kept for one replay */
+        size_t psize[STAX_NVRTC_MAX_BUFS + 3];
+        int rc;
+        for (int i = 0; i < h->nbufs; i++) {
+            psize[i] = sizeof(stax_cuptr);
+        }
+        psize[h->nbufs] = sizeof(int64_t) * (size_t)(h->nsizes > 0 ? h->nsizes : 1);
+        psize[h->nbufs + 1] = psize[h->nbufs + 2] = sizeof(int64_t);
+        rc = stax_cuda_record_launch(h->fn, grid, block, smem, params,
+                                     h->nbufs + 3, psize);
+        if (rc != 0) {
+            return rc < 0 ? -1 : 0;
         }
     }
     return stax_nvrtc_launch_fn(h->fn, params, grid, block, smem, timed);

@@ -463,31 +463,6 @@ stax_nvrtc_device_arch(char *out, size_t cap)
 
 /* time one launch with events when TENSORPLAY_NVRTC_TIME is set or the
  * caller asks (the host-copy path below always does) */
-/* cuLaunchKernel with dynamic shared memory (the device room's launch
- * passes none) */
-static int
-launch_smem(void *fn, const int64_t grid[3], const int64_t block[3],
-            int64_t smem, void **params)
-{
-    typedef int (*launch_t)(void *, unsigned, unsigned, unsigned, unsigned,
-                            unsigned, unsigned, unsigned, void *, void **,
-                            void **);
-    static launch_t launch;
-    if (launch == NULL) {
-        *(void **)&launch = stax_cuda_symbol("cuLaunchKernel");
-        if (launch == NULL) {
-            PyErr_SetString(PyExc_RuntimeError, "CUDA driver: "
-                            "cuLaunchKernel not found");
-            return -1;
-        }
-    }
-    return stax_cuda_check(
-        launch(fn, (unsigned)grid[0], (unsigned)grid[1], (unsigned)grid[2],
-               (unsigned)block[0], (unsigned)block[1], (unsigned)block[2],
-               (unsigned)smem, stax_cuda_stream(), params, NULL),
-        "cuLaunchKernel");
-}
-
 int64_t
 stax_nvrtc_smem_optin(void *fn, int64_t want)
 {
@@ -547,6 +522,10 @@ stax_nvrtc_launch_fn(void *fn, void **params, const int64_t grid[3],
     if (grid[0] <= 0 || grid[1] <= 0 || grid[2] <= 0) {
         return 0;
     }
+    /* the events below go on the stream: after what a recording kept */
+    if (stax_cuda_record_break() < 0) {
+        return -1;
+    }
     if (timed && create == NULL) {
         *(void **)&create = stax_cuda_symbol("cuEventCreate");
         *(void **)&record = stax_cuda_symbol("cuEventRecord");
@@ -561,8 +540,7 @@ stax_nvrtc_launch_fn(void *fn, void **params, const int64_t grid[3],
     if (timed) {
         record(ev[0], stax_cuda_stream());
     }
-    rc = smem > 0 ? launch_smem(fn, grid, block, smem, params)
-                  : stax_cuda_launch(fn, grid, block, params);
+    rc = stax_cuda_launch_ex(fn, grid, block, smem, params);
     if (timed) {
         float ms = -1.0f;
         record(ev[1], stax_cuda_stream());

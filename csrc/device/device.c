@@ -226,6 +226,17 @@ stax_cuda_symbol(const char *name)
 
 /* ------------------------------------------------------ caching allocator */
 
+/* before memory goes back to the driver: a launch still recorded (not yet
+ * made) may use it. An error there is written as unraisable: the free
+ * path has no way to report it, and the launches were already doomed. */
+static void
+flush_recording(void)
+{
+    if (stax_cuda_recording() && stax_cuda_record_break() < 0) {
+        PyErr_WriteUnraisable(NULL);
+    }
+}
+
 #define SMALL_LIMIT ((size_t)1 << 20)
 #define SMALL_ROUND ((size_t)512)
 #define LARGE_ROUND ((size_t)2 << 20)
@@ -282,6 +293,7 @@ release_block(stax_cuptr ptr, size_t size)
     free_blk *b = s >= 0 ? malloc(sizeof(*b)) : NULL;
     mem_allocated -= (int64_t)size;
     if (b == NULL) {         /* no bookkeeping room: give it back */
+        flush_recording();
         if (cu.ok) {
             cu.MemFree(ptr);
         }
@@ -297,6 +309,8 @@ static int64_t
 empty_cache(void)
 {
     int64_t freed = 0;
+    /* a recorded launch not yet made may use a cached block */
+    flush_recording();
     for (int s = 0; s < NBINS; s++) {
         while (bins[s].head != NULL) {
             free_blk *b = bins[s].head;
@@ -431,7 +445,7 @@ stax_cuda_h2d(stax_cuptr dst, const void *src, size_t n)
     if (n == 0) {
         return 0;
     }
-    if (stax_cuda_init() < 0) {
+    if (stax_cuda_record_break() < 0 || stax_cuda_init() < 0) {
         return -1;
     }
     /* from pageable memory the driver stages the bytes before returning,
@@ -444,7 +458,7 @@ int
 stax_cuda_d2h(void *dst, stax_cuptr src, size_t n)
 {
     CUresult r;
-    if (stax_cuda_init() < 0) {
+    if (stax_cuda_record_break() < 0 || stax_cuda_init() < 0) {
         return -1;
     }
     if (n > 0 && stax_cuda_check(cu.MemcpyDtoHAsync(dst, src, n, cu.stream),
@@ -463,7 +477,7 @@ stax_cuda_d2d(stax_cuptr dst, stax_cuptr src, size_t n)
     if (n == 0) {
         return 0;
     }
-    if (stax_cuda_init() < 0) {
+    if (stax_cuda_record_break() < 0 || stax_cuda_init() < 0) {
         return -1;
     }
     return stax_cuda_check(cu.MemcpyDtoDAsync(dst, src, n, cu.stream),
@@ -476,7 +490,7 @@ stax_cuda_memset(stax_cuptr dst, unsigned char v, size_t n)
     if (n == 0) {
         return 0;
     }
-    if (stax_cuda_init() < 0) {
+    if (stax_cuda_record_break() < 0 || stax_cuda_init() < 0) {
         return -1;
     }
     return stax_cuda_check(cu.MemsetD8Async(dst, v, n, cu.stream),
@@ -487,7 +501,7 @@ int
 stax_cuda_synchronize(void)
 {
     CUresult r;
-    if (stax_cuda_init() < 0) {
+    if (stax_cuda_record_break() < 0 || stax_cuda_init() < 0) {
         return -1;
     }
     Py_BEGIN_ALLOW_THREADS
@@ -526,15 +540,27 @@ stax_cuda_module_unload(void *module)
 }
 
 int
-stax_cuda_launch(void *function, const int64_t grid[3],
-                 const int64_t block[3], void **params)
+stax_cuda_launch_ex(void *function, const int64_t grid[3],
+                    const int64_t block[3], int64_t smem, void **params)
 {
+    /* a launch that is not recorded runs after what was */
+    if (stax_cuda_record_break() < 0) {
+        return -1;
+    }
     return stax_cuda_check(
         cu.LaunchKernel((CUfunction)function, (unsigned)grid[0],
                         (unsigned)grid[1], (unsigned)grid[2],
                         (unsigned)block[0], (unsigned)block[1],
-                        (unsigned)block[2], 0, cu.stream, params, NULL),
+                        (unsigned)block[2], (unsigned)smem, cu.stream, params,
+                        NULL),
         "cuLaunchKernel");
+}
+
+int
+stax_cuda_launch(void *function, const int64_t grid[3],
+                 const int64_t block[3], void **params)
+{
+    return stax_cuda_launch_ex(function, grid, block, 0, params);
 }
 
 int
@@ -704,7 +730,7 @@ stax_cuda_gemm(int dtype, int transa, int transb, int64_t m, int64_t n,
                int64_t ldc, int64_t stride_c, int64_t batch)
 {
     int r;
-    if (cublas_load() < 0) {
+    if (stax_cuda_record_break() < 0 || cublas_load() < 0) {
         return -1;
     }
     if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX || lda > INT32_MAX
@@ -801,6 +827,9 @@ static PyObject *
 event_record(PyObject *o, PyObject *args)
 {
     (void)args;
+    if (stax_cuda_record_break() < 0) {
+        return NULL;
+    }
     if (stax_cuda_check(cu.EventRecord(((CudaEvent *)o)->ev, cu.stream),
                         "cuEventRecord") < 0) {
         return NULL;

@@ -72,6 +72,62 @@ int stax_cublas_available(void);
 /* "CUBLAS_STATUS_..." of a cublasStatus_t (UNKNOWN for other values) */
 const char *stax_cublas_status_name(int status);
 
+/* ---- CUDA graphs (graphs.c) ----
+ * A program's kernel launches recorded on the host during one call, then
+ * replayed as one graph (a chain of kernel nodes); a later call updates
+ * the nodes whose arguments changed. While a recording is open every other
+ * stream operation of this room (copies, fills, synchronizations, cuBLAS,
+ * events, memory returned to the driver) first launches what was recorded,
+ * one by one, and ends the recording as broken: the stream's order never
+ * changes. */
+typedef struct stax_cuda_graph stax_cuda_graph;
+typedef struct {
+    long long replays;         /* graph launches */
+    long long builds;          /* graphs instantiated */
+    long long updates;         /* kernel nodes given new arguments */
+    long long nodes;           /* kernel nodes of the current graph */
+    long long direct_launches; /* recorded kernels launched one by one */
+} stax_cuda_graph_stats;
+/* 1 if libcuda has the graph entry points (cuGraphCreate,
+ * cuGraphAddKernelNode(_v2), cuGraphInstantiateWithFlags,
+ * cuGraphExecKernelNodeSetParams(_v2), cuGraphLaunch, cuGraphExecDestroy,
+ * cuGraphDestroy); else 0 with *why (static text) naming what is missing.
+ * No exception. */
+int stax_cuda_graphs_available(const char **why);
+stax_cuda_graph *stax_cuda_graph_new(void);          /* NULL + MemoryError */
+void stax_cuda_graph_free(stax_cuda_graph *g);       /* NULL ok */
+/* open a recording into g (one at a time) */
+void stax_cuda_graph_begin(stax_cuda_graph *g);
+int stax_cuda_recording(void);
+/* a launch while recording: 1 recorded (its nparams arguments, psize[i]
+ * bytes each, are copied), 0 not recorded (another thread's launch: the
+ * recording was broken first; the caller launches it), -1 + exception */
+int stax_cuda_record_launch(void *fn, const int64_t grid[3],
+                            const int64_t block[3], int64_t smem,
+                            void **params, int nparams, const size_t *psize);
+/* launch what was recorded one by one and end the recording as broken
+ * (no-op when none is open); -1 + RuntimeError naming the CUDA error */
+int stax_cuda_record_break(void);
+/* close g's recording: replay 1 launches it as g's graph (built on first
+ * use or when the number of launches changed; nodes whose launch changed
+ * updated), 0 one by one. 0 done, 1 the recording had broken (its
+ * launches ran one by one), -1 + RuntimeError("CUDA driver: <call>
+ * failed: CUDA_ERROR_...") after launching this call's kernels one by one
+ * (the graph is dropped; the next replay builds a new one). */
+int stax_cuda_graph_end(stax_cuda_graph *g, int replay);
+void stax_cuda_graph_stats_get(const stax_cuda_graph *g,
+                               stax_cuda_graph_stats *s);
+/* executable graphs alive (instantiated, not yet destroyed) */
+long long stax_cuda_graphs_live(void);
+/* tests: "missing" hides the graph entry points, "" restores them; a
+ * driver call's name (cuGraphCreate, cuGraphAddKernelNode,
+ * cuGraphInstantiateWithFlags, cuGraphExecKernelNodeSetParams,
+ * cuGraphLaunch) makes its next call fail with CUDA_ERROR_NOT_SUPPORTED */
+void stax_cuda_graph_inject(const char *what);
+/* a launch with dynamic shared memory (stax_cuda_launch: none) */
+int stax_cuda_launch_ex(void *function, const int64_t grid[3],
+                        const int64_t block[3], int64_t smem, void **params);
+
 /* room init: tensorplay._C functions cuda_* and OutOfMemoryError */
 int stax_device_module_init(PyObject *m);
 

@@ -377,6 +377,40 @@ int lw_sgemm(int64_t m, int64_t n, int64_t k, const float *A, int64_t ar, int64_
 int lw_lower_random(lw_ctx *c, struct lw_node_in *in, PyObject *bound,
                     vbuf *x, vbuf *out, const char **why);
 
+/* CUDA graphs of a CUDA program (program_graph.c). A program whose steps
+ * are all NVRTC kernels, with no runtime check read back per call, has its
+ * launches recorded and replayed as one graph (device.h), under the mode
+ * of tp.compiler.config.cuda_graphs (or the program's own cuda_graphs):
+ * off, on, or auto -- the first call runs as before (it loads and tunes
+ * the kernels); auto then times LW_CG_SAMPLES calls each way (host clock,
+ * whole call) and keeps the faster. */
+enum { LW_CG_OFF = 0, LW_CG_ON = 1, LW_CG_AUTO = 2 };
+enum { LW_CG_DIRECT = 0, LW_CG_GRAPH, LW_CG_MEASURE_DIRECT, LW_CG_MEASURE_GRAPH };
+#define LW_CG_SAMPLES 5
+struct stax_cuda_graph;
+typedef struct lw_cgraph {
+    struct stax_cuda_graph *g;
+    int checked, eligible;     /* structure looked at; graphs possible */
+    int nkernels;
+    int decided;               /* auto's outcome: 0 none yet, else an action */
+    int breaks;                /* calls whose recording broke */
+    long long calls, direct_calls, graph_calls;
+    int nd, ng;                /* auto's samples (µs per call) */
+    double td[LW_CG_SAMPLES], tg[LW_CG_SAMPLES + 1];
+    int skip_sample;           /* this call is no sample of auto's */
+    char why[256];             /* why never a graph ("" none) */
+    char auto_why[160];        /* auto's reason for direct launches */
+} lw_cgraph;
+/* the action for a call of a program of nkernels launches: mode, calls
+ * made before, auto's samples so far (nd direct, ng graph; the first graph
+ * sample, which builds it, is not compared); *why (static or why_buf)
+ * says why not a graph, NULL otherwise */
+int lw_cgraph_plan(int mode, int nkernels, long long calls, int nd,
+                   const double *td, int ng, const double *tg, char *why_buf,
+                   size_t why_cap, const char **why);
+/* the process-wide mode (tp.compiler.config.cuda_graphs) */
+extern int lw_cuda_graphs_mode;
+
 /* the CompiledProgram (program.c: type and call path; program_build.c:
  * building one from a graph; program_shapes.c: shape propagation and the
  * dynamic size variants; bufpool.c: its output/temporary buffers) */
@@ -401,6 +435,8 @@ typedef struct {
                                  (written, fresh, mutated) of input masks
                                  described above rg_extra_apply
                                  (program.c), built by rg_extra_template */
+    lw_cgraph *cg;            /* CUDA programs: graph state (lazily) */
+    int cg_mode;              /* its own cuda_graphs: 0 the config's, else LW_CG_* + 1 */
     PyObject *py_gm;          /* the Python-level graph when gm (the op
                                  graph) holds at its samples' sizes only
                                  (stax_graph_op_graph_sample_sized): size
@@ -413,6 +449,19 @@ PyObject *lw_slotref_new(int i);
 int stax_lower_slotref_index(PyObject *o);
 PyObject *lw_program_vectorcall(PyObject *self, PyObject *const *args,
                                 size_t nargsf, PyObject *kwnames);
+/* CUDA graphs around one call (program_graph.c): the action of this
+ * call (LW_CG_*; DIRECT for a CPU program), opening p's recording for a
+ * graph; end closes it after the steps (ok 0: an error is set and the
+ * recorded kernels are only launched one by one); -1 + exception.
+ * lw_cgraph_done: the call's time, for auto's measurement. */
+int lw_cgraph_begin(Program *p);
+int lw_cgraph_end(Program *p, int action, int ok);
+void lw_cgraph_done(Program *p, int action, double us);
+void lw_cgraph_free(Program *p);
+PyObject *lw_cgraph_info(Program *p);
+int lw_cgraph_set_mode(Program *p, PyObject *v);
+PyObject *lw_cgraph_get_mode(Program *p);
+int lw_cgraph_module_init(PyObject *m);
 /* 0 if input i of the call matches p's example, -1 if not */
 int lw_input_ok(Program *p, int i, PyObject *o);
 /* a fresh buffer for program buffer b (bufpool.c) */

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <dlfcn.h>
 #include <link.h>
+#include <time.h>
 
 #define STAX_GIL_RELEASE_WORK 16384
 
@@ -174,6 +175,7 @@ program_dealloc(Program *p)
     PyTypeObject *tp = Py_TYPE(p);
     PyObject_GC_UnTrack(p);
     program_clear(p);
+    lw_cgraph_free(p);     /* its graph goes with the program */
     ctx_clear(&p->c);
     free(p->in_sizes);
     free(p->in_ndim);
@@ -1103,6 +1105,15 @@ shape_rerun_undo(lw_ctx *c, PyObject *const *args, PyObject *snaps, const uint64
     PyErr_Restore(et, ev, tb);
 }
 
+/* the host clock of auto's measurement (program_graph.c) */
+static double
+now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+}
+
 PyObject *
 lw_program_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
                       PyObject *kwnames)
@@ -1114,6 +1125,8 @@ lw_program_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
     PyObject **slots = stack_slots;
     PyObject *result = NULL;
     PyObject *snaps = NULL;     /* runtime checks: inputs the steps write */
+    int cg_act = LW_CG_DIRECT, cg_open = 0;
+    double t0 = 0.0;
     if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0) {
         PyErr_SetString(PyExc_TypeError, "compiled program takes positional inputs only");
         return NULL;
@@ -1185,6 +1198,17 @@ lw_program_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
             goto done;
         }
     }
+    /* CUDA programs: the kernels' launches may be recorded for one graph
+     * launch after the steps (program_graph.c) */
+    cg_act = lw_cgraph_begin(p);
+    if (cg_act < 0) {
+        cg_act = LW_CG_DIRECT;
+        goto done;
+    }
+    if (cg_act == LW_CG_MEASURE_DIRECT || cg_act == LW_CG_MEASURE_GRAPH) {
+        t0 = now_us();
+    }
+    cg_open = cg_act == LW_CG_GRAPH || cg_act == LW_CG_MEASURE_GRAPH;
     for (int i = 0; i < c->nsteps; i++) {
         step_t *s = &c->steps[i];
         for (int q = 0; q < s->nalloc; q++) {
@@ -1308,6 +1332,12 @@ lw_program_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
             Py_CLEAR(slots[s->frees[q]]);
         }
     }
+    if (cg_open) {
+        cg_open = 0;
+        if (lw_cgraph_end(p, cg_act, 1) < 0) {
+            goto done;
+        }
+    }
     for (int q = 0; q < c->nzchecks; q++) {
         PyObject *f = slots[c->zchecks[q]];
         int hit = 0;
@@ -1368,12 +1398,18 @@ lw_program_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
         }
     }
 done:
+    if (cg_open) {
+        lw_cgraph_end(p, cg_act, 0);   /* launches what was recorded */
+    }
     Py_XDECREF(snaps);
     for (int b = 0; b < c->npbufs; b++) {
         Py_XDECREF(slots[b]);
     }
     if (slots != stack_slots) {
         free(slots);
+    }
+    if (result != NULL && t0 > 0.0) {
+        lw_cgraph_done(p, cg_act, now_us() - t0);
     }
     return result;
 }
@@ -1541,6 +1577,27 @@ program_get_output_slots(Program *p, void *closure)
 }
 
 static PyObject *
+program_get_cuda_graph(Program *p, void *closure)
+{
+    (void)closure;
+    return lw_cgraph_info(p);
+}
+
+static PyObject *
+program_get_cuda_graphs(Program *p, void *closure)
+{
+    (void)closure;
+    return lw_cgraph_get_mode(p);
+}
+
+static int
+program_set_cuda_graphs(Program *p, PyObject *v, void *closure)
+{
+    (void)closure;
+    return lw_cgraph_set_mode(p, v);
+}
+
+static PyObject *
 program_get_backend(Program *p, void *closure)
 {
     (void)closure;
@@ -1562,6 +1619,18 @@ static PyGetSetDef program_getset[] = {
     {"dynamic", (getter)program_get_dynamic, NULL,
      "one artifact serves every size (a variant per size class)", NULL},
     {"steps", (getter)program_get_steps, NULL, "the program's steps", NULL},
+    {"cuda_graph", (getter)program_get_cuda_graph, NULL,
+     "dict: what CUDA graphs did for this program -- mode ('on', 'off', "
+     "'auto'), state ('off', 'warm-up', 'measuring', 'graph', 'direct'), "
+     "reason (why no graph, or None), kernels (launches per call), calls, "
+     "direct_calls (calls launching kernel by kernel), graph_replays, "
+     "builds (graphs instantiated), node_updates (kernel nodes given a "
+     "call's new arguments), nodes, direct_us / graph_us (auto's medians "
+     "of the whole call, host clock, or None)", NULL},
+    {"cuda_graphs", (getter)program_get_cuda_graphs,
+     (setter)program_set_cuda_graphs,
+     "this program's own CUDA graph mode: None (default: "
+     "tp.compiler.config.cuda_graphs), True, False or 'auto'", NULL},
     {"buffer_plan", (getter)program_get_buffer_plan, NULL,
      "the buffers that exist at run time: (kind, sizes, dtype, first step, "
      "last step) of inputs, constants and every buffer a step writes", NULL},
@@ -1673,6 +1742,9 @@ stax_lower_program_init(PyObject *m)
     }
     if (PyModule_AddObjectRef(m, "CompiledProgram", (PyObject *)lw_program_type) < 0
         || PyModule_AddObjectRef(m, "StaxKernel", (PyObject *)lw_kernel_info_type) < 0) {
+        return -1;
+    }
+    if (lw_cgraph_module_init(m) < 0) {
         return -1;
     }
     return PyModule_AddFunctions(m, program_methods);

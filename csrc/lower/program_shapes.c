@@ -300,6 +300,7 @@ lw_find_variant(Program *p, PyObject *const *args, Py_ssize_t nargs)
     if (q == NULL) {
         return NULL;
     }
+    ((Program *)q)->cg_mode = p->cg_mode;   /* its own graph, p's mode */
     if (PyList_GET_SIZE(p->variants) >= 64) {
         PySequence_DelItem(p->variants, 0);
     }

@@ -38,8 +38,13 @@ def compile(fn=None, *, backend="stax", dynamic=None, strict_native=False, fullg
     torch.compile's other arguments, so its calls run unchanged:
     backend='inductor' (torch's default) is the native back end 'stax';
     mode: one of torch's mode names ('default', 'reduce-overhead',
-    'max-autotune', ...), accepted and not used (Stax has one code
-    generator; RuntimeError for another name, or with options);
+    'max-autotune', ...; RuntimeError for another name, or with options).
+    Stax has one code generator; the modes choose CUDA graphs for the
+    compiled CUDA programs, as torch's do: 'reduce-overhead' and
+    'max-autotune' replay every program whose steps are all kernels as one
+    graph from its second call, 'max-autotune-no-cudagraphs' never does,
+    and 'default' / 'lite' / None follow tp.compiler.config.cuda_graphs
+    ("auto": a graph where timing shows it is faster);
     disable=True: return fn itself, uncompiled."""
     if mode is not None:
         if mode not in _MODES:
@@ -74,9 +79,10 @@ def compile(fn=None, *, backend="stax", dynamic=None, strict_native=False, fullg
     if _is_module(fn):
         return OptimizedModule(fn, _compile_function(
             fn, backend=backend, dynamic=dynamic, strict_native=strict_native,
-            options=options, name=name))
+            options=options, name=name, mode=mode))
     return _compile_function(fn, backend=backend, dynamic=dynamic,
-                             strict_native=strict_native, options=options, name=name)
+                             strict_native=strict_native, options=options, name=name,
+                             mode=mode)
 
 
 def _is_module(fn):
@@ -84,11 +90,17 @@ def _is_module(fn):
     return isinstance(fn, Module)
 
 
+# torch's modes that use CUDA graphs, and the one that turns them off
+_MODE_CUDA_GRAPHS = {"reduce-overhead": True, "max-autotune": True,
+                     "max-autotune-no-cudagraphs": False}
+
+
 def _compile_function(fn, *, backend="stax", dynamic=None, strict_native=False,
-                      fullgraph=True, options=None, name=None):
+                      fullgraph=True, options=None, name=None, mode=None):
     """The CompiledFunction of fn (for a module: of its forward; the module's
     hooks are run around it by Module.__call__)."""
     driver = Driver(fn, backend, dynamic, strict_native, options, name)
+    driver.cuda_graphs = _MODE_CUDA_GRAPHS.get(mode)
     cf = _C.CompiledFunction(driver)
     driver.bind(cf)
     for attr in ("__name__", "__qualname__", "__doc__", "__module__"):

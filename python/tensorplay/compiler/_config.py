@@ -39,6 +39,36 @@ def _number_at_least_0(name, v):
     return v
 
 
+def _cuda_graphs(name, v):
+    """True / False / "auto" (anything else raises naming the setting); the
+    compiled-program runtime reads it on every call of a CUDA program."""
+    if not (isinstance(v, bool) or v == "auto"):
+        kind = ValueError if isinstance(v, str) else TypeError
+        raise kind(f'tp.compiler.config.{name} must be True, False or "auto", '
+                   f"got {type(v).__name__} ({v!r})")
+    from tensorplay import _C
+    _C._cuda_graphs_mode(v)
+    return v
+
+
+_CUDA_GRAPHS_ENV = {"auto": "auto", "1": True, "true": True, "on": True, "yes": True,
+                    "0": False, "false": False, "off": False, "no": False}
+
+
+def _env_cuda_graphs():
+    """TENSORPLAY_CUDA_GRAPHS: auto (default), 1/true/on/yes or 0/false/off/no;
+    anything else warns once, naming the variable, and gives "auto"."""
+    raw = os.environ.get("TENSORPLAY_CUDA_GRAPHS")
+    if raw is None or raw.strip() == "":
+        return "auto"
+    v = _CUDA_GRAPHS_ENV.get(raw.strip().lower())
+    if v is None:
+        warnings.warn(f"TENSORPLAY_CUDA_GRAPHS={raw!r} is not one of auto, 1/true/on, 0/false/off; "
+                      "using the default 'auto'", RuntimeWarning, stacklevel=3)
+        return "auto"
+    return v
+
+
 def _bool(name, v):
     if not isinstance(v, bool):
         raise TypeError(f"tp.compiler.config.{name} must be a bool, got {type(v).__name__} ({v!r})")
@@ -56,6 +86,7 @@ _FIELDS = {
     "cache_size_mb": _number_at_least_0,
     "cache_dir": None,          # a property: its setter checks the value
     "lazy_samples": _bool,
+    "cuda_graphs": _cuda_graphs,
 }
 
 
@@ -86,7 +117,15 @@ class _Config:
     reads values); the rest gets eager's metadata alone, so a first call
     costs compile time, not data time (TENSORPLAY_LAZY_SAMPLES, default on;
     the back ends "stax" and "eager" only: a user back end is handed every
-    sample)."""
+    sample).
+    cuda_graphs: compiled CUDA programs replay their kernel launches as one
+    CUDA graph (torch's "reduce-overhead"): True -- from the second call of
+    every program whose steps are all kernels; False -- never; "auto" (the
+    default) -- such a program times a few calls each way and keeps the
+    faster (TENSORPLAY_CUDA_GRAPHS: auto, 1/true/on,
+    0/false/off). Read on every call, so a change applies at once; a
+    program's own ``cuda_graphs`` attribute (None: this setting) overrides
+    it; ``program.cuda_graph`` says what happened (docs/gpu.md)."""
 
     def __init__(self):
         self.cache_size_limit = 8
@@ -99,6 +138,7 @@ class _Config:
         self.cache_size_mb = _env_int("TENSORPLAY_CACHE_SIZE_MB", 1024)
         self.lazy_samples = os.environ.get("TENSORPLAY_LAZY_SAMPLES", "1").strip().lower() not in (
             "0", "false", "off", "no")
+        self.cuda_graphs = _env_cuda_graphs()
 
     @property
     def cache_dir(self):

@@ -1569,6 +1569,9 @@ class Driver:
                 lowered = (None, None, tuple(a - b for a, b in zip(after, before)))
             for i in range(3):
                 self._cache_counts[i] += lowered[2][i]
+        cg = getattr(self, "cuda_graphs", None)
+        if cg is not None and isinstance(art, _C.CompiledProgram):
+            art.cuda_graphs = cg       # tp.compile(mode=...): its own CUDA graph mode
         if not callable(art):
             raise TypeError(f"tensorplay.compile: back end {self.backend_name!r} returned "
                             f"{type(art).__name__!s}, not a callable; a back end is "
