@@ -71,7 +71,7 @@ def main():
                             ("one kernel 64x96", one, (64, 96)),
                             ("x + 1, 1 element", plus1, (1,))]:
         x = tp.randn(*shape, device="cuda")
-        w = tp.randn(shape[1], device="cuda")
+        w = tp.randn(shape[-1], device="cuda")
         res = {}
         progs = {}
         for mode in (False, True, "auto"):
