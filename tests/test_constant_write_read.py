@@ -99,3 +99,33 @@ def test_strict_names_the_eager_read_of_a_written_constant(fn, line):
     with pytest.raises(_C.NativeCompileError, match=re.escape(line)):
         c(tp.ones(3))
     assert state[0].tolist() == [0.0] * 3          # the trace's write undone
+
+
+_READERS = {
+    "item": lambda t: t[0].item(),
+    "tolist": lambda t: t.tolist()[0],
+    "float": lambda t: float(t[0]),
+    "numpy": lambda t: float(t.numpy()[0]),
+    "clone": lambda t: t.clone()[0],
+    "bool": lambda t: 2.0 if bool(t[0] > 1.5) else 1.0,
+    "mask": lambda t: t[t > 0].sum(),
+}
+
+
+@pytest.mark.parametrize("how", sorted(_READERS))
+def test_every_kind_of_eager_read_after_a_recorded_write_sees_each_call(how):
+    """value reads (item, tolist, float, numpy) and copies (clone) do not go
+    through an op call: the tensor room's read hook reports them too"""
+    reader = _READERS[how]
+
+    def h(state, x):
+        state[0].add_(x)
+        return x * reader(state[0])
+    state, ref = [tp.zeros(3)], [tp.zeros(3)]
+    c = tp.compile(lambda x: h(state, x))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i in range(3):
+            x = tp.ones(3)
+            assert c(x).tolist() == h(ref, x).tolist(), i
+            assert state[0].tolist() == ref[0].tolist(), i

@@ -205,6 +205,13 @@ void stax_tensor_bump_version(StaxTensor *t);
  * hook at a time; NULL removes it. The hook must not raise. */
 typedef void (*stax_write_hook_fn)(StaxTensor *t, int after);
 void stax_tensor_set_write_hook(stax_write_hook_fn fn);
+/* Read hook (the tracer's check of values read outside its graph): this
+ * thread's hook(t) runs when t's elements are read through a host view of
+ * its storage (stax_tensor_as_storage_array: NumPy kernels, tolist, numpy,
+ * clone, copies) or as one Python number (item, float(t)). It must not
+ * raise. NULL removes it. */
+typedef void (*stax_read_hook_fn)(StaxTensor *t);
+void stax_tensor_set_read_hook(stax_read_hook_fn fn);
 void stax_tensor_will_write(StaxTensor *t);
 /* the serial the next storage gets: storages created from now on have a
  * serial >= this value */

@@ -58,6 +58,13 @@ stax_double_to_half(double d)
 static uint64_t storage_serial = 1;
 /* per thread: the trace room journals its own thread's writes */
 static _Thread_local stax_write_hook_fn write_hook = NULL;
+static _Thread_local stax_read_hook_fn read_hook = NULL;
+
+void
+stax_tensor_set_read_hook(stax_read_hook_fn fn)
+{
+    read_hook = fn;
+}
 
 uint64_t
 stax_storage_serial_now(void)
@@ -371,6 +378,9 @@ PyObject *
 stax_tensor_as_storage_array(StaxTensor *t)
 {
     npy_intp dims[STAX_MAX_DIMS], strides[STAX_MAX_DIMS];
+    if (read_hook != NULL) {
+        read_hook(t);
+    }
     if (stax_tensor_is_cuda(t)) {
         /* torch's words: no host view of device memory */
         PyErr_SetString(PyExc_TypeError,
@@ -607,6 +617,9 @@ PyObject *
 stax_tensor_item(StaxTensor *t)
 {
     int64_t n = stax_tensor_numel(t);
+    if (read_hook != NULL) {
+        read_hook(t);
+    }
     if (n != 1) {
         PyErr_Format(PyExc_RuntimeError,
                      "a Tensor with %lld elements cannot be converted to "

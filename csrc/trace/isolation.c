@@ -434,6 +434,7 @@ stax_trace_journal_begin(StaxTracer *tr, StaxTracer **saved)
     journal_tr = tr;
     stax_tensor_set_write_hook(journal_hook);
     stax_ops_set_read_hook(read_hook);
+    stax_tensor_set_read_hook(read_hook);
 }
 
 void
@@ -445,6 +446,7 @@ stax_trace_journal_end(StaxTracer *tr, StaxTracer *saved)
      * already holds what it needs of these storages) */
     stax_tensor_set_write_hook(NULL);
     stax_ops_set_read_hook(NULL);
+    stax_tensor_set_read_hook(NULL);
     PyErr_Fetch(&et, &ev, &tb);
     stax_trace_snapshot_restore(tr->journal);
     PyErr_Restore(et, ev, tb);
@@ -456,6 +458,7 @@ stax_trace_journal_end(StaxTracer *tr, StaxTracer *saved)
     if (saved != NULL) {
         stax_tensor_set_write_hook(journal_hook);
         stax_ops_set_read_hook(read_hook);
+        stax_tensor_set_read_hook(read_hook);
     }
 }
 
