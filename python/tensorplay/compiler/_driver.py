@@ -284,6 +284,7 @@ class Version:
         if not self.shape_polymorphic:
             self.artifacts[_layout(call.flat)] = artifact
         self.replay = ver["replay"]
+        self.replay_broken = ver.get("replay_got") is not None
         self.replay_copies = ver["replay_copies"]
         self.replay_random = ver["replay_random"]
         self.gate_kinds = ver["gate_kinds"]
@@ -395,6 +396,13 @@ class Version:
 
     # -- the key components that need the call's data ---------------------
     def gate_outcomes(self, flat):
+        if self.replay_broken:
+            # the replay slice did not give the traced outcomes on the very
+            # inputs it was traced on: it cannot say what the gates read on
+            # others (a gate on a tensor written before it: n.add_(1);
+            # n.item()), so the version is never reused on its gates (it
+            # was, whenever the replay happened to give the traced values)
+            return None
         if self.replay_copies:
             flat = _C._trace_stand_ins(flat)
         return _C._guard_gate_values(self.gate_kinds,
