@@ -290,6 +290,25 @@ lw_lower_gather(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *out,
     return lw_view_map(c, x, out, map);
 }
 
+/* out = x with src written where mask holds: src read through the index
+ * map (its nvars dims in terms of out's loop variables), its loads masked */
+static int
+scatter_into(lw_ctx *c, vbuf *x, vbuf *out, vbuf *src, const stax_ix **map,
+             int nvars, const stax_lval *mask)
+{
+    lw_rw rw = {0};
+    rw.vars = map;
+    rw.nvars = nvars;
+    const stax_lval *sb = lw_rewrite(c, &rw, src->body);
+    lw_rw_done(&rw);
+    if (sb == NULL || mask == NULL) {
+        return -1;
+    }
+    sb = masked(c, lw_cast(c, sb, out->dtype), mask);
+    out->body = lw_prim(c, STAX_PRIM_WHERE, out->dtype, mask, sb, lw_cast(c, x->body, out->dtype));
+    return out->body ? 1 : -1;
+}
+
 /* as_strided_scatter(x, src, size, stride, offset): x's values laid out
  * row-major (the op graph's as_strided of a contiguous base, as
  * view_as_strided reads it) with the view's elements replaced by src. The
@@ -386,17 +405,7 @@ lower_as_strided_scatter(lw_ctx *c, struct lw_node_in *in, PyObject *bound,
     const stax_lval *hit = lw_prim(c, STAX_PRIM_EQ, STAX_BOOL, lw_index(c, rem, STAX_INT64),
                                    lw_const(c, STAX_INT64, m > 0 ? 0.0 : (double)t0), NULL);
     mask = mask ? lw_prim(c, STAX_PRIM_AND, STAX_BOOL, mask, hit, NULL) : hit;
-    lw_rw rw = {0};
-    rw.vars = map;
-    rw.nvars = n;
-    const stax_lval *sb = lw_rewrite(c, &rw, src->body);
-    lw_rw_done(&rw);
-    if (sb == NULL || mask == NULL) {
-        return -1;
-    }
-    sb = masked(c, lw_cast(c, sb, out->dtype), mask);
-    out->body = lw_prim(c, STAX_PRIM_WHERE, out->dtype, mask, sb, lw_cast(c, x->body, out->dtype));
-    return out->body ? 1 : -1;
+    return scatter_into(c, x, out, src, map, n, mask);
 }
 
 /* functionalized writes into views: slice_scatter / select_scatter /
@@ -486,18 +495,8 @@ lw_lower_scatter(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
             UNSUPPORTED("select_scatter source rank");
         }
     }
-    lw_rw rw = {0};
-    rw.vars = map;
-    rw.nvars = j;
     /* broadcast-free: the source has the slice's shape */
-    const stax_lval *sb = lw_rewrite(c, &rw, src->body);
-    lw_rw_done(&rw);
-    if (sb == NULL || mask == NULL) {
-        return -1;
-    }
-    sb = masked(c, lw_cast(c, sb, out->dtype), mask);
-    out->body = lw_prim(c, STAX_PRIM_WHERE, out->dtype, mask, sb, lw_cast(c, x->body, out->dtype));
-    return out->body ? 1 : -1;
+    return scatter_into(c, x, out, src, map, j, mask);
 }
 
 /* one_hot: out[..., j] = (x[...] == j), int64; the class count must be
