@@ -2052,15 +2052,12 @@ emit_vec_step(emitter *m, const stax_stage *st, int fuse, const char *ind)
     return 0;
 }
 
-/* the vector loops of row stage s (before its scalar loops, which then
- * start past the last whole vector of the row) */
+/* mark the vector loads of row stage st (and of the next one when fused)
+ * in m->vec_ld, afresh, for the vector or register row loop emitted next */
 static int
-emit_vec_loops(emitter *m, int s, int fuse, const int *ru, int nru)
+vec_mark_stage_loads(emitter *m, const stax_stage *st, int fuse)
 {
-    const stax_kernel *k = m->k;
-    const stax_stage *st = &k->stages[s];
     const stax_lval **seen = PyMem_Malloc(sizeof(*seen) * MEMO_CAP);
-    sbuf *b = m->b;
     int nseen = 0, bad = 0;
     if (seen == NULL) {
         PyErr_NoMemory();
@@ -2072,6 +2069,20 @@ emit_vec_loops(emitter *m, int s, int fuse, const int *ru, int nru)
         vec_stage_scan(m, st + 1, 1, seen, &nseen, &bad);
     }
     PyMem_Free(seen);
+    return 0;
+}
+
+/* the vector loops of row stage s (before its scalar loops, which then
+ * start past the last whole vector of the row) */
+static int
+emit_vec_loops(emitter *m, int s, int fuse, const int *ru, int nru)
+{
+    const stax_kernel *k = m->k;
+    const stax_stage *st = &k->stages[s];
+    sbuf *b = m->b;
+    if (vec_mark_stage_loads(m, st, fuse) < 0) {
+        return -1;
+    }
     put(b, "        if (stax_vok) {\n"
         "            int64_t rv%d = 4 * (int64_t)threadIdx.x;\n", s);
     for (int g = 0; g < nru; g++) {
@@ -2180,18 +2191,9 @@ emit_rr_loop(emitter *m, int s, int fuse, int bx)
 {
     const stax_kernel *k = m->k;
     const stax_stage *st = &k->stages[s];
-    const stax_lval **seen = PyMem_Malloc(sizeof(*seen) * MEMO_CAP);
-    int nseen = 0, bad = 0;
-    if (seen == NULL) {
-        PyErr_NoMemory();
+    if (vec_mark_stage_loads(m, st, fuse) < 0) {
         return -1;
     }
-    memset(m->vec_ld, 0, sizeof(m->vec_ld));
-    vec_stage_scan(m, st, 1, seen, &nseen, &bad);
-    if (fuse) {
-        vec_stage_scan(m, st + 1, 1, seen, &nseen, &bad);
-    }
-    PyMem_Free(seen);
     put(m->b, "#pragma unroll\n"
         "            for (int vu = 0; vu < %d; vu++) {\n"
         "                const int64_t rw = 4 * ((int64_t)threadIdx.x + vu * %d);\n",

@@ -586,16 +586,7 @@ specialize_count_dim(StaxProxy *p)
     PyObject *name = NULL, *in, *dimo = NULL, *q = NULL, *sz = NULL, *v = NULL;
     const char *s = NULL;
     int k = -1, rc = 0;
-    if (n->op == STAX_NODE_CALL_METHOD && PyUnicode_Check(n->target)) {
-        name = Py_NewRef(n->target);
-    }
-    else if (n->op == STAX_NODE_CALL_FUNCTION) {
-        name = PyObject_GetAttrString(n->target, "__name__");
-        if (name == NULL || !PyUnicode_Check(name)) {
-            PyErr_Clear();
-            Py_CLEAR(name);
-        }
-    }
+    name = stax_trace_node_called_name(n);
     s = name != NULL ? PyUnicode_AsUTF8(name) : NULL;
     if (s == NULL) {
         PyErr_Clear();

@@ -199,6 +199,9 @@ void stax_trace_lazy_before_write(StaxTracer *tr, StaxTensor *t);
  * reference or NULL. */
 PyObject *stax_trace_call_node(StaxNode *n, PyObject *va, PyObject *vk);
 
+/* the method's name or the function's __name__ a call node calls (new
+ * reference), or NULL with no exception (trace_record.c) */
+PyObject *stax_trace_node_called_name(StaxNode *n);
 int stax_trace_proxy_init(PyObject *m);
 int stax_trace_tracer_init(PyObject *m);
 

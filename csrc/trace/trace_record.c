@@ -350,6 +350,26 @@ has_tensor_leaf(PyObject *o)
     return 0;
 }
 
+/* The name a call node calls: the method's name, or the function's
+ * __name__ (operator.setitem -> "setitem"); a new reference, or NULL with
+ * no exception set when the node calls nothing named. */
+PyObject *
+stax_trace_node_called_name(StaxNode *n)
+{
+    PyObject *name = NULL;
+    if (n->op == STAX_NODE_CALL_METHOD && PyUnicode_Check(n->target)) {
+        return Py_NewRef(n->target);
+    }
+    if (n->op == STAX_NODE_CALL_FUNCTION) {
+        name = PyObject_GetAttrString(n->target, "__name__");
+        if (name == NULL || !PyUnicode_Check(name)) {
+            PyErr_Clear();
+            Py_CLEAR(name);
+        }
+    }
+    return name;
+}
+
 /* Calls that read their first operand's elements only to copy them (views,
  * conversions, indexing): they run on a deferred first operand (its other
  * tensor operands filled), and what they copy is filled by running them
@@ -370,30 +390,24 @@ copies_first_operand(StaxNode *n)
     const char *nm = NULL;
     PyObject *name = NULL;
     int r = 0;
-    if (n->op == STAX_NODE_CALL_METHOD && PyUnicode_Check(n->target)) {
-        name = Py_NewRef(n->target);
-    }
-    else if (n->op == STAX_NODE_CALL_FUNCTION) {
+    if (n->op == STAX_NODE_CALL_FUNCTION) {
         const stax_op_info *op = stax_op_for_target("call_function", n->target);
         if (op != NULL && op->kind == STAX_OPK_VIEW) {
             return 1;
         }
-        name = PyObject_GetAttrString(n->target, "__name__");
-        if (name == NULL || !PyUnicode_Check(name)) {
-            PyErr_Clear();
-            Py_CLEAR(name);
+    }
+    name = stax_trace_node_called_name(n);
+    if (n->op == STAX_NODE_CALL_FUNCTION && name != NULL
+        && PyUnicode_CompareWithASCIIString(name, "getattr") == 0
+        && PyTuple_Check(n->args) && PyTuple_GET_SIZE(n->args) == 2
+        && PyUnicode_Check(PyTuple_GET_ITEM(n->args, 1))) {
+        const char *a = PyUnicode_AsUTF8(PyTuple_GET_ITEM(n->args, 1));
+        for (int i = 0; a != NULL && attrs[i] != NULL && !r; i++) {
+            r = strcmp(a, attrs[i]) == 0;
         }
-        if (name != NULL && PyUnicode_CompareWithASCIIString(name, "getattr") == 0
-            && PyTuple_Check(n->args) && PyTuple_GET_SIZE(n->args) == 2
-            && PyUnicode_Check(PyTuple_GET_ITEM(n->args, 1))) {
-            const char *a = PyUnicode_AsUTF8(PyTuple_GET_ITEM(n->args, 1));
-            for (int i = 0; a != NULL && attrs[i] != NULL && !r; i++) {
-                r = strcmp(a, attrs[i]) == 0;
-            }
-            PyErr_Clear();
-            Py_DECREF(name);
-            return r;
-        }
+        PyErr_Clear();
+        Py_DECREF(name);
+        return r;
     }
     nm = name ? PyUnicode_AsUTF8(name) : NULL;
     if (nm == NULL) {
@@ -778,16 +792,7 @@ node_writes(StaxNode *n)
         && PyDict_GetItemString(n->kwargs, "out") != NULL) {
         return 1;
     }
-    if (n->op == STAX_NODE_CALL_METHOD && PyUnicode_Check(n->target)) {
-        name = Py_NewRef(n->target);
-    }
-    else if (n->op == STAX_NODE_CALL_FUNCTION) {
-        name = PyObject_GetAttrString(n->target, "__name__");
-        if (name == NULL || !PyUnicode_Check(name)) {
-            PyErr_Clear();
-            Py_CLEAR(name);
-        }
-    }
+    name = stax_trace_node_called_name(n);
     nm = name ? PyUnicode_AsUTF8(name) : NULL;
     if (nm == NULL) {
         PyErr_Clear();

@@ -1671,6 +1671,17 @@ class Driver:
                 f"{eff.where or self._fn_line()}; that call cannot be compiled (the function "
                 "would run eagerly on every call)")
         v.stores, v.n_extras = call.stores, call.n_extras
+        def run_eagerly(msg, strict_msg=None):
+            # a version whose program cannot make what eager makes: strict
+            # refuses; otherwise every call runs eagerly (torch.compile's
+            # graph break), with a warning
+            if self.strict_native:
+                raise _C.NativeCompileError(strict_msg if strict_msg is not None
+                                            else "strict_native: " + msg)
+            if config.warn_on_fallback:
+                warnings.warn(msg + "; this version runs eagerly", RuntimeWarning, stacklevel=6)
+            v.effects_eager = True
+
         written = getattr(tr, "unrecorded_writes", ())
         if written:
             # an eager in-place op on a tensor the function reaches without
@@ -1683,21 +1694,13 @@ class Driver:
                    "graph (a tensor it reaches through a path the compiler does not lift)")
             if getattr(tr, "writes_unrestorable", False):
                 msg += "; the trace could not undo that write"
-            if self.strict_native:
-                raise _C.NativeCompileError("strict_native: " + msg)
-            if config.warn_on_fallback:
-                warnings.warn(msg + "; this version runs eagerly", RuntimeWarning, stacklevel=5)
-            v.effects_eager = True
+            run_eagerly(msg)
         breaks = getattr(tr, "graph_breaks", ())
         if breaks and not v.effects_eager:
             # a statement the program cannot replay (t.data = v of an
             # input): every call runs eagerly, as torch.compile's graph break
             msg = f"tensorplay.compile: '{self.name}' {breaks[0]}"
-            if self.strict_native:
-                raise _C.NativeCompileError("strict_native: " + msg)
-            if config.warn_on_fallback:
-                warnings.warn(msg + "; this version runs eagerly", RuntimeWarning, stacklevel=5)
-            v.effects_eager = True
+            run_eagerly(msg)
         stale = getattr(tr, "stale_reads", ())
         if stale and not v.effects_eager:
             # an eager op read a tensor held as a constant (reached through
@@ -1710,11 +1713,7 @@ class Driver:
                    "graph, and the graph writes that tensor in place (a tensor it reaches "
                    "through a path the compiler does not lift: the value read would be the "
                    "trace's on every call)")
-            if self.strict_native:
-                raise _C.NativeCompileError("strict_native: " + msg)
-            if config.warn_on_fallback:
-                warnings.warn(msg + "; this version runs eagerly", RuntimeWarning, stacklevel=5)
-            v.effects_eager = True
+            run_eagerly(msg)
         grad_at = getattr(tr, "grad_enabled_at", None)
         if grad_at is not None:
             # `with tp.enable_grad():` inside a call made under no_grad:
@@ -1722,11 +1721,7 @@ class Driver:
             # which a version compiled for grad off does not build
             msg = (f"tensorplay.compile: '{self.name}' turns grad mode on inside a call made "
                    "with grad off and computes a value that requires grad")
-            if self.strict_native:
-                raise _C.NativeCompileError(f"strict_native: {msg}; at {grad_at}")
-            if config.warn_on_fallback:
-                warnings.warn(msg + "; this version runs eagerly", RuntimeWarning, stacklevel=5)
-            v.effects_eager = True
+            run_eagerly(msg, f"strict_native: {msg}; at {grad_at}")
         lost = getattr(call, "lost_store", None)
         if lost is not None:
             # `global g; g = ...` (or nonlocal, or obj.t = ...) where the
@@ -1736,21 +1731,13 @@ class Driver:
             msg = (f"tensorplay.compile: '{self.name}' assigns {lost}, a place the compiler "
                    "swaps its lifted values into while tracing; the compiled program cannot "
                    "make that assignment")
-            if self.strict_native:
-                raise _C.NativeCompileError("strict_native: " + msg + f"; at {self._assign_line(lost)}")
-            if config.warn_on_fallback:
-                warnings.warn(msg + "; this version runs eagerly", RuntimeWarning, stacklevel=5)
-            v.effects_eager = True
+            run_eagerly(msg, "strict_native: " + msg + f"; at {self._assign_line(lost)}")
         if call.unsafe_store is not None:
             where = call.unsafe_store
             msg = (f"tensorplay.compile: '{self.name}' stores a traced tensor into {where}, "
                    "which cannot be replayed after the compiled program (the function also "
                    "reads that container, or it is an attribute of a plain object)")
-            if self.strict_native:
-                raise _C.NativeCompileError(msg + f"; at {self._store_line(where)}")
-            if config.warn_on_fallback:
-                warnings.warn(msg + "; this version runs eagerly", RuntimeWarning, stacklevel=5)
-            v.effects_eager = True
+            run_eagerly(msg, msg + f"; at {self._store_line(where)}")
         # tp.manual_seed inside the function: every call reseeds, as eager
         # does; the compiled program then draws from the new stream. A seed
         # after a random draw of the same call cannot be replayed before the
