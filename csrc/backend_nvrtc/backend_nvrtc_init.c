@@ -15,8 +15,32 @@
  * use. */
 #include "backend_nvrtc/nvrtc_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+/* STAX_NVRTC_TIMING=1: each kernel's render, NVRTC and module-load times on
+ * stderr (as STAX_LLVM_TIMING does for the CPU back end): where a first
+ * call's compile goes */
+static double
+nv_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int
+nv_timing(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("STAX_NVRTC_TIMING");
+        on = e != NULL && *e && *e != '0';
+    }
+    return on;
+}
 
 /* what compile_kernel does (the vtable's state) */
 typedef struct {
@@ -304,6 +328,7 @@ handle_new(stax_backend *be, const stax_kernel *k, const char *entry,
     h->rc_bytes = stax_nvrtc_row_cache_bytes(k);
     h->rr_blocks = stax_nvrtc_reg_row_blocks(k);
     h->rc_limit = -1;
+    double t0 = nv_timing() ? nv_now_ms() : 0, t1 = t0, t2 = t0;
     h->source = stax_nvrtc_render_kernel(k, h->nsizes);
     if (h->source == NULL) {
         goto error;
@@ -314,14 +339,23 @@ handle_new(stax_backend *be, const stax_kernel *k, const char *entry,
         if (stax_nvrtc_device_arch(arch, sizeof(arch)) < 0) {
             goto error;
         }
+        t1 = nv_timing() ? nv_now_ms() : 0;
         h->cubin = image != NULL && PyBytes_Check(image)
                        ? Py_NewRef(image)    /* the compile cache's CUBIN */
                        : stax_nvrtc_compile_source(PyUnicode_AsUTF8(h->source),
                                                    h->name, arch, NULL);
+        t2 = nv_timing() ? nv_now_ms() : 0;
         if (h->cubin == NULL
             || stax_cuda_module_function(PyBytes_AS_STRING(h->cubin), h->name,
                                          &h->module, &h->fn) < 0) {
             goto error;
+        }
+        if (nv_timing()) {
+            double t3 = nv_now_ms();
+            fprintf(stderr, "[stax nvrtc] %s: render %.2f ms, %s %.2f ms "
+                    "(source %zd bytes), module load %.2f ms\n", h->name,
+                    t1 - t0, image != NULL ? "cached cubin" : "nvrtc",
+                    t2 - t1, PyUnicode_GET_LENGTH(h->source), t3 - t2);
         }
     }
     else if (image != NULL) {
@@ -854,6 +888,15 @@ done:
     return r;
 }
 
+static PyObject *
+nvrtc_py_warm_source(PyObject *self, PyObject *unused)
+{
+    const char *src = stax_nvrtc_warm_source();
+    (void)self;
+    (void)unused;
+    return src != NULL ? PyUnicode_FromString(src) : PyErr_NoMemory();
+}
+
 static PyMethodDef nvrtc_methods[] = {
     {"nvrtc_available", stax_nvrtc_py_available, METH_NOARGS,
      "nvrtc_available() -> bool: libnvrtc could be loaded."},
@@ -867,6 +910,17 @@ static PyMethodDef nvrtc_methods[] = {
      "options=None)\n--\n\nCompile CUDA C with NVRTC: PTX (str) for "
      "arch='compute_XY', CUBIN (bytes) for 'sm_XY'. Raises NVRTCError "
      "carrying the compile log (.log)."},
+    {"_nvrtc_warmup", (PyCFunction)(void (*)(void))stax_nvrtc_py_warmup_info,
+     METH_VARARGS | METH_KEYWORDS,
+     "_nvrtc_warmup(wait=False, start_arch=None) -> dict: the NVRTC warm-up "
+     "thread started when CUDA first came up (started, done, ms: its wall "
+     "time or -1, status: the warm compile's nvrtcResult, arch). wait=True joins it first; "
+     "start_arch='sm_XY' starts it for that architecture if it has not "
+     "started (tests without a GPU; ValueError for another form). "
+     "TENSORPLAY_NVRTC_WARMUP=0 turns the warm-up off."},
+    {"_nvrtc_warmup_source", nvrtc_py_warm_source, METH_NOARGS,
+     "_nvrtc_warmup_source() -> str: the CUDA C the warm-up compiles "
+     "(entry stax_warm), from the rendered kernels' preambles."},
     {"nvrtc_last_kernel_ms", stax_nvrtc_py_last_kernel_ms, METH_NOARGS,
      "nvrtc_last_kernel_ms() -> float or None: GPU time (CUDA events) of "
      "the last kernel launched by this back end, copies excluded."},
@@ -896,6 +950,7 @@ static PyMethodDef nvrtc_methods[] = {
 int
 stax_nvrtc_module_init(PyObject *m)
 {
+    stax_cuda_set_ready_hook(stax_nvrtc_warm_start);
     if (stax_nvrtc_error == NULL) {
         stax_nvrtc_error = PyErr_NewExceptionWithDoc(
             "tensorplay._C.NVRTCError",

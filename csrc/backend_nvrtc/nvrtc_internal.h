@@ -43,6 +43,12 @@ int stax_nvrtc_max_sym(const stax_ix *ix);
  *                                        int64_t start, int64_t end)
  * with stax_sizes { int64_t v[max(nsizes, 1)]; } passed by value. */
 PyObject *stax_nvrtc_render_kernel(const stax_kernel *k, int nsizes);
+/* CUDA C of one small kernel built from the same preambles as rendered
+ * kernels (a block reduction, 16-byte loads, the math the online softmax
+ * and activations call, float16 and float64): what the NVRTC warm-up
+ * (nvrtc_loader.c) compiles so that a process's first real compile finds
+ * NVRTC started and its code in memory. Static storage; entry "stax_warm". */
+const char *stax_nvrtc_warm_source(void);
 /* bytes per row element of the kernel's row cache (the loads two row
  * loops share, kept in dynamic shared memory); 0 if it has none. A launch
  * that passes rnumel * this many bytes of dynamic shared memory (and one
@@ -71,6 +77,9 @@ int stax_nvrtc_ix_bounds(const stax_ix *ix, const int64_t *sizes,
 /* ---- compiler (nvrtc_loader.c) ---- */
 extern PyObject *stax_nvrtc_error;     /* tensorplay._C.NVRTCError */
 int stax_nvrtc_load(void);             /* 0, or -1 + NVRTCError */
+/* start the NVRTC warm-up thread (once; TENSORPLAY_NVRTC_WARMUP=0: never):
+ * the device room calls it when CUDA first comes up. No exception. */
+void stax_nvrtc_warm_start(void);
 /* Compile CUDA C: arch "compute_XY" -> PTX (str), "sm_XY" -> CUBIN (bytes).
  * NULL + NVRTCError carrying the compile log (.log) on failure. */
 PyObject *stax_nvrtc_compile_source(const char *src, const char *name,
@@ -123,5 +132,7 @@ PyObject *stax_nvrtc_py_compile(PyObject *self, PyObject *args,
                                 PyObject *kwargs);
 PyObject *stax_nvrtc_py_cuda_available(PyObject *self, PyObject *unused);
 PyObject *stax_nvrtc_py_last_kernel_ms(PyObject *self, PyObject *unused);
+PyObject *stax_nvrtc_py_warmup_info(PyObject *self, PyObject *args,
+                                    PyObject *kw);
 
 #endif

@@ -6,9 +6,12 @@
 #include "backend_nvrtc/nvrtc_internal.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 PyObject *stax_nvrtc_error = NULL;
 
@@ -197,6 +200,137 @@ stax_nvrtc_load(void)
                  "with `pip install nvidia-cuda-nvrtc-cu12` or set "
                  "TENSORPLAY_NVRTC to the library's path", nv.why);
     return -1;
+}
+
+/* ------------------------------------------------------------ warm-up
+ *
+ * A process's first NVRTC compile pays for NVRTC's own start (loading its
+ * builtins library, first use of its code): on the H200 machine the first
+ * Example 1.1 kernel of a process compiled in 38-45 ms, the same kernel
+ * after one small compile in 20-31 ms. So when CUDA first comes up (the
+ * first CUDA tensor, before a compiled function's first call in any real
+ * script), a background thread compiles one small kernel made of the
+ * rendered kernels' helpers (stax_nvrtc_warm_source). It touches no Python object
+ * and nothing another compile shares (NVRTC programs are independent);
+ * interpreter exit waits for it (Py_AtExit). TENSORPLAY_NVRTC_WARMUP=0
+ * turns it off. */
+static struct {
+    int started;               /* under the GIL: 0 not yet, -1 tried and
+                                  not started, 1 running, 2 joined */
+    pthread_t th;
+    pid_t pid;                 /* a forked child has no such thread */
+    char arch[32];
+    const char *src;
+    volatile int done;
+    double ms;                 /* the thread's wall time */
+    int status;                /* the warm compile's nvrtcResult */
+} warm;
+
+static double
+warm_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void *
+warm_main(void *unused)
+{
+    double t0 = warm_now_ms();
+    nvrtcProgram prog = NULL;
+    char archopt[64];
+    const char *opts[2];
+    (void)unused;
+    snprintf(archopt, sizeof(archopt), "--gpu-architecture=%s", warm.arch);
+    opts[0] = archopt;
+    opts[1] = "--std=c++17";
+    warm.status = nv.CreateProgram(&prog, warm.src, "stax_warm.cu", 0, NULL,
+                                   NULL);
+    if (warm.status == 0) {
+        warm.status = nv.CompileProgram(prog, 2, opts);
+        nv.DestroyProgram(&prog);
+    }
+    warm.ms = warm_now_ms() - t0;
+    warm.done = 1;
+    return NULL;
+}
+
+static void
+warm_join(void)
+{
+    if (warm.started == 1 && warm.pid == getpid()) {
+        pthread_join(warm.th, NULL);
+        warm.started = 2;
+    }
+}
+
+/* start the thread for arch (NULL: the device's); 0, or -1 with no
+ * exception when it did not start */
+static int
+warm_start_for(const char *arch)
+{
+    const char *e = getenv("TENSORPLAY_NVRTC_WARMUP");
+    PyObject *et, *ev, *tb;
+    if (warm.started || (e != NULL && *e == '0')) {
+        return warm.started > 0 ? 0 : -1;
+    }
+    warm.started = -1;         /* tried: never twice */
+    PyErr_Fetch(&et, &ev, &tb);
+    if (arch != NULL) {
+        snprintf(warm.arch, sizeof(warm.arch), "%s", arch);
+    }
+    if (stax_nvrtc_load() < 0 || nv.GetCUBIN == NULL
+        || (arch == NULL && stax_cuda_arch(warm.arch, sizeof(warm.arch)) < 0)
+        || (warm.src = stax_nvrtc_warm_source()) == NULL) {
+        PyErr_Clear();         /* the first real compile says what failed */
+        PyErr_Restore(et, ev, tb);
+        return -1;
+    }
+    warm.pid = getpid();
+    if (Py_AtExit(warm_join) == 0 && pthread_create(&warm.th, NULL, warm_main,
+                                                    NULL) == 0) {
+        warm.started = 1;
+    }
+    PyErr_Restore(et, ev, tb);
+    return warm.started > 0 ? 0 : -1;
+}
+
+void
+stax_nvrtc_warm_start(void)
+{
+    (void)warm_start_for(NULL);
+}
+
+PyObject *
+stax_nvrtc_py_warmup_info(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"wait", "start_arch", NULL};
+    int wait = 0;
+    const char *start_arch = NULL;
+    (void)self;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|pz:_nvrtc_warmup", kwlist,
+                                     &wait, &start_arch)) {
+        return NULL;
+    }
+    if (start_arch != NULL && strncmp(start_arch, "sm_", 3) != 0) {
+        PyErr_Format(PyExc_ValueError, "_nvrtc_warmup: start_arch must be "
+                     "'sm_XY', got '%s'", start_arch);
+        return NULL;
+    }
+    if (start_arch != NULL && !warm.started) {
+        (void)warm_start_for(start_arch);
+    }
+    if (wait && warm.started == 1) {
+        Py_BEGIN_ALLOW_THREADS
+        warm_join();
+        Py_END_ALLOW_THREADS
+    }
+    return Py_BuildValue("{sOsOsdsiss}", "started",
+                         warm.started > 0 ? Py_True : Py_False, "done",
+                         warm.done ? Py_True : Py_False, "ms",
+                         warm.done ? warm.ms : -1.0, "status", warm.status,
+                         "arch", warm.arch);
 }
 
 static PyObject *

@@ -2259,6 +2259,66 @@ static const char online_preamble[] =
 "    __syncthreads();\n"
 "}\n";
 
+/* the warm-up kernel: one row of softmax-like work per block through the
+ * helpers rendered kernels use, plus the float16/float64 conversions and
+ * the transcendental functions activations call */
+static const char warm_kernel[] =
+"struct stax_sizes { int64_t v[1]; };\n"
+"extern \"C\" __global__ void STAX_LB stax_warm(const float *__restrict__ buf0,\n"
+"    float *__restrict__ buf1, unsigned short *__restrict__ buf2,\n"
+"    double *__restrict__ buf3, const stax_sizes sizes, const int64_t start,\n"
+"    const int64_t end)\n"
+"{\n"
+"    __shared__ double stax_shv[33];\n"
+"    const int64_t n = sizes.v[0];\n"
+"    for (int64_t x = start + blockIdx.x; x < end; x += gridDim.x) {\n"
+"        float m = __int_as_float((int)0xff800000), s = 0.0f;\n"
+"        double d = 0.0;\n"
+"        for (int64_t r = 4 * (int64_t)threadIdx.x; r + 3 < n; r += 4 * blockDim.x) {\n"
+"            if (stax_vaok(&buf0[x * n + r])) {\n"
+"                const stax_v4<float> v = *(const stax_v4<float> *)&buf0[x * n + r];\n"
+"#pragma unroll\n"
+"                for (int j = 0; j < 4; j++) {\n"
+"                    m = stax_maxnan(m, v.v[j]);\n"
+"                }\n"
+"            }\n"
+"        }\n"
+"        m = stax_block_reduce(m, stax_op_max(), __int_as_float((int)0xff800000), (float *)stax_shv);\n"
+"        for (int64_t r = threadIdx.x; r < n; r += blockDim.x) {\n"
+"            const float v = buf0[x * n + r];\n"
+"            s = stax_op_sum()(s, stax_oexp(v - m));\n"
+"            d += sqrt((double)stax_abs(v)) + log1p((double)stax_rh(v));\n"
+"        }\n"
+"        s = stax_block_reduce(s, stax_op_sum(), 0.0f, (float *)stax_shv);\n"
+"        d = stax_block_reduce(d, stax_op_sum(), 0.0, stax_shv);\n"
+"        for (int64_t r = threadIdx.x; r < n; r += blockDim.x) {\n"
+"            const float v = buf0[x * n + r];\n"
+"            const float y = expf(v - m) / s;\n"
+"            buf1[x * n + r] = 0.5f * v * (1.0f + erff(v * 0.70710678f)) + tanhf(y) + logf(y);\n"
+"            buf2[x * n + r] = stax_f2h(y);\n"
+"            buf3[x * n + r] = d + (double)stax_f2i64(y) + pow(d, 0.5);\n"
+"        }\n"
+"    }\n"
+"}\n";
+
+const char *
+stax_nvrtc_warm_source(void)
+{
+    static char *src = NULL;
+    if (src == NULL) {
+        size_t n = strlen(preamble) + strlen(vec_preamble)
+                   + strlen(online_preamble) + strlen(warm_kernel) + 1;
+        char *s = malloc(n);
+        if (s == NULL) {
+            return NULL;
+        }
+        snprintf(s, n, "%s%s%s%s", preamble, vec_preamble, online_preamble,
+                 warm_kernel);
+        src = s;
+    }
+    return src;
+}
+
 static int
 kernel_has_online(const stax_kernel *k)
 {

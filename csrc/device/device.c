@@ -104,6 +104,8 @@ stax_cuda_check(int r, const char *what)
         }                                                                \
     } while (0)
 
+static void (*ready_hook)(void);
+
 static void
 load(void)
 {
@@ -175,9 +177,18 @@ load(void)
         goto fail;
     }
     cu.ok = 1;
+    if (ready_hook != NULL) {
+        ready_hook();
+    }
     return;
 fail:
     cu.count = 0;
+}
+
+void
+stax_cuda_set_ready_hook(void (*hook)(void))
+{
+    ready_hook = hook;
 }
 
 int

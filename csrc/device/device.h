@@ -25,6 +25,9 @@ typedef unsigned long long stax_cuptr;   /* CUdeviceptr */
 /* 0 when a driver and a device are usable; -1 + RuntimeError("CUDA is not
  * available: ...") naming what was looked for. Makes the context current. */
 int stax_cuda_init(void);
+/* called once, with the GIL, right after the driver and device 0 first
+ * come up (the NVRTC back end starts its warm-up there); must not raise */
+void stax_cuda_set_ready_hook(void (*hook)(void));
 int stax_cuda_is_available(void);   /* no exception */
 int stax_cuda_device_count(void);   /* 0 without a driver; no exception */
 

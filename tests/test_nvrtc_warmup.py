@@ -1,0 +1,101 @@
+"""The NVRTC warm-up (csrc/backend_nvrtc/nvrtc_loader.c): when CUDA first
+comes up, a background thread compiles one small kernel made of the rendered kernels' helpers, so that a compiled
+function's first call on CUDA does not pay NVRTC's start-up (issue 14's
+first-call goal). Here (no GPU): the kernel it compiles is valid CUDA C for
+the architectures the back end targets, and nothing starts without CUDA.
+tests/gpu/test_gpu_nvrtc_warmup.py checks the thread on a GPU machine."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import tensorplay as tp
+from tensorplay import _C
+
+needs_nvrtc = pytest.mark.skipif(not _C.nvrtc_available(),
+                                 reason="libnvrtc not found (pip install nvidia-cuda-nvrtc-cu12)")
+
+
+def test_warm_source_is_made_of_the_rendered_kernels_preambles():
+    src = _C._nvrtc_warmup_source()
+    assert 'extern "C" __global__ void STAX_LB stax_warm(' in src
+    # the same helper text every rendered kernel starts with
+    assert "STAX_D float stax_h2f(unsigned short h)" in src
+    assert "stax_block_reduce" in src and "stax_online_join" in src
+    assert "stax_v4" in src
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("arch", ["sm_90", "sm_80", "compute_90"])
+def test_warm_source_compiles(arch):
+    out = _C.nvrtc_compile(_C._nvrtc_warmup_source(), "stax_warm.cu", arch)
+    if arch.startswith("sm_"):
+        assert isinstance(out, bytes) and len(out) > 1000
+    else:
+        assert ".entry stax_warm(" in out
+        assert ".local" not in out        # the block reduction stays in registers/shared
+
+
+def _py(code, **env):
+    e = dict(os.environ)
+    e.update(env)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env=e, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r
+
+
+@pytest.mark.skipif(tp.cuda.is_available(), reason="checks a machine without CUDA")
+def test_nothing_starts_without_cuda():
+    r = _py("import json, tensorplay as tp\n"
+            "from tensorplay import _C\n"
+            "try:\n"
+            "    tp.ones(2, device='cuda')\n"
+            "except RuntimeError as e:\n"
+            "    assert 'CUDA is not available' in str(e)\n"
+            "print(json.dumps(_C._nvrtc_warmup(True)))\n")
+    info = json.loads(r.stdout.strip().splitlines()[-1])
+    assert info["started"] is False and info["done"] is False
+
+
+@needs_nvrtc
+def test_the_thread_compiles_the_warm_kernel():
+    # started by hand for sm_90 (no GPU here): the same thread CUDA starts
+    r = _py("import json\n"
+            "from tensorplay import _C\n"
+            "print(json.dumps(_C._nvrtc_warmup(True, 'sm_90')))\n")
+    info = json.loads(r.stdout.strip().splitlines()[-1])
+    assert info["started"] and info["done"] and info["status"] == 0, info
+    assert info["arch"] == "sm_90" and info["ms"] > 0
+
+
+@needs_nvrtc
+def test_exit_while_the_thread_runs_is_clean():
+    # the interpreter joins the thread before NVRTC's own teardown
+    for _ in range(2):
+        r = _py("from tensorplay import _C\n_C._nvrtc_warmup(False, 'sm_90')\n")
+        assert r.stderr == ""
+
+
+@needs_nvrtc
+def test_it_starts_once_and_can_be_turned_off():
+    r = _py("import json\n"
+            "from tensorplay import _C\n"
+            "a = _C._nvrtc_warmup(True, 'sm_90')\n"
+            "b = _C._nvrtc_warmup(True, 'sm_80')\n"
+            "print(json.dumps([a['arch'], b['arch'], a['ms'] == b['ms']]))\n")
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == ["sm_90", "sm_90", True]
+    r = _py("import json\n"
+            "from tensorplay import _C\n"
+            "print(json.dumps(_C._nvrtc_warmup(True, 'sm_90')))\n",
+            TENSORPLAY_NVRTC_WARMUP="0")
+    assert json.loads(r.stdout.strip().splitlines()[-1])["started"] is False
+
+
+def test_warmup_info_rejects_bad_arguments():
+    with pytest.raises(TypeError):
+        _C._nvrtc_warmup(1, 2, 3)
+    with pytest.raises(ValueError, match="start_arch must be 'sm_XY'"):
+        _C._nvrtc_warmup(False, "compute_90")
