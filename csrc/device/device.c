@@ -2,7 +2,7 @@
  * here (no CUDA headers), the primary context and one stream of device 0,
  * the caching allocator and the Python functions tensorplay.cuda wraps.
  * Everything runs under the GIL. */
-#include "device/device.h"
+#include "device/device_internal.h"
 
 #include <dlfcn.h>
 #include <stdio.h>
@@ -602,6 +602,7 @@ static struct {
     char why[1024];
     int (*Create)(cublasHandle_t *);
     int (*SetStream)(cublasHandle_t, void *);
+    int (*SetWorkspace)(cublasHandle_t, void *, size_t);   /* optional */
     int (*Sgemm)(cublasHandle_t, int, int, int, int, int, const float *,
                  const float *, int, long long, const float *, int,
                  long long, const float *, float *, int, long long, int);
@@ -693,6 +694,7 @@ cublas_load(void)
         }
         *(void **)&cb.Create = dlsym(cb.lib, "cublasCreate_v2");
         *(void **)&cb.SetStream = dlsym(cb.lib, "cublasSetStream_v2");
+        *(void **)&cb.SetWorkspace = dlsym(cb.lib, "cublasSetWorkspace_v2");
         *(void **)&cb.Sgemm = dlsym(cb.lib, "cublasSgemmStridedBatched");
         *(void **)&cb.Dgemm = dlsym(cb.lib, "cublasDgemmStridedBatched");
         *(void **)&cb.GemmEx = dlsym(cb.lib, "cublasGemmStridedBatchedEx");
@@ -735,13 +737,160 @@ stax_cublas_available(void)
 }
 
 int
+stax_cuda_gemm_issue(const stax_gemm_args *g)
+{
+    int r;
+    if (g->dtype == 0) {
+        const float one = 1.0f, zero = 0.0f;
+        r = cb.Sgemm(cb.handle, g->transa, g->transb, (int)g->m, (int)g->n,
+                     (int)g->k, &one, (const float *)(uintptr_t)g->a,
+                     (int)g->lda, g->stride_a, (const float *)(uintptr_t)g->b,
+                     (int)g->ldb, g->stride_b, &zero,
+                     (float *)(uintptr_t)g->c, (int)g->ldc, g->stride_c,
+                     (int)g->batch);
+    }
+    else if (g->dtype == 1) {
+        const double one = 1.0, zero = 0.0;
+        r = cb.Dgemm(cb.handle, g->transa, g->transb, (int)g->m, (int)g->n,
+                     (int)g->k, &one, (const double *)(uintptr_t)g->a,
+                     (int)g->lda, g->stride_a,
+                     (const double *)(uintptr_t)g->b, (int)g->ldb,
+                     g->stride_b, &zero, (double *)(uintptr_t)g->c,
+                     (int)g->ldc, g->stride_c, (int)g->batch);
+    }
+    else {
+        /* float16 / bfloat16 operands and result, float32 accumulation and
+         * scalars (torch's CUDA half GEMM): cudaDataType CUDA_R_16F = 2,
+         * CUDA_R_16BF = 14; CUBLAS_COMPUTE_32F = 68, CUBLAS_GEMM_DEFAULT */
+        const float one = 1.0f, zero = 0.0f;
+        int t = g->dtype == 2 ? 2 : 14;
+        r = cb.GemmEx(cb.handle, g->transa, g->transb, (int)g->m, (int)g->n,
+                      (int)g->k, &one, (const void *)(uintptr_t)g->a, t,
+                      (int)g->lda, g->stride_a, (const void *)(uintptr_t)g->b,
+                      t, (int)g->ldb, g->stride_b, &zero,
+                      (void *)(uintptr_t)g->c, t, (int)g->ldc, g->stride_c,
+                      (int)g->batch, 68, -1);
+    }
+    if (r != 0) {
+        PyErr_Format(PyExc_RuntimeError, "cuBLAS: %s failed: %s (%d)",
+                     g->dtype <= 1 ? (g->dtype == 0 ? "cublasSgemmStridedBatched"
+                                                    : "cublasDgemmStridedBatched")
+                                   : "cublasGemmStridedBatchedEx",
+                     stax_cublas_status_name(r), r);
+        return -1;
+    }
+    return 0;
+}
+
+/* what a capture needs, made once: a non-blocking stream of its own (the
+ * legacy stream is never involved) and a workspace (cuBLAS allocating its
+ * own inside a capture would put memory nodes in the graph; 32 MiB, what
+ * Hopper's cuBLAS asks for by default) */
+static struct {
+    CUstream stream;
+    stax_cuptr ws;
+    size_t wsbytes;
+    CUresult (*Begin)(CUstream, int);
+    CUresult (*End)(CUstream, void **);
+} capt;
+
+static int
+capture_ready(void)
+{
+    if (capt.stream != NULL) {
+        return 0;
+    }
+    *(void **)&capt.Begin = stax_cuda_symbol("cuStreamBeginCapture_v2");
+    *(void **)&capt.End = stax_cuda_symbol("cuStreamEndCapture");
+    if (capt.Begin == NULL || capt.End == NULL || cb.SetWorkspace == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "CUDA graphs: libcuda lacks "
+                        "cuStreamBeginCapture_v2/cuStreamEndCapture or "
+                        "libcublas lacks cublasSetWorkspace_v2");
+        return -1;
+    }
+    capt.wsbytes = (size_t)32 << 20;
+    if (stax_cuda_check(cu.MemAlloc(&capt.ws, capt.wsbytes),
+                        "cuMemAlloc (cuBLAS graph workspace)") < 0) {
+        capt.ws = 0;
+        return -1;
+    }
+    if (stax_cuda_check(cu.StreamCreate(&capt.stream, 1 /* NON_BLOCKING */),
+                        "cuStreamCreate") < 0) {
+        cu.MemFree(capt.ws);
+        capt.ws = 0;
+        capt.stream = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+int
+stax_cuda_gemm_capture(const stax_gemm_args *g, void **graph)
+{
+    void *gr = NULL;
+    int r, rc = -1;
+    CUresult e;
+    *graph = NULL;
+    if (cublas_load() < 0 || capture_ready() < 0) {
+        return -1;
+    }
+    r = cb.SetStream(cb.handle, capt.stream);
+    if (r == 0) {
+        r = cb.SetWorkspace(cb.handle, (void *)(uintptr_t)capt.ws,
+                            capt.wsbytes);
+    }
+    if (r != 0) {
+        PyErr_Format(PyExc_RuntimeError, "cuBLAS: setting the capture "
+                     "stream failed: %s (%d)", stax_cublas_status_name(r), r);
+        goto restore;
+    }
+    /* thread-local: another thread's allocation is no error of ours */
+    if (stax_cuda_check(capt.Begin(capt.stream, 1), "cuStreamBeginCapture") < 0) {
+        goto restore;
+    }
+    r = stax_cuda_gemm_issue(g);
+    e = capt.End(capt.stream, &gr);          /* always: the stream leaves
+                                                capture mode */
+    if (r < 0) {
+        goto restore;
+    }
+    if (stax_cuda_check(e, "cuStreamEndCapture") < 0 || gr == NULL) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_RuntimeError, "CUDA driver: "
+                            "cuStreamEndCapture returned no graph");
+        }
+        goto restore;
+    }
+    *graph = gr;
+    gr = NULL;
+    rc = 0;
+restore:
+    /* back on the room's stream (and cuBLAS's default workspace pool) */
+    r = cb.SetStream(cb.handle, cu.stream);
+    if (r != 0 && rc == 0) {
+        PyErr_Format(PyExc_RuntimeError, "cuBLAS: cublasSetStream failed: "
+                     "%s (%d)", stax_cublas_status_name(r), r);
+        rc = -1;
+    }
+    if (gr != NULL || (rc < 0 && *graph != NULL)) {
+        void (*destroy)(void *) = (void (*)(void *))stax_cuda_symbol("cuGraphDestroy");
+        if (destroy != NULL) {
+            destroy(gr != NULL ? gr : *graph);
+        }
+        *graph = NULL;
+    }
+    return rc;
+}
+
+int
 stax_cuda_gemm(int dtype, int transa, int transb, int64_t m, int64_t n,
                int64_t k, stax_cuptr a, int64_t lda, int64_t stride_a,
                stax_cuptr b, int64_t ldb, int64_t stride_b, stax_cuptr c,
                int64_t ldc, int64_t stride_c, int64_t batch)
 {
+    stax_gemm_args g;
     int r;
-    if (stax_cuda_record_break() < 0 || cublas_load() < 0) {
+    if (cublas_load() < 0) {
         return -1;
     }
     if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX || lda > INT32_MAX
@@ -750,41 +899,29 @@ stax_cuda_gemm(int dtype, int transa, int transb, int64_t m, int64_t n,
                         "exceeds 2^31 - 1");
         return -1;
     }
-    if (dtype == 0) {
-        const float one = 1.0f, zero = 0.0f;
-        r = cb.Sgemm(cb.handle, transa, transb, (int)m, (int)n, (int)k, &one,
-                     (const float *)(uintptr_t)a, (int)lda, stride_a,
-                     (const float *)(uintptr_t)b, (int)ldb, stride_b, &zero,
-                     (float *)(uintptr_t)c, (int)ldc, stride_c, (int)batch);
-    }
-    else if (dtype == 1) {
-        const double one = 1.0, zero = 0.0;
-        r = cb.Dgemm(cb.handle, transa, transb, (int)m, (int)n, (int)k, &one,
-                     (const double *)(uintptr_t)a, (int)lda, stride_a,
-                     (const double *)(uintptr_t)b, (int)ldb, stride_b, &zero,
-                     (double *)(uintptr_t)c, (int)ldc, stride_c, (int)batch);
-    }
-    else {
-        /* float16 / bfloat16 operands and result, float32 accumulation and
-         * scalars (torch's CUDA half GEMM): cudaDataType CUDA_R_16F = 2,
-         * CUDA_R_16BF = 14; CUBLAS_COMPUTE_32F = 68, CUBLAS_GEMM_DEFAULT */
-        const float one = 1.0f, zero = 0.0f;
-        int t = dtype == 2 ? 2 : 14;
-        r = cb.GemmEx(cb.handle, transa, transb, (int)m, (int)n, (int)k, &one,
-                      (const void *)(uintptr_t)a, t, (int)lda, stride_a,
-                      (const void *)(uintptr_t)b, t, (int)ldb, stride_b,
-                      &zero, (void *)(uintptr_t)c, t, (int)ldc, stride_c,
-                      (int)batch, 68, -1);
-    }
+    memset(&g, 0, sizeof(g));       /* padding compares equal */
+    g.dtype = dtype;
+    g.transa = transa;
+    g.transb = transb;
+    g.m = m;
+    g.n = n;
+    g.k = k;
+    g.a = a;
+    g.lda = lda;
+    g.stride_a = stride_a;
+    g.b = b;
+    g.ldb = ldb;
+    g.stride_b = stride_b;
+    g.c = c;
+    g.ldc = ldc;
+    g.stride_c = stride_c;
+    g.batch = batch;
+    /* inside a CUDA graph's recording the product becomes a node of it */
+    r = stax_cuda_record_gemm(&g);
     if (r != 0) {
-        PyErr_Format(PyExc_RuntimeError, "cuBLAS: %s failed: %s (%d)",
-                     dtype <= 1 ? (dtype == 0 ? "cublasSgemmStridedBatched"
-                                              : "cublasDgemmStridedBatched")
-                                : "cublasGemmStridedBatchedEx",
-                     stax_cublas_status_name(r), r);
-        return -1;
+        return r < 0 ? -1 : 0;
     }
-    return 0;
+    return stax_cuda_gemm_issue(&g);
 }
 
 /* ------------------------------------------------------------- events */

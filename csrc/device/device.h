@@ -76,9 +76,10 @@ int stax_cublas_available(void);
 const char *stax_cublas_status_name(int status);
 
 /* ---- CUDA graphs (graphs.c) ----
- * A program's kernel launches recorded on the host during one call, then
- * replayed as one graph (a chain of kernel nodes); a later call updates
- * the nodes whose arguments changed. While a recording is open every other
+ * A program's kernel launches (and cuBLAS products) recorded on the host
+ * during one call, then replayed as one graph (a chain of kernel nodes and
+ * captured child graphs); a later call updates the nodes whose arguments
+ * changed. While a recording is open every other
  * stream operation of this room (copies, fills, synchronizations, cuBLAS,
  * events, memory returned to the driver) first launches what was recorded,
  * one by one, and ends the recording as broken: the stream's order never
@@ -108,6 +109,12 @@ int stax_cuda_recording(void);
 int stax_cuda_record_launch(void *fn, const int64_t grid[3],
                             const int64_t block[3], int64_t smem,
                             void **params, int nparams, const size_t *psize);
+/* on: a cuBLAS product (stax_cuda_gemm) while recording becomes a node of
+ * the graph (a child graph captured from cuBLAS) instead of breaking the
+ * recording; the program turns it on around its own matmul steps only,
+ * so that eager work inside a call keeps breaking it. 1 if libcuda has
+ * the child-graph entry points this needs, else 0. */
+int stax_cuda_record_products(int on);
 /* launch what was recorded one by one and end the recording as broken
  * (no-op when none is open); -1 + RuntimeError naming the CUDA error */
 int stax_cuda_record_break(void);

@@ -13,13 +13,19 @@
  * the chain runs in the stream's order, so a block released after one
  * recorded launch and handed to a later one is ordered as before.
  *
+ * A cuBLAS product of the program's own matmul steps joins the chain as a
+ * child-graph node: the product captured from cuBLAS on a capture stream
+ * of its own (stax_cuda_gemm_capture), captured again only when its
+ * operands or shapes change (cuGraphExecChildGraphNodeSetParams; a
+ * capture of another shape builds the graph anew).
+ *
  * While a recording is open, any other stream operation of this room (a
- * copy, a fill, a synchronization, cuBLAS, an event, memory going back to
- * the driver) first launches what was recorded, one kernel at a time, and
+ * copy, a fill, a synchronization, other cuBLAS work, an event, memory
+ * going back to the driver) first launches what was recorded, one kernel at a time, and
  * closes the recording ("broken"): the order of the work never changes,
  * and a program that synchronizes or copies inside a call runs without a
  * graph. Everything runs under the GIL. */
-#include "device/device.h"
+#include "device/device_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +65,11 @@ static struct {
     CUresult (*LaunchKernel)(void *, unsigned, unsigned, unsigned, unsigned,
                              unsigned, unsigned, unsigned, void *, void **,
                              void **);
+    /* cuBLAS products as child-graph nodes (optional: without them a
+     * recording that meets a product breaks, as before) */
+    CUresult (*AddChildNode)(CUgraphNode *, CUgraph, const CUgraphNode *,
+                             size_t, CUgraph);
+    CUresult (*ExecChildSetParams)(CUgraphExec, CUgraphNode, CUgraph);
 } gx;
 
 /* tests: "missing" hides the graph entry points; a driver call's name
@@ -120,6 +131,9 @@ resolve(void)
     GX_SYM(ExecDestroy, "cuGraphExecDestroy");
     GX_SYM(Destroy, "cuGraphDestroy");
     GX_SYM(LaunchKernel, "cuLaunchKernel");
+    *(void **)&gx.AddChildNode = stax_cuda_symbol("cuGraphAddChildGraphNode");
+    *(void **)&gx.ExecChildSetParams =
+        stax_cuda_symbol("cuGraphExecChildGraphNodeSetParams");
     gx.why = NULL;
     return 1;
 }
@@ -140,7 +154,8 @@ stax_cuda_graphs_available(const char **why)
 /* ------------------------------------------------------------ recording */
 
 typedef struct {
-    void *fn;
+    void *fn;                  /* NULL: a cuBLAS product (its
+                                  stax_gemm_args are the argument bytes) */
     unsigned grid[3], block[3], smem;
     int nparams;
     size_t p0;                 /* its first entry of poff */
@@ -171,6 +186,7 @@ struct stax_cuda_graph {
 };
 
 static stax_cuda_graph *recording;
+static int record_products;    /* stax_cuda_record_products */
 static long long live_graphs;  /* instantiated and not yet destroyed */
 
 static void
@@ -230,6 +246,13 @@ launch_direct(const launches *l)
     void *kp[MAX_PARAMS];
     for (int i = 0; i < l->nk; i++) {
         const rec_kernel *r = &l->k[i];
+        if (r->fn == NULL) {
+            if (stax_cuda_gemm_issue((const stax_gemm_args *)(l->args + r->a0))
+                < 0) {
+                return -1;
+            }
+            continue;
+        }
         param_ptrs(l, i, kp);
         if (stax_cuda_check(gx.LaunchKernel(r->fn, r->grid[0], r->grid[1],
                                             r->grid[2], r->block[0],
@@ -330,6 +353,44 @@ stax_cuda_record_launch(void *fn, const int64_t grid[3],
     return 1;
 }
 
+int
+stax_cuda_record_products(int on)
+{
+    record_products = on;
+    return stax_cuda_graphs_available(NULL) && gx.AddChildNode != NULL
+           && gx.ExecChildSetParams != NULL;
+}
+
+int
+stax_cuda_record_gemm(const stax_gemm_args *gm)
+{
+    stax_cuda_graph *g = recording;
+    launches *l;
+    rec_kernel *r;
+    size_t need = (sizeof(*gm) + 7) & ~(size_t)7;
+    if (g == NULL) {
+        return 0;
+    }
+    if (!record_products || g->owner != PyThread_get_thread_ident()
+        || gx.AddChildNode == NULL || gx.ExecChildSetParams == NULL) {
+        return stax_cuda_record_break() < 0 ? -1 : 0;
+    }
+    l = &g->rec;
+    if (grow((void **)&l->k, &l->capk, (size_t)l->nk + 1, sizeof(*l->k)) < 0
+        || grow((void **)&l->args, &l->capargs, l->nargs + need, 1) < 0) {
+        return -1;
+    }
+    r = &l->k[l->nk++];
+    memset(r, 0, sizeof(*r));
+    r->p0 = l->npoff;
+    r->a0 = l->nargs;
+    r->nbytes = need;
+    memset(l->args + l->nargs, 0, need);
+    memcpy(l->args + l->nargs, gm, sizeof(*gm));
+    l->nargs += need;
+    return 1;
+}
+
 /* ------------------------------------------------------------ the graph */
 
 stax_cuda_graph *
@@ -404,12 +465,38 @@ gcheck(CUresult r, const char *what)
     return stax_cuda_check(r, what);
 }
 
+/* node i of g: a kernel node, or a cuBLAS product captured as a child
+ * graph (the node holds a copy of it) */
+static int
+add_node(stax_cuda_graph *g, int i, void **kp)
+{
+    kernel_node_params np;
+    const launches *l = &g->rec;
+    const CUgraphNode *dep = i > 0 ? &g->nodes[i - 1] : NULL;
+    size_t ndep = i > 0 ? 1 : 0;
+    if (l->k[i].fn == NULL) {
+        void *child = NULL;
+        int rc;
+        if (stax_cuda_gemm_capture((const stax_gemm_args *)(l->args + l->k[i].a0),
+                                   &child) < 0) {
+            return -1;
+        }
+        rc = gcheck(gx.AddChildNode(&g->nodes[i], g->graph, dep, ndep,
+                                    (CUgraph)child),
+                    "cuGraphAddChildGraphNode");
+        gx.Destroy((CUgraph)child);
+        return rc;
+    }
+    node_params(l, i, kp, &np);
+    return gcheck(gx.AddKernelNode(&g->nodes[i], g->graph, dep, ndep, &np),
+                  "cuGraphAddKernelNode");
+}
+
 /* a new graph of the recorded launches, each node after the previous one */
 static int
 graph_build(stax_cuda_graph *g)
 {
     void *kp[MAX_PARAMS];
-    kernel_node_params np;
     const launches *l = &g->rec;
     graph_drop(g);
     g->nodes = calloc((size_t)l->nk, sizeof(*g->nodes));
@@ -422,11 +509,7 @@ graph_build(stax_cuda_graph *g)
         return -1;
     }
     for (int i = 0; i < l->nk; i++) {
-        node_params(l, i, kp, &np);
-        if (gcheck(gx.AddKernelNode(&g->nodes[i], g->graph,
-                                    i > 0 ? &g->nodes[i - 1] : NULL,
-                                    i > 0 ? 1 : 0, &np),
-                   "cuGraphAddKernelNode") < 0) {
+        if (add_node(g, i, kp) < 0) {
             return -1;
         }
         g->nnodes = i + 1;
@@ -455,7 +538,9 @@ same_layout(const launches *l, const rec_kernel *a, const launches *o,
     return 1;
 }
 
-/* the nodes whose launch differs from the recording get its parameters */
+/* the nodes whose launch differs from the recording get its parameters;
+ * 1 when a node cannot take them (another kind of launch there, or a
+ * product whose capture has another shape): the caller builds anew */
 static int
 graph_update(stax_cuda_graph *g)
 {
@@ -470,6 +555,26 @@ graph_update(stax_cuda_graph *g)
             && memcmp(a->block, b->block, sizeof(a->block)) == 0
             && memcmp(l->args + a->a0, o->args + b->a0, a->nbytes) == 0
             && same_layout(l, a, o, b)) {
+            continue;
+        }
+        if ((a->fn == NULL) != (b->fn == NULL)) {
+            return 1;
+        }
+        if (a->fn == NULL) {
+            void *child = NULL;
+            CUresult r;
+            if (stax_cuda_gemm_capture((const stax_gemm_args *)(l->args + a->a0),
+                                       &child) < 0) {
+                return -1;
+            }
+            r = injected("cuGraphExecChildGraphNodeSetParams")
+                    ? CUDA_ERROR_NOT_SUPPORTED
+                    : gx.ExecChildSetParams(g->exec, g->nodes[i], (CUgraph)child);
+            gx.Destroy((CUgraph)child);
+            if (r != 0) {
+                return 1;      /* cuBLAS chose other kernels: rebuild */
+            }
+            g->st.updates++;
             continue;
         }
         node_params(l, i, kp, &np);
@@ -506,8 +611,8 @@ stax_cuda_graph_end(stax_cuda_graph *g, int replay)
     if (g->exec == NULL || g->nnodes != g->rec.nk) {
         rc = graph_build(g);
     }
-    else {
-        rc = graph_update(g);
+    else if ((rc = graph_update(g)) == 1) {
+        rc = graph_build(g);
     }
     if (rc == 0) {
         rc = gcheck(gx.Launch(g->exec, stax_cuda_stream()), "cuGraphLaunch");

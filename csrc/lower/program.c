@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 #include "lower/lower_internal.h"
 #include "graph/graph.h"
+#include "device/device.h"
 #include "tensor/stax_numpy.h"
 #include <structmember.h>
 
@@ -1236,7 +1237,11 @@ lw_program_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
             break;
         case ST_MATMUL: {
             if (c->be->device != NULL) {
-                if ((slots[s->out] = device_matmul(p, s, slots)) == NULL) {
+                /* this step's cuBLAS product may join the call's graph */
+                stax_cuda_record_products(1);
+                slots[s->out] = device_matmul(p, s, slots);
+                stax_cuda_record_products(0);
+                if (slots[s->out] == NULL) {
                     goto done;
                 }
                 break;

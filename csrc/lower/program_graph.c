@@ -3,9 +3,10 @@
  * (device.h; the recording is made by the NVRTC back end's launch while
  * the device room has one open).
  *
- * Which programs: every step an NVRTC kernel (a cuBLAS matmul, an eager
- * fallback step or a host step runs outside any graph, so such a program
- * takes none), and no runtime check read back per call (that read waits
+ * Which programs: every step an NVRTC kernel or a cuBLAS matmul (a child
+ * graph captured from cuBLAS; an eager fallback step or a host step runs
+ * outside any graph, so such a program takes none), and no runtime check
+ * read back per call (that read waits
  * for the stream). A call whose recording broke (something inside copied
  * or synchronized) ran its kernels one by one; three such calls and the
  * program stops trying.
@@ -124,6 +125,9 @@ cg_get(Program *p)
             "a host step (tuple item)",
             "a scatter step",
         };
+        if (s->kind == ST_MATMUL && stax_cuda_record_products(0)) {
+            continue;          /* a child-graph node (device/graphs.c) */
+        }
         if (s->kind != ST_KERNEL || s->fn != NULL) {
             snprintf(cg->why, sizeof(cg->why), "step %d is %s, which runs "
                      "outside a graph", i,

@@ -33,6 +33,12 @@ def chain5(x, w):
     return d, (a * b).sum(-1)
 
 
+def mlp(x, w):
+    # two cuBLAS products with kernels around them (child-graph nodes)
+    h = F.gelu(x @ w.unsqueeze(1).expand(-1, 256) * 0.05)
+    return F.layer_norm(h @ w[:256].unsqueeze(1).expand(-1, 64), (64,))
+
+
 def one(x, w):
     return x * w + 1
 
@@ -68,6 +74,7 @@ def main():
     for name, fn, shape in [("chain3 64x96", chain3, (64, 96)),
                             ("chain5 64x96", chain5, (64, 96)),
                             ("chain5 4096x1024", chain5, (4096, 1024)),
+                            ("mlp 64x512 (cuBLAS)", mlp, (64, 512)),
                             ("one kernel 64x96", one, (64, 96)),
                             ("x + 1, 1 element", plus1, (1,))]:
         x = tp.randn(*shape, device="cuda")

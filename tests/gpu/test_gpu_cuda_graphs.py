@@ -195,23 +195,136 @@ def test_static_recompiles_for_new_sizes_get_their_own_graph():
         assert info["graph_replays"] == 3 and info["builds"] == 1, info
 
 
-def test_a_program_with_a_cublas_matmul_takes_no_graph():
+def _library_prog(cf):
+    p = _prog(cf)
+    if "library" not in " ".join(p.steps):
+        pytest.skip(f"matmul lowered to kernels here: {p.steps}")
+    return p
+
+
+def test_a_program_with_a_cublas_matmul_replays_as_one_graph():
+    # the product is a child-graph node between the kernels; new tensors
+    # every call: its capture is redone and the node updated
     def f(x, w):
         return F.gelu(F.softmax(x, -1) @ w)
 
     tp.compiler.config.cuda_graphs = True
     cf = tp.compile(f)
     rng = np.random.default_rng(0)
-    x = tp.from_numpy(rng.standard_normal((32, 64)).astype(np.float32))
-    w = tp.from_numpy(rng.standard_normal((64, 16)).astype(np.float32))
-    for _ in range(3):
-        _close(cf(x.cuda(), w.cuda()), f(x, w), tol=2e-3)   # tf32-free cuBLAS: float32
-    p = _prog(cf)
-    if "library" not in " ".join(p.steps):
-        pytest.skip(f"matmul lowered to kernels here: {p.steps}")
+    for _ in range(4):
+        x = tp.from_numpy(rng.standard_normal((32, 64)).astype(np.float32))
+        w = tp.from_numpy(rng.standard_normal((64, 16)).astype(np.float32))
+        _close(cf(x.cuda(), w.cuda()), f(x, w), tol=2e-3)   # cuBLAS float32
+    p = _library_prog(cf)
     info = p.cuda_graph
-    assert info["state"] == "off" and "cuBLAS" in info["reason"], info
-    assert info["graph_replays"] == 0 and info["direct_calls"] == 3, info
+    assert info["state"] == "graph" and info["reason"] is None, info
+    assert info["graph_replays"] == 3 and info["direct_calls"] == 1, info
+    assert info["nodes"] >= 2 and info["node_updates"] > 0, info
+
+
+@pytest.mark.parametrize("dt", [tp.float32, tp.float64, tp.float16, tp.bfloat16])
+def test_linear_stack_in_a_graph_matches_eager(dt):
+    tp.manual_seed(0)
+
+    def stack():
+        return tp.nn.Sequential(tp.nn.Linear(48, 96), tp.nn.GELU(), tp.nn.Linear(96, 24),
+                                tp.nn.LayerNorm(24)).to(dt)
+
+    ref = stack()                          # eager on the CPU
+    gm = stack()
+    gm.load_state_dict(ref.state_dict())   # the same parameters, on CUDA
+    gm = gm.cuda()
+    tp.compiler.config.cuda_graphs = True
+    cf = tp.compile(gm)
+    rng = np.random.default_rng(1)
+    tol = 2e-3 if dt in (tp.float32, tp.float64) else 3e-2
+    with tp.no_grad():
+        for _ in range(4):
+            x = tp.from_numpy(rng.standard_normal((40, 48)).astype(np.float32)).to(dt)
+            _close(cf(x.cuda()).float(), ref(x).float(), tol=tol)
+    info = _library_prog(cf).cuda_graph
+    assert info["state"] == "graph" and info["graph_replays"] == 3, info
+
+
+def test_batched_matmul_in_a_graph():
+    def f(a, b):
+        return (tp.bmm(a.tanh(), b) * 0.5).softmax(-1)
+
+    tp.compiler.config.cuda_graphs = True
+    cf = tp.compile(f)
+    rng = np.random.default_rng(2)
+    for _ in range(4):
+        a = tp.from_numpy(rng.standard_normal((3, 20, 30)).astype(np.float32))
+        b = tp.from_numpy(rng.standard_normal((3, 30, 10)).astype(np.float32))
+        _close(cf(a.cuda(), b.cuda()), f(a, b), tol=2e-3)
+    info = _library_prog(cf).cuda_graph
+    assert info["state"] == "graph" and info["graph_replays"] == 3, info
+
+
+def test_same_tensors_every_call_leave_the_product_node_alone():
+    def f(x, w):
+        return (x.relu() @ w).sum(-1)
+
+    tp.compiler.config.cuda_graphs = True
+    cf = tp.compile(f)
+    rng = np.random.default_rng(3)
+    x = tp.from_numpy(rng.standard_normal((64, 32)).astype(np.float32))
+    w = tp.from_numpy(rng.standard_normal((32, 8)).astype(np.float32))
+    xc, wc = x.cuda(), w.cuda()
+    want = f(x, w)
+    for _ in range(6):
+        _close(cf(xc, wc), want, tol=2e-3)
+    info = _library_prog(cf).cuda_graph
+    assert info["graph_replays"] == 5 and info["builds"] == 1, info
+
+
+def test_a_product_node_that_cannot_be_updated_rebuilds_the_graph():
+    def f(x, w):
+        return F.gelu(x @ w) + 1
+
+    tp.compiler.config.cuda_graphs = True
+    cf = tp.compile(f)
+    rng = np.random.default_rng(4)
+    for i in range(4):
+        x = tp.from_numpy(rng.standard_normal((16, 24)).astype(np.float32))
+        w = tp.from_numpy(rng.standard_normal((24, 12)).astype(np.float32))
+        if i == 2:
+            C._cuda_graph_inject("cuGraphExecChildGraphNodeSetParams")
+        _close(cf(x.cuda(), w.cuda()), f(x, w), tol=2e-3)
+    info = _library_prog(cf).cuda_graph
+    assert info["state"] == "graph" and info["graph_replays"] == 3, info
+    assert info["builds"] == 2, info
+
+
+def test_an_empty_inner_dimension_breaks_the_recording_and_stays_right():
+    # K == 0: the product is a fill of zeros (a memset), not a cuBLAS call
+    def f(x, w):
+        return (x @ w + 1).relu()
+
+    tp.compiler.config.cuda_graphs = True
+    cf = tp.compile(f)
+    x = tp.zeros(5, 0)
+    w = tp.zeros(0, 7)
+    for _ in range(3):
+        _close(cf(x.cuda(), w.cuda()), f(x, w))
+
+
+def test_auto_chooses_for_a_cublas_program_and_stays_right():
+    def f(x, w):
+        return F.layer_norm(F.gelu(x @ w), (w.shape[1],))
+
+    tp.compiler.config.cuda_graphs = "auto"
+    cf = tp.compile(f)
+    rng = np.random.default_rng(5)
+    x = tp.from_numpy(rng.standard_normal((64, 128)).astype(np.float32))
+    w = tp.from_numpy(rng.standard_normal((128, 64)).astype(np.float32))
+    xc, wc = x.cuda(), w.cuda()
+    want = f(x, w)
+    for _ in range(16):
+        _close(cf(xc, wc), want, tol=2e-3)
+    info = _library_prog(cf).cuda_graph
+    assert info["state"] in ("graph", "direct"), info
+    assert info["direct_us"] is not None and info["graph_us"] is not None, info
 
 
 def test_one_kernel_program_is_measured_under_auto():
