@@ -2153,6 +2153,12 @@ stax_llvm_build_module(LLVMContextRef cx, LLVMModuleRef mod,
         *err = "kernel has too many buffers or accumulators";
         return -1;
     }
+    for (int i = 0; i < k->nstores; i++) {
+        if (k->stores[i].combine != STAX_COMBINE_NONE) {
+            *err = "combining (atomic) stores (a back end without STAX_BE_ATOMIC_STORES)";
+            return -1;
+        }
+    }
     /* body: (ptr noalias b0, ..., ptr sizes, i64 start, i64 end) */
     int np = k->nbufs + 3;
     LLVMTypeRef ps[64 + 3];

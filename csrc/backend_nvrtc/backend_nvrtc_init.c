@@ -371,7 +371,8 @@ handle_new(stax_backend *be, const stax_kernel *k, const char *entry,
     {
         lv_seen seen = {NULL, 0, 0};
         for (int i = 0; i < k->nstores && !h->reads_output; i++) {
-            h->reads_output = lval_reads_output(k, k->stores[i].value, &seen)
+            h->reads_output = k->stores[i].combine != STAX_COMBINE_NONE
+                              || lval_reads_output(k, k->stores[i].value, &seen)
                               || ix_reads_output_s(k, k->stores[i].index, &seen);
         }
         for (int i = 0; i < k->naccs && !h->reads_output; i++) {
@@ -807,7 +808,7 @@ static stax_backend stax_nvrtc_backend = {
     .compile_object = nvrtc_compile_object,
     .load_object = nvrtc_load_object,
     .state = &compile_config,
-    .caps = STAX_BE_NO_ZERO_DIV_CHECK | STAX_BE_DEVICE_INDEX_CHECK,
+    .caps = STAX_BE_NO_ZERO_DIV_CHECK | STAX_BE_DEVICE_INDEX_CHECK | STAX_BE_ATOMIC_STORES,
 };
 
 /* the same back end, rendering only: CUDA C without NVRTC (a launch
@@ -820,7 +821,7 @@ static stax_backend nvrtc_render_backend = {
     .supports_op = nvrtc_supports_op,
     .kernel_fn = NULL,
     .state = &render_config,
-    .caps = STAX_BE_NO_ZERO_DIV_CHECK | STAX_BE_DEVICE_INDEX_CHECK,
+    .caps = STAX_BE_NO_ZERO_DIV_CHECK | STAX_BE_DEVICE_INDEX_CHECK | STAX_BE_ATOMIC_STORES,
 };
 
 /* the back end of programs whose inputs are CUDA tensors (the device
@@ -836,7 +837,7 @@ static stax_backend nvrtc_cuda_backend = {
     .compile_object = nvrtc_compile_object,
     .load_object = nvrtc_load_object,
     .state = &resident_config,
-    .caps = STAX_BE_NO_ZERO_DIV_CHECK | STAX_BE_DEVICE_INDEX_CHECK,
+    .caps = STAX_BE_NO_ZERO_DIV_CHECK | STAX_BE_DEVICE_INDEX_CHECK | STAX_BE_ATOMIC_STORES,
     .device = "cuda",
 };
 

@@ -1032,6 +1032,22 @@ emit_store(emitter *m, const stax_lstore *s)
     if (emit_val(m, s->value) < 0 || prep_ix(m, s->index) < 0) {
         return -1;
     }
+    if (s->combine != STAX_COMBINE_NONE) {
+        static const char *const fn[] = {NULL, "add", "mul", "max", "min"};
+        if (dt != STAX_FLOAT32 && dt != STAX_FLOAT64 && dt != STAX_INT32
+            && dt != STAX_INT64) {
+            return unsupported("combining store of dtype", (int)dt);
+        }
+        if ((unsigned)s->combine > STAX_COMBINE_MIN) {
+            return unsupported("store combine", (int)s->combine);
+        }
+        put(m->b, "%sstax_atomic_%s(&buf%d[", m->indent, fn[s->combine], s->buf);
+        render_ix(m, s->index);
+        put(m->b, "], (%s)(", mem_ctypes[dt]);
+        ref(m, s->value);
+        put(m->b, "));\n");
+        return 0;
+    }
     if (m->vec_j >= 0 && vec_find(m, s->buf, s->index, 1) >= 0) {
         put(m->b, "%sstax_vs%d.v[%d] = ", m->indent,
             vec_find(m, s->buf, s->index, 1), m->vec_j);
@@ -1286,6 +1302,75 @@ static const char preamble[] =
 "STAX_RED_OP(stax_op_min, stax_minnan(a, b))\n"
 "STAX_RED_OP(stax_op_any, a || b)\n"
 "STAX_RED_OP(stax_op_all, a && b)\n";
+
+/* combining stores (lower.h stax_combine_t; the scatter family): add,
+ * and integer max/min, by the hardware's atomics (float64 atomicAdd:
+ * sm_60+); mul and float max/min by a compare-and-swap loop over the
+ * element's bits, combining as the CPU's ST_SCATTER step does (max/min
+ * keep a NaN, wherever it came from; integer products wrap) */
+static const char atomic_preamble[] =
+"STAX_D void stax_atomic_add(float *p, float v) { atomicAdd(p, v); }\n"
+"STAX_D void stax_atomic_add(double *p, double v) { atomicAdd(p, v); }\n"
+"STAX_D void stax_atomic_add(int *p, int v) { atomicAdd(p, v); }\n"
+"STAX_D void stax_atomic_add(long long *p, long long v)\n"
+"{ atomicAdd((unsigned long long *)p, (unsigned long long)v); }\n"
+"STAX_D unsigned stax_bits(float v) { return __float_as_uint(v); }\n"
+"STAX_D unsigned long long stax_bits(double v)\n"
+"{ return (unsigned long long)__double_as_longlong(v); }\n"
+"STAX_D unsigned stax_bits(int v) { return (unsigned)v; }\n"
+"STAX_D unsigned long long stax_bits(long long v) { return (unsigned long long)v; }\n"
+"STAX_D float stax_unbits(unsigned u, float) { return __uint_as_float(u); }\n"
+"STAX_D double stax_unbits(unsigned long long u, double)\n"
+"{ return __longlong_as_double((long long)u); }\n"
+"STAX_D int stax_unbits(unsigned u, int) { return (int)u; }\n"
+"STAX_D long long stax_unbits(unsigned long long u, long long) { return (long long)u; }\n"
+"STAX_D float stax_mulw(float a, float b) { return a * b; }\n"
+"STAX_D double stax_mulw(double a, double b) { return a * b; }\n"
+"STAX_D int stax_mulw(int a, int b) { return (int)((unsigned)a * (unsigned)b); }\n"
+"STAX_D long long stax_mulw(long long a, long long b)\n"
+"{ return (long long)((unsigned long long)a * (unsigned long long)b); }\n"
+"struct stax_comb_mul { template <typename T> __device__ T operator()(T o, T v) const\n"
+"    { return stax_mulw(o, v); } };\n"
+"struct stax_comb_max { template <typename T> __device__ T operator()(T o, T v) const\n"
+"    { return stax_maxnan(v, o); } };\n"
+"struct stax_comb_min { template <typename T> __device__ T operator()(T o, T v) const\n"
+"    { return stax_minnan(v, o); } };\n"
+"template <typename T, typename F>\n"
+"STAX_D void stax_atomic_cas(T *p, T v, F f)\n"
+"{\n"
+"    typedef decltype(stax_bits(v)) U;\n"
+"    U *a = (U *)p;\n"
+"    U old = *(volatile U *)a, seen;\n"
+"    do {\n"
+"        seen = old;\n"
+"        const U want = stax_bits(f(stax_unbits(seen, v), v));\n"
+"        if (want == seen) {\n"
+"            return;\n"
+"        }\n"
+"        old = atomicCAS(a, seen, want);\n"
+"    } while (old != seen);\n"
+"}\n"
+"template <typename T> STAX_D void stax_atomic_mul(T *p, T v)\n"
+"{ stax_atomic_cas(p, v, stax_comb_mul()); }\n"
+"template <typename T> STAX_D void stax_atomic_max(T *p, T v)\n"
+"{ stax_atomic_cas(p, v, stax_comb_max()); }\n"
+"template <typename T> STAX_D void stax_atomic_min(T *p, T v)\n"
+"{ stax_atomic_cas(p, v, stax_comb_min()); }\n"
+"STAX_D void stax_atomic_max(int *p, int v) { atomicMax(p, v); }\n"
+"STAX_D void stax_atomic_max(long long *p, long long v) { atomicMax(p, v); }\n"
+"STAX_D void stax_atomic_min(int *p, int v) { atomicMin(p, v); }\n"
+"STAX_D void stax_atomic_min(long long *p, long long v) { atomicMin(p, v); }\n";
+
+static int
+has_combine(const stax_kernel *k)
+{
+    for (int i = 0; i < k->nstores; i++) {
+        if (k->stores[i].combine != STAX_COMBINE_NONE) {
+            return 1;
+        }
+    }
+    return 0;
+}
 
 static const char *const red_ops[] = {
     "stax_op_sum", "stax_op_prod", "stax_op_max", "stax_op_min", NULL, NULL,
@@ -1892,6 +1977,9 @@ vec_stage_scan(emitter *m, const stax_stage *st, int mark, const stax_lval **see
         else if (st->kind == STAX_STAGE_INNER) {
             const stax_lstore *sr = &k->stores[i];
             vec_scan(m, sr->value, mark, seen, nseen, bad);
+            if (sr->combine != STAX_COMBINE_NONE) {
+                *bad = 1;     /* read-modify-write: one element at a time */
+            }
             if (!mark && !ix_has_value(sr->index)
                 && ix_coef(sr->index, k->nouter) == 1) {
                 if (vec_find(m, sr->buf, sr->index, 1) >= 0
@@ -2765,6 +2853,9 @@ stax_nvrtc_render_kernel(const stax_kernel *k, int nsizes)
     }
     if (k->ninner > 0 && kernel_has_online(k)) {
         put(&b, "%s", online_preamble);
+    }
+    if (has_combine(k)) {
+        put(&b, "%s", atomic_preamble);
     }
     put(&b, "struct stax_sizes { int64_t v[%d]; };\n\n",
         nsizes > 0 ? nsizes : 1);

@@ -347,9 +347,11 @@ stax_lower_kernel_str(const stax_kernel *k)
             }
             else {
                 const stax_lstore *w = &k->stores[i];
+                static const char *const comb[] = {" = ", " atomic+= ", " atomic*= ",
+                                                    " atomic max= ", " atomic min= "};
                 stax_strbuf_printf(&sb, "buf%d[", w->buf);
                 stax_lower_ix_render(&sb, w->index);
-                stax_strbuf_printf(&sb, "] = ");
+                stax_strbuf_printf(&sb, "]%s", comb[w->combine]);
                 stax_lower_lval_render(&sb, w->value);
                 stax_strbuf_printf(&sb, "\n");
             }

@@ -212,10 +212,28 @@ typedef struct {
     const stax_ix *index;        /* ARGMAX/ARGMIN: the index to record */
 } stax_lacc;
 
+/* how a store meets the element already there.  NONE: buf[index] = value
+ * (a plain store; two stores of one element in one kernel leave either).
+ * The others read, combine and write the element atomically with respect
+ * to every other store of the kernel (the scatter family on a GPU: one
+ * thread per visited element, duplicates of an index meeting at one
+ * element), in an unspecified order: ADD old + value, MUL old * value
+ * (integers wrap), MAX maxnan(value, old), MIN minnan(value, old) (NaN
+ * propagates).  Only back ends with STAX_BE_ATOMIC_STORES get them, for
+ * float32/float64/int32/int64 buffers. */
+typedef enum {
+    STAX_COMBINE_NONE = 0,
+    STAX_COMBINE_ADD,
+    STAX_COMBINE_MUL,
+    STAX_COMBINE_MAX,
+    STAX_COMBINE_MIN
+} stax_combine_t;
+
 typedef struct {
     int buf;                     /* kernel buffer number */
     const stax_ix *index;
     const stax_lval *value;      /* dtype == the buffer's dtype */
+    stax_combine_t combine;
 } stax_lstore;
 
 typedef enum {
@@ -328,9 +346,13 @@ typedef struct stax_backend {
  *   kernels give an unspecified value, as torch's do); torch raises on the
  *   CPU only.
  * STAX_BE_DEVICE_INDEX_CHECK: index loads are clamped and asserted on the
- *   device, so the lowering adds no index-range check. */
+ *   device, so the lowering adds no index-range check.
+ * STAX_BE_ATOMIC_STORES: the back end renders combining stores
+ *   (stax_combine_t); the scatter family then lowers to kernels instead
+ *   of the runtime's sequential ST_SCATTER step. */
 #define STAX_BE_NO_ZERO_DIV_CHECK   (1u << 0)
 #define STAX_BE_DEVICE_INDEX_CHECK  (1u << 1)
+#define STAX_BE_ATOMIC_STORES       (1u << 2)
 
 /* Back ends register from their init function; the struct must outlive the
  * process.  0, or -1 + exception. */

@@ -274,6 +274,10 @@ ser_kernel(const stax_kernel *k, bbuf *b)
         bb_i64(b, k->stores[i].buf);
         bb_i64(b, ix);
         bb_i64(b, val);
+        if (k->stores[i].combine != STAX_COMBINE_NONE) {
+            bb_put(b, "c", 1);
+            bb_i64(b, k->stores[i].combine);
+        }
     }
     free(s.m.keys);
     free(s.m.ids);

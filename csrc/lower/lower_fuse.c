@@ -22,11 +22,13 @@
 #include <string.h>
 
 /* a buffer the program writes in place (an input, or a constant held by
- * reference): its stores are effects, never dead, and keep their place */
+ * reference), or one that several kernels write in turn (pbuf_t.ordered):
+ * its stores are effects, never dead, and keep their place */
 static int
 written_in_place(const lw_ctx *c, int b)
 {
-    return c->pbufs[b].kind == PB_INPUT || c->pbufs[b].kind == PB_CONST;
+    return c->pbufs[b].kind == PB_INPUT || c->pbufs[b].kind == PB_CONST
+           || c->pbufs[b].ordered;
 }
 
 /* ------------------------------------------------------ load collection */
@@ -171,6 +173,7 @@ merge_hook(lw_rw *rw, const stax_lval *load, const stax_lval **out)
             }
             if (p->stores[i].buf == load->buf) {
                 if (st->kind == STAX_STAGE_OUTER && load->mask == NULL
+                    && p->stores[i].combine == STAX_COMBINE_NONE
                     && lw_ix_equal(load->index, p->stores[i].index, m->nv)) {
                     *out = lw_cast(m->c, p->stores[i].value, load->dtype);
                     return *out ? 1 : -1;
@@ -791,6 +794,9 @@ sym_kernel(lw_ctx *c, stax_kernel *k, stax_strbuf *key)
     for (int i = 0; i < k->nstores; i++) {
         if (key) {
             stax_strbuf_printf(key, "|s%d:", k->stores[i].buf);
+            if (k->stores[i].combine != STAX_COMBINE_NONE) {
+                stax_strbuf_printf(key, "c%d:", (int)k->stores[i].combine);
+            }
         }
         sym_ix(&x, k->stores[i].index);
         sym_lval(&x, k->stores[i].value);
@@ -989,6 +995,7 @@ finalize_kernel(lw_ctx *c, step_t *s)
     }
     for (int i = 0; i < d->nstores; i++) {
         k->stores[i].buf = map[d->stores[i].buf];
+        k->stores[i].combine = d->stores[i].combine;
         k->stores[i].index = lw_rewrite_ix(c, &rw, d->stores[i].index);
         k->stores[i].value = lw_rewrite(c, &rw, d->stores[i].value);
         if (k->stores[i].value == NULL || k->stores[i].index == NULL) {

@@ -53,6 +53,11 @@ typedef struct {
     PyObject *obj;             /* PB_CONST: strong */
     int first, last;           /* buffer plan: first writer, last reader */
     int is_output;
+    int ordered;               /* written by several kernels in turn (the
+                                  scatter family's copy of self, then its
+                                  combining stores): like an input's, its
+                                  writes keep their place and join no
+                                  other kernel */
     int requires_grad;         /* output: eager's result requires grad */
     uint64_t deps;             /* inputs it depends on (bit i: input i;
                                   bit 63: input >= 63) */
@@ -327,6 +332,9 @@ enum { LW_CHECK_ZERO = 0, LW_CHECK_INDEX, LW_CHECK_GATHER };
 int lw_index_check(lw_ctx *c, vbuf *idx, int64_t n, int kind);
 /* the same for an index that may count from the end: [-n, n) */
 int lw_index_check_wrap(lw_ctx *c, vbuf *idx, int64_t n, int kind);
+/* lw_index_check also where the back end's loads need none
+ * (STAX_BE_DEVICE_INDEX_CHECK): the index of a store */
+int lw_index_check_store(lw_ctx *c, vbuf *idx, int64_t n, int kind);
 int lw_lower_softmax(lw_ctx *c, struct lw_node_in *in, PyObject *bound,
                      vbuf *x, vbuf *out, int logsm, const char **why);
 int lw_lower_layer_norm(lw_ctx *c, struct lw_node_in *in, PyObject *bound,

@@ -601,17 +601,161 @@ lw_lower_unfold(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
 
 /* ------------------------------------------------ scatter family: O(n)
  * scatter / scatter_add / scatter_reduce / index_add / index_copy /
- * index_fill as one ST_SCATTER step: out = self, then one pass over the
- * visited elements in C order combining each into out at its index (the
- * last writer wins for a plain scatter, as torch's CPU loop), instead of
- * a fused O(n * m) hit-mask reduction.  CPU, static sizes, float32/64 and
- * int32/64; the index is int64 and already range-checked by the trace's
- * decomposition (an out-of-range element is skipped here, and the check's
- * rerun raises eager's error). */
+ * index_fill, static sizes, float32/64 and int32/64, an int64 index,
+ * instead of a fused O(n * m) hit-mask reduction.  An index out of range
+ * flags the program's runtime check (lw_index_check), whose rerun raises
+ * eager's error.
+ * CPU: one ST_SCATTER step: out = self, then one pass over the visited
+ * elements in C order combining each into out at its index (the last
+ * writer wins for a plain scatter, as torch's CPU loop; an out-of-range
+ * element is skipped).
+ * Back ends with combining stores (STAX_BE_ATOMIC_STORES: CUDA): kernels,
+ * scatter_atomic below. */
 static int
 scatter_operand(lw_ctx *c, vbuf *v)
 {
     return v != NULL && v->kind == VB_TENSOR ? lw_materialize(c, v) : -2;
+}
+
+/* how a kernel store combines a visited element of each ST_SCATTER mode */
+static stax_combine_t
+scatter_combine(int mode)
+{
+    switch (mode) {
+    case LW_SC_ADD:
+    case LW_SC_MEAN:
+        return STAX_COMBINE_ADD;
+    case LW_SC_MUL:
+        return STAX_COMBINE_MUL;
+    case LW_SC_AMAX:
+        return STAX_COMBINE_MAX;
+    case LW_SC_AMIN:
+        return STAX_COMBINE_MIN;
+    default:
+        return STAX_COMBINE_NONE;
+    }
+}
+
+/* what a position reached with include_self=False starts from: the
+ * combine's identity (-0.0 for float sums: x + -0.0 is x for every x,
+ * -0.0 included, as the CPU step's first writer gives) */
+static const stax_lval *
+scatter_identity(lw_ctx *c, int mode, stax_dtype_t dt)
+{
+    int fl = lw_is_float(dt);
+    int64_t lo = dt == STAX_INT32 ? INT32_MIN : INT64_MIN;
+    int64_t hi = dt == STAX_INT32 ? INT32_MAX : INT64_MAX;
+    switch (mode) {
+    case LW_SC_MUL:
+        return lw_const(c, dt, 1.0);
+    case LW_SC_AMAX:
+        return fl ? lw_const(c, dt, -INFINITY) : lw_const_int(c, dt, lo, (double)lo);
+    case LW_SC_AMIN:
+        return fl ? lw_const(c, dt, INFINITY) : lw_const_int(c, dt, hi, (double)hi);
+    default:
+        return lw_const(c, dt, fl ? -0.0 : 0.0);
+    }
+}
+
+/* The scatter family as kernels (a back end with combining stores): the
+ * first copies self into out (for mean also starting the counts at
+ * include_self); without include_self a kernel over the visited elements
+ * sets each position they reach to the combine's identity; then one thread
+ * per visited element combines its value into out at its index: an atomic
+ * add / mul / max / min (float sums then add in an unspecified order), a
+ * plain store for scatter / index_copy / index_fill (which of two
+ * duplicates of an index wins is unspecified, as in torch's CUDA kernels).
+ * mean divides by the counts where out is read (by max(count, 1), as
+ * torch).  out's buffer is written by these kernels in turn (ordered: they
+ * keep their place).  The index is clamped into range, so every store
+ * stays in bounds; the check before them flags an index out of range.
+ * isz: the visited elements' shape. 1, or -1 + exception. */
+static int
+scatter_atomic(lw_ctx *c, vbuf *x, vbuf *out, vbuf *ix, vbuf *src, int d, int mode,
+               int include_self, int index1d, double value, double alpha,
+               const int64_t *isz)
+{
+    static const char *const labels[] = {"scatter_set", "scatter_add", "scatter_mul",
+                                         "scatter_amax", "scatter_amin", "scatter_mean"};
+    int n = x->ndim, mean = mode == LW_SC_MEAN;
+    stax_dtype_t dt = x->dtype;
+    if (lw_index_check_store(c, ix, x->sizes[d], LW_CHECK_INDEX) < 0) {
+        return -1;
+    }
+    int po = lw_new_pbuf(c, PB_TEMP, n, x->sizes, dt);
+    int pc = po >= 0 && mean ? lw_new_pbuf(c, PB_TEMP, n, x->sizes, STAX_INT64) : -1;
+    if (po < 0 || (mean && pc < 0)) {
+        return -1;
+    }
+    c->pbufs[po].ordered = 1;
+    if (mean) {
+        c->pbufs[pc].ordered = 1;
+    }
+    const stax_ix *vars[STAX_MAX_DIMS], *at[STAX_MAX_DIMS];
+    kdraft *k = lw_new_pointwise_kernel(c, "scatter_self", n, x->sizes, vars);
+    const stax_ix *oix = k ? lw_contig_index(c, n, x->sizes, vars) : NULL;
+    if (oix == NULL) {
+        return -1;
+    }
+    k->stores[0] = (stax_lstore){po, oix, lw_cast(c, x->body, dt), STAX_COMBINE_NONE};
+    if (mean) {
+        k->stores[1] = (stax_lstore){pc, oix, lw_const(c, STAX_INT64, include_self ? 1.0 : 0.0),
+                                     STAX_COMBINE_NONE};
+        k->nstores = k->stages[0].n = 2;
+    }
+    /* a visited element: its index and value (kernels over isz have the
+     * same loop variables) */
+    lw_ident_vars(c, n, vars);
+    const stax_lval *iv = ix->body;
+    if (index1d) {
+        lw_rw rw = {0};
+        rw.vars = &vars[d];
+        rw.nvars = 1;
+        iv = lw_rewrite(c, &rw, ix->body);
+        lw_rw_done(&rw);
+    }
+    const stax_ix *tix = iv ? safe_index(c, iv, x->sizes[d]) : NULL;
+    for (int q = 0; q < n; q++) {
+        at[q] = q == d ? tix : vars[q];
+    }
+    const stax_ix *pos = tix ? lw_contig_index(c, n, x->sizes, at) : NULL;
+    const stax_lval *v = src != NULL ? lw_cast(c, src->body, dt) : lw_const(c, dt, value);
+    if (alpha != 1.0) {
+        v = lw_prim(c, STAX_PRIM_MUL, dt, v, lw_const(c, dt, alpha), NULL);
+    }
+    if (pos == NULL || v == NULL) {
+        return -1;
+    }
+    if (!include_self) {
+        kdraft *k2 = lw_new_pointwise_kernel(c, "scatter_init", n, isz, vars);
+        if (k2 == NULL) {
+            return -1;
+        }
+        k2->stores[0] = (stax_lstore){po, pos, scatter_identity(c, mode, dt), STAX_COMBINE_NONE};
+    }
+    kdraft *k3 = lw_new_pointwise_kernel(c, labels[mode], n, isz, vars);
+    if (k3 == NULL) {
+        return -1;
+    }
+    k3->stores[0] = (stax_lstore){po, pos, v, scatter_combine(mode)};
+    if (mean) {
+        k3->stores[1] = (stax_lstore){pc, pos, lw_const(c, STAX_INT64, 1.0), STAX_COMBINE_ADD};
+        k3->nstores = k3->stages[0].n = 2;
+    }
+    if (lw_vb_over_pbuf(c, out, po) < 0) {
+        return -1;
+    }
+    if (mean) {
+        const stax_lval *cnt = lw_prim(c, STAX_PRIM_MAX, STAX_INT64, lw_contig_load(c, pc),
+                                       lw_const(c, STAX_INT64, 1.0), NULL);
+        out->body = lw_prim(c, lw_is_float(dt) ? STAX_PRIM_DIV : STAX_PRIM_FLOORDIV, dt,
+                            out->body, lw_cast(c, cnt, dt), NULL);
+        out->pbuf = -1;     /* a value over the sums, not their buffer */
+        if (out->body == NULL) {
+            return -1;
+        }
+    }
+    return 1;
 }
 
 int
@@ -620,7 +764,8 @@ lw_lower_scatter_seq(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
 {
     stax_op_id_t id = in->op->id;
     int index1d = id == STAX_OP_INDEX_ADD || id == STAX_OP_INDEX_COPY || id == STAX_OP_INDEX_FILL;
-    if (c->be->device != NULL || c->symbolic) {
+    int atomic = (c->be->caps & STAX_BE_ATOMIC_STORES) != 0;
+    if ((c->be->device != NULL && !atomic) || c->symbolic) {
         UNSUPPORTED("scatter step off the CPU or with symbolic sizes");
     }
     stax_dtype_t dt = x->dtype;
@@ -722,6 +867,17 @@ lw_lower_scatter_seq(lw_ctx *c, struct lw_node_in *in, PyObject *bound, vbuf *x,
             || (index1d && k != d && src != NULL && src->sizes[k] != x->sizes[k])) {
             UNSUPPORTED("scatter shapes");
         }
+    }
+    if (atomic) {
+        int64_t isz[STAX_MAX_DIMS];
+        for (int k = 0; k < n; k++) {
+            isz[k] = index1d && k == d ? ix->sizes[0] : vis[k];
+        }
+        return scatter_atomic(c, x, out, ix, src, d, mode, include_self, index1d, value,
+                              alpha, isz);
+    }
+    if (lw_index_check(c, ix, x->sizes[d], LW_CHECK_INDEX) < 0) {
+        return -1;
     }
     int ps = lw_materialize(c, x);
     int pi = ps < 0 ? -1 : scatter_operand(c, ix);

@@ -872,18 +872,24 @@ lw_zero_check(lw_ctx *c, const stax_op_info *op, vbuf *v)
     return 0;
 }
 
-static int index_check(lw_ctx *c, vbuf *idx, int wrap, int64_t n, int kind);
+static int index_check(lw_ctx *c, vbuf *idx, int wrap, int64_t n, int kind, int store);
 
 int
 lw_index_check(lw_ctx *c, vbuf *idx, int64_t n, int kind)
 {
-    return index_check(c, idx, 0, n, kind);
+    return index_check(c, idx, 0, n, kind, 0);
 }
 
 int
 lw_index_check_wrap(lw_ctx *c, vbuf *idx, int64_t n, int kind)
 {
-    return index_check(c, idx, 1, n, kind);
+    return index_check(c, idx, 1, n, kind, 0);
+}
+
+int
+lw_index_check_store(lw_ctx *c, vbuf *idx, int64_t n, int kind)
+{
+    return index_check(c, idx, 0, n, kind, 1);
 }
 
 /* 1 when every element of the index is a value of an integer constant
@@ -938,7 +944,7 @@ const_index_in_range(lw_ctx *c, const stax_lval *body, int64_t lo, int64_t n)
 }
 
 static int
-index_check(lw_ctx *c, vbuf *idx, int wrap, int64_t n, int kind)
+index_check(lw_ctx *c, vbuf *idx, int wrap, int64_t n, int kind, int store)
 {
     if (idx == NULL || idx->kind != VB_TENSOR || idx->body == NULL) {
         return 0;
@@ -947,8 +953,9 @@ index_check(lw_ctx *c, vbuf *idx, int wrap, int64_t n, int kind)
     if (!c->symbolic && const_index_in_range(c, idx->body, wrap ? -n : 0, n)) {
         return 0;
     }
-    /* CUDA kernels assert on the device instead (the loads are clamped) */
-    if (c->be != NULL && (c->be->caps & STAX_BE_DEVICE_INDEX_CHECK)) {
+    /* CUDA kernels assert on the device instead (the loads are clamped);
+     * a store's clamped index would write another element: checked */
+    if (!store && c->be != NULL && (c->be->caps & STAX_BE_DEVICE_INDEX_CHECK)) {
         return 0;
     }
     const stax_lval *iv = lw_cast(c, idx->body, STAX_INT64);

@@ -9,9 +9,11 @@ and cases it does not cover.
 How each op is built (n: the size of the scattered dim, m: the index
 length along it):
 * scatter / scatter_add / scatter_reduce / index_add / index_copy /
-  index_fill on the CPU (float32/64, int32/64, static sizes): the op
-  itself on a range-checked index, which Stax lowers to one pass over the
-  index in order (O(n + m), torch CPU's last-writer order). Otherwise a hit mask ``index == arange(n)`` of (..., n, m) folded over
+  index_fill (float32/64, int32/64, static sizes): the op itself on the
+  int64 index, which Stax lowers to one pass over the index in order on
+  the CPU (O(n + m), torch CPU's last-writer order) and to atomic kernels
+  on CUDA (O(n + m)); the lowering checks the index's range at run time.
+  Otherwise a hit mask ``index == arange(n)`` of (..., n, m) folded over
   m by one reduction (sum, prod, amax, amin, count; for scatter and
   index_copy the last writer, torch CPU's order). O(n*m) per row instead of
   O(m): a fused reduction, nothing of (..., n, m) is stored; index_add of
@@ -152,10 +154,11 @@ def _fill_max(dt):
 
 # ------------------------------------------------------------ scatter family
 
-# the op recorded as itself (with its index range-checked): the Stax
-# back end lowers it to one O(n + m) pass in index order (ST_SCATTER,
-# lower_movement.c) on the CPU for these dtypes at static sizes; other
-# calls take the hit-mask decompositions below
+# the op recorded as itself: the Stax back end lowers it to one O(n + m)
+# pass in index order (ST_SCATTER, lower_movement.c) on the CPU, and to
+# kernels with atomic stores on CUDA, for these dtypes at static sizes,
+# with a run-time check of the index's range (eager's error by a rerun);
+# other calls take the hit-mask decompositions below
 _SEQ_INNER = [False]
 
 
@@ -167,11 +170,20 @@ def _seq_ok(*ts):
     for t in ts:
         if not _is_t(t):
             continue
-        if getattr(t, "is_cuda", False):
-            return False
         if any(type(z) is not int for z in t.shape):
             return False       # symbolic sizes (dynamic): the decomposition
     return True
+
+
+def _seq_index(idx, n):
+    """idx as int64 for the op recorded as itself (its lowering checks the
+    range at run time). An out-of-range sample at trace time raises
+    _BadSample."""
+    tp = _tp()
+    v = _sample_of(idx)
+    if v is not None and v.numel() > 0 and (int(v.min()) < 0 or int(v.max()) >= n):
+        raise _BadSample
+    return idx if idx.dtype == tp.int64 else idx.to(tp.int64)
 
 
 def _record(call, *args):
@@ -223,7 +235,7 @@ def _scatter_core(self, dim, index, src, mode, include_self=True, call=None):
         return self.clone()
     n = int(self.shape[d])
     if call is not None and _seq_ok(self, index, src):
-        return _record(call, _checked_index(index, n))
+        return _record(call, _seq_index(index, n))
     ish = _ints(index.shape)
     idx = _to_last(_checked_index(index, n), d)              # (..i.., m)
     m = ish[d]
@@ -342,9 +354,10 @@ def _index_add(self, dim, index, source, *, alpha=1):
     if m == 0:
         return self.clone()
     n = int(self.shape[d])
-    idx = _checked_index(index.reshape(-1), n)
     if _seq_ok(self, index, source):
+        idx = _seq_index(index.reshape(-1), n)
         return _record(lambda: self.index_add(d, idx, source, alpha=alpha))
+    idx = _checked_index(index.reshape(-1), n)
     hit = idx.unsqueeze(0) == tp.arange(n).reshape(n, 1)          # (n, m)
     src = _to_last(source, d)                                  # (..., m)
     dt = self.dtype
@@ -381,9 +394,10 @@ def _index_copy(self, dim, index, source):
     if m == 0:
         return self.clone()
     n = int(self.shape[d])
-    idx = _checked_index(index.reshape(-1), n)
     if _seq_ok(self, index, source):
+        idx = _seq_index(index.reshape(-1), n)
         return _record(lambda: self.index_copy(d, idx, source))
+    idx = _checked_index(index.reshape(-1), n)
     hit = idx.unsqueeze(0) == tp.arange(n).reshape(n, 1)          # (n, m)
     pos = tp.where(hit, tp.arange(1, m + 1), 0).amax(-1) - 1       # (n,)
     src = _to_last(source, d)
@@ -485,9 +499,10 @@ def _index_fill(self, dim, index, value):
         return self.clone()
     # index_fill (unlike index_add/index_copy) takes indices in [-n, n)
     flat = index.reshape(-1)
-    idx = _checked_index(tp.where(flat < 0, flat + n, flat), n)
     if not _is_t(value) and _seq_ok(self, index):
+        idx = _seq_index(tp.where(flat < 0, flat + n, flat), n)
         return _record(lambda: self.index_fill(d, idx, value))
+    idx = _checked_index(tp.where(flat < 0, flat + n, flat), n)
     mask = (idx.unsqueeze(0) == tp.arange(n).reshape(n, 1)).any(-1)   # (n,)
     r = tp.where(mask, value, _to_last(self, d))
     return _from_last(r.to(self.dtype), d)

@@ -165,8 +165,10 @@ def _to_device(r, spans):
     return r
 
 
-def _host(name, func, args, kwargs, inplace):
-    building = getattr(_state, "building", False)
+def _host(name, func, args, kwargs, inplace, quiet=False):
+    """quiet: the op's kernel flagged eager's error (an index out of range):
+    the host run raises it, with no warning and no fallback counted"""
+    building = getattr(_state, "building", False) or quiet
     if not building:
         if _strict[0]:
             raise RuntimeError(f"tensorplay.cuda: op '{name}' has no CUDA kernel for these "
@@ -314,9 +316,16 @@ def _kernel(name, func, args, kwargs, inplace):
     _state.building = True
     try:
         return prog(*tensors)
+    except (RuntimeError, IndexError) as e:
+        # the program's run-time check failed (the scatter family's index
+        # out of range): it undid its writes; eager's error comes from the
+        # host run
+        if not getattr(e, "_stax_rerun", False):
+            raise
     finally:
         _state.building = False
         _C._set_grad_enabled(prev)
+    return _host(name, func, args, kwargs, inplace, quiet=True)
 
 
 # ------------------------------------------------------------------ cuBLAS
