@@ -219,34 +219,127 @@ def test_copy_into_overlapping_view_last_write_wins_as_eager(emu, dtype):
 
 # ---------------------- unique(dim), repeat_interleave, as_strided_scatter
 
+def _same_unique(x, dim, **kw):
+    got, want = N.unique(x, dim=dim, **kw), tp.unique(x, dim=dim, **kw)
+    if isinstance(want, tuple):
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            same(g, w)
+    else:
+        same(got, want)
+
+
 @needs_gxx
-@pytest.mark.parametrize("dtype", [tp.float32, tp.float64, tp.int64, tp.uint8, tp.bool])
+@pytest.mark.parametrize("dtype", [tp.float32, tp.float64, tp.float16, tp.bfloat16, tp.int64,
+                                   tp.uint8, tp.bool])
 def test_unique_along_a_dim_equals_eager(emu, dtype):
     x = data((6, 4, 3), dtype, seed=60, lo=0, hi=2, special=False)
     x = tp.cat([x, x[:2], x[1:3].flip(0)], 0)            # repeated rows
     if dtype.is_floating_point:
         x[3, 2, 1] = float("inf")
-        # slices holding NaN: torch orders them by its std::sort (eager
-        # emulates it): the host computes them
+        x[4, 1, 1] = -0.0                               # meets 0.0
+        # slices holding NaN: torch orders them by its std::sort, whose
+        # comparator skips NaN elements (eager emulates it); the kernel
+        # runs the same algorithm; rows with NaN never merge
         xn = x.clone()
         xn[1, 0, 0] = float("nan")
         xn[6, 0, 0] = float("nan")
         for dim in (0, 1, 2, -1):
-            assert N.run("unique", (xn,), {"dim": dim}) is NotImplemented
+            _same_unique(xn, dim, return_inverse=True, return_counts=True)
+        _same_unique(xn[:, 0, 0], 0, return_inverse=True, return_counts=True)   # 1-D
     for dim in (0, 1, 2, -1):
         for kw in ({}, dict(return_inverse=True), dict(return_counts=True),
                    dict(return_inverse=True, return_counts=True, sorted=False)):
-            got, want = N.unique(x, dim=dim, **kw), tp.unique(x, dim=dim, **kw)
-            if isinstance(want, tuple):
-                for g, w in zip(got, want):
-                    same(g, w)
-            else:
-                same(got, want)
-    for h in (tp.float16, tp.bfloat16):         # NumPy's own order of their NaNs: the host
-        assert N.run("unique", (x.to(h),), {"dim": 0}) is NotImplemented
+            _same_unique(x, dim, **kw)
     same(N.unique(x[:, 0, 0], dim=0), tp.unique(x[:, 0, 0], dim=0))
     for e in (tp.empty(0, 3, dtype=dtype), tp.ones((), dtype=dtype)):
         assert N.run("unique", (e,), {"dim": 0}) is NotImplemented
+
+
+@needs_gxx
+@pytest.mark.parametrize("dtype", [tp.float32, tp.float16, tp.bfloat16, tp.int32])
+@pytest.mark.parametrize("shape", [(9, 1100), (3, 2, 700), (40, 1025)])
+def test_unique_dim_of_long_rows_equals_eager(emu, dtype, shape):
+    """rows of more than 1024 elements: one bitonic network comparing
+    whole rows (ties by index: the stable order), NaN or not"""
+    rng = np.random.default_rng(62)
+    a = rng.integers(0, 2, size=shape).astype(np.float64)
+    a[2] = a[0]
+    a[-1] = a[1]
+    a[..., :-3] = 1.0                  # rows alike until their last elements
+    x = tp.tensor(a.tolist()).to(dtype)
+    launched = len(E.launched)
+    _same_unique(x, 0, return_inverse=True, return_counts=True)
+    assert any(name.startswith("rowsort_step") for name, _ in E.launched[launched:])
+    if dtype.is_floating_point:
+        x[1].view(-1)[5] = float("nan")
+        _same_unique(x, 0, return_inverse=True, return_counts=True)
+
+
+@needs_gxx
+@pytest.mark.parametrize("dtype", [tp.float32, tp.float64, tp.float16, tp.bfloat16])
+@pytest.mark.parametrize("n,c", [(17, 1), (40, 3), (300, 2), (2000, 1)])
+def test_unique_dim_with_nan_is_eagers_std_sort(emu, dtype, n, c):
+    """input holding NaN: the one-thread std::sort kernel leaves eager's
+    order (libstdc++'s introsort, quicksort and insertion sort) for rows of
+    few values, NaN scattered in them"""
+    rng = np.random.default_rng(n + c)
+    a = rng.integers(0, 4, size=(n, c)).astype(np.float64)
+    a[rng.random((n, c)) < 0.2] = np.nan
+    a[0, 0] = np.nan
+    x = tp.tensor(a.tolist()).to(dtype)
+    _same_unique(x, 0, return_inverse=True, return_counts=True)
+    if c > 1:
+        _same_unique(x, 1, return_inverse=True, return_counts=True)
+
+
+def _introsort_killer(n):
+    """n values on which libstdc++'s median-of-three quicksort degenerates
+    (McIlroy's adversary run against eager's emulation of std::sort), so
+    introsort falls back to heapsort"""
+    from tensorplay import _ops
+    gas = n
+    val = [gas] * n
+    state = {"solid": 0, "cand": 0}
+
+    def cmp(x, y):
+        if val[x] == gas and val[y] == gas:
+            z = x if x == state["cand"] else y
+            val[z] = state["solid"]
+            state["solid"] += 1
+        if val[x] == gas:
+            state["cand"] = x
+        elif val[y] == gas:
+            state["cand"] = y
+        return val[x] - val[y]
+
+    class V:
+        def __init__(self, i):
+            self.i = i
+
+        def __lt__(self, o):
+            return cmp(self.i, o.i) < 0
+
+        def __gt__(self, o):
+            return cmp(self.i, o.i) > 0
+
+    class Rows:
+        def tolist(self):
+            return [[V(i)] for i in range(n)]
+
+    _ops._std_sort_order(Rows())
+    return val
+
+
+@needs_gxx
+def test_unique_dim_with_nan_takes_eagers_heapsort_too(emu):
+    """the adversary's input drives introsort past its depth limit: the
+    kernel's heapsort (libstdc++'s __adjust_heap) gives eager's order"""
+    v = _introsort_killer(300)
+    a = np.stack([np.asarray(v, np.float64), np.full(300, np.nan)], 1)
+    x = tp.tensor(a.tolist())
+    _same_unique(x, 0, return_inverse=True, return_counts=True)
+    _same_unique(x.double(), 0, return_inverse=True, return_counts=True)
 
 
 @needs_gxx

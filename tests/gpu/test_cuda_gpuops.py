@@ -182,19 +182,23 @@ def test_copy_into_overlapping_view_on_cuda(dtype):
 
 # ---------------- unique(dim), repeat_interleave, as_strided_scatter, einsum
 
-@pytest.mark.parametrize("dtype", [tp.float32, tp.int64, tp.bool])
+@pytest.mark.parametrize("dtype", [tp.float32, tp.float16, tp.bfloat16, tp.int64, tp.bool])
 def test_unique_dim_repeat_interleave_as_strided_scatter_on_cuda(dtype):
     x = data((6, 4, 3), dtype, seed=60, lo=0, hi=2, special=False)
     x = tp.cat([x, x[:2], x[1:3].flip(0)], 0)
     if dtype.is_floating_point:
-        # slices holding NaN: the host orders them as eager (torch's std::sort
-        # skips NaN elements; cuda/_native.py, _unique_dim), the result is eager's
+        # slices holding NaN: eager's order is torch's std::sort, whose
+        # comparator skips NaN elements; one thread runs the same algorithm
+        # on the device (cuda/_native.py, _unique_dim); NaN rows never merge
         xn = x.clone()
         xn[1, 0, 0] = float("nan")
         xn[6, 0, 0] = float("nan")
-        for dim in (0, 1, -1):
-            same(tp.unique(xn.cuda(), dim=dim, return_inverse=True, return_counts=True),
-                 tp.unique(xn, dim=dim, return_inverse=True, return_counts=True))
+        with on_device("unique"):
+            for dim in (0, 1, -1):
+                same(tp.unique(xn.cuda(), dim=dim, return_inverse=True, return_counts=True),
+                     tp.unique(xn, dim=dim, return_inverse=True, return_counts=True))
+            same(tp.unique(xn[:, 0, 0].cuda(), dim=0, return_inverse=True, return_counts=True),
+                 tp.unique(xn[:, 0, 0], dim=0, return_inverse=True, return_counts=True))
     with on_device("unique", "repeat_interleave", "as_strided_scatter"):
         for dim in (0, 1, -1):
             same(tp.unique(x.cuda(), dim=dim, return_inverse=True, return_counts=True),
@@ -206,6 +210,29 @@ def test_unique_dim_repeat_interleave_as_strided_scatter_on_cuda(dtype):
         y = x[0]
         same(tp.as_strided_scatter(y.cuda(), src.cuda(), (2, 3), (1, 2), 1),
              tp.as_strided_scatter(y, src, (2, 3), (1, 2), 1))
+
+
+@pytest.mark.parametrize("dtype", [tp.float32, tp.float16, tp.bfloat16, tp.int32])
+def test_unique_dim_of_long_rows_and_nan_on_cuda(dtype):
+    """rows over 1024 elements (one bitonic network comparing whole rows)
+    and input holding NaN (eager's std::sort order, one thread), on the
+    device, equal to eager"""
+    rng = np.random.default_rng(62)
+    a = rng.integers(0, 2, size=(40, 1100)).astype(np.float64)
+    a[2] = a[0]
+    a[-1] = a[1]
+    a[:, :-3] = 1.0
+    x = tp.tensor(a.tolist()).to(dtype)
+    with on_device("unique"):
+        same(tp.unique(x.cuda(), dim=0, return_inverse=True, return_counts=True),
+             tp.unique(x, dim=0, return_inverse=True, return_counts=True))
+        if dtype.is_floating_point:
+            b = rng.integers(0, 4, size=(2000, 2)).astype(np.float64)
+            b[rng.random((2000, 2)) < 0.2] = np.nan
+            y = tp.tensor(b.tolist()).to(dtype)
+            for dim in (0, 1):
+                same(tp.unique(y.cuda(), dim=dim, return_inverse=True, return_counts=True),
+                     tp.unique(y, dim=dim, return_inverse=True, return_counts=True))
 
 
 @pytest.mark.parametrize("eq,shapes", [

@@ -166,6 +166,158 @@ extern "C" __global__ void median_pick_@(const S *__restrict__ key,
 }
 """
 
+# ------------------------------------------------------------ unique(dim)
+# Row orders of unique(dim) over the slices as rows (n, c), contiguous.
+# row_cmp: torch's comparator, lexicographic over the values (as A:
+# -0.0 meets 0.0), the first element where a < b or a > b decides; a NaN
+# element compares neither way.
+# rowsort_step: one (k, j) stage of a bitonic network over the row indices
+# idx (padded to p = 2^m; an index >= n is padding, last), rows compared by
+# row_cmp, ties by index: without NaN, the stable lexicographic sort
+# (np.lexsort's order, eager's), one network whatever the row length.
+# std_sort_rows: input holding NaN: eager takes the order libstdc++'s
+# std::sort leaves under torch's comparator, which is no strict weak order
+# there, so only that algorithm gives it (tensorplay/_ops.py
+# _std_sort_order, the same steps: introsort, median-of-three quicksort
+# down to runs of 16, heapsort past 2 floor(log2 n) levels, a final
+# insertion sort); one thread runs it, O(n log n) row comparisons. The
+# left part of a partition waits on a stack while the right part is
+# sorted, as the recursion orders them.
+UNIQUE_ROWS = r"""
+STAX_D int row_cmp(const S *rows, i64 c, i64 a, i64 b)
+{
+    const S *ra = rows + a * c, *rb = rows + b * c;
+    for (i64 q = 0; q < c; q++) {
+        A x = LD(ra[q]), y = LD(rb[q]);
+        if (x < y) return -1;
+        if (x > y) return 1;
+    }
+    return 0;
+}
+STAX_D bool row_before(const S *rows, i64 c, i64 a, i64 b, i64 n)
+{
+    bool pa = a >= n, pb = b >= n;
+    if (pa || pb) return pb && (!pa || a < b);
+    int r = row_cmp(rows, c, a, b);
+    return r < 0 || (r == 0 && a < b);
+}
+extern "C" __global__ void rowsort_step_@(const S *__restrict__ rows, i64 *__restrict__ idx,
+    i64 n, i64 c, i64 p, i64 k, i64 j)
+{
+    STAX_LOOP(i, p) {
+        i64 l = i ^ j;
+        if (l > i) {
+            bool sw = (i & k) == 0 ? row_before(rows, c, idx[l], idx[i], n)
+                                   : row_before(rows, c, idx[i], idx[l], n);
+            if (sw) { i64 t = idx[i]; idx[i] = idx[l]; idx[l] = t; }
+        }
+    }
+}
+#define RLESS(a, b) (row_cmp(rows, c, (a), (b)) < 0)
+STAX_D void std_insertion(const S *rows, i64 c, i64 *idx, i64 lo, i64 hi, bool guarded)
+{
+    for (i64 i = guarded ? lo + 1 : lo; i < hi; i++) {
+        i64 v = idx[i];
+        if (guarded && RLESS(v, idx[lo])) {
+            for (i64 q = i; q > lo; q--) idx[q] = idx[q - 1];
+            idx[lo] = v;
+            continue;
+        }
+        i64 j = i;
+        while (j > 0 && RLESS(v, idx[j - 1])) { idx[j] = idx[j - 1]; j--; }
+        idx[j] = v;
+    }
+}
+STAX_D void std_sift(const S *rows, i64 c, i64 *idx, i64 base, i64 hole, i64 len, i64 v)
+{
+    i64 top = hole, child = hole;
+    while (child < (len - 1) / 2) {
+        child = 2 * (child + 1);
+        if (RLESS(idx[base + child], idx[base + child - 1])) child--;
+        idx[base + hole] = idx[base + child];
+        hole = child;
+    }
+    if ((len & 1) == 0 && child == (len - 2) / 2) {
+        child = 2 * (child + 1);
+        idx[base + hole] = idx[base + child - 1];
+        hole = child - 1;
+    }
+    while (hole > top && RLESS(idx[base + (hole - 1) / 2], v)) {
+        idx[base + hole] = idx[base + (hole - 1) / 2];
+        hole = (hole - 1) / 2;
+    }
+    idx[base + hole] = v;
+}
+STAX_D void std_heapsort(const S *rows, i64 c, i64 *idx, i64 lo, i64 hi)
+{
+    i64 len = hi - lo;
+    for (i64 q = (len - 2) / 2; q >= 0; q--) std_sift(rows, c, idx, lo, q, len, idx[lo + q]);
+    for (i64 end = len - 1; end > 0; end--) {
+        i64 v = idx[lo + end];
+        idx[lo + end] = idx[lo];
+        std_sift(rows, c, idx, lo, 0, end, v);
+    }
+}
+STAX_D void std_median_to_first(const S *rows, i64 c, i64 *idx, i64 r, i64 a, i64 b, i64 d)
+{
+    i64 m;
+    if (RLESS(idx[a], idx[b])) {
+        if (RLESS(idx[b], idx[d])) m = b;
+        else if (RLESS(idx[a], idx[d])) m = d;
+        else m = a;
+    }
+    else if (RLESS(idx[a], idx[d])) m = a;
+    else if (RLESS(idx[b], idx[d])) m = d;
+    else m = b;
+    i64 t = idx[r]; idx[r] = idx[m]; idx[m] = t;
+}
+extern "C" __global__ void std_sort_rows_@(const S *__restrict__ rows, i64 *__restrict__ idx,
+    i64 n, i64 c)
+{
+    STAX_LOOP(t, 1) {
+        for (i64 i = 0; i < n; i++) idx[i] = i;
+        if (n > 1) {
+            i64 slo[132], shi[132], sd[132];
+            int top = 0;
+            i64 lg = 0;
+            for (i64 m = n; m > 1; m >>= 1) lg++;
+            slo[0] = 0; shi[0] = n; sd[0] = 2 * lg; top = 1;
+            while (top > 0) {
+                top--;
+                i64 lo = slo[top], hi = shi[top], depth = sd[top];
+                while (hi - lo > 16) {
+                    if (depth == 0) {
+                        std_heapsort(rows, c, idx, lo, hi);
+                        break;
+                    }
+                    depth--;
+                    std_median_to_first(rows, c, idx, lo, lo + 1, lo + (hi - lo) / 2, hi - 1);
+                    i64 first = lo + 1, last = hi, piv = idx[lo];
+                    for (;;) {
+                        while (first < n && RLESS(idx[first], piv)) first++;
+                        last--;
+                        while (RLESS(piv, idx[last])) last--;
+                        if (first >= last) break;
+                        i64 s = idx[first]; idx[first] = idx[last]; idx[last] = s;
+                        first++;
+                    }
+                    /* the left part [lo, first) after the right one */
+                    slo[top] = lo; shi[top] = first; sd[top] = depth; top++;
+                    lo = first;
+                }
+            }
+            if (n > 16) {
+                std_insertion(rows, c, idx, 0, 16, true);
+                std_insertion(rows, c, idx, 16, n, false);
+            }
+            else {
+                std_insertion(rows, c, idx, 0, n, true);
+            }
+        }
+    }
+}
+"""
+
 # ------------------------------------------------------------------ scans
 # An inclusive scan of each row of x (rows, n; dtype SI) into out (dtype S) in three launches: each
 # chunk's total; per row the exclusive scan of its chunk totals (serial
@@ -509,6 +661,9 @@ def sources(kind, dt):
         src = PRELUDE + _types(dt) + SORT.replace("_@", "_" + dt)
         return {f"{p}_{dt}": src for p in ("sort_init", "sort_step", "sort_out",
                                               "median_pick")}
+    if kind == "unique_rows":
+        src = PRELUDE + _types(dt) + UNIQUE_ROWS.replace("_@", "_" + dt)
+        return {f"{p}_{dt}": src for p in ("rowsort_step", "std_sort_rows")}
     if kind == "index_add":
         dt, ix = dt
         fl = dt in FLOATS
@@ -540,6 +695,7 @@ def all_sources():
     out = {}
     for dt in DTYPES:
         out.update(sources("sort", dt))
+        out.update(sources("unique_rows", dt))
         out.update(sources("put_rows", dt))
         out.update(sources("put_at", dt))
         out.update(sources("put_last", dt))

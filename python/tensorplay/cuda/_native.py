@@ -297,35 +297,47 @@ _UNIQUE_DIM_MAX_COLUMNS = 1024
 
 
 def _unique_dim(input, return_inverse, return_counts, dim):
-    """eager's np.unique(axis=dim): the slices along dim as rows, sorted
-    lexicographically (one stable sort per column, last column first), a
-    row unequal to the one before starts a group, then as unique's flat
-    path. Input holding NaN (torch's order of such slices is its
-    std::sort's), float16/bfloat16 rows, empty input and rows of more than
-    _UNIQUE_DIM_MAX_COLUMNS elements: the host. 1-D input: the flat path."""
+    """eager's unique(dim=): the slices along dim as rows, ordered, a row
+    unequal to the one before starts a group (rows holding NaN never
+    merge: NaN != NaN), then as unique's flat path. The order (_kernels
+    UNIQUE_ROWS): without NaN the stable lexicographic sort, by one stable
+    sort per column (last first) for rows of up to _UNIQUE_DIM_MAX_COLUMNS
+    elements, else one bitonic network comparing whole rows; input holding
+    NaN: libstdc++'s std::sort under torch's comparator (eager's order, no
+    sort's), run by one thread. Empty input: the host. 1-D input without
+    NaN: the flat path."""
     tp = _tp()
     nd = input.dim()
     d = _wrap_dim(dim, nd)
     if nd == 0 or input.numel() == 0:
         raise _Skip
-    if input.is_floating_point() and bool(input.isnan().any()):
-        # slices holding NaN: torch orders them by its std::sort, whose
-        # comparison skips NaN elements (eager emulates it): the host
-        raise _Skip
-    if nd == 1:                          # no NaN: the flat path's order
+    nan = input.is_floating_point() and bool(input.isnan().any())
+    if nd == 1 and not nan:
         return unique(input, True, return_inverse, return_counts)
-    if _dt(input) in ("float16", "bfloat16"):
-        raise _Skip                      # NumPy orders their NaNs (bits) its own way
     x = input.movedim(d, 0)
     n = x.shape[0]
     rows = x.reshape(n, -1).contiguous()
     c = rows.shape[1]
-    if c > _UNIQUE_DIM_MAX_COLUMNS:
-        raise _Skip
-    perm = tp.arange(n, dtype=tp.int64, device=input.device)
-    for j in reversed(range(c)):
-        key = rows[:, j].index_select(0, perm)
-        perm = perm.index_select(0, _sort_impl(key, 0, False)[1])
+    dt = _dt(input)
+    if nan:
+        perm = _empty((n,), tp.int64, input)
+        K.launch("unique_rows", dt, f"std_sort_rows_{dt}", 1, rows, perm, n, c)
+    elif c > _UNIQUE_DIM_MAX_COLUMNS:
+        p = 1 << max(0, (n - 1).bit_length())
+        idx = tp.arange(p, dtype=tp.int64, device=input.device)
+        k = 2
+        while k <= p:
+            j = k >> 1
+            while j > 0:
+                K.launch("unique_rows", dt, f"rowsort_step_{dt}", p, rows, idx, n, c, p, k, j)
+                j >>= 1
+            k <<= 1
+        perm = idx[:n].contiguous()
+    else:
+        perm = tp.arange(n, dtype=tp.int64, device=input.device)
+        for j in reversed(range(c)):
+            key = rows[:, j].index_select(0, perm)
+            perm = perm.index_select(0, _sort_impl(key, 0, False)[1])
     sr = rows.index_select(0, perm)
     new = (sr[1:] != sr[:-1]).any(1)
     flag = tp.cat([tp.ones(1, dtype=tp.bool, device=input.device), new])
