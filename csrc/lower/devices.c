@@ -55,6 +55,15 @@ value_device(PyObject *o)
     return NULL;             /* not a tensor: no device */
 }
 
+/* 1 for a 0-d host tensor: torch lets it join any device's op as a
+ * scalar; the program copies it to its device per call (program.c) */
+static int
+host_scalar(PyObject *o)
+{
+    return StaxTensor_Check(o) && ((StaxTensor *)o)->ndim == 0
+           && strcmp(stax_tensor_device_type((StaxTensor *)o), "cpu") == 0;
+}
+
 const char *
 stax_lower_inputs_device(PyObject *examples)
 {
@@ -65,9 +74,13 @@ stax_lower_inputs_device(PyObject *examples)
         return NULL;
     }
     for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
-        const char *d = value_device(PySequence_Fast_GET_ITEM(seq, i));
+        PyObject *o = PySequence_Fast_GET_ITEM(seq, i);
+        const char *d = value_device(o);
         if (d == NULL) {
             continue;
+        }
+        if (host_scalar(o)) {
+            continue;          /* "cpu" when nothing else votes */
         }
         if (dev != NULL && strcmp(dev, d) != 0) {
             /* PyTorch's words for the same mistake */

@@ -472,6 +472,8 @@ PyObject *lw_cgraph_get_mode(Program *p);
 int lw_cgraph_module_init(PyObject *m);
 /* 0 if input i of the call matches p's example, -1 if not */
 int lw_input_ok(Program *p, int i, PyObject *o);
+/* 1: o is a 0-d host tensor bound to 0-d placeholder i of a CUDA program */
+int lw_host_scalar(Program *p, int i, PyObject *o);
 /* a fresh buffer for program buffer b (bufpool.c) */
 PyObject *lw_new_buffer(Program *p, pbuf_t *b);
 /* around the compile of c's kernels: the big blocks its first run takes

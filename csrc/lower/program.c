@@ -765,6 +765,33 @@ run_kernel(Program *p, step_t *s, PyObject **slots, const int64_t *syms)
     return 0;
 }
 
+/* 1 when a kernel of the program writes input `input` in place */
+static int
+input_written(const lw_ctx *c, int input)
+{
+    for (int i = 0; i < c->nsteps; i++) {
+        for (int q = 0; q < c->steps[i].nbump; q++) {
+            if (c->steps[i].bump[q] == input) {
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* 1 when o, the argument for placeholder i of a CUDA program, is a 0-d
+ * host tensor of the placeholder's dtype: torch lets such a tensor join a
+ * device op as a scalar (an optimizer's step count, a loss scale); the
+ * call binds a device copy of it and writes a written one back */
+int
+lw_host_scalar(Program *p, int i, PyObject *o)
+{
+    return p->c.be != NULL && p->c.be->device != NULL && StaxTensor_Check(o)
+           && !stax_tensor_is_cuda((StaxTensor *)o)
+           && ((StaxTensor *)o)->ndim == 0 && p->in_ndim[i] == 0
+           && ((StaxTensor *)o)->dtype == p->in_dtype[i];
+}
+
 int
 lw_input_ok(Program *p, int i, PyObject *o)
 {
@@ -776,7 +803,11 @@ lw_input_ok(Program *p, int i, PyObject *o)
     if (StaxTensor_Check(o)) {
         StaxTensor *t = (StaxTensor *)o;
         if (stax_tensor_is_cuda(t) != (p->c.be != NULL && p->c.be->device != NULL)) {
-            return -1;     /* kernels of one device only */
+            /* kernels of one device only; a 0-d host tensor in a CUDA
+             * program is copied there per call (lw_host_scalar) */
+            if (!lw_host_scalar(p, i, o)) {
+                return -1;
+            }
         }
         if (t->ndim == nd && t->dtype == p->in_dtype[i]) {
             int ok = 1, empty = 0;
@@ -1126,6 +1157,8 @@ lw_program_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
     PyObject **slots = stack_slots;
     PyObject *result = NULL;
     PyObject *snaps = NULL;     /* runtime checks: inputs the steps write */
+    PyObject *host_back = NULL; /* (input, device copy) of written host
+                                   scalars (lw_host_scalar) */
     int cg_act = LW_CG_DIRECT, cg_open = 0;
     double t0 = 0.0;
     if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0) {
@@ -1164,6 +1197,27 @@ lw_program_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
                              "shape, strides or dtype than the example it was "
                              "compiled for", pb->input);
                 goto done;
+            }
+            if (lw_host_scalar(p, pb->input, args[pb->input])) {
+                /* before any recording opens: the copy is no graph's */
+                PyObject *pair = NULL;
+                slots[b] = (PyObject *)stax_tensor_to_device(
+                    (StaxTensor *)args[pb->input], STAX_DEV_CUDA);
+                if (slots[b] == NULL) {
+                    goto done;
+                }
+                if (input_written(c, pb->input)) {
+                    if (host_back == NULL && (host_back = PyList_New(0)) == NULL) {
+                        goto done;
+                    }
+                    pair = Py_BuildValue("(iO)", pb->input, slots[b]);
+                    if (pair == NULL || PyList_Append(host_back, pair) < 0) {
+                        Py_XDECREF(pair);
+                        goto done;
+                    }
+                    Py_DECREF(pair);
+                }
+                continue;
             }
             slots[b] = Py_NewRef(args[pb->input]);
         }
@@ -1363,6 +1417,14 @@ lw_program_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
             goto done;
         }
     }
+    /* host scalars the kernels wrote: their device copies go back */
+    for (Py_ssize_t q = 0; host_back != NULL && q < PyList_GET_SIZE(host_back); q++) {
+        PyObject *pair = PyList_GET_ITEM(host_back, q);
+        int a = (int)PyLong_AsLong(PyTuple_GET_ITEM(pair, 0));
+        if (stax_tensor_copy_from((StaxTensor *)args[a], PyTuple_GET_ITEM(pair, 1)) < 0) {
+            goto done;
+        }
+    }
     uint64_t rg = 0;
     for (Py_ssize_t i = 0; i < nargs; i++) {
         if (StaxTensor_Check(args[i]) && ((StaxTensor *)args[i])->requires_grad) {
@@ -1407,6 +1469,7 @@ done:
         lw_cgraph_end(p, cg_act, 0);   /* launches what was recorded */
     }
     Py_XDECREF(snaps);
+    Py_XDECREF(host_back);
     for (int b = 0; b < c->npbufs; b++) {
         Py_XDECREF(slots[b]);
     }
