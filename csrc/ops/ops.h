@@ -71,6 +71,11 @@ typedef enum {
 #define STAX_OPF_MULTI_OUT     (1u << 11) /* returns a tuple (max.dim, var_mean, native_layer_norm, split) */
 #define STAX_OPF_INT_OK        (1u << 12) /* integral inputs keep their dtype (floor, abs, ...) */
 #define STAX_OPF_KEEP_WHOLE    (1u << 13) /* DecomposePass keeps it whole (numerics, or a fused kernel) */
+/* the layout of an elementwise result when it is not TensorIterator's (the
+ * operands' stride order): torch builds these on empty_like(self) (its
+ * strides when dense) or on a row-major clone of self */
+#define STAX_OPF_LAYOUT_LIKE   (1u << 14) /* nan_to_num, hardtanh, relu6 */
+#define STAX_OPF_LAYOUT_CONTIG (1u << 15) /* masked_fill */
 /* shorthands used in ops.def */
 #define STAX_OPF_MF  (STAX_OPF_METHOD | STAX_OPF_FUNCTION)
 #define STAX_OPF_FP  (STAX_OPF_METHOD | STAX_OPF_FUNCTION | STAX_OPF_FLOAT_RESULT)

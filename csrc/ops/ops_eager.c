@@ -649,7 +649,13 @@ binary_impl(const stax_op_info *op, PyObject *a, PyObject *b,
         out = (StaxTensor *)Py_NewRef(inplace_out);
     }
     else {
-        out = stax_tensor_empty(nd, shape, ot);
+        /* TensorIterator's layout: the operands' stride order */
+        int64_t st[STAX_MAX_DIMS];
+        /* pow's Python exponent is no operand of torch's iterator (its
+         * Tensor_Scalar kernel is built as a unary op) */
+        stax_layout_iter_strides(op->id == STAX_OP_POW && !StaxTensor_Check(b)
+                                 ? 1 : 2, ops, nd, shape, st);
+        out = stax_tensor_empty_strided_on(nd, shape, st, ot, STAX_DEV_CPU);
         if (out == NULL) {
             goto done;
         }
@@ -850,7 +856,10 @@ stax_ops_unary(const stax_op_info *op, PyObject *a, StaxTensor *inplace_out)
         out = (StaxTensor *)Py_NewRef(inplace_out);
     }
     else {
-        out = stax_tensor_empty(x->ndim, x->sizes, ot);
+        int64_t st[STAX_MAX_DIMS];
+        stax_layout_iter_strides(1, &a, x->ndim, x->sizes, st);
+        out = stax_tensor_empty_strided_on(x->ndim, x->sizes, st, ot,
+                                           STAX_DEV_CPU);
         if (out == NULL) {
             return NULL;
         }

@@ -357,6 +357,68 @@ bf16_computed(const stax_op_info *op, PyObject *const *args, Py_ssize_t nargs,
     return hit;
 }
 
+/* An elementwise result of a Python implementation (NumPy's results are
+ * row-major) laid out as TensorIterator lays out torch's: in its tensor
+ * operands' stride order; one more copy when that is not the layout it
+ * has. A result sharing an operand's storage (the operand itself, a view)
+ * is kept. Steals res. */
+static PyObject *
+pointwise_layout(const stax_op_info *op, PyObject *const *args,
+                 Py_ssize_t nall, PyObject *res)
+{
+    PyObject *ops[8];
+    StaxTensor *r = (StaxTensor *)res, *o;
+    int64_t st[STAX_MAX_DIMS];
+    int n = 0;
+    if (res == NULL || !StaxTensor_Check(res) || r->ndim < 2
+        || stax_tensor_is_cuda(r) || op->id == STAX_OP_CONTIGUOUS
+        || op->id == STAX_OP_CLONE || op->id == STAX_OP_TO_COPY
+        || op->id == STAX_OP_TO) {
+        return res;
+    }
+    for (Py_ssize_t i = 0; i < nall && n < 8; i++) {
+        if (StaxTensor_Check(args[i])) {
+            if (((StaxTensor *)args[i])->storage == r->storage) {
+                return res;
+            }
+            ops[n++] = args[i];
+        }
+        else if (op->id == STAX_OP_WHERE && i < 3 && stax_scalar_dtype(args[i]) >= 0) {
+            ops[n++] = args[i];   /* where's Python scalar is a 0-d operand */
+        }
+    }
+    if (n == 0 || (op->flags & STAX_OPF_LAYOUT_CONTIG)) {
+        return res;
+    }
+    if (op->flags & STAX_OPF_LAYOUT_LIKE) {
+        if (!StaxTensor_Check(args[0])
+            || ((StaxTensor *)args[0])->ndim != r->ndim
+            || stax_layout_format_strides((StaxTensor *)args[0],
+                                          STAX_MF_PRESERVE, st) < 0) {
+            PyErr_Clear();
+            return res;
+        }
+    }
+    else {
+        stax_layout_iter_strides(n, ops, r->ndim, r->sizes, st);
+    }
+    if (memcmp(st, r->strides, sizeof(int64_t) * (size_t)r->ndim) == 0) {
+        return res;
+    }
+    o = stax_tensor_empty_strided_on(r->ndim, r->sizes, st, r->dtype,
+                                     STAX_DEV_CPU);
+    if (o == NULL || stax_tensor_copy_from(o, res) < 0) {
+        Py_XDECREF(o);
+        Py_DECREF(res);
+        return NULL;
+    }
+    if (r->requires_grad) {
+        stax_tensor_set_result_requires_grad(o, 1);
+    }
+    Py_DECREF(res);
+    return (PyObject *)o;
+}
+
 /* the op itself, after __tensor_function__ dispatch and autograd */
 static PyObject *
 run_op_kernel(const stax_op_info *op, PyObject *func, PyObject *const *args,
@@ -408,6 +470,9 @@ run_op_kernel(const stax_op_info *op, PyObject *func, PyObject *const *args,
     if (bf16_computed(op, args, nargs, kwnames, inplace)) {
         res = run_registered(STAX_PY_BF16_DISPATCH, op, func, args, nargs, kwnames,
                              mutates);
+        if (!inplace && !mutates && op->kind == STAX_OPK_POINTWISE) {
+            res = pointwise_layout(op, args, nall, res);
+        }
         if (res != NULL && mutates) {
             inplace_requires_grad(args, nargs, kwnames);
         }
@@ -420,6 +485,9 @@ run_op_kernel(const stax_op_info *op, PyObject *func, PyObject *const *args,
         impl = inplace ? py_inplace_impls[op->id] : py_impls[op->id];
         if (impl != NULL) {
             res = PyObject_Vectorcall(impl, args, nargsf, kwnames);
+            if (!inplace && op->kind == STAX_OPK_POINTWISE) {
+                res = pointwise_layout(op, args, nall, res);
+            }
         }
         else if (nargs >= 1 && StaxTensor_Check(args[0])) {
             /* a method the tensor room implements (views, to, copy_ ...) */

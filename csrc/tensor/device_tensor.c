@@ -175,6 +175,9 @@ stax_tensor_upload_span(StaxTensor *t, StaxTensor *host)
                          (size_t)((hi - lo + 1) * isz));
 }
 
+/* torch's preserve_format across devices: a dense tensor keeps its
+ * strides (its block of numel elements travels as is), any other a dense
+ * layout in its stride order */
 StaxTensor *
 stax_tensor_to_device(StaxTensor *t, int device)
 {
@@ -184,21 +187,23 @@ stax_tensor_to_device(StaxTensor *t, int device)
     }
     if (device == STAX_DEV_CPU) {
         StaxTensor *h = stax_tensor_host_span(t), *c;
-        if (h == NULL || stax_tensor_is_contiguous(h)) {
+        if (h == NULL || stax_tensor_is_dense(h)) {
             return h;
         }
-        c = stax_tensor_to_dtype(h, h->dtype, 1);
+        c = stax_tensor_copy_as(h, h->dtype, STAX_MF_PRESERVE);
         Py_DECREF(h);
         return c;
     }
-    StaxTensor *src = stax_tensor_is_contiguous(t)
-        ? (StaxTensor *)Py_NewRef(t) : stax_tensor_to_dtype(t, t->dtype, 1);
+    StaxTensor *src = stax_tensor_is_dense(t)
+        ? (StaxTensor *)Py_NewRef(t)
+        : stax_tensor_copy_as(t, t->dtype, STAX_MF_PRESERVE);
     StaxTensor *r = NULL;
     if (src == NULL) {
         return NULL;
     }
     /* no grad flags on the copy: the caller records history */
-    r = stax_tensor_empty_on(t->ndim, t->sizes, t->dtype, STAX_DEV_CUDA);
+    r = stax_tensor_empty_strided_on(src->ndim, src->sizes, src->strides,
+                                     src->dtype, STAX_DEV_CUDA);
     if (r != NULL
         && stax_cuda_h2d((stax_cuptr)(uintptr_t)r->storage->data,
                          STAX_TENSOR_DATA(src),
@@ -272,7 +277,12 @@ stax_tensor_cuda_copy_into(StaxTensor *dst, PyObject *src)
         if (dst->storage->device == STAX_DEV_CUDA && st->dtype == dst->dtype
             && st->ndim == dst->ndim
             && memcmp(st->sizes, dst->sizes, sizeof(int64_t) * dst->ndim) == 0
-            && stax_tensor_is_contiguous(st) && stax_tensor_is_contiguous(dst)) {
+            && ((stax_tensor_is_contiguous(st) && stax_tensor_is_contiguous(dst))
+                || (memcmp(st->strides, dst->strides,
+                           sizeof(int64_t) * dst->ndim) == 0
+                    && stax_tensor_is_dense(st)))) {
+            /* one dense block in the same layout: its first element is
+             * its lowest address */
             int isz = stax_dtype_itemsize(dst->dtype);
             if (stax_cuda_d2d((stax_cuptr)(uintptr_t)STAX_TENSOR_DATA(dst),
                               (stax_cuptr)(uintptr_t)STAX_TENSOR_DATA(st),

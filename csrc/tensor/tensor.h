@@ -169,7 +169,8 @@ StaxTensor *stax_tensor_empty_on(int ndim, const int64_t *sizes,
                                  stax_dtype_t dt, int device);
 StaxTensor *stax_tensor_zeros_on(int ndim, const int64_t *sizes,
                                  stax_dtype_t dt, int device);
-/* t itself (new ref) when already there, else a contiguous copy */
+/* t itself (new ref) when already there, else a copy in torch's
+ * preserve_format layout (a dense t keeps its strides) */
 StaxTensor *stax_tensor_to_device(StaxTensor *t, int device);
 /* a host tensor with t's sizes/strides viewing a host copy of the bytes a
  * CUDA tensor t reaches (synchronizes), and the write-back of such a copy */
@@ -182,6 +183,54 @@ PyObject *stax_device_object(int device);   /* borrowed tensorplay.device */
 /* contiguous, uninitialized, exact type Tensor; negative size or an
  * overflowing element count -> RuntimeError */
 StaxTensor *stax_tensor_empty(int ndim, const int64_t *sizes, stax_dtype_t dt);
+/* ---- layouts of fresh results (layout.c) ---------------------------
+ * torch's memory formats; None as an argument is preserve_format */
+typedef enum {
+    STAX_MF_PRESERVE = 0,
+    STAX_MF_CONTIGUOUS,
+    STAX_MF_CHANNELS_LAST,
+    STAX_MF_CHANNELS_LAST_3D
+} stax_memory_format;
+/* torch's is_non_overlapping_and_dense */
+int stax_tensor_is_dense(const StaxTensor *t);
+/* empty_like's strides for a tensor that is not dense: a dense layout in
+ * the order of its strides (torch's infer_dense_strides) */
+void stax_layout_dense_strides(int nd, const int64_t *sizes,
+                               const int64_t *strides, int64_t *out);
+/* the strides a copy of t gets under mf (preserve: t's own when t is dense,
+ * else the dense layout in t's stride order); -1 + RuntimeError when
+ * channels_last(_3d) meets a tensor of another rank */
+int stax_layout_format_strides(const StaxTensor *t, stax_memory_format mf,
+                               int64_t *out);
+/* TensorIterator's output strides for an elementwise op of the given
+ * operands (Tensors; anything else is a 0-d scalar) and broadcast shape:
+ * the operands' common layout when they share shape and layout, else a
+ * dense layout in the stride order of the first operand that orders each
+ * pair of dims */
+void stax_layout_iter_strides(int nops, PyObject *const *operands, int nd,
+                              const int64_t *shape, int64_t *out);
+/* uninitialized, numel elements, with strides of a dense layout (NULL:
+ * contiguous) */
+StaxTensor *stax_tensor_empty_strided_on(int ndim, const int64_t *sizes,
+                                         const int64_t *strides,
+                                         stax_dtype_t dt, int device);
+/* torch's empty_like(t, dtype=dt, memory_format=mf) on device */
+StaxTensor *stax_tensor_empty_like(StaxTensor *t, stax_dtype_t dt,
+                                   stax_memory_format mf, int device);
+/* a copy of t (any device) as dtype dt laid out by mf (torch's
+ * _to_copy); requires grad as t does when dt is floating */
+StaxTensor *stax_tensor_copy_as(StaxTensor *t, stax_dtype_t dt,
+                                stax_memory_format mf);
+/* torch's Tensor.to(dtype, copy=, memory_format=) on t's device: t itself
+ * when nothing changes (torch's to_will_alias), else stax_tensor_copy_as */
+StaxTensor *stax_tensor_to_format(StaxTensor *t, stax_dtype_t dt, int copy,
+                                  stax_memory_format mf);
+/* t.is_contiguous(memory_format=mf) (preserve: plain contiguity) */
+int stax_tensor_is_contiguous_as(StaxTensor *t, stax_memory_format mf);
+/* None or a tensorplay memory format -> *mf; TypeError naming fname */
+int stax_parse_memory_format(PyObject *o, const char *fname,
+                             stax_memory_format *mf);
+
 /* a plain Tensor sharing base's storage (and version counter); it requires
  * grad (as a non-leaf) when base does and grad mode is on */
 StaxTensor *stax_tensor_view(StaxTensor *base, int ndim, const int64_t *sizes,

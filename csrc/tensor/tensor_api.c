@@ -613,6 +613,69 @@ stax_tensor_to_dtype(StaxTensor *t, stax_dtype_t dt, int copy)
     return r;
 }
 
+StaxTensor *
+stax_tensor_copy_as(StaxTensor *t, stax_dtype_t dt, stax_memory_format mf)
+{
+    StaxTensor *r = stax_tensor_empty_like(t, dt, mf, t->storage->device);
+    PyObject *ok;
+    if (r == NULL) {
+        return NULL;
+    }
+    ok = stax_tensor_copy_into(r, (PyObject *)t);
+    if (ok == NULL) {
+        Py_DECREF(r);
+        return NULL;
+    }
+    Py_DECREF(ok);
+    if (t->requires_grad && stax_dtype_is_floating(dt)
+        && stax_grad_enabled()) {
+        stax_tensor_set_result_requires_grad(r, 1);
+    }
+    return r;
+}
+
+/* torch's guess of a tensor's memory format from its strides
+ * (suggest_memory_format): channels-last when, walking C, the spatial dims
+ * innermost first, then N, each stride reaches at least past the previous
+ * dim (N111-like ambiguous cases stay contiguous) */
+static int
+strides_like_channels_last(const StaxTensor *t)
+{
+    static const int o4[] = {1, 3, 2, 0}, o5[] = {1, 4, 3, 2, 0};
+    const int *order = t->ndim == 4 ? o4 : o5;
+    int64_t min = 0;
+    if ((t->ndim != 4 && t->ndim != 5) || t->strides[1] == 0) {
+        return 0;
+    }
+    for (int i = 0; i < t->ndim; i++) {
+        int d = order[i];
+        if (t->sizes[d] == 0 || t->strides[d] < min
+            || (d == 0 && min == t->strides[1])) {
+            return 0;
+        }
+        min = t->strides[d] * (t->sizes[d] > 1 ? t->sizes[d] : 1);
+    }
+    return 1;
+}
+
+StaxTensor *
+stax_tensor_to_format(StaxTensor *t, stax_dtype_t dt, int copy,
+                      stax_memory_format mf)
+{
+    if (!copy && dt == t->dtype) {
+        /* torch's to_will_alias: the tensor itself unless the format asked
+         * for is not the one its strides suggest */
+        int cl = strides_like_channels_last(t);
+        stax_memory_format have = !cl ? STAX_MF_CONTIGUOUS
+                                  : t->ndim == 4 ? STAX_MF_CHANNELS_LAST
+                                                 : STAX_MF_CHANNELS_LAST_3D;
+        if (mf == STAX_MF_PRESERVE || mf == have) {
+            return (StaxTensor *)Py_NewRef(t);
+        }
+    }
+    return stax_tensor_copy_as(t, dt, mf);
+}
+
 PyObject *
 stax_tensor_item(StaxTensor *t)
 {

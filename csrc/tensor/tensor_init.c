@@ -18,7 +18,8 @@ stax_tensor_module_init(PyObject *m)
         || stax_tensor_random_init(m) < 0
         || stax_tensor_device_init(m) < 0
         || stax_tensor_dlpack_init(m) < 0
-        || stax_tensor_registry_init(m) < 0) {
+        || stax_tensor_registry_init(m) < 0
+        || stax_tensor_layout_init(m) < 0) {
         return -1;
     }
     return 0;

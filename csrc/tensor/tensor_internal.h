@@ -62,6 +62,9 @@ extern PyMethodDef stax_tensor_methods[];
 /* gradmode.c */
 int stax_tensor_gradmode_init(PyObject *m);
 
+/* layout.c */
+int stax_tensor_layout_init(PyObject *m);
+
 /* philox.c */
 int stax_tensor_random_init(PyObject *m);
 int stax_tensor_registry_init(PyObject *m);

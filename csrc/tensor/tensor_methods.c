@@ -345,7 +345,15 @@ m_storage_offset(PyObject *self, PyObject *unused)
 static PyObject *
 m_is_contiguous(PyObject *self, PyObject *args, PyObject *kw)
 {
-    return PyBool_FromLong(stax_tensor_is_contiguous(SELF));
+    static char *kwlist[] = {"memory_format", NULL};
+    PyObject *mfo = Py_None;
+    stax_memory_format mf;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:is_contiguous", kwlist,
+                                     &mfo)
+        || stax_parse_memory_format(mfo, "is_contiguous", &mf) < 0) {
+        return NULL;
+    }
+    return PyBool_FromLong(stax_tensor_is_contiguous_as(SELF, mf));
 }
 
 static PyObject *
@@ -459,11 +467,40 @@ move_to(StaxTensor *t, int device)
     return (PyObject *)r;
 }
 
+/* t on another device as dtype dt laid out by mf (torch's _to_copy): the
+ * move keeps t's layout (preserve_format), a new dtype or another format
+ * is one more copy on the device */
+static PyObject *
+moved_as(StaxTensor *t, int device, stax_dtype_t dt, stax_memory_format mf)
+{
+    PyObject *moved = move_to(t, device);
+    StaxTensor *m = (StaxTensor *)moved;
+    int64_t st[STAX_MAX_DIMS];
+    if (moved == NULL) {
+        return NULL;
+    }
+    if (mf != STAX_MF_PRESERVE) {
+        if (stax_layout_format_strides(m, mf, st) < 0) {
+            Py_DECREF(moved);
+            return NULL;
+        }
+        if (memcmp(st, m->strides, sizeof(int64_t) * (size_t)m->ndim) == 0) {
+            mf = STAX_MF_PRESERVE;
+        }
+    }
+    if (dt == t->dtype && mf == STAX_MF_PRESERVE) {
+        return moved;
+    }
+    Py_SETREF(moved, (PyObject *)stax_tensor_copy_as(m, dt, mf));
+    return moved;
+}
+
 static PyObject *
 m_to(PyObject *self, PyObject *args, PyObject *kw)
 {
     STAX_OVERRIDE_VARARGS("to");
     stax_dtype_t dt = SELF->dtype;
+    stax_memory_format mf = STAX_MF_PRESERVE;
     int copy = 0, device = SELF->storage->device;
     Py_ssize_t n = PyTuple_GET_SIZE(args);
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -500,6 +537,10 @@ m_to(PyObject *self, PyObject *args, PyObject *kw)
         if (v != NULL && v != Py_None && stax_dtype_from_object(v, &dt) < 0) {
             return NULL;
         }
+        if (stax_parse_memory_format(PyDict_GetItemString(kw, "memory_format"),
+                                     "to", &mf) < 0) {
+            return NULL;
+        }
         v = PyDict_GetItemString(kw, "copy");
         if (v != NULL) {
             copy = PyObject_IsTrue(v);
@@ -510,15 +551,9 @@ m_to(PyObject *self, PyObject *args, PyObject *kw)
         }
     }
     if (device != SELF->storage->device) {
-        PyObject *moved = move_to(SELF, device), *r;
-        if (moved == NULL || dt == SELF->dtype) {
-            return moved;
-        }
-        r = (PyObject *)stax_tensor_to_dtype((StaxTensor *)moved, dt, 0);
-        Py_DECREF(moved);
-        return r;
+        return moved_as(SELF, device, dt, mf);
     }
-    return (PyObject *)stax_tensor_to_dtype(SELF, dt, copy);
+    return (PyObject *)stax_tensor_to_format(SELF, dt, copy, mf);
 }
 
 static PyObject *
@@ -527,6 +562,7 @@ m_cuda(PyObject *self, PyObject *args, PyObject *kw)
     static char *kwlist[] = {"device", "non_blocking", "memory_format", NULL};
     PyObject *dev = Py_None, *nb = NULL, *mf = NULL;
     int device = STAX_DEV_CUDA;
+    stax_memory_format fmt;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|OOO:cuda", kwlist, &dev, &nb,
                                      &mf)) {
         return NULL;
@@ -550,14 +586,36 @@ m_cuda(PyObject *self, PyObject *args, PyObject *kw)
                      "device");
         return NULL;
     }
-    return move_to(SELF, STAX_DEV_CUDA);
+    if (stax_parse_memory_format(mf, "cuda", &fmt) < 0) {
+        return NULL;
+    }
+    if (stax_tensor_is_cuda(SELF)) {
+        return (PyObject *)stax_tensor_to_format(SELF, SELF->dtype, 0, fmt);
+    }
+    return moved_as(SELF, STAX_DEV_CUDA, SELF->dtype, fmt);
+}
+
+/* x.float(memory_format=torch.preserve_format) & co */
+static PyObject *
+cast_method(PyObject *self, PyObject *args, PyObject *kw, const char *name,
+            stax_dtype_t dt)
+{
+    static char *kwlist[] = {"memory_format", NULL};
+    PyObject *mfo = Py_None;
+    stax_memory_format mf;
+    if (!PyArg_ParseTupleAndKeywords(args, kw,
+                                     "|$O", kwlist, &mfo)
+        || stax_parse_memory_format(mfo, name, &mf) < 0) {
+        return NULL;
+    }
+    return (PyObject *)stax_tensor_to_format(SELF, dt, 0, mf);
 }
 
 #define CAST_METHOD(NAME, DT)                                           \
     static PyObject *                                                   \
     m_##NAME(PyObject *self, PyObject *args, PyObject *kw)              \
     {                                                                   \
-        return (PyObject *)stax_tensor_to_dtype(SELF, DT, 0);           \
+        return cast_method(self, args, kw, #NAME, DT);                  \
     }
 CAST_METHOD(float, STAX_FLOAT32)
 CAST_METHOD(double, STAX_FLOAT64)
@@ -590,22 +648,44 @@ m_type(PyObject *self, PyObject *args, PyObject *kw)
     if (stax_dtype_from_object(dtype, &dt) < 0) {
         return NULL;
     }
-    return (PyObject *)stax_tensor_to_dtype(SELF, dt, 0);
+    return (PyObject *)stax_tensor_to_format(SELF, dt, 0, STAX_MF_PRESERVE);
 }
 
 static PyObject *
 m_clone(PyObject *self, PyObject *args, PyObject *kw)
 {
-    return (PyObject *)stax_tensor_to_dtype(SELF, SELF->dtype, 1);
+    static char *kwlist[] = {"memory_format", NULL};
+    PyObject *mfo = Py_None;
+    stax_memory_format mf;
+    if (!PyArg_ParseTupleAndKeywords(args, kw,
+                                     "|$O:clone", kwlist, &mfo)
+        || stax_parse_memory_format(mfo, "clone", &mf) < 0) {
+        return NULL;
+    }
+    return (PyObject *)stax_tensor_copy_as(SELF, SELF->dtype, mf);
 }
 
 static PyObject *
 m_contiguous(PyObject *self, PyObject *args, PyObject *kw)
 {
-    if (stax_tensor_is_contiguous(SELF)) {
+    static char *kwlist[] = {"memory_format", NULL};
+    PyObject *mfo = NULL;
+    stax_memory_format mf = STAX_MF_CONTIGUOUS;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$O:contiguous", kwlist,
+                                     &mfo)
+        || (mfo != NULL && mfo != Py_None
+            && stax_parse_memory_format(mfo, "contiguous", &mf) < 0)) {
+        return NULL;
+    }
+    if (stax_tensor_is_contiguous_as(SELF, mf)) {
         return Py_NewRef(self);
     }
-    return (PyObject *)stax_tensor_to_dtype(SELF, SELF->dtype, 1);
+    if (mf == STAX_MF_PRESERVE) {
+        PyErr_SetString(PyExc_RuntimeError, "preserve memory format is "
+                        "unsupported by the contiguous operator");
+        return NULL;
+    }
+    return (PyObject *)stax_tensor_copy_as(SELF, SELF->dtype, mf);
 }
 
 static PyObject *
@@ -631,9 +711,19 @@ m_untyped_storage(PyObject *self, PyObject *unused)
 }
 
 static PyObject *
-m_cpu(PyObject *self, PyObject *unused)
+m_cpu(PyObject *self, PyObject *args, PyObject *kw)
 {
-    return move_to(SELF, STAX_DEV_CPU);
+    static char *kwlist[] = {"memory_format", NULL};
+    PyObject *mfo = Py_None;
+    stax_memory_format mf;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$O:cpu", kwlist, &mfo)
+        || stax_parse_memory_format(mfo, "cpu", &mf) < 0) {
+        return NULL;
+    }
+    if (!stax_tensor_is_cuda(SELF)) {
+        return (PyObject *)stax_tensor_to_format(SELF, SELF->dtype, 0, mf);
+    }
+    return moved_as(SELF, STAX_DEV_CPU, SELF->dtype, mf);
 }
 
 static PyObject *
@@ -649,35 +739,6 @@ m_requires_grad_(PyObject *self, PyObject *args, PyObject *kw)
         return NULL;
     }
     return Py_NewRef(self);
-}
-
-/* torch's is_non_overlapping_and_dense: the elements fill one block of
- * memory without gaps, in some order of the dims */
-static int
-dense_block(const StaxTensor *t)
-{
-    int perm[STAX_MAX_DIMS], n = 0;
-    int64_t need = 1;
-    if (t->ndim == 1) {
-        return t->sizes[0] < 2 || t->strides[0] == 1;
-    }
-    for (int d = 0; d < t->ndim; d++) {
-        if (t->sizes[d] >= 2) {       /* size 0/1 dims place nothing */
-            int k = n++;
-            while (k > 0 && t->strides[perm[k - 1]] > t->strides[d]) {
-                perm[k] = perm[k - 1];
-                k--;
-            }
-            perm[k] = d;
-        }
-    }
-    for (int i = 0; i < n; i++) {
-        if (t->strides[perm[i]] != need) {
-            return 0;
-        }
-        need *= t->sizes[perm[i]];
-    }
-    return 1;
 }
 
 /* torch's assert_no_partial_overlap (TensorIterator's check between the
@@ -709,7 +770,7 @@ stax_tensor_check_no_overlap(PyObject *out, PyObject *o, int full)
     for (int d = 0; d < b->ndim; d++) {
         nb *= b->sizes[d];
     }
-    if (na == 0 || nb == 0 || !dense_block(a) || !dense_block(b)) {
+    if (na == 0 || nb == 0 || !stax_tensor_is_dense(a) || !stax_tensor_is_dense(b)) {
         return 0;
     }
     a0 = a->storage->data + a->offset * stax_dtype_itemsize(a->dtype);
@@ -950,7 +1011,7 @@ PyMethodDef stax_tensor_methods[] = {
     {"contiguous", (PyCFunction)(void (*)(void))m_contiguous, METH_VARARGS | METH_KEYWORDS, NULL},
     {"detach", m_detach, METH_NOARGS, NULL},
     {"detach_", m_detach_, METH_NOARGS, NULL},
-    {"cpu", m_cpu, METH_NOARGS, NULL},
+    {"cpu", (PyCFunction)(void (*)(void))m_cpu, METH_VARARGS | METH_KEYWORDS, NULL},
     {"cuda", (PyCFunction)(void (*)(void))m_cuda, METH_VARARGS | METH_KEYWORDS,
      "cuda(device=None, non_blocking=False) -> this tensor on cuda:0 (a copy "
      "unless it is there already)"},

@@ -540,17 +540,25 @@ def _frac(input):
 @_impl("clone", "_to_copy")
 def _clone(input, *, memory_format=None, dtype=None, layout=None,
            device=None, pin_memory=None, non_blocking=False):
+    """torch's clone/_to_copy: a copy laid out by memory_format (preserve:
+    a dense input keeps its strides, any other is laid out densely in its
+    stride order)"""
     _check_tensor(input, "clone")
-    a = _arr(input)
-    nd = _np_dtype(dtype) or a.dtype
-    return _wrap(np.array(a, dtype=nd, copy=True), input)
+    return _C._copy_as(input, dtype, memory_format)
 
 
 @_impl("contiguous")
 def _contiguous(input, memory_format=None):
-    if input.is_contiguous():
+    mf = contiguous_format if memory_format is None else memory_format
+    if not isinstance(mf, type(preserve_format)):
+        raise TypeError(f"contiguous(): argument 'memory_format' must be "
+                        f"torch.memory_format, not {type(mf).__name__}")
+    if input.is_contiguous(memory_format=mf):
         return input
-    return _clone(input)
+    if mf is preserve_format:
+        raise RuntimeError("preserve memory format is unsupported by the "
+                           "contiguous operator")
+    return _C._copy_as(input, None, mf)
 
 
 @_impl("where")
@@ -3258,13 +3266,19 @@ def _multinomial(input, num_samples, replacement=False, *, generator=None):
     return _wrap(r if a.ndim == 2 else r[0])
 
 
-class _MemoryFormat:
-    """tp.contiguous_format / tp.preserve_format / tp.channels_last: accepted
-    where PyTorch takes a memory_format (results are always contiguous)."""
-    __slots__ = ("_name",)
+class memory_format:
+    """tp.preserve_format / tp.contiguous_format / tp.channels_last /
+    tp.channels_last_3d (torch.memory_format): the layout a copy gets.
+    preserve_format (the default of clone, to, the *_like factories) keeps a
+    non-overlapping and dense tensor's strides and lays out any other
+    densely in its stride order; contiguous_format is row-major;
+    channels_last (4-d, NHWC) and channels_last_3d (5-d, NDHWC) put the
+    channels innermost (RuntimeError on a tensor of another rank)."""
+    __slots__ = ("_name", "_code")
 
-    def __init__(self, name):
+    def __init__(self, name, code):
         self._name = name
+        self._code = code    # stax_memory_format in csrc/tensor/tensor.h
 
     def __repr__(self):
         return f"tensorplay.{self._name}"
@@ -3273,10 +3287,10 @@ class _MemoryFormat:
         return self._name
 
 
-contiguous_format = _MemoryFormat("contiguous_format")
-preserve_format = _MemoryFormat("preserve_format")
-channels_last = _MemoryFormat("channels_last")
-channels_last_3d = _MemoryFormat("channels_last_3d")
+preserve_format = memory_format("preserve_format", 0)
+contiguous_format = memory_format("contiguous_format", 1)
+channels_last = memory_format("channels_last", 2)
+channels_last_3d = memory_format("channels_last_3d", 3)
 
 
 # in-place twins computed out of place then written back (C covers the
@@ -3300,6 +3314,7 @@ for _k, _v in _FUNCS.items():
     globals()[_k] = _v
 
 __all__ = sorted(set(_public()) | {"return_types", "contiguous_format",
+                                    "memory_format",
                                     "preserve_format", "channels_last",
                                     "channels_last_3d"})
 

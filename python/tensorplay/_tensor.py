@@ -558,12 +558,35 @@ def _like(input, dtype):
     return input.shape, (input.dtype if dtype is None else _as_dtype(dtype))
 
 
+def _laid_out(name, input, memory_format, make):
+    """torch's *_like layout: make(sizes) builds a contiguous tensor of the
+    input's sizes listed outermost first in the memory order of the layout
+    memory_format gives (preserve_format: a dense input's own strides, else
+    a dense layout in its stride order), whose elements, in storage order,
+    become the result's; values drawn at random thus follow the result's
+    memory order, as torch's do"""
+    st = _C._layout_strides(input, memory_format, name)
+    shape = tuple(input.shape)
+    order = sorted(range(len(shape)), key=lambda d: -st[d])
+    base = make(tuple(shape[d] for d in order))
+    if order == sorted(order) and tuple(base.stride()) == st:
+        return base
+    return _C._restrided(base, shape, st)
+
+
+def _like_result(t, requires_grad):
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
 @_tf
 def zeros_like(input, *, dtype=None, device=None, requires_grad=False, memory_format=None,
                layout=None):
     shape, dt = _like(input, dtype)
     device = input.device if device is None else device
-    return zeros(shape, dtype=dt, device=device, requires_grad=requires_grad)
+    return _like_result(_laid_out("zeros_like", input, memory_format,
+                                  lambda s: zeros(s, dtype=dt, device=device)), requires_grad)
 
 
 @_tf
@@ -571,7 +594,8 @@ def ones_like(input, *, dtype=None, device=None, requires_grad=False, memory_for
               layout=None):
     shape, dt = _like(input, dtype)
     device = input.device if device is None else device
-    return ones(shape, dtype=dt, device=device, requires_grad=requires_grad)
+    return _like_result(_laid_out("ones_like", input, memory_format,
+                                  lambda s: ones(s, dtype=dt, device=device)), requires_grad)
 
 
 @_tf
@@ -579,7 +603,8 @@ def empty_like(input, *, dtype=None, device=None, requires_grad=False, memory_fo
                layout=None):
     shape, dt = _like(input, dtype)
     device = input.device if device is None else device
-    return empty(shape, dtype=dt, device=device, requires_grad=requires_grad)
+    return _like_result(_laid_out("empty_like", input, memory_format,
+                                  lambda s: empty(s, dtype=dt, device=device)), requires_grad)
 
 
 @_tf
@@ -587,7 +612,9 @@ def full_like(input, fill_value, *, dtype=None, device=None, requires_grad=False
               memory_format=None, layout=None):
     shape, dt = _like(input, dtype)
     device = input.device if device is None else device
-    return full(shape, fill_value, dtype=dt, device=device, requires_grad=requires_grad)
+    return _like_result(_laid_out("full_like", input, memory_format,
+                                  lambda s: full(s, fill_value, dtype=dt, device=device)),
+                        requires_grad)
 
 
 @_tf
@@ -595,7 +622,9 @@ def rand_like(input, *, dtype=None, device=None, requires_grad=False, memory_for
               generator=None, layout=None):
     shape, dt = _like(input, dtype)
     device = input.device if device is None else device
-    return rand(shape, dtype=dt, device=device, requires_grad=requires_grad, generator=generator)
+    return _like_result(_laid_out("rand_like", input, memory_format,
+                                  lambda s: rand(s, dtype=dt, device=device,
+                                                 generator=generator)), requires_grad)
 
 
 @_tf
@@ -603,7 +632,9 @@ def randn_like(input, *, dtype=None, device=None, requires_grad=False, memory_fo
                generator=None, layout=None):
     shape, dt = _like(input, dtype)
     device = input.device if device is None else device
-    return randn(shape, dtype=dt, device=device, requires_grad=requires_grad, generator=generator)
+    return _like_result(_laid_out("randn_like", input, memory_format,
+                                  lambda s: randn(s, dtype=dt, device=device,
+                                                  generator=generator)), requires_grad)
 
 
 @_tf
@@ -613,7 +644,9 @@ def randint_like(input, low=0, high=None, *, dtype=None, device=None, requires_g
         low, high = 0, low
     shape, dt = _like(input, dtype)
     device = input.device if device is None else device
-    return randint(low, high, shape, dtype=dt, device=device, generator=generator)
+    return _laid_out("randint_like", input, memory_format,
+                     lambda s: randint(low, high, s, dtype=dt, device=device,
+                                       generator=generator))
 
 
 # ---- randomness (Philox4x32-10 in C; stream in docs/rng.md) ----------------
