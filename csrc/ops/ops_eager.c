@@ -398,6 +398,29 @@ done:
 /* meta mode: eager's result, allocated, not computed; the errors that
  * depend on the operands' values (integer division by zero, integer
  * powers, a Python scalar NumPy cannot hold) need the values */
+/* a binary op's fresh result, laid out as TensorIterator lays out torch's
+ * (the operands' stride order); pow's Python exponent is no operand of
+ * torch's iterator (its Tensor_Scalar kernel is built as a unary op) */
+static StaxTensor *
+binary_result(const stax_op_info *op, PyObject *const *ops, int nd,
+              const int64_t *shape, stax_dtype_t ot)
+{
+    int64_t st[STAX_MAX_DIMS];
+    int n = op->id == STAX_OP_POW && !StaxTensor_Check(ops[1]) ? 1 : 2;
+    stax_layout_iter_strides(n, ops, nd, shape, st);
+    return stax_tensor_empty_strided_on(nd, shape, st, ot, STAX_DEV_CPU);
+}
+
+/* a unary op's fresh result in x's layout (TensorIterator's) */
+static StaxTensor *
+unary_result(PyObject *x, stax_dtype_t ot)
+{
+    const StaxTensor *t = (const StaxTensor *)x;
+    int64_t st[STAX_MAX_DIMS];
+    stax_layout_iter_strides(1, &x, t->ndim, t->sizes, st);
+    return stax_tensor_empty_strided_on(t->ndim, t->sizes, st, ot, STAX_DEV_CPU);
+}
+
 static PyObject *
 binary_meta(const stax_op_info *op, PyObject *a, PyObject *b,
             StaxTensor *inplace_out, stax_dtype_t ct, stax_dtype_t ot, int nd,
@@ -425,7 +448,7 @@ binary_meta(const stax_op_info *op, PyObject *a, PyObject *b,
     if (probe_ufunc(ufuncs[op->id], ops, 2, ct, ot) < 0) {
         return NULL;
     }
-    out = stax_tensor_empty(nd, shape, ot);
+    out = binary_result(op, ops, nd, shape, ot);
     if (out != NULL) {
         propagate_grad(out, ops, 2);
     }
@@ -649,13 +672,7 @@ binary_impl(const stax_op_info *op, PyObject *a, PyObject *b,
         out = (StaxTensor *)Py_NewRef(inplace_out);
     }
     else {
-        /* TensorIterator's layout: the operands' stride order */
-        int64_t st[STAX_MAX_DIMS];
-        /* pow's Python exponent is no operand of torch's iterator (its
-         * Tensor_Scalar kernel is built as a unary op) */
-        stax_layout_iter_strides(op->id == STAX_OP_POW && !StaxTensor_Check(b)
-                                 ? 1 : 2, ops, nd, shape, st);
-        out = stax_tensor_empty_strided_on(nd, shape, st, ot, STAX_DEV_CPU);
+        out = binary_result(op, ops, nd, shape, ot);
         if (out == NULL) {
             goto done;
         }
@@ -842,7 +859,7 @@ stax_ops_unary(const stax_op_info *op, PyObject *a, StaxTensor *inplace_out)
                 return NULL;
             }
         }
-        out = stax_tensor_empty(x->ndim, x->sizes, ot);
+        out = unary_result(a, ot);
         if (out != NULL) {
             propagate_grad(out, &a, 1);
         }
@@ -856,10 +873,7 @@ stax_ops_unary(const stax_op_info *op, PyObject *a, StaxTensor *inplace_out)
         out = (StaxTensor *)Py_NewRef(inplace_out);
     }
     else {
-        int64_t st[STAX_MAX_DIMS];
-        stax_layout_iter_strides(1, &a, x->ndim, x->sizes, st);
-        out = stax_tensor_empty_strided_on(x->ndim, x->sizes, st, ot,
-                                           STAX_DEV_CPU);
+        out = unary_result(a, ot);
         if (out == NULL) {
             return NULL;
         }

@@ -362,24 +362,25 @@ bf16_computed(const stax_op_info *op, PyObject *const *args, Py_ssize_t nargs,
  * operands' stride order; one more copy when that is not the layout it
  * has. A result sharing an operand's storage (the operand itself, a view)
  * is kept. Steals res. */
-static PyObject *
-pointwise_layout(const stax_op_info *op, PyObject *const *args,
-                 Py_ssize_t nall, PyObject *res)
+/* torch's strides for an elementwise result of sizes (nd, sizes) of op
+ * on args: 1 and st filled, or 0 (row-major, or a result sharing an
+ * operand's storage: kept as it is) */
+static int
+pointwise_strides(const stax_op_info *op, PyObject *const *args,
+                  Py_ssize_t nall, const StaxTensor *r, int64_t *st)
 {
     PyObject *ops[8];
-    StaxTensor *r = (StaxTensor *)res, *o;
-    int64_t st[STAX_MAX_DIMS];
     int n = 0;
-    if (res == NULL || !StaxTensor_Check(res) || r->ndim < 2
-        || stax_tensor_is_cuda(r) || op->id == STAX_OP_CONTIGUOUS
-        || op->id == STAX_OP_CLONE || op->id == STAX_OP_TO_COPY
-        || op->id == STAX_OP_TO) {
-        return res;
+    if (r->ndim < 2 || op->kind != STAX_OPK_POINTWISE
+        || (op->flags & STAX_OPF_LAYOUT_CONTIG)
+        || op->id == STAX_OP_CONTIGUOUS || op->id == STAX_OP_CLONE
+        || op->id == STAX_OP_TO_COPY || op->id == STAX_OP_TO) {
+        return 0;
     }
     for (Py_ssize_t i = 0; i < nall && n < 8; i++) {
         if (StaxTensor_Check(args[i])) {
             if (((StaxTensor *)args[i])->storage == r->storage) {
-                return res;
+                return 0;
             }
             ops[n++] = args[i];
         }
@@ -387,8 +388,8 @@ pointwise_layout(const stax_op_info *op, PyObject *const *args,
             ops[n++] = args[i];   /* where's Python scalar is a 0-d operand */
         }
     }
-    if (n == 0 || (op->flags & STAX_OPF_LAYOUT_CONTIG)) {
-        return res;
+    if (n == 0) {
+        return 0;
     }
     if (op->flags & STAX_OPF_LAYOUT_LIKE) {
         if (!StaxTensor_Check(args[0])
@@ -396,13 +397,23 @@ pointwise_layout(const stax_op_info *op, PyObject *const *args,
             || stax_layout_format_strides((StaxTensor *)args[0],
                                           STAX_MF_PRESERVE, st) < 0) {
             PyErr_Clear();
-            return res;
+            return 0;
         }
     }
     else {
         stax_layout_iter_strides(n, ops, r->ndim, r->sizes, st);
     }
-    if (memcmp(st, r->strides, sizeof(int64_t) * (size_t)r->ndim) == 0) {
+    return memcmp(st, r->strides, sizeof(int64_t) * (size_t)r->ndim) != 0;
+}
+
+static PyObject *
+pointwise_layout(const stax_op_info *op, PyObject *const *args,
+                 Py_ssize_t nall, PyObject *res)
+{
+    StaxTensor *r = (StaxTensor *)res, *o;
+    int64_t st[STAX_MAX_DIMS];
+    if (res == NULL || !StaxTensor_Check(res) || stax_tensor_is_cuda(r)
+        || !pointwise_strides(op, args, nall, r, st)) {
         return res;
     }
     o = stax_tensor_empty_strided_on(r->ndim, r->sizes, st, r->dtype,
@@ -898,6 +909,15 @@ meta_composite(const stax_op_info *op, PyObject *const *args, Py_ssize_t nargs,
         goto unsupported;
     }
     res = meta_result(nd, sizes, x->dtype);
+    if (res != NULL) {
+        /* an elementwise op's result in eager's layout (no elements) */
+        int64_t st[STAX_MAX_DIMS];
+        Py_ssize_t nall = nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
+        if (pointwise_strides(op, args, nall, (StaxTensor *)res, st)) {
+            memcpy(((StaxTensor *)res)->strides, st,
+                   sizeof(int64_t) * (size_t)nd);
+        }
+    }
     Py_DECREF(b);
     return res;
 unsupported:

@@ -427,8 +427,8 @@ copies_first_operand(StaxNode *n)
 
 /* Conversions that copy a host tensor into a new one of another dtype
  * (x.float() of a float64 x, x.to(tp.int32)) or layout (x.contiguous() of
- * a strided x): eager's result is a contiguous tensor of x's shape, and no
- * value can make it raise or warn, so its metadata needs no elements (the
+ * a strided x): eager's result is a tensor of x's shape (contiguous, or in
+ * x's layout: preserve_format), and no value can make it raise or warn, so its metadata needs no elements (the
  * audit of issue 17: the commonest sample still computed at full size).
  * New reference, or NULL without an exception when n is no such call (the
  * same dtype, or a contiguous x, gives x itself: run as before). */
@@ -481,7 +481,11 @@ conversion_meta(StaxNode *n, PyObject *va, PyObject *vk)
     if (!found) {
         return NULL;
     }
-    return (PyObject *)stax_tensor_empty(x->ndim, x->sizes, dt);
+    /* eager's layout: contiguous() row-major, the casts torch's
+     * preserve_format */
+    return (PyObject *)stax_tensor_empty_like(
+        x, dt, strcmp(nm, "contiguous") == 0 ? STAX_MF_CONTIGUOUS : STAX_MF_PRESERVE,
+        STAX_DEV_CPU);
 }
 
 /* Deferred sampling of node n (trace_lazy.c): 1 when done (meta 'val'
