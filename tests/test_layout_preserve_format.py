@@ -12,6 +12,9 @@ import pytest
 
 import tensorplay as tp
 
+import _cuda_emu as E
+from _cuda_emu import emu  # noqa: F401  (the fixture)
+
 torch = pytest.importorskip("torch")
 
 DTYPES = ["float32", "float16", "float64", "int64", "bool"]
@@ -435,6 +438,25 @@ def test_iter_strides_matches_torch_tie_rules():
         assert (xa + 1).stride() == (ya + 1).stride(), (shape, strides_a)
         assert xa.clone().stride() == ya.clone().stride(), (shape, strides_a)
         assert tp.empty_like(xa).stride() == torch.empty_like(ya).stride()
+
+
+# ------------------------------------------------ the CUDA copy path, on host
+
+@pytest.mark.skipif(not E.needs_gxx, reason="g++ runs the kernels on the host")
+@pytest.mark.parametrize("case", ["t", "perm3", "perm4b", "step_t", "step3", "expand_t",
+                                  "one_perm", "odd_one"])
+def test_device_copy_into_preserved_layout_on_host(emu, case):
+    # a CUDA tensor's clone/to/casts/contiguous are an empty_like on the
+    # device and the tensor room's copy into it (tensorplay.cuda._native's
+    # cast kernel through dst's strides): its CUDA C run on the host
+    from tensorplay.cuda import _native as N
+    for src_dt, dst in (("float32", tp.float32), ("float32", tp.float16),
+                        ("float16", tp.float64), ("int64", tp.float32), ("bool", tp.int64)):
+        v = CASES[case](tp, src_dt)
+        out = tp.empty_like(v, dtype=dst)
+        assert N.device_op("copy", out, v) is None
+        assert out.stride() == torch.empty_like(CASES[case](torch, src_dt)).stride()
+        assert np.array_equal(np.asarray(out.tolist()), np.asarray(v.to(dst).tolist()))
 
 
 # ------------------------------------------------------------------ compiled

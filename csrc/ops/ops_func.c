@@ -358,7 +358,8 @@ bf16_computed(const stax_op_info *op, PyObject *const *args, Py_ssize_t nargs,
 }
 
 /* An elementwise result of a Python implementation (NumPy's results are
- * row-major) laid out as TensorIterator lays out torch's: in its tensor
+ * row-major) or of a CUDA kernel laid out as TensorIterator lays out
+ * torch's: in its tensor
  * operands' stride order; one more copy when that is not the layout it
  * has. A result sharing an operand's storage (the operand itself, a view)
  * is kept. Steals res. */
@@ -412,12 +413,14 @@ pointwise_layout(const stax_op_info *op, PyObject *const *args,
 {
     StaxTensor *r = (StaxTensor *)res, *o;
     int64_t st[STAX_MAX_DIMS];
-    if (res == NULL || !StaxTensor_Check(res) || stax_tensor_is_cuda(r)
+    if (res == NULL || !StaxTensor_Check(res)
         || !pointwise_strides(op, args, nall, r, st)) {
         return res;
     }
+    /* a CUDA result (a generated kernel's, row-major) is copied on the
+     * device by the tensor room */
     o = stax_tensor_empty_strided_on(r->ndim, r->sizes, st, r->dtype,
-                                     STAX_DEV_CPU);
+                                     r->storage->device);
     if (o == NULL || stax_tensor_copy_from(o, res) < 0) {
         Py_XDECREF(o);
         Py_DECREF(res);
@@ -473,6 +476,9 @@ run_op_kernel(const stax_op_info *op, PyObject *func, PyObject *const *args,
                                      kwnames, inplace);
                 if (res != NULL && mutates) {
                     inplace_requires_grad(args, nargs, kwnames);
+                }
+                if (!inplace && !mutates && op->kind == STAX_OPK_POINTWISE) {
+                    res = pointwise_layout(op, args, nall, res);
                 }
                 return res;
             }
