@@ -262,13 +262,16 @@ has_cuda(PyObject *o)
     return 0;
 }
 
-/* Ops whose tensor-room implementation handles CUDA tensors itself: views
- * (metadata only) and the copies between devices. */
+/* Ops whose tensor-room implementation handles CUDA (and bfloat16)
+ * tensors itself: views (metadata only), the copies between devices, and
+ * the copies laid out by a memory format (clone, _to_copy, contiguous:
+ * _C._copy_as) */
 static int
 cuda_native(const stax_op_info *op)
 {
     return op->kind == STAX_OPK_VIEW || op->id == STAX_OP_TO
-           || op->id == STAX_OP_COPY_;
+           || op->id == STAX_OP_COPY_ || op->id == STAX_OP_CLONE
+           || op->id == STAX_OP_TO_COPY || op->id == STAX_OP_CONTIGUOUS;
 }
 
 /* an op handed to a registered Python dispatcher, called as
@@ -338,8 +341,7 @@ bf16_computed(const stax_op_info *op, PyObject *const *args, Py_ssize_t nargs,
 {
     Py_ssize_t nk = kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0;
     int hit = 0;
-    if (op->kind == STAX_OPK_VIEW || op->id == STAX_OP_TO
-        || op->id == STAX_OP_COPY_) {
+    if (cuda_native(op)) {
         return 0;
     }
     if ((inplace ? py_inplace_impls[op->id] : py_impls[op->id]) == NULL
