@@ -94,6 +94,47 @@ def test_it_starts_once_and_can_be_turned_off():
     assert json.loads(r.stdout.strip().splitlines()[-1])["started"] is False
 
 
+@needs_nvrtc
+def test_a_fork_during_the_warmup_leaves_the_child_a_working_nvrtc():
+    # fork waits for the warm compile (pthread_atfork): a child forked while
+    # NVRTC held its locks in the thread would hang in its first compile
+    r = _py("import os, sys\n"
+            "from tensorplay import _C\n"
+            "_C._nvrtc_warmup(False, 'sm_90')\n"
+            "pid = os.fork()\n"
+            "if pid == 0:\n"
+            "    _C.nvrtc_compile('extern \"C\" __global__ void k(float *x) { x[0] = 1; }',\n"
+            "                     'k.cu', 'compute_90')\n"
+            "    os._exit(0)\n"
+            "_, st = os.waitpid(pid, 0)\n"
+            "print('child', os.waitstatus_to_exitcode(st), _C._nvrtc_warmup()['done'])\n")
+    assert r.stdout.split() == ["child", "0", "True"]
+
+
+@needs_nvrtc
+def test_waiting_from_many_threads_returns_in_all_of_them():
+    r = _py("import threading\n"
+            "from tensorplay import _C\n"
+            "_C._nvrtc_warmup(False, 'sm_90')\n"
+            "out = []\n"
+            "ts = [threading.Thread(target=lambda: out.append(_C._nvrtc_warmup(True)['done']))\n"
+            "      for _ in range(4)]\n"
+            "[t.start() for t in ts]\n"
+            "[t.join() for t in ts]\n"
+            "print(out)\n")
+    assert r.stdout.strip() == "[True, True, True, True]"
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("off", ["0", "false", "OFF", "no"])
+def test_every_spelling_of_off_turns_it_off(off):
+    r = _py("import json\n"
+            "from tensorplay import _C\n"
+            "print(json.dumps(_C._nvrtc_warmup(True, 'sm_90')))\n",
+            TENSORPLAY_NVRTC_WARMUP=off)
+    assert json.loads(r.stdout.strip().splitlines()[-1])["started"] is False
+
+
 def test_warmup_info_rejects_bad_arguments():
     with pytest.raises(TypeError):
         _C._nvrtc_warmup(1, 2, 3)

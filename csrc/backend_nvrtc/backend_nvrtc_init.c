@@ -354,7 +354,8 @@ handle_new(stax_backend *be, const stax_kernel *k, const char *entry,
             double t3 = nv_now_ms();
             fprintf(stderr, "[stax nvrtc] %s: render %.2f ms, %s %.2f ms "
                     "(source %zd bytes), module load %.2f ms\n", h->name,
-                    t1 - t0, image != NULL ? "cached cubin" : "nvrtc",
+                    t1 - t0, image != NULL && PyBytes_Check(image)
+                                 ? "cached cubin" : "nvrtc",
                     t2 - t1, PyUnicode_GET_LENGTH(h->source), t3 - t2);
         }
     }

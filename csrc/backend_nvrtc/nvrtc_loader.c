@@ -7,6 +7,8 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <signal.h>
+#include <strings.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,21 +212,26 @@ stax_nvrtc_load(void)
  * after one small compile in 20-31 ms. So when CUDA first comes up (the
  * first CUDA tensor, before a compiled function's first call in any real
  * script), a background thread compiles one small kernel made of the
- * rendered kernels' helpers (stax_nvrtc_warm_source). It touches no Python object
- * and nothing another compile shares (NVRTC programs are independent);
- * interpreter exit waits for it (Py_AtExit). TENSORPLAY_NVRTC_WARMUP=0
- * turns it off. */
+ * rendered kernels' helpers (stax_nvrtc_warm_source). It touches no Python
+ * object and nothing another compile shares (NVRTC programs are
+ * independent); interpreter exit joins it (Py_AtExit) and a fork waits for
+ * its compile (pthread_atfork). TENSORPLAY_NVRTC_WARMUP=0/false/off turns
+ * it off. */
 static struct {
     int started;               /* under the GIL: 0 not yet, -1 tried and
-                                  not started, 1 running, 2 joined */
+                                  not started, 1 running or finished, 2
+                                  joined (at exit) */
     pthread_t th;
     pid_t pid;                 /* a forked child has no such thread */
     char arch[32];
     const char *src;
-    volatile int done;
+    /* what the thread reports, under mu; cv signals done */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
     double ms;                 /* the thread's wall time */
     int status;                /* the warm compile's nvrtcResult */
-} warm;
+} warm = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
 static double
 warm_now_ms(void)
@@ -241,21 +248,42 @@ warm_main(void *unused)
     nvrtcProgram prog = NULL;
     char archopt[64];
     const char *opts[2];
+    int st;
     (void)unused;
     snprintf(archopt, sizeof(archopt), "--gpu-architecture=%s", warm.arch);
     opts[0] = archopt;
     opts[1] = "--std=c++17";
-    warm.status = nv.CreateProgram(&prog, warm.src, "stax_warm.cu", 0, NULL,
-                                   NULL);
-    if (warm.status == 0) {
-        warm.status = nv.CompileProgram(prog, 2, opts);
+    st = nv.CreateProgram(&prog, warm.src, "stax_warm.cu", 0, NULL, NULL);
+    if (st == 0) {
+        st = nv.CompileProgram(prog, 2, opts);
         nv.DestroyProgram(&prog);
     }
+    pthread_mutex_lock(&warm.mu);
+    warm.status = st;
     warm.ms = warm_now_ms() - t0;
     warm.done = 1;
+    pthread_cond_broadcast(&warm.cv);
+    pthread_mutex_unlock(&warm.mu);
     return NULL;
 }
 
+/* until the thread has finished its compile (any thread may wait; none
+ * needs the GIL: the warm thread never takes it) */
+static void
+warm_wait_done(void)
+{
+    if (warm.started != 1 || warm.pid != getpid()) {
+        return;
+    }
+    pthread_mutex_lock(&warm.mu);
+    while (!warm.done) {
+        pthread_cond_wait(&warm.cv, &warm.mu);
+    }
+    pthread_mutex_unlock(&warm.mu);
+}
+
+/* interpreter exit (single-threaded): joined, so that libnvrtc's
+ * thread-local state is torn down before the process's */
 static void
 warm_join(void)
 {
@@ -265,14 +293,26 @@ warm_join(void)
     }
 }
 
+static int
+warm_disabled(void)
+{
+    const char *e = getenv("TENSORPLAY_NVRTC_WARMUP");
+    return e != NULL && (strcmp(e, "0") == 0 || strcasecmp(e, "false") == 0
+                         || strcasecmp(e, "off") == 0
+                         || strcasecmp(e, "no") == 0);
+}
+
 /* start the thread for arch (NULL: the device's); 0, or -1 with no
  * exception when it did not start */
 static int
 warm_start_for(const char *arch)
 {
-    const char *e = getenv("TENSORPLAY_NVRTC_WARMUP");
+    static int atfork;
     PyObject *et, *ev, *tb;
-    if (warm.started || (e != NULL && *e == '0')) {
+    pthread_attr_t attr;
+    sigset_t all, old;
+    int rc;
+    if (warm.started || warm_disabled()) {
         return warm.started > 0 ? 0 : -1;
     }
     warm.started = -1;         /* tried: never twice */
@@ -288,8 +328,25 @@ warm_start_for(const char *arch)
         return -1;
     }
     warm.pid = getpid();
-    if (Py_AtExit(warm_join) == 0 && pthread_create(&warm.th, NULL, warm_main,
-                                                    NULL) == 0) {
+    /* a fork while NVRTC holds its locks in the thread would leave the
+     * child's NVRTC locked forever: fork waits for the compile */
+    if (!atfork && pthread_atfork(warm_wait_done, NULL, NULL) == 0) {
+        atfork = 1;
+    }
+    if (!atfork || Py_AtExit(warm_join) != 0) {
+        PyErr_Restore(et, ev, tb);
+        return -1;
+    }
+    /* NVRTC's compiler recurses deeply: a main thread's stack, not the
+     * 2 MiB a thread gets by default; signals stay with Python's threads */
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, (size_t)16 << 20);
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    rc = pthread_create(&warm.th, &attr, warm_main, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&attr);
+    if (rc == 0) {
         warm.started = 1;
     }
     PyErr_Restore(et, ev, tb);
@@ -323,14 +380,23 @@ stax_nvrtc_py_warmup_info(PyObject *self, PyObject *args, PyObject *kw)
     }
     if (wait && warm.started == 1) {
         Py_BEGIN_ALLOW_THREADS
-        warm_join();
+        warm_wait_done();
         Py_END_ALLOW_THREADS
     }
-    return Py_BuildValue("{sOsOsdsiss}", "started",
-                         warm.started > 0 ? Py_True : Py_False, "done",
-                         warm.done ? Py_True : Py_False, "ms",
-                         warm.done ? warm.ms : -1.0, "status", warm.status,
-                         "arch", warm.arch);
+    {
+        int done, status;
+        double ms;
+        pthread_mutex_lock(&warm.mu);
+        done = warm.done;
+        status = warm.status;
+        ms = warm.ms;
+        pthread_mutex_unlock(&warm.mu);
+        return Py_BuildValue("{sOsOsdsiss}", "started",
+                             warm.started > 0 ? Py_True : Py_False, "done",
+                             done ? Py_True : Py_False, "ms",
+                             done ? ms : -1.0, "status", done ? status : 0,
+                             "arch", warm.arch);
+    }
 }
 
 static PyObject *

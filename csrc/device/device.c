@@ -177,9 +177,6 @@ load(void)
         goto fail;
     }
     cu.ok = 1;
-    if (ready_hook != NULL) {
-        ready_hook();
-    }
     return;
 fail:
     cu.count = 0;
@@ -434,6 +431,12 @@ stax_cuda_block_new(size_t nbytes, stax_cuptr *ptr)
     size_t size = size_class(nbytes);
     CudaBlock *b = NULL;
     stax_cuptr p = 0;
+    static int ready_told;
+    if (!ready_told && ready_hook != NULL) {
+        ready_told = 1;        /* the first CUDA tensor (not a mere
+                                  tp.cuda.is_available()) */
+        ready_hook();
+    }
     if (take_block(size, &p) < 0) {
         return NULL;
     }
@@ -603,6 +606,7 @@ static struct {
     int (*Create)(cublasHandle_t *);
     int (*SetStream)(cublasHandle_t, void *);
     int (*SetWorkspace)(cublasHandle_t, void *, size_t);   /* optional */
+    void *on;                  /* the stream the handle is set to */
     int (*Sgemm)(cublasHandle_t, int, int, int, int, int, const float *,
                  const float *, int, long long, const float *, int,
                  long long, const float *, float *, int, long long, int);
@@ -706,6 +710,7 @@ cublas_load(void)
         int r = cb.Create(&cb.handle);
         if (r == 0) {
             r = cb.SetStream(cb.handle, cu.stream);
+            cb.on = cu.stream;
         }
         if (r != 0) {
             snprintf(cb.why, sizeof(cb.why), "cublasCreate failed: %s (%d)",
@@ -736,10 +741,36 @@ stax_cublas_available(void)
     return 1;
 }
 
+static int in_capture;         /* stax_cuda_gemm_capture is issuing */
+
+/* the cuBLAS handle on `stream` (cublasSetStream also puts the handle
+ * back on cuBLAS's default workspace pool) */
+static int
+handle_on(void *stream)
+{
+    int r;
+    if (cb.on == stream) {
+        return 0;
+    }
+    r = cb.SetStream(cb.handle, stream);
+    if (r != 0) {
+        PyErr_Format(PyExc_RuntimeError, "cuBLAS: cublasSetStream failed: "
+                     "%s (%d)", stax_cublas_status_name(r), r);
+        return -1;
+    }
+    cb.on = stream;
+    return 0;
+}
+
 int
 stax_cuda_gemm_issue(const stax_gemm_args *g)
 {
     int r;
+    /* outside a capture every product runs on the room's stream (a
+     * capture that could not hand the handle back is mended here) */
+    if (!in_capture && handle_on(cu.stream) < 0) {
+        return -1;
+    }
     if (g->dtype == 0) {
         const float one = 1.0f, zero = 0.0f;
         r = cb.Sgemm(cb.handle, g->transa, g->transb, (int)g->m, (int)g->n,
@@ -794,11 +825,14 @@ static struct {
     CUresult (*End)(CUstream, void **);
 } capt;
 
-static int
-capture_ready(void)
+int
+stax_cuda_capture_ready(void)
 {
     if (capt.stream != NULL) {
         return 0;
+    }
+    if (cublas_load() < 0) {
+        return -1;
     }
     *(void **)&capt.Begin = stax_cuda_symbol("cuStreamBeginCapture_v2");
     *(void **)&capt.End = stax_cuda_symbol("cuStreamEndCapture");
@@ -809,14 +843,14 @@ capture_ready(void)
         return -1;
     }
     capt.wsbytes = (size_t)32 << 20;
-    if (stax_cuda_check(cu.MemAlloc(&capt.ws, capt.wsbytes),
-                        "cuMemAlloc (cuBLAS graph workspace)") < 0) {
+    if (take_block(capt.wsbytes, &capt.ws) < 0) {   /* OOM: the cache
+                                                        emptied, retried */
         capt.ws = 0;
         return -1;
     }
     if (stax_cuda_check(cu.StreamCreate(&capt.stream, 1 /* NON_BLOCKING */),
                         "cuStreamCreate") < 0) {
-        cu.MemFree(capt.ws);
+        release_block(capt.ws, capt.wsbytes);
         capt.ws = 0;
         capt.stream = NULL;
         return -1;
@@ -831,46 +865,49 @@ stax_cuda_gemm_capture(const stax_gemm_args *g, void **graph)
     int r, rc = -1;
     CUresult e;
     *graph = NULL;
-    if (cublas_load() < 0 || capture_ready() < 0) {
-        return -1;
+    if (cublas_load() < 0 || stax_cuda_capture_ready() < 0
+        || handle_on(capt.stream) < 0) {
+        goto restore;
     }
-    r = cb.SetStream(cb.handle, capt.stream);
-    if (r == 0) {
-        r = cb.SetWorkspace(cb.handle, (void *)(uintptr_t)capt.ws,
-                            capt.wsbytes);
-    }
+    r = cb.SetWorkspace(cb.handle, (void *)(uintptr_t)capt.ws, capt.wsbytes);
     if (r != 0) {
-        PyErr_Format(PyExc_RuntimeError, "cuBLAS: setting the capture "
-                     "stream failed: %s (%d)", stax_cublas_status_name(r), r);
+        PyErr_Format(PyExc_RuntimeError, "cuBLAS: cublasSetWorkspace failed: "
+                     "%s (%d)", stax_cublas_status_name(r), r);
         goto restore;
     }
     /* thread-local: another thread's allocation is no error of ours */
     if (stax_cuda_check(capt.Begin(capt.stream, 1), "cuStreamBeginCapture") < 0) {
         goto restore;
     }
+    in_capture = 1;
     r = stax_cuda_gemm_issue(g);
+    in_capture = 0;
     e = capt.End(capt.stream, &gr);          /* always: the stream leaves
                                                 capture mode */
     if (r < 0) {
         goto restore;
     }
-    if (stax_cuda_check(e, "cuStreamEndCapture") < 0 || gr == NULL) {
-        if (!PyErr_Occurred()) {
-            PyErr_SetString(PyExc_RuntimeError, "CUDA driver: "
-                            "cuStreamEndCapture returned no graph");
-        }
+    if (stax_cuda_check(e, "cuStreamEndCapture") < 0) {
+        goto restore;
+    }
+    if (gr == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "CUDA driver: cuStreamEndCapture "
+                        "returned no graph");
         goto restore;
     }
     *graph = gr;
     gr = NULL;
     rc = 0;
 restore:
-    /* back on the room's stream (and cuBLAS's default workspace pool) */
-    r = cb.SetStream(cb.handle, cu.stream);
-    if (r != 0 && rc == 0) {
-        PyErr_Format(PyExc_RuntimeError, "cuBLAS: cublasSetStream failed: "
-                     "%s (%d)", stax_cublas_status_name(r), r);
-        rc = -1;
+    /* back on the room's stream (and cuBLAS's default workspace pool); a
+     * failure here is mended by the next product */
+    if (cb.handle != NULL && handle_on(cu.stream) < 0) {
+        if (rc == 0) {
+            rc = -1;
+        }
+        else {
+            PyErr_Clear();     /* the first error is the one to report */
+        }
     }
     if (gr != NULL || (rc < 0 && *graph != NULL)) {
         void (*destroy)(void *) = (void (*)(void *))stax_cuda_symbol("cuGraphDestroy");
@@ -880,6 +917,18 @@ restore:
         *graph = NULL;
     }
     return rc;
+}
+
+int
+stax_cuda_products_capturable(void)
+{
+    if (cublas_load() < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    return cb.SetWorkspace != NULL
+           && stax_cuda_symbol("cuStreamBeginCapture_v2") != NULL
+           && stax_cuda_symbol("cuStreamEndCapture") != NULL;
 }
 
 int

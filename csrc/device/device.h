@@ -25,8 +25,9 @@ typedef unsigned long long stax_cuptr;   /* CUdeviceptr */
 /* 0 when a driver and a device are usable; -1 + RuntimeError("CUDA is not
  * available: ...") naming what was looked for. Makes the context current. */
 int stax_cuda_init(void);
-/* called once, with the GIL, right after the driver and device 0 first
- * come up (the NVRTC back end starts its warm-up there); must not raise */
+/* called once, with the GIL, before the first device allocation (the
+ * first CUDA tensor: the NVRTC back end starts its warm-up there); must
+ * not raise */
 void stax_cuda_set_ready_hook(void (*hook)(void));
 int stax_cuda_is_available(void);   /* no exception */
 int stax_cuda_device_count(void);   /* 0 without a driver; no exception */
@@ -112,9 +113,11 @@ int stax_cuda_record_launch(void *fn, const int64_t grid[3],
 /* on: a cuBLAS product (stax_cuda_gemm) while recording becomes a node of
  * the graph (a child graph captured from cuBLAS) instead of breaking the
  * recording; the program turns it on around its own matmul steps only,
- * so that eager work inside a call keeps breaking it. 1 if libcuda has
- * the child-graph entry points this needs, else 0. */
-int stax_cuda_record_products(int on);
+ * so that eager work inside a call keeps breaking it */
+void stax_cuda_record_products(int on);
+/* 1 if products can join graphs: libcuda's child-graph and capture entry
+ * points, cuBLAS's cublasSetWorkspace_v2; no exception */
+int stax_cuda_products_available(void);
 /* launch what was recorded one by one and end the recording as broken
  * (no-op when none is open); -1 + RuntimeError naming the CUDA error */
 int stax_cuda_record_break(void);

@@ -353,12 +353,17 @@ stax_cuda_record_launch(void *fn, const int64_t grid[3],
     return 1;
 }
 
-int
+void
 stax_cuda_record_products(int on)
 {
     record_products = on;
+}
+
+int
+stax_cuda_products_available(void)
+{
     return stax_cuda_graphs_available(NULL) && gx.AddChildNode != NULL
-           && gx.ExecChildSetParams != NULL;
+           && gx.ExecChildSetParams != NULL && stax_cuda_products_capturable();
 }
 
 int
@@ -372,7 +377,14 @@ stax_cuda_record_gemm(const stax_gemm_args *gm)
         return 0;
     }
     if (!record_products || g->owner != PyThread_get_thread_ident()
-        || gx.AddChildNode == NULL || gx.ExecChildSetParams == NULL) {
+        || !stax_cuda_products_available()) {
+        return stax_cuda_record_break() < 0 ? -1 : 0;
+    }
+    /* what the capture at the graph's build needs, made while the
+     * recording is open (an OOM empties the cache, which launches what
+     * was recorded first); failing, the product runs outside the graph */
+    if (stax_cuda_capture_ready() < 0) {
+        PyErr_Clear();
         return stax_cuda_record_break() < 0 ? -1 : 0;
     }
     l = &g->rec;

@@ -100,6 +100,15 @@ is_cuda(Program *p)
     return p->c.be != NULL && p->c.be->device != NULL;
 }
 
+/* the dtypes the device room's products go straight to cuBLAS with
+ * (others take another way, which breaks a recording) */
+static int
+cublas_dtype(stax_dtype_t dt)
+{
+    return dt == STAX_FLOAT32 || dt == STAX_FLOAT64 || dt == STAX_FLOAT16
+           || dt == STAX_BFLOAT16;
+}
+
 /* p's graph state, made and its structure looked at on first use */
 static lw_cgraph *
 cg_get(Program *p)
@@ -125,7 +134,8 @@ cg_get(Program *p)
             "a host step (tuple item)",
             "a scatter step",
         };
-        if (s->kind == ST_MATMUL && stax_cuda_record_products(0)) {
+        if (s->kind == ST_MATMUL && cublas_dtype(c->pbufs[s->out].dtype)
+            && stax_cuda_products_available()) {
             continue;          /* a child-graph node (device/graphs.c) */
         }
         if (s->kind != ST_KERNEL || s->fn != NULL) {

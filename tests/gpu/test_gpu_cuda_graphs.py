@@ -211,10 +211,13 @@ def test_a_program_with_a_cublas_matmul_replays_as_one_graph():
     tp.compiler.config.cuda_graphs = True
     cf = tp.compile(f)
     rng = np.random.default_rng(0)
+    keep = []                  # every call's tensors alive: new addresses
     for _ in range(4):
         x = tp.from_numpy(rng.standard_normal((32, 64)).astype(np.float32))
         w = tp.from_numpy(rng.standard_normal((64, 16)).astype(np.float32))
-        _close(cf(x.cuda(), w.cuda()), f(x, w), tol=2e-3)   # cuBLAS float32
+        keep.append((x.cuda(), w.cuda()))
+        keep.append(cf(*keep[-1]))
+        _close(keep[-1], f(x, w), tol=2e-3)   # cuBLAS float32
     p = _library_prog(cf)
     info = p.cuda_graph
     assert info["state"] == "graph" and info["reason"] is None, info
@@ -285,15 +288,56 @@ def test_a_product_node_that_cannot_be_updated_rebuilds_the_graph():
     tp.compiler.config.cuda_graphs = True
     cf = tp.compile(f)
     rng = np.random.default_rng(4)
+    keep = []                  # every call's tensors alive: new addresses
     for i in range(4):
         x = tp.from_numpy(rng.standard_normal((16, 24)).astype(np.float32))
         w = tp.from_numpy(rng.standard_normal((24, 12)).astype(np.float32))
         if i == 2:
             C._cuda_graph_inject("cuGraphExecChildGraphNodeSetParams")
-        _close(cf(x.cuda(), w.cuda()), f(x, w), tol=2e-3)
+        keep.append((x.cuda(), w.cuda()))
+        keep.append(cf(*keep[-1]))
+        _close(keep[-1], f(x, w), tol=2e-3)
     info = _library_prog(cf).cuda_graph
     assert info["state"] == "graph" and info["graph_replays"] == 3, info
     assert info["builds"] == 2, info
+
+
+def test_a_failing_product_node_turns_graphs_off_with_a_warning():
+    def f(x, w):
+        return F.relu(x @ w) * 3
+
+    tp.compiler.config.cuda_graphs = "auto"
+    cf = tp.compile(f)
+    rng = np.random.default_rng(6)
+    x = tp.from_numpy(rng.standard_normal((16, 24)).astype(np.float32))
+    w = tp.from_numpy(rng.standard_normal((24, 12)).astype(np.float32))
+    xc, wc = x.cuda(), w.cuda()
+    for _ in range(6):                 # warm-up and the direct samples
+        cf(xc, wc)
+    _library_prog(cf)
+    C._cuda_graph_inject("cuGraphAddChildGraphNode")
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        got = cf(xc, wc)
+    _close(got, f(x, w), tol=2e-3)
+    assert any("CUDA_ERROR_NOT_SUPPORTED" in str(r.message) for r in rec), \
+        [str(r.message) for r in rec]
+    assert _prog(cf).cuda_graph["state"] == "off"
+    _close(cf(xc, wc), f(x, w), tol=2e-3)
+
+
+def test_an_integer_matmul_program_takes_no_graph_attempt():
+    # integer products do not go straight to cuBLAS: no node for them
+    def f(x, w):
+        return (x @ w) + 1
+
+    tp.compiler.config.cuda_graphs = True
+    cf = tp.compile(f)
+    x = tp.arange(12).reshape(3, 4)
+    w = tp.arange(8).reshape(4, 2)
+    for _ in range(3):
+        got = cf(x.cuda(), w.cuda())
+        assert got.cpu().tolist() == f(x, w).tolist()
 
 
 def test_an_empty_inner_dimension_breaks_the_recording_and_stays_right():
