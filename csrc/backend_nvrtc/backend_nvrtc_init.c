@@ -809,7 +809,7 @@ static stax_backend stax_nvrtc_backend = {
     .compile_object = nvrtc_compile_object,
     .load_object = nvrtc_load_object,
     .state = &compile_config,
-    .caps = STAX_BE_NO_ZERO_DIV_CHECK | STAX_BE_DEVICE_INDEX_CHECK | STAX_BE_ATOMIC_STORES,
+    .caps = STAX_BE_NO_ZERO_DIV_CHECK | STAX_BE_ATOMIC_STORES,
 };
 
 /* the same back end, rendering only: CUDA C without NVRTC (a launch
@@ -822,7 +822,7 @@ static stax_backend nvrtc_render_backend = {
     .supports_op = nvrtc_supports_op,
     .kernel_fn = NULL,
     .state = &render_config,
-    .caps = STAX_BE_NO_ZERO_DIV_CHECK | STAX_BE_DEVICE_INDEX_CHECK | STAX_BE_ATOMIC_STORES,
+    .caps = STAX_BE_NO_ZERO_DIV_CHECK | STAX_BE_ATOMIC_STORES,
 };
 
 /* the back end of programs whose inputs are CUDA tensors (the device
@@ -838,7 +838,7 @@ static stax_backend nvrtc_cuda_backend = {
     .compile_object = nvrtc_compile_object,
     .load_object = nvrtc_load_object,
     .state = &resident_config,
-    .caps = STAX_BE_NO_ZERO_DIV_CHECK | STAX_BE_DEVICE_INDEX_CHECK | STAX_BE_ATOMIC_STORES,
+    .caps = STAX_BE_NO_ZERO_DIV_CHECK | STAX_BE_ATOMIC_STORES,
     .device = "cuda",
 };
 

@@ -345,8 +345,14 @@ typedef struct stax_backend {
  * STAX_BE_NO_ZERO_DIV_CHECK: an integer division by zero is no error (CUDA
  *   kernels give an unspecified value, as torch's do); torch raises on the
  *   CPU only.
- * STAX_BE_DEVICE_INDEX_CHECK: index loads are clamped and asserted on the
- *   device, so the lowering adds no index-range check.
+ * STAX_BE_DEVICE_INDEX_CHECK: the back end's kernels themselves raise
+ *   eager's error for a gathered index out of range, so the lowering adds
+ *   no range check for its loads (stores are checked regardless).  No back
+ *   end sets it: the NVRTC kernels do not assert on the device, so there,
+ *   as on the CPU, every data-dependent gather index is clamped into range
+ *   (the loads stay in bounds) and checked by a kernel whose flag the
+ *   program reads after its last step (a failed check reruns the call
+ *   eagerly, which raises eager's error).
  * STAX_BE_ATOMIC_STORES: the back end renders combining stores
  *   (stax_combine_t); the scatter family then lowers to kernels instead
  *   of the runtime's sequential ST_SCATTER step. */

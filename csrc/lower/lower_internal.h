@@ -169,6 +169,11 @@ typedef struct lw_ctx {
     int nzchecks;
     int zchecks[32];
     int zkind[32];
+    /* an index check's index (its body, shape, wrap): a second use of one
+     * index tensor with the same bound and kind shares the first's check */
+    const stax_lval *zidx[32];
+    int zndim[32], zwrap[32];
+    int64_t zn[32], zsizes[32][STAX_MAX_DIMS];
     /* dynamic shapes: the values of symbolic-size nodes (x.size(1), t + 1),
      * constants of this program (each size variant is lowered for its own
      * sizes); list owning them, or NULL */

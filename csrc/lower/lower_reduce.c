@@ -823,6 +823,7 @@ add_check(lw_ctx *c, const vbuf *v, const stax_lval *bad, int kind)
     }
     c->pbufs[out.pbuf].is_output = 1;   /* read after the last step */
     c->zkind[c->nzchecks] = kind;
+    c->zidx[c->nzchecks] = NULL;      /* index_check fills in its index */
     c->zchecks[c->nzchecks++] = out.pbuf;
     return 0;
 }
@@ -892,24 +893,104 @@ lw_index_check_store(lw_ctx *c, vbuf *idx, int64_t n, int kind)
     return index_check(c, idx, 0, n, kind, 1);
 }
 
-/* 1 when every element of the index is a value of an integer constant
- * the program holds (a host tensor) and each of them lies in [lo, n): its
- * loads can only read those values, so the run-time check is decided now.
- * A compiled backward gathers each view's gradient through such constant
- * maps (autograd's _pick); checking them at run time cost a check buffer
- * each, and an unrolled loop of views ran out of them. */
+/* Index values a program fixes when it is compiled: the range [lo, hi]
+ * of an integer body over the index's loop variables (extents: its sizes),
+ * where it follows from the body alone: constants, a constant tensor the
+ * program holds (a host tensor: its values' range), loop variables
+ * (arange, lowered in the program), and +, -, *, fma, neg, min, max,
+ * where and integer casts of those.  Then the run-time check is decided
+ * now: a compiled backward gathers each view's gradient through constant maps
+ * (autograd's _pick), and checking them at run time cost a check buffer
+ * each (an unrolled loop of views ran out of them).  Ranges are kept
+ * within +-2^40, so their arithmetic never overflows. */
+#define VR_LIM ((int64_t)1 << 40)
+
+typedef struct {
+    lw_ctx *c;
+    const int64_t *sizes;
+    int ndim;
+    int budget;                 /* nodes left to visit (the body is a DAG) */
+} vr_ctx;
+
+static int vr_lval(vr_ctx *v, const stax_lval *b, int64_t *lo, int64_t *hi);
+
 static int
-const_index_in_range(lw_ctx *c, const stax_lval *body, int64_t lo, int64_t n)
+vr_fits(int64_t lo, int64_t hi)
 {
-    while (body != NULL && body->kind == STAX_LV_CAST && !lw_is_float(body->dtype)
-           && body->dtype != STAX_BOOL && body->args[0] != NULL
-           && !lw_is_float(body->args[0]->dtype) && body->args[0]->dtype != STAX_BOOL) {
-        body = body->args[0];
+    return lo >= -VR_LIM && hi <= VR_LIM;
+}
+
+/* [min, max] of the four products of two ranges */
+static void
+vr_mul(int64_t alo, int64_t ahi, int64_t blo, int64_t bhi, int64_t *lo, int64_t *hi)
+{
+    int64_t p[4] = {alo * blo, alo * bhi, ahi * blo, ahi * bhi};
+    *lo = *hi = p[0];
+    for (int q = 1; q < 4; q++) {
+        *lo = p[q] < *lo ? p[q] : *lo;
+        *hi = p[q] > *hi ? p[q] : *hi;
     }
-    if (body == NULL || body->kind != STAX_LV_LOAD || body->buf < 0 || body->buf >= c->npbufs) {
+}
+
+static int
+vr_ix(vr_ctx *v, const stax_ix *x, int64_t *lo, int64_t *hi)
+{
+    int64_t alo, ahi, blo, bhi;
+    if (x == NULL || --v->budget < 0) {
         return 0;
     }
-    const pbuf_t *pb = &c->pbufs[body->buf];
+    switch (x->kind) {
+    case STAX_IX_CONST:
+        *lo = *hi = x->v;
+        return vr_fits(*lo, *hi);
+    case STAX_IX_VAR:
+        if (x->v < 0 || x->v >= v->ndim) {
+            return 0;
+        }
+        *lo = 0;
+        *hi = v->sizes[x->v] > 0 ? v->sizes[x->v] - 1 : 0;
+        return vr_fits(*lo, *hi);
+    case STAX_IX_ADD:
+    case STAX_IX_MUL:
+    case STAX_IX_DIV:
+    case STAX_IX_MOD:
+        if (!vr_ix(v, x->a, &alo, &ahi) || !vr_ix(v, x->b, &blo, &bhi)) {
+            return 0;
+        }
+        if (x->kind == STAX_IX_ADD) {
+            *lo = alo + blo;
+            *hi = ahi + bhi;
+        }
+        else if (x->kind == STAX_IX_MUL) {
+            vr_mul(alo, ahi, blo, bhi, lo, hi);
+        }
+        else if (alo < 0 || blo <= 0) {
+            return 0;
+        }
+        else if (x->kind == STAX_IX_DIV) {
+            *lo = alo / bhi;
+            *hi = ahi / blo;
+        }
+        else {
+            *lo = 0;
+            *hi = ahi < bhi - 1 ? ahi : bhi - 1;
+        }
+        return vr_fits(*lo, *hi);
+    case STAX_IX_VALUE:
+        return vr_lval(v, x->val, lo, hi);
+    default:
+        return 0;
+    }
+}
+
+/* the values of a constant integer tensor the program holds */
+static int
+vr_const_tensor(vr_ctx *v, const stax_lval *b, int64_t *lo, int64_t *hi)
+{
+    if (b->buf < 0 || b->buf >= v->c->npbufs) {
+        return 0;
+    }
+    const pbuf_t *pb = &v->c->pbufs[b->buf];
     if (pb->kind != PB_CONST || pb->obj == NULL || !StaxTensor_Check(pb->obj)) {
         return 0;
     }
@@ -923,16 +1004,17 @@ const_index_in_range(lw_ctx *c, const stax_lval *body, int64_t lo, int64_t n)
     }
     const char *base = STAX_TENSOR_DATA(t);
     int64_t pos[STAX_MAX_DIMS] = {0};
+    *lo = b->mask != NULL ? 0 : INT64_MAX;      /* a masked load yields 0 */
+    *hi = b->mask != NULL ? 0 : INT64_MIN;
     for (int64_t e = 0; e < total; e++) {
         int64_t off = 0;
         for (int d = 0; d < t->ndim; d++) {
             off += pos[d] * t->strides[d];
         }
-        int64_t v = t->dtype == STAX_INT64 ? ((const int64_t *)base)[off]
+        int64_t x = t->dtype == STAX_INT64 ? ((const int64_t *)base)[off]
                                            : (int64_t)((const int32_t *)base)[off];
-        if (v < lo || v >= n) {
-            return 0;
-        }
+        *lo = x < *lo ? x : *lo;
+        *hi = x > *hi ? x : *hi;
         for (int d = t->ndim - 1; d >= 0; d--) {
             if (++pos[d] < t->sizes[d]) {
                 break;
@@ -940,7 +1022,117 @@ const_index_in_range(lw_ctx *c, const stax_lval *body, int64_t lo, int64_t n)
             pos[d] = 0;
         }
     }
-    return 1;
+    if (*lo > *hi) {
+        *lo = *hi = 0;                          /* no elements */
+    }
+    return vr_fits(*lo, *hi);
+}
+
+static int
+vr_lval(vr_ctx *v, const stax_lval *b, int64_t *lo, int64_t *hi)
+{
+    int64_t alo = 0, ahi = 0, blo = 0, bhi = 0;
+    if (b == NULL || --v->budget < 0 || lw_is_float(b->dtype)) {
+        return 0;
+    }
+    if (b->dtype == STAX_BOOL) {
+        *lo = 0;
+        *hi = 1;
+        return 1;
+    }
+    int ok = 0;
+    switch (b->kind) {
+    case STAX_LV_CONST:
+        *lo = *hi = b->i;
+        ok = 1;
+        break;
+    case STAX_LV_LOAD:
+        ok = vr_const_tensor(v, b, lo, hi);
+        break;
+    case STAX_LV_INDEX:
+        ok = vr_ix(v, b->index, lo, hi);
+        break;
+    case STAX_LV_CAST:
+        ok = vr_lval(v, b->args[0], lo, hi);
+        break;
+    case STAX_LV_PRIM:
+        switch (b->prim) {
+        case STAX_PRIM_NEG:
+            ok = vr_lval(v, b->args[0], &alo, &ahi);
+            *lo = -ahi;
+            *hi = -alo;
+            break;
+        case STAX_PRIM_ADD:
+        case STAX_PRIM_SUB:
+        case STAX_PRIM_MUL:
+        case STAX_PRIM_MIN:
+        case STAX_PRIM_MAX:
+            ok = vr_lval(v, b->args[0], &alo, &ahi) && vr_lval(v, b->args[1], &blo, &bhi);
+            if (b->prim == STAX_PRIM_ADD) {
+                *lo = alo + blo;
+                *hi = ahi + bhi;
+            }
+            else if (b->prim == STAX_PRIM_SUB) {
+                *lo = alo - bhi;
+                *hi = ahi - blo;
+            }
+            else if (b->prim == STAX_PRIM_MUL) {
+                vr_mul(alo, ahi, blo, bhi, lo, hi);
+            }
+            else if (b->prim == STAX_PRIM_MIN) {
+                *lo = alo < blo ? alo : blo;
+                *hi = ahi < bhi ? ahi : bhi;
+            }
+            else {
+                *lo = alo > blo ? alo : blo;
+                *hi = ahi > bhi ? ahi : bhi;
+            }
+            break;
+        case STAX_PRIM_FMA: {          /* a * b + c (sub with alpha) */
+            int64_t clo = 0, chi = 0;
+            ok = vr_lval(v, b->args[0], &alo, &ahi) && vr_lval(v, b->args[1], &blo, &bhi)
+                 && vr_lval(v, b->args[2], &clo, &chi);
+            if (ok) {
+                vr_mul(alo, ahi, blo, bhi, lo, hi);
+                *lo += clo;
+                *hi += chi;
+            }
+            break;
+        }
+        case STAX_PRIM_WHERE:
+            ok = vr_lval(v, b->args[1], &alo, &ahi) && vr_lval(v, b->args[2], &blo, &bhi);
+            *lo = alo < blo ? alo : blo;
+            *hi = ahi > bhi ? ahi : bhi;
+            break;
+        default:
+            return 0;
+        }
+        break;
+    default:
+        return 0;
+    }
+    if (!ok || !vr_fits(*lo, *hi)) {
+        return 0;
+    }
+    /* a narrower integer dtype wraps: only a range that fits it holds */
+    if (b->dtype == STAX_INT32) {
+        return *lo >= INT32_MIN && *hi <= INT32_MAX;
+    }
+    return b->dtype == STAX_INT64;
+}
+
+/* 1 when every value of idx lies in [lo, n), as far as its body tells */
+static int
+const_index_in_range(lw_ctx *c, const vbuf *idx, int64_t lo, int64_t n)
+{
+    vr_ctx v = {c, idx->sizes, idx->ndim, 256};
+    int64_t a, b;
+    for (int d = 0; d < idx->ndim; d++) {
+        if (idx->sizes[d] == 0) {
+            return 1;                           /* no index at all */
+        }
+    }
+    return vr_lval(&v, idx->body, &a, &b) && a >= lo && b < n;
 }
 
 static int
@@ -950,13 +1142,22 @@ index_check(lw_ctx *c, vbuf *idx, int wrap, int64_t n, int kind, int store)
         return 0;
     }
     /* static sizes only: a symbolic program's kernels serve other sizes */
-    if (!c->symbolic && const_index_in_range(c, idx->body, wrap ? -n : 0, n)) {
+    if (!c->symbolic && const_index_in_range(c, idx, wrap ? -n : 0, n)) {
         return 0;
     }
-    /* CUDA kernels assert on the device instead (the loads are clamped);
-     * a store's clamped index would write another element: checked */
+    /* a back end whose loads raise on the device needs no check (none
+     * does: lower.h); a store's clamped index would write another
+     * element: checked */
     if (!store && c->be != NULL && (c->be->caps & STAX_BE_DEVICE_INDEX_CHECK)) {
         return 0;
+    }
+    /* one check per index tensor, bound and kind, however many loads use it */
+    for (int q = 0; q < c->nzchecks; q++) {
+        if (c->zidx[q] == idx->body && c->zkind[q] == kind && c->zn[q] == n
+            && c->zwrap[q] == wrap && c->zndim[q] == idx->ndim
+            && memcmp(c->zsizes[q], idx->sizes, sizeof(int64_t) * idx->ndim) == 0) {
+            return 0;
+        }
     }
     const stax_lval *iv = lw_cast(c, idx->body, STAX_INT64);
     const stax_lval *nn = lw_size_const(c, STAX_INT64, n);
@@ -967,8 +1168,14 @@ index_check(lw_ctx *c, vbuf *idx, int wrap, int64_t n, int kind, int store)
                                : lw_const(c, STAX_INT64, 0), NULL),
                   lw_prim(c, STAX_PRIM_GE, STAX_BOOL, iv, nn, NULL), NULL)
         : NULL;
-    if (bad == NULL) {
+    if (bad == NULL || add_check(c, idx, bad, kind) < 0) {
         return -1;
     }
-    return add_check(c, idx, bad, kind);
+    int q = c->nzchecks - 1;
+    c->zidx[q] = idx->body;
+    c->zn[q] = n;
+    c->zwrap[q] = wrap;
+    c->zndim[q] = idx->ndim;
+    memcpy(c->zsizes[q], idx->sizes, sizeof(int64_t) * idx->ndim);
+    return 0;
 }
