@@ -100,6 +100,44 @@ def test_constant_and_arange_indices_need_no_check():
         assert not any("index_check" in k.name for k in p.kernels), [k.name for k in p.kernels]
 
 
+def test_provably_in_range_made_index_needs_no_check():
+    """arange minus 0 or 5 (a clamped input): in [-5, 5), which x[...]
+    wraps: proved when compiling, no check kernel; eager's results"""
+    fn = lambda x, i: x[tp.arange(5) - i.clamp(0, 1) * 5] + 1
+    x = tp.randn(5, 3)
+    cf = tp.compile(fn, strict_native=True)
+    for v in ([0], [1], [9], [-4]):
+        i = tp.tensor(v)
+        B.same(B.outcome(cf, x, i), B.outcome(fn, x, i))
+    p = cf.versions[0].artifact
+    assert p.fallbacks == 0 and len(cf.versions) == 1
+    assert not any("index_check" in k.name for k in p.kernels), [k.name for k in p.kernels]
+
+
+# indices made in the program whose range the lowering bounds but cannot
+# prove inside [0, 5): each keeps its check (the proof is sound)
+MADE = {
+    "clamp_to_n": (lambda x, i: x.index_select(0, i.clamp(0, 5)) * 2, [1, 2], [1, 7]),
+    "clamp_to_minus_one": (lambda x, i: x.index_select(0, i.clamp(-1, 4)) * 2, [1, 2], [-3, 0]),
+    "where_of_aranges": (lambda x, i: x.index_select(
+        0, tp.where(i > 100, tp.arange(5) + 1, tp.arange(5))) * 2, [0] * 5, [0, 0, 0, 0, 101]),
+    "arange_shifted": (lambda x, i: x[tp.arange(5) - i.clamp(0, 1) * 6] + 1, [0], [1]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MADE))
+def test_program_made_index_out_of_range_keeps_its_check(name):
+    fn, good, bad = MADE[name]
+    x = tp.randn(5, 3)
+    cf = tp.compile(fn, strict_native=True)
+    good, bad = tp.tensor(good), tp.tensor(bad)
+    B.same(B.outcome(cf, x, good), B.outcome(fn, x, good))
+    _native(cf)
+    want = B.outcome(fn, x, bad)
+    assert want[0] in (IndexError, RuntimeError), want
+    B.same(B.outcome(cf, x, bad), want)
+
+
 # ------------------------------------------------------------ NVRTC lowering
 
 def _nvrtc_program(fn, *args):

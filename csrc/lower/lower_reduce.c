@@ -893,17 +893,21 @@ lw_index_check_store(lw_ctx *c, vbuf *idx, int64_t n, int kind)
     return index_check(c, idx, 0, n, kind, 1);
 }
 
-/* Index values a program fixes when it is compiled: the range [lo, hi]
- * of an integer body over the index's loop variables (extents: its sizes),
- * where it follows from the body alone: constants, a constant tensor the
- * program holds (a host tensor: its values' range), loop variables
- * (arange, lowered in the program), and +, -, *, fma, neg, min, max,
- * where and integer casts of those.  Then the run-time check is decided
- * now: a compiled backward gathers each view's gradient through constant maps
- * (autograd's _pick), and checking them at run time cost a check buffer
- * each (an unrolled loop of views ran out of them).  Ranges are kept
- * within +-2^40, so their arithmetic never overflows. */
+/* Index values a program fixes when it is compiled: a range [lo, hi] of
+ * an integer body over the index's loop variables (extents: its sizes),
+ * from the body alone: constants, a constant tensor the program holds (a
+ * host tensor: its values' range), loop variables (arange, lowered in the
+ * program), and +, -, *, fma, neg, min, max (clamp), where and integer
+ * casts of those; anything else (an input's values) is unbounded.  When
+ * the range lies inside the index's bounds the run-time check is decided
+ * now: a compiled backward gathers each view's gradient through constant
+ * maps (autograd's _pick), and checking them at run time cost a check
+ * buffer each (an unrolled loop of views ran out of them).
+ * Bounded ends stay within +-VR_LIM; VR_INF stands for an unbounded end.
+ * Arithmetic whose result leaves +-VR_LIM (it might wrap) is unbounded at
+ * both ends; min, max and where keep a bounded end (they cannot wrap). */
 #define VR_LIM ((int64_t)1 << 40)
+#define VR_INF ((int64_t)1 << 62)
 
 typedef struct {
     lw_ctx *c;
@@ -912,91 +916,103 @@ typedef struct {
     int budget;                 /* nodes left to visit (the body is a DAG) */
 } vr_ctx;
 
-static int vr_lval(vr_ctx *v, const stax_lval *b, int64_t *lo, int64_t *hi);
+static void vr_lval(vr_ctx *v, const stax_lval *b, int64_t *lo, int64_t *hi);
 
-static int
-vr_fits(int64_t lo, int64_t hi)
+static void
+vr_full(int64_t *lo, int64_t *hi)
 {
-    return lo >= -VR_LIM && hi <= VR_LIM;
+    *lo = -VR_INF;
+    *hi = VR_INF;
+}
+
+/* the result of arithmetic: exact within +-VR_LIM, else unbounded */
+static void
+vr_arith(__int128 lo, __int128 hi, int64_t *olo, int64_t *ohi)
+{
+    if (lo < -(__int128)VR_LIM || hi > (__int128)VR_LIM) {
+        vr_full(olo, ohi);
+        return;
+    }
+    *olo = (int64_t)lo;
+    *ohi = (int64_t)hi;
 }
 
 /* [min, max] of the four products of two ranges */
 static void
 vr_mul(int64_t alo, int64_t ahi, int64_t blo, int64_t bhi, int64_t *lo, int64_t *hi)
 {
-    int64_t p[4] = {alo * blo, alo * bhi, ahi * blo, ahi * bhi};
-    *lo = *hi = p[0];
+    __int128 p[4] = {(__int128)alo * blo, (__int128)alo * bhi, (__int128)ahi * blo,
+                     (__int128)ahi * bhi};
+    __int128 l = p[0], h = p[0];
     for (int q = 1; q < 4; q++) {
-        *lo = p[q] < *lo ? p[q] : *lo;
-        *hi = p[q] > *hi ? p[q] : *hi;
+        l = p[q] < l ? p[q] : l;
+        h = p[q] > h ? p[q] : h;
     }
+    vr_arith(l, h, lo, hi);
 }
 
-static int
+static void
 vr_ix(vr_ctx *v, const stax_ix *x, int64_t *lo, int64_t *hi)
 {
     int64_t alo, ahi, blo, bhi;
+    vr_full(lo, hi);
     if (x == NULL || --v->budget < 0) {
-        return 0;
+        return;
     }
     switch (x->kind) {
     case STAX_IX_CONST:
-        *lo = *hi = x->v;
-        return vr_fits(*lo, *hi);
+        vr_arith(x->v, x->v, lo, hi);
+        return;
     case STAX_IX_VAR:
-        if (x->v < 0 || x->v >= v->ndim) {
-            return 0;
+        if (x->v >= 0 && x->v < v->ndim) {
+            vr_arith(0, v->sizes[x->v] > 0 ? v->sizes[x->v] - 1 : 0, lo, hi);
         }
-        *lo = 0;
-        *hi = v->sizes[x->v] > 0 ? v->sizes[x->v] - 1 : 0;
-        return vr_fits(*lo, *hi);
+        return;
     case STAX_IX_ADD:
     case STAX_IX_MUL:
     case STAX_IX_DIV:
     case STAX_IX_MOD:
-        if (!vr_ix(v, x->a, &alo, &ahi) || !vr_ix(v, x->b, &blo, &bhi)) {
-            return 0;
-        }
+        vr_ix(v, x->a, &alo, &ahi);
+        vr_ix(v, x->b, &blo, &bhi);
         if (x->kind == STAX_IX_ADD) {
-            *lo = alo + blo;
-            *hi = ahi + bhi;
+            vr_arith((__int128)alo + blo, (__int128)ahi + bhi, lo, hi);
         }
         else if (x->kind == STAX_IX_MUL) {
             vr_mul(alo, ahi, blo, bhi, lo, hi);
         }
-        else if (alo < 0 || blo <= 0) {
-            return 0;
+        else if (alo < 0 || blo <= 0 || ahi >= VR_INF || bhi >= VR_INF) {
+            return;
         }
         else if (x->kind == STAX_IX_DIV) {
-            *lo = alo / bhi;
-            *hi = ahi / blo;
+            vr_arith(alo / bhi, ahi / blo, lo, hi);
         }
         else {
-            *lo = 0;
-            *hi = ahi < bhi - 1 ? ahi : bhi - 1;
+            vr_arith(0, ahi < bhi - 1 ? ahi : bhi - 1, lo, hi);
         }
-        return vr_fits(*lo, *hi);
+        return;
     case STAX_IX_VALUE:
-        return vr_lval(v, x->val, lo, hi);
+        vr_lval(v, x->val, lo, hi);
+        return;
     default:
-        return 0;
+        return;
     }
 }
 
 /* the values of a constant integer tensor the program holds */
-static int
+static void
 vr_const_tensor(vr_ctx *v, const stax_lval *b, int64_t *lo, int64_t *hi)
 {
+    vr_full(lo, hi);
     if (b->buf < 0 || b->buf >= v->c->npbufs) {
-        return 0;
+        return;
     }
     const pbuf_t *pb = &v->c->pbufs[b->buf];
     if (pb->kind != PB_CONST || pb->obj == NULL || !StaxTensor_Check(pb->obj)) {
-        return 0;
+        return;
     }
     const StaxTensor *t = (const StaxTensor *)pb->obj;
     if (stax_tensor_is_cuda(t) || (t->dtype != STAX_INT64 && t->dtype != STAX_INT32)) {
-        return 0;
+        return;
     }
     int64_t total = 1;
     for (int d = 0; d < t->ndim; d++) {
@@ -1004,8 +1020,8 @@ vr_const_tensor(vr_ctx *v, const stax_lval *b, int64_t *lo, int64_t *hi)
     }
     const char *base = STAX_TENSOR_DATA(t);
     int64_t pos[STAX_MAX_DIMS] = {0};
-    *lo = b->mask != NULL ? 0 : INT64_MAX;      /* a masked load yields 0 */
-    *hi = b->mask != NULL ? 0 : INT64_MIN;
+    int64_t l = b->mask != NULL ? 0 : INT64_MAX;      /* a masked load yields 0 */
+    int64_t h = b->mask != NULL ? 0 : INT64_MIN;
     for (int64_t e = 0; e < total; e++) {
         int64_t off = 0;
         for (int d = 0; d < t->ndim; d++) {
@@ -1013,8 +1029,8 @@ vr_const_tensor(vr_ctx *v, const stax_lval *b, int64_t *lo, int64_t *hi)
         }
         int64_t x = t->dtype == STAX_INT64 ? ((const int64_t *)base)[off]
                                            : (int64_t)((const int32_t *)base)[off];
-        *lo = x < *lo ? x : *lo;
-        *hi = x > *hi ? x : *hi;
+        l = x < l ? x : l;
+        h = x > h ? x : h;
         for (int d = t->ndim - 1; d >= 0; d--) {
             if (++pos[d] < t->sizes[d]) {
                 break;
@@ -1022,103 +1038,93 @@ vr_const_tensor(vr_ctx *v, const stax_lval *b, int64_t *lo, int64_t *hi)
             pos[d] = 0;
         }
     }
-    if (*lo > *hi) {
-        *lo = *hi = 0;                          /* no elements */
+    if (l > h) {
+        l = h = 0;                                    /* no elements */
     }
-    return vr_fits(*lo, *hi);
+    vr_arith(l, h, lo, hi);
 }
 
-static int
+static void
 vr_lval(vr_ctx *v, const stax_lval *b, int64_t *lo, int64_t *hi)
 {
-    int64_t alo = 0, ahi = 0, blo = 0, bhi = 0;
+    int64_t alo, ahi, blo, bhi, clo, chi;
+    vr_full(lo, hi);
     if (b == NULL || --v->budget < 0 || lw_is_float(b->dtype)) {
-        return 0;
+        return;
     }
     if (b->dtype == STAX_BOOL) {
         *lo = 0;
         *hi = 1;
-        return 1;
+        return;
     }
-    int ok = 0;
+    if (b->dtype != STAX_INT64 && b->dtype != STAX_INT32) {
+        return;                                       /* narrow integers wrap */
+    }
     switch (b->kind) {
     case STAX_LV_CONST:
-        *lo = *hi = b->i;
-        ok = 1;
+        vr_arith(b->i, b->i, lo, hi);
         break;
     case STAX_LV_LOAD:
-        ok = vr_const_tensor(v, b, lo, hi);
+        vr_const_tensor(v, b, lo, hi);
         break;
     case STAX_LV_INDEX:
-        ok = vr_ix(v, b->index, lo, hi);
+        vr_ix(v, b->index, lo, hi);
         break;
     case STAX_LV_CAST:
-        ok = vr_lval(v, b->args[0], lo, hi);
+        vr_lval(v, b->args[0], lo, hi);
         break;
     case STAX_LV_PRIM:
+        if (b->nargs < 1) {
+            return;
+        }
+        vr_lval(v, b->args[0], &alo, &ahi);
+        if (b->nargs > 1) {
+            vr_lval(v, b->args[1], &blo, &bhi);
+        }
         switch (b->prim) {
         case STAX_PRIM_NEG:
-            ok = vr_lval(v, b->args[0], &alo, &ahi);
-            *lo = -ahi;
-            *hi = -alo;
+            vr_arith(-(__int128)ahi, -(__int128)alo, lo, hi);
             break;
         case STAX_PRIM_ADD:
+            vr_arith((__int128)alo + blo, (__int128)ahi + bhi, lo, hi);
+            break;
         case STAX_PRIM_SUB:
+            vr_arith((__int128)alo - bhi, (__int128)ahi - blo, lo, hi);
+            break;
         case STAX_PRIM_MUL:
+            vr_mul(alo, ahi, blo, bhi, lo, hi);
+            break;
+        case STAX_PRIM_FMA:                           /* a * b + c (sub with alpha) */
+            vr_mul(alo, ahi, blo, bhi, &alo, &ahi);
+            vr_lval(v, b->args[2], &clo, &chi);
+            vr_arith((__int128)alo + clo, (__int128)ahi + chi, lo, hi);
+            break;
         case STAX_PRIM_MIN:
-        case STAX_PRIM_MAX:
-            ok = vr_lval(v, b->args[0], &alo, &ahi) && vr_lval(v, b->args[1], &blo, &bhi);
-            if (b->prim == STAX_PRIM_ADD) {
-                *lo = alo + blo;
-                *hi = ahi + bhi;
-            }
-            else if (b->prim == STAX_PRIM_SUB) {
-                *lo = alo - bhi;
-                *hi = ahi - blo;
-            }
-            else if (b->prim == STAX_PRIM_MUL) {
-                vr_mul(alo, ahi, blo, bhi, lo, hi);
-            }
-            else if (b->prim == STAX_PRIM_MIN) {
-                *lo = alo < blo ? alo : blo;
-                *hi = ahi < bhi ? ahi : bhi;
-            }
-            else {
-                *lo = alo > blo ? alo : blo;
-                *hi = ahi > bhi ? ahi : bhi;
-            }
-            break;
-        case STAX_PRIM_FMA: {          /* a * b + c (sub with alpha) */
-            int64_t clo = 0, chi = 0;
-            ok = vr_lval(v, b->args[0], &alo, &ahi) && vr_lval(v, b->args[1], &blo, &bhi)
-                 && vr_lval(v, b->args[2], &clo, &chi);
-            if (ok) {
-                vr_mul(alo, ahi, blo, bhi, lo, hi);
-                *lo += clo;
-                *hi += chi;
-            }
-            break;
-        }
-        case STAX_PRIM_WHERE:
-            ok = vr_lval(v, b->args[1], &alo, &ahi) && vr_lval(v, b->args[2], &blo, &bhi);
+        case STAX_PRIM_MINNAN:                        /* integers: min (clamp) */
             *lo = alo < blo ? alo : blo;
+            *hi = ahi < bhi ? ahi : bhi;
+            break;
+        case STAX_PRIM_MAX:
+        case STAX_PRIM_MAXNAN:
+            *lo = alo > blo ? alo : blo;
             *hi = ahi > bhi ? ahi : bhi;
             break;
+        case STAX_PRIM_WHERE:
+            vr_lval(v, b->args[2], &clo, &chi);
+            *lo = blo < clo ? blo : clo;
+            *hi = bhi > chi ? bhi : chi;
+            break;
         default:
-            return 0;
+            return;
         }
         break;
     default:
-        return 0;
+        return;
     }
-    if (!ok || !vr_fits(*lo, *hi)) {
-        return 0;
+    /* an int32 result outside int32 wraps */
+    if (b->dtype == STAX_INT32 && (*lo < INT32_MIN || *hi > INT32_MAX)) {
+        vr_full(lo, hi);
     }
-    /* a narrower integer dtype wraps: only a range that fits it holds */
-    if (b->dtype == STAX_INT32) {
-        return *lo >= INT32_MIN && *hi <= INT32_MAX;
-    }
-    return b->dtype == STAX_INT64;
 }
 
 /* 1 when every value of idx lies in [lo, n), as far as its body tells */
@@ -1129,10 +1135,11 @@ const_index_in_range(lw_ctx *c, const vbuf *idx, int64_t lo, int64_t n)
     int64_t a, b;
     for (int d = 0; d < idx->ndim; d++) {
         if (idx->sizes[d] == 0) {
-            return 1;                           /* no index at all */
+            return 1;                                 /* no index at all */
         }
     }
-    return vr_lval(&v, idx->body, &a, &b) && a >= lo && b < n;
+    vr_lval(&v, idx->body, &a, &b);
+    return v.budget >= 0 && a >= lo && b < n;
 }
 
 static int
