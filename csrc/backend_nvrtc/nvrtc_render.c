@@ -2448,11 +2448,7 @@ emit_stages(emitter *m, int bx, const int *ru, int nru)
         if (m->nvec > 0 && emit_vec_loops(m, s, fuse, ru, nru) < 0) {
             return -1;
         }
-        /* with a vector path the scalar loop only meets a row whose
-         * start is not 16-byte aligned (or the vector path's tail): one
-         * rolled loop there, not the unrolled copies, whose compile cost
-         * (ptxas) a first call pays for every long-row reduction */
-        for (int g = 0; g < (m->nvec > 0 ? 0 : nru); g++) {
+        for (int g = 0; g < nru; g++) {
             put(b, "        for (; rbase%d + %d * (int64_t)blockDim.x < rnumel; "
                 "rbase%d += %d * (int64_t)blockDim.x) {\n"
                 "#pragma unroll\n"
