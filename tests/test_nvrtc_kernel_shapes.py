@@ -83,19 +83,6 @@ def test_loops_are_unrolled_with_a_remainder():
     assert "for (int64_t rindex = rbase0; rindex < rnumel; rindex += blockDim.x)" in src
 
 
-def test_long_rows_with_a_vector_path_keep_their_scalar_loop_rolled():
-    # rows of 4096: the 16-byte vector loop (unrolled) carries an aligned
-    # row; the scalar loop only meets a misaligned start or the tail, so
-    # it is not unrolled (ptxas time a first call waits for)
-    src = _one(lambda a, b: (tp.relu(a + b) * 2).sum(-1), _x(8, 4096), _x(8, 4096))
-    assert "stax_v4<float>" in src and "for (int vu = 0; vu < 4; vu++)" in src
-    assert "for (int ru = 0;" not in src
-    assert "for (int64_t rindex = rbase0; rindex < rnumel; rindex += blockDim.x)" in src
-    # short rows (no vector path) keep the unrolled scalar loop
-    src = _one(lambda a: a.sum(-1), _x(30, 70))
-    assert "for (int ru = 0; ru < 4; ru++)" in src
-
-
 @needs_nvrtc
 @pytest.mark.parametrize("fn,args", [
     (lambda a: F.softmax(a, -1), (_x(16, 1000),)),
