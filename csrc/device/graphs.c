@@ -387,6 +387,10 @@ stax_cuda_record_gemm(const stax_gemm_args *gm)
         PyErr_Clear();
         return stax_cuda_record_break() < 0 ? -1 : 0;
     }
+    if (recording != g) {
+        return 0;              /* its OOM retry broke the recording (what
+                                  was recorded ran): the caller issues it */
+    }
     l = &g->rec;
     if (grow((void **)&l->k, &l->capk, (size_t)l->nk + 1, sizeof(*l->k)) < 0
         || grow((void **)&l->args, &l->capargs, l->nargs + need, 1) < 0) {
