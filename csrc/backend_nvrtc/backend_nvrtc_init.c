@@ -18,19 +18,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* STAX_NVRTC_TIMING=1: each kernel's render, NVRTC and module-load times on
  * stderr (as STAX_LLVM_TIMING does for the CPU back end): where a first
  * call's compile goes */
-static double
-nv_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 static int
 nv_timing(void)
 {
@@ -328,7 +319,7 @@ handle_new(stax_backend *be, const stax_kernel *k, const char *entry,
     h->rc_bytes = stax_nvrtc_row_cache_bytes(k);
     h->rr_blocks = stax_nvrtc_reg_row_blocks(k);
     h->rc_limit = -1;
-    double t0 = nv_timing() ? nv_now_ms() : 0, t1 = t0, t2 = t0;
+    double t0 = nv_timing() ? stax_nvrtc_now_ms() : 0, t1 = t0, t2 = t0;
     h->source = stax_nvrtc_render_kernel(k, h->nsizes);
     if (h->source == NULL) {
         goto error;
@@ -339,19 +330,19 @@ handle_new(stax_backend *be, const stax_kernel *k, const char *entry,
         if (stax_nvrtc_device_arch(arch, sizeof(arch)) < 0) {
             goto error;
         }
-        t1 = nv_timing() ? nv_now_ms() : 0;
+        t1 = nv_timing() ? stax_nvrtc_now_ms() : 0;
         h->cubin = image != NULL && PyBytes_Check(image)
                        ? Py_NewRef(image)    /* the compile cache's CUBIN */
                        : stax_nvrtc_compile_source(PyUnicode_AsUTF8(h->source),
                                                    h->name, arch, NULL);
-        t2 = nv_timing() ? nv_now_ms() : 0;
+        t2 = nv_timing() ? stax_nvrtc_now_ms() : 0;
         if (h->cubin == NULL
             || stax_cuda_module_function(PyBytes_AS_STRING(h->cubin), h->name,
                                          &h->module, &h->fn) < 0) {
             goto error;
         }
         if (nv_timing()) {
-            double t3 = nv_now_ms();
+            double t3 = stax_nvrtc_now_ms();
             fprintf(stderr, "[stax nvrtc] %s: render %.2f ms, %s %.2f ms "
                     "(source %zd bytes), module load %.2f ms\n", h->name,
                     t1 - t0, image != NULL && PyBytes_Check(image)

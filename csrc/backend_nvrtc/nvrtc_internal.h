@@ -80,6 +80,8 @@ int stax_nvrtc_load(void);             /* 0, or -1 + NVRTCError */
 /* start the NVRTC warm-up thread (once; TENSORPLAY_NVRTC_WARMUP=0: never):
  * the device room calls it when CUDA first comes up. No exception. */
 void stax_nvrtc_warm_start(void);
+/* CLOCK_MONOTONIC in milliseconds (the warm-up's and STAX_NVRTC_TIMING's) */
+double stax_nvrtc_now_ms(void);
 /* Compile CUDA C: arch "compute_XY" -> PTX (str), "sm_XY" -> CUBIN (bytes).
  * NULL + NVRTCError carrying the compile log (.log) on failure. */
 PyObject *stax_nvrtc_compile_source(const char *src, const char *name,

@@ -233,8 +233,8 @@ static struct {
     int status;                /* the warm compile's nvrtcResult */
 } warm = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
-static double
-warm_now_ms(void)
+double
+stax_nvrtc_now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -244,7 +244,7 @@ warm_now_ms(void)
 static void *
 warm_main(void *unused)
 {
-    double t0 = warm_now_ms();
+    double t0 = stax_nvrtc_now_ms();
     nvrtcProgram prog = NULL;
     char archopt[64];
     const char *opts[2];
@@ -260,7 +260,7 @@ warm_main(void *unused)
     }
     pthread_mutex_lock(&warm.mu);
     warm.status = st;
-    warm.ms = warm_now_ms() - t0;
+    warm.ms = stax_nvrtc_now_ms() - t0;
     warm.done = 1;
     pthread_cond_broadcast(&warm.cv);
     pthread_mutex_unlock(&warm.mu);

@@ -596,21 +596,7 @@ stax_tensor_to_dtype(StaxTensor *t, stax_dtype_t dt, int copy)
     if (stax_tensor_is_cuda(t)) {
         return stax_tensor_cuda_to_dtype(t, dt, copy);
     }
-    StaxTensor *r = stax_tensor_empty(t->ndim, t->sizes, dt);
-    if (r == NULL) {
-        return NULL;
-    }
-    PyObject *ok = stax_tensor_copy_into(r, (PyObject *)t);
-    if (ok == NULL) {
-        Py_DECREF(r);
-        return NULL;
-    }
-    Py_DECREF(ok);
-    if (t->requires_grad && stax_dtype_is_floating(dt)
-        && stax_grad_enabled()) {
-        stax_tensor_set_result_requires_grad(r, 1);
-    }
-    return r;
+    return stax_tensor_copy_as(t, dt, STAX_MF_CONTIGUOUS);
 }
 
 StaxTensor *
