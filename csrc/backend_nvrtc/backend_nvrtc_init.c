@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* STAX_NVRTC_TIMING=1: each kernel's render, NVRTC and module-load times on
  * stderr (as STAX_LLVM_TIMING does for the CPU back end): where a first
@@ -79,6 +80,13 @@ typedef struct {
     stax_kernel shape;         /* nouter, ninner, dims only */
     int naccess;
     access_t *access;
+    /* tiered compilation (tier_compile): */
+    stax_nvrtc_job *job;       /* the final CUBIN compiling in the
+                                  background; NULL: fn is final */
+    void *quick_module;        /* the first version's module, kept until
+                                  the handle goes (a graph may name it) */
+    stax_object_sink *sink;    /* where the final CUBIN goes (the cache) */
+    int attention;             /* an attention stage: fmad on, no tiers */
 } nvrtc_handle;
 
 /* Bounds of an integer value expression that lowering clamped with
@@ -284,7 +292,12 @@ handle_free(nvrtc_handle *h)
     Py_XDECREF(h->source);
     Py_XDECREF(h->ptx);
     Py_XDECREF(h->cubin);
+    stax_nvrtc_job_release(h->job);
+    if (h->sink != NULL) {
+        h->sink->release(h->sink);
+    }
     stax_cuda_module_unload(h->module);
+    stax_cuda_module_unload(h->quick_module);
     if (h->arena != NULL) {
         stax_arena_free(h->arena);
     }
@@ -292,6 +305,153 @@ handle_free(nvrtc_handle *h)
 }
 
 /* ------------------------------------------------------------ vtable */
+
+/* ------------------------------------------------------------ tiers
+ *
+ * A kernel's compile is nearly all of a compiled function's first call on
+ * CUDA (Example 1.1 at 16384x16384 on the H200: 134-147 ms of NVRTC, of a
+ * 150-180 ms call; softmax 540-790 ms). So a resident kernel the compile
+ * cache does not have is compiled twice at once: its final version (the
+ * options below) on the background worker (stax_nvrtc_job_submit), and a
+ * first version on the caller's thread with --Ofast-compile=mid (NVRTC >=
+ * 12.8), which compiled Example 1.1 in 72-81 ms and softmax in 200-207 ms
+ * there. Launches run the first version until the final one is done, then
+ * load and run that (tier_up). Both versions compute the same bits:
+ * --fmad=false for both (and for every kernel, tiered or not) leaves the
+ * compiler no contraction to choose, and neither reorders floating point;
+ * the H200 measured --fmad=false at the same speed (bench cases within
+ * 0.5%). An attention kernel (dot products: the fma matters) keeps fmad
+ * and is compiled once, as before. The compile cache stores only final
+ * versions (defer_object). TENSORPLAY_NVRTC_TIERS=0/off/false/no: compile
+ * the final version on the caller's thread; "quick": first versions only
+ * (tests compare them with the final ones). */
+#define TIERS_OFF 0
+#define TIERS_ON 1
+#define TIERS_QUICK 2
+
+static int
+tier_mode(void)
+{
+    const char *e = getenv("TENSORPLAY_NVRTC_TIERS");
+    if (e == NULL || *e == '\0') {
+        return TIERS_ON;
+    }
+    if (strcmp(e, "0") == 0 || strcasecmp(e, "off") == 0
+        || strcasecmp(e, "false") == 0 || strcasecmp(e, "no") == 0) {
+        return TIERS_OFF;
+    }
+    return strcasecmp(e, "quick") == 0 ? TIERS_QUICK : TIERS_ON;
+}
+
+/* NVRTC >= 12.8 knows --Ofast-compile */
+static int
+has_fast_compile(void)
+{
+    static int has = -1;
+    if (has < 0) {
+        PyObject *v = stax_nvrtc_py_version(NULL, NULL);
+        int major = 0, minor = 0;
+        if (v == NULL || !PyArg_ParseTuple(v, "ii", &major, &minor)) {
+            PyErr_Clear();
+            Py_XDECREF(v);
+            return 0;
+        }
+        Py_DECREF(v);
+        has = major > 12 || (major == 12 && minor >= 8);
+    }
+    return has;
+}
+
+static struct {
+    long long first, final_queued, tiered_up, final_failed;
+} tier_stats;
+
+/* The options of a kernel's compile (besides arch and the standard):
+ * TENSORPLAY_NVRTC_OPTIONS split at spaces, --fmad=false unless the kernel
+ * has an attention stage, --Ofast-compile=mid for a first version. The
+ * strings live in buf (cap bytes) or are literals; the count, or -1 when
+ * they do not fit. */
+#define KERNEL_MAX_OPTS 14
+
+static int
+kernel_options(const nvrtc_handle *h, int quick, const char **opts, char *buf, size_t cap)
+{
+    const char *e = stax_nvrtc_extra_options();
+    int n = 0;
+    if (strlen(e) >= cap) {
+        return -1;
+    }
+    strcpy(buf, e);
+    char *save = NULL;
+    for (char *t = strtok_r(buf, " \t", &save); t != NULL;
+         t = strtok_r(NULL, " \t", &save)) {
+        if (n >= KERNEL_MAX_OPTS - 2) {
+            return -1;
+        }
+        opts[n++] = t;
+    }
+    if (!h->attention) {
+        opts[n++] = "--fmad=false";
+    }
+    if (quick) {
+        opts[n++] = "--Ofast-compile=mid";
+    }
+    return n;
+}
+
+/* NVRTC on the handle's source with its options, on this thread */
+static PyObject *
+kernel_compile(nvrtc_handle *h, const char *arch, int quick)
+{
+    const char *opts[KERNEL_MAX_OPTS];
+    char buf[512];
+    PyObject *list = NULL, *r = NULL;
+    int n = kernel_options(h, quick, opts, buf, sizeof buf);
+    if (n < 0) {
+        PyErr_SetString(PyExc_ValueError, "TENSORPLAY_NVRTC_OPTIONS: too many or too long "
+                        "options");
+        return NULL;
+    }
+    if ((list = PyList_New(n)) == NULL) {
+        return NULL;
+    }
+    for (int i = 0; i < n; i++) {
+        PyObject *o = PyUnicode_FromString(opts[i]);
+        if (o == NULL) {
+            goto done;
+        }
+        PyList_SET_ITEM(list, i, o);
+    }
+    r = stax_nvrtc_compile_source(PyUnicode_AsUTF8(h->source), h->name, arch, list);
+done:
+    Py_DECREF(list);
+    return r;
+}
+
+/* The CUBIN of a resident kernel the cache did not have: the final version
+ * on the worker and a first version here (tiers on), or the final one here */
+static PyObject *
+tier_compile(nvrtc_handle *h, const char *arch)
+{
+    int mode = tier_mode();
+    if (mode == TIERS_OFF || h->attention || !has_fast_compile()) {
+        return kernel_compile(h, arch, 0);
+    }
+    if (mode == TIERS_ON) {
+        const char *opts[KERNEL_MAX_OPTS];
+        char buf[512];
+        int n = kernel_options(h, 0, opts, buf, sizeof buf);
+        h->job = n < 0 ? NULL
+                       : stax_nvrtc_job_submit(PyUnicode_AsUTF8(h->source), h->name, arch,
+                                               opts, n);
+        if (h->job == NULL) {
+            return kernel_compile(h, arch, 0);   /* no worker: the final one now */
+        }
+        tier_stats.final_queued++;
+    }
+    tier_stats.first++;
+    return kernel_compile(h, arch, 1);
+}
 
 /* The handle of kernel k: its CUDA C rendered, and `image` (PTX from the
  * compile cache, entry point `entry`) or, without one, NVRTC's PTX when the
@@ -319,6 +479,7 @@ handle_new(stax_backend *be, const stax_kernel *k, const char *entry,
     h->rc_bytes = stax_nvrtc_row_cache_bytes(k);
     h->rr_blocks = stax_nvrtc_reg_row_blocks(k);
     h->rc_limit = -1;
+    h->attention = k->nstages > 0 && k->stages[0].kind == STAX_STAGE_ATTENTION;
     double t0 = nv_timing() ? stax_nvrtc_now_ms() : 0, t1 = t0, t2 = t0;
     h->source = stax_nvrtc_render_kernel(k, h->nsizes);
     if (h->source == NULL) {
@@ -333,8 +494,7 @@ handle_new(stax_backend *be, const stax_kernel *k, const char *entry,
         t1 = nv_timing() ? stax_nvrtc_now_ms() : 0;
         h->cubin = image != NULL && PyBytes_Check(image)
                        ? Py_NewRef(image)    /* the compile cache's CUBIN */
-                       : stax_nvrtc_compile_source(PyUnicode_AsUTF8(h->source),
-                                                   h->name, arch, NULL);
+                       : tier_compile(h, arch);
         t2 = nv_timing() ? stax_nvrtc_now_ms() : 0;
         if (h->cubin == NULL
             || stax_cuda_module_function(PyBytes_AS_STRING(h->cubin), h->name,
@@ -354,8 +514,7 @@ handle_new(stax_backend *be, const stax_kernel *k, const char *entry,
         h->ptx = Py_NewRef(image);
     }
     else if (cfg->compile) {
-        h->ptx = stax_nvrtc_compile_source(PyUnicode_AsUTF8(h->source),
-                                           h->name, cfg->arch, NULL);
+        h->ptx = kernel_compile(h, cfg->arch, 0);
         if (h->ptx == NULL) {
             goto error;
         }
@@ -458,13 +617,29 @@ nvrtc_cache_tag(stax_backend *be)
         if (stax_nvrtc_device_arch(arch, sizeof(arch)) < 0) {
             return NULL;
         }
-        snprintf(tag, sizeof tag, "NVRTC %d.%d; arch %s; CUBIN; row unroll %s%s", major,
+        snprintf(tag, sizeof tag, "NVRTC %d.%d; arch %s; CUBIN; fmad off but attention; row unroll %s%s", major,
                  minor, arch, stax_nvrtc_unroll_tag(), stax_nvrtc_knob_tag());
         return tag;
     }
-    snprintf(tag, sizeof tag, "NVRTC %d.%d; arch %s; PTX; row unroll %s%s", major,
+    snprintf(tag, sizeof tag, "NVRTC %d.%d; arch %s; PTX; fmad off but attention; row unroll %s%s", major,
              minor, cfg->arch, stax_nvrtc_unroll_tag(), stax_nvrtc_knob_tag());
     return tag;
+}
+
+/* the compile cache's object: the magic, the entry's name, a NUL, the
+ * image; NULL + exception */
+static PyObject *
+object_bytes(const char *magic, const char *name, const char *img, size_t n)
+{
+    size_t ln = strlen(name);
+    PyObject *o = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(4 + ln + 1 + n));
+    if (o != NULL) {
+        char *p = PyBytes_AS_STRING(o);
+        memcpy(p, magic, 4);
+        memcpy(p + 4, name, ln + 1);
+        memcpy(p + 4 + ln + 1, img, n);
+    }
+    return o;
 }
 
 static void *
@@ -491,17 +666,25 @@ nvrtc_compile_object(stax_backend *be, const stax_kernel *k, const char *sym,
         PyErr_Clear();
         return h;     /* nothing to store (no PTX): *object stays NULL */
     }
-    size_t ln = strlen(h->name);
-    *object = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(4 + ln + 1) + n);
+    *object = object_bytes(magic, h->name, ptx, (size_t)n);
     if (*object == NULL) {
         handle_free(h);
         return NULL;
     }
-    char *p = PyBytes_AS_STRING(*object);
-    memcpy(p, magic, 4);
-    memcpy(p + 4, h->name, ln + 1);
-    memcpy(p + 4 + ln + 1, ptx, (size_t)n);
     return h;
+}
+
+/* the vtable's defer_object: a first version's handle takes the sink */
+static int
+nvrtc_defer_object(stax_backend *be, void *handle, stax_object_sink *sink)
+{
+    nvrtc_handle *h = handle;
+    (void)be;
+    if (h->job == NULL || h->sink != NULL) {
+        return 0;
+    }
+    h->sink = sink;
+    return 1;
 }
 
 static void *
@@ -681,6 +864,77 @@ fit_block(const nvrtc_handle *h, int64_t block[3])
     }
 }
 
+/* A first version's handle whose final CUBIN the worker finished: load it
+ * and launch it from now on (its launch configuration is searched again:
+ * registers differ), the cache gets it. A final version that failed to
+ * compile or load leaves the first one running (it computes the same);
+ * STAX_NVRTC_TIMING says so. 0, or -1 + exception. */
+static int
+tier_up(nvrtc_handle *h)
+{
+    char *img = NULL;
+    size_t n = 0;
+    int status = 0, rc = stax_nvrtc_job_poll(h->job, &img, &n, &status);
+    void *mod = NULL, *fn = NULL;
+    PyObject *cubin = NULL;
+    if (rc == 0) {
+        return 0;
+    }
+    stax_nvrtc_job_release(h->job);
+    h->job = NULL;
+    if (rc > 0) {
+        cubin = PyBytes_FromStringAndSize(img, (Py_ssize_t)n);
+        free(img);
+        if (cubin == NULL) {
+            return -1;
+        }
+        if (stax_cuda_module_function(PyBytes_AS_STRING(cubin), h->name, &mod, &fn) < 0) {
+            if (nv_timing()) {
+                PyErr_Print();
+            }
+            PyErr_Clear();
+            Py_CLEAR(cubin);
+        }
+    }
+    if (cubin == NULL) {
+        tier_stats.final_failed++;
+        if (nv_timing()) {
+            fprintf(stderr, "[stax nvrtc] %s: the final version failed (status %d); the "
+                    "first one stays\n", h->name, status);
+        }
+    }
+    else {
+        if (h->sink != NULL) {
+            PyObject *o = object_bytes(cubin_magic, h->name, PyBytes_AS_STRING(cubin),
+                                       (size_t)PyBytes_GET_SIZE(cubin));
+            if (o == NULL) {
+                PyErr_Clear();     /* the cache misses it; the kernel runs */
+            }
+            else {
+                h->sink->put(h->sink, PyBytes_AS_STRING(o), (size_t)PyBytes_GET_SIZE(o));
+                Py_DECREF(o);
+            }
+        }
+        h->quick_module = h->module;
+        h->module = mod;
+        h->fn = fn;
+        Py_SETREF(h->cubin, cubin);
+        h->max_threads = 0;
+        h->rc_limit = -1;
+        h->tuned = 0;
+        h->best_block = 0;
+        tier_stats.tiered_up++;
+        if (nv_timing()) {
+            fprintf(stderr, "[stax nvrtc] %s: the final version runs from now on\n", h->name);
+        }
+    }
+    if (h->sink != NULL) {
+        h->sink->release(h->sink);
+        h->sink = NULL;
+    }
+    return 0;
+}
+
 /* buffers are device addresses already: launch on the stream and return
  * (the stream orders what follows; a host read synchronizes) */
 static int
@@ -697,6 +951,9 @@ nvrtc_launch_resident(stax_backend *be, void *handle, char **bufs,
     if (timed < 0) {
         const char *e = getenv("TENSORPLAY_NVRTC_TIME");
         timed = e != NULL && *e && *e != '0';
+    }
+    if (h->job != NULL && tier_up(h) < 0) {
+        return -1;
     }
     if (stax_nvrtc_launch_config(&h->shape, sizes, start, end, grid, block)
         < 0) {
@@ -831,6 +1088,7 @@ static stax_backend nvrtc_cuda_backend = {
     .state = &resident_config,
     .caps = STAX_BE_NO_ZERO_DIV_CHECK | STAX_BE_ATOMIC_STORES,
     .device = "cuda",
+    .defer_object = nvrtc_defer_object,
 };
 
 /* ------------------------------------------------------------ Python */
@@ -890,7 +1148,110 @@ nvrtc_py_warm_source(PyObject *self, PyObject *unused)
     return src != NULL ? PyUnicode_FromString(src) : PyErr_NoMemory();
 }
 
+/* _C._nvrtc_compile_in_background: the worker's compile, waited for */
+static PyObject *
+nvrtc_py_compile_bg(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"source", "name", "arch", "options", NULL};
+    const char *src = NULL, *name = "kernel.cu", *arch = "sm_90";
+    PyObject *options = Py_None, *seq = NULL, *res = NULL;
+    const char *opts[16];
+    Py_ssize_t nopt = 0;
+    stax_nvrtc_job *j = NULL;
+    char *img = NULL;
+    size_t n = 0;
+    int status = 0, rc;
+    (void)self;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|ssO:_nvrtc_compile_in_background", kwlist,
+                                     &src, &name, &arch, &options)) {
+        return NULL;
+    }
+    if (strncmp(arch, "sm_", 3) != 0) {
+        PyErr_Format(PyExc_ValueError, "_nvrtc_compile_in_background: arch must be 'sm_XY' "
+                     "(the worker makes CUBIN), got '%s'", arch);
+        return NULL;
+    }
+    if (options != Py_None) {
+        if ((seq = PySequence_Fast(options, "options must be a sequence of str")) == NULL) {
+            return NULL;
+        }
+        nopt = PySequence_Fast_GET_SIZE(seq);
+        if (nopt > 16) {
+            PyErr_SetString(PyExc_ValueError, "too many options (16 at most)");
+            goto done;
+        }
+        for (Py_ssize_t i = 0; i < nopt; i++) {
+            if ((opts[i] = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(seq, i))) == NULL) {
+                goto done;
+            }
+        }
+    }
+    j = stax_nvrtc_job_submit(src, name, arch, opts, (int)nopt);
+    if (j == NULL) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(stax_nvrtc_error, "no background NVRTC worker here (libnvrtc "
+                            "without CUBIN, or the thread could not start)");
+        }
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    stax_nvrtc_job_wait(j);
+    Py_END_ALLOW_THREADS
+    rc = stax_nvrtc_job_poll(j, &img, &n, &status);
+    if (rc > 0) {
+        res = PyBytes_FromStringAndSize(img, (Py_ssize_t)n);
+    }
+    else {
+        /* the log is NVRTC's to give: the same compile on this thread */
+        res = stax_nvrtc_compile_source(src, name, arch, seq);
+        if (res != NULL) {
+            Py_CLEAR(res);
+            PyErr_Format(stax_nvrtc_error, "the background compile failed (status %d)",
+                         status);
+        }
+    }
+done:
+    free(img);
+    stax_nvrtc_job_release(j);
+    Py_XDECREF(seq);
+    return res;
+}
+
+static PyObject *
+nvrtc_py_finish_compiles(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    Py_BEGIN_ALLOW_THREADS
+    stax_nvrtc_jobs_wait_all();
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+nvrtc_py_tier_stats(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    return Py_BuildValue("{sLsLsLsL}", "first_versions", tier_stats.first,
+                         "final_queued", tier_stats.final_queued, "tiered_up",
+                         tier_stats.tiered_up, "final_failed", tier_stats.final_failed);
+}
+
 static PyMethodDef nvrtc_methods[] = {
+    {"_nvrtc_compile_in_background", (PyCFunction)(void (*)(void))nvrtc_py_compile_bg,
+     METH_VARARGS | METH_KEYWORDS,
+     "_nvrtc_compile_in_background(source, name='kernel.cu', arch='sm_90', options=None) "
+     "-> bytes: CUBIN compiled by the background NVRTC worker (the one that compiles "
+     "final kernel versions), waited for without the GIL. NVRTCError with the log if "
+     "NVRTC rejects it."},
+    {"_nvrtc_finish_compiles", nvrtc_py_finish_compiles, METH_NOARGS,
+     "_nvrtc_finish_compiles() -> None: wait (without the GIL) until the background "
+     "NVRTC worker has nothing queued or compiling."},
+    {"_nvrtc_tier_stats", nvrtc_py_tier_stats, METH_NOARGS,
+     "_nvrtc_tier_stats() -> dict: tiered compilation of CUDA kernels in this process "
+     "(first_versions compiled, final_queued on the worker, tiered_up: final versions "
+     "launched, final_failed: final versions that did not compile or load)."},
     {"nvrtc_available", stax_nvrtc_py_available, METH_NOARGS,
      "nvrtc_available() -> bool: libnvrtc could be loaded."},
     {"nvrtc_version", stax_nvrtc_py_version, METH_NOARGS,

@@ -65,6 +65,9 @@ int stax_nvrtc_reg_row_blocks(const stax_kernel *k);
 const char *stax_nvrtc_unroll_tag(void);
 /* "" with the off-by-default rendering knobs off, else "; vec 1; onepass 1" */
 const char *stax_nvrtc_knob_tag(void);
+/* TENSORPLAY_NVRTC_OPTIONS ("" when unset): NVRTC options of every
+ * rendered kernel's compile */
+const char *stax_nvrtc_extra_options(void);
 /* 1 if the renderer can render loop-IR primitive prim (what the vtable's
  * supports_op answers), else 0 */
 int stax_nvrtc_renders_prim(int prim);
@@ -80,6 +83,23 @@ int stax_nvrtc_load(void);             /* 0, or -1 + NVRTCError */
 /* start the NVRTC warm-up thread (once; TENSORPLAY_NVRTC_WARMUP=0: never):
  * the device room calls it when CUDA first comes up. No exception. */
 void stax_nvrtc_warm_start(void);
+/* A CUBIN compile on the background worker (nvrtc_loader.c), the final
+ * tier of a kernel (backend_nvrtc_init.c). submit: under the GIL; the job
+ * is queued with the caller's reference, or NULL (no exception) when no
+ * worker can run it (then compile on the caller's thread). poll: 0 still
+ * going; 1 done, *out (malloc'ed, the caller's) and *n the CUBIN; -1
+ * failed (*status its nvrtcResult, -1 in a forked child). wait: until it
+ * is done or failed (call without the GIL). release: the caller's
+ * reference; a job still queued is dropped. wait_all: until the queue is
+ * empty and nothing compiles (call without the GIL). */
+typedef struct stax_nvrtc_job stax_nvrtc_job;
+stax_nvrtc_job *stax_nvrtc_job_submit(const char *src, const char *name,
+                                      const char *arch,
+                                      const char *const *opts, int nopt);
+int stax_nvrtc_job_poll(stax_nvrtc_job *j, char **out, size_t *n, int *status);
+void stax_nvrtc_job_wait(stax_nvrtc_job *j);
+void stax_nvrtc_job_release(stax_nvrtc_job *j);
+void stax_nvrtc_jobs_wait_all(void);
 /* CLOCK_MONOTONIC in milliseconds (the warm-up's and STAX_NVRTC_TIMING's) */
 double stax_nvrtc_now_ms(void);
 /* Compile CUDA C: arch "compute_XY" -> PTX (str), "sm_XY" -> CUBIN (bytes).

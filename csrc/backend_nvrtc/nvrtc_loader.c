@@ -204,34 +204,69 @@ stax_nvrtc_load(void)
     return -1;
 }
 
-/* ------------------------------------------------------------ warm-up
+/* ------------------------------------------------------------ compile worker
  *
- * A process's first NVRTC compile pays for NVRTC's own start (loading its
- * builtins library, first use of its code): on the H200 machine the first
- * Example 1.1 kernel of a process compiled in 38-45 ms, the same kernel
- * after one small compile in 20-31 ms. So when CUDA first comes up (the
- * first CUDA tensor, before a compiled function's first call in any real
- * script), a background thread compiles one small kernel made of the
- * rendered kernels' helpers (stax_nvrtc_warm_source). It touches no Python
- * object and nothing another compile shares (NVRTC programs are
- * independent); interpreter exit joins it (Py_AtExit) and a fork waits for
- * its compile (pthread_atfork). TENSORPLAY_NVRTC_WARMUP=0/false/off turns
- * it off. */
+ * One background thread compiles CUDA C to CUBIN off the caller's path; it
+ * serves two clients:
+ *
+ * - The warm-up. A process's first NVRTC compile pays for NVRTC's own start
+ *   (loading its builtins library, first use of its code): on the H200
+ *   machine the first Example 1.1 kernel of a process compiled in 38-45 ms,
+ *   the same kernel after one small compile in 20-31 ms. So when CUDA first
+ *   comes up (the first CUDA tensor, before a compiled function's first
+ *   call in any real script) the worker compiles one small kernel made of
+ *   the rendered kernels' helpers (stax_nvrtc_warm_source), first in its
+ *   queue. TENSORPLAY_NVRTC_WARMUP=0/false/off/no turns it off.
+ * - Tiered compilation (backend_nvrtc_init.c): a kernel's first version is
+ *   compiled quickly on the caller's thread and its final one here
+ *   (stax_nvrtc_job_submit), swapped in at a later launch.
+ *
+ * The worker touches no Python object and nothing another compile shares
+ * (NVRTC programs are independent); jobs are plain C memory under q.mu.
+ * Interpreter exit stops it and joins it after the compile in progress
+ * (Py_AtExit), so that libnvrtc's thread-local state is torn down before
+ * the process's; a fork waits until no compile is in progress
+ * (pthread_atfork), and in the child, which has no worker, every job
+ * counts as failed. */
+enum { JOB_QUEUED, JOB_RUNNING, JOB_OK, JOB_FAILED };
+
+#define JOB_MAX_OPTS 16
+
+struct stax_nvrtc_job {
+    struct stax_nvrtc_job *next;   /* the queue's order */
+    int refs;                      /* the queue's and the owner's */
+    int state;
+    int warm;                      /* the warm-up: reports into warm */
+    char *src;
+    char name[64];
+    char archopt[64];
+    int nopt;
+    char *opts[JOB_MAX_OPTS];
+    char *out;                     /* CUBIN, malloc'ed */
+    size_t nout;
+    int status;                    /* the failing nvrtcResult */
+};
+
 static struct {
-    int started;               /* under the GIL: 0 not yet, -1 tried and
-                                  not started, 1 running or finished, 2
-                                  joined (at exit) */
-    pthread_t th;
-    pid_t pid;                 /* a forked child has no such thread */
-    char arch[32];
-    const char *src;
-    /* what the thread reports, under mu; cv signals done */
     pthread_mutex_t mu;
-    pthread_cond_t cv;
+    pthread_cond_t cv;             /* new work, stop, or a job finished */
+    int started;                   /* under the GIL: 0 not yet, -1 could
+                                      not start, 1 running, 2 joined */
+    pthread_t th;
+    pid_t pid;                     /* a forked child has no worker */
+    int stop, busy;
+    struct stax_nvrtc_job *head, *tail;
+} q = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+/* what the warm-up reports, under q.mu */
+static struct {
+    int started;                   /* under the GIL: 0 not yet, -1 tried
+                                      and not started, 1 queued */
+    char arch[32];
     int done;
-    double ms;                 /* the thread's wall time */
-    int status;                /* the warm compile's nvrtcResult */
-} warm = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    double ms;                     /* its compile's wall time */
+    int status;                    /* its nvrtcResult */
+} warm;
 
 double
 stax_nvrtc_now_ms(void)
@@ -241,56 +276,316 @@ stax_nvrtc_now_ms(void)
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-static void *
-warm_main(void *unused)
+static void
+job_free(struct stax_nvrtc_job *j)
 {
-    double t0 = stax_nvrtc_now_ms();
+    for (int i = 0; i < j->nopt; i++) {
+        free(j->opts[i]);
+    }
+    free(j->src);
+    free(j->out);
+    free(j);
+}
+
+/* one reference less, under q.mu */
+static void
+job_unref_locked(struct stax_nvrtc_job *j)
+{
+    if (--j->refs == 0) {
+        job_free(j);
+    }
+}
+
+static void
+job_run(struct stax_nvrtc_job *j)
+{
     nvrtcProgram prog = NULL;
-    char archopt[64];
-    const char *opts[2];
-    int st;
-    (void)unused;
-    snprintf(archopt, sizeof(archopt), "--gpu-architecture=%s", warm.arch);
-    opts[0] = archopt;
-    opts[1] = "--std=c++17";
-    st = nv.CreateProgram(&prog, warm.src, "stax_warm.cu", 0, NULL, NULL);
+    const char *opts[JOB_MAX_OPTS + 2];
+    double t0 = stax_nvrtc_now_ms();
+    int st, n = 0;
+    size_t nout = 0;
+    char *out = NULL;
+    opts[n++] = j->archopt;
+    opts[n++] = "--std=c++17";
+    for (int i = 0; i < j->nopt; i++) {
+        opts[n++] = j->opts[i];
+    }
+    st = nv.CreateProgram(&prog, j->src, j->name, 0, NULL, NULL);
     if (st == 0) {
-        st = nv.CompileProgram(prog, 2, opts);
+        st = nv.CompileProgram(prog, n, opts);
+        if (st == 0 && !j->warm) {
+            st = nv.GetCUBINSize(prog, &nout);
+            if (st == 0 && (out = malloc(nout ? nout : 1)) == NULL) {
+                st = -1;
+            }
+            if (st == 0) {
+                st = nv.GetCUBIN(prog, out);
+            }
+        }
         nv.DestroyProgram(&prog);
     }
-    pthread_mutex_lock(&warm.mu);
-    warm.status = st;
-    warm.ms = stax_nvrtc_now_ms() - t0;
-    warm.done = 1;
-    pthread_cond_broadcast(&warm.cv);
-    pthread_mutex_unlock(&warm.mu);
+    pthread_mutex_lock(&q.mu);
+    if (j->warm) {
+        warm.status = st;
+        warm.ms = stax_nvrtc_now_ms() - t0;
+        warm.done = 1;
+    }
+    if (st == 0) {
+        j->out = out;
+        j->nout = nout;
+        out = NULL;
+    }
+    j->status = st;
+    j->state = st == 0 ? JOB_OK : JOB_FAILED;
+    q.busy = 0;
+    job_unref_locked(j);           /* the queue's */
+    pthread_cond_broadcast(&q.cv);
+    pthread_mutex_unlock(&q.mu);
+    free(out);
+}
+
+static void *
+worker_main(void *unused)
+{
+    (void)unused;
+    pthread_mutex_lock(&q.mu);
+    for (;;) {
+        struct stax_nvrtc_job *j;
+        while (!q.stop && q.head == NULL) {
+            pthread_cond_wait(&q.cv, &q.mu);
+        }
+        if (q.stop) {
+            break;
+        }
+        j = q.head;
+        q.head = j->next;
+        if (q.head == NULL) {
+            q.tail = NULL;
+        }
+        j->next = NULL;
+        j->state = JOB_RUNNING;
+        q.busy = 1;
+        pthread_mutex_unlock(&q.mu);
+        job_run(j);
+        pthread_mutex_lock(&q.mu);
+    }
+    pthread_mutex_unlock(&q.mu);
     return NULL;
 }
 
-/* until the thread has finished its compile (any thread may wait; none
- * needs the GIL: the warm thread never takes it) */
+/* a fork waits until no compile is in progress and holds q.mu across it:
+ * a child forked while NVRTC held its locks in the worker would hang in
+ * its first compile */
 static void
-warm_wait_done(void)
+fork_prepare(void)
 {
-    if (warm.started != 1 || warm.pid != getpid()) {
-        return;
+    pthread_mutex_lock(&q.mu);
+    while (q.busy && q.pid == getpid()) {
+        pthread_cond_wait(&q.cv, &q.mu);
     }
-    pthread_mutex_lock(&warm.mu);
-    while (!warm.done) {
-        pthread_cond_wait(&warm.cv, &warm.mu);
-    }
-    pthread_mutex_unlock(&warm.mu);
 }
 
-/* interpreter exit (single-threaded): joined, so that libnvrtc's
- * thread-local state is torn down before the process's */
 static void
-warm_join(void)
+fork_parent(void)
 {
-    if (warm.started == 1 && warm.pid == getpid()) {
-        pthread_join(warm.th, NULL);
-        warm.started = 2;
+    pthread_mutex_unlock(&q.mu);
+}
+
+static void
+fork_child(void)
+{
+    /* no worker here (q.pid says so): queued jobs stay queued, and
+     * stax_nvrtc_job_poll calls them failed */
+    pthread_mutex_unlock(&q.mu);
+}
+
+/* interpreter exit (single-threaded): queued jobs are dropped, the compile
+ * in progress finishes, the worker is joined */
+static void
+worker_join(void)
+{
+    if (q.started != 1 || q.pid != getpid()) {
+        return;
     }
+    pthread_mutex_lock(&q.mu);
+    q.stop = 1;
+    pthread_cond_broadcast(&q.cv);
+    pthread_mutex_unlock(&q.mu);
+    pthread_join(q.th, NULL);
+    q.started = 2;
+}
+
+/* under the GIL: the worker running (0), or -1 with no exception */
+static int
+worker_start(void)
+{
+    static int hooks;
+    pthread_attr_t attr;
+    sigset_t all, old;
+    int rc;
+    if (q.started != 0) {
+        return q.started == 1 && q.pid == getpid() ? 0 : -1;
+    }
+    q.started = -1;            /* tried: never twice */
+    q.pid = getpid();
+    if (!hooks) {
+        if (pthread_atfork(fork_prepare, fork_parent, fork_child) != 0
+            || Py_AtExit(worker_join) != 0) {
+            return -1;
+        }
+        hooks = 1;
+    }
+    /* NVRTC's compiler recurses deeply: a main thread's stack, not the
+     * 2 MiB a thread gets by default; signals stay with Python's threads */
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, (size_t)16 << 20);
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    rc = pthread_create(&q.th, &attr, worker_main, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&attr);
+    if (rc != 0) {
+        return -1;
+    }
+    q.started = 1;
+    return 0;
+}
+
+/* under the GIL: a new job (one reference for the queue, one for the
+ * caller) at the queue's tail, or the warm-up (the queue's reference only:
+ * it reports into warm) at its head; NULL with no exception when it could
+ * not be made or queued */
+static struct stax_nvrtc_job *
+job_queue(const char *src, const char *name, const char *arch,
+          const char *const *opts, int nopt, int warm_job)
+{
+    struct stax_nvrtc_job *j;
+    if (nopt > JOB_MAX_OPTS || stax_nvrtc_load() < 0 || nv.GetCUBIN == NULL
+        || worker_start() < 0) {
+        PyErr_Clear();
+        return NULL;
+    }
+    if ((j = calloc(1, sizeof(*j))) == NULL || (j->src = strdup(src)) == NULL) {
+        free(j);
+        return NULL;
+    }
+    snprintf(j->name, sizeof(j->name), "%s", name);
+    snprintf(j->archopt, sizeof(j->archopt), "--gpu-architecture=%s", arch);
+    for (int i = 0; i < nopt; i++) {
+        if ((j->opts[i] = strdup(opts[i])) == NULL) {
+            job_free(j);
+            return NULL;
+        }
+        j->nopt = i + 1;
+    }
+    j->warm = warm_job;
+    j->refs = warm_job ? 1 : 2;    /* the warm-up reports into warm */
+    pthread_mutex_lock(&q.mu);
+    if (warm_job) {
+        j->next = q.head;
+        q.head = j;
+        if (q.tail == NULL) {
+            q.tail = j;
+        }
+    }
+    else {
+        if (q.tail != NULL) {
+            q.tail->next = j;
+        }
+        else {
+            q.head = j;
+        }
+        q.tail = j;
+    }
+    pthread_cond_broadcast(&q.cv);
+    pthread_mutex_unlock(&q.mu);
+    return j;
+}
+
+stax_nvrtc_job *
+stax_nvrtc_job_submit(const char *src, const char *name, const char *arch,
+                      const char *const *opts, int nopt)
+{
+    return job_queue(src, name, arch, opts, nopt, 0);
+}
+
+int
+stax_nvrtc_job_poll(stax_nvrtc_job *j, char **out, size_t *n, int *status)
+{
+    int rc;
+    pthread_mutex_lock(&q.mu);
+    if (q.pid != getpid()) {
+        rc = -1;               /* a forked child: no worker */
+        *status = -1;
+    }
+    else if (j->state == JOB_OK) {
+        *out = j->out;
+        *n = j->nout;
+        j->out = NULL;
+        rc = 1;
+    }
+    else if (j->state == JOB_FAILED) {
+        *status = j->status;
+        rc = -1;
+    }
+    else {
+        rc = 0;
+    }
+    pthread_mutex_unlock(&q.mu);
+    return rc;
+}
+
+void
+stax_nvrtc_job_wait(stax_nvrtc_job *j)
+{
+    pthread_mutex_lock(&q.mu);
+    while (q.pid == getpid() && q.started == 1 && !q.stop
+           && (j->state == JOB_QUEUED || j->state == JOB_RUNNING)) {
+        pthread_cond_wait(&q.cv, &q.mu);
+    }
+    pthread_mutex_unlock(&q.mu);
+}
+
+void
+stax_nvrtc_jobs_wait_all(void)
+{
+    pthread_mutex_lock(&q.mu);
+    while (q.pid == getpid() && q.started == 1 && !q.stop
+           && (q.head != NULL || q.busy)) {
+        pthread_cond_wait(&q.cv, &q.mu);
+    }
+    pthread_mutex_unlock(&q.mu);
+}
+
+void
+stax_nvrtc_job_release(stax_nvrtc_job *j)
+{
+    if (j == NULL) {
+        return;
+    }
+    int drop = 1;
+    pthread_mutex_lock(&q.mu);
+    if (j->state == JOB_QUEUED && q.pid == getpid()) {
+        /* no one wants it any more: out of the queue, never compiled */
+        struct stax_nvrtc_job **p = &q.head, *prev = NULL;
+        while (*p != NULL && *p != j) {
+            prev = *p;
+            p = &(*p)->next;
+        }
+        if (*p == j) {
+            *p = j->next;
+            if (q.tail == j) {
+                q.tail = prev;
+            }
+            j->state = JOB_FAILED;
+            drop = 2;              /* the queue's too */
+        }
+    }
+    j->refs -= drop;
+    if (j->refs == 0) {
+        job_free(j);
+    }
+    pthread_mutex_unlock(&q.mu);
 }
 
 static int
@@ -302,16 +597,14 @@ warm_disabled(void)
                          || strcasecmp(e, "no") == 0);
 }
 
-/* start the thread for arch (NULL: the device's); 0, or -1 with no
+/* queue the warm-up for arch (NULL: the device's); 0, or -1 with no
  * exception when it did not start */
 static int
 warm_start_for(const char *arch)
 {
-    static int atfork;
     PyObject *et, *ev, *tb;
-    pthread_attr_t attr;
-    sigset_t all, old;
-    int rc;
+    const char *src;
+    struct stax_nvrtc_job *j = NULL;
     if (warm.started || warm_disabled()) {
         return warm.started > 0 ? 0 : -1;
     }
@@ -320,37 +613,18 @@ warm_start_for(const char *arch)
     if (arch != NULL) {
         snprintf(warm.arch, sizeof(warm.arch), "%s", arch);
     }
-    if (stax_nvrtc_load() < 0 || nv.GetCUBIN == NULL
-        || (arch == NULL && stax_cuda_arch(warm.arch, sizeof(warm.arch)) < 0)
-        || (warm.src = stax_nvrtc_warm_source()) == NULL) {
-        PyErr_Clear();         /* the first real compile says what failed */
-        PyErr_Restore(et, ev, tb);
-        return -1;
+    if (stax_nvrtc_load() == 0
+        && (arch != NULL || stax_cuda_arch(warm.arch, sizeof(warm.arch)) == 0)
+        && (src = stax_nvrtc_warm_source()) != NULL) {
+        j = job_queue(src, "stax_warm.cu", warm.arch, NULL, 0, 1);
     }
-    warm.pid = getpid();
-    /* a fork while NVRTC holds its locks in the thread would leave the
-     * child's NVRTC locked forever: fork waits for the compile */
-    if (!atfork && pthread_atfork(warm_wait_done, NULL, NULL) == 0) {
-        atfork = 1;
-    }
-    if (!atfork || Py_AtExit(warm_join) != 0) {
-        PyErr_Restore(et, ev, tb);
-        return -1;
-    }
-    /* NVRTC's compiler recurses deeply: a main thread's stack, not the
-     * 2 MiB a thread gets by default; signals stay with Python's threads */
-    pthread_attr_init(&attr);
-    pthread_attr_setstacksize(&attr, (size_t)16 << 20);
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    rc = pthread_create(&warm.th, &attr, warm_main, NULL);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    pthread_attr_destroy(&attr);
-    if (rc == 0) {
-        warm.started = 1;
-    }
+    PyErr_Clear();             /* the first real compile says what failed */
     PyErr_Restore(et, ev, tb);
-    return warm.started > 0 ? 0 : -1;
+    if (j == NULL) {
+        return -1;
+    }
+    warm.started = 1;
+    return 0;
 }
 
 void
@@ -378,19 +652,20 @@ stax_nvrtc_py_warmup_info(PyObject *self, PyObject *args, PyObject *kw)
     if (start_arch != NULL && !warm.started) {
         (void)warm_start_for(start_arch);
     }
-    if (wait && warm.started == 1) {
-        Py_BEGIN_ALLOW_THREADS
-        warm_wait_done();
-        Py_END_ALLOW_THREADS
-    }
     {
         int done, status;
         double ms;
-        pthread_mutex_lock(&warm.mu);
+        Py_BEGIN_ALLOW_THREADS
+        pthread_mutex_lock(&q.mu);
+        while (wait && warm.started == 1 && !warm.done && q.pid == getpid()
+               && q.started == 1 && !q.stop) {
+            pthread_cond_wait(&q.cv, &q.mu);
+        }
         done = warm.done;
         status = warm.status;
         ms = warm.ms;
-        pthread_mutex_unlock(&warm.mu);
+        pthread_mutex_unlock(&q.mu);
+        Py_END_ALLOW_THREADS
         return Py_BuildValue("{sOsOsdsiss}", "started",
                              warm.started > 0 ? Py_True : Py_False, "done",
                              done ? Py_True : Py_False, "ms",

@@ -2296,12 +2296,25 @@ emit_rr_loop(emitter *m, int s, int fuse, int bx)
 const char *
 stax_nvrtc_knob_tag(void)
 {
-    static char tag[64];
+    static char tag[320];
     int vm = vec_mode();
-    snprintf(tag, sizeof tag, "%s%s",
+    const char *o = stax_nvrtc_extra_options();
+    snprintf(tag, sizeof tag, "%s%s%s%.200s",
              vm == 1 ? "; vec 1" : vm == 0 ? "" : "; vec auto",
-             knob_on("TENSORPLAY_NVRTC_ONEPASS") ? "; onepass 1" : "");
+             knob_on("TENSORPLAY_NVRTC_ONEPASS") ? "; onepass 1" : "",
+             *o ? "; options " : "", o);
     return tag;
+}
+
+/* TENSORPLAY_NVRTC_OPTIONS: NVRTC options added to every rendered kernel's
+ * compile (space-separated, e.g. "--Ofast-compile=mid"), for measuring
+ * what an option does to compile time and kernel speed; read at every
+ * compile, named by the compile cache's tag. "" when unset. */
+const char *
+stax_nvrtc_extra_options(void)
+{
+    const char *e = getenv("TENSORPLAY_NVRTC_OPTIONS");
+    return e != NULL ? e : "";
 }
 
 /* the preamble's helpers of the online softmax (only in kernels that use

@@ -594,8 +594,15 @@ graph_update(stax_cuda_graph *g)
             continue;
         }
         node_params(l, i, kp, &np);
-        if (gcheck(gx.ExecSetParams(g->exec, g->nodes[i], &np),
-                   "cuGraphExecKernelNodeSetParams") < 0) {
+        if (a->fn != b->fn) {
+            /* another function there (a kernel's final version replaced
+             * its first): a driver that cannot swap it gets a new graph */
+            if (gx.ExecSetParams(g->exec, g->nodes[i], &np) != 0) {
+                return 1;
+            }
+        }
+        else if (gcheck(gx.ExecSetParams(g->exec, g->nodes[i], &np),
+                        "cuGraphExecKernelNodeSetParams") < 0) {
             return -1;
         }
         g->st.updates++;

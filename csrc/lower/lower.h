@@ -290,6 +290,17 @@ void stax_lower_lval_render(stax_strbuf *sb, const stax_lval *v);
 typedef void (*stax_kernel_fn)(char **bufs, const int64_t *sizes,
                                int64_t start, int64_t end);
 
+/* Where a back end puts a kernel's final object code when it has it only
+ * after compile_object returned (tiered compilation: the NVRTC back end
+ * launches a quickly compiled first version while the final one compiles
+ * in the background).  put: the object (the bytes compile_object would
+ * have given) goes into the compile cache under the kernel's key; release:
+ * frees the sink.  Both under the GIL; put at most once, then release. */
+typedef struct stax_object_sink {
+    void (*put)(struct stax_object_sink *s, const char *obj, size_t n);
+    void (*release)(struct stax_object_sink *s);
+} stax_object_sink;
+
 typedef struct stax_backend {
     const char *name;            /* "llvm", "nvrtc" */
     /* Compile one kernel.  Returns an opaque handle (NULL + exception on
@@ -338,6 +349,12 @@ typedef struct stax_backend {
      * one reads) builds it here again from the loop IR: kernels[i].source
      * and the kernels log ask for it. */
     PyObject *(*kernel_source)(struct stax_backend *be, void *handle, const stax_kernel *k);
+    /* Optional: 1 when the handle compile_object just made runs a first
+     * version whose final object comes later; the back end then owns the
+     * sink (put when the final object exists, release when the handle
+     * goes) and the cache stores nothing now.  0: the object is final,
+     * the sink stays the caller's. */
+    int (*defer_object)(struct stax_backend *be, void *handle, stax_object_sink *sink);
 } stax_backend;
 
 /* stax_backend.caps: how the back end's kernels behave where the lowering

@@ -337,6 +337,77 @@ hexname(stax_cache_key key, char *hex)
     return hex;
 }
 
+/* the payload of a cache entry: the kernel's ABI, entry symbol, object
+ * code and source */
+static void
+payload(bbuf *pl, const bbuf *abi, const char *sym, const char *obj, size_t nobj,
+        const char *src, size_t nsrc)
+{
+    uint32_t ver = PAYLOAD_VERSION;
+    bb_put(pl, PAYLOAD_MAGIC, 4);
+    bb_put(pl, &ver, 4);
+    bb_blob(pl, abi->p, abi->n);
+    bb_blob(pl, sym, strlen(sym));
+    bb_blob(pl, obj, nobj);
+    bb_blob(pl, src ? src : "", nsrc);
+}
+
+/* A kernel's cache entry to be written when its back end has the final
+ * object (stax_object_sink): what the payload needs besides it, copied */
+typedef struct {
+    stax_object_sink base;
+    stax_cache_key key;
+    bbuf abi;
+    char sym[48];
+    char *src;
+    size_t nsrc;
+} later_entry;
+
+static void
+later_put(stax_object_sink *s, const char *obj, size_t n)
+{
+    later_entry *e = (later_entry *)s;
+    bbuf pl = {0};
+    char hex[33];
+    payload(&pl, &e->abi, e->sym, obj, n, e->src, e->nsrc);
+    if (!pl.oom) {
+        stax_cache_put(e->key, pl.p, pl.n);
+        stax_cache_log("stored %s: the final object code (%zu bytes)", hexname(e->key, hex), n);
+    }
+    free(pl.p);
+}
+
+static void
+later_release(stax_object_sink *s)
+{
+    later_entry *e = (later_entry *)s;
+    free(e->abi.p);
+    free(e->src);
+    free(e);
+}
+
+static later_entry *
+later_new(stax_cache_key key, const bbuf *abi, const char *sym, const char *src, size_t nsrc)
+{
+    later_entry *e = calloc(1, sizeof(*e));
+    if (e == NULL) {
+        return NULL;
+    }
+    e->base.put = later_put;
+    e->base.release = later_release;
+    e->key = key;
+    snprintf(e->sym, sizeof e->sym, "%s", sym);
+    bb_put(&e->abi, abi->p, abi->n);
+    e->src = malloc(nsrc + 1);
+    if (e->abi.oom || e->src == NULL) {
+        later_release(&e->base);
+        return NULL;
+    }
+    memcpy(e->src, src ? src : "", nsrc);
+    e->nsrc = nsrc;
+    return e;
+}
+
 void *
 lw_compile_kernel(lw_ctx *c, const stax_kernel *k, PyObject **source)
 {
@@ -446,8 +517,6 @@ lw_compile_kernel(lw_ctx *c, const stax_kernel *k, PyObject **source)
         goto done;
     }
     stax_cache_count(0, 0, 1);
-    stax_cache_log("miss %s (%s): compiled", hex, k->name);
-    uint32_t ver = PAYLOAD_VERSION;
     Py_ssize_t slen = 0;
     const char *src = source && *source && PyUnicode_Check(*source)
                       ? PyUnicode_AsUTF8AndSize(*source, &slen) : NULL;
@@ -455,12 +524,21 @@ lw_compile_kernel(lw_ctx *c, const stax_kernel *k, PyObject **source)
         PyErr_Clear();
         slen = 0;
     }
-    bb_put(&pl, PAYLOAD_MAGIC, 4);
-    bb_put(&pl, &ver, 4);
-    bb_blob(&pl, abi.p, abi.n);
-    bb_blob(&pl, sym, strlen(sym));
-    bb_blob(&pl, PyBytes_AS_STRING(obj), (size_t)PyBytes_GET_SIZE(obj));
-    bb_blob(&pl, src ? src : "", (size_t)slen);
+    if (be->defer_object != NULL) {
+        later_entry *e = later_new(key, &abi, sym, src, (size_t)slen);
+        if (e != NULL && be->defer_object(be, h, &e->base)) {
+            /* a first version: the entry is written with the final one */
+            stax_cache_log("miss %s (%s): compiled a first version; the final one is "
+                           "stored when it is ready", hex, k->name);
+            goto done;
+        }
+        if (e != NULL) {
+            later_release(&e->base);
+        }
+    }
+    stax_cache_log("miss %s (%s): compiled", hex, k->name);
+    payload(&pl, &abi, sym, PyBytes_AS_STRING(obj), (size_t)PyBytes_GET_SIZE(obj), src,
+            (size_t)slen);
     if (!pl.oom) {
         stax_cache_put(key, pl.p, pl.n);
     }

@@ -90,6 +90,7 @@ def main():
         for mode in (False, True, "auto"):
             cf = tp.compile(fn)
             cf(x, w)
+            tp.cuda.finish_compiles()      # the kernels' final versions
             p = cf.versions[0].artifact
             p.cuda_graphs = mode
             progs[mode] = (cf, p)

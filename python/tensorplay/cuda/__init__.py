@@ -41,7 +41,7 @@ __all__ = ["is_available", "device_count", "current_device", "synchronize",
            "max_memory_allocated", "memory_reserved", "empty_cache",
            "reset_peak_memory_stats", "Event", "OutOfMemoryError",
            "host_fallbacks", "set_strict", "is_initialized", "init",
-           "get_device_name", "get_device_capability", "device"]
+           "get_device_name", "get_device_capability", "device", "finish_compiles"]
 
 
 def is_available():
@@ -73,6 +73,20 @@ def current_device():
 def synchronize(device=None):
     """Wait until every launch and copy queued on the stream is done."""
     _C.cuda_synchronize()
+
+
+def finish_compiles():
+    """Wait until every kernel compile running in the background is done.
+
+    A compiled function's first call on CUDA launches a quickly compiled
+    first version of each new kernel while its final version compiles on a
+    background thread (tiered compilation, docs/gpu.md); each kernel's next
+    launch after its final version is done runs that one. Both versions
+    compute the same bits, so this only matters for timing: call it (then
+    call the function once more) before measuring steady-state speed.
+    Blocks without holding the GIL; returns None and raises nothing.
+    TENSORPLAY_NVRTC_TIERS=0 compiles final versions on the first call."""
+    _C._nvrtc_finish_compiles()
 
 
 def get_device_capability(device=None):
