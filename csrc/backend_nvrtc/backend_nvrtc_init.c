@@ -86,6 +86,7 @@ typedef struct {
     void *quick_module;        /* the first version's module, kept until
                                   the handle goes (a graph may name it) */
     stax_object_sink *sink;    /* where the final CUBIN goes (the cache) */
+    void *pend_prev, *pend_next;   /* the handles holding a sink */
     int attention;             /* an attention stage: fmad on, no tiers */
 } nvrtc_handle;
 
@@ -283,6 +284,9 @@ lval_reads_output(const stax_kernel *k, const stax_lval *v, lv_seen *seen)
     return 0;
 }
 
+static int tier_take(nvrtc_handle *h, PyObject **cubin);
+static void tier_drop(nvrtc_handle *h);
+
 static void
 handle_free(nvrtc_handle *h)
 {
@@ -292,9 +296,12 @@ handle_free(nvrtc_handle *h)
     Py_XDECREF(h->source);
     Py_XDECREF(h->ptx);
     Py_XDECREF(h->cubin);
-    stax_nvrtc_job_release(h->job);
-    if (h->sink != NULL) {
-        h->sink->release(h->sink);
+    if (h->job != NULL) {
+        PyObject *cubin = NULL;
+        if (tier_take(h, &cubin) == 0) {  /* a finished one is stored */
+            tier_drop(h);                 /* one still compiling is not */
+        }
+        Py_XDECREF(cubin);
     }
     stax_cuda_module_unload(h->module);
     stax_cuda_module_unload(h->quick_module);
@@ -674,16 +681,89 @@ nvrtc_compile_object(stax_backend *be, const stax_kernel *k, const char *sym,
     return h;
 }
 
+/* The handles that hold a sink (their final version goes into the compile
+ * cache when done). A process that exits before a launch swapped a final
+ * version in still stores it: at exit (the atexit module, while Python
+ * runs) flush_at_exit waits for each one's compile and stores it, so the
+ * next process loads final versions and compiles nothing. */
+static void *pending;
+
+static PyObject *
+flush_at_exit(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    while (pending != NULL) {
+        nvrtc_handle *h = pending;
+        PyObject *cubin = NULL;
+        Py_BEGIN_ALLOW_THREADS
+        stax_nvrtc_job_wait(h->job);
+        Py_END_ALLOW_THREADS
+        if (tier_take(h, &cubin) == 0) {
+            tier_drop(h);      /* the worker stopped before it */
+        }
+        Py_XDECREF(cubin);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef flush_def = {"_nvrtc_flush_final_versions", flush_at_exit, METH_NOARGS,
+                                "store the final versions of tiered kernels (at exit)"};
+
+static int
+flush_at_exit_registered(void)
+{
+    static int done;
+    PyObject *mod = NULL, *fn = NULL, *r = NULL;
+    if (done) {
+        return 0;
+    }
+    if ((mod = PyImport_ImportModule("atexit")) != NULL
+        && (fn = PyCFunction_New(&flush_def, NULL)) != NULL) {
+        r = PyObject_CallMethod(mod, "register", "O", fn);
+    }
+    Py_XDECREF(mod);
+    Py_XDECREF(fn);
+    if (r == NULL) {
+        PyErr_Clear();         /* no sink then: the kernel is compiled, not cached */
+        return -1;
+    }
+    Py_DECREF(r);
+    done = 1;
+    return 0;
+}
+
+static void
+pending_remove(nvrtc_handle *h)
+{
+    nvrtc_handle *prev = h->pend_prev, *next = h->pend_next;
+    if (prev != NULL) {
+        prev->pend_next = next;
+    }
+    else if (pending == h) {
+        pending = next;
+    }
+    if (next != NULL) {
+        next->pend_prev = prev;
+    }
+    h->pend_prev = h->pend_next = NULL;
+}
+
 /* the vtable's defer_object: a first version's handle takes the sink */
 static int
 nvrtc_defer_object(stax_backend *be, void *handle, stax_object_sink *sink)
 {
     nvrtc_handle *h = handle;
     (void)be;
-    if (h->job == NULL || h->sink != NULL) {
+    if (h->job == NULL || h->sink != NULL || flush_at_exit_registered() < 0) {
         return 0;
     }
     h->sink = sink;
+    h->pend_next = pending;
+    if (pending != NULL) {
+        ((nvrtc_handle *)pending)->pend_prev = h;
+    }
+    pending = h;
     return 1;
 }
 
@@ -864,73 +944,97 @@ fit_block(const nvrtc_handle *h, int64_t block[3])
     }
 }
 
-/* A first version's handle whose final CUBIN the worker finished: load it
- * and launch it from now on (its launch configuration is searched again:
- * registers differ), the cache gets it. A final version that failed to
- * compile or load leaves the first one running (it computes the same);
- * STAX_NVRTC_TIMING says so. 0, or -1 + exception. */
+/* h gives up its final version (job and sink) */
+static void
+tier_drop(nvrtc_handle *h)
+{
+    stax_nvrtc_job_release(h->job);
+    h->job = NULL;
+    if (h->sink != NULL) {
+        h->sink->release(h->sink);
+        h->sink = NULL;
+        pending_remove(h);
+    }
+}
+
+/* The final version of h if the worker is done with it: 1 and *cubin (new
+ * bytes), stored in the compile cache when h holds a sink; 0 while it
+ * compiles; -1 when it failed (the first version stays: it computes the
+ * same; STAX_NVRTC_TIMING says so). Past 0, h has no job and no sink. No
+ * exception in any case. */
 static int
-tier_up(nvrtc_handle *h)
+tier_take(nvrtc_handle *h, PyObject **cubin)
 {
     char *img = NULL;
     size_t n = 0;
-    int status = 0, rc = stax_nvrtc_job_poll(h->job, &img, &n, &status);
-    void *mod = NULL, *fn = NULL;
-    PyObject *cubin = NULL;
+    int status = 0, rc = h->job != NULL ? stax_nvrtc_job_poll(h->job, &img, &n, &status) : -1;
     if (rc == 0) {
         return 0;
     }
     stax_nvrtc_job_release(h->job);
     h->job = NULL;
     if (rc > 0) {
-        cubin = PyBytes_FromStringAndSize(img, (Py_ssize_t)n);
+        *cubin = PyBytes_FromStringAndSize(img, (Py_ssize_t)n);
         free(img);
-        if (cubin == NULL) {
-            return -1;
-        }
-        if (stax_cuda_module_function(PyBytes_AS_STRING(cubin), h->name, &mod, &fn) < 0) {
-            if (nv_timing()) {
-                PyErr_Print();
-            }
+        if (*cubin == NULL) {
             PyErr_Clear();
-            Py_CLEAR(cubin);
+            rc = -1;
         }
     }
-    if (cubin == NULL) {
+    if (rc > 0 && h->sink != NULL) {
+        PyObject *o = object_bytes(cubin_magic, h->name, PyBytes_AS_STRING(*cubin),
+                                   (size_t)PyBytes_GET_SIZE(*cubin));
+        if (o == NULL) {
+            PyErr_Clear();     /* the cache misses it; the kernel runs */
+        }
+        else {
+            h->sink->put(h->sink, PyBytes_AS_STRING(o), (size_t)PyBytes_GET_SIZE(o));
+            Py_DECREF(o);
+        }
+    }
+    tier_drop(h);
+    if (rc < 0) {
         tier_stats.final_failed++;
         if (nv_timing()) {
             fprintf(stderr, "[stax nvrtc] %s: the final version failed (status %d); the "
                     "first one stays\n", h->name, status);
         }
     }
-    else {
-        if (h->sink != NULL) {
-            PyObject *o = object_bytes(cubin_magic, h->name, PyBytes_AS_STRING(cubin),
-                                       (size_t)PyBytes_GET_SIZE(cubin));
-            if (o == NULL) {
-                PyErr_Clear();     /* the cache misses it; the kernel runs */
-            }
-            else {
-                h->sink->put(h->sink, PyBytes_AS_STRING(o), (size_t)PyBytes_GET_SIZE(o));
-                Py_DECREF(o);
-            }
-        }
-        h->quick_module = h->module;
-        h->module = mod;
-        h->fn = fn;
-        Py_SETREF(h->cubin, cubin);
-        h->max_threads = 0;
-        h->rc_limit = -1;
-        h->tuned = 0;
-        h->best_block = 0;
-        tier_stats.tiered_up++;
-        if (nv_timing()) {
-            fprintf(stderr, "[stax nvrtc] %s: the final version runs from now on\n", h->name);
-        }
+    return rc;
+}
+
+/* At a launch: once the final version is done, load it and launch it from
+ * now on (its launch configuration is searched again: registers differ).
+ * One that does not load leaves the first version running. 0, or -1 +
+ * exception. */
+static int
+tier_up(nvrtc_handle *h)
+{
+    PyObject *cubin = NULL;
+    void *mod = NULL, *fn = NULL;
+    if (tier_take(h, &cubin) <= 0) {
+        return 0;
     }
-    if (h->sink != NULL) {
-        h->sink->release(h->sink);
-        h->sink = NULL;
+    if (stax_cuda_module_function(PyBytes_AS_STRING(cubin), h->name, &mod, &fn) < 0) {
+        if (nv_timing()) {
+            PyErr_Print();
+        }
+        PyErr_Clear();
+        Py_DECREF(cubin);
+        tier_stats.final_failed++;
+        return 0;
+    }
+    h->quick_module = h->module;
+    h->module = mod;
+    h->fn = fn;
+    Py_SETREF(h->cubin, cubin);
+    h->max_threads = 0;
+    h->rc_limit = -1;
+    h->tuned = 0;
+    h->best_block = 0;
+    tier_stats.tiered_up++;
+    if (nv_timing()) {
+        fprintf(stderr, "[stax nvrtc] %s: the final version runs from now on\n", h->name);
     }
     return 0;
 }

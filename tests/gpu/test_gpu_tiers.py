@@ -156,6 +156,24 @@ def test_the_cache_keeps_the_final_version_for_the_next_process(tmp_path):
     assert two["sum"] == one["sum"]
 
 
+ONE_CALL = """
+import json, numpy as np, tensorplay as tp
+from tensorplay import _C
+x = tp.from_numpy(np.linspace(-2, 2, 32 * 2999, dtype=np.float32).reshape(32, 2999)).cuda()
+y = tp.compile(lambda a: tp.nn.functional.softmax(a * 0.75, -1), strict_native=True)(x)
+print(json.dumps({"first": _C._nvrtc_tier_stats()["first_versions"],
+                  "bits": y.cpu().numpy().tobytes().hex()}))
+"""
+
+
+def test_a_process_that_exits_after_one_call_still_stores_the_final_version(tmp_path):
+    # no launch swapped it in: exit waits for the compile and stores it
+    one = _child(tmp_path, ONE_CALL)
+    two = _child(tmp_path, ONE_CALL)
+    assert one["first"] == 1 and two["first"] == 0
+    assert one["bits"] == two["bits"]
+
+
 def test_exit_right_after_a_first_call_is_clean(tmp_path):
     code = ("import tensorplay as tp\n"
             "x = tp.randn(512, 4099, device='cuda')\n"
