@@ -286,6 +286,7 @@ lval_reads_output(const stax_kernel *k, const stax_lval *v, lv_seen *seen)
 
 static int tier_take(nvrtc_handle *h, PyObject **cubin);
 static void tier_drop(nvrtc_handle *h);
+static int tier_orphan(nvrtc_handle *h);
 
 static void
 handle_free(nvrtc_handle *h)
@@ -298,8 +299,8 @@ handle_free(nvrtc_handle *h)
     Py_XDECREF(h->cubin);
     if (h->job != NULL) {
         PyObject *cubin = NULL;
-        if (tier_take(h, &cubin) == 0) {  /* a finished one is stored */
-            tier_drop(h);                 /* one still compiling is not */
+        if (tier_take(h, &cubin) == 0 && tier_orphan(h) < 0) {
+            tier_drop(h);      /* stored if done; still compiling: at exit */
         }
         Py_XDECREF(cubin);
     }
@@ -688,11 +689,53 @@ nvrtc_compile_object(stax_backend *be, const stax_kernel *k, const char *sym,
  * next process loads final versions and compiles nothing. */
 static void *pending;
 
+/* the final versions of handles that went while they compiled (a compiled
+ * function dropped right after its first call): stored at exit too */
+typedef struct orphan {
+    struct orphan *next;
+    stax_nvrtc_job *job;
+    stax_object_sink *sink;
+    char name[64];
+} orphan;
+
+static orphan *orphans;
+
+/* a final version's CUBIN into the compile cache, as compile_object
+ * would have given it; no exception */
+static void
+sink_store(stax_object_sink *sink, const char *name, const char *img, size_t n)
+{
+    PyObject *o = object_bytes(cubin_magic, name, img, n);
+    if (o == NULL) {
+        PyErr_Clear();         /* the cache misses it; the kernel runs */
+        return;
+    }
+    sink->put(sink, PyBytes_AS_STRING(o), (size_t)PyBytes_GET_SIZE(o));
+    Py_DECREF(o);
+}
+
 static PyObject *
 flush_at_exit(PyObject *self, PyObject *unused)
 {
     (void)self;
     (void)unused;
+    while (orphans != NULL) {
+        orphan *o = orphans;
+        char *img = NULL;
+        size_t n = 0;
+        int status = 0;
+        orphans = o->next;
+        Py_BEGIN_ALLOW_THREADS
+        stax_nvrtc_job_wait(o->job);
+        Py_END_ALLOW_THREADS
+        if (stax_nvrtc_job_poll(o->job, &img, &n, &status) > 0) {
+            sink_store(o->sink, o->name, img, n);
+            free(img);
+        }
+        stax_nvrtc_job_release(o->job);
+        o->sink->release(o->sink);
+        free(o);
+    }
     while (pending != NULL) {
         nvrtc_handle *h = pending;
         PyObject *cubin = NULL;
@@ -957,6 +1000,26 @@ tier_drop(nvrtc_handle *h)
     }
 }
 
+/* h goes while its final version compiles: the job and the sink move to
+ * the orphans, stored at exit; 0, or -1 (no sink, or no memory) */
+static int
+tier_orphan(nvrtc_handle *h)
+{
+    orphan *o = h->sink != NULL ? calloc(1, sizeof(*o)) : NULL;
+    if (o == NULL) {
+        return -1;
+    }
+    o->job = h->job;
+    o->sink = h->sink;
+    snprintf(o->name, sizeof o->name, "%s", h->name);
+    o->next = orphans;
+    orphans = o;
+    pending_remove(h);
+    h->job = NULL;
+    h->sink = NULL;
+    return 0;
+}
+
 /* The final version of h if the worker is done with it: 1 and *cubin (new
  * bytes), stored in the compile cache when h holds a sink; 0 while it
  * compiles; -1 when it failed (the first version stays: it computes the
@@ -982,15 +1045,8 @@ tier_take(nvrtc_handle *h, PyObject **cubin)
         }
     }
     if (rc > 0 && h->sink != NULL) {
-        PyObject *o = object_bytes(cubin_magic, h->name, PyBytes_AS_STRING(*cubin),
-                                   (size_t)PyBytes_GET_SIZE(*cubin));
-        if (o == NULL) {
-            PyErr_Clear();     /* the cache misses it; the kernel runs */
-        }
-        else {
-            h->sink->put(h->sink, PyBytes_AS_STRING(o), (size_t)PyBytes_GET_SIZE(o));
-            Py_DECREF(o);
-        }
+        sink_store(h->sink, h->name, PyBytes_AS_STRING(*cubin),
+                   (size_t)PyBytes_GET_SIZE(*cubin));
     }
     tier_drop(h);
     if (rc < 0) {
