@@ -399,8 +399,9 @@ fork_child(void)
     pthread_mutex_unlock(&q.mu);
 }
 
-/* interpreter exit (single-threaded): queued jobs are dropped, the compile
- * in progress finishes, the worker is joined */
+/* interpreter exit (only daemon threads left, none with the GIL): queued
+ * jobs are never compiled (their memory goes with the process), the
+ * compile in progress finishes, the worker is joined */
 static void
 worker_join(void)
 {
@@ -412,7 +413,9 @@ worker_join(void)
     pthread_cond_broadcast(&q.cv);
     pthread_mutex_unlock(&q.mu);
     pthread_join(q.th, NULL);
+    pthread_mutex_lock(&q.mu);     /* a daemon thread may still read it */
     q.started = 2;
+    pthread_mutex_unlock(&q.mu);
 }
 
 /* under the GIL: the worker running (0), or -1 with no exception */
@@ -653,11 +656,11 @@ stax_nvrtc_py_warmup_info(PyObject *self, PyObject *args, PyObject *kw)
         (void)warm_start_for(start_arch);
     }
     {
-        int done, status;
+        int done, status, started = warm.started;   /* the GIL's: read with it */
         double ms;
         Py_BEGIN_ALLOW_THREADS
         pthread_mutex_lock(&q.mu);
-        while (wait && warm.started == 1 && !warm.done && q.pid == getpid()
+        while (wait && started == 1 && !warm.done && q.pid == getpid()
                && q.started == 1 && !q.stop) {
             pthread_cond_wait(&q.cv, &q.mu);
         }
@@ -667,7 +670,7 @@ stax_nvrtc_py_warmup_info(PyObject *self, PyObject *args, PyObject *kw)
         pthread_mutex_unlock(&q.mu);
         Py_END_ALLOW_THREADS
         return Py_BuildValue("{sOsOsdsiss}", "started",
-                             warm.started > 0 ? Py_True : Py_False, "done",
+                             started > 0 ? Py_True : Py_False, "done",
                              done ? Py_True : Py_False, "ms",
                              done ? ms : -1.0, "status", done ? status : 0,
                              "arch", warm.arch);
