@@ -6,6 +6,7 @@ Here (no GPU): the worker's compiles are NVRTC's, byte for byte, from any
 thread, across a fork and at exit; errors carry NVRTC's log; the options
 both versions share leave the compiler no contraction to choose.
 tests/gpu/test_gpu_tiers.py runs both versions on a GPU."""
+import json
 import os
 import re
 import subprocess
@@ -134,3 +135,25 @@ def test_both_versions_spell_out_every_rounding():
         assert not re.search(r"\bmul\.f32|\badd\.f32", ptx), "an unrounded op could fuse"
         assert len(re.findall(r"\bfma\.rn\.f32", ptx)) <= n_fmaf * 8
 
+
+@needs_nvrtc
+def test_long_nvrtc_options_are_each_their_own_cache_key(tmp_path):
+    # TENSORPLAY_NVRTC_OPTIONS goes into the compile cache's key whole: option
+    # strings alike in their first 200 bytes (the tag once kept no more) are
+    # other kernels, and the same string again finds its entry
+    here = os.path.dirname(os.path.abspath(__file__))
+    r = _py("import json, os, sys\n"
+            f"sys.path.insert(0, {here!r})\n"
+            "import numpy as np, tensorplay as tp\n"
+            "from _nvrtc import nvrtc_kernels\n"
+            "pre = ' '.join('-DSTAX_UNUSED_MACRO_NUMBER_%02d=1' % i for i in range(7))\n"
+            "assert len(pre) > 200\n"
+            "x = tp.from_numpy(np.ones((8, 64), np.float32))\n"
+            "n = []\n"
+            "for tail in ('-DTAIL=1', '-DTAIL=2', '-DTAIL=1'):\n"
+            "    os.environ['TENSORPLAY_NVRTC_OPTIONS'] = pre + ' ' + tail\n"
+            "    nvrtc_kernels(lambda a: (a * 3 + 1).sum(-1), x, compile=True)\n"
+            "    n.append(tp.compiler.cache_info()['entries'])\n"
+            "print(json.dumps(n))\n",
+            TENSORPLAY_CACHE="1", TENSORPLAY_CACHE_DIR=str(tmp_path))
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == [1, 2, 2]

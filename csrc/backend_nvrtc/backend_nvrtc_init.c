@@ -611,7 +611,7 @@ static const char cubin_magic[4] = {'C', 'B', 'N', '1'};
 static const char *
 nvrtc_cache_tag(stax_backend *be)
 {
-    static char tag[256];
+    static char tag[1024];     /* the knob tag whole: options that differ are other keys */
     const nvrtc_config *cfg = be->state;
     PyObject *v = stax_nvrtc_py_version(NULL, NULL);
     int major = 0, minor = 0;

@@ -2296,10 +2296,10 @@ emit_rr_loop(emitter *m, int s, int fuse, int bx)
 const char *
 stax_nvrtc_knob_tag(void)
 {
-    static char tag[320];
+    static char tag[640];      /* whole options: kernel_options takes < 512 bytes */
     int vm = vec_mode();
     const char *o = stax_nvrtc_extra_options();
-    snprintf(tag, sizeof tag, "%s%s%s%.200s",
+    snprintf(tag, sizeof tag, "%s%s%s%s",
              vm == 1 ? "; vec 1" : vm == 0 ? "" : "; vec auto",
              knob_on("TENSORPLAY_NVRTC_ONEPASS") ? "; onepass 1" : "",
              *o ? "; options " : "", o);
