@@ -88,6 +88,8 @@ typedef struct {
     stax_object_sink *sink;    /* where the final CUBIN goes (the cache) */
     void *pend_prev, *pend_next;   /* the handles holding a sink */
     int attention;             /* an attention stage: fmad on, no tiers */
+    int first;                 /* compiled as a first version: its object
+                                  is never the compile cache's */
 } nvrtc_handle;
 
 /* Bounds of an integer value expression that lowering clamped with
@@ -298,11 +300,14 @@ handle_free(nvrtc_handle *h)
     Py_XDECREF(h->ptx);
     Py_XDECREF(h->cubin);
     if (h->job != NULL) {
-        PyObject *cubin = NULL;
+        /* a handle may go while an exception propagates: kept */
+        PyObject *cubin = NULL, *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
         if (tier_take(h, &cubin) == 0 && tier_orphan(h) < 0) {
             tier_drop(h);      /* stored if done; still compiling: at exit */
         }
         Py_XDECREF(cubin);
+        PyErr_Restore(et, ev, tb);
     }
     stax_cuda_module_unload(h->module);
     stax_cuda_module_unload(h->quick_module);
@@ -458,6 +463,7 @@ tier_compile(nvrtc_handle *h, const char *arch)
         tier_stats.final_queued++;
     }
     tier_stats.first++;
+    h->first = 1;
     return kernel_compile(h, arch, 1);
 }
 
@@ -719,7 +725,21 @@ flush_at_exit(PyObject *self, PyObject *unused)
 {
     (void)self;
     (void)unused;
-    while (orphans != NULL) {
+    for (;;) {
+        /* each wait lets the GIL go, and another thread (a daemon) may
+         * free a handle or drop its job meanwhile: what is waited for is
+         * first moved to the orphans, owned here alone */
+        while (pending != NULL) {
+            nvrtc_handle *h = pending;
+            PyObject *cubin = NULL;
+            if (tier_orphan(h) < 0 && tier_take(h, &cubin) == 0) {
+                tier_drop(h);  /* no memory for an orphan: stored only if done */
+            }
+            Py_XDECREF(cubin);
+        }
+        if (orphans == NULL) {
+            break;
+        }
         orphan *o = orphans;
         char *img = NULL;
         size_t n = 0;
@@ -735,17 +755,6 @@ flush_at_exit(PyObject *self, PyObject *unused)
         stax_nvrtc_job_release(o->job);
         o->sink->release(o->sink);
         free(o);
-    }
-    while (pending != NULL) {
-        nvrtc_handle *h = pending;
-        PyObject *cubin = NULL;
-        Py_BEGIN_ALLOW_THREADS
-        stax_nvrtc_job_wait(h->job);
-        Py_END_ALLOW_THREADS
-        if (tier_take(h, &cubin) == 0) {
-            tier_drop(h);      /* the worker stopped before it */
-        }
-        Py_XDECREF(cubin);
     }
     Py_RETURN_NONE;
 }
@@ -792,15 +801,23 @@ pending_remove(nvrtc_handle *h)
     h->pend_prev = h->pend_next = NULL;
 }
 
-/* the vtable's defer_object: a first version's handle takes the sink */
+/* the vtable's defer_object: a first version's handle takes the sink; one
+ * with no final version coming (TENSORPLAY_NVRTC_TIERS=quick) stores
+ * nothing, so that a later process never loads a first version */
 static int
 nvrtc_defer_object(stax_backend *be, void *handle, stax_object_sink *sink)
 {
     nvrtc_handle *h = handle;
     (void)be;
-    if (h->job == NULL || h->sink != NULL || flush_at_exit_registered() < 0) {
-        return 0;
+    if (!h->first) {
+        return 0;              /* final: the cache stores it now */
     }
+    if (h->job == NULL || h->sink != NULL) {
+        sink->release(sink);
+        return 1;
+    }
+    /* without the exit hook it is stored at the swap or when h goes */
+    (void)flush_at_exit_registered();
     h->sink = sink;
     h->pend_next = pending;
     if (pending != NULL) {
@@ -1023,19 +1040,29 @@ tier_orphan(nvrtc_handle *h)
 /* The final version of h if the worker is done with it: 1 and *cubin (new
  * bytes), stored in the compile cache when h holds a sink; 0 while it
  * compiles; -1 when it failed (the first version stays: it computes the
- * same; STAX_NVRTC_TIMING says so). Past 0, h has no job and no sink. No
- * exception in any case. */
+ * same; STAX_NVRTC_TIMING says so). Past 0, h has no job and no sink, and
+ * h may be gone: the store runs the cache's log hook (Python code) that
+ * may free h (a pending handle at exit, whose program is garbage), so the
+ * caller touches h again only if it owns it. No exception in any case. */
 static int
 tier_take(nvrtc_handle *h, PyObject **cubin)
 {
-    char *img = NULL;
+    char *img = NULL, name[sizeof(h->name)];
     size_t n = 0;
     int status = 0, rc = h->job != NULL ? stax_nvrtc_job_poll(h->job, &img, &n, &status) : -1;
+    stax_object_sink *sink = h->sink;
     if (rc == 0) {
         return 0;
     }
+    /* h lets go of the job and the sink before any Python code runs */
     stax_nvrtc_job_release(h->job);
     h->job = NULL;
+    if (sink != NULL) {
+        h->sink = NULL;
+        pending_remove(h);
+    }
+    snprintf(name, sizeof name, "%s", h->name);
+    h = NULL;
     if (rc > 0) {
         *cubin = PyBytes_FromStringAndSize(img, (Py_ssize_t)n);
         free(img);
@@ -1044,16 +1071,17 @@ tier_take(nvrtc_handle *h, PyObject **cubin)
             rc = -1;
         }
     }
-    if (rc > 0 && h->sink != NULL) {
-        sink_store(h->sink, h->name, PyBytes_AS_STRING(*cubin),
-                   (size_t)PyBytes_GET_SIZE(*cubin));
+    if (rc > 0 && sink != NULL) {
+        sink_store(sink, name, PyBytes_AS_STRING(*cubin), (size_t)PyBytes_GET_SIZE(*cubin));
     }
-    tier_drop(h);
+    if (sink != NULL) {
+        sink->release(sink);
+    }
     if (rc < 0) {
         tier_stats.final_failed++;
         if (nv_timing()) {
             fprintf(stderr, "[stax nvrtc] %s: the final version failed (status %d); the "
-                    "first one stays\n", h->name, status);
+                    "first one stays\n", name, status);
         }
     }
     return rc;

@@ -120,9 +120,10 @@ def test_a_cuda_graph_takes_the_final_versions(monkeypatch):
                                rtol=1e-4, atol=1e-5)
 
 
-def _child(cache_dir, code):
+def _child(cache_dir, code, **extra):
     env = dict(os.environ, TENSORPLAY_CACHE_DIR=str(cache_dir), TENSORPLAY_CACHE="1")
     env.pop("TENSORPLAY_NVRTC_TIERS", None)
+    env.update(extra)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        env=env, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -154,6 +155,19 @@ def test_the_cache_keeps_the_final_version_for_the_next_process(tmp_path):
     two = _child(tmp_path, CHILD)
     assert two["first"] == 0 and two["up"] == 0 and two["same"]
     assert two["sum"] == one["sum"]
+
+
+def test_first_versions_only_leave_the_cache_empty(tmp_path):
+    # TENSORPLAY_NVRTC_TIERS=quick runs first versions and compiles no final
+    # one: nothing is stored, so the next process compiles (and tiers) again
+    # instead of loading a first version for good
+    quick = _child(tmp_path, CHILD, TENSORPLAY_NVRTC_TIERS="quick")
+    assert quick["first"] == 1 and quick["up"] == 0 and quick["same"]
+    one = _child(tmp_path, CHILD)
+    assert one["first"] == 1 and one["up"] == 1 and one["same"]
+    two = _child(tmp_path, CHILD)
+    assert two["first"] == 0 and two["up"] == 0
+    assert quick["sum"] == one["sum"] == two["sum"]
 
 
 ONE_CALL = """
