@@ -255,6 +255,7 @@ static struct {
     pthread_t th;
     pid_t pid;                     /* a forked child has no worker */
     int stop, busy;
+    int forking;                   /* a fork waits: start no new job */
     struct stax_nvrtc_job *head, *tail;
 } q = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
@@ -351,7 +352,7 @@ worker_main(void *unused)
     pthread_mutex_lock(&q.mu);
     for (;;) {
         struct stax_nvrtc_job *j;
-        while (!q.stop && q.head == NULL) {
+        while (!q.stop && (q.head == NULL || q.forking)) {
             pthread_cond_wait(&q.cv, &q.mu);
         }
         if (q.stop) {
@@ -375,11 +376,14 @@ worker_main(void *unused)
 
 /* a fork waits until no compile is in progress and holds q.mu across it:
  * a child forked while NVRTC held its locks in the worker would hang in
- * its first compile */
+ * its first compile. q.forking keeps the worker from starting the next
+ * job meanwhile (without it os.fork, GIL held, waited for the whole
+ * queue: the worker retakes q.mu first) */
 static void
 fork_prepare(void)
 {
     pthread_mutex_lock(&q.mu);
+    q.forking++;
     while (q.busy && q.pid == getpid()) {
         pthread_cond_wait(&q.cv, &q.mu);
     }
@@ -388,6 +392,12 @@ fork_prepare(void)
 static void
 fork_parent(void)
 {
+    q.forking--;
+    if (q.pid == getpid()) {
+        /* the worker's process: in a forked child q.cv may count waiters
+         * that live only in its parent, and a broadcast waits for them */
+        pthread_cond_broadcast(&q.cv);
+    }
     pthread_mutex_unlock(&q.mu);
 }
 
@@ -396,6 +406,8 @@ fork_child(void)
 {
     /* no worker here (q.pid says so): queued jobs stay queued, and
      * stax_nvrtc_job_poll calls them failed */
+    q.forking = 0;
+    pthread_cond_init(&q.cv, NULL);    /* the parent's waiters are not here */
     pthread_mutex_unlock(&q.mu);
 }
 
