@@ -81,3 +81,16 @@ def test_forks_of_forks_while_compiles_wait_do_not_hang():
             "ok = all(res[i] == _C.nvrtc_compile(K % (i, i), 'k.cu', 'sm_90') for i in range(8))\n"
             "print(os.waitstatus_to_exitcode(st), ok)\n", timeout=60)
     assert r.stdout.split() == ["0", "True"]
+
+
+@needs_nvrtc
+def test_a_compile_that_makes_no_cubin_is_an_error():
+    # -dlto (say in TENSORPLAY_NVRTC_OPTIONS) makes LTO IR: NVRTC reports
+    # success with a 0-byte CUBIN, which no module load takes
+    src = KERNEL % (1, 1)
+    with pytest.raises(_C.NVRTCError, match="no CUBIN"):
+        _C.nvrtc_compile(src, "k.cu", "sm_90", ["-dlto"])
+    with pytest.raises(_C.NVRTCError, match="no CUBIN"):
+        _C._nvrtc_compile_in_background(src, "k.cu", "sm_90", ["-dlto"])
+    assert _C._nvrtc_compile_in_background(src, "k.cu", "sm_90") == \
+        _C.nvrtc_compile(src, "k.cu", "sm_90")

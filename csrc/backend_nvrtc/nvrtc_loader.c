@@ -316,7 +316,10 @@ job_run(struct stax_nvrtc_job *j)
         st = nv.CompileProgram(prog, n, opts);
         if (st == 0 && !j->warm) {
             st = nv.GetCUBINSize(prog, &nout);
-            if (st == 0 && (out = malloc(nout ? nout : 1)) == NULL) {
+            if (st == 0 && nout == 0) {
+                st = -1;           /* no CUBIN (-dlto makes LTO IR) */
+            }
+            if (st == 0 && (out = malloc(nout)) == NULL) {
                 st = -1;
             }
             if (st == 0) {
@@ -818,6 +821,12 @@ stax_nvrtc_compile_source(const char *src, const char *name,
     if (nvrtc_check(cubin ? nv.GetCUBINSize(prog, &n)
                           : nv.GetPTXSize(prog, &n), "nvrtcGetPTXSize",
                     prog) < 0) {
+        goto done;
+    }
+    if (cubin && n == 0) {
+        /* an option such as -dlto: LTO IR, which no module load takes */
+        PyErr_SetString(stax_nvrtc_error, "NVRTC made no CUBIN (an option such as -dlto "
+                        "asks for LTO IR instead)");
         goto done;
     }
     buf = PyMem_Malloc(n + 1);
