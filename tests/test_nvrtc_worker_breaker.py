@@ -94,3 +94,17 @@ def test_a_compile_that_makes_no_cubin_is_an_error():
         _C._nvrtc_compile_in_background(src, "k.cu", "sm_90", ["-dlto"])
     assert _C._nvrtc_compile_in_background(src, "k.cu", "sm_90") == \
         _C.nvrtc_compile(src, "k.cu", "sm_90")
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("compile_", [_C.nvrtc_compile, _C._nvrtc_compile_in_background])
+def test_options_nvrtc_would_misread_are_refused(compile_):
+    src = KERNEL % (1, 1)
+    # NVRTC reads a C string: "-w\0junk" went in as "-w"
+    with pytest.raises(ValueError, match="embedded null character"):
+        compile_(src, "k.cu", "sm_90", ["-w\0--use_fast_math"])
+    # a str is a sequence of one-character options
+    with pytest.raises(TypeError, match="not str"):
+        compile_(src, "k.cu", "sm_90", "-w")
+    assert compile_(src, "k.cu", "sm_90", ("-w",)) == _C.nvrtc_compile(src, "k.cu", "sm_90",
+                                                                       ["-w"])

@@ -1360,6 +1360,10 @@ nvrtc_py_compile_bg(PyObject *self, PyObject *args, PyObject *kw)
         return NULL;
     }
     if (options != Py_None) {
+        if (PyUnicode_Check(options)) {
+            PyErr_SetString(PyExc_TypeError, "options must be a sequence of str, not str");
+            return NULL;
+        }
         if ((seq = PySequence_Fast(options, "options must be a sequence of str")) == NULL) {
             return NULL;
         }
@@ -1369,7 +1373,13 @@ nvrtc_py_compile_bg(PyObject *self, PyObject *args, PyObject *kw)
             goto done;
         }
         for (Py_ssize_t i = 0; i < nopt; i++) {
-            if ((opts[i] = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(seq, i))) == NULL) {
+            Py_ssize_t len = 0;
+            if ((opts[i] = PyUnicode_AsUTF8AndSize(PySequence_Fast_GET_ITEM(seq, i), &len))
+                == NULL) {
+                goto done;
+            }
+            if (strlen(opts[i]) != (size_t)len) {
+                PyErr_SetString(PyExc_ValueError, "embedded null character in an option");
                 goto done;
             }
         }

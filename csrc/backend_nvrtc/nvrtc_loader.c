@@ -790,15 +790,25 @@ stax_nvrtc_compile_source(const char *src, const char *name,
     opts[nopt++] = archopt;
     opts[nopt++] = "--std=c++17";
     if (options != NULL && options != Py_None) {
-        /* the option strings live as long as optseq (released at done) */
-        optseq = PySequence_Fast(options, "options must be a sequence of "
-                                 "str");
+        /* the option strings live as long as optseq (released at done);
+         * a str would be read as its characters */
+        optseq = PyUnicode_Check(options)
+                     ? NULL : PySequence_Fast(options, "options must be a sequence of str");
         if (optseq == NULL) {
+            if (!PyErr_Occurred()) {
+                PyErr_SetString(PyExc_TypeError, "options must be a sequence of str, not str");
+            }
             return NULL;
         }
         for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(optseq); i++) {
-            const char *o = PyUnicode_AsUTF8(
-                PySequence_Fast_GET_ITEM(optseq, i));
+            Py_ssize_t len = 0;
+            const char *o = PyUnicode_AsUTF8AndSize(
+                PySequence_Fast_GET_ITEM(optseq, i), &len);
+            if (o != NULL && strlen(o) != (size_t)len) {
+                /* NVRTC would read it cut at the NUL */
+                PyErr_SetString(PyExc_ValueError, "embedded null character in an option");
+                goto done;
+            }
             if (o == NULL || nopt >= 64) {
                 if (o != NULL) {
                     PyErr_SetString(PyExc_ValueError, "too many options");
