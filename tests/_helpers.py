@@ -2,6 +2,9 @@
 them as ``from _helpers import ...``)."""
 import contextlib
 import logging
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -71,3 +74,26 @@ def recompile_log(seed_lines_only=False):
     finally:
         tp.compiler.set_logs(recompiles=False)
         lg.removeHandler(h)
+
+
+def run_python(code, timeout=300, **env):
+    """Run `code` in a fresh interpreter with this environment plus `env`;
+    assert it exits 0 (its output in the message otherwise) and return the
+    CompletedProcess (text stdout/stderr). For what happens once per
+    process: a thread's start, a fork, exit."""
+    e = dict(os.environ)
+    e.update(env)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env=e, timeout=timeout)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r
+
+
+def kernel_names(cf):
+    """Names of the kernels of every version a compiled function holds."""
+    from tensorplay.compiler._aliasing import unwrap
+    names = []
+    for v in cf.versions:
+        p = unwrap(v.artifact)
+        names += [k.name for k in (getattr(p, "kernels", None) or [])]
+    return names

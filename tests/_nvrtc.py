@@ -34,6 +34,16 @@ def nvrtc_compile(fn, *args, compile=True, strict=True, dynamic=False,
     return cf, progs
 
 
+def nvrtc_program(fn, *args):
+    """The one CompiledProgram nvrtc_compile makes for fn(*args), checked to
+    be the NVRTC back end's with nothing run eagerly."""
+    _, progs = nvrtc_compile(fn, *args)
+    assert len(progs) == 1
+    p = progs[0]
+    assert p.backend == "nvrtc" and p.fallbacks == 0
+    return p
+
+
 def nvrtc_kernels(fn, *args, **kw):
     """The kernels (name, source = CUDA C, loop_ir, bytes_read,
     bytes_written) of every program nvrtc_compile makes for fn(*args)."""

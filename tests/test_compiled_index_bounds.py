@@ -16,7 +16,7 @@ import pytest
 import tensorplay as tp
 import tensorplay._C as C
 import _index_bounds_cases as B
-from _nvrtc import nvrtc_compile
+from _nvrtc import nvrtc_program
 
 needs_nvrtc = pytest.mark.skipif(
     not C.nvrtc_available(),
@@ -140,20 +140,12 @@ def test_program_made_index_out_of_range_keeps_its_check(name):
 
 # ------------------------------------------------------------ NVRTC lowering
 
-def _nvrtc_program(fn, *args):
-    _, progs = nvrtc_compile(fn, *args)
-    assert len(progs) == 1
-    p = progs[0]
-    assert p.backend == "nvrtc" and p.fallbacks == 0
-    return p
-
-
 @needs_nvrtc
 @pytest.mark.parametrize("idt", IDX_DTYPES, ids=str)
 @pytest.mark.parametrize("case", sorted(B.CASES))
 def test_nvrtc_gathers_are_clamped_and_checked_once(case, idt):
     fn, _, good, n, wraps = B.CASES[case]
-    p = _nvrtc_program(fn, B.data(case), tp.tensor(good, dtype=idt))
+    p = nvrtc_program(fn, B.data(case), tp.tensor(good, dtype=idt))
     # one check per index tensor however many loads read it ("two_uses")
     checks = [k for k in p.kernels if "index_check" in k.name]
     assert len(checks) == 1, [k.name for k in p.kernels]
@@ -178,9 +170,9 @@ def test_nvrtc_gathers_are_clamped_and_checked_once(case, idt):
 @needs_nvrtc
 def test_nvrtc_constant_index_has_no_check():
     x = tp.randn(5, 3)
-    p = _nvrtc_program(lambda x: x.index_select(0, tp.tensor([1, 4])) * 2, x)
+    p = nvrtc_program(lambda x: x.index_select(0, tp.tensor([1, 4])) * 2, x)
     assert not any("index_check" in k.name for k in p.kernels)
-    p = _nvrtc_program(lambda x: x[tp.arange(5) - 5] * 2, x)
+    p = nvrtc_program(lambda x: x[tp.arange(5) - 5] * 2, x)
     assert not any("index_check" in k.name for k in p.kernels)
 
 
@@ -189,7 +181,7 @@ def test_nvrtc_two_index_tensors_two_checks():
     """one check per index tensor: two tensors, two checks (one kernel may
     hold both)"""
     x = tp.randn(5, 3)
-    p = _nvrtc_program(lambda x, i, j: x.index_select(0, i) + x.index_select(0, j),
+    p = nvrtc_program(lambda x, i, j: x.index_select(0, i) + x.index_select(0, j),
                        x, tp.tensor([1, 2]), tp.tensor([0, 3]))
     ir = "\n".join(k.loop_ir for k in p.kernels if "index_check" in k.name)
     assert ir.count("any[bool](or(lt(") == 2, ir

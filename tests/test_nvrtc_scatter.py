@@ -22,7 +22,7 @@ import pytest
 import tensorplay as tp
 import tensorplay._C as C
 import _scatter_cases as SC
-from _nvrtc import nvrtc_compile
+from _nvrtc import nvrtc_program
 
 needs_nvrtc = pytest.mark.skipif(
     not C.nvrtc_available(),
@@ -77,20 +77,12 @@ def _ptx_op(fn, dt):
     return "atom.global.cas.b64" if name in ("float64", "int64") else "atom.global.cas.b32"
 
 
-def _program(fn, *args):
-    _, progs = nvrtc_compile(fn, *args)
-    assert len(progs) == 1
-    p = progs[0]
-    assert p.backend == "nvrtc" and p.fallbacks == 0
-    return p
-
-
 @needs_nvrtc
 @pytest.mark.parametrize("dt", DTYPES, ids=str)
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_scatter_family_lowers_to_atomic_kernels_that_compile(case, dt):
     fn, label, helper, init = CASES[case]
-    p = _program(fn, *_data(dt))
+    p = nvrtc_program(fn, *_data(dt))
     # kernels only: no sequential host step
     assert all(s.startswith("kernel ") for s in p.steps), p.steps
     names = [k.name for k in p.kernels]
@@ -121,7 +113,7 @@ def test_scatter_index_is_clamped_and_range_checked():
     kernel flags an index out of range (the program's runtime check, whose
     rerun raises eager's error)"""
     x, i, s = _data(tp.float32)
-    p = _program(lambda x, i, s: x.scatter_add(1, i, s), x, i, s)
+    p = nvrtc_program(lambda x, i, s: x.scatter_add(1, i, s), x, i, s)
     check = [k for k in p.kernels if "index_check" in k.name]
     assert len(check) == 1
     assert "ge(buf0[" in check[0].loop_ir and ", 6)" in check[0].loop_ir
@@ -136,7 +128,7 @@ def test_scatter_kernels_keep_their_order_and_fuse_with_nothing():
     self, which would read out before the atomics), and self's producer is
     inlined into the copy"""
     x, i, s = _data(tp.float32)
-    p = _program(lambda x, i, s: (x * 2 + 1).scatter_reduce(1, i, s, "amax",
+    p = nvrtc_program(lambda x, i, s: (x * 2 + 1).scatter_reduce(1, i, s, "amax",
                                                             include_self=False).exp() + x,
                  x, i, s)
     names = [k.name for k in p.kernels]
@@ -151,13 +143,13 @@ def test_scatter_kernels_keep_their_order_and_fuse_with_nothing():
 @needs_nvrtc
 def test_scatter_mean_divides_by_the_counts_where_read():
     x, i, s = _data(tp.float32)
-    p = _program(lambda x, i, s: x.scatter_reduce(1, i, s, "mean", include_self=False), x, i, s)
+    p = nvrtc_program(lambda x, i, s: x.scatter_reduce(1, i, s, "mean", include_self=False), x, i, s)
     k = [k for k in p.kernels if "scatter_mean" in k.name][0]
     assert k.loop_ir.count("atomic+=") == 2        # the sums and the counts
     last = p.kernels[-1].loop_ir
     assert "div(" in last and "max(" in last, last
     x, i, s = _data(tp.int64)
-    p = _program(lambda x, i, s: x.scatter_reduce(1, i, s, "mean"), x, i, s)
+    p = nvrtc_program(lambda x, i, s: x.scatter_reduce(1, i, s, "mean"), x, i, s)
     assert "floordiv(" in p.kernels[-1].loop_ir
 
 
@@ -171,7 +163,7 @@ def test_scatter_3d_dims_compile(shape, dim):
     ish[(dim + 1) % 3] -= 1                      # an index smaller than self off dim
     i = tp.randint(0, n, tuple(ish))
     s = tp.randn(*ish)
-    p = _program(lambda x, i, s: x.scatter_reduce(dim, i, s, "sum", include_self=False),
+    p = nvrtc_program(lambda x, i, s: x.scatter_reduce(dim, i, s, "sum", include_self=False),
                  x, i, s)
     assert all(st.startswith("kernel ") for st in p.steps)
     for k in p.kernels:
@@ -247,9 +239,9 @@ def test_combine_is_part_of_the_compile_cache_key():
     g = tp.Generator().manual_seed(5)
     x, s = tp.randn(7, 13, generator=g), tp.randn(7, 5, generator=g)
     i = tp.randint(0, 13, (7, 5), generator=g)
-    _program(lambda x, i, s: x.scatter_reduce(1, i, s, "amax"), x, i, s)
+    nvrtc_program(lambda x, i, s: x.scatter_reduce(1, i, s, "amax"), x, i, s)
     before = C._cache_counters()
-    _program(lambda x, i, s: x.scatter_reduce(1, i, s, "amin"), x, i, s)
+    nvrtc_program(lambda x, i, s: x.scatter_reduce(1, i, s, "amin"), x, i, s)
     hits, misses, compiles = (a - b for a, b in zip(C._cache_counters(), before))
     assert compiles == 1 and hits >= 2, (hits, misses, compiles)
 

@@ -9,8 +9,6 @@ tests/gpu/test_gpu_tiers.py runs both versions on a GPU."""
 import json
 import os
 import re
-import subprocess
-import sys
 import threading
 
 import numpy as np
@@ -18,6 +16,7 @@ import pytest
 
 import tensorplay as tp
 from tensorplay import _C
+from _helpers import run_python
 from _nvrtc import nvrtc_kernels
 
 needs_nvrtc = pytest.mark.skipif(not _C.nvrtc_available(),
@@ -33,15 +32,6 @@ def _ex11_source():
     x = tp.from_numpy(np.ones((8, 4096), np.float32))
     (k,) = nvrtc_kernels(lambda a, b: (tp.relu(a + b) * 2).sum(-1), x, x, compile=False)
     return k.name, k.source
-
-
-def _py(code, **env):
-    e = dict(os.environ)
-    e.update(env)
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       env=e, timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
-    return r
 
 
 @needs_nvrtc
@@ -88,7 +78,7 @@ def test_errors_carry_nvrtcs_log_and_bad_arguments_are_refused():
 @needs_nvrtc
 def test_a_fork_while_the_worker_compiles_leaves_both_sides_working():
     name, src = _ex11_source()
-    r = _py("import os, threading\n"
+    r = run_python("import os, threading\n"
             "from tensorplay import _C\n"
             f"src = {src!r}\n"
             "res = []\n"
@@ -108,7 +98,7 @@ def test_a_fork_while_the_worker_compiles_leaves_both_sides_working():
 @needs_nvrtc
 def test_exit_with_compiles_queued_is_clean():
     # queued jobs are dropped, the one compiling finishes, the worker is joined
-    r = _py("import threading\n"
+    r = run_python("import threading\n"
             "from tensorplay import _C\n"
             f"K = {KERNEL!r}\n"
             "for i in range(4):\n"
@@ -142,7 +132,7 @@ def test_long_nvrtc_options_are_each_their_own_cache_key(tmp_path):
     # strings alike in their first 200 bytes (the tag once kept no more) are
     # other kernels, and the same string again finds its entry
     here = os.path.dirname(os.path.abspath(__file__))
-    r = _py("import json, os, sys\n"
+    r = run_python("import json, os, sys\n"
             f"sys.path.insert(0, {here!r})\n"
             "import numpy as np, tensorplay as tp\n"
             "from _nvrtc import nvrtc_kernels\n"

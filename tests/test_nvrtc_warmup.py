@@ -5,14 +5,12 @@ first-call goal). Here (no GPU): the kernel it compiles is valid CUDA C for
 the architectures the back end targets, and nothing starts without CUDA.
 tests/gpu/test_gpu_nvrtc_warmup.py checks the thread on a GPU machine."""
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 import tensorplay as tp
 from tensorplay import _C
+from _helpers import run_python
 
 needs_nvrtc = pytest.mark.skipif(not _C.nvrtc_available(),
                                  reason="libnvrtc not found (pip install nvidia-cuda-nvrtc-cu12)")
@@ -38,18 +36,9 @@ def test_warm_source_compiles(arch):
         assert ".local" not in out        # the block reduction stays in registers/shared
 
 
-def _py(code, **env):
-    e = dict(os.environ)
-    e.update(env)
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       env=e, timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
-    return r
-
-
 @pytest.mark.skipif(tp.cuda.is_available(), reason="checks a machine without CUDA")
 def test_nothing_starts_without_cuda():
-    r = _py("import json, tensorplay as tp\n"
+    r = run_python("import json, tensorplay as tp\n"
             "from tensorplay import _C\n"
             "try:\n"
             "    tp.ones(2, device='cuda')\n"
@@ -63,7 +52,7 @@ def test_nothing_starts_without_cuda():
 @needs_nvrtc
 def test_the_thread_compiles_the_warm_kernel():
     # started by hand for sm_90 (no GPU here): the same thread CUDA starts
-    r = _py("import json\n"
+    r = run_python("import json\n"
             "from tensorplay import _C\n"
             "print(json.dumps(_C._nvrtc_warmup(True, 'sm_90')))\n")
     info = json.loads(r.stdout.strip().splitlines()[-1])
@@ -75,19 +64,19 @@ def test_the_thread_compiles_the_warm_kernel():
 def test_exit_while_the_thread_runs_is_clean():
     # the interpreter joins the thread before NVRTC's own teardown
     for _ in range(2):
-        r = _py("from tensorplay import _C\n_C._nvrtc_warmup(False, 'sm_90')\n")
+        r = run_python("from tensorplay import _C\n_C._nvrtc_warmup(False, 'sm_90')\n")
         assert r.stderr == ""
 
 
 @needs_nvrtc
 def test_it_starts_once_and_can_be_turned_off():
-    r = _py("import json\n"
+    r = run_python("import json\n"
             "from tensorplay import _C\n"
             "a = _C._nvrtc_warmup(True, 'sm_90')\n"
             "b = _C._nvrtc_warmup(True, 'sm_80')\n"
             "print(json.dumps([a['arch'], b['arch'], a['ms'] == b['ms']]))\n")
     assert json.loads(r.stdout.strip().splitlines()[-1]) == ["sm_90", "sm_90", True]
-    r = _py("import json\n"
+    r = run_python("import json\n"
             "from tensorplay import _C\n"
             "print(json.dumps(_C._nvrtc_warmup(True, 'sm_90')))\n",
             TENSORPLAY_NVRTC_WARMUP="0")
@@ -99,7 +88,7 @@ def test_a_fork_during_the_warmup_leaves_the_child_a_working_nvrtc():
     # fork waits until the worker is not compiling (pthread_atfork): a child
     # forked while NVRTC held its locks in the thread would hang in its
     # first compile; the parent's warm-up still completes
-    r = _py("import os, sys\n"
+    r = run_python("import os, sys\n"
             "from tensorplay import _C\n"
             "_C._nvrtc_warmup(False, 'sm_90')\n"
             "pid = os.fork()\n"
@@ -114,7 +103,7 @@ def test_a_fork_during_the_warmup_leaves_the_child_a_working_nvrtc():
 
 @needs_nvrtc
 def test_waiting_from_many_threads_returns_in_all_of_them():
-    r = _py("import threading\n"
+    r = run_python("import threading\n"
             "from tensorplay import _C\n"
             "_C._nvrtc_warmup(False, 'sm_90')\n"
             "out = []\n"
@@ -129,7 +118,7 @@ def test_waiting_from_many_threads_returns_in_all_of_them():
 @needs_nvrtc
 @pytest.mark.parametrize("off", ["0", "false", "OFF", "no"])
 def test_every_spelling_of_off_turns_it_off(off):
-    r = _py("import json\n"
+    r = run_python("import json\n"
             "from tensorplay import _C\n"
             "print(json.dumps(_C._nvrtc_warmup(True, 'sm_90')))\n",
             TENSORPLAY_NVRTC_WARMUP=off)

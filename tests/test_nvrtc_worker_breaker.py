@@ -2,13 +2,11 @@
 worker") under abuse: a fork with many compiles queued, compiles that make
 no CUBIN, option strings NVRTC would read cut short. Subprocesses for
 anything that could hang, always with a timeout."""
-import os
-import subprocess
-import sys
 
 import pytest
 
 from tensorplay import _C
+from _helpers import run_python
 
 needs_nvrtc = pytest.mark.skipif(not _C.nvrtc_available(),
                                  reason="libnvrtc not found (pip install nvidia-cuda-nvrtc-cu12)")
@@ -17,9 +15,7 @@ KERNEL = 'extern "C" __global__ void k%d(float *x) { x[threadIdx.x] *= %d.0f; }'
 
 
 def _py(code, timeout=120):
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       env=dict(os.environ), timeout=timeout)
-    assert r.returncode == 0, r.stdout + r.stderr
+    r = run_python(code, timeout)
     assert r.stderr == ""
     return r
 

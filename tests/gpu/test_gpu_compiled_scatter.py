@@ -30,15 +30,7 @@ pytestmark = pytest.mark.skipif(not tp.cuda.is_available(),
 
 import _scatter_cases as SC  # noqa: E402
 from _cuda_data import on_device  # noqa: E402
-
-
-def _kernel_names(cf):
-    from tensorplay.compiler._aliasing import unwrap
-    names = []
-    for v in cf.versions:
-        p = unwrap(v.artifact)
-        names += [k.name for k in (getattr(p, "kernels", None) or [])]
-    return names
+from _helpers import kernel_names  # noqa: E402
 
 
 def _run(mode, dt, shape, dim, **kw):
@@ -57,7 +49,7 @@ def _run(mode, dt, shape, dim, **kw):
 @pytest.mark.parametrize("mode", sorted(SC.MODES))
 def test_compiled_scatter_on_cuda_equals_cpu_eager(mode, dt, shape, dim):
     cf = _run(mode, dt, shape, dim)
-    names = _kernel_names(cf)
+    names = kernel_names(cf)
     assert any("scatter_self" in n for n in names), names       # the new step, not the hit mask
 
 
@@ -188,7 +180,7 @@ def _timing(reps=20):
         cf = tp.compile(lambda x, i, s: x.scatter_add(0, i, s), strict_native=True)
         ms = bench(lambda: cf(x, i, s))
         print(f"{n_index:>8} indices -> {n_out:>7}: compiled, atomics   {ms:9.3f} ms/call "
-              f"kernels {_kernel_names(cf)}")
+              f"kernels {kernel_names(cf)}")
         if n_index <= 10 ** 5:
             old = D._seq_ok
             D._seq_ok = lambda *a: False          # the hit-mask decomposition
@@ -198,7 +190,7 @@ def _timing(reps=20):
             finally:
                 D._seq_ok = old
             print(f"{n_index:>8} indices -> {n_out:>7}: compiled, hit mask  {ms:9.3f} ms/call "
-                  f"kernels {len(_kernel_names(cf2))}")
+                  f"kernels {len(kernel_names(cf2))}")
         if torch is not None:
             try:
                 tx, ti, ts = (torch.from_dlpack(t) for t in (x, i, s))

@@ -21,18 +21,10 @@ pytestmark = pytest.mark.skipif(not tp.cuda.is_available(),
                                 reason="needs an NVIDIA GPU and its driver (libcuda)")
 
 import _index_bounds_cases as B  # noqa: E402
+from _helpers import kernel_names  # noqa: E402
 
 IDX_DTYPES = [tp.int64, tp.int32]
 CASE_VALUES = [(case, v) for case in sorted(B.CASES) for v in B.index_values(case)]
-
-
-def _kernel_names(cf):
-    from tensorplay.compiler._aliasing import unwrap
-    names = []
-    for v in cf.versions:
-        p = unwrap(v.artifact)
-        names += [k.name for k in (getattr(p, "kernels", None) or [])]
-    return names
 
 
 @pytest.mark.parametrize("idt", IDX_DTYPES, ids=str)
@@ -47,7 +39,7 @@ def test_compiled_cuda_raises_eagers_error_or_matches(case, values, idt):
     got = B.outcome(cf, xd, good.cuda())              # compiled on good values
     B.same(got, B.outcome(fn, x, good))
     assert not cf.stats().get("fallbacks"), cf.stats()
-    assert any("index_check" in n for n in _kernel_names(cf)), _kernel_names(cf)
+    assert any("index_check" in n for n in kernel_names(cf)), kernel_names(cf)
     want_host = B.outcome(fn, x, i)
     want_dev = B.outcome(fn, xd, i.cuda())
     B.same(want_dev, want_host)                       # eager CUDA is eager CPU

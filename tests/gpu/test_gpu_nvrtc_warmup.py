@@ -6,29 +6,18 @@ once per process).
     sh scripts/gpu/build.sh .gpu python3 -m pytest tests/gpu   # on a GPU machine
 """
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 import tensorplay as tp
+from _helpers import run_python
 
 pytestmark = pytest.mark.skipif(not tp.cuda.is_available(),
                                 reason="needs an NVIDIA GPU and its driver (libcuda)")
 
 
-def _run(code, **env):
-    e = dict(os.environ)
-    e.update(env)
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       env=e, timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
-    return r
-
-
 def test_first_cuda_tensor_starts_the_warmup_and_it_compiles():
-    r = _run("import json, tensorplay as tp\n"
+    r = run_python("import json, tensorplay as tp\n"
              "from tensorplay import _C\n"
              "assert _C._nvrtc_warmup()['started'] is False\n"
              "x = tp.ones(3, device='cuda')\n"
@@ -39,7 +28,7 @@ def test_first_cuda_tensor_starts_the_warmup_and_it_compiles():
 
 
 def test_warmup_can_be_turned_off():
-    r = _run("import json, tensorplay as tp\n"
+    r = run_python("import json, tensorplay as tp\n"
              "from tensorplay import _C\n"
              "x = tp.ones(3, device='cuda')\n"
              "print(json.dumps(_C._nvrtc_warmup(True)))\n",
@@ -51,13 +40,13 @@ def test_warmup_can_be_turned_off():
 def test_exit_right_after_the_first_cuda_tensor_is_clean():
     # the interpreter waits for the thread: no crash in libnvrtc at exit
     for _ in range(3):
-        r = _run("import tensorplay as tp\nx = tp.ones(3, device='cuda')\n")
+        r = run_python("import tensorplay as tp\nx = tp.ones(3, device='cuda')\n")
         assert r.stderr == ""
 
 
 def test_compiled_first_call_with_the_warmup_running_is_right():
     # a compile racing the warm-up (separate NVRTC programs) gives the same
-    r = _run("import numpy as np, tensorplay as tp\n"
+    r = run_python("import numpy as np, tensorplay as tp\n"
              "a = np.arange(4096 * 64, dtype=np.float32).reshape(4096, 64) / 1e4\n"
              "x = tp.from_numpy(a).cuda()\n"
              "f = tp.compile(lambda x: tp.nn.functional.softmax(x, -1) * 2, strict_native=True)\n"
