@@ -7,41 +7,23 @@ scripts/gpu/build.sh): python3 scripts/gpu/per_call.py
   (x[:, 1:] of 16385 columns: the scalar row loop), ms per call by CUDA
   events (best of 5 rounds of 20 calls) and as a fraction of a measured
   device-to-device copy of the same bytes (read + write)."""
-import statistics
-import time
+import os
+import sys
 
 import tensorplay as tp
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+from gpu import events_ms as _events_ms, wall_us  # noqa: E402  (the bench's timers)
 
 F = tp.nn.functional
 
 
-def per_call(fn, n=2000, rounds=7):
-    fn()
-    tp.cuda.synchronize()
-    ts = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        tp.cuda.synchronize()
-        ts.append((time.perf_counter() - t0) / n * 1e6)
-    return statistics.median(ts)
+def per_call(fn):
+    return wall_us(fn, tp.cuda.synchronize)
 
 
-def events_ms(fn, calls=20, rounds=5):
-    for _ in range(3):
-        fn()
-    tp.cuda.synchronize()
-    best = float("inf")
-    for _ in range(rounds):
-        a, b = tp.cuda.Event(enable_timing=True), tp.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(calls):
-            fn()
-        b.record()
-        b.synchronize()
-        best = min(best, a.elapsed_time(b) / calls)
-    return best
+def events_ms(fn):
+    return _events_ms(fn, tp.cuda.synchronize, tp.cuda.Event)
 
 
 def main():
