@@ -418,27 +418,13 @@ kernel_compile(nvrtc_handle *h, const char *arch, int quick)
 {
     const char *opts[KERNEL_MAX_OPTS];
     char buf[512];
-    PyObject *list = NULL, *r = NULL;
     int n = kernel_options(h, quick, opts, buf, sizeof buf);
     if (n < 0) {
         PyErr_SetString(PyExc_ValueError, "TENSORPLAY_NVRTC_OPTIONS: too many or too long "
                         "options");
         return NULL;
     }
-    if ((list = PyList_New(n)) == NULL) {
-        return NULL;
-    }
-    for (int i = 0; i < n; i++) {
-        PyObject *o = PyUnicode_FromString(opts[i]);
-        if (o == NULL) {
-            goto done;
-        }
-        PyList_SET_ITEM(list, i, o);
-    }
-    r = stax_nvrtc_compile_source(PyUnicode_AsUTF8(h->source), h->name, arch, list);
-done:
-    Py_DECREF(list);
-    return r;
+    return stax_nvrtc_compile(PyUnicode_AsUTF8(h->source), h->name, arch, opts, n);
 }
 
 /* The CUBIN of a resident kernel the cache did not have: the final version
@@ -1359,30 +1345,8 @@ nvrtc_py_compile_bg(PyObject *self, PyObject *args, PyObject *kw)
                      "(the worker makes CUBIN), got '%s'", arch);
         return NULL;
     }
-    if (options != Py_None) {
-        if (PyUnicode_Check(options)) {
-            PyErr_SetString(PyExc_TypeError, "options must be a sequence of str, not str");
-            return NULL;
-        }
-        if ((seq = PySequence_Fast(options, "options must be a sequence of str")) == NULL) {
-            return NULL;
-        }
-        nopt = PySequence_Fast_GET_SIZE(seq);
-        if (nopt > 16) {
-            PyErr_SetString(PyExc_ValueError, "too many options (16 at most)");
-            goto done;
-        }
-        for (Py_ssize_t i = 0; i < nopt; i++) {
-            Py_ssize_t len = 0;
-            if ((opts[i] = PyUnicode_AsUTF8AndSize(PySequence_Fast_GET_ITEM(seq, i), &len))
-                == NULL) {
-                goto done;
-            }
-            if (strlen(opts[i]) != (size_t)len) {
-                PyErr_SetString(PyExc_ValueError, "embedded null character in an option");
-                goto done;
-            }
-        }
+    if ((nopt = stax_nvrtc_option_strings(options, opts, 16, &seq)) < 0) {
+        return NULL;
     }
     j = stax_nvrtc_job_submit(src, name, arch, opts, (int)nopt);
     if (j == NULL) {
@@ -1401,7 +1365,7 @@ nvrtc_py_compile_bg(PyObject *self, PyObject *args, PyObject *kw)
     }
     else {
         /* the log is NVRTC's to give: the same compile on this thread */
-        res = stax_nvrtc_compile_source(src, name, arch, seq);
+        res = stax_nvrtc_compile(src, name, arch, opts, (int)nopt);
         if (res != NULL) {
             Py_CLEAR(res);
             PyErr_Format(stax_nvrtc_error, "the background compile failed (status %d)",

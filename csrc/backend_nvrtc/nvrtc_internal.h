@@ -106,6 +106,14 @@ double stax_nvrtc_now_ms(void);
  * NULL + NVRTCError carrying the compile log (.log) on failure. */
 PyObject *stax_nvrtc_compile_source(const char *src, const char *name,
                                     const char *arch, PyObject *options);
+/* the same with C options (after arch and the standard; 62 at most) */
+PyObject *stax_nvrtc_compile(const char *src, const char *name, const char *arch,
+                             const char *const *extra, int nextra);
+/* options (None or a sequence of str; not a str, no NUL, at most cap) as
+ * C strings in opts, which live as long as *keep (a new reference, NULL
+ * for None); the count, or -1 + TypeError/ValueError */
+int stax_nvrtc_option_strings(PyObject *options, const char **opts, int cap,
+                              PyObject **keep);
 
 /* ---- runtime (nvrtc_loader.c) ---- */
 int stax_nvrtc_cuda_load(void);        /* 0, or -1 + RuntimeError */

@@ -755,19 +755,80 @@ done:
     return -1;
 }
 
+int
+stax_nvrtc_option_strings(PyObject *options, const char **opts, int cap, PyObject **keep)
+{
+    Py_ssize_t n;
+    *keep = NULL;
+    if (options == NULL || options == Py_None) {
+        return 0;
+    }
+    if (PyUnicode_Check(options)) {
+        /* it would be read as its characters */
+        PyErr_SetString(PyExc_TypeError, "options must be a sequence of str, not str");
+        return -1;
+    }
+    if ((*keep = PySequence_Fast(options, "options must be a sequence of str")) == NULL) {
+        return -1;
+    }
+    n = PySequence_Fast_GET_SIZE(*keep);
+    if (n > cap) {
+        PyErr_Format(PyExc_ValueError, "too many options (%d at most)", cap);
+        goto error;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t len = 0;
+        if ((opts[i] = PyUnicode_AsUTF8AndSize(PySequence_Fast_GET_ITEM(*keep, i), &len))
+            == NULL) {
+            goto error;
+        }
+        if (strlen(opts[i]) != (size_t)len) {
+            /* NVRTC would read it cut at the NUL */
+            PyErr_SetString(PyExc_ValueError, "embedded null character in an option");
+            goto error;
+        }
+    }
+    return (int)n;
+error:
+    Py_CLEAR(*keep);
+    return -1;
+}
+
+#define COMPILE_MAX_OPTS 64
+
 PyObject *
 stax_nvrtc_compile_source(const char *src, const char *name,
                           const char *arch, PyObject *options)
 {
+    const char *opts[COMPILE_MAX_OPTS - 2];
+    PyObject *keep = NULL, *res;
+    int n = stax_nvrtc_option_strings(options, opts, COMPILE_MAX_OPTS - 2, &keep);
+    if (n < 0) {
+        return NULL;
+    }
+    res = stax_nvrtc_compile(src, name, arch, opts, n);
+    Py_XDECREF(keep);     /* the option strings lived as long as it */
+    return res;
+}
+
+PyObject *
+stax_nvrtc_compile(const char *src, const char *name, const char *arch,
+                   const char *const *extra, int nextra)
+{
     nvrtcProgram prog = NULL;
-    const char *opts[64];
+    const char *opts[COMPILE_MAX_OPTS];
     char archopt[64];
     int nopt = 0, cubin = 0;
     nvrtcResult r;
     size_t n = 0;
     char *buf = NULL;
-    PyObject *res = NULL, *optseq = NULL;
+    PyObject *res = NULL;
 
+    if (nextra > COMPILE_MAX_OPTS - 2) {
+        PyErr_Format(PyExc_ValueError, "too many options (%d at most)",
+                     COMPILE_MAX_OPTS - 2);
+        return NULL;
+    }
     if (stax_nvrtc_load() < 0) {
         return NULL;
     }
@@ -789,34 +850,8 @@ stax_nvrtc_compile_source(const char *src, const char *name,
     snprintf(archopt, sizeof(archopt), "--gpu-architecture=%s", arch);
     opts[nopt++] = archopt;
     opts[nopt++] = "--std=c++17";
-    if (options != NULL && options != Py_None) {
-        /* the option strings live as long as optseq (released at done);
-         * a str would be read as its characters */
-        optseq = PyUnicode_Check(options)
-                     ? NULL : PySequence_Fast(options, "options must be a sequence of str");
-        if (optseq == NULL) {
-            if (!PyErr_Occurred()) {
-                PyErr_SetString(PyExc_TypeError, "options must be a sequence of str, not str");
-            }
-            return NULL;
-        }
-        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(optseq); i++) {
-            Py_ssize_t len = 0;
-            const char *o = PyUnicode_AsUTF8AndSize(
-                PySequence_Fast_GET_ITEM(optseq, i), &len);
-            if (o != NULL && strlen(o) != (size_t)len) {
-                /* NVRTC would read it cut at the NUL */
-                PyErr_SetString(PyExc_ValueError, "embedded null character in an option");
-                goto done;
-            }
-            if (o == NULL || nopt >= 64) {
-                if (o != NULL) {
-                    PyErr_SetString(PyExc_ValueError, "too many options");
-                }
-                goto done;
-            }
-            opts[nopt++] = o;
-        }
+    for (int i = 0; i < nextra; i++) {
+        opts[nopt++] = extra[i];
     }
     if (nvrtc_check(nv.CreateProgram(&prog, src, name, 0, NULL, NULL),
                     "nvrtcCreateProgram", NULL) < 0) {
@@ -860,7 +895,6 @@ done:
     if (prog != NULL) {
         nv.DestroyProgram(&prog);
     }
-    Py_XDECREF(optseq);
     return res;
 }
 
